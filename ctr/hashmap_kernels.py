@@ -1,0 +1,147 @@
+"""numba kernels of the compact hashmap: open addressing with linear probing.
+
+A table is a uint32 array `slots[capacity, 2 + row_words]`: words 0-1 hold the uint64 key
+(little-endian halves), the rest the row (float32 bits or uint32 metadata). Key 0 marks an
+empty slot. Key and row share a slot so one probe touches one cache line. The home slot is
+`(((key * FIB mod 2^64) >> 32) * capacity) >> 32` (Fibonacci mix, then multiply-shift range
+reduction), so any capacity works and
+images can be sized to a load factor of about 0.88.
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+import numpy.typing as npt
+
+U32 = npt.NDArray[np.uint32]
+U64 = npt.NDArray[np.uint64]
+I64 = npt.NDArray[np.int64]
+FIB = np.uint64(0x9E3779B97F4A7C15)
+
+
+@nb.njit(cache=True, inline="always")
+def slot_key(slots: U32, i: int) -> np.uint64:
+    return np.uint64(slots[i, 0]) | (np.uint64(slots[i, 1]) << np.uint64(32))
+
+
+@nb.njit(cache=True, inline="always")
+def home_slot(key: np.uint64, capacity: int) -> int:
+    mixed = key * FIB  # Fibonacci hashing: structured keys (small ids) still spread
+    return np.int64(((mixed >> np.uint64(32)) * np.uint64(capacity)) >> np.uint64(32))
+
+
+@nb.njit(cache=True)
+def find_slots(slots: U32, keys: U64) -> I64:
+    """Slot index of each key, -1 where absent."""
+    cap = slots.shape[0]
+    out = np.empty(keys.shape[0], dtype=np.int64)
+    for q in range(keys.shape[0]):
+        key = keys[q]
+        i = home_slot(key, cap)
+        out[q] = -1
+        for _ in range(cap):
+            k = slot_key(slots, i)
+            if k == key:
+                out[q] = i
+                break
+            if k == np.uint64(0):
+                break
+            i += 1
+            if i == cap:
+                i = 0
+    return out
+
+
+@nb.njit(cache=True)
+def insert_keys(slots: U32, keys: U64) -> tuple[I64, int]:
+    """Slot of each key, claiming an empty slot for new ones; returns (slots, new count).
+
+    The caller keeps the load below 1 so a free slot always exists. Key 0 is invalid.
+    """
+    cap = slots.shape[0]
+    out = np.empty(keys.shape[0], dtype=np.int64)
+    added = 0
+    for q in range(keys.shape[0]):
+        key = keys[q]
+        i = home_slot(key, cap)
+        while True:
+            k = slot_key(slots, i)
+            if k == key:
+                break
+            if k == np.uint64(0):
+                slots[i, 0] = np.uint32(key & np.uint64(0xFFFFFFFF))
+                slots[i, 1] = np.uint32(key >> np.uint64(32))
+                added += 1
+                break
+            i += 1
+            if i == cap:
+                i = 0
+        out[q] = i
+    return out, added
+
+
+@nb.njit(cache=True)
+def rehash_into(old: U32, new: U32) -> None:
+    """Moves every occupied slot of old into the empty table new (same row width)."""
+    cap = new.shape[0]
+    width = old.shape[1]
+    for s in range(old.shape[0]):
+        key = slot_key(old, s)
+        if key == np.uint64(0):
+            continue
+        i = home_slot(key, cap)
+        while slot_key(new, i) != np.uint64(0):
+            i += 1
+            if i == cap:
+                i = 0
+        for w in range(width):
+            new[i, w] = old[s, w]
+
+
+@nb.njit(cache=True)
+def occupied_slots(slots: U32) -> I64:
+    """Indices of occupied slots, in slot order."""
+    n = 0
+    for i in range(slots.shape[0]):
+        if slots[i, 0] != 0 or slots[i, 1] != 0:
+            n += 1
+    out = np.empty(n, dtype=np.int64)
+    j = 0
+    for i in range(slots.shape[0]):
+        if slots[i, 0] != 0 or slots[i, 1] != 0:
+            out[j] = i
+            j += 1
+    return out
+
+
+@nb.njit(cache=True)
+def gather_rows(rows: npt.NDArray[np.float32], found: I64) -> npt.NDArray[np.float32]:
+    """rows[found[i]] for each i; zeros where found[i] < 0 (an absent key has a zero row)."""
+    dim = rows.shape[1]
+    out = np.zeros((found.shape[0], dim), dtype=np.float32)
+    for i in range(found.shape[0]):
+        s = found[i]
+        if s >= 0:
+            for d in range(dim):
+                out[i, d] = rows[s, d]
+    return out
+
+
+def find_slots_reference(slots: U32, keys: U64) -> list[int]:
+    """Plain-Python reference of find_slots."""
+    cap = slots.shape[0]
+    out = []
+    for key in keys.tolist():
+        i = ((((key * 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF) >> 32) * cap) >> 32
+        found = -1
+        for _ in range(cap):
+            k = int(slots[i, 0]) | (int(slots[i, 1]) << 32)
+            if k == key:
+                found = i
+                break
+            if k == 0:
+                break
+            i = (i + 1) % cap
+        out.append(found)
+    return out

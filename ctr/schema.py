@@ -1,0 +1,103 @@
+"""Feature schema: the input format and how each field is treated."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Literal
+
+Format = Literal["criteo", "csv", "libsvm", "libffm", "kv"]
+FORMATS: tuple[str, ...] = ("criteo", "csv", "libsvm", "libffm", "kv")
+
+CRITEO_NUMERIC = tuple(f"I{i}" for i in range(1, 14))
+CRITEO_CATEGORICAL = tuple(f"C{i}" for i in range(1, 27))
+
+
+@dataclass(frozen=True)
+class FeatureSchema:
+    """How to turn one input line into (label, fields, tokens, values).
+
+    format: criteo TSV, csv with a header, libsvm, libffm, or kv (`label<TAB>field=value...`).
+    label: label column name (csv only); labels > 0 count as clicks.
+    numeric: fields whose values are numbers, bucketed as floor(ln(v)^2) for v > 2.
+    skip: fields to ignore (csv ids, timestamps of the attribution...).
+    libsvm_fields: "single" puts every libsvm feature in field "0"; "position" names the
+        field by the feature's position in the line (one-hot rows such as Frappe).
+    """
+
+    format: Format = "kv"
+    label: str = "label"
+    numeric: tuple[str, ...] = ()
+    skip: tuple[str, ...] = ()
+    delimiter: str = ","
+    libsvm_fields: Literal["single", "position"] = "position"
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "format": self.format,
+            "label": self.label,
+            "numeric": list(self.numeric),
+            "skip": list(self.skip),
+            "delimiter": self.delimiter,
+            "libsvm_fields": self.libsvm_fields,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, object]) -> FeatureSchema:
+        fmt = str(d.get("format", "kv"))
+        if fmt not in FORMATS:
+            raise ValueError(f"schema.format: unknown format {fmt!r}; expected one of {FORMATS}")
+        lf = str(d.get("libsvm_fields", "position"))
+        if lf not in ("single", "position"):
+            raise ValueError(f"schema.libsvm_fields: {lf!r} is not 'single' or 'position'")
+        return cls(
+            format=fmt,  # type: ignore[arg-type]
+            label=str(d.get("label", "label")),
+            numeric=tuple(str(x) for x in d.get("numeric", ()) or ()),  # type: ignore[attr-defined]
+            skip=tuple(str(x) for x in d.get("skip", ()) or ()),  # type: ignore[attr-defined]
+            delimiter=str(d.get("delimiter", ",")),
+            libsvm_fields=lf,  # type: ignore[arg-type]
+        )
+
+
+PRESETS: dict[str, FeatureSchema] = {
+    "criteo": FeatureSchema(format="criteo", numeric=CRITEO_NUMERIC),
+    "criteo-csv": FeatureSchema(format="csv", label="label", numeric=CRITEO_NUMERIC),
+    "avazu": FeatureSchema(format="csv", label="click", skip=("id",)),
+    "talkingdata": FeatureSchema(
+        format="csv", label="is_attributed", skip=("attributed_time", "click_time")
+    ),
+    "libsvm": FeatureSchema(format="libsvm"),
+    "libffm": FeatureSchema(format="libffm"),
+    "kv": FeatureSchema(format="kv"),
+}
+
+_CSV_LABELS = ("click", "label", "is_attributed", "clicked", "y")
+
+
+def detect_schema(first_line: str) -> FeatureSchema:
+    """Guesses the schema of a file from its first line (for `--data PATH` without --format)."""
+    line = first_line.rstrip("\r\n")
+    if "\t" in line:
+        cols = line.split("\t")
+        if any("=" in c for c in cols[1:]):
+            return PRESETS["kv"]
+        if 37 <= len(cols) <= 40:
+            return PRESETS["criteo"]
+    if "," in line and ":" not in line:
+        header = [c.strip() for c in line.split(",")]
+        for name in _CSV_LABELS:
+            if name in header:
+                base = PRESETS["criteo-csv"] if "I1" in header else PRESETS["avazu"]
+                skip = tuple(s for s in base.skip if s in header)
+                if name == "is_attributed":
+                    return PRESETS["talkingdata"]
+                return replace(base, label=name, skip=skip)
+        raise ValueError(f"csv header has no label column (looked for {', '.join(_CSV_LABELS)})")
+    tokens = line.split()
+    if len(tokens) >= 2:
+        colons = tokens[1].count(":")
+        if colons == 2:
+            return PRESETS["libffm"]
+        if colons == 1:
+            return PRESETS["libsvm"]
+    raise ValueError(f"cannot tell the format of line: {line[:80]!r}")
