@@ -1,0 +1,112 @@
+"""Daemon configuration: one frozen dataclass per daemon, built from defaults, then a YAML
+file, then BOUNDLESS_<DAEMON>_<FIELD> environment variables, then command-line flags.
+
+Fields may be str, int, float, bool or `str | None`; help text comes from field metadata.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import types
+from pathlib import Path
+from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
+
+import yaml
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """A config value of the wrong type or an unknown key, named with its source."""
+
+
+def _base_type(tp: Any) -> tuple[type, bool]:
+    """(scalar type, optional?) of a field annotation."""
+    if get_origin(tp) in (Union, types.UnionType):
+        args = [a for a in get_args(tp) if a is not type(None)]
+        return args[0], True
+    return tp, False
+
+
+def _coerce(value: Any, tp: Any, where: str) -> Any:
+    base, optional = _base_type(tp)
+    if value is None:
+        if optional:
+            return None
+        raise ConfigError(f"{where}: null is not allowed")
+    if optional and isinstance(value, str) and value.lower() in ("", "none", "null"):
+        return None
+    try:
+        if base is bool:
+            if isinstance(value, bool):
+                return value
+            s = str(value).strip().lower()
+            if s in ("1", "true", "yes", "on"):
+                return True
+            if s in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(value)
+        if base is int:
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError(value)
+            return int(value)
+        if base is float:
+            return float(value)
+        return str(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{where}: {value!r} is not a valid {base.__name__}") from None
+
+
+def add_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
+    """One --flag per field (default None so that unset flags do not override)."""
+    hints = get_type_hints(cls)
+    parser.add_argument("--config", type=Path, default=None, help="YAML file with settings")
+    for f in dataclasses.fields(cls):
+        flag = "--" + f.name.replace("_", "-")
+        base, _ = _base_type(hints[f.name])
+        help_text = f.metadata.get("help", "")
+        default = f.default if f.default is not dataclasses.MISSING else None
+        if base is bool:
+            parser.add_argument(
+                flag, dest=f.name, default=None, action=argparse.BooleanOptionalAction,
+                help=f"{help_text} (default: {default})",
+            )
+        else:
+            parser.add_argument(
+                flag, dest=f.name, default=None, metavar=base.__name__.upper(),
+                help=f"{help_text} (default: {default})",
+            )
+
+
+def build(cls: type[T], env_prefix: str, args: argparse.Namespace | None = None,
+          yaml_path: Path | None = None, environ: dict[str, str] | None = None) -> T:
+    """The config for cls from defaults < YAML < environment < flags."""
+    hints = get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    values: dict[str, Any] = {}
+    path = yaml_path or (getattr(args, "config", None) if args else None)
+    if path is not None:
+        try:
+            loaded = yaml.safe_load(Path(path).read_text()) or {}
+        except (OSError, yaml.YAMLError) as e:
+            raise ConfigError(f"{path}: {e}") from None
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{path}: top level must be a mapping")
+        for k, v in loaded.items():
+            key = str(k).replace("-", "_")
+            if key not in names:
+                raise ConfigError(f"{path}: unknown setting {k!r}")
+            values[key] = _coerce(v, hints[key], f"{path}: {k}")
+    env = os.environ if environ is None else environ
+    for name in names:
+        var = f"{env_prefix}{name.upper()}"
+        if var in env:
+            values[name] = _coerce(env[var], hints[name], f"environment {var}")
+    if args is not None:
+        for name in names:
+            v = getattr(args, name, None)
+            if v is not None:
+                values[name] = _coerce(v, hints[name], "--" + name.replace("_", "-"))
+    return cls(**values)

@@ -1,0 +1,187 @@
+"""Model files: full hashmap images, deltas and dense arrays, each with a checksum.
+
+Every file is a 64-byte header followed by a payload (see docs/model-format.md):
+
+    magic "BLMF" | u16 format version | u16 kind | u32 dim | u64 count | u64 extra
+    | u64 payload bytes | u32 crc32(payload) | zero padding to 64 bytes
+
+kind 1 IMAGE: payload = hashmap slots uint32[extra=capacity, 2 + dim]; count = entries.
+    Serving mmaps the payload as a CompactHashMap without copying.
+kind 2 DELTA: payload = keys uint64[count] sorted | rows float32[count, dim]
+    | tombstones uint64[extra] sorted.
+kind 3 DENSE: payload = float32[count]; extra = the range's offset in the whole vector.
+
+Files are written to a temporary name and renamed, so a reader never sees half a file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import struct
+import zlib
+from dataclasses import dataclass
+from enum import IntEnum
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from ctr.hashmap import KEY_WORDS, CompactHashMap
+
+MAGIC = b"BLMF"
+FORMAT_VERSION = 1
+HEADER = struct.Struct("<4sHHIQQQI")
+HEADER_SIZE = 64
+
+
+class Kind(IntEnum):
+    IMAGE = 1
+    DELTA = 2
+    DENSE = 3
+
+
+class ModelFileError(ValueError):
+    """A model file that is truncated, corrupt or of the wrong kind."""
+
+
+@dataclass(frozen=True)
+class Header:
+    kind: Kind
+    dim: int
+    count: int
+    extra: int
+    payload_bytes: int
+    crc32: int
+
+
+@dataclass(frozen=True)
+class Delta:
+    keys: npt.NDArray[np.uint64]
+    rows: npt.NDArray[np.float32]
+    tombstones: npt.NDArray[np.uint64]
+
+
+def _write(path: Path, kind: Kind, dim: int, count: int, extra: int, parts: list[bytes]) -> None:
+    crc = 0
+    size = 0
+    for p in parts:
+        crc = zlib.crc32(p, crc)
+        size += len(p)
+    head = HEADER.pack(MAGIC, FORMAT_VERSION, int(kind), dim, count, extra, size, crc)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(head.ljust(HEADER_SIZE, b"\0"))
+        for p in parts:
+            f.write(p)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_header(path: Path) -> Header:
+    with open(path, "rb") as f:
+        raw = f.read(HEADER_SIZE)
+    if len(raw) < HEADER_SIZE:
+        raise ModelFileError(f"{path}: {len(raw)} bytes, shorter than the {HEADER_SIZE}-byte header")
+    magic, version, kind, dim, count, extra, size, crc = HEADER.unpack_from(raw)
+    if magic != MAGIC:
+        raise ModelFileError(f"{path}: bad magic {magic!r}")
+    if version != FORMAT_VERSION:
+        raise ModelFileError(f"{path}: format version {version}, expected {FORMAT_VERSION}")
+    try:
+        k = Kind(kind)
+    except ValueError:
+        raise ModelFileError(f"{path}: unknown kind {kind}") from None
+    actual = path.stat().st_size - HEADER_SIZE
+    if actual != size:
+        raise ModelFileError(f"{path}: payload is {actual} bytes, header says {size}")
+    return Header(k, dim, count, extra, size, crc)
+
+
+def verify(path: Path) -> Header:
+    """Checks header, size and payload CRC; raises ModelFileError naming what is wrong."""
+    h = read_header(path)
+    crc = 0
+    with open(path, "rb") as f:
+        f.seek(HEADER_SIZE)
+        while chunk := f.read(1 << 22):
+            crc = zlib.crc32(chunk, crc)
+    if crc != h.crc32:
+        raise ModelFileError(f"{path}: payload crc32 {crc:08x} does not match header {h.crc32:08x}")
+    return h
+
+
+def sha256_file(path: Path) -> str:
+    d = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            d.update(chunk)
+    return d.hexdigest()
+
+
+def write_image(path: Path, keys: npt.NDArray[np.uint64], rows: npt.NDArray[np.float32]) -> None:
+    """A full snapshot: keys with float32 rows, as a hashmap image sized for mmap lookups."""
+    rows2 = np.ascontiguousarray(rows, dtype=np.float32).reshape(keys.shape[0], -1)
+    m = CompactHashMap.from_rows(keys, rows2.view(np.uint32))
+    _write(path, Kind.IMAGE, rows2.shape[1], m.size, m.capacity, [m.slots.tobytes()])
+
+
+def load_image(path: Path, mmap: bool = True) -> CompactHashMap:
+    """The image as a read-only CompactHashMap (memory-mapped unless mmap=False)."""
+    h = read_header(path)
+    if h.kind != Kind.IMAGE:
+        raise ModelFileError(f"{path}: kind {h.kind.name}, expected IMAGE")
+    shape = (h.extra, KEY_WORDS + h.dim)
+    if h.payload_bytes != shape[0] * shape[1] * 4:
+        raise ModelFileError(f"{path}: payload size does not match capacity {h.extra} x dim {h.dim}")
+    slots: npt.NDArray[np.uint32]
+    if mmap:
+        slots = np.memmap(path, dtype=np.uint32, mode="r", offset=HEADER_SIZE, shape=shape)
+    else:
+        slots = np.fromfile(path, dtype=np.uint32, offset=HEADER_SIZE).reshape(shape)
+    return CompactHashMap(h.dim, slots=slots, size=h.count)
+
+
+def write_delta(
+    path: Path,
+    keys: npt.NDArray[np.uint64],
+    rows: npt.NDArray[np.float32],
+    tombstones: npt.NDArray[np.uint64],
+) -> None:
+    order = np.argsort(keys, kind="stable")
+    k = np.ascontiguousarray(keys[order], dtype=np.uint64)
+    r = np.ascontiguousarray(rows.reshape(keys.shape[0], -1)[order], dtype=np.float32)
+    t = np.sort(np.asarray(tombstones, dtype=np.uint64))
+    _write(path, Kind.DELTA, r.shape[1], k.shape[0], t.shape[0], [k.tobytes(), r.tobytes(), t.tobytes()])
+
+
+def read_delta(path: Path) -> Delta:
+    h = read_header(path)
+    if h.kind != Kind.DELTA:
+        raise ModelFileError(f"{path}: kind {h.kind.name}, expected DELTA")
+    if h.payload_bytes != h.count * 8 + h.count * h.dim * 4 + h.extra * 8:
+        raise ModelFileError(f"{path}: payload size does not match its counts")
+    raw = np.fromfile(path, dtype=np.uint8, offset=HEADER_SIZE)
+    a = h.count * 8
+    b = a + h.count * h.dim * 4
+    return Delta(
+        raw[:a].view(np.uint64),
+        raw[a:b].view(np.float32).reshape(h.count, h.dim),
+        raw[b:].view(np.uint64),
+    )
+
+
+def write_dense(path: Path, values: npt.NDArray[np.float32], offset: int) -> None:
+    v = np.ascontiguousarray(values, dtype=np.float32)
+    _write(path, Kind.DENSE, 1, v.shape[0], offset, [v.tobytes()])
+
+
+def read_dense(path: Path) -> tuple[int, npt.NDArray[np.float32]]:
+    """(offset of the range, values)."""
+    h = read_header(path)
+    if h.kind != Kind.DENSE:
+        raise ModelFileError(f"{path}: kind {h.kind.name}, expected DENSE")
+    if h.payload_bytes != h.count * 4:
+        raise ModelFileError(f"{path}: payload size does not match its count")
+    return h.extra, np.fromfile(path, dtype=np.float32, offset=HEADER_SIZE)

@@ -1,0 +1,119 @@
+"""LEB128 varint kernels: delta-coded sorted keys and gap-coded index lists.
+
+Decoders validate everything (truncation, overflow, ranges, trailing bytes) and raise
+ValueError, so a malformed request never reaches the model.
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+import numpy.typing as npt
+
+U8 = npt.NDArray[np.uint8]
+U64 = npt.NDArray[np.uint64]
+I64 = npt.NDArray[np.int64]
+
+
+@nb.njit(cache=True, inline="always")
+def _put(out: U8, pos: int, v: np.uint64) -> int:
+    while v >= np.uint64(0x80):
+        out[pos] = np.uint8((v & np.uint64(0x7F)) | np.uint64(0x80))
+        v >>= np.uint64(7)
+        pos += 1
+    out[pos] = np.uint8(v)
+    return pos + 1
+
+
+@nb.njit(cache=True, inline="always")
+def _get(buf: U8, pos: int) -> tuple[np.uint64, int]:
+    v = np.uint64(0)
+    shift = np.uint64(0)
+    n = buf.shape[0]
+    while True:
+        if pos >= n:
+            raise ValueError("truncated varint")
+        b = np.uint64(buf[pos])
+        pos += 1
+        if shift == np.uint64(63) and b > np.uint64(1):
+            raise ValueError("varint overflows 64 bits")
+        v |= (b & np.uint64(0x7F)) << shift
+        if b < np.uint64(0x80):
+            return v, pos
+        shift += np.uint64(7)
+        if shift > np.uint64(63):
+            raise ValueError("varint longer than 10 bytes")
+
+
+@nb.njit(cache=True)
+def encode_sorted_keys(keys: U64) -> U8:
+    """Strictly increasing keys as first key then gaps, each a varint."""
+    out = np.empty(keys.shape[0] * 10, dtype=np.uint8)
+    pos = 0
+    prev = np.uint64(0)
+    for i in range(keys.shape[0]):
+        pos = _put(out, pos, keys[i] - prev)
+        prev = keys[i]
+    return out[:pos].copy()
+
+
+@nb.njit(cache=True)
+def decode_sorted_keys(buf: U8, count: int) -> U64:
+    """Inverse of encode_sorted_keys; rejects non-increasing keys and trailing bytes."""
+    out = np.empty(count, dtype=np.uint64)
+    pos = 0
+    prev = np.uint64(0)
+    for i in range(count):
+        gap, pos = _get(buf, pos)
+        if i > 0 and gap == np.uint64(0):
+            raise ValueError("keys are not strictly increasing")
+        nxt = prev + gap
+        if nxt < prev:
+            raise ValueError("key gap overflows 64 bits")
+        out[i] = nxt
+        prev = nxt
+    if pos != buf.shape[0]:
+        raise ValueError("trailing bytes after the last key")
+    return out
+
+
+@nb.njit(cache=True)
+def encode_index_lists(offsets: I64, indices: I64) -> U8:
+    """Lists indices[offsets[i]:offsets[i+1]] (each ascending) as count + gaps, all varints."""
+    out = np.empty(offsets.shape[0] * 10 + indices.shape[0] * 10, dtype=np.uint8)
+    pos = 0
+    for i in range(offsets.shape[0] - 1):
+        lo, hi = offsets[i], offsets[i + 1]
+        pos = _put(out, pos, np.uint64(hi - lo))
+        prev = 0
+        for j in range(lo, hi):
+            pos = _put(out, pos, np.uint64(indices[j] - prev))
+            prev = indices[j]
+    return out[:pos].copy()
+
+
+@nb.njit(cache=True)
+def decode_index_lists(buf: U8, lists: int, limit: int) -> tuple[I64, I64]:
+    """Inverse of encode_index_lists: (offsets, indices), every index < limit."""
+    offsets = np.zeros(lists + 1, dtype=np.int64)
+    cap = max(buf.shape[0], 1)
+    indices = np.empty(cap, dtype=np.int64)  # each index takes at least one byte
+    pos = 0
+    n = 0
+    for i in range(lists):
+        count, pos = _get(buf, pos)
+        if count > np.uint64(buf.shape[0] - pos):
+            raise ValueError("list count exceeds the remaining bytes")
+        prev = np.uint64(0)
+        for _ in range(int(count)):
+            gap, pos = _get(buf, pos)
+            idx = prev + gap
+            if idx < prev or idx >= np.uint64(limit):
+                raise ValueError("index out of the dictionary's range")
+            indices[n] = np.int64(idx)
+            n += 1
+            prev = idx
+        offsets[i + 1] = n
+    if pos != buf.shape[0]:
+        raise ValueError("trailing bytes after the last list")
+    return offsets, indices[:n].copy()
