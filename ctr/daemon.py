@@ -1,0 +1,79 @@
+"""Process plumbing shared by the daemons: logging, gRPC server with health and reflection,
+Prometheus endpoint, the ready file that reports bound ports, and graceful stop on signals."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from concurrent import futures
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from prometheus_client import start_http_server
+
+MAX_MESSAGE_BYTES = 64 << 20
+
+
+def setup_logging(name: str, level: str = "INFO") -> logging.Logger:
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format=f"%(asctime)s {name}[%(process)d] %(levelname)s %(message)s",
+        stream=sys.stderr,
+    )
+    return logging.getLogger(name)
+
+
+def grpc_server(
+    host: str, port: int, workers: int, register: Callable[[grpc.Server], None],
+    service_names: Sequence[str],
+) -> tuple[grpc.Server, int, health.HealthServicer]:
+    """A started server with health and reflection; returns (server, bound port, health)."""
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=workers),
+        options=[
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        ],
+    )
+    register(server)
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection((*service_names, reflection.SERVICE_NAME, health.SERVICE_NAME), server)
+    bound = server.add_insecure_port(f"{host}:{port}")
+    if bound == 0:
+        raise OSError(f"cannot bind gRPC server to {host}:{port}")
+    server.start()
+    for name in (*service_names, ""):
+        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    return server, bound, health_servicer
+
+
+def metrics_server(host: str, port: int) -> int:
+    """Starts the Prometheus HTTP endpoint; returns its bound port (port 0 picks a free one)."""
+    server, _ = start_http_server(port, addr=host)
+    return int(server.server_port)
+
+
+def write_ready_file(path: str | None, **ports: object) -> None:
+    """Atomically writes {"pid":..., ports...} so a launcher can find the bound ports."""
+    payload = json.dumps({"pid": os.getpid(), **ports})
+    print(payload, flush=True)
+    if path:
+        tmp = Path(path + ".tmp")
+        tmp.write_text(payload)
+        os.replace(tmp, path)
+
+
+def wait_for_stop_signal() -> None:
+    """Blocks until SIGTERM or SIGINT."""
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()

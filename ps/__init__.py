@@ -1,0 +1,1 @@
+"""Sharded parameter server: shard daemon, optimizers on the shards, and the client library."""

@@ -1,0 +1,121 @@
+"""Thin gRPC servicer of a shard: protobuf in, numpy to the Shard, protobuf out."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import grpc
+
+from protos import ps_pb2, ps_pb2_grpc
+from ps import metrics
+from ps.codecs import BY_WIRE_ID, CodecError
+from ps.shard import SessionExpired, Shard, ShardError
+from ps.wire import WireError, decode_keys
+
+R = TypeVar("R")
+
+
+def _call(method: str, context: grpc.ServicerContext, fn: Callable[[], R]) -> R:
+    """Runs fn, mapping domain errors to gRPC status codes; the shard keeps serving."""
+    start = time.perf_counter()
+    try:
+        return fn()
+    except SessionExpired as e:
+        metrics.RPC_ERRORS.labels(method, "FAILED_PRECONDITION").inc()
+        context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
+    except (ShardError, WireError, CodecError) as e:
+        metrics.RPC_ERRORS.labels(method, "INVALID_ARGUMENT").inc()
+        context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{method}: {e}")
+    finally:
+        metrics.RPC_SECONDS.labels(method).observe(time.perf_counter() - start)
+    raise AssertionError("unreachable")  # context.abort raises
+
+
+class PSServicer(ps_pb2_grpc.ParameterServerServicer):
+    def __init__(self, shard: Shard) -> None:
+        self.shard = shard
+
+    def Pull(self, request: ps_pb2.PullRequest, context: grpc.ServicerContext) -> ps_pb2.PullResponse:
+        def run() -> ps_pb2.PullResponse:
+            keys = decode_keys(request.keys, request.key_count, request.key_encoding)
+            sid, rows = self.shard.pull(request.table, keys, request.open_session)
+            metrics.KEYS.labels("pull", request.table).inc(keys.shape[0])
+            return ps_pb2.PullResponse(session_id=sid, dim=rows.shape[1], rows=rows.tobytes())
+
+        return _call("Pull", context, run)
+
+    def Push(self, request: ps_pb2.PushRequest, context: grpc.ServicerContext) -> ps_pb2.PushResponse:
+        def run() -> ps_pb2.PushResponse:
+            if request.WhichOneof("target") == "session_id":
+                keys = self.shard.session_keys(request.table, request.session_id)
+                if request.key_count != keys.shape[0]:
+                    raise ShardError(f"key_count {request.key_count} but the session holds {keys.shape[0]} keys")
+            else:
+                keys = decode_keys(request.keys, request.key_count, request.key_encoding)
+            codec = BY_WIRE_ID.get(int(request.codec))
+            if codec is None:
+                raise ShardError(f"codec: unknown value {request.codec}")
+            table = self.shard.sparse.get(request.table)
+            dim = table.dim if table is not None else 1
+            grads = codec.decode(request.payload, keys.shape[0] * dim)
+            applied = self.shard.push(request.table, keys, grads)
+            metrics.KEYS.labels("push", request.table).inc(applied)
+            metrics.PUSH_BYTES.labels(codec.name).inc(len(request.payload))
+            metrics.UPDATE_SEQ.set(self.shard.update_seq)
+            return ps_pb2.PushResponse(applied_rows=applied)
+
+        return _call("Push", context, run)
+
+    def PullDense(self, request: ps_pb2.DensePullRequest, context: grpc.ServicerContext) -> ps_pb2.DensePullResponse:
+        def run() -> ps_pb2.DensePullResponse:
+            offset, values = self.shard.pull_dense(request.table)
+            return ps_pb2.DensePullResponse(offset=offset, values=values.tobytes())
+
+        return _call("PullDense", context, run)
+
+    def PushDense(self, request: ps_pb2.DensePushRequest, context: grpc.ServicerContext) -> ps_pb2.DensePushResponse:
+        def run() -> ps_pb2.DensePushResponse:
+            codec = BY_WIRE_ID.get(int(request.codec))
+            if codec is None:
+                raise ShardError(f"codec: unknown value {request.codec}")
+            size = len(request.payload) // (2 if codec.name == "fp16" else 4)
+            self.shard.push_dense(request.table, codec.decode(request.payload, size))
+            return ps_pb2.DensePushResponse()
+
+        return _call("PushDense", context, run)
+
+    def Export(self, request: ps_pb2.ExportRequest, context: grpc.ServicerContext) -> ps_pb2.ExportResponse:
+        def run() -> ps_pb2.ExportResponse:
+            if not request.directory:
+                raise ShardError("directory: empty")
+            files, seq = self.shard.export(request.kind == ps_pb2.EXPORT_FULL, Path(request.directory))
+            return ps_pb2.ExportResponse(
+                files=[ps_pb2.ExportedFile(**vars(f)) for f in files], export_seq=seq
+            )
+
+        return _call("Export", context, run)
+
+    def Checkpoint(self, request: ps_pb2.CheckpointRequest, context: grpc.ServicerContext) -> ps_pb2.CheckpointResponse:
+        def run() -> ps_pb2.CheckpointResponse:
+            written, seq = self.shard.checkpoint(request.stream_offsets)
+            return ps_pb2.CheckpointResponse(rows_written=written, checkpoint_seq=seq)
+
+        return _call("Checkpoint", context, run)
+
+    def Stats(self, request: ps_pb2.StatsRequest, context: grpc.ServicerContext) -> ps_pb2.StatsResponse:
+        def run() -> ps_pb2.StatsResponse:
+            tables: list[Any] = [ps_pb2.TableStats(**vars(t)) for t in self.shard.stats()]
+            for t in tables:
+                metrics.ROWS.labels(t.name).set(t.rows)
+            return ps_pb2.StatsResponse(
+                shard_index=self.shard.index, shard_count=self.shard.count, tables=tables,
+                update_seq=self.shard.update_seq, checkpoint_offsets=self.shard.checkpoint_offsets,
+                checkpoint_seq=self.shard.checkpoint_seq,
+            )
+
+        return _call("Stats", context, run)
+
+
