@@ -122,7 +122,8 @@ def sha256_file(path: Path) -> str:
 
 def write_image(path: Path, keys: npt.NDArray[np.uint64], rows: npt.NDArray[np.float32]) -> None:
     """A full snapshot: keys with float32 rows, as a hashmap image sized for mmap lookups."""
-    rows2 = np.ascontiguousarray(rows, dtype=np.float32).reshape(keys.shape[0], -1)
+    dim = rows.shape[1] if rows.ndim == 2 else 1
+    rows2 = np.ascontiguousarray(rows, dtype=np.float32).reshape(keys.shape[0], dim)
     m = CompactHashMap.from_rows(keys, rows2.view(np.uint32))
     _write(path, Kind.IMAGE, rows2.shape[1], m.size, m.capacity, [m.slots.tobytes()])
 
@@ -151,7 +152,8 @@ def write_delta(
 ) -> None:
     order = np.argsort(keys, kind="stable")
     k = np.ascontiguousarray(keys[order], dtype=np.uint64)
-    r = np.ascontiguousarray(rows.reshape(keys.shape[0], -1)[order], dtype=np.float32)
+    dim = rows.shape[1] if rows.ndim == 2 else 1
+    r = np.ascontiguousarray(rows.reshape(keys.shape[0], dim)[order], dtype=np.float32)
     t = np.sort(np.asarray(tombstones, dtype=np.uint64))
     _write(path, Kind.DELTA, r.shape[1], k.shape[0], t.shape[0], [k.tobytes(), r.tobytes(), t.tobytes()])
 

@@ -16,9 +16,9 @@ class PSConfig:
         default="w:sparse:1,bias:dense:1", metadata={"help": "name:sparse:DIM or name:dense:LENGTH, comma separated"}
     )
     data_dir: str | None = field(default=None, metadata={"help": "RocksDB folder; none keeps state in memory only"})
-    alpha: float = field(default=0.05, metadata={"help": "FTRL alpha"})
+    alpha: float = field(default=0.5, metadata={"help": "FTRL alpha"})
     beta: float = field(default=1.0, metadata={"help": "FTRL beta"})
-    l1: float = field(default=1.0, metadata={"help": "FTRL L1"})
+    l1: float = field(default=0.1, metadata={"help": "FTRL L1"})
     l2: float = field(default=1.0, metadata={"help": "FTRL L2"})
     workers: int = field(default=8, metadata={"help": "gRPC worker threads"})
     ready_file: str | None = field(default=None, metadata={"help": "write bound ports here as JSON"})

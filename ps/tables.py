@@ -13,9 +13,9 @@ from ps import kernels
 
 @dataclass(frozen=True)
 class FtrlParams:
-    alpha: float = 0.05
+    alpha: float = 0.5
     beta: float = 1.0
-    l1: float = 1.0
+    l1: float = 0.1
     l2: float = 1.0
 
 

@@ -1,0 +1,1 @@
+"""The `boundless` command and the local launcher behind `boundless demo`."""

@@ -1,0 +1,5 @@
+import sys
+
+from boundless.cli import main
+
+sys.exit(main())

@@ -1,0 +1,47 @@
+"""`boundless` command line: ps, train, model, serve, predict, demo."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+
+# subcommand -> (module with add_arguments/run, help); modules load lazily so that
+# `boundless model list` does not pay for torch or numba compilation it never uses.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "ps": ("ps.server", "run one parameter-server shard"),
+    "train": ("trainer.server", "stream samples and train through the PS"),
+    "model": ("modelmgr.cli", "model manager daemon and version commands (list, rollback, pin, unpin)"),
+    "serve": ("serving.server", "run the gRPC prediction service"),
+    "predict": ("serving.predict_cli", "score samples from a file through a serving process"),
+    "demo": ("boundless.launcher", "run the whole platform on one machine on a synthetic stream"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="boundless", description="Online CTR training and serving.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, (module, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        mod = importlib.import_module(module)
+        mod.add_arguments(p)
+        p.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    run: Callable[[argparse.Namespace], int] = importlib.import_module(args._module).run
+    try:
+        return run(args)
+    except KeyboardInterrupt:
+        return 130
+    except (ValueError, OSError) as e:
+        print(f"boundless {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

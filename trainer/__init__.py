@@ -1,0 +1,1 @@
+"""Streaming trainer: reads samples, trains through the PS client, asks for exports."""
