@@ -13,7 +13,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ps.codecs import Codec, codec_named
-from ps.routing import dense_range, shard_of
+from ctr.routing import dense_range, shard_of
 from ps.shard import ExportedFile, Shard, TableSpec
 from ps.tables import FtrlParams
 from ps.transport import GrpcTransport, LocalTransport, SessionLost, ShardStatus, ShardTransport

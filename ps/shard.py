@@ -12,7 +12,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ctr import modelfile
-from ps.routing import dense_range, shard_of
+from ctr.routing import dense_range, shard_of
 from ps.store import ShardStore
 from ps.tables import DenseTable, FtrlParams, SparseTable
 

@@ -1,0 +1,1 @@
+"""Model manager: verifies exports, gates them on quality, publishes versions, keeps the policy."""

@@ -1,0 +1,112 @@
+"""`boundless model`: the manager daemon (watch) and version commands."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+import time
+from pathlib import Path
+
+from ctr import config as cfg
+from ctr import daemon
+from modelmgr.config import ModelMgrConfig
+from modelmgr.gate import QualityGate
+from modelmgr.publisher import Publisher
+from modelmgr.repository import Policy, Repository, RepositoryError
+
+ENV_PREFIX = "BOUNDLESS_MODELMGR_"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="action", required=True)
+    watch = sub.add_parser("watch", help="run the manager daemon: verify, gate and publish exports")
+    cfg.add_arguments(watch, ModelMgrConfig)
+    for name, help_text in (
+        ("list", "list published and rejected versions"),
+        ("rollback", "pin serving to VERSION (default: the version before the served one)"),
+        ("pin", "pin serving to VERSION"),
+        ("unpin", "follow the latest version again"),
+    ):
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("--repo", default="repo", help="model repository folder")
+        p.add_argument("--model", default="ctr", help="model name")
+        if name in ("rollback", "pin"):
+            p.add_argument("version", type=int, nargs="?" if name == "rollback" else None)
+        if name == "list":
+            p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def watch(conf: ModelMgrConfig) -> int:
+    log = daemon.setup_logging("modelmgr", conf.log_level)
+    repo = Repository(Path(conf.repo), conf.model)
+    publisher = Publisher(repo, Path(conf.exports), QualityGate(conf.min_auc, conf.max_logloss, conf.min_samples))
+    server, port, _ = daemon.grpc_server(conf.host, conf.port, 2, lambda s: None, [])
+    metrics_port = daemon.metrics_server(conf.host, conf.metrics_port)
+    stop = threading.Event()
+    threading.Thread(target=lambda: (daemon.wait_for_stop_signal(), stop.set()), daemon=True).start()
+    log.info("watching %s, publishing into %s/%s", conf.exports, conf.repo, conf.model)
+    daemon.write_ready_file(conf.ready_file, grpc_port=port, metrics_port=metrics_port)
+    while not stop.is_set():
+        try:
+            publisher.poll()
+        except OSError as e:  # a half-written export or a full disk: retry, never die
+            log.error("scan failed: %s", e)
+        stop.wait(conf.poll_s)
+    server.stop(1)
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.action == "watch":
+        import signal
+
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
+        return watch(cfg.build(ModelMgrConfig, ENV_PREFIX, args))
+    repo = Repository(Path(args.repo), args.model)
+    try:
+        if args.action == "list":
+            return _list(repo, args.json)
+        if args.action == "pin":
+            repo.set_policy(Policy("pinned", args.version))
+        elif args.action == "unpin":
+            repo.set_policy(Policy("latest"))
+        elif args.action == "rollback":
+            version = args.version
+            if version is None:
+                current = repo.target()
+                older = [v for v in repo.versions() if current is not None and v < current]
+                if not older:
+                    raise RepositoryError("no version older than the served one to roll back to")
+                version = older[-1]
+            repo.set_policy(Policy("pinned", version))
+    except RepositoryError as e:
+        print(f"boundless model {args.action}: error: {e}")
+        return 2
+    print(f"{args.model}: policy {repo.policy().describe()}, serving version {repo.target()}")
+    return 0
+
+
+def _list(repo: Repository, as_json: bool) -> int:
+    rows = []
+    target = repo.target()
+    for v in repo.versions():
+        m = repo.manifest(v)
+        met = m.get("metrics") or {}
+        rows.append({
+            "version": v, "kind": m["kind"], "base": m["base_version"], "samples": met.get("samples"),
+            "window_auc": met.get("window_auc"), "created": m["created"], "served": v == target,
+        })
+    if as_json:
+        print(json.dumps({"policy": repo.policy().describe(), "versions": rows, "rejected": repo.rejected()}, indent=1))
+        return 0
+    print(f"model {repo.model}  policy: {repo.policy().describe()}")
+    print(f"{'version':>8} {'kind':>5} {'base':>6} {'samples':>9} {'AUC':>7}  created")
+    for r in rows:
+        auc = f"{r['window_auc']:.4f}" if isinstance(r["window_auc"], float) else "-"
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["created"]))
+        mark = " *" if r["served"] else ""
+        print(f"{r['version']:>8} {r['kind']:>5} {r['base']:>6} {r['samples'] or 0:>9.0f} {auc:>7}  {when}{mark}")
+    for rej in repo.rejected():
+        print(f"rejected export {rej['export_id']}: {rej['reason']}")
+    return 0

@@ -1,0 +1,44 @@
+"""Verification of an export folder: every listed file present, of the right size, with the
+right sha256 and an intact payload CRC, and every shard accounted for."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ctr import modelfile
+
+
+class VerificationError(ValueError):
+    """An export that must not be published, with the reason."""
+
+
+def verify_export(folder: Path, manifest: dict[str, Any]) -> None:
+    files = manifest.get("files")
+    shards = manifest.get("shard_count")
+    if not isinstance(files, list) or not files or not isinstance(shards, int) or shards < 1:
+        raise VerificationError("export.json lacks files or shard_count")
+    seen: dict[tuple[str, str], set[int]] = {}
+    for f in files:
+        name = str(f.get("name", ""))
+        path = folder / name
+        if not name or "/" in name or not path.is_file():
+            raise VerificationError(f"{name or '<unnamed>'}: listed but missing")
+        size = path.stat().st_size
+        if size != f.get("size"):
+            raise VerificationError(f"{name}: {size} bytes, manifest says {f.get('size')}")
+        try:
+            modelfile.verify(path)
+        except modelfile.ModelFileError as e:
+            raise VerificationError(str(e)) from None
+        if modelfile.sha256_file(path) != f.get("sha256"):
+            raise VerificationError(f"{name}: sha256 does not match the manifest")
+        shard = int(name.split("-", 1)[0].removeprefix("shard")) if name.startswith("shard") else -1
+        seen.setdefault((str(f.get("table")), str(f.get("role"))), set()).add(shard)
+    for (table, role), got in seen.items():
+        if got != set(range(shards)):
+            raise VerificationError(f"table {table} ({role}): shards {sorted(got)} of {shards}")
+    roles = {r for _, r in seen}
+    expected = "sparse_full" if manifest.get("kind") == "full" else "sparse_delta"
+    if expected not in roles:
+        raise VerificationError(f"a {manifest.get('kind')} export without {expected} files")
