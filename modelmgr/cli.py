@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import threading
 import time
 from pathlib import Path
@@ -44,7 +45,8 @@ def watch(conf: ModelMgrConfig) -> int:
     server, port, _ = daemon.grpc_server(conf.host, conf.port, 2, lambda s: None, [])
     metrics_port = daemon.metrics_server(conf.host, conf.metrics_port)
     stop = threading.Event()
-    threading.Thread(target=lambda: (daemon.wait_for_stop_signal(), stop.set()), daemon=True).start()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
     log.info("watching %s, publishing into %s/%s", conf.exports, conf.repo, conf.model)
     daemon.write_ready_file(conf.ready_file, grpc_port=port, metrics_port=metrics_port)
     while not stop.is_set():
@@ -59,9 +61,6 @@ def watch(conf: ModelMgrConfig) -> int:
 
 def run(args: argparse.Namespace) -> int:
     if args.action == "watch":
-        import signal
-
-        signal.signal(signal.SIGTERM, signal.default_int_handler)
         return watch(cfg.build(ModelMgrConfig, ENV_PREFIX, args))
     repo = Repository(Path(args.repo), args.model)
     try:

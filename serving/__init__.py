@@ -1,0 +1,1 @@
+"""Prediction service: loads published versions, scores compact-encoded ranking requests."""

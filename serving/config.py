@@ -1,0 +1,18 @@
+"""Prediction-service configuration."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class ServingConfig:
+    repo: str = field(default="repo", metadata={"help": "model repository folder"})
+    model: str = field(default="ctr", metadata={"help": "model name"})
+    poll_s: float = field(default=0.5, metadata={"help": "seconds between policy checks"})
+    host: str = field(default="127.0.0.1", metadata={"help": "address to bind"})
+    port: int = field(default=0, metadata={"help": "gRPC port (0 picks a free one)"})
+    metrics_port: int = field(default=0, metadata={"help": "Prometheus port (0 picks a free one)"})
+    workers: int = field(default=4, metadata={"help": "gRPC worker threads"})
+    ready_file: str | None = field(default=None, metadata={"help": "write bound ports here as JSON"})
+    log_level: str = field(default="INFO", metadata={"help": "logging level"})

@@ -1,0 +1,100 @@
+"""The compact request encoding (docs/request-encoding.md), without protobuf.
+
+A request holds a dictionary of unique (key, value) entries as uint64 keys plus optional
+float32 values (absent: all 1.0), the shared context features once as one index list, and
+each item as one index list. An index list is a varint count then varint gaps between
+ascending dictionary indices. The client orders the dictionary field by field, so an
+item's gaps stay small.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from ctr.varint import decode_index_lists, encode_index_lists
+
+MAX_ITEMS = 100_000
+
+
+class EncodingError(ValueError):
+    """A request whose bytes are truncated or inconsistent, naming the field."""
+
+
+@dataclass(frozen=True)
+class EncodedRequest:
+    item_count: int
+    dictionary: bytes
+    values: bytes
+    context: bytes
+    items: bytes
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.dictionary) + len(self.values) + len(self.context) + len(self.items)
+
+
+@dataclass(frozen=True)
+class DecodedRequest:
+    keys: npt.NDArray[np.uint64]
+    values: npt.NDArray[np.float32]
+    context: npt.NDArray[np.int64]
+    item_offsets: npt.NDArray[np.int64]
+    item_indices: npt.NDArray[np.int64]
+
+
+def encode(
+    keys: npt.NDArray[np.uint64], values: npt.NDArray[np.float32], rank: npt.NDArray[np.int64],
+    owner: npt.NDArray[np.int64], item_count: int,
+) -> EncodedRequest:
+    """Encodes flat features: feature j has keys[j], values[j], field rank[j] and belongs to
+    item owner[j] (-1 for the shared context)."""
+    n = keys.shape[0]
+    pairs = np.empty((n, 2), dtype=np.uint64)
+    pairs[:, 0] = keys
+    pairs[:, 1] = values.astype(np.float32).view(np.uint32)
+    uniq, first, inverse = np.unique(pairs, axis=0, return_index=True, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    # dictionary in (field rank, first appearance) order, so each field's values sit together
+    order = np.lexsort((first, rank[first]))
+    new_index = np.empty(order.shape[0], dtype=np.int64)
+    new_index[order] = np.arange(order.shape[0])
+    idx = new_index[inverse]
+    dict_keys = uniq[order, 0]
+    dict_vals = uniq[order, 1].astype(np.uint32).view(np.float32)
+    lists = np.lexsort((idx, owner))  # by owner (context first), ascending index inside
+    own_sorted, idx_sorted = owner[lists], idx[lists]
+    bounds = np.searchsorted(own_sorted, np.arange(-1, item_count + 1))
+    ctx = encode_index_lists(np.array([0, bounds[1]], dtype=np.int64), idx_sorted[: bounds[1]])
+    item_offsets = (bounds[1:] - bounds[1]).astype(np.int64)
+    items = encode_index_lists(item_offsets, np.ascontiguousarray(idx_sorted[bounds[1]:]))
+    values_bytes = b"" if bool(np.all(dict_vals == 1.0)) else dict_vals.astype("<f4").tobytes()
+    return EncodedRequest(item_count, dict_keys.astype("<u8").tobytes(), values_bytes, bytes(ctx), bytes(items))
+
+
+def decode(req: EncodedRequest) -> DecodedRequest:
+    if req.item_count > MAX_ITEMS:
+        raise EncodingError(f"item_count: {req.item_count} exceeds the limit of {MAX_ITEMS}")
+    if len(req.dictionary) % 8:
+        raise EncodingError(f"dictionary: {len(req.dictionary)} bytes is not a whole number of uint64 keys")
+    keys = np.frombuffer(req.dictionary, dtype="<u8").astype(np.uint64, copy=False)
+    n = keys.shape[0]
+    if req.values:
+        if len(req.values) != 4 * n:
+            raise EncodingError(f"values: {len(req.values)} bytes for {n} dictionary entries")
+        values = np.frombuffer(req.values, dtype="<f4").astype(np.float32, copy=False)
+        if not np.isfinite(values).all():
+            raise EncodingError("values: non-finite feature value")
+    else:
+        values = np.ones(n, dtype=np.float32)
+    try:
+        _, ctx = decode_index_lists(np.frombuffer(req.context, dtype=np.uint8), 1, n) if req.context else (None, np.zeros(0, np.int64))
+    except ValueError as e:
+        raise EncodingError(f"context: {e}") from None
+    try:
+        offsets, indices = decode_index_lists(np.frombuffer(req.items, dtype=np.uint8), req.item_count, n)
+    except ValueError as e:
+        raise EncodingError(f"items: {e}") from None
+    return DecodedRequest(keys, values, ctx, offsets, indices)
