@@ -1,0 +1,192 @@
+"""`boundless demo`: the whole platform on one machine, as separate processes on 127.0.0.1:
+2 PS shards, the trainer, the model manager and one serving process, on a synthetic stream
+(or --data PATH), then Predict latency for 200-item requests, then a clean stop."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+
+from boundless.processes import Daemon, DaemonDied, start
+from ctr.synthetic import SyntheticSpec, SyntheticStream
+from modelmgr.repository import Repository
+from serving.client import PredictClient
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data", type=Path, default=None, help="stream this file instead of the synthetic stream")
+    parser.add_argument("--format", default="auto", help="format of --data (schema preset or auto)")
+    parser.add_argument("--duration", type=float, default=60.0, help="seconds of synthetic stream")
+    parser.add_argument("--rate", type=int, default=15000, help="synthetic samples per second")
+    parser.add_argument("--shards", type=int, default=2, help="PS shard processes")
+    parser.add_argument("--requests", type=int, default=300, help="Predict requests for the latency figure")
+    parser.add_argument("--items", type=int, default=200, help="items per Predict request")
+    parser.add_argument("--workdir", type=Path, default=None, help="run folder (default runs/demo-<time>)")
+
+
+def _scrape(port: int, name: str) -> float:
+    try:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
+    except OSError:
+        return float("nan")
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return float("nan")
+
+
+class Demo:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.dir = args.workdir or Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S")
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.daemons: list[Daemon] = []
+        self.tty = sys.stdout.isatty()
+
+    def say(self, msg: str) -> None:
+        print(msg, flush=True)
+
+    def check_all(self) -> None:
+        for d in self.daemons:
+            if d.name != "trainer":
+                d.check()
+
+    def start_platform(self) -> tuple[list[Daemon], Daemon, Daemon]:
+        d = self.dir
+        shards = [
+            start(f"ps{i}", ["ps", "--shard-index", str(i), "--shard-count", str(self.args.shards),
+                             "--data-dir", str(d / f"ps{i}")], d)
+            for i in range(self.args.shards)
+        ]
+        mgr = start("modelmgr", ["model", "watch", "--exports", str(d / "exports"), "--repo", str(d / "repo")], d)
+        serving = start("serving", ["serve", "--repo", str(d / "repo")], d)
+        self.daemons += [*shards, mgr, serving]
+        for x in self.daemons:
+            x.wait_ready()
+        self.say(f"started {len(shards)} PS shards ({', '.join(s.address for s in shards)}), "
+                 f"model manager, serving ({serving.address}); logs in {d}")
+        return shards, mgr, serving
+
+    def run(self) -> int:
+        synth = SyntheticStream(SyntheticSpec())
+        stream_dir = self.dir / "stream"
+        stream_dir.mkdir(exist_ok=True)
+        try:
+            shards, mgr, serving = self.start_platform()
+            source = str(self.args.data) if self.args.data else str(stream_dir)
+            trainer = start("trainer", [
+                "train", "--source", source, "--ps", ",".join(s.address for s in shards),
+                "--format", self.args.format if self.args.data else "kv",
+                "--export-dir", str(self.dir / "exports"), "--export-interval-s", "5",
+                "--idle-exit-s", "4", "--metrics-out", str(self.dir / "trainer.json"),
+                "--checkpoint-interval-s", "20",
+                *([] if self.args.data else ["--follow"]),
+                *(["--no-follow"] if self.args.data else []),
+            ], self.dir)
+            self.daemons.append(trainer)
+            trainer_port = int(trainer.wait_ready()["metrics_port"])
+            self.stream(synth, stream_dir, trainer, trainer_port)
+            code = trainer.proc.wait()
+            if code != 0:
+                trainer.check()
+            result = json.loads((self.dir / "trainer.json").read_text())
+            repo = Repository(self.dir / "repo", "ctr")
+            self.wait_published(repo, int(result["exports"]), serving)
+            latency = self.measure(serving, synth)
+            self.report(result, repo, latency)
+            return 0
+        except DaemonDied as e:
+            print(f"demo failed: {e}", file=sys.stderr)
+            return 1
+        finally:
+            for x in reversed(self.daemons):
+                x.stop()
+
+    def stream(self, synth: SyntheticStream, folder: Path, trainer: Daemon, port: int) -> None:
+        """Writes rolling files of synthetic samples while showing progress."""
+        end = time.monotonic() + (0 if self.args.data else self.args.duration)
+        part = 0
+        last_show = 0.0
+        while True:
+            now = time.monotonic()
+            self.check_all()
+            if now < end:
+                part += 1
+                lines = synth.lines(self.args.rate)
+                tmp = folder / f".part-{part:05d}.txt"
+                tmp.write_text("\n".join(lines) + "\n")
+                tmp.rename(folder / f"part-{part:05d}.txt")  # lands whole, as a rolled file would
+            elif trainer.proc.poll() is not None:
+                return
+            if now - last_show >= 5:
+                trained = _scrape(port, "boundless_trainer_samples_total")
+                versions = len(Repository(self.dir / "repo", "ctr").versions())
+                self.say(f"  t={self.args.duration - max(0.0, end - now):5.0f}s  generated {part * self.args.rate if not self.args.data else 0:>9,}"
+                         f"  trained {trained:>11,.0f}  versions {versions}")
+                last_show = now
+            time.sleep(max(0.0, 1.0 - (time.monotonic() - now)))
+
+    def wait_published(self, repo: Repository, exports: int, serving: Daemon, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.check_all()
+            if len(repo.processed_exports()) >= exports:
+                break
+            time.sleep(0.2)
+        client = PredictClient(serving.address)
+        while time.monotonic() < deadline:
+            try:
+                if client.status().version == repo.target():
+                    break
+            except Exception:  # not loaded yet
+                pass
+            time.sleep(0.2)
+        client.close()
+
+    def measure(self, serving: Daemon, synth: SyntheticStream) -> dict[str, float]:
+        """Predict latency for ranking requests: shared user/context fields, varying items."""
+        client = PredictClient(serving.address)
+        client.wait_ready()
+        half = synth.spec.fields // 2
+        lat = []
+        size = 0
+        for r in range(self.args.requests):
+            vals, _, _ = synth.sample(self.args.items)
+            context = {synth.names[f]: str(vals[0, f]) for f in range(half)}
+            items = [{synth.names[f]: str(row[f]) for f in range(half, synth.spec.fields)} for row in vals]
+            req = client.encoder.encode(items, context)
+            size = req.nbytes
+            t = time.perf_counter()
+            pred = client.predict_encoded(req)
+            lat.append(time.perf_counter() - t)
+            if pred.scores.shape[0] != self.args.items:
+                raise DaemonDied(f"Predict returned {pred.scores.shape[0]} scores for {self.args.items} items")
+            if r == 0:
+                self.check_all()
+        client.close()
+        ms = np.array(lat[len(lat) // 10:]) * 1000  # the first requests warm the path up
+        return {"p50": float(np.percentile(ms, 50)), "p99": float(np.percentile(ms, 99)), "bytes": float(size)}
+
+    def report(self, result: dict[str, float], repo: Repository, latency: dict[str, float]) -> None:
+        versions = repo.versions()
+        kinds = [repo.manifest(v)["kind"] for v in versions]
+        self.say("")
+        self.say("Boundless demo finished")
+        self.say(f"  samples trained           {result['samples']:,.0f} ({result['bad_lines']:.0f} bad lines)")
+        self.say(f"  progressive AUC (last {result['window_samples']:,.0f})  {result['window_auc']:.4f}")
+        self.say(f"  progressive logloss       {result['progressive_logloss']:.4f} (all), {result['window_logloss']:.4f} (window)")
+        self.say(f"  versions published        {len(versions)} ({kinds.count('full')} full, {kinds.count('delta')} delta), "
+                 f"rejected {len(repo.rejected())}, serving {repo.target()}")
+        self.say(f"  Predict, {self.args.items} items/request  p50 {latency['p50']:.2f} ms  p99 {latency['p99']:.2f} ms  "
+                 f"({latency['bytes'] / 1024:.1f} KiB/request, {self.args.requests} requests)")
+        (self.dir / "demo.json").write_text(json.dumps({**result, "versions": len(versions), "latency_ms": latency}, indent=1))
+
+
+def run(args: argparse.Namespace) -> int:
+    return Demo(args).run()
