@@ -1,0 +1,25 @@
+import argparse
+
+import pytest
+
+from ctr.config import ConfigError, add_arguments, build
+from ps.config import PSConfig
+
+
+def test_precedence_defaults_yaml_env_flags(tmp_path):
+    y = tmp_path / "ps.yaml"
+    y.write_text("shard_count: 4\nalpha: 0.2\nport: 7000\n")
+    p = argparse.ArgumentParser()
+    add_arguments(p, PSConfig)
+    args = p.parse_args(["--config", str(y), "--port", "7100"])
+    conf = build(PSConfig, "BOUNDLESS_PS_", args, environ={"BOUNDLESS_PS_ALPHA": "0.3"})
+    assert (conf.shard_count, conf.alpha, conf.port, conf.beta) == (4, 0.3, 7100, 1.0)
+
+
+def test_bad_values_name_their_source(tmp_path):
+    y = tmp_path / "ps.yaml"
+    y.write_text("nonsense: 1\n")
+    with pytest.raises(ConfigError, match="unknown setting 'nonsense'"):
+        build(PSConfig, "X_", yaml_path=y, environ={})
+    with pytest.raises(ConfigError, match="BOUNDLESS_PS_PORT"):
+        build(PSConfig, "BOUNDLESS_PS_", environ={"BOUNDLESS_PS_PORT": "abc"})

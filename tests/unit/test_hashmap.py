@@ -1,0 +1,53 @@
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ctr.hashmap import CompactHashMap
+from ctr.hashmap_kernels import find_slots_reference
+
+keys_st = st.integers(1, 2**64 - 1)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["insert", "lookup"]), st.lists(keys_st, max_size=50), st.floats(-5, 5, width=32)), max_size=30))
+def test_agrees_with_dict(ops):
+    m = CompactHashMap(row_words=1, capacity=8)
+    ref: dict[int, float] = {}
+    for op, keys, value in ops:
+        arr = np.array(keys, dtype=np.uint64)
+        if op == "insert":
+            slots = m.insert(arr)
+            m.rows[slots, 0] = value
+            for k in keys:
+                ref[k] = value
+        slots = m.find(arr)
+        for k, s in zip(keys, slots.tolist(), strict=True):
+            assert (s >= 0) == (k in ref)
+            if s >= 0:
+                assert m.rows[s, 0] == np.float32(ref[k])
+    assert m.size == len(ref)
+    stored, _ = m.items()
+    assert sorted(stored.tolist()) == sorted(ref)
+
+
+def test_find_matches_reference_kernel():
+    rng = np.random.default_rng(1)
+    keys = np.unique(rng.integers(1, 2**64 - 1, 3000, dtype=np.uint64))
+    m = CompactHashMap.from_rows(keys, rng.random((keys.shape[0], 2), dtype=np.float32).view(np.uint32))
+    probe = np.concatenate([keys[:500], rng.integers(1, 2**64 - 1, 500, dtype=np.uint64)])
+    assert m.find(probe).tolist() == find_slots_reference(m.slots, probe)
+
+
+def test_image_memory_within_budget():
+    rng = np.random.default_rng(2)
+    keys = np.unique(rng.integers(1, 2**64 - 1, 200_000, dtype=np.uint64))
+    m = CompactHashMap.from_rows(keys, np.zeros((keys.shape[0], 1), dtype=np.uint32))
+    raw = keys.shape[0] * (8 + 4)
+    assert m.nbytes / raw <= 1.15
+    assert (m.find(keys) >= 0).all()
+
+
+def test_small_integer_keys_spread():
+    keys = np.arange(1, 100_001, dtype=np.uint64)
+    m = CompactHashMap.from_rows(keys, np.zeros((keys.shape[0], 1), dtype=np.uint32))
+    assert (m.find(keys) >= 0).all()

@@ -1,0 +1,88 @@
+import logging
+
+import pytest
+
+from ctr.formats import ParseError, make_parser
+from ctr.schema import PRESETS, detect_schema
+
+FILES = [
+    ("criteo_10k/train_rows1-10000.tsv", "criteo", 10000),
+    ("criteo_small/pytorchfm_jqsl_train.txt", "criteo", None),
+    ("avazu_10k/train_rows1-9999.csv", "csv", 9999),
+    ("avazu_small/deepctr_avazu_sample.txt", "csv", 100),
+    ("criteo_small/deepctr_criteo_sample.txt", "csv", 200),
+    ("criteo_small/xlearn_small_train.txt", "libffm", 200),
+    ("frappe/frappe.validation.libfm", "libsvm", 57722),
+    ("ipinyou/train.fm.txt", "libsvm", 26773),
+    ("talkingdata/train_sample.csv", "csv", 100000),
+]
+
+
+@pytest.mark.parametrize("path,fmt,rows", FILES)
+def test_real_files_parse_whole(data_dir, path, fmt, rows):
+    lines = (data_dir / path).read_text().splitlines()
+    schema = detect_schema(lines[0])
+    assert schema.format == fmt
+    header = lines[0] if fmt == "csv" else None
+    parse = make_parser(schema, header)
+    body = lines[1:] if header else lines
+    samples = [parse(line) for line in body]
+    if rows is not None:
+        assert len(samples) == rows
+    assert all(s.label in (0.0, 1.0) for s in samples)
+    assert sum(len(s.tokens) for s in samples) > len(samples)
+
+
+def test_criteo_ragged_rows_treat_missing_trailing_fields_as_empty(data_dir):
+    lines = (data_dir / "criteo_small/pytorchfm_jqsl_train.txt").read_text().splitlines()
+    ragged = [line for line in lines if len(line.split("\t")) < 40]
+    assert ragged, "the file is known to hold rows of 37 and 38 columns"
+    parse = make_parser(PRESETS["criteo"])
+    for line in ragged:
+        s = parse(line)
+        assert len(s.tokens) <= len(line.split("\t")) - 1
+
+
+def test_criteo_numeric_bucketing():
+    s = make_parser(PRESETS["criteo"])("1\t5\t\t0\t" + "\t".join(["1"] * 10) + "\tab")
+    assert s.tokens[:2] == ["b2", "v0"]  # floor(ln(5)^2) = 2; empty I2 is missing
+    assert s.tokens[-1] == "ab" and len(s.tokens) == 13
+
+
+@pytest.mark.parametrize("fmt,line,needle", [
+    ("criteo", "x\t1\t2", "label"),
+    ("criteo", "1\tnan\t2", "field I1"),
+    ("libsvm", "1 5:1 bad", "feature 2"),
+    ("libffm", "0 1:2 3:4:5", "feature 1"),
+    ("kv", "1\tuser=3\tnoequals", "column 3"),
+])
+def test_malformed_lines_name_what_is_wrong(fmt, line, needle):
+    with pytest.raises(ParseError, match=needle):
+        make_parser(PRESETS[fmt])(line)
+
+
+def test_csv_column_count_mismatch():
+    parse = make_parser(PRESETS["avazu"], "id,click,site")
+    with pytest.raises(ParseError, match="3"):
+        parse("1,0")
+
+
+def test_trainer_reports_bad_line_as_file_line_and_keeps_going(tmp_path, caplog):
+    import argparse
+    import json
+
+    from trainer import server
+
+    path = tmp_path / "samples.libsvm"
+    good = ["1 3:1 7:1", "0 4:1 9:1"] * 50
+    lines = good[:10] + ["1 3:1 oops"] + good[10:]
+    path.write_text("\n".join(lines) + "\n")
+    parser = argparse.ArgumentParser()
+    server.add_arguments(parser)
+    out = tmp_path / "m.json"
+    args = parser.parse_args(["--source", str(path), "--no-follow", "--metrics-port", "-1", "--metrics-out", str(out), "--batch-size", "16"])
+    with caplog.at_level(logging.WARNING, logger="trainer"):
+        assert server.run(args) == 0
+    assert f"{path}:11: feature 2" in caplog.text
+    result = json.loads(out.read_text())
+    assert result["samples"] == 100 and result["bad_lines"] == 1
