@@ -1,0 +1,86 @@
+"""Bad input never crashes a daemon and never reaches serving."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+
+from modelmgr.repository import Repository
+from serving.client import PredictClient
+
+
+def _train_small(platform, tmp_path: Path, data_dir: Path) -> Repository:
+    lines = (data_dir / "frappe/frappe.validation.libfm").read_text().splitlines()[:3000]
+    src = tmp_path / "small.libfm"
+    src.write_text("\n".join(lines) + "\n")
+    proc = platform.train(src, "--metrics-out", str(tmp_path / "m.json"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    repo = Repository(platform.dir / "repo", "ctr")
+    exports = json.loads((tmp_path / "m.json").read_text())["exports"]
+    deadline = time.monotonic() + 20
+    while len(repo.processed_exports()) < exports:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    return repo
+
+
+def test_bad_predict_requests_get_invalid_argument_and_server_keeps_serving(platform, tmp_path, data_dir):
+    repo = _train_small(platform, tmp_path, data_dir)
+    client = PredictClient(platform.serving.address)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            if client.status().version == repo.target():
+                break
+        except grpc.RpcError:
+            pass
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    good = client.encoder.encode([{"0": "266"}, {"0": "317", "1": "1694"}])
+    bad = [
+        client.to_proto(good),
+        client.to_proto(good),
+        client.to_proto(good),
+    ]
+    bad[0].items = bad[0].items[:-1]  # truncated
+    bad[1].dictionary = bad[1].dictionary[:-8]  # an index now points past the dictionary
+    bad[2].item_count = 5  # inconsistent with the items bytes
+    for req in bad:
+        with pytest.raises(grpc.RpcError) as err:
+            client.stub.Predict(req, timeout=5)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "Predict:" in err.value.details()
+    assert client.predict_encoded(good).scores.shape == (2,)
+    client.close()
+
+
+def test_corrupted_export_is_rejected_and_never_served(platform, tmp_path, data_dir):
+    repo = _train_small(platform, tmp_path, data_dir)
+    exports = platform.dir / "exports"
+    src = sorted(p for p in exports.iterdir() if json.loads((p / "export.json").read_text())["kind"] == "full")[-1]
+    bad = exports / f"{int(src.name) + 10**15:020d}"  # sorts after every real export
+    shutil.copytree(src, bad)
+    (bad / "READY").unlink()
+    image = next(bad.glob("*.image"))
+    raw = bytearray(image.read_bytes())
+    raw[len(raw) // 2] ^= 0x10  # one flipped byte
+    image.write_bytes(bytes(raw))
+    (bad / "READY").write_text(bad.name)
+    before = repo.versions()
+    deadline = time.monotonic() + 10
+    while not repo.rejected():
+        assert time.monotonic() < deadline, "the corrupted export was not rejected"
+        time.sleep(0.1)
+    rejected = repo.rejected()[0]
+    assert rejected["export_id"] == bad.name
+    assert "sha256" in rejected["reason"] or "crc32" in rejected["reason"]
+    time.sleep(1.0)
+    assert repo.versions() == before
+    client = PredictClient(platform.serving.address)
+    assert client.status().version == before[-1]
+    client.close()
