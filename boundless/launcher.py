@@ -60,8 +60,11 @@ class Demo:
     def start_platform(self) -> tuple[list[Daemon], Daemon, Daemon]:
         d = self.dir
         shards = [
-            start(f"ps{i}", ["ps", "--shard-index", str(i), "--shard-count", str(self.args.shards),
-                             "--data-dir", str(d / f"ps{i}")], d)
+            start(
+                f"ps{i}",
+                ["ps", "--shard-index", str(i), "--shard-count", str(self.args.shards), "--data-dir", str(d / f"ps{i}")],
+                d,
+            )
             for i in range(self.args.shards)
         ]
         mgr = start("modelmgr", ["model", "watch", "--exports", str(d / "exports"), "--repo", str(d / "repo")], d)
@@ -69,8 +72,10 @@ class Demo:
         self.daemons += [*shards, mgr, serving]
         for x in self.daemons:
             x.wait_ready()
-        self.say(f"started {len(shards)} PS shards ({', '.join(s.address for s in shards)}), "
-                 f"model manager, serving ({serving.address}); logs in {d}")
+        self.say(
+            f"started {len(shards)} PS shards ({', '.join(s.address for s in shards)}), "
+            f"model manager, serving ({serving.address}); logs in {d}"
+        )
         return shards, mgr, serving
 
     def run(self) -> int:
@@ -80,15 +85,31 @@ class Demo:
         try:
             shards, mgr, serving = self.start_platform()
             source = str(self.args.data) if self.args.data else str(stream_dir)
-            trainer = start("trainer", [
-                "train", "--source", source, "--ps", ",".join(s.address for s in shards),
-                "--format", self.args.format if self.args.data else "kv",
-                "--export-dir", str(self.dir / "exports"), "--export-interval-s", "5",
-                "--idle-exit-s", "4", "--metrics-out", str(self.dir / "trainer.json"),
-                "--checkpoint-interval-s", "20",
-                *([] if self.args.data else ["--follow"]),
-                *(["--no-follow"] if self.args.data else []),
-            ], self.dir)
+            trainer = start(
+                "trainer",
+                [
+                    "train",
+                    "--source",
+                    source,
+                    "--ps",
+                    ",".join(s.address for s in shards),
+                    "--format",
+                    self.args.format if self.args.data else "kv",
+                    "--export-dir",
+                    str(self.dir / "exports"),
+                    "--export-interval-s",
+                    "5",
+                    "--idle-exit-s",
+                    "4",
+                    "--metrics-out",
+                    str(self.dir / "trainer.json"),
+                    "--checkpoint-interval-s",
+                    "20",
+                    *([] if self.args.data else ["--follow"]),
+                    *(["--no-follow"] if self.args.data else []),
+                ],
+                self.dir,
+            )
             self.daemons.append(trainer)
             trainer_port = int(trainer.wait_ready()["metrics_port"])
             self.stream(synth, stream_dir, trainer, trainer_port)
@@ -127,8 +148,9 @@ class Demo:
             if now - last_show >= 5:
                 trained = _scrape(port, "boundless_trainer_samples_total")
                 versions = len(Repository(self.dir / "repo", "ctr").versions())
-                self.say(f"  t={self.args.duration - max(0.0, end - now):5.0f}s  generated {part * self.args.rate if not self.args.data else 0:>9,}"
-                         f"  trained {trained:>11,.0f}  versions {versions}")
+                generated = 0 if self.args.data else part * self.args.rate
+                elapsed = self.args.duration - max(0.0, end - now)
+                self.say(f"  t={elapsed:5.0f}s  generated {generated:>9,}  trained {trained:>11,.0f}  versions {versions}")
                 last_show = now
             time.sleep(max(0.0, 1.0 - (time.monotonic() - now)))
 
@@ -170,7 +192,7 @@ class Demo:
             if r == 0:
                 self.check_all()
         client.close()
-        ms = np.array(lat[len(lat) // 10:]) * 1000  # the first requests warm the path up
+        ms = np.array(lat[len(lat) // 10 :]) * 1000  # the first requests warm the path up
         return {"p50": float(np.percentile(ms, 50)), "p99": float(np.percentile(ms, 99)), "bytes": float(size)}
 
     def report(self, result: dict[str, float], repo: Repository, latency: dict[str, float]) -> None:
@@ -180,11 +202,17 @@ class Demo:
         self.say("Boundless demo finished")
         self.say(f"  samples trained           {result['samples']:,.0f} ({result['bad_lines']:.0f} bad lines)")
         self.say(f"  progressive AUC (last {result['window_samples']:,.0f})  {result['window_auc']:.4f}")
-        self.say(f"  progressive logloss       {result['progressive_logloss']:.4f} (all), {result['window_logloss']:.4f} (window)")
-        self.say(f"  versions published        {len(versions)} ({kinds.count('full')} full, {kinds.count('delta')} delta), "
-                 f"rejected {len(repo.rejected())}, serving {repo.target()}")
-        self.say(f"  Predict, {self.args.items} items/request  p50 {latency['p50']:.2f} ms  p99 {latency['p99']:.2f} ms  "
-                 f"({latency['bytes'] / 1024:.1f} KiB/request, {self.args.requests} requests)")
+        self.say(
+            f"  progressive logloss       {result['progressive_logloss']:.4f} (all), {result['window_logloss']:.4f} (window)"
+        )
+        self.say(
+            f"  versions published        {len(versions)} ({kinds.count('full')} full, {kinds.count('delta')} delta), "
+            f"rejected {len(repo.rejected())}, serving {repo.target()}"
+        )
+        self.say(
+            f"  Predict, {self.args.items} items/request  p50 {latency['p50']:.2f} ms  p99 {latency['p99']:.2f} ms  "
+            f"({latency['bytes'] / 1024:.1f} KiB/request, {self.args.requests} requests)"
+        )
         (self.dir / "demo.json").write_text(json.dumps({**result, "versions": len(versions), "latency_ms": latency}, indent=1))
 
 

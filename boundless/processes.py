@@ -78,7 +78,10 @@ def start(name: str, args: list[str], run_dir: Path, env: dict[str, str] | None 
     with open(log, "ab") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "boundless", *args, "--ready-file", str(ready)],
-            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env={**os.environ, **(env or {})}, start_new_session=True,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,
         )
     return Daemon(name, proc, log, ready)

@@ -70,18 +70,29 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
         default = f.default if f.default is not dataclasses.MISSING else None
         if base is bool:
             parser.add_argument(
-                flag, dest=f.name, default=None, action=argparse.BooleanOptionalAction,
+                flag,
+                dest=f.name,
+                default=None,
+                action=argparse.BooleanOptionalAction,
                 help=f"{help_text} (default: {default})",
             )
         else:
             parser.add_argument(
-                flag, dest=f.name, default=None, metavar=base.__name__.upper(),
+                flag,
+                dest=f.name,
+                default=None,
+                metavar=base.__name__.upper(),
                 help=f"{help_text} (default: {default})",
             )
 
 
-def build(cls: type[T], env_prefix: str, args: argparse.Namespace | None = None,
-          yaml_path: Path | None = None, environ: dict[str, str] | None = None) -> T:
+def build(
+    cls: type[T],
+    env_prefix: str,
+    args: argparse.Namespace | None = None,
+    yaml_path: Path | None = None,
+    environ: dict[str, str] | None = None,
+) -> T:
     """The config for cls from defaults < YAML < environment < flags."""
     hints = get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]

@@ -31,7 +31,10 @@ def setup_logging(name: str, level: str = "INFO") -> logging.Logger:
 
 
 def grpc_server(
-    host: str, port: int, workers: int, register: Callable[[grpc.Server], None],
+    host: str,
+    port: int,
+    workers: int,
+    register: Callable[[grpc.Server], None],
     service_names: Sequence[str],
 ) -> tuple[grpc.Server, int, health.HealthServicer]:
     """A started server with health and reflection; returns (server, bound port, health)."""

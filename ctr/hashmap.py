@@ -90,9 +90,7 @@ class CompactHashMap:
         return keys, occ
 
     @classmethod
-    def from_rows(
-        cls, keys: npt.NDArray[np.uint64], rows: npt.NDArray[np.uint32], load: float = IMAGE_LOAD
-    ) -> CompactHashMap:
+    def from_rows(cls, keys: npt.NDArray[np.uint64], rows: npt.NDArray[np.uint32], load: float = IMAGE_LOAD) -> CompactHashMap:
         """A map sized to `load` holding keys with their rows (uint32 words)."""
         n, row_words = rows.shape
         m = cls(row_words, capacity=capacity_for(n, load), max_load=min(0.95, load + 0.05))

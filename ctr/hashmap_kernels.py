@@ -28,7 +28,7 @@ def slot_key(slots: U32, i: int) -> np.uint64:
 @nb.njit(cache=True, inline="always")
 def home_slot(key: np.uint64, capacity: int) -> int:
     mixed = key * FIB  # Fibonacci hashing: structured keys (small ids) still spread
-    return np.int64(((mixed >> np.uint64(32)) * np.uint64(capacity)) >> np.uint64(32))
+    return int(np.int64(((mixed >> np.uint64(32)) * np.uint64(capacity)) >> np.uint64(32)))
 
 
 @nb.njit(cache=True)

@@ -32,9 +32,7 @@ def lr_logits(offsets: I64, index: I64, values: F32, weights: F32, bias: float) 
 
 
 @nb.njit(cache=True)
-def lr_gradients(
-    offsets: I64, index: I64, values: F32, probs: F32, labels: F32, n_weights: int
-) -> tuple[F32, float]:
+def lr_gradients(offsets: I64, index: I64, values: F32, probs: F32, labels: F32, n_weights: int) -> tuple[F32, float]:
     """Summed logloss gradients per weight, and for the bias: (p - y) * x."""
     grad = np.zeros(n_weights, dtype=np.float32)
     gbias = 0.0
@@ -54,18 +52,14 @@ def sigmoid_array(z: F32) -> F32:
     return out
 
 
-def lr_logits_reference(
-    offsets: I64, index: I64, values: F32, weights: F32, bias: float
-) -> F32:
+def lr_logits_reference(offsets: I64, index: I64, values: F32, weights: F32, bias: float) -> F32:
     sample = np.repeat(np.arange(offsets.shape[0] - 1), np.diff(offsets))
     z = np.full(offsets.shape[0] - 1, bias, dtype=np.float64)
     np.add.at(z, sample, weights[index].astype(np.float64) * values)
     return z.astype(np.float32)
 
 
-def lr_gradients_reference(
-    offsets: I64, index: I64, values: F32, probs: F32, labels: F32, n_weights: int
-) -> tuple[F32, float]:
+def lr_gradients_reference(offsets: I64, index: I64, values: F32, probs: F32, labels: F32, n_weights: int) -> tuple[F32, float]:
     r = (probs - labels).astype(np.float64)
     sample = np.repeat(np.arange(offsets.shape[0] - 1), np.diff(offsets))
     grad = np.zeros(n_weights, dtype=np.float64)

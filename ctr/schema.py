@@ -63,9 +63,7 @@ PRESETS: dict[str, FeatureSchema] = {
     "criteo": FeatureSchema(format="criteo", numeric=CRITEO_NUMERIC),
     "criteo-csv": FeatureSchema(format="csv", label="label", numeric=CRITEO_NUMERIC),
     "avazu": FeatureSchema(format="csv", label="click", skip=("id",)),
-    "talkingdata": FeatureSchema(
-        format="csv", label="is_attributed", skip=("attributed_time", "click_time")
-    ),
+    "talkingdata": FeatureSchema(format="csv", label="is_attributed", skip=("attributed_time", "click_time")),
     "libsvm": FeatureSchema(format="libsvm"),
     "libffm": FeatureSchema(format="libffm"),
     "kv": FeatureSchema(format="kv"),

@@ -92,10 +92,17 @@ def _list(repo: Repository, as_json: bool) -> int:
     for v in repo.versions():
         m = repo.manifest(v)
         met = m.get("metrics") or {}
-        rows.append({
-            "version": v, "kind": m["kind"], "base": m["base_version"], "samples": met.get("samples"),
-            "window_auc": met.get("window_auc"), "created": m["created"], "served": v == target,
-        })
+        rows.append(
+            {
+                "version": v,
+                "kind": m["kind"],
+                "base": m["base_version"],
+                "samples": met.get("samples"),
+                "window_auc": met.get("window_auc"),
+                "created": m["created"],
+                "served": v == target,
+            }
+        )
     if as_json:
         print(json.dumps({"policy": repo.policy().describe(), "versions": rows, "rejected": repo.rejected()}, indent=1))
         return 0

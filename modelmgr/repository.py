@@ -99,10 +99,16 @@ class Repository:
     def record_rejection(self, export_id: str, reason: str, manifest: dict[str, Any] | None) -> None:
         d = self.dir / "rejected"
         d.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(d / f"{export_id}.json", {
-            "export_id": export_id, "reason": reason, "rejected_at": time.time(),
-            "kind": (manifest or {}).get("kind"), "metrics": (manifest or {}).get("metrics"),
-        })
+        write_json_atomic(
+            d / f"{export_id}.json",
+            {
+                "export_id": export_id,
+                "reason": reason,
+                "rejected_at": time.time(),
+                "kind": (manifest or {}).get("kind"),
+                "metrics": (manifest or {}).get("metrics"),
+            },
+        )
 
     def processed_exports(self) -> set[str]:
         done = {str(r["export_id"]) for r in self.rejected()}

@@ -12,8 +12,8 @@ from typing import TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from ps.codecs import Codec, codec_named
 from ctr.routing import dense_range, shard_of
+from ps.codecs import Codec, codec_named
 from ps.shard import ExportedFile, Shard, TableSpec
 from ps.tables import FtrlParams
 from ps.transport import GrpcTransport, LocalTransport, SessionLost, ShardStatus, ShardTransport
@@ -67,7 +67,7 @@ class PSClient:
         order, bounds = self._split(keys)
 
         def one(s: int) -> tuple[int, npt.NDArray[np.float32]]:
-            part = keys[order[bounds[s]:bounds[s + 1]]]
+            part = keys[order[bounds[s] : bounds[s + 1]]]
             if part.shape[0] == 0:
                 return 0, np.zeros((0, 0), dtype=np.float32)
             return self.transport.pull(s, table, part, session)
@@ -77,10 +77,12 @@ class PSClient:
         rows = np.zeros((keys.shape[0], dim), dtype=np.float32)
         for s, (_, r) in enumerate(results):
             if r.shape[0]:
-                rows[order[bounds[s]:bounds[s + 1]]] = r
+                rows[order[bounds[s] : bounds[s + 1]]] = r
         return rows, PullSession(keys, order, bounds, tuple(sid for sid, _ in results))
 
-    def push(self, table: str, keys: npt.NDArray[np.uint64], grads: npt.NDArray[np.float32], session: PullSession | None = None) -> None:
+    def push(
+        self, table: str, keys: npt.NDArray[np.uint64], grads: npt.NDArray[np.float32], session: PullSession | None = None
+    ) -> None:
         """Pushes per-key gradients; names the pull session when keys are the pulled ones."""
         if session is not None and session.keys is keys:
             order, bounds, sids = session.order, session.bounds, session.session_ids
@@ -90,7 +92,7 @@ class PSClient:
         g = grads.reshape(keys.shape[0], -1)
 
         def one(s: int) -> None:
-            idx = order[bounds[s]:bounds[s + 1]]
+            idx = order[bounds[s] : bounds[s + 1]]
             if idx.shape[0] == 0:
                 return
             part_g = np.ascontiguousarray(g[idx])

@@ -32,9 +32,7 @@ class _Cast:
 
     def decode(self, payload: bytes, count: int) -> npt.NDArray[np.float32]:
         if len(payload) != count * self.dtype.itemsize:
-            raise CodecError(
-                f"{self.name} payload is {len(payload)} bytes, expected {count * self.dtype.itemsize}"
-            )
+            raise CodecError(f"{self.name} payload is {len(payload)} bytes, expected {count * self.dtype.itemsize}")
         out = np.frombuffer(payload, dtype=self.dtype).astype(np.float32)
         if not np.isfinite(out).all():
             raise CodecError(f"{self.name} payload holds non-finite values")

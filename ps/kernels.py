@@ -24,9 +24,7 @@ def ftrl_weight(z: float, n: float, alpha: float, beta: float, l1: float, l2: fl
 
 
 @nb.njit(cache=True)
-def ftrl_pull(
-    rows: F32, slots: I64, dim: int, alpha: float, beta: float, l1: float, l2: float
-) -> F32:
+def ftrl_pull(rows: F32, slots: I64, dim: int, alpha: float, beta: float, l1: float, l2: float) -> F32:
     """Weights [len(slots), dim] from the z, n state; zero rows where slots < 0."""
     out = np.zeros((slots.shape[0], dim), dtype=np.float32)
     for i in range(slots.shape[0]):
@@ -40,8 +38,16 @@ def ftrl_pull(
 
 @nb.njit(cache=True)
 def ftrl_push(
-    rows: F32, words: U32, slots: I64, grads: F32, dim: int, seq: int,
-    alpha: float, beta: float, l1: float, l2: float,
+    rows: F32,
+    words: U32,
+    slots: I64,
+    grads: F32,
+    dim: int,
+    seq: int,
+    alpha: float,
+    beta: float,
+    l1: float,
+    l2: float,
 ) -> None:
     """Applies one FTRL step per row with gradient grads[i] and stamps count and sequence."""
     for i in range(slots.shape[0]):
@@ -75,13 +81,16 @@ def rows_updated_after(words: U32, occupied: I64, dim: int, seq: int) -> I64:
 
 
 def ftrl_step_reference(
-    z: npt.NDArray[np.float64], n: npt.NDArray[np.float64], g: npt.NDArray[np.float64],
-    alpha: float, beta: float, l1: float, l2: float,
+    z: npt.NDArray[np.float64],
+    n: npt.NDArray[np.float64],
+    g: npt.NDArray[np.float64],
+    alpha: float,
+    beta: float,
+    l1: float,
+    l2: float,
 ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """Plain-numpy FTRL step: returns (w before the step, z', n')."""
-    w = np.where(
-        np.abs(z) <= l1, 0.0, -(z - np.sign(z) * l1) / ((beta + np.sqrt(n)) / alpha + l2)
-    )
+    w = np.where(np.abs(z) <= l1, 0.0, -(z - np.sign(z) * l1) / ((beta + np.sqrt(n)) / alpha + l2))
     n2 = n + g * g
     sigma = (np.sqrt(n2) - np.sqrt(n)) / alpha
     return w, z + g - sigma * w, n2

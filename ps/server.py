@@ -26,15 +26,20 @@ def run(args: argparse.Namespace) -> int:
     log = daemon.setup_logging(f"ps{conf.shard_index}", conf.log_level)
     store = ShardStore(Path(conf.data_dir)) if conf.data_dir else None
     shard = Shard(
-        conf.shard_index, conf.shard_count, parse_table_specs(conf.tables),
-        FtrlParams(conf.alpha, conf.beta, conf.l1, conf.l2), store,
+        conf.shard_index,
+        conf.shard_count,
+        parse_table_specs(conf.tables),
+        FtrlParams(conf.alpha, conf.beta, conf.l1, conf.l2),
+        store,
     )
     restored = sum(t.map.size for t in shard.sparse.values())
     if store is not None:
         log.info("restored %d rows at checkpoint seq %d from %s", restored, shard.checkpoint_seq, conf.data_dir)
     service_name = ps_pb2.DESCRIPTOR.services_by_name["ParameterServer"].full_name
     server, port, _ = daemon.grpc_server(
-        conf.host, conf.port, conf.workers,
+        conf.host,
+        conf.port,
+        conf.workers,
         lambda s: ps_pb2_grpc.add_ParameterServerServicer_to_server(PSServicer(shard), s),
         [service_name],
     )

@@ -92,9 +92,7 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
             if not request.directory:
                 raise ShardError("directory: empty")
             files, seq = self.shard.export(request.kind == ps_pb2.EXPORT_FULL, Path(request.directory))
-            return ps_pb2.ExportResponse(
-                files=[ps_pb2.ExportedFile(**vars(f)) for f in files], export_seq=seq
-            )
+            return ps_pb2.ExportResponse(files=[ps_pb2.ExportedFile(**vars(f)) for f in files], export_seq=seq)
 
         return _call("Export", context, run)
 
@@ -111,11 +109,12 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
             for t in tables:
                 metrics.ROWS.labels(t.name).set(t.rows)
             return ps_pb2.StatsResponse(
-                shard_index=self.shard.index, shard_count=self.shard.count, tables=tables,
-                update_seq=self.shard.update_seq, checkpoint_offsets=self.shard.checkpoint_offsets,
+                shard_index=self.shard.index,
+                shard_count=self.shard.count,
+                tables=tables,
+                update_seq=self.shard.update_seq,
+                checkpoint_offsets=self.shard.checkpoint_offsets,
                 checkpoint_seq=self.shard.checkpoint_seq,
             )
 
         return _call("Stats", context, run)
-
-

@@ -65,18 +65,20 @@ class TableStats:
 
 class Shard:
     def __init__(
-        self, index: int, count: int, specs: list[TableSpec], ftrl: FtrlParams,
-        store: ShardStore | None = None, max_sessions: int = 1024,
+        self,
+        index: int,
+        count: int,
+        specs: list[TableSpec],
+        ftrl: FtrlParams,
+        store: ShardStore | None = None,
+        max_sessions: int = 1024,
     ) -> None:
         if not 0 <= index < count:
             raise ValueError(f"shard index {index} outside 0..{count - 1}")
         self.index = index
         self.count = count
         self.sparse = {s.name: SparseTable(s.name, s.size, ftrl) for s in specs if s.kind == "sparse"}
-        self.dense = {
-            s.name: DenseTable(s.name, *dense_range(s.size, index, count), ftrl)
-            for s in specs if s.kind == "dense"
-        }
+        self.dense = {s.name: DenseTable(s.name, *dense_range(s.size, index, count), ftrl) for s in specs if s.kind == "dense"}
         self.store = store
         self.lock = threading.Lock()
         self.update_seq = 0
@@ -179,8 +181,7 @@ class Shard:
             self.export_seq = self.update_seq
             seq = self.update_seq
         files = [
-            ExportedFile(p.name, table, role, p.stat().st_size, modelfile.sha256_file(p), rows)
-            for p, table, role, rows in out
+            ExportedFile(p.name, table, role, p.stat().st_size, modelfile.sha256_file(p), rows) for p, table, role, rows in out
         ]
         return files, seq
 
@@ -213,12 +214,6 @@ class Shard:
 
     def stats(self) -> list[TableStats]:
         with self.lock:
-            out = [
-                TableStats(n, "sparse", t.map.size, t.map.capacity, t.dim, t.map.nbytes)
-                for n, t in self.sparse.items()
-            ]
-            out += [
-                TableStats(n, "dense", d.hi - d.lo, d.hi - d.lo, 1, d.z.nbytes + d.n.nbytes)
-                for n, d in self.dense.items()
-            ]
+            out = [TableStats(n, "sparse", t.map.size, t.map.capacity, t.dim, t.map.nbytes) for n, t in self.sparse.items()]
+            out += [TableStats(n, "dense", d.hi - d.lo, d.hi - d.lo, 1, d.z.nbytes + d.n.nbytes) for n, d in self.dense.items()]
         return out

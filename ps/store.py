@@ -64,9 +64,10 @@ class ShardStore:
         keys: list[bytes] = []
         rows: list[bytes] = []
         for k, v in self.db.items(from_key=prefix):
+            assert isinstance(k, bytes) and isinstance(v, bytes)  # raw mode
             if not k.startswith(prefix):
                 break
-            keys.append(k[len(prefix):])
+            keys.append(k[len(prefix) :])
             rows.append(v)
             if len(keys) == 65536:
                 yield self._chunk(keys, rows, row_words)

@@ -38,9 +38,7 @@ class SparseTable:
         slots = self.map.insert(keys)
         f = self.ftrl
         g = np.ascontiguousarray(grads, dtype=np.float32).reshape(keys.shape[0], self.dim)
-        kernels.ftrl_push(
-            self.map.rows, self.map.words, slots, g, self.dim, seq, f.alpha, f.beta, f.l1, f.l2
-        )
+        kernels.ftrl_push(self.map.rows, self.map.words, slots, g, self.dim, seq, f.alpha, f.beta, f.l1, f.l2)
 
     def updated_after(self, seq: int) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64]]:
         """(keys, slots) of rows updated after sequence number seq (all rows for seq < 0)."""
@@ -85,6 +83,4 @@ class DenseTable:
         if grads.shape[0] != self.hi - self.lo:
             raise ValueError(f"dense table {self.name}: {grads.shape[0]} values, range holds {self.hi - self.lo}")
         f = self.ftrl
-        _, self.z, self.n = kernels.ftrl_step_reference(
-            self.z, self.n, grads.astype(np.float64), f.alpha, f.beta, f.l1, f.l2
-        )
+        _, self.z, self.n = kernels.ftrl_step_reference(self.z, self.n, grads.astype(np.float64), f.alpha, f.beta, f.l1, f.l2)

@@ -33,9 +33,13 @@ class ShardStatus:
 
 
 class ShardTransport(Protocol):
-    def pull(self, shard: int, table: str, keys: npt.NDArray[np.uint64], open_session: bool) -> tuple[int, npt.NDArray[np.float32]]: ...
+    def pull(
+        self, shard: int, table: str, keys: npt.NDArray[np.uint64], open_session: bool
+    ) -> tuple[int, npt.NDArray[np.float32]]: ...
 
-    def push(self, shard: int, table: str, keys: npt.NDArray[np.uint64], session_id: int, grads: npt.NDArray[np.float32], codec: Codec) -> None: ...
+    def push(
+        self, shard: int, table: str, keys: npt.NDArray[np.uint64], session_id: int, grads: npt.NDArray[np.float32], codec: Codec
+    ) -> None: ...
 
     def pull_dense(self, shard: int, table: str) -> tuple[int, npt.NDArray[np.float32]]: ...
 
@@ -56,10 +60,14 @@ class LocalTransport:
     def __init__(self, shards: list[Shard]) -> None:
         self.shards = shards
 
-    def pull(self, shard: int, table: str, keys: npt.NDArray[np.uint64], open_session: bool) -> tuple[int, npt.NDArray[np.float32]]:
+    def pull(
+        self, shard: int, table: str, keys: npt.NDArray[np.uint64], open_session: bool
+    ) -> tuple[int, npt.NDArray[np.float32]]:
         return self.shards[shard].pull(table, keys, open_session=False)
 
-    def push(self, shard: int, table: str, keys: npt.NDArray[np.uint64], session_id: int, grads: npt.NDArray[np.float32], codec: Codec) -> None:
+    def push(
+        self, shard: int, table: str, keys: npt.NDArray[np.uint64], session_id: int, grads: npt.NDArray[np.float32], codec: Codec
+    ) -> None:
         decoded = codec.decode(codec.encode(grads.reshape(-1)), grads.size)
         self.shards[shard].push(table, keys, decoded)
 
@@ -96,17 +104,26 @@ class GrpcTransport:
         self.key_encoding = key_encoding
         self.timeout = timeout
 
-    def pull(self, shard: int, table: str, keys: npt.NDArray[np.uint64], open_session: bool) -> tuple[int, npt.NDArray[np.float32]]:
+    def pull(
+        self, shard: int, table: str, keys: npt.NDArray[np.uint64], open_session: bool
+    ) -> tuple[int, npt.NDArray[np.float32]]:
         req = ps_pb2.PullRequest(
-            table=table, keys=encode_keys(keys, self.key_encoding), key_count=keys.shape[0],
-            key_encoding=self.key_encoding, open_session=open_session,  # type: ignore[arg-type]
+            table=table,
+            keys=encode_keys(keys, self.key_encoding),
+            key_count=keys.shape[0],
+            key_encoding=self.key_encoding,  # type: ignore[arg-type]
+            open_session=open_session,  # type: ignore[arg-type]
         )
         resp = self.stubs[shard].Pull(req, timeout=self.timeout)
         return resp.session_id, decode_rows(resp.rows, keys.shape[0], resp.dim)
 
-    def push(self, shard: int, table: str, keys: npt.NDArray[np.uint64], session_id: int, grads: npt.NDArray[np.float32], codec: Codec) -> None:
+    def push(
+        self, shard: int, table: str, keys: npt.NDArray[np.uint64], session_id: int, grads: npt.NDArray[np.float32], codec: Codec
+    ) -> None:
         req = ps_pb2.PushRequest(
-            table=table, key_count=keys.shape[0], codec=codec.wire_id,  # type: ignore[arg-type]
+            table=table,
+            key_count=keys.shape[0],
+            codec=codec.wire_id,  # type: ignore[arg-type]
             payload=codec.encode(grads.reshape(-1)),
         )
         if session_id:

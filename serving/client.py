@@ -55,8 +55,9 @@ class RequestEncoder:
                 owner += [who] * added
                 rank += [ranks.setdefault(name, len(ranks))] * added
         keys = hash_features(acc.fields, acc.tokens)
-        return encode(keys, np.asarray(acc.values, np.float32), np.asarray(rank, np.int64),
-                      np.asarray(owner, np.int64), len(items))
+        return encode(
+            keys, np.asarray(acc.values, np.float32), np.asarray(rank, np.int64), np.asarray(owner, np.int64), len(items)
+        )
 
 
 def encode_batch(batch: SampleBatch) -> EncodedRequest:
@@ -88,8 +89,12 @@ class PredictClient:
 
     def to_proto(self, req: EncodedRequest) -> predict_pb2.PredictRequest:
         return predict_pb2.PredictRequest(
-            model=self.model, item_count=req.item_count, dictionary=req.dictionary,
-            values=req.values, context=req.context, items=req.items,
+            model=self.model,
+            item_count=req.item_count,
+            dictionary=req.dictionary,
+            values=req.values,
+            context=req.context,
+            items=req.items,
         )
 
     def status(self) -> predict_pb2.ModelStatusResponse:

@@ -46,8 +46,11 @@ class DecodedRequest:
 
 
 def encode(
-    keys: npt.NDArray[np.uint64], values: npt.NDArray[np.float32], rank: npt.NDArray[np.int64],
-    owner: npt.NDArray[np.int64], item_count: int,
+    keys: npt.NDArray[np.uint64],
+    values: npt.NDArray[np.float32],
+    rank: npt.NDArray[np.int64],
+    owner: npt.NDArray[np.int64],
+    item_count: int,
 ) -> EncodedRequest:
     """Encodes flat features: feature j has keys[j], values[j], field rank[j] and belongs to
     item owner[j] (-1 for the shared context)."""
@@ -69,7 +72,7 @@ def encode(
     bounds = np.searchsorted(own_sorted, np.arange(-1, item_count + 1))
     ctx = encode_index_lists(np.array([0, bounds[1]], dtype=np.int64), idx_sorted[: bounds[1]])
     item_offsets = (bounds[1:] - bounds[1]).astype(np.int64)
-    items = encode_index_lists(item_offsets, np.ascontiguousarray(idx_sorted[bounds[1]:]))
+    items = encode_index_lists(item_offsets, np.ascontiguousarray(idx_sorted[bounds[1] :]))
     values_bytes = b"" if bool(np.all(dict_vals == 1.0)) else dict_vals.astype("<f4").tobytes()
     return EncodedRequest(item_count, dict_keys.astype("<u8").tobytes(), values_bytes, bytes(ctx), bytes(items))
 
@@ -90,7 +93,9 @@ def decode(req: EncodedRequest) -> DecodedRequest:
     else:
         values = np.ones(n, dtype=np.float32)
     try:
-        _, ctx = decode_index_lists(np.frombuffer(req.context, dtype=np.uint8), 1, n) if req.context else (None, np.zeros(0, np.int64))
+        _, ctx = (
+            decode_index_lists(np.frombuffer(req.context, dtype=np.uint8), 1, n) if req.context else (None, np.zeros(0, np.int64))
+        )
     except ValueError as e:
         raise EncodingError(f"context: {e}") from None
     try:

@@ -5,7 +5,8 @@ from prometheus_client import Counter, Gauge, Histogram
 REQUESTS = Counter("boundless_serving_requests_total", "Predict requests", ["code"])
 ITEMS = Counter("boundless_serving_items_total", "items scored")
 LATENCY = Histogram(
-    "boundless_serving_predict_seconds", "Predict latency inside the server",
+    "boundless_serving_predict_seconds",
+    "Predict latency inside the server",
     buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5),
 )
 VERSION = Gauge("boundless_serving_model_version", "version being served")

@@ -61,8 +61,14 @@ def apply_delta(overlay: CompactHashMap, path: Path) -> None:
         overlay.rows[slots] = 0.0
 
 
-def load(version_dir: Path, manifest: dict[str, Any], base_manifest: dict[str, Any], base_dir: Path,
-         chain_dirs: list[tuple[Path, dict[str, Any]]], current: ServableModel | None) -> ServableModel:
+def load(
+    version_dir: Path,
+    manifest: dict[str, Any],
+    base_manifest: dict[str, Any],
+    base_dir: Path,
+    chain_dirs: list[tuple[Path, dict[str, Any]]],
+    current: ServableModel | None,
+) -> ServableModel:
     """Builds the servable of a version; reuses current's images and overlay when the new
     version extends current's delta chain, so a delta costs only its own rows."""
     spec = manifest.get("spec") or {}
@@ -71,7 +77,7 @@ def load(version_dir: Path, manifest: dict[str, Any], base_manifest: dict[str, A
     if current is not None and current.base_version == manifest["base_version"] and chain[: len(current.chain)] == current.chain:
         images = current.images
         overlay = CompactHashMap(current.overlay.row_words, slots=current.overlay.slots.copy(), size=current.overlay.size)
-        todo = chain_dirs[len(current.chain):]
+        todo = chain_dirs[len(current.chain) :]
     else:
         shard_files = sorted(
             (f for f in base_manifest["files"] if f["role"] == "sparse_full" and f["table"] == table),
@@ -87,7 +93,13 @@ def load(version_dir: Path, manifest: dict[str, Any], base_manifest: dict[str, A
                 apply_delta(overlay, d / f["name"])
     bias = _bias(version_dir, manifest["files"], str(spec.get("bias_table", "bias")))
     return ServableModel(
-        name=str(manifest["model"]), version=int(manifest["version"]), base_version=int(manifest["base_version"]),
-        chain=chain, dim=overlay.row_words, images=images, overlay=overlay, bias=bias,
+        name=str(manifest["model"]),
+        version=int(manifest["version"]),
+        base_version=int(manifest["base_version"]),
+        chain=chain,
+        dim=overlay.row_words,
+        images=images,
+        overlay=overlay,
+        bias=bias,
         keys=sum(i.size for i in images) + overlay.size,
     )

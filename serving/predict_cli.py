@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     labels, scores = [], []
     version = 0
     for lo in range(0, len(samples), args.items):
-        batch = build_batch(samples[lo: lo + args.items])
+        batch = build_batch(samples[lo : lo + args.items])
         pred = client.predict_encoded(encode_batch(batch))
         version = pred.version
         labels.extend(batch.labels.tolist())
@@ -50,6 +50,9 @@ def run(args: argparse.Namespace) -> int:
         if args.scores:
             print("\n".join(f"{s:.6f}" for s in pred.scores))
     client.close()
-    print(f"scored {len(scores)} samples with {args.model} version {version}: "
-          f"AUC {auc(labels, scores):.4f}  logloss {logloss(labels, scores):.4f}", file=sys.stderr)
+    print(
+        f"scored {len(scores)} samples with {args.model} version {version}: "
+        f"AUC {auc(labels, scores):.4f}  logloss {logloss(labels, scores):.4f}",
+        file=sys.stderr,
+    )
     return 0

@@ -27,8 +27,11 @@ def run(args: argparse.Namespace) -> int:
     watcher.start()
     name = predict_pb2.DESCRIPTOR.services_by_name["Predictor"].full_name
     server, port, _ = daemon.grpc_server(
-        conf.host, conf.port, conf.workers,
-        lambda s: predict_pb2_grpc.add_PredictorServicer_to_server(PredictorServicer(watcher), s), [name],
+        conf.host,
+        conf.port,
+        conf.workers,
+        lambda s: predict_pb2_grpc.add_PredictorServicer_to_server(PredictorServicer(watcher), s),
+        [name],
     )
     metrics_port = daemon.metrics_server(conf.host, conf.metrics_port)
     log.info("serving %s from %s on %s:%d, metrics on :%d", conf.model, conf.repo, conf.host, port, metrics_port)

@@ -46,16 +46,23 @@ class ModelWatcher:
         except (OSError, ValueError, KeyError) as e:
             self._failed.add(target)
             metrics.LOAD_FAILURES.inc()
-            log.error("cannot load version %d: %s; still serving %s", target, e,
-                      self.current.version if self.current else "nothing")
+            log.error(
+                "cannot load version %d: %s; still serving %s", target, e, self.current.version if self.current else "nothing"
+            )
             return
         previous = self.current
         self.current = model
         metrics.VERSION.set(model.version)
         metrics.KEYS.set(model.keys)
-        log.info("serving %s version %d (base %d, %d deltas, %d keys)%s", model.name, model.version,
-                 model.base_version, len(model.chain), model.keys,
-                 f", replaced {previous.version}" if previous else "")
+        log.info(
+            "serving %s version %d (base %d, %d deltas, %d keys)%s",
+            model.name,
+            model.version,
+            model.base_version,
+            len(model.chain),
+            model.keys,
+            f", replaced {previous.version}" if previous else "",
+        )
 
     def _load(self, version: int) -> ServableModel:
         manifest = self.repo.manifest(version)

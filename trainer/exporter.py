@@ -18,7 +18,9 @@ from ps.client import PSClient
 
 
 class Exporter:
-    def __init__(self, client: PSClient, export_dir: Path, model: dict[str, Any], schema: dict[str, Any], full_every: int) -> None:
+    def __init__(
+        self, client: PSClient, export_dir: Path, model: dict[str, Any], schema: dict[str, Any], full_every: int
+    ) -> None:
         self.client = client
         self.export_dir = export_dir
         self.model = model

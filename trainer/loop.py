@@ -37,8 +37,13 @@ class LoopSettings:
 
 class Trainer:
     def __init__(
-        self, client: PSClient, schema: FeatureSchema | None, source: StreamSource,
-        settings: LoopSettings, progress: ProgressiveMetrics, exporter: Exporter | None,
+        self,
+        client: PSClient,
+        schema: FeatureSchema | None,
+        source: StreamSource,
+        settings: LoopSettings,
+        progress: ProgressiveMetrics,
+        exporter: Exporter | None,
         stop: Callable[[], bool],
     ) -> None:
         self.client = client

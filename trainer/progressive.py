@@ -26,8 +26,8 @@ class ProgressiveMetrics:
         self.positives += int(labels.sum())
         n = labels.shape[0]
         if n >= self.window:
-            self.labels[:] = labels[-self.window:]
-            self.probs[:] = probs[-self.window:]
+            self.labels[:] = labels[-self.window :]
+            self.probs[:] = probs[-self.window :]
             self.pos, self.filled = 0, self.window
             return
         idx = (self.pos + np.arange(n)) % self.window  # ring buffer; order is irrelevant to AUC

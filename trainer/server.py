@@ -82,8 +82,13 @@ def run(args: argparse.Namespace) -> int:
         model = {"name": conf.model_name, "type": "lr", "table": conf.table, "bias_table": conf.bias_table, "dim": 1}
         exporter = Exporter(client, Path(conf.export_dir), model, schema.to_dict() if schema else {}, conf.full_every)
     settings = LoopSettings(
-        conf.table, conf.bias_table, conf.batch_size, conf.max_samples, conf.idle_exit_s,
-        conf.export_interval_s, conf.checkpoint_interval_s,
+        conf.table,
+        conf.bias_table,
+        conf.batch_size,
+        conf.max_samples,
+        conf.idle_exit_s,
+        conf.export_interval_s,
+        conf.checkpoint_interval_s,
     )
     trainer = Trainer(client, schema, source, settings, ProgressiveMetrics(conf.window), exporter, stop.is_set)
     daemon.write_ready_file(conf.ready_file, metrics_port=metrics_port)

@@ -33,8 +33,12 @@ class Position:
 
 class StreamSource:
     def __init__(
-        self, source: str, follow: bool, poll_s: float = 0.2,
-        stop: Callable[[], bool] = lambda: False, start: Position | None = None,
+        self,
+        source: str,
+        follow: bool,
+        poll_s: float = 0.2,
+        stop: Callable[[], bool] = lambda: False,
+        start: Position | None = None,
     ) -> None:
         self.source = source
         self.follow = follow

@@ -23,13 +23,31 @@ class Platform:
         return ",".join(s.address for s in self.shards)
 
     def train(self, source: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-        cmd = [sys.executable, "-m", "boundless", "train", "--source", str(source), "--ps", self.ps_addresses,
-               "--no-follow", "--export-dir", str(self.dir / "exports"), "--metrics-port", "-1", *extra]
+        cmd = [
+            sys.executable,
+            "-m",
+            "boundless",
+            "train",
+            "--source",
+            str(source),
+            "--ps",
+            self.ps_addresses,
+            "--no-follow",
+            "--export-dir",
+            str(self.dir / "exports"),
+            "--metrics-port",
+            "-1",
+            *extra,
+        ]
         return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
 
     def model_cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "boundless", "model", *args, "--repo", str(self.dir / "repo")],
-                              capture_output=True, text=True, timeout=60)
+        return subprocess.run(
+            [sys.executable, "-m", "boundless", "model", *args, "--repo", str(self.dir / "repo")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
 
 
 @pytest.fixture
@@ -38,8 +56,11 @@ def platform(tmp_path: Path) -> Iterator[Platform]:
     try:
         shards = [start(f"ps{i}", ["ps", "--shard-index", str(i), "--shard-count", "2"], tmp_path) for i in range(2)]
         daemons += shards
-        manager = start("modelmgr", ["model", "watch", "--exports", str(tmp_path / "exports"),
-                                     "--repo", str(tmp_path / "repo"), "--poll-s", "0.2"], tmp_path)
+        manager = start(
+            "modelmgr",
+            ["model", "watch", "--exports", str(tmp_path / "exports"), "--repo", str(tmp_path / "repo"), "--poll-s", "0.2"],
+            tmp_path,
+        )
         serving = start("serving", ["serve", "--repo", str(tmp_path / "repo"), "--poll-s", "0.2"], tmp_path)
         daemons += [manager, serving]
         for d in daemons:

@@ -32,8 +32,8 @@ def _offline_weights(repo: Repository, version: int) -> tuple[dict[int, float], 
             if f["role"] == "sparse_delta":
                 raw = (repo.path(v) / f["name"]).read_bytes()
                 count = int.from_bytes(raw[12:20], "little")
-                keys = np.frombuffer(raw[64:64 + 8 * count], dtype=np.uint64)
-                vals = np.frombuffer(raw[64 + 8 * count:64 + 12 * count], dtype=np.float32)
+                keys = np.frombuffer(raw[64 : 64 + 8 * count], dtype=np.uint64)
+                vals = np.frombuffer(raw[64 + 8 * count : 64 + 12 * count], dtype=np.float32)
                 weights.update({int(k): float(x) for k, x in zip(keys, vals, strict=True)})
     bias = 0.0
     for f in m["files"]:
@@ -78,10 +78,12 @@ def test_frappe_train_publish_serve_rollback(platform, data_dir: Path, tmp_path:
     pred = client.predict_encoded(encode_batch(batch))
     assert pred.version == latest and pred.scores.shape == (200,)
     weights, bias = _offline_weights(repo, latest)
-    z = np.array([
-        bias + sum(weights.get(int(k), 0.0) * float(x) for k, x in zip(batch.keys[a:b], batch.values[a:b], strict=True))
-        for a, b in zip(batch.offsets[:-1], batch.offsets[1:], strict=True)
-    ])
+    z = np.array(
+        [
+            bias + sum(weights.get(int(k), 0.0) * float(x) for k, x in zip(batch.keys[a:b], batch.values[a:b], strict=True))
+            for a, b in zip(batch.offsets[:-1], batch.offsets[1:], strict=True)
+        ]
+    )
     np.testing.assert_allclose(pred.scores, 1 / (1 + np.exp(-z)), atol=1e-6)
 
     # rollback from the CLI is obeyed within 5 s

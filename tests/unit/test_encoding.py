@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from ctr.varint import decode_sorted_keys, encode_sorted_keys
-from serving.client import RequestEncoder
+from serving.client import RequestEncoder, Value
 from serving.encoding import EncodedRequest, EncodingError, decode
 
 
@@ -15,7 +15,7 @@ def test_sorted_keys_round_trip():
 
 def test_request_round_trip_and_sharing():
     enc = RequestEncoder()
-    items = [{"item": str(i), "cat": str(i % 3), "w": ("k", 0.5)} for i in range(50)]
+    items: list[dict[str, Value]] = [{"item": str(i), "cat": str(i % 3), "w": ("k", 0.5)} for i in range(50)]
     req = enc.encode(items, {"user": "u1", "hour": "13"})
     d = decode(req)
     assert req.item_count == 50 and d.item_offsets.shape[0] == 51
@@ -30,14 +30,17 @@ def _req():
     return RequestEncoder().encode([{"a": "1", "b": "2"}, {"a": "3", "b": "2"}], {"u": "x"})
 
 
-@pytest.mark.parametrize("mutate,field", [
-    (lambda r: EncodedRequest(r.item_count, r.dictionary[:-3], r.values, r.context, r.items), "dictionary"),
-    (lambda r: EncodedRequest(r.item_count, r.dictionary, r.values, r.context, r.items[:-1]), "items"),
-    (lambda r: EncodedRequest(r.item_count + 1, r.dictionary, r.values, r.context, r.items), "items"),
-    (lambda r: EncodedRequest(r.item_count, r.dictionary, b"\0\0\0", r.context, r.items), "values"),
-    (lambda r: EncodedRequest(r.item_count, r.dictionary, r.values, b"\x05\x01", r.items), "context"),
-    (lambda r: EncodedRequest(r.item_count, r.dictionary[:8], r.values, r.context, r.items), "range"),
-])
+@pytest.mark.parametrize(
+    "mutate,field",
+    [
+        (lambda r: EncodedRequest(r.item_count, r.dictionary[:-3], r.values, r.context, r.items), "dictionary"),
+        (lambda r: EncodedRequest(r.item_count, r.dictionary, r.values, r.context, r.items[:-1]), "items"),
+        (lambda r: EncodedRequest(r.item_count + 1, r.dictionary, r.values, r.context, r.items), "items"),
+        (lambda r: EncodedRequest(r.item_count, r.dictionary, b"\0\0\0", r.context, r.items), "values"),
+        (lambda r: EncodedRequest(r.item_count, r.dictionary, r.values, b"\x05\x01", r.items), "context"),
+        (lambda r: EncodedRequest(r.item_count, r.dictionary[:8], r.values, r.context, r.items), "range"),
+    ],
+)
 def test_inconsistent_requests_are_rejected_with_the_field(mutate, field):
     with pytest.raises(EncodingError, match=field):
         decode(mutate(_req()))

@@ -9,7 +9,11 @@ keys_st = st.integers(1, 2**64 - 1)
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["insert", "lookup"]), st.lists(keys_st, max_size=50), st.floats(-5, 5, width=32)), max_size=30))
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["insert", "lookup"]), st.lists(keys_st, max_size=50), st.floats(-5, 5, width=32)), max_size=30
+    )
+)
 def test_agrees_with_dict(ops):
     m = CompactHashMap(row_words=1, capacity=8)
     ref: dict[int, float] = {}

@@ -17,7 +17,9 @@ def test_lr_kernels_match_references():
     rng = np.random.default_rng(3)
     offsets, index, values = _csr(rng)
     w = rng.normal(size=30).astype(np.float32)
-    np.testing.assert_allclose(lr_logits(offsets, index, values, w, 0.3), lr_logits_reference(offsets, index, values, w, 0.3), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        lr_logits(offsets, index, values, w, 0.3), lr_logits_reference(offsets, index, values, w, 0.3), rtol=1e-5, atol=1e-5
+    )
     probs = rng.random(64).astype(np.float32)
     labels = (rng.random(64) > 0.5).astype(np.float32)
     g, gb = lr_gradients(offsets, index, values, probs, labels, 30)
@@ -33,7 +35,9 @@ def test_score_items_matches_reference():
     ctx = np.array([1, 4, 7], dtype=np.int64)
     np.testing.assert_allclose(
         lr_score_items(ctx, offsets, index, contrib, -0.5),
-        lr_score_items_reference(ctx, offsets, index, contrib, -0.5), rtol=1e-5, atol=1e-6,
+        lr_score_items_reference(ctx, offsets, index, contrib, -0.5),
+        rtol=1e-5,
+        atol=1e-6,
     )
 
 

@@ -49,13 +49,16 @@ def test_criteo_numeric_bucketing():
     assert s.tokens[-1] == "ab" and len(s.tokens) == 13
 
 
-@pytest.mark.parametrize("fmt,line,needle", [
-    ("criteo", "x\t1\t2", "label"),
-    ("criteo", "1\tnan\t2", "field I1"),
-    ("libsvm", "1 5:1 bad", "feature 2"),
-    ("libffm", "0 1:2 3:4:5", "feature 1"),
-    ("kv", "1\tuser=3\tnoequals", "column 3"),
-])
+@pytest.mark.parametrize(
+    "fmt,line,needle",
+    [
+        ("criteo", "x\t1\t2", "label"),
+        ("criteo", "1\tnan\t2", "field I1"),
+        ("libsvm", "1 5:1 bad", "feature 2"),
+        ("libffm", "0 1:2 3:4:5", "feature 1"),
+        ("kv", "1\tuser=3\tnoequals", "column 3"),
+    ],
+)
 def test_malformed_lines_name_what_is_wrong(fmt, line, needle):
     with pytest.raises(ParseError, match=needle):
         make_parser(PRESETS[fmt])(line)
@@ -80,7 +83,9 @@ def test_trainer_reports_bad_line_as_file_line_and_keeps_going(tmp_path, caplog)
     parser = argparse.ArgumentParser()
     server.add_arguments(parser)
     out = tmp_path / "m.json"
-    args = parser.parse_args(["--source", str(path), "--no-follow", "--metrics-port", "-1", "--metrics-out", str(out), "--batch-size", "16"])
+    args = parser.parse_args(
+        ["--source", str(path), "--no-follow", "--metrics-port", "-1", "--metrics-out", str(out), "--batch-size", "16"]
+    )
     with caplog.at_level(logging.WARNING, logger="trainer"):
         assert server.run(args) == 0
     assert f"{path}:11: feature 2" in caplog.text
