@@ -20,6 +20,8 @@ class Codec(Protocol):
 
     def decode(self, payload: bytes, count: int) -> npt.NDArray[np.float32]: ...
 
+    def count(self, payload: bytes) -> int: ...
+
 
 class _Cast:
     def __init__(self, wire_id: int, name: str, dtype: type[np.generic]) -> None:
@@ -29,6 +31,12 @@ class _Cast:
 
     def encode(self, values: npt.NDArray[np.float32]) -> bytes:
         return np.ascontiguousarray(values, dtype=self.dtype).tobytes()
+
+    def count(self, payload: bytes) -> int:
+        """Values held by a payload whose count the message does not carry."""
+        if len(payload) % self.dtype.itemsize:
+            raise CodecError(f"{self.name} payload of {len(payload)} bytes is not whole values")
+        return len(payload) // self.dtype.itemsize
 
     def decode(self, payload: bytes, count: int) -> npt.NDArray[np.float32]:
         if len(payload) != count * self.dtype.itemsize:

@@ -80,6 +80,13 @@ def rows_updated_after(words: U32, occupied: I64, dim: int, seq: int) -> I64:
     return out[:n].copy()
 
 
+def ftrl_weights_reference(
+    z: npt.NDArray[np.float64], n: npt.NDArray[np.float64], alpha: float, beta: float, l1: float, l2: float
+) -> npt.NDArray[np.float64]:
+    """Plain-numpy FTRL weights from the z, n state."""
+    return np.where(np.abs(z) <= l1, 0.0, -(z - np.sign(z) * l1) / ((beta + np.sqrt(n)) / alpha + l2))
+
+
 def ftrl_step_reference(
     z: npt.NDArray[np.float64],
     n: npt.NDArray[np.float64],
@@ -90,7 +97,7 @@ def ftrl_step_reference(
     l2: float,
 ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """Plain-numpy FTRL step: returns (w before the step, z', n')."""
-    w = np.where(np.abs(z) <= l1, 0.0, -(z - np.sign(z) * l1) / ((beta + np.sqrt(n)) / alpha + l2))
+    w = ftrl_weights_reference(z, n, alpha, beta, l1, l2)
     n2 = n + g * g
     sigma = (np.sqrt(n2) - np.sqrt(n)) / alpha
     return w, z + g - sigma * w, n2

@@ -81,8 +81,7 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
             codec = BY_WIRE_ID.get(int(request.codec))
             if codec is None:
                 raise ShardError(f"codec: unknown value {request.codec}")
-            size = len(request.payload) // (2 if codec.name == "fp16" else 4)
-            self.shard.push_dense(request.table, codec.decode(request.payload, size))
+            self.shard.push_dense(request.table, codec.decode(request.payload, codec.count(request.payload)))
             return ps_pb2.DensePushResponse()
 
         return _call("PushDense", context, run)

@@ -76,8 +76,7 @@ class DenseTable:
 
     def weights(self) -> npt.NDArray[np.float32]:
         f = self.ftrl
-        w, _, _ = kernels.ftrl_step_reference(self.z, self.n, np.zeros_like(self.z), f.alpha, f.beta, f.l1, f.l2)
-        return w.astype(np.float32)
+        return kernels.ftrl_weights_reference(self.z, self.n, f.alpha, f.beta, f.l1, f.l2).astype(np.float32)
 
     def push(self, grads: npt.NDArray[np.float32]) -> None:
         if grads.shape[0] != self.hi - self.lo:

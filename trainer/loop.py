@@ -14,7 +14,7 @@ import numpy as np
 from ctr.batch import build_batch
 from ctr.formats import LineParser, ParsedSample, ParseError, make_parser
 from ctr.lr import lr_gradients, lr_logits, sigmoid_array
-from ctr.schema import FeatureSchema
+from ctr.schema import FeatureSchema, detect_schema
 from ps.client import PSClient
 from trainer import metrics
 from trainer.exporter import Exporter
@@ -65,8 +65,6 @@ class Trainer:
             return p
         assert line.text is not None
         if self.schema is None:
-            from ctr.schema import detect_schema
-
             self.schema = detect_schema(line.text)
             log.info("detected format %s in %s", self.schema.format, line.file)
         if self.schema.format == "csv":
