@@ -48,12 +48,32 @@ class _CodecEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Codec.ValueType
     DESCRIPTOR: _descriptor.EnumDescriptor
     CODEC_FP32: _Codec.ValueType  # 0
     CODEC_FP16: _Codec.ValueType  # 1
+    CODEC_FP64: _Codec.ValueType  # 2
 
 class Codec(_Codec, metaclass=_CodecEnumTypeWrapper): ...
 
 CODEC_FP32: Codec.ValueType  # 0
 CODEC_FP16: Codec.ValueType  # 1
+CODEC_FP64: Codec.ValueType  # 2
 Global___Codec: _TypeAlias = Codec  # noqa: Y015
+
+class _PushKind:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _PushKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_PushKind.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    PUSH_GRADIENT: _PushKind.ValueType  # 0
+    PUSH_STATE_DELTA: _PushKind.ValueType  # 1
+
+class PushKind(_PushKind, metaclass=_PushKindEnumTypeWrapper):
+    """What a push carries: gradients (the shard steps the table's optimizer once per row), or
+    state deltas (the worker stepped per example on its copy of the rows; the shard adds).
+    """
+
+PUSH_GRADIENT: PushKind.ValueType  # 0
+PUSH_STATE_DELTA: PushKind.ValueType  # 1
+Global___PushKind: _TypeAlias = PushKind  # noqa: Y015
 
 class _ExportKind:
     ValueType = _typing.NewType("ValueType", _builtins.int)
@@ -71,6 +91,111 @@ EXPORT_DELTA: ExportKind.ValueType  # 1
 Global___ExportKind: _TypeAlias = ExportKind  # noqa: Y015
 
 @_typing.final
+class TableDecl(_message.Message):
+    """One table's layout and optimizer, sent by the trainer when it starts."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class ParamsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.float
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.float = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    NAME_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    DIM_FIELD_NUMBER: _builtins.int
+    UPDATE_FIELD_NUMBER: _builtins.int
+    OPTIMIZER_FIELD_NUMBER: _builtins.int
+    PARAMS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    kind: _builtins.str
+    """"sparse" | "dense" """
+    dim: _builtins.int
+    """weights per row (sparse), or the vector's length (dense)"""
+    update: _builtins.str
+    """"example" | "batch" """
+    optimizer: _builtins.str
+    """"ftrl" | "adagrad" | "adam" | "sgd" """
+    @_builtins.property
+    def params(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
+        """the optimizer's settings (ctr.optim.OptimizerSpec)"""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        kind: _builtins.str = ...,
+        dim: _builtins.int = ...,
+        update: _builtins.str = ...,
+        optimizer: _builtins.str = ...,
+        params: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dim", b"dim", "kind", b"kind", "name", b"name", "optimizer", b"optimizer", "params", b"params", "update", b"update"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TableDecl: _TypeAlias = TableDecl  # noqa: Y015
+
+@_typing.final
+class DeclareTablesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TABLES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def tables(self) -> _containers.RepeatedCompositeFieldContainer[Global___TableDecl]: ...
+    def __init__(
+        self,
+        *,
+        tables: _abc.Iterable[Global___TableDecl] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["tables", b"tables"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeclareTablesRequest: _TypeAlias = DeclareTablesRequest  # noqa: Y015
+
+@_typing.final
+class DeclareTablesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CREATED_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def created(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bool]:
+        """per table: true when it starts empty (nothing restored)"""
+
+    def __init__(
+        self,
+        *,
+        created: _abc.Iterable[_builtins.bool] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created", b"created"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeclareTablesResponse: _TypeAlias = DeclareTablesResponse  # noqa: Y015
+
+@_typing.final
 class PullRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -79,12 +204,15 @@ class PullRequest(_message.Message):
     KEY_COUNT_FIELD_NUMBER: _builtins.int
     KEY_ENCODING_FIELD_NUMBER: _builtins.int
     OPEN_SESSION_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
     table: _builtins.str
     keys: _builtins.bytes
     key_count: _builtins.int
     key_encoding: Global___KeyEncoding.ValueType
     open_session: _builtins.bool
     """remember the keys so a push can name the session instead"""
+    state: _builtins.bool
+    """return the optimizer state (float64) instead of the weights"""
     def __init__(
         self,
         *,
@@ -93,10 +221,11 @@ class PullRequest(_message.Message):
         key_count: _builtins.int = ...,
         key_encoding: Global___KeyEncoding.ValueType = ...,
         open_session: _builtins.bool = ...,
+        state: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["key_count", b"key_count", "key_encoding", b"key_encoding", "keys", b"keys", "open_session", b"open_session", "table", b"table"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["key_count", b"key_count", "key_encoding", b"key_encoding", "keys", b"keys", "open_session", b"open_session", "state", b"state", "table", b"table"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -109,21 +238,24 @@ class PullResponse(_message.Message):
     SESSION_ID_FIELD_NUMBER: _builtins.int
     DIM_FIELD_NUMBER: _builtins.int
     ROWS_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
     session_id: _builtins.int
     """0 when no session was opened"""
     dim: _builtins.int
     rows: _builtins.bytes
-    """key_count * dim float32, in key order"""
+    """key_count * dim float32, or key_count * dim float64 state, in key order"""
+    state: _builtins.bool
     def __init__(
         self,
         *,
         session_id: _builtins.int = ...,
         dim: _builtins.int = ...,
         rows: _builtins.bytes = ...,
+        state: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["dim", b"dim", "rows", b"rows", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dim", b"dim", "rows", b"rows", "session_id", b"session_id", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -140,6 +272,7 @@ class PushRequest(_message.Message):
     KEY_ENCODING_FIELD_NUMBER: _builtins.int
     CODEC_FIELD_NUMBER: _builtins.int
     PAYLOAD_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
     table: _builtins.str
     session_id: _builtins.int
     keys: _builtins.bytes
@@ -148,7 +281,8 @@ class PushRequest(_message.Message):
     codec: Global___Codec.ValueType
     """codec header: how `payload` is encoded"""
     payload: _builtins.bytes
-    """gradients, key_count * dim values"""
+    """key_count * dim gradients, or key_count * state width deltas"""
+    kind: Global___PushKind.ValueType
     def __init__(
         self,
         *,
@@ -159,10 +293,11 @@ class PushRequest(_message.Message):
         key_encoding: Global___KeyEncoding.ValueType = ...,
         codec: Global___Codec.ValueType = ...,
         payload: _builtins.bytes = ...,
+        kind: Global___PushKind.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["keys", b"keys", "session_id", b"session_id", "target", b"target"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["codec", b"codec", "key_count", b"key_count", "key_encoding", b"key_encoding", "keys", b"keys", "payload", b"payload", "session_id", b"session_id", "table", b"table", "target", b"target"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["codec", b"codec", "key_count", b"key_count", "key_encoding", b"key_encoding", "keys", b"keys", "kind", b"kind", "payload", b"payload", "session_id", b"session_id", "table", b"table", "target", b"target"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_target: _TypeAlias = _typing.Literal["session_id", "keys"]  # noqa: Y015
     _WhichOneofArgType_target: _TypeAlias = _typing.Literal["target", b"target"]  # noqa: Y015
@@ -194,15 +329,19 @@ class DensePullRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     TABLE_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
     table: _builtins.str
+    state: _builtins.bool
+    """return the optimizer state (float64 [n, width]) instead of the weights"""
     def __init__(
         self,
         *,
         table: _builtins.str = ...,
+        state: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["table", b"table"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["state", b"state", "table", b"table"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -214,19 +353,23 @@ class DensePullResponse(_message.Message):
 
     OFFSET_FIELD_NUMBER: _builtins.int
     VALUES_FIELD_NUMBER: _builtins.int
+    WIDTH_FIELD_NUMBER: _builtins.int
     offset: _builtins.int
     """this shard's range start in the whole dense vector"""
     values: _builtins.bytes
-    """float32"""
+    """float32 weights, or float64 state"""
+    width: _builtins.int
+    """state values per element (1 for weights)"""
     def __init__(
         self,
         *,
         offset: _builtins.int = ...,
         values: _builtins.bytes = ...,
+        width: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["offset", b"offset", "values", b"values"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["offset", b"offset", "values", b"values", "width", b"width"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -239,20 +382,23 @@ class DensePushRequest(_message.Message):
     TABLE_FIELD_NUMBER: _builtins.int
     CODEC_FIELD_NUMBER: _builtins.int
     PAYLOAD_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
     table: _builtins.str
     codec: Global___Codec.ValueType
     payload: _builtins.bytes
-    """gradient for this shard's range"""
+    """gradient (n values) or state delta (n * width) for this shard's range"""
+    kind: Global___PushKind.ValueType
     def __init__(
         self,
         *,
         table: _builtins.str = ...,
         codec: Global___Codec.ValueType = ...,
         payload: _builtins.bytes = ...,
+        kind: Global___PushKind.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["codec", b"codec", "payload", b"payload", "table", b"table"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["codec", b"codec", "kind", b"kind", "payload", b"payload", "table", b"table"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -306,6 +452,7 @@ class ExportedFile(_message.Message):
     SIZE_FIELD_NUMBER: _builtins.int
     SHA256_FIELD_NUMBER: _builtins.int
     ROWS_FIELD_NUMBER: _builtins.int
+    COLUMNS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     table: _builtins.str
     role: _builtins.str
@@ -313,6 +460,8 @@ class ExportedFile(_message.Message):
     size: _builtins.int
     sha256: _builtins.str
     rows: _builtins.int
+    columns: _builtins.str
+    """"table:dim,..." held side by side in each row of a sparse file"""
     def __init__(
         self,
         *,
@@ -322,10 +471,11 @@ class ExportedFile(_message.Message):
         size: _builtins.int = ...,
         sha256: _builtins.str = ...,
         rows: _builtins.int = ...,
+        columns: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "role", b"role", "rows", b"rows", "sha256", b"sha256", "size", b"size", "table", b"table"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["columns", b"columns", "name", b"name", "role", b"role", "rows", b"rows", "sha256", b"sha256", "size", b"size", "table", b"table"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

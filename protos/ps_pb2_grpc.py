@@ -34,6 +34,11 @@ class ParameterServerStub:
         Args:
             channel: A grpc.Channel.
         """
+        self.DeclareTables = channel.unary_unary(
+                '/boundless.ps.ParameterServer/DeclareTables',
+                request_serializer=ps__pb2.DeclareTablesRequest.SerializeToString,
+                response_deserializer=ps__pb2.DeclareTablesResponse.FromString,
+                _registered_method=True)
         self.Pull = channel.unary_unary(
                 '/boundless.ps.ParameterServer/Pull',
                 request_serializer=ps__pb2.PullRequest.SerializeToString,
@@ -73,6 +78,12 @@ class ParameterServerStub:
 
 class ParameterServerServicer:
     """Missing associated documentation comment in .proto file."""
+
+    def DeclareTables(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
 
     def Pull(self, request, context):
         """Missing associated documentation comment in .proto file."""
@@ -119,6 +130,11 @@ class ParameterServerServicer:
 
 def add_ParameterServerServicer_to_server(servicer, server):
     rpc_method_handlers = {
+            'DeclareTables': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeclareTables,
+                    request_deserializer=ps__pb2.DeclareTablesRequest.FromString,
+                    response_serializer=ps__pb2.DeclareTablesResponse.SerializeToString,
+            ),
             'Pull': grpc.unary_unary_rpc_method_handler(
                     servicer.Pull,
                     request_deserializer=ps__pb2.PullRequest.FromString,
@@ -164,6 +180,33 @@ def add_ParameterServerServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class ParameterServer:
     """Missing associated documentation comment in .proto file."""
+
+    @staticmethod
+    def DeclareTables(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/boundless.ps.ParameterServer/DeclareTables',
+            ps__pb2.DeclareTablesRequest.SerializeToString,
+            ps__pb2.DeclareTablesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
 
     @staticmethod
     def Pull(request,

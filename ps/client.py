@@ -1,5 +1,12 @@
-"""PS client library: dedups and splits a batch's keys by shard, and talks to all shards in
-parallel through one transport."""
+"""PS client library: splits a batch's keys by shard and talks to all shards in parallel
+through one transport. Every method blocks until all shards have answered; one client is
+used by one thread at a time.
+
+    pull(table, keys)                 -> weights [n, dim]
+    pull(table, keys, state=True)     -> optimizer state [n, width] (float64)
+    push(table, keys, grads)          -> the shard steps its optimizer once per row
+    push(table, keys, deltas, kind="delta") -> the shard adds the state change
+"""
 
 from __future__ import annotations
 
@@ -12,11 +19,12 @@ from typing import TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from ctr.modelspec import TableSpec
 from ctr.routing import dense_range, shard_of
 from ps.codecs import Codec, codec_named
-from ps.shard import ExportedFile, Shard, TableSpec
-from ps.tables import FtrlParams
-from ps.transport import GrpcTransport, LocalTransport, SessionLost, ShardStatus, ShardTransport
+from ps.shard import ExportedFile, Shard
+from ps.tables import DELTA, GRADIENT
+from ps.transport import GrpcTransport, LocalTransport, Rows, SessionLost, ShardStatus, ShardTransport
 
 T = TypeVar("T")
 
@@ -43,9 +51,28 @@ class PSClient:
         return cls(GrpcTransport(addresses), len(addresses), codec)
 
     @classmethod
-    def local(cls, shard_count: int, specs: list[TableSpec], ftrl: FtrlParams, codec: str = "fp32") -> PSClient:
-        shards = [Shard(i, shard_count, specs, ftrl) for i in range(shard_count)]
-        return cls(LocalTransport(shards), shard_count, codec)
+    def local(cls, shard_count: int = 1, codec: str = "fp32") -> PSClient:
+        """In-process shards behind the same API (`--ps local`)."""
+        return cls(LocalTransport([Shard(i, shard_count) for i in range(shard_count)]), shard_count, codec)
+
+    @property
+    def pull_bytes(self) -> int:
+        return self.transport.pull_bytes
+
+    @property
+    def push_bytes(self) -> int:
+        return self.transport.push_bytes
+
+    def declare(self, specs: list[TableSpec]) -> dict[str, bool]:
+        """Declares the tables on every shard; per table, True when it starts empty everywhere."""
+        answers = self._each(lambda s: self.transport.declare(s, specs))
+        out = {}
+        for i, spec in enumerate(specs):
+            flags = {a[i] for a in answers}
+            if len(flags) != 1:
+                raise RuntimeError(f"table {spec.name}: some shards restored it and others start empty; restore them all")
+            out[spec.name] = flags.pop()
+        return out
 
     def close(self) -> None:
         self.pool.shutdown()
@@ -62,28 +89,36 @@ class PSClient:
         bounds = np.searchsorted(owner[order], np.arange(self.n + 1))
         return order, bounds
 
-    def pull(self, table: str, keys: npt.NDArray[np.uint64], session: bool = True) -> tuple[npt.NDArray[np.float32], PullSession]:
+    def pull(
+        self, table: str, keys: npt.NDArray[np.uint64], session: bool = True, state: bool = False
+    ) -> tuple[Rows, PullSession]:
         """Rows for sorted unique keys, and the session a following push may name."""
         order, bounds = self._split(keys)
 
-        def one(s: int) -> tuple[int, npt.NDArray[np.float32]]:
+        def one(s: int) -> tuple[int, Rows]:
             part = keys[order[bounds[s] : bounds[s + 1]]]
             if part.shape[0] == 0:
                 return 0, np.zeros((0, 0), dtype=np.float32)
-            return self.transport.pull(s, table, part, session)
+            return self.transport.pull(s, table, part, session, state)
 
         results = self._each(one)
         dim = max((r.shape[1] for _, r in results if r.shape[0]), default=1)
-        rows = np.zeros((keys.shape[0], dim), dtype=np.float32)
+        rows = np.zeros((keys.shape[0], dim), dtype=np.float64 if state else np.float32)
         for s, (_, r) in enumerate(results):
             if r.shape[0]:
                 rows[order[bounds[s] : bounds[s + 1]]] = r
         return rows, PullSession(keys, order, bounds, tuple(sid for sid, _ in results))
 
     def push(
-        self, table: str, keys: npt.NDArray[np.uint64], grads: npt.NDArray[np.float32], session: PullSession | None = None
+        self,
+        table: str,
+        keys: npt.NDArray[np.uint64],
+        grads: Rows,
+        session: PullSession | None = None,
+        kind: str = GRADIENT,
     ) -> None:
-        """Pushes per-key gradients; names the pull session when keys are the pulled ones."""
+        """Pushes per-key gradients (or state deltas with kind="delta"); names the pull
+        session when keys are the pulled ones, so they are not sent again."""
         if session is not None and session.keys is keys:
             order, bounds, sids = session.order, session.bounds, session.session_ids
         else:
@@ -97,23 +132,25 @@ class PSClient:
                 return
             part_g = np.ascontiguousarray(g[idx])
             try:
-                self.transport.push(s, table, keys[idx], sids[s], part_g, self.codec)
+                self.transport.push(s, table, keys[idx], sids[s], part_g, kind, self.codec)
             except SessionLost:
-                self.transport.push(s, table, keys[idx], 0, part_g, self.codec)
+                self.transport.push(s, table, keys[idx], 0, part_g, kind, self.codec)
 
         self._each(one)
 
-    def pull_dense(self, table: str) -> npt.NDArray[np.float32]:
-        parts = self._each(lambda s: self.transport.pull_dense(s, table))
-        return np.concatenate([v for _, v in sorted(parts, key=lambda p: p[0])])
+    def pull_dense(self, table: str, state: bool = False) -> Rows:
+        """The whole vector's weights [n], or its optimizer state [n, width]."""
+        parts = self._each(lambda s: self.transport.pull_dense(s, table, state))
+        return np.concatenate([v for _, v in sorted(parts, key=lambda p: p[0]) if v.shape[0]])
 
-    def push_dense(self, table: str, grads: npt.NDArray[np.float32]) -> None:
-        g = np.ascontiguousarray(grads, dtype=np.float32)
+    def push_dense(self, table: str, values: Rows, kind: str = GRADIENT) -> None:
+        """A gradient [n] or a state delta [n, width] of the whole vector."""
+        v = np.ascontiguousarray(values, dtype=np.float64 if kind == DELTA else np.float32)
 
         def one(s: int) -> None:
-            lo, hi = dense_range(g.shape[0], s, self.n)
+            lo, hi = dense_range(v.shape[0], s, self.n)
             if hi > lo:
-                self.transport.push_dense(s, table, g[lo:hi], self.codec)
+                self.transport.push_dense(s, table, v[lo:hi], kind, self.codec)
 
         self._each(one)
 

@@ -16,9 +16,9 @@ class Codec(Protocol):
     wire_id: int
     name: str
 
-    def encode(self, values: npt.NDArray[np.float32]) -> bytes: ...
+    def encode(self, values: npt.NDArray[np.floating]) -> bytes: ...
 
-    def decode(self, payload: bytes, count: int) -> npt.NDArray[np.float32]: ...
+    def decode(self, payload: bytes, count: int) -> npt.NDArray[np.float64]: ...
 
     def count(self, payload: bytes) -> int: ...
 
@@ -29,7 +29,7 @@ class _Cast:
         self.name = name
         self.dtype = np.dtype(dtype)
 
-    def encode(self, values: npt.NDArray[np.float32]) -> bytes:
+    def encode(self, values: npt.NDArray[np.floating]) -> bytes:
         return np.ascontiguousarray(values, dtype=self.dtype).tobytes()
 
     def count(self, payload: bytes) -> int:
@@ -38,10 +38,10 @@ class _Cast:
             raise CodecError(f"{self.name} payload of {len(payload)} bytes is not whole values")
         return len(payload) // self.dtype.itemsize
 
-    def decode(self, payload: bytes, count: int) -> npt.NDArray[np.float32]:
+    def decode(self, payload: bytes, count: int) -> npt.NDArray[np.float64]:
         if len(payload) != count * self.dtype.itemsize:
             raise CodecError(f"{self.name} payload is {len(payload)} bytes, expected {count * self.dtype.itemsize}")
-        out = np.frombuffer(payload, dtype=self.dtype).astype(np.float32)
+        out = np.frombuffer(payload, dtype=self.dtype).astype(np.float64)
         if not np.isfinite(out).all():
             raise CodecError(f"{self.name} payload holds non-finite values")
         return out
@@ -49,8 +49,9 @@ class _Cast:
 
 FP32 = _Cast(0, "fp32", np.float32)
 FP16 = _Cast(1, "fp16", np.float16)
+FP64 = _Cast(2, "fp64", np.float64)  # state deltas: accumulators need every digit
 
-CODECS: dict[str, Codec] = {c.name: c for c in (FP32, FP16)}
+CODECS: dict[str, Codec] = {c.name: c for c in (FP32, FP16, FP64)}
 BY_WIRE_ID: dict[int, Codec] = {c.wire_id: c for c in CODECS.values()}
 
 

@@ -1,4 +1,5 @@
-"""PS shard daemon configuration."""
+"""PS shard daemon configuration. Tables and their optimizers are not configured here: the
+trainer declares them (DeclareTables), and a shard with a data directory restores them."""
 
 from __future__ import annotations
 
@@ -12,14 +13,7 @@ class PSConfig:
     host: str = field(default="127.0.0.1", metadata={"help": "address to bind"})
     port: int = field(default=0, metadata={"help": "gRPC port (0 picks a free one)"})
     metrics_port: int = field(default=0, metadata={"help": "Prometheus port (0 picks a free one)"})
-    tables: str = field(
-        default="w:sparse:1,bias:dense:1", metadata={"help": "name:sparse:DIM or name:dense:LENGTH, comma separated"}
-    )
     data_dir: str | None = field(default=None, metadata={"help": "RocksDB folder; none keeps state in memory only"})
-    alpha: float = field(default=0.5, metadata={"help": "FTRL alpha"})
-    beta: float = field(default=1.0, metadata={"help": "FTRL beta"})
-    l1: float = field(default=0.1, metadata={"help": "FTRL L1"})
-    l2: float = field(default=1.0, metadata={"help": "FTRL L2"})
     workers: int = field(default=8, metadata={"help": "gRPC worker threads"})
     ready_file: str | None = field(default=None, metadata={"help": "write bound ports here as JSON"})
     log_level: str = field(default="INFO", metadata={"help": "logging level"})

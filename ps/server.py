@@ -10,9 +10,8 @@ from ctr import daemon
 from protos import ps_pb2, ps_pb2_grpc
 from ps.config import PSConfig
 from ps.service import PSServicer
-from ps.shard import Shard, parse_table_specs
+from ps.shard import Shard
 from ps.store import ShardStore
-from ps.tables import FtrlParams
 
 ENV_PREFIX = "BOUNDLESS_PS_"
 
@@ -25,16 +24,9 @@ def run(args: argparse.Namespace) -> int:
     conf = cfg.build(PSConfig, ENV_PREFIX, args)
     log = daemon.setup_logging(f"ps{conf.shard_index}", conf.log_level)
     store = ShardStore(Path(conf.data_dir)) if conf.data_dir else None
-    shard = Shard(
-        conf.shard_index,
-        conf.shard_count,
-        parse_table_specs(conf.tables),
-        FtrlParams(conf.alpha, conf.beta, conf.l1, conf.l2),
-        store,
-    )
-    restored = sum(t.map.size for t in shard.sparse.values())
+    shard = Shard(conf.shard_index, conf.shard_count, store)
     if store is not None:
-        log.info("restored %d rows at checkpoint seq %d from %s", restored, shard.checkpoint_seq, conf.data_dir)
+        log.info("checkpoint seq %d in %s; tables load when the trainer declares them", shard.checkpoint_seq, conf.data_dir)
     service_name = ps_pb2.DESCRIPTOR.services_by_name["ParameterServer"].full_name
     server, port, _ = daemon.grpc_server(
         conf.host,
@@ -45,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     )
     metrics_port = daemon.metrics_server(conf.host, conf.metrics_port)
     log.info("shard %d/%d serving on %s:%d, metrics on :%d", conf.shard_index, conf.shard_count, conf.host, port, metrics_port)
-    daemon.write_ready_file(conf.ready_file, grpc_port=port, metrics_port=metrics_port, restored_rows=restored)
+    daemon.write_ready_file(conf.ready_file, grpc_port=port, metrics_port=metrics_port, checkpoint_seq=shard.checkpoint_seq)
     daemon.wait_for_stop_signal()
     server.stop(grace=2).wait()
     if store is not None:

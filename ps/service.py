@@ -11,9 +11,11 @@ import grpc
 
 from protos import ps_pb2, ps_pb2_grpc
 from ps import metrics
-from ps.codecs import BY_WIRE_ID, CodecError
+from ctr.modelspec import ModelSpecError
+from ps.codecs import BY_WIRE_ID, Codec, CodecError
 from ps.shard import SessionExpired, Shard, ShardError
-from ps.wire import WireError, decode_keys
+from ps.tables import DELTA, GRADIENT
+from ps.wire import WireError, decode_keys, table_spec
 
 R = TypeVar("R")
 
@@ -26,7 +28,7 @@ def _call(method: str, context: grpc.ServicerContext, fn: Callable[[], R]) -> R:
     except SessionExpired as e:
         metrics.RPC_ERRORS.labels(method, "FAILED_PRECONDITION").inc()
         context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
-    except (ShardError, WireError, CodecError) as e:
+    except (ShardError, WireError, CodecError, ModelSpecError) as e:
         metrics.RPC_ERRORS.labels(method, "INVALID_ARGUMENT").inc()
         context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{method}: {e}")
     finally:
@@ -34,16 +36,39 @@ def _call(method: str, context: grpc.ServicerContext, fn: Callable[[], R]) -> R:
     raise AssertionError("unreachable")  # context.abort raises
 
 
+def _codec(wire_id: int) -> Codec:
+    codec = BY_WIRE_ID.get(int(wire_id))
+    if codec is None:
+        raise ShardError(f"codec: unknown value {wire_id}")
+    return codec
+
+
+def _push_kind(value: int) -> str:
+    if value == ps_pb2.PUSH_GRADIENT:
+        return GRADIENT
+    if value == ps_pb2.PUSH_STATE_DELTA:
+        return DELTA
+    raise ShardError(f"kind: unknown push kind {value}")
+
+
 class PSServicer(ps_pb2_grpc.ParameterServerServicer):
     def __init__(self, shard: Shard) -> None:
         self.shard = shard
 
+    def DeclareTables(
+        self, request: ps_pb2.DeclareTablesRequest, context: grpc.ServicerContext
+    ) -> ps_pb2.DeclareTablesResponse:
+        def run() -> ps_pb2.DeclareTablesResponse:
+            return ps_pb2.DeclareTablesResponse(created=self.shard.declare([table_spec(t) for t in request.tables]))
+
+        return _call("DeclareTables", context, run)
+
     def Pull(self, request: ps_pb2.PullRequest, context: grpc.ServicerContext) -> ps_pb2.PullResponse:
         def run() -> ps_pb2.PullResponse:
             keys = decode_keys(request.keys, request.key_count, request.key_encoding)
-            sid, rows = self.shard.pull(request.table, keys, request.open_session)
+            sid, rows = self.shard.pull(request.table, keys, request.open_session, request.state)
             metrics.KEYS.labels("pull", request.table).inc(keys.shape[0])
-            return ps_pb2.PullResponse(session_id=sid, dim=rows.shape[1], rows=rows.tobytes())
+            return ps_pb2.PullResponse(session_id=sid, dim=rows.shape[1], rows=rows.tobytes(), state=request.state)
 
         return _call("Pull", context, run)
 
@@ -55,13 +80,12 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
                     raise ShardError(f"key_count {request.key_count} but the session holds {keys.shape[0]} keys")
             else:
                 keys = decode_keys(request.keys, request.key_count, request.key_encoding)
-            codec = BY_WIRE_ID.get(int(request.codec))
-            if codec is None:
-                raise ShardError(f"codec: unknown value {request.codec}")
+            codec = _codec(request.codec)
+            kind = _push_kind(request.kind)
             table = self.shard.sparse.get(request.table)
-            dim = table.dim if table is not None else 1
-            grads = codec.decode(request.payload, keys.shape[0] * dim)
-            applied = self.shard.push(request.table, keys, grads)
+            cols = 1 if table is None else (table.dim if kind == GRADIENT else table.width)
+            values = codec.decode(request.payload, keys.shape[0] * cols)
+            applied = self.shard.push(request.table, keys, values, kind)
             metrics.KEYS.labels("push", request.table).inc(applied)
             metrics.PUSH_BYTES.labels(codec.name).inc(len(request.payload))
             metrics.UPDATE_SEQ.set(self.shard.update_seq)
@@ -71,17 +95,17 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
 
     def PullDense(self, request: ps_pb2.DensePullRequest, context: grpc.ServicerContext) -> ps_pb2.DensePullResponse:
         def run() -> ps_pb2.DensePullResponse:
-            offset, values = self.shard.pull_dense(request.table)
-            return ps_pb2.DensePullResponse(offset=offset, values=values.tobytes())
+            offset, values = self.shard.pull_dense(request.table, request.state)
+            width = values.shape[1] if values.ndim == 2 else 1
+            return ps_pb2.DensePullResponse(offset=offset, values=values.tobytes(), width=width)
 
         return _call("PullDense", context, run)
 
     def PushDense(self, request: ps_pb2.DensePushRequest, context: grpc.ServicerContext) -> ps_pb2.DensePushResponse:
         def run() -> ps_pb2.DensePushResponse:
-            codec = BY_WIRE_ID.get(int(request.codec))
-            if codec is None:
-                raise ShardError(f"codec: unknown value {request.codec}")
-            self.shard.push_dense(request.table, codec.decode(request.payload, codec.count(request.payload)))
+            codec = _codec(request.codec)
+            values = codec.decode(request.payload, codec.count(request.payload))
+            self.shard.push_dense(request.table, values, _push_kind(request.kind))
             return ps_pb2.DensePushResponse()
 
         return _call("PushDense", context, run)

@@ -13,8 +13,9 @@ import numpy.typing as npt
 
 from ctr import modelfile
 from ctr.routing import dense_range, shard_of
+from ctr.modelspec import TableSpec
 from ps.store import ShardStore
-from ps.tables import DenseTable, FtrlParams, SparseTable
+from ps.tables import GRADIENT, DenseTable, PushRejected, SparseTable
 
 
 class ShardError(ValueError):
@@ -26,24 +27,6 @@ class SessionExpired(ShardError):
 
 
 @dataclass(frozen=True)
-class TableSpec:
-    name: str
-    kind: str  # "sparse" | "dense"
-    size: int  # row dim for sparse tables, whole vector length for dense ones
-
-
-def parse_table_specs(text: str) -> list[TableSpec]:
-    """`name:sparse:DIM,name:dense:LENGTH,...`"""
-    specs = []
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        bits = part.split(":")
-        if len(bits) != 3 or bits[1] not in ("sparse", "dense") or not bits[2].isdigit():
-            raise ValueError(f"table spec {part!r} is not name:sparse|dense:SIZE")
-        specs.append(TableSpec(bits[0], bits[1], int(bits[2])))
-    return specs
-
-
-@dataclass(frozen=True)
 class ExportedFile:
     name: str
     table: str
@@ -51,6 +34,7 @@ class ExportedFile:
     size: int
     sha256: str
     rows: int
+    columns: str = ""  # "table:dim,..." of a combined sparse file, in row order
 
 
 @dataclass(frozen=True)
@@ -64,21 +48,16 @@ class TableStats:
 
 
 class Shard:
-    def __init__(
-        self,
-        index: int,
-        count: int,
-        specs: list[TableSpec],
-        ftrl: FtrlParams,
-        store: ShardStore | None = None,
-        max_sessions: int = 1024,
-    ) -> None:
+    """Tables are declared by the trainer (declare), restored from the store when it holds
+    them. Every public method is thread-safe; pull and push hold the lock while they run."""
+
+    def __init__(self, index: int, count: int, store: ShardStore | None = None, max_sessions: int = 1024) -> None:
         if not 0 <= index < count:
             raise ValueError(f"shard index {index} outside 0..{count - 1}")
         self.index = index
         self.count = count
-        self.sparse = {s.name: SparseTable(s.name, s.size, ftrl) for s in specs if s.kind == "sparse"}
-        self.dense = {s.name: DenseTable(s.name, *dense_range(s.size, index, count), ftrl) for s in specs if s.kind == "dense"}
+        self.sparse: dict[str, SparseTable] = {}
+        self.dense: dict[str, DenseTable] = {}
         self.store = store
         self.lock = threading.Lock()
         self.update_seq = 0
@@ -89,7 +68,49 @@ class Shard:
         self._session_ids = itertools.count(1)
         self._max_sessions = max_sessions
         if store is not None:
-            self._restore(store)
+            self.checkpoint_offsets, self.checkpoint_seq = store.checkpoint_meta()
+            self.update_seq = self.checkpoint_seq
+
+    def declare(self, specs: list[TableSpec]) -> list[bool]:
+        """Creates the tables (restoring stored rows); True for each table that starts empty.
+        A table that exists, here or in the store, with another layout is refused."""
+        created = []
+        with self.lock:
+            for spec in specs:
+                have = self.sparse.get(spec.name) or self.dense.get(spec.name)
+                if have is not None:
+                    _same_layout(have.spec, spec, "this shard")
+                    created.append(False)
+                    continue
+                stored = self.store.table_spec(spec.name) if self.store is not None else None
+                if stored is not None:
+                    _same_layout(stored, spec, "the shard's store")
+                if spec.kind == "sparse":
+                    t = self.sparse[spec.name] = SparseTable(spec)
+                    restored = self._restore_sparse(t)
+                else:
+                    d = self.dense[spec.name] = DenseTable(spec, *dense_range(spec.dim, self.index, self.count))
+                    restored = self._restore_dense(d)
+                if self.store is not None and stored is None:
+                    self.store.put_table_spec(spec)
+                created.append(not restored)
+        return created
+
+    def _restore_sparse(self, t: SparseTable) -> bool:
+        if self.store is None:
+            return False
+        for keys, rows in self.store.sparse_rows(t.name, t.map.row_words):
+            t.load_raw(keys, rows)
+        return t.map.size > 0
+
+    def _restore_dense(self, d: DenseTable) -> bool:
+        if self.store is None:
+            return False
+        state = self.store.dense_state(d.name, d.hi - d.lo, d.width)
+        if state is None:
+            return False
+        d.state = state
+        return True
 
     def _table(self, name: str) -> SparseTable:
         t = self.sparse.get(name)
@@ -111,11 +132,14 @@ class Shard:
         if keys.shape[0] and keys[0] == 0:
             raise ShardError("key 0 is reserved")
 
-    def pull(self, table: str, keys: npt.NDArray[np.uint64], open_session: bool) -> tuple[int, npt.NDArray[np.float32]]:
+    def pull(
+        self, table: str, keys: npt.NDArray[np.uint64], open_session: bool, state: bool = False
+    ) -> tuple[int, npt.NDArray[np.float32] | npt.NDArray[np.float64]]:
+        """Weights [n, dim] (or optimizer state [n, width] with state=True) and a session id."""
         t = self._table(table)
         self.check_keys(keys)
         with self.lock:
-            rows = t.pull(keys)
+            rows = t.pull_state(keys) if state else t.pull(keys)
             sid = 0
             if open_session:
                 sid = next(self._session_ids)
@@ -133,57 +157,62 @@ class Shard:
             raise ShardError(f"pull session {session_id} was opened on table {entry[0]!r}, not {table!r}")
         return entry[1]
 
-    def push(self, table: str, keys: npt.NDArray[np.uint64], grads: npt.NDArray[np.float32]) -> int:
+    def push(self, table: str, keys: npt.NDArray[np.uint64], values: npt.NDArray[np.float64], kind: str = GRADIENT) -> int:
+        """Applies gradients or state deltas; a push with a bad value changes nothing."""
         t = self._table(table)
-        if grads.size != keys.shape[0] * t.dim:
-            raise ShardError(f"{grads.size} gradient values for {keys.shape[0]} keys of dim {t.dim}")
         self.check_keys(keys)
+        try:
+            v = t.check(kind, values, keys.shape[0])
+        except PushRejected as e:
+            raise ShardError(str(e)) from None
         with self.lock:
             self.update_seq += 1
-            t.push(keys, grads, self.update_seq)
+            t.push(kind, keys, v, self.update_seq)
         return int(keys.shape[0])
 
-    def pull_dense(self, table: str) -> tuple[int, npt.NDArray[np.float32]]:
+    def pull_dense(self, table: str, state: bool = False) -> tuple[int, npt.NDArray[np.float32] | npt.NDArray[np.float64]]:
+        """(offset of this shard's range, weights [n] or state [n, width])."""
         t = self._dense(table)
         with self.lock:
-            return t.lo, t.weights()
+            return t.lo, (t.state.copy() if state else t.weights())
 
-    def push_dense(self, table: str, grads: npt.NDArray[np.float32]) -> None:
+    def push_dense(self, table: str, values: npt.NDArray[np.float64], kind: str = GRADIENT) -> None:
         t = self._dense(table)
+        try:
+            v = t.check(kind, values)
+        except PushRejected as e:
+            raise ShardError(str(e)) from None
         with self.lock:
-            try:
-                t.push(grads)
-            except ValueError as e:
-                raise ShardError(str(e)) from None
+            t.push(kind, v)
             self.update_seq += 1
 
     def export(self, full: bool, directory: Path) -> tuple[list[ExportedFile], int]:
-        """Writes this shard's files (full images or deltas, plus dense ranges) into directory."""
+        """Writes this shard's sparse weights as one file whose rows hold every sparse table's
+        weights side by side (full image or delta of rows changed since the last export)."""
         directory.mkdir(parents=True, exist_ok=True)
-        out: list[tuple[Path, str, str, int]] = []
         with self.lock:
             since = -1 if full else self.export_seq
-            for name, t in self.sparse.items():
-                keys, slots = t.updated_after(since)
-                weights = t.weights_at(slots)
-                if full:
-                    path = directory / f"shard{self.index}-{name}.image"
-                    modelfile.write_image(path, keys, weights)
-                    out.append((path, name, "sparse_full", int(keys.shape[0])))
-                else:
-                    path = directory / f"shard{self.index}-{name}.delta"
-                    modelfile.write_delta(path, keys, weights, np.empty(0, dtype=np.uint64))
-                    out.append((path, name, "sparse_delta", int(keys.shape[0])))
-            for name, d in self.dense.items():
-                path = directory / f"shard{self.index}-{name}.dense"
-                modelfile.write_dense(path, d.weights(), d.lo)
-                out.append((path, name, "dense", d.hi - d.lo))
+            changed = [t.updated_after(since)[0] for t in self.sparse.values()]
+            keys = np.unique(np.concatenate(changed)) if changed else np.empty(0, np.uint64)
+            parts = []
+            for t in self.sparse.values():
+                slots = t.map.find(keys)
+                w = np.zeros((keys.shape[0], t.dim), dtype=np.float32)
+                present = slots >= 0
+                w[present] = t.weights_at(slots[present])
+                parts.append(w)
+            rows = np.concatenate(parts, axis=1) if parts else np.zeros((0, 1), np.float32)
             self.export_seq = self.update_seq
             seq = self.update_seq
-        files = [
-            ExportedFile(p.name, table, role, p.stat().st_size, modelfile.sha256_file(p), rows) for p, table, role, rows in out
-        ]
-        return files, seq
+        columns = ",".join(f"{t.name}:{t.dim}" for t in self.sparse.values())
+        if full:
+            path, role = directory / f"shard{self.index}-sparse.image", "sparse_full"
+            modelfile.write_image(path, keys, rows)
+        else:
+            path, role = directory / f"shard{self.index}-sparse.delta", "sparse_delta"
+            modelfile.write_delta(path, keys, rows, np.empty(0, dtype=np.uint64))
+        f = ExportedFile(path.name, "sparse", role, path.stat().st_size, modelfile.sha256_file(path), int(keys.shape[0]), columns)
+        return [f], seq
 
     def checkpoint(self, offsets: bytes) -> tuple[int, int]:
         """Persists rows changed since the last checkpoint, with the trainer's stream offsets."""
@@ -194,26 +223,23 @@ class Shard:
             for name, t in self.sparse.items():
                 keys, slots = t.updated_after(self.checkpoint_seq)
                 sparse[name] = (keys, t.raw_rows(slots))
-            dense = {name: (d.z.copy(), d.n.copy()) for name, d in self.dense.items()}
+            dense = {name: d.state.copy() for name, d in self.dense.items()}
             seq = self.update_seq
             written = self.store.write_checkpoint(sparse, dense, offsets, seq)
             self.checkpoint_seq = seq
             self.checkpoint_offsets = offsets
         return written, seq
 
-    def _restore(self, store: ShardStore) -> None:
-        self.checkpoint_offsets, self.checkpoint_seq = store.checkpoint_meta()
-        self.update_seq = self.checkpoint_seq
-        for name, t in self.sparse.items():
-            for keys, rows in store.sparse_rows(name, t.map.row_words):
-                t.load_raw(keys, rows)
-        for name, d in self.dense.items():
-            state = store.dense_state(name, d.hi - d.lo)
-            if state is not None:
-                d.z, d.n = state
-
     def stats(self) -> list[TableStats]:
         with self.lock:
             out = [TableStats(n, "sparse", t.map.size, t.map.capacity, t.dim, t.map.nbytes) for n, t in self.sparse.items()]
-            out += [TableStats(n, "dense", d.hi - d.lo, d.hi - d.lo, 1, d.z.nbytes + d.n.nbytes) for n, d in self.dense.items()]
+            out += [TableStats(n, "dense", d.hi - d.lo, d.hi - d.lo, 1, d.state.nbytes) for n, d in self.dense.items()]
         return out
+
+
+def _same_layout(have: TableSpec, want: TableSpec, where: str) -> None:
+    if (have.kind, have.dim, have.optimizer.kind) != (want.kind, want.dim, want.optimizer.kind):
+        raise ShardError(
+            f"table {want.name}: declared as {want.kind} dim {want.dim} with {want.optimizer.kind}, "
+            f"but {where} holds it as {have.kind} dim {have.dim} with {have.optimizer.kind}"
+        )

@@ -1,18 +1,23 @@
-"""RocksDB persistence of a shard: rows, dense state and the checkpoint's stream offsets.
+"""RocksDB persistence of a shard: table specs, rows, dense state and the checkpoint's
+stream offsets.
 
-Keys: b"s" + table + b"\\0" + key (8 bytes big-endian) -> raw row words;
-b"d" + table -> dense z|n (float64); b"m:offsets", b"m:seq" -> checkpoint metadata.
+Keys: b"t" + table -> the table's spec (JSON); b"s" + table + b"\\0" + key (8 bytes
+big-endian) -> raw row words; b"d" + table -> dense optimizer state (float64 [n, width]);
+b"m:offsets", b"m:seq" -> checkpoint metadata.
 One checkpoint is one WriteBatch, so rows and offsets land together or not at all.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 from rocksdict import Options, Rdict, WriteBatch
+
+from ctr.modelspec import TableSpec
 
 _OFFSETS = b"m:offsets"
 _SEQ = b"m:seq"
@@ -31,7 +36,7 @@ class ShardStore:
     def write_checkpoint(
         self,
         sparse: dict[str, tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint32]]],
-        dense: dict[str, tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]],
+        dense: dict[str, npt.NDArray[np.float64]],
         offsets: bytes,
         seq: int,
     ) -> int:
@@ -45,8 +50,8 @@ class ShardStore:
             for i in range(keys.shape[0]):
                 batch.put(prefix + be[8 * i : 8 * i + 8], raw[width * i : width * (i + 1)])
             written += keys.shape[0]
-        for table, (z, n) in dense.items():
-            batch.put(b"d" + table.encode(), np.concatenate([z, n]).tobytes())
+        for table, state in dense.items():
+            batch.put(b"d" + table.encode(), np.ascontiguousarray(state, dtype=np.float64).tobytes())
         batch.put(_OFFSETS, offsets)
         batch.put(_SEQ, int(seq).to_bytes(8, "little"))
         self.db.write(batch)
@@ -81,11 +86,19 @@ class ShardStore:
         r = np.frombuffer(b"".join(rows), dtype=np.uint32).reshape(len(rows), row_words)
         return k, r.copy()
 
-    def dense_state(self, table: str, size: int) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]] | None:
+    def dense_state(self, table: str, size: int, width: int) -> npt.NDArray[np.float64] | None:
         raw = self.db.get(b"d" + table.encode())
         if raw is None:
             return None
         a = np.frombuffer(raw, dtype=np.float64)
-        if a.shape[0] != 2 * size:
-            raise ValueError(f"stored dense table {table} has {a.shape[0] // 2} values, config says {size}")
-        return a[:size].copy(), a[size:].copy()
+        if a.shape[0] != size * width:
+            raise ValueError(f"stored dense table {table} has {a.shape[0]} state values, its range needs {size} x {width}")
+        return a.reshape(size, width).copy()
+
+    def table_spec(self, table: str) -> TableSpec | None:
+        raw = self.db.get(b"t" + table.encode())
+        return None if raw is None else TableSpec.from_dict(json.loads(raw))
+
+    def put_table_spec(self, spec: TableSpec) -> None:
+        self.db.put(b"t" + spec.name.encode(), json.dumps(spec.to_dict()).encode())
+        self.db.flush_wal(True)

@@ -1,21 +1,30 @@
 """The seam between the PS client and its shards: gRPC for shard processes, or in-process
-calls to Shard objects when one machine trains alone (`--ps local`)."""
+calls to Shard objects when one machine trains alone (`--ps local`).
+
+Both count the bytes a call puts on the wire (keys, values, headers): `pull_bytes` for
+pulls (request and reply), `push_bytes` for push requests. The in-process transport counts
+what the same call would send over gRPC, less protobuf framing."""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import grpc
 import numpy as np
 import numpy.typing as npt
 
 from ctr.daemon import MAX_MESSAGE_BYTES
+from ctr.modelspec import TableSpec
 from protos import ps_pb2, ps_pb2_grpc
-from ps.codecs import Codec
+from ps.codecs import FP64, Codec
 from ps.shard import ExportedFile, Shard, TableStats
-from ps.wire import KEYS_DELTA_VARINT, decode_rows, encode_keys
+from ps.tables import DELTA
+from ps.wire import KEYS_DELTA_VARINT, decode_rows, encode_keys, table_decl
+
+Rows = npt.NDArray[Any]  # float32 weights or gradients, float64 optimizer state or deltas
 
 
 class SessionLost(RuntimeError):
@@ -33,17 +42,20 @@ class ShardStatus:
 
 
 class ShardTransport(Protocol):
-    def pull(
-        self, shard: int, table: str, keys: npt.NDArray[np.uint64], open_session: bool
-    ) -> tuple[int, npt.NDArray[np.float32]]: ...
+    pull_bytes: int
+    push_bytes: int
+
+    def declare(self, shard: int, specs: list[TableSpec]) -> list[bool]: ...
+
+    def pull(self, shard: int, table: str, keys: npt.NDArray[np.uint64], open_session: bool, state: bool) -> tuple[int, Rows]: ...
 
     def push(
-        self, shard: int, table: str, keys: npt.NDArray[np.uint64], session_id: int, grads: npt.NDArray[np.float32], codec: Codec
+        self, shard: int, table: str, keys: npt.NDArray[np.uint64], session_id: int, values: Rows, kind: str, codec: Codec
     ) -> None: ...
 
-    def pull_dense(self, shard: int, table: str) -> tuple[int, npt.NDArray[np.float32]]: ...
+    def pull_dense(self, shard: int, table: str, state: bool) -> tuple[int, Rows]: ...
 
-    def push_dense(self, shard: int, table: str, grads: npt.NDArray[np.float32], codec: Codec) -> None: ...
+    def push_dense(self, shard: int, table: str, values: Rows, kind: str, codec: Codec) -> None: ...
 
     def export(self, shard: int, full: bool, directory: str) -> tuple[list[ExportedFile], int]: ...
 
@@ -54,28 +66,56 @@ class ShardTransport(Protocol):
     def close(self) -> None: ...
 
 
-class LocalTransport:
-    """Calls Shard objects in this process; the codec still round-trips the gradients."""
+class _ByteCounter:
+    def __init__(self) -> None:
+        self.pull_bytes = 0
+        self.push_bytes = 0
+        self._lock = threading.Lock()
+
+    def count(self, pull: int = 0, push: int = 0) -> None:
+        with self._lock:
+            self.pull_bytes += pull
+            self.push_bytes += push
+
+
+def _codec_for(kind: str, codec: Codec) -> Codec:
+    """State deltas always travel as float64: accumulators need every digit."""
+    return FP64 if kind == DELTA else codec
+
+
+class LocalTransport(_ByteCounter):
+    """Calls Shard objects in this process; the codec still round-trips the values."""
 
     def __init__(self, shards: list[Shard]) -> None:
+        super().__init__()
         self.shards = shards
 
-    def pull(
-        self, shard: int, table: str, keys: npt.NDArray[np.uint64], open_session: bool
-    ) -> tuple[int, npt.NDArray[np.float32]]:
-        return self.shards[shard].pull(table, keys, open_session=False)
+    def declare(self, shard: int, specs: list[TableSpec]) -> list[bool]:
+        return self.shards[shard].declare(specs)
+
+    def pull(self, shard: int, table: str, keys: npt.NDArray[np.uint64], open_session: bool, state: bool) -> tuple[int, Rows]:
+        _, rows = self.shards[shard].pull(table, keys, open_session=False, state=state)
+        self.count(pull=len(encode_keys(keys, KEYS_DELTA_VARINT)) + rows.nbytes)
+        return 0, rows
 
     def push(
-        self, shard: int, table: str, keys: npt.NDArray[np.uint64], session_id: int, grads: npt.NDArray[np.float32], codec: Codec
+        self, shard: int, table: str, keys: npt.NDArray[np.uint64], session_id: int, values: Rows, kind: str, codec: Codec
     ) -> None:
-        decoded = codec.decode(codec.encode(grads.reshape(-1)), grads.size)
-        self.shards[shard].push(table, keys, decoded)
+        c = _codec_for(kind, codec)
+        payload = c.encode(values.reshape(-1))
+        self.count(push=len(encode_keys(keys, KEYS_DELTA_VARINT)) + len(payload))
+        self.shards[shard].push(table, keys, c.decode(payload, values.size), kind)
 
-    def pull_dense(self, shard: int, table: str) -> tuple[int, npt.NDArray[np.float32]]:
-        return self.shards[shard].pull_dense(table)
+    def pull_dense(self, shard: int, table: str, state: bool) -> tuple[int, Rows]:
+        lo, values = self.shards[shard].pull_dense(table, state)
+        self.count(pull=values.nbytes)
+        return lo, values
 
-    def push_dense(self, shard: int, table: str, grads: npt.NDArray[np.float32], codec: Codec) -> None:
-        self.shards[shard].push_dense(table, codec.decode(codec.encode(grads), grads.size))
+    def push_dense(self, shard: int, table: str, values: Rows, kind: str, codec: Codec) -> None:
+        c = _codec_for(kind, codec)
+        payload = c.encode(values.reshape(-1))
+        self.count(push=len(payload))
+        self.shards[shard].push_dense(table, c.decode(payload, values.size), kind)
 
     def export(self, shard: int, full: bool, directory: str) -> tuple[list[ExportedFile], int]:
         return self.shards[shard].export(full, Path(directory))
@@ -91,10 +131,14 @@ class LocalTransport:
         pass
 
 
-class GrpcTransport:
+_PUSH_KINDS = {"gradient": ps_pb2.PUSH_GRADIENT, "delta": ps_pb2.PUSH_STATE_DELTA}
+
+
+class GrpcTransport(_ByteCounter):
     """One channel per shard address; protobuf stays inside this class."""
 
     def __init__(self, addresses: list[str], key_encoding: int = KEYS_DELTA_VARINT, timeout: float = 60.0) -> None:
+        super().__init__()
         opts = [
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -104,33 +148,40 @@ class GrpcTransport:
         self.key_encoding = key_encoding
         self.timeout = timeout
 
-    def pull(
-        self, shard: int, table: str, keys: npt.NDArray[np.uint64], open_session: bool
-    ) -> tuple[int, npt.NDArray[np.float32]]:
+    def declare(self, shard: int, specs: list[TableSpec]) -> list[bool]:
+        req = ps_pb2.DeclareTablesRequest(tables=[table_decl(s) for s in specs])
+        return list(self.stubs[shard].DeclareTables(req, timeout=self.timeout).created)
+
+    def pull(self, shard: int, table: str, keys: npt.NDArray[np.uint64], open_session: bool, state: bool) -> tuple[int, Rows]:
         req = ps_pb2.PullRequest(
             table=table,
             keys=encode_keys(keys, self.key_encoding),
             key_count=keys.shape[0],
             key_encoding=self.key_encoding,  # type: ignore[arg-type]
             open_session=open_session,  # type: ignore[arg-type]
+            state=state,
         )
         resp = self.stubs[shard].Pull(req, timeout=self.timeout)
-        return resp.session_id, decode_rows(resp.rows, keys.shape[0], resp.dim)
+        self.count(pull=req.ByteSize() + resp.ByteSize())
+        return resp.session_id, decode_rows(resp.rows, keys.shape[0], resp.dim, np.float64 if resp.state else np.float32)
 
     def push(
-        self, shard: int, table: str, keys: npt.NDArray[np.uint64], session_id: int, grads: npt.NDArray[np.float32], codec: Codec
+        self, shard: int, table: str, keys: npt.NDArray[np.uint64], session_id: int, values: Rows, kind: str, codec: Codec
     ) -> None:
+        c = _codec_for(kind, codec)
         req = ps_pb2.PushRequest(
             table=table,
             key_count=keys.shape[0],
-            codec=codec.wire_id,  # type: ignore[arg-type]
-            payload=codec.encode(grads.reshape(-1)),
+            codec=c.wire_id,  # type: ignore[arg-type]
+            payload=c.encode(values.reshape(-1)),
+            kind=_PUSH_KINDS[kind],
         )
         if session_id:
             req.session_id = session_id
         else:
             req.keys = encode_keys(keys, self.key_encoding)
             req.key_encoding = self.key_encoding  # type: ignore[assignment]
+        self.count(push=req.ByteSize())
         try:
             self.stubs[shard].Push(req, timeout=self.timeout)
         except grpc.RpcError as e:
@@ -138,18 +189,29 @@ class GrpcTransport:
                 raise SessionLost(str(e.details())) from None
             raise
 
-    def pull_dense(self, shard: int, table: str) -> tuple[int, npt.NDArray[np.float32]]:
-        resp = self.stubs[shard].PullDense(ps_pb2.DensePullRequest(table=table), timeout=self.timeout)
+    def pull_dense(self, shard: int, table: str, state: bool) -> tuple[int, Rows]:
+        req = ps_pb2.DensePullRequest(table=table, state=state)
+        resp = self.stubs[shard].PullDense(req, timeout=self.timeout)
+        self.count(pull=req.ByteSize() + resp.ByteSize())
+        if state:
+            return resp.offset, np.frombuffer(resp.values, dtype="<f8").reshape(-1, max(1, resp.width)).copy()
         return resp.offset, np.frombuffer(resp.values, dtype="<f4").copy()
 
-    def push_dense(self, shard: int, table: str, grads: npt.NDArray[np.float32], codec: Codec) -> None:
-        req = ps_pb2.DensePushRequest(table=table, codec=codec.wire_id, payload=codec.encode(grads))  # type: ignore[arg-type]
+    def push_dense(self, shard: int, table: str, values: Rows, kind: str, codec: Codec) -> None:
+        c = _codec_for(kind, codec)
+        req = ps_pb2.DensePushRequest(
+            table=table,
+            codec=c.wire_id,  # type: ignore[arg-type]
+            payload=c.encode(values.reshape(-1)),
+            kind=_PUSH_KINDS[kind],
+        )
+        self.count(push=req.ByteSize())
         self.stubs[shard].PushDense(req, timeout=self.timeout)
 
     def export(self, shard: int, full: bool, directory: str) -> tuple[list[ExportedFile], int]:
         kind = ps_pb2.EXPORT_FULL if full else ps_pb2.EXPORT_DELTA
         resp = self.stubs[shard].Export(ps_pb2.ExportRequest(kind=kind, directory=directory), timeout=600)
-        files = [ExportedFile(f.name, f.table, f.role, f.size, f.sha256, f.rows) for f in resp.files]
+        files = [ExportedFile(f.name, f.table, f.role, f.size, f.sha256, f.rows, f.columns) for f in resp.files]
         return files, resp.export_seq
 
     def checkpoint(self, shard: int, offsets: bytes) -> tuple[int, int]:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from ctr.modelspec import TableSpec
 from ctr.varint import decode_sorted_keys, encode_sorted_keys
+from protos import ps_pb2
 
 KEYS_RAW_U64 = 0
 KEYS_DELTA_VARINT = 1
@@ -34,7 +36,24 @@ def decode_keys(data: bytes, count: int, encoding: int) -> npt.NDArray[np.uint64
     raise WireError(f"key_encoding: unknown value {encoding}")
 
 
-def decode_rows(data: bytes, count: int, dim: int) -> npt.NDArray[np.float32]:
-    if len(data) != 4 * count * dim:
+def decode_rows(
+    data: bytes, count: int, dim: int, dtype: type[np.float32] | type[np.float64] = np.float32
+) -> npt.NDArray[np.float32] | npt.NDArray[np.float64]:
+    size = np.dtype(dtype).itemsize
+    if len(data) != size * count * dim:
         raise WireError(f"rows: {len(data)} bytes for {count} rows of dim {dim}")
-    return np.frombuffer(data, dtype="<f4").reshape(count, dim)
+    return np.frombuffer(data, dtype=np.dtype(dtype).newbyteorder("<")).reshape(count, dim)
+
+
+def table_spec(decl: ps_pb2.TableDecl) -> TableSpec:
+    params: dict[str, object] = {"kind": decl.optimizer, **dict(decl.params)}
+    return TableSpec.from_dict(
+        {"name": decl.name, "kind": decl.kind, "dim": decl.dim, "update": decl.update, "optimizer": params}
+    )
+
+
+def table_decl(spec: TableSpec) -> ps_pb2.TableDecl:
+    opt = {k: float(v) for k, v in spec.optimizer.to_dict().items() if k != "kind"}
+    return ps_pb2.TableDecl(
+        name=spec.name, kind=spec.kind, dim=spec.dim, update=spec.update, optimizer=spec.optimizer.kind, params=opt
+    )
