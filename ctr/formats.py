@@ -1,16 +1,17 @@
 """Line parsers for the supported sample formats.
 
-Every parser turns one text line into a ParsedSample or raises ParseError with a
-message that names the field; readers add file:line.
+Every parser turns one text line into a ParsedSample (field indices, tokens, values) or
+raises ParseError with a message that names the field; readers add file:line. Field
+indices come from a FieldIndex shared by all files of a stream (ctr.fields).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from ctr.hashing import field_id
+from ctr.fields import FieldIndex, cross_name
 from ctr.schema import CRITEO_CATEGORICAL, CRITEO_NUMERIC, FeatureSchema
 
 
@@ -21,7 +22,7 @@ class ParseError(ValueError):
 @dataclass(frozen=True, slots=True)
 class ParsedSample:
     label: float
-    fields: list[int]
+    fields: list[int]  # field index of each feature
     tokens: list[str]
     values: list[float]
 
@@ -50,31 +51,29 @@ def bucket_numeric(raw: str, field: str) -> str:
 
 
 class FieldEncoder:
-    """Maps named raw values to (field id, token, value) under a schema; shared with serving.client."""
+    """Maps named raw values to (field index, token, value) under a schema; shared with
+    serving.client. Features of fields the index does not take are dropped."""
 
-    def __init__(self, schema: FeatureSchema) -> None:
+    def __init__(self, schema: FeatureSchema, index: FieldIndex) -> None:
         self.numeric = frozenset(schema.numeric)
         self.skip = frozenset(schema.skip)
-        self._ids: dict[str, int] = {}
-
-    def field(self, name: str) -> int:
-        fid = self._ids.get(name)
-        if fid is None:
-            fid = self._ids[name] = field_id(name)
-        return fid
+        self.index = index
 
     def add(self, out: ParsedSample, name: str, raw: str) -> None:
         """Appends field `name` with raw text value to out; empty values are missing."""
         if raw == "" or name in self.skip:
             return
         token = bucket_numeric(raw, name) if name in self.numeric else raw
-        out.fields.append(self.field(name))
+        i = self.index.add(name)
+        if i < 0:
+            return
+        out.fields.append(i)
         out.tokens.append(token)
         out.values.append(1.0)
 
 
-def _criteo(schema: FeatureSchema) -> LineParser:
-    enc = FieldEncoder(schema)
+def _criteo(schema: FeatureSchema, index: FieldIndex) -> LineParser:
+    enc = FieldEncoder(schema, index)
     names = ("label", *CRITEO_NUMERIC, *CRITEO_CATEGORICAL)
 
     def parse(line: str) -> ParsedSample:
@@ -91,8 +90,8 @@ def _criteo(schema: FeatureSchema) -> LineParser:
     return parse
 
 
-def _csv(schema: FeatureSchema, header: str) -> LineParser:
-    enc = FieldEncoder(schema)
+def _csv(schema: FeatureSchema, index: FieldIndex, header: str) -> LineParser:
+    enc = FieldEncoder(schema, index)
     names = [c.strip() for c in header.rstrip("\r\n").split(schema.delimiter)]
     if schema.label not in names:
         raise ParseError(f"header has no label column {schema.label!r}")
@@ -122,9 +121,8 @@ def _feature_value(raw: str, where: str) -> float:
     return v
 
 
-def _libsvm(schema: FeatureSchema) -> LineParser:
+def _libsvm(schema: FeatureSchema, index: FieldIndex) -> LineParser:
     single = schema.libsvm_fields == "single"
-    ids = [field_id(str(i)) for i in range(1024)]
 
     def parse(line: str) -> ParsedSample:
         tokens = line.split()
@@ -135,17 +133,18 @@ def _libsvm(schema: FeatureSchema) -> LineParser:
             idx, sep, raw = tok.partition(":")
             if not sep or not idx:
                 raise ParseError(f"feature {pos + 1}: {tok!r} is not index:value")
-            s.fields.append(ids[0] if single else (ids[pos] if pos < 1024 else field_id(str(pos))))
-            s.tokens.append(idx)
-            s.values.append(_feature_value(raw, f"feature {pos + 1}"))
+            value = _feature_value(raw, f"feature {pos + 1}")
+            f = index.number(0 if single else pos)
+            if f >= 0:
+                s.fields.append(f)
+                s.tokens.append(idx)
+                s.values.append(value)
         return s
 
     return parse
 
 
-def _libffm(schema: FeatureSchema) -> LineParser:
-    enc = FieldEncoder(schema)
-
+def _libffm(schema: FeatureSchema, index: FieldIndex) -> LineParser:
     def parse(line: str) -> ParsedSample:
         tokens = line.split()
         if not tokens:
@@ -155,16 +154,24 @@ def _libffm(schema: FeatureSchema) -> LineParser:
             parts = tok.split(":")
             if len(parts) != 3 or not parts[0] or not parts[1]:
                 raise ParseError(f"feature {pos + 1}: {tok!r} is not field:index:value")
-            s.fields.append(enc.field(parts[0]))
-            s.tokens.append(parts[1])
-            s.values.append(_feature_value(parts[2], f"feature {pos + 1}"))
+            value = _feature_value(parts[2], f"feature {pos + 1}")
+            if parts[0].isdigit():
+                f = index.number(int(parts[0]))
+                if f < 0 and index.frozen:
+                    raise ParseError(f"feature {pos + 1}: field {parts[0]} is out of range (the model has {len(index)} fields)")
+            else:
+                f = index.add(parts[0])
+            if f >= 0:
+                s.fields.append(f)
+                s.tokens.append(parts[1])
+                s.values.append(value)
         return s
 
     return parse
 
 
-def _kv(schema: FeatureSchema) -> LineParser:
-    enc = FieldEncoder(schema)
+def _kv(schema: FeatureSchema, index: FieldIndex) -> LineParser:
+    enc = FieldEncoder(schema, index)
 
     def parse(line: str) -> ParsedSample:
         cols = line.rstrip("\r\n").split("\t")
@@ -179,20 +186,73 @@ def _kv(schema: FeatureSchema) -> LineParser:
     return parse
 
 
+def _with_crosses(parse: LineParser, crosses: list[tuple[int, int, int]]) -> LineParser:
+    """Adds, for each (a, b, c), the pair of field a's and field b's first tokens as one
+    feature of field c; absent when either field is missing."""
+
+    def parse_crossed(line: str) -> ParsedSample:
+        s = parse(line)
+        first: dict[int, str] = {}
+        for f, tok in zip(s.fields, s.tokens, strict=True):
+            first.setdefault(f, tok)
+        for a, b, c in crosses:
+            ta, tb = first.get(a), first.get(b)
+            if ta is not None and tb is not None:
+                s.fields.append(c)
+                s.tokens.append(f"{ta}\x1f{tb}")
+                s.values.append(1.0)
+        return s
+
+    return parse_crossed
+
+
 def needs_header(schema: FeatureSchema) -> bool:
     return schema.format == "csv"
 
 
-def make_parser(schema: FeatureSchema, header: str | None = None) -> LineParser:
+def make_parser(schema: FeatureSchema, index: FieldIndex, header: str | None = None) -> LineParser:
     """A parser for one file; csv files pass their header line."""
     if schema.format == "criteo":
-        return _criteo(schema)
-    if schema.format == "csv":
+        parse = _criteo(schema, index)
+    elif schema.format == "csv":
         if header is None:
             raise ParseError("csv format needs the header line")
-        return _csv(schema, header)
-    if schema.format == "libsvm":
-        return _libsvm(schema)
-    if schema.format == "libffm":
-        return _libffm(schema)
-    return _kv(schema)
+        parse = _csv(schema, index, header)
+    elif schema.format == "libsvm":
+        parse = _libsvm(schema, index)
+    elif schema.format == "libffm":
+        parse = _libffm(schema, index)
+    else:
+        parse = _kv(schema, index)
+    if not schema.cross:
+        return parse
+    crosses = []
+    for a, b in schema.cross:
+        ia, ib, ic = index.get(a), index.get(b), index.get(cross_name(a, b))
+        if min(ia, ib, ic) < 0:
+            raise ParseError(f"schema.cross: [{a}, {b}] names a field the field list does not hold")
+        crosses.append((ia, ib, ic))
+    return _with_crosses(parse, crosses)
+
+
+def resolve_fields(schema: FeatureSchema, lines: list[str], freeze: bool) -> FieldIndex:
+    """The stream's field index: the schema's known fields, then those the first lines show
+    (csv: lines[0] is the header), then the crosses. Unparsable lines are passed over here;
+    the trainer reports them when it reads them. Raises ValueError naming a bad setting."""
+    header = lines[0] if schema.format == "csv" and lines else None
+    index = FieldIndex(schema.base_fields(header), cap=schema.max_fields)
+    if not schema.fields and schema.format != "criteo" and not (schema.format == "csv" and header is not None):
+        parse = make_parser(replace(schema, cross=()), index)
+        for line in lines:
+            try:
+                parse(line)
+            except ParseError:
+                continue
+    for a, b in schema.cross:
+        for f in (a, b):
+            if index.get(f) < 0:
+                raise ValueError(f"schema.cross: unknown field {f!r}; the data has fields {index.names[:50]}")
+        index.add(cross_name(a, b))
+    if freeze:
+        index.freeze()
+    return index

@@ -40,7 +40,13 @@ class TableSpec:
         return self.optimizer.state_width(self.dim if self.kind == "sparse" else 1)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "kind": self.kind, "dim": self.dim, "update": self.update, "optimizer": self.optimizer.to_dict()}
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "dim": self.dim,
+            "update": self.update,
+            "optimizer": self.optimizer.to_dict(),
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TableSpec:
@@ -66,10 +72,10 @@ class TableSpec:
 
 DEFAULT_OPTIMIZERS: dict[str, OptimizerSpec] = {
     "w": OptimizerSpec("ftrl", lr=0.5, beta=1.0, l1=0.1, l2=1.0),
-    "v": OptimizerSpec("adagrad", lr=0.05, initial_accumulator=0.1, init_std=0.01, l2=1e-5),
-    "emb": OptimizerSpec("adagrad", lr=0.05, initial_accumulator=0.1, init_std=0.01, l2=1e-5),
+    "v": OptimizerSpec("adagrad", lr=0.2, initial_accumulator=0.1, init_std=0.1, l2=1e-5),
+    "emb": OptimizerSpec("adagrad", lr=0.2, initial_accumulator=0.1, init_std=0.1, l2=1e-5),
     "bias": OptimizerSpec("ftrl", lr=0.5, beta=1.0),
-    "mlp": OptimizerSpec("adam", lr=1e-3),
+    "mlp": OptimizerSpec("adam", lr=0.005),
 }
 
 
@@ -98,7 +104,9 @@ class ModelSpec:
         names = {t for t, _ in self.optimizers}
         unknown = names - set(self.table_names())
         if unknown:
-            raise ModelSpecError(f"model.optimizers: no table {sorted(unknown)} in a {self.type} model; it has {self.table_names()}")
+            raise ModelSpecError(
+                f"model.optimizers: no table {sorted(unknown)} in a {self.type} model; it has {self.table_names()}"
+            )
 
     @property
     def needs_fields(self) -> bool:
@@ -211,4 +219,3 @@ def parse_hidden(text: str) -> tuple[int, ...]:
         return tuple(int(x) for x in text.split(",") if x.strip())
     except ValueError:
         raise ModelSpecError(f"--hidden: {text!r} is not a comma-separated list of layer sizes") from None
-

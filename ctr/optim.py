@@ -82,7 +82,13 @@ class OptimizerSpec:
         p = np.zeros(N_PARAMS, dtype=np.float64)
         p[P_KIND] = KINDS.index(self.kind)
         p[P_LR], p[P_BETA], p[P_L1], p[P_L2] = self.lr, self.beta, self.l1, self.l2
-        p[P_ACC0], p[P_B1], p[P_B2], p[P_EPS], p[P_MOM] = self.initial_accumulator, self.beta1, self.beta2, self.eps, self.momentum
+        p[P_ACC0], p[P_B1], p[P_B2], p[P_EPS], p[P_MOM] = (
+            self.initial_accumulator,
+            self.beta1,
+            self.beta2,
+            self.eps,
+            self.momentum,
+        )
         p[P_INIT], p[P_SEED] = self.init_std, float(self.seed)
         return p
 
@@ -235,10 +241,30 @@ def init_rows(keys: U64, width: int, d: int, p: F64) -> F64:
 
 
 @nb.njit(cache=True, nogil=True)
+def rows_with_weights(weights: F64, width: int, p: F64) -> F64:
+    """State rows [n, width] whose weights are weights[n, d], slots empty."""
+    d = weights.shape[1]
+    out = np.zeros((weights.shape[0], width), dtype=np.float64)
+    for r in range(weights.shape[0]):
+        for i in range(d):
+            set_weight(out[r], d, i, weights[r, i], p)
+    return out
+
+
+@nb.njit(cache=True, nogil=True)
 def step_rows(state: F64, grads: F64, d: int, p: F64) -> None:
     """One step per row: state[r] with gradient grads[r]."""
     for r in range(state.shape[0]):
         step(state[r], grads[r], d, p)
+
+
+PLAIN = OptimizerSpec("sgd", lr=1.0, momentum=0.0)  # state [w | mom]: weights read as they are
+
+
+def plain_state(weights: npt.NDArray[np.floating]) -> F64:
+    """Weights [n, d] as a state whose weight_of is the weight itself (with PLAIN.params())."""
+    w = np.asarray(weights, dtype=np.float64)
+    return np.concatenate([w, np.zeros_like(w)], axis=1)
 
 
 def accumulator_columns(kind: str, dim: int) -> slice:

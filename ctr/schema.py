@@ -22,6 +22,10 @@ class FeatureSchema:
     skip: fields to ignore (csv ids, timestamps of the attribution...).
     libsvm_fields: "single" puts every libsvm feature in field "0"; "position" names the
         field by the feature's position in the line (one-hot rows such as Frappe).
+    fields: the field list, when given; otherwise it is resolved from the data
+        (ctr.fields): fixed for criteo, the header for csv, discovered for the rest.
+    max_fields: the cap on discovered fields.
+    cross: pairs of fields hashed together into one feature of a field of their own.
     """
 
     format: Format = "kv"
@@ -30,6 +34,22 @@ class FeatureSchema:
     skip: tuple[str, ...] = ()
     delimiter: str = ","
     libsvm_fields: Literal["single", "position"] = "position"
+    fields: tuple[str, ...] = ()
+    max_fields: int = 256
+    cross: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.max_fields < 1:
+            raise ValueError(f"schema.max_fields: must be >= 1, got {self.max_fields}")
+        if self.fields and len(set(self.fields)) != len(self.fields):
+            raise ValueError("schema.fields: field names repeat")
+        for pair in self.cross:
+            if len(pair) != 2 or pair[0] == pair[1]:
+                raise ValueError(f"schema.cross: {list(pair)} is not a pair of two different fields")
+            if self.fields:
+                for f in pair:
+                    if f not in self.fields:
+                        raise ValueError(f"schema.cross: unknown field {f!r}; the schema's fields are {list(self.fields)}")
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -39,6 +59,9 @@ class FeatureSchema:
             "skip": list(self.skip),
             "delimiter": self.delimiter,
             "libsvm_fields": self.libsvm_fields,
+            "fields": list(self.fields),
+            "max_fields": self.max_fields,
+            "cross": [list(c) for c in self.cross],
         }
 
     @classmethod
@@ -49,6 +72,13 @@ class FeatureSchema:
         lf = str(d.get("libsvm_fields", "position"))
         if lf not in ("single", "position"):
             raise ValueError(f"schema.libsvm_fields: {lf!r} is not 'single' or 'position'")
+        known = {"format", "label", "numeric", "skip", "delimiter", "libsvm_fields", "fields", "max_fields", "cross"}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"schema: unknown settings {sorted(unknown)}; known: {sorted(known)}")
+        cross = d.get("cross") or ()
+        if not isinstance(cross, list | tuple) or not all(isinstance(c, list | tuple) for c in cross):
+            raise ValueError("schema.cross: expected a list of [field, field] pairs")
         return cls(
             format=fmt,  # type: ignore[arg-type]
             label=str(d.get("label", "label")),
@@ -56,7 +86,23 @@ class FeatureSchema:
             skip=tuple(str(x) for x in d.get("skip", ()) or ()),  # type: ignore[attr-defined]
             delimiter=str(d.get("delimiter", ",")),
             libsvm_fields=lf,  # type: ignore[arg-type]
+            fields=tuple(str(x) for x in d.get("fields", ()) or ()),  # type: ignore[attr-defined]
+            max_fields=int(d.get("max_fields", 256)),  # type: ignore[call-overload]
+            cross=tuple((str(c[0]), str(c[1])) if len(c) == 2 else tuple(map(str, c)) for c in cross),  # type: ignore[misc]
         )
+
+    def base_fields(self, header: str | None = None) -> tuple[str, ...]:
+        """The field list known before any data line: given, Criteo's, or a CSV header's."""
+        if self.fields:
+            return self.fields
+        if self.format == "criteo":
+            return (*CRITEO_NUMERIC, *CRITEO_CATEGORICAL)
+        if self.format == "csv" and header is not None:
+            names = [c.strip() for c in header.rstrip("\r\n").split(self.delimiter)]
+            return tuple(n for n in names if n != self.label and n not in self.skip)
+        if self.format == "libsvm" and self.libsvm_fields == "single":
+            return ("0",)
+        return ()
 
 
 PRESETS: dict[str, FeatureSchema] = {

@@ -123,7 +123,7 @@ def rows_updated_after(words: U32, occupied: I64, width: int, seq: int) -> I64:
 def all_within(values: F64, limit: float) -> bool:
     """Every value finite and |value| <= limit (NaN fails every comparison)."""
     flat = values.reshape(-1)
-    for i in range(flat.shape[0]):
+    for i in range(flat.shape[0]):  # noqa: SIM110 - numba compiles the loop, not all()
         if not abs(flat[i]) <= limit:
             return False
     return True

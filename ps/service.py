@@ -9,9 +9,9 @@ from typing import Any, TypeVar
 
 import grpc
 
+from ctr.modelspec import ModelSpecError
 from protos import ps_pb2, ps_pb2_grpc
 from ps import metrics
-from ctr.modelspec import ModelSpecError
 from ps.codecs import BY_WIRE_ID, Codec, CodecError
 from ps.shard import SessionExpired, Shard, ShardError
 from ps.tables import DELTA, GRADIENT
@@ -55,9 +55,7 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
     def __init__(self, shard: Shard) -> None:
         self.shard = shard
 
-    def DeclareTables(
-        self, request: ps_pb2.DeclareTablesRequest, context: grpc.ServicerContext
-    ) -> ps_pb2.DeclareTablesResponse:
+    def DeclareTables(self, request: ps_pb2.DeclareTablesRequest, context: grpc.ServicerContext) -> ps_pb2.DeclareTablesResponse:
         def run() -> ps_pb2.DeclareTablesResponse:
             return ps_pb2.DeclareTablesResponse(created=self.shard.declare([table_spec(t) for t in request.tables]))
 

@@ -12,8 +12,8 @@ import numpy as np
 import numpy.typing as npt
 
 from ctr import modelfile
-from ctr.routing import dense_range, shard_of
 from ctr.modelspec import TableSpec
+from ctr.routing import dense_range, shard_of
 from ps.store import ShardStore
 from ps.tables import GRADIENT, DenseTable, PushRejected, SparseTable
 

@@ -12,13 +12,19 @@ class TrainerConfig:
     schema: str | None = field(default=None, metadata={"help": "YAML feature schema; overrides --format"})
     ps: str = field(default="local", metadata={"help": "'local' or comma-separated shard addresses"})
     local_shards: int = field(default=1, metadata={"help": "in-process shards with --ps local"})
-    table: str = field(default="w", metadata={"help": "sparse weight table"})
-    bias_table: str = field(default="bias", metadata={"help": "dense bias table"})
-    codec: str = field(default="fp32", metadata={"help": "push codec (fp32, fp16)"})
-    alpha: float = field(default=0.5, metadata={"help": "FTRL alpha (with --ps local)"})
-    beta: float = field(default=1.0, metadata={"help": "FTRL beta (with --ps local)"})
-    l1: float = field(default=0.1, metadata={"help": "FTRL L1 (with --ps local)"})
-    l2: float = field(default=1.0, metadata={"help": "FTRL L2 (with --ps local)"})
+    model: str = field(default="lr", metadata={"help": "model type: lr, fm, ffm, wdl or deepfm"})
+    k: int = field(default=8, metadata={"help": "embedding size of fm, ffm, wdl and deepfm"})
+    hidden: str = field(default="400,400,400", metadata={"help": "MLP hidden layers of wdl and deepfm"})
+    update: str = field(
+        default="example",
+        metadata={"help": "example: per-example optimizer steps on the worker, state deltas pushed; batch: summed gradients"},
+    )
+    opt_w: str = field(default="", metadata={"help": "optimizer of table w, e.g. 'ftrl lr=0.5 l1=0.1 l2=1'"})
+    opt_v: str = field(default="", metadata={"help": "optimizer of table v (fm, ffm, deepfm), e.g. 'adagrad lr=0.2'"})
+    opt_emb: str = field(default="", metadata={"help": "optimizer of table emb (wdl)"})
+    opt_bias: str = field(default="", metadata={"help": "optimizer of the dense bias"})
+    opt_mlp: str = field(default="", metadata={"help": "optimizer of the dense MLP table, e.g. 'adam lr=0.005'"})
+    codec: str = field(default="fp32", metadata={"help": "push codec of gradients (fp32, fp16); state deltas travel as fp64"})
     batch_size: int = field(default=256, metadata={"help": "samples per mini-batch"})
     max_samples: int = field(default=0, metadata={"help": "stop after this many samples (0: no limit)"})
     follow: bool = field(default=True, metadata={"help": "keep reading as files grow and new files land"})
@@ -30,6 +36,9 @@ class TrainerConfig:
     checkpoint_interval_s: float = field(default=0.0, metadata={"help": "seconds between PS checkpoints (0: off)"})
     resume: bool = field(default=False, metadata={"help": "resume the stream from the PS checkpoint's offsets"})
     model_name: str = field(default="ctr", metadata={"help": "model name written in exports"})
+    peek_timeout_s: float = field(
+        default=60.0, metadata={"help": "how long to wait for the first data when the field list comes from it"}
+    )
     metrics_out: str | None = field(default=None, metadata={"help": "write final metrics JSON here"})
     metrics_port: int = field(default=0, metadata={"help": "Prometheus port (0 picks a free one; -1 disables)"})
     ready_file: str | None = field(default=None, metadata={"help": "write bound ports here as JSON"})

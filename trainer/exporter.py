@@ -1,8 +1,9 @@
 """Asks the PS shards for full and delta exports and writes each export's manifest.
 
-An export is a folder `<export_dir>/<id>/` with the shards' files, `export.json`
-(kind, base and previous export, files with sizes and sha256, model spec, schema,
-training metrics) and a `READY` marker written last.
+An export is a folder `<export_dir>/<id>/` with the shards' sparse files, `dense.safetensors`
+(every dense table with its name and shape: the bias, and the MLP's layers for wdl and
+deepfm), `export.json` (kind, base and previous export, files with sizes and sha256, the
+model spec and field list, schema, training metrics) and a `READY` marker written last.
 """
 
 from __future__ import annotations
@@ -14,16 +15,47 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+from safetensors.numpy import save_file
+
+from ctr.fields import FieldIndex
+from ctr.modelfile import sha256_file
+from ctr.modelspec import ModelSpec
 from ps.client import PSClient
+from ps.shard import ExportedFile
+
+DENSE_FILE = "dense.safetensors"
+
+
+def dense_tensors(client: PSClient, spec: ModelSpec) -> dict[str, np.ndarray]:
+    """The dense tables as named tensors: `bias` [1], then `mlp.<i>.weight|bias` by shape."""
+    out = {"bias": np.ascontiguousarray(client.pull_dense("bias"), dtype=np.float32).reshape(1)}
+    if spec.is_dnn:
+        flat = client.pull_dense("mlp")
+        at = 0
+        for name, shape in spec.mlp_shapes():
+            size = int(np.prod(shape))
+            out[name] = np.ascontiguousarray(flat[at : at + size].reshape(shape), dtype=np.float32)
+            at += size
+    return out
 
 
 class Exporter:
     def __init__(
-        self, client: PSClient, export_dir: Path, model: dict[str, Any], schema: dict[str, Any], full_every: int
+        self,
+        client: PSClient,
+        export_dir: Path,
+        name: str,
+        spec: ModelSpec,
+        fields: FieldIndex,
+        schema: dict[str, Any],
+        full_every: int,
     ) -> None:
         self.client = client
         self.export_dir = export_dir
-        self.model = model
+        self.name = name
+        self.spec = spec
+        self.fields = fields
         self.schema = schema
         self.full_every = max(1, full_every)
         self.count = 0
@@ -37,12 +69,15 @@ class Exporter:
         export_id = f"{time.time_ns():020d}"
         folder = self.export_dir / export_id
         files, seqs = self.client.export(full, folder)
+        dense_path = folder / DENSE_FILE
+        save_file(dense_tensors(self.client, self.spec), str(dense_path))
+        files.append(ExportedFile(DENSE_FILE, "dense", "dense", dense_path.stat().st_size, sha256_file(dense_path), 1))
         manifest = {
             "id": export_id,
             "kind": "full" if full else "delta",
             "base": None if full else self.base,
             "previous": None if full else self.previous,
-            "model": self.model,
+            "model": {"name": self.name, **self.spec.to_dict(), "fields": list(self.fields.names)},
             "schema": self.schema,
             "files": [asdict(f) for f in files],
             "shard_count": self.client.n,

@@ -1,4 +1,5 @@
-"""The training loop: parse, hash, pull, predict (progressive metrics), push, export."""
+"""The training loop: parse, hash, train the model through the PS (progressive metrics
+first), export and checkpoint on their intervals."""
 
 from __future__ import annotations
 
@@ -9,15 +10,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import numpy as np
-
 from ctr.batch import build_batch
+from ctr.fields import FieldIndex
 from ctr.formats import LineParser, ParsedSample, ParseError, make_parser
-from ctr.lr import lr_gradients, lr_logits, sigmoid_array
 from ctr.schema import FeatureSchema, detect_schema
 from ps.client import PSClient
 from trainer import metrics
 from trainer.exporter import Exporter
+from trainer.model import TrainableModel
 from trainer.progressive import ProgressiveMetrics
 from trainer.source import Line, Position, StreamSource
 
@@ -26,8 +26,6 @@ log = logging.getLogger("trainer")
 
 @dataclass
 class LoopSettings:
-    table: str
-    bias_table: str
     batch_size: int
     max_samples: int
     idle_exit_s: float
@@ -39,7 +37,9 @@ class Trainer:
     def __init__(
         self,
         client: PSClient,
+        model: TrainableModel,
         schema: FeatureSchema | None,
+        fields: FieldIndex,
         source: StreamSource,
         settings: LoopSettings,
         progress: ProgressiveMetrics,
@@ -47,7 +47,9 @@ class Trainer:
         stop: Callable[[], bool],
     ) -> None:
         self.client = client
+        self.model = model
         self.schema = schema
+        self.fields = fields
         self.source = source
         self.s = settings
         self.progress = progress
@@ -57,6 +59,7 @@ class Trainer:
         self.position = Position()
         self.bad_lines = 0
         self.exports: list[str] = []
+        self.elapsed_s = 0.0
 
     def _parser(self, line: Line) -> LineParser | None:
         """The file's parser; a csv file's first line is its header and yields None."""
@@ -68,9 +71,14 @@ class Trainer:
             self.schema = detect_schema(line.text)
             log.info("detected format %s in %s", self.schema.format, line.file)
         if self.schema.format == "csv":
-            self.parsers[line.file] = make_parser(self.schema, line.text)
-            return None
-        p = self.parsers[line.file] = make_parser(self.schema)
+            if line.number == 1:
+                self.parsers[line.file] = make_parser(self.schema, self.fields, line.text)
+                return None
+            with open(line.file, encoding="utf-8", errors="replace") as fh:  # resumed inside the file
+                header = fh.readline()
+            p = self.parsers[line.file] = make_parser(self.schema, self.fields, header)
+            return p
+        p = self.parsers[line.file] = make_parser(self.schema, self.fields)
         return p
 
     def _parse(self, line: Line) -> ParsedSample | None:
@@ -86,21 +94,13 @@ class Trainer:
             return None
 
     def train_batch(self, samples: list[ParsedSample]) -> None:
-        batch = build_batch(samples)
-        uniq, inv = np.unique(batch.keys, return_inverse=True)
-        rows, session = self.client.pull(self.s.table, uniq)
-        bias = float(self.client.pull_dense(self.s.bias_table)[0])
-        weights = np.ascontiguousarray(rows[:, 0]) if rows.shape[0] else np.zeros(0, np.float32)
-        index = inv.astype(np.int64)
-        probs = sigmoid_array(lr_logits(batch.offsets, index, batch.values, weights, bias))
-        self.progress.update(batch.labels, probs)  # predict before train
-        grad, gbias = lr_gradients(batch.offsets, index, batch.values, probs, batch.labels, uniq.shape[0])
-        self.client.push(self.s.table, uniq, grad.reshape(-1, 1), session)
-        self.client.push_dense(self.s.bias_table, np.array([gbias], dtype=np.float32))
+        batch = build_batch(samples, self.fields.ids())
+        probs = self.model.train(self.client, batch)
+        self.progress.update(batch.labels, probs)
         metrics.SAMPLES.inc(len(samples))
 
     def run(self) -> dict[str, float]:
-        last_export = last_ckpt = last_log = time.monotonic()
+        started = last_export = last_ckpt = last_log = time.monotonic()
         if self.exporter is not None:
             self.exports.append(self.exporter.export(self.progress.snapshot(), force_full=True))
         pending: list[ParsedSample] = []
@@ -132,6 +132,7 @@ class Trainer:
                 break
         if pending:
             self.train_batch(pending)
+        self.elapsed_s = time.monotonic() - started
         if self.exporter is not None:
             self._export()
         if self.s.checkpoint_interval_s > 0:

@@ -7,22 +7,25 @@ import json
 import signal
 import threading
 from pathlib import Path
+from typing import Any
 
 import grpc
 import yaml
 
 from ctr import config as cfg
 from ctr import daemon
-from ctr.schema import PRESETS, FeatureSchema
+from ctr.fields import FieldIndex
+from ctr.formats import resolve_fields
+from ctr.schema import PRESETS, FeatureSchema, detect_schema
 from ps.client import PSClient
-from ps.shard import parse_table_specs
-from ps.tables import FtrlParams
 from trainer import metrics
 from trainer.config import TrainerConfig
 from trainer.exporter import Exporter
 from trainer.loop import LoopSettings, Trainer
+from trainer.model import build_model
 from trainer.progressive import ProgressiveMetrics
 from trainer.source import Position, StreamSource
+from trainer.spec import model_spec
 
 ENV_PREFIX = "BOUNDLESS_TRAINER_"
 
@@ -44,8 +47,7 @@ def load_schema(conf: TrainerConfig) -> FeatureSchema | None:
 
 def connect(conf: TrainerConfig) -> PSClient:
     if conf.ps == "local":
-        specs = parse_table_specs(f"{conf.table}:sparse:1,{conf.bias_table}:dense:1")
-        return PSClient.local(conf.local_shards, specs, FtrlParams(conf.alpha, conf.beta, conf.l1, conf.l2), conf.codec)
+        return PSClient.local(conf.local_shards, conf.codec)
     addresses = [a.strip() for a in conf.ps.split(",") if a.strip()]
     client = PSClient.connect(addresses, conf.codec)
     for addr, ch in zip(addresses, client.transport.channels, strict=True):  # type: ignore[attr-defined]
@@ -64,40 +66,80 @@ def resume_position(client: PSClient) -> Position | None:
     return Position(**json.loads(stored.pop()))
 
 
+def detect_from(lines: list[str]) -> FeatureSchema | None:
+    """The schema of the first line whose format can be told; None when none can."""
+    for line in lines[:100]:
+        try:
+            return detect_schema(line)
+        except ValueError:
+            continue
+    return None
+
+
+def resolve(conf: TrainerConfig, schema: FeatureSchema | None, source: StreamSource) -> tuple[FeatureSchema | None, FieldIndex]:
+    """The schema and the stream's field index, from the schema or the stream's first lines."""
+    needs_fields = conf.model in ("ffm", "wdl", "deepfm")
+    fixed = schema is not None and bool(schema.base_fields())
+    lines = [] if fixed else source.peek(timeout_s=conf.peek_timeout_s)
+    if schema is None:
+        schema = detect_from(lines)
+    if schema is None:
+        if needs_fields:
+            raise cfg.ConfigError(
+                f"--model {conf.model}: needs the field list, but no data came within --peek-timeout-s and --format is auto"
+            )
+        return None, FieldIndex()
+    index = resolve_fields(schema, lines, freeze=needs_fields)
+    if needs_fields and len(index) == 0:
+        raise cfg.ConfigError(
+            f"--model {conf.model}: needs the field list; give schema fields, or data within --peek-timeout-s ({conf.source})"
+        )
+    return schema, index
+
+
 def run(args: argparse.Namespace) -> int:
     conf = cfg.build(TrainerConfig, ENV_PREFIX, args)
     log = daemon.setup_logging("trainer", conf.log_level)
     schema = load_schema(conf)
-    client = connect(conf)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
+    client = connect(conf)
     start = resume_position(client) if conf.resume else None
     if start is not None:
         log.info("resuming stream at %s", start)
-    metrics_port = daemon.metrics_server("127.0.0.1", conf.metrics_port) if conf.metrics_port >= 0 else -1
     source = StreamSource(conf.source, conf.follow, stop=stop.is_set, start=start)
+    schema, fields = resolve(conf, schema, source)
+    spec = model_spec(conf, tuple(fields.names))
+    model = build_model(spec)
+    model.prepare(client)
+    log.info(
+        "model %s, %d fields, tables %s", spec.type, len(fields), ", ".join(f"{t.name}:{t.optimizer.kind}" for t in spec.tables())
+    )
+    metrics_port = daemon.metrics_server("127.0.0.1", conf.metrics_port) if conf.metrics_port >= 0 else -1
     exporter = None
     if conf.export_dir:
-        model = {"name": conf.model_name, "type": "lr", "table": conf.table, "bias_table": conf.bias_table, "dim": 1}
-        exporter = Exporter(client, Path(conf.export_dir), model, schema.to_dict() if schema else {}, conf.full_every)
+        exporter = Exporter(
+            client, Path(conf.export_dir), conf.model_name, spec, fields, schema.to_dict() if schema else {}, conf.full_every
+        )
     settings = LoopSettings(
-        conf.table,
-        conf.bias_table,
-        conf.batch_size,
-        conf.max_samples,
-        conf.idle_exit_s,
-        conf.export_interval_s,
-        conf.checkpoint_interval_s,
+        conf.batch_size, conf.max_samples, conf.idle_exit_s, conf.export_interval_s, conf.checkpoint_interval_s
     )
-    trainer = Trainer(client, schema, source, settings, ProgressiveMetrics(conf.window), exporter, stop.is_set)
+    trainer = Trainer(client, model, schema, fields, source, settings, ProgressiveMetrics(conf.window), exporter, stop.is_set)
     daemon.write_ready_file(conf.ready_file, metrics_port=metrics_port)
-    result = trainer.run()
+    result: dict[str, Any] = dict(trainer.run())
     result["bad_lines"] = float(trainer.bad_lines)
+    result["dropped_features"] = float(fields.dropped)
     result["exports"] = float(len(trainer.exports))
+    result["elapsed_s"] = trainer.elapsed_s
+    result["examples_per_s"] = result["samples"] / trainer.elapsed_s if trainer.elapsed_s > 0 else 0.0
+    result["push_bytes"] = float(client.push_bytes)
+    result["pull_bytes"] = float(client.pull_bytes)
+    result["model"] = {**spec.to_dict(), "fields": list(fields.names)}
     metrics.WINDOW_AUC.set(result["window_auc"])
     metrics.WINDOW_LOGLOSS.set(result["window_logloss"])
-    log.info("done: %s", json.dumps(result))
+    summary = {k: v for k, v in result.items() if k != "model"}
+    log.info("done: %s", json.dumps(summary))
     if conf.metrics_out:
         Path(conf.metrics_out).write_text(json.dumps(result, indent=1))
     client.close()

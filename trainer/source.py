@@ -53,6 +53,23 @@ class StreamSource:
             return sorted(f for f in p.iterdir() if f.is_file() and not f.name.startswith("."))
         return [p]
 
+    def peek(self, max_lines: int = 2000, max_bytes: int = 4 << 20, timeout_s: float = 0.0) -> list[str]:
+        """The first lines of the stream, without consuming them: the first file's head,
+        waiting up to timeout_s for one to land. Empty for stdin, which cannot be re-read."""
+        if self.source == "-":
+            return []
+        deadline = time.monotonic() + timeout_s
+        while True:
+            files = self._files() if Path(self.source).exists() else []
+            if files and files[0].stat().st_size > 0:
+                with open(files[0], "rb") as fh:
+                    head = fh.read(max_bytes)
+                text = head.decode("utf-8", errors="replace").splitlines()
+                return text[: max_lines if len(head) < max_bytes else max(0, min(max_lines, len(text) - 1))]
+            if time.monotonic() >= deadline or self.stop():
+                return []
+            time.sleep(self.poll_s)
+
     def lines(self) -> Iterator[Line | None]:
         """Lines in stream order; yields None while waiting for data (so callers can flush)."""
         if self.source == "-":

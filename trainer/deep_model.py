@@ -1,0 +1,88 @@
+"""Wide&Deep and DeepFM on the PS: the wide weights and embeddings come from sparse tables,
+the MLP's weights from the dense table `mlp`. The MLP runs in torch (CUDA when present) on
+the whole batch with the batch-start embeddings; the numba kernel then trains the rows
+example by example with the current wide and FM terms, using the MLP's output and its
+Jacobian for the deep share (update: example), or sums the gradients (update: batch). The MLP
+itself steps once per batch: its mean gradient is pushed and the shard applies Adam."""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+import torch
+
+from ctr.batch import SampleBatch
+from ctr.deep import DeepCTR, device
+from ctr.embedding import pool_fields, train_deep_batch, weights32
+from ctr.modelspec import ModelSpec
+from ctr.optim import PLAIN, plain_state, rows_with_weights
+from ps.client import PSClient
+from ps.tables import DELTA, GRADIENT
+from trainer.model import declare
+
+
+class DeepModel:
+    def __init__(self, spec: ModelSpec) -> None:
+        self.spec = spec
+        self.tables = {t.name: t for t in spec.tables()}
+        self.emb = spec.embedding_table() or "v"
+        self.sequential = spec.update == "example"
+        self.net = DeepCTR(spec, seed=spec.optimizer("mlp").seed).to(device())
+        self.params = {n: t.optimizer.params() for n, t in self.tables.items()}
+
+    def prepare(self, client: PSClient) -> None:
+        created = declare(client, self.spec)
+        if created["mlp"]:  # a fresh MLP starts from Glorot-uniform weights, not zeros
+            t = self.tables["mlp"]
+            start = rows_with_weights(self.net.flat().astype(np.float64).reshape(-1, 1), t.width, self.params["mlp"])
+            client.push_dense("mlp", start - client.pull_dense("mlp", state=True), kind=DELTA)
+
+    def train(self, client: PSClient, batch: SampleBatch) -> npt.NDArray[np.float32]:
+        uniq, inv = np.unique(batch.keys, return_inverse=True)
+        uidx = inv.astype(np.int64).reshape(-1)
+        seq = self.sequential
+        (w_rows, w_session), (e_rows, e_session) = client.pull("w", uniq, state=seq), client.pull(self.emb, uniq, state=seq)
+        bias_rows = client.pull_dense("bias", state=seq)
+        self.net.load_flat(client.pull_dense("mlp"))
+        k = self.spec.k
+        if seq:
+            pw, pe, pb = self.params["w"], self.params[self.emb], self.params["bias"]
+            w_state, e_state = np.array(w_rows, np.float64), np.array(e_rows, np.float64)
+            bias_state = np.array(bias_rows, np.float64).reshape(1, -1)
+        else:
+            pw = pe = pb = PLAIN.params()
+            w_state, e_state, bias_state = plain_state(w_rows), plain_state(e_rows), plain_state(np.reshape(bias_rows, (1, 1)))
+        e32 = weights32(e_state, k, pe)
+        pooled = pool_fields(batch.offsets, uidx, batch.fields, batch.values, e32, self.spec.field_count)
+        p_t = torch.from_numpy(pooled).to(self.net.device).requires_grad_(True)
+        self.net.zero_grad(set_to_none=True)
+        mlp_out = self.net(p_t)
+        (jac,) = torch.autograd.grad(mlp_out.sum(), p_t, retain_graph=True)  # examples are independent
+        probs, dlogit, gw, ge, gbias = train_deep_batch(
+            seq,
+            self.spec.type == "deepfm",
+            batch.offsets,
+            uidx,
+            batch.fields,
+            batch.values,
+            batch.labels,
+            mlp_out.detach().cpu().numpy().astype(np.float32),
+            jac.cpu().numpy().astype(np.float32),
+            w_state,
+            pw,
+            e_state,
+            pe,
+            bias_state,
+            pb,
+        )
+        mlp_out.backward(torch.from_numpy(dlogit).to(self.net.device))
+        if seq:
+            client.push("w", uniq, w_state - w_rows, w_session, kind=DELTA)
+            client.push(self.emb, uniq, e_state - e_rows, e_session, kind=DELTA)
+            client.push_dense("bias", bias_state - np.reshape(bias_rows, (1, -1)), kind=DELTA)
+        else:
+            client.push("w", uniq, gw.astype(np.float32), w_session, kind=GRADIENT)
+            client.push(self.emb, uniq, ge.astype(np.float32), e_session, kind=GRADIENT)
+            client.push_dense("bias", np.array([gbias], np.float32), kind=GRADIENT)
+        client.push_dense("mlp", self.net.flat_grad() / max(1, len(batch)), kind=GRADIENT)
+        return probs  # type: ignore[no-any-return]
