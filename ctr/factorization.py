@@ -173,7 +173,8 @@ def logits(model: int, offsets: I64, uidx: I64, fields: I32, x: F32, w: F32, v: 
 
 
 def logit_reference(model: str, uidx: I64, fields: I32, x: F32, w: F64, v: F64, bias: float, k: int) -> float:
-    """One example's logit, written as the papers write it."""
+    """One example's logit, written as the papers write it (in float64 throughout)."""
+    x = np.asarray(x, dtype=np.float64)
     z = bias + float(np.sum(w[uidx, 0] * x))
     n = uidx.shape[0]
     for a in range(n):
@@ -194,6 +195,6 @@ def batch_logloss_reference(
     for e in range(offsets.shape[0] - 1):
         a, b = offsets[e], offsets[e + 1]
         z = logit_reference(model, uidx[a:b], fields[a:b], x[a:b], w, v, bias, k)
-        y = labels[e]
-        total += float(np.logaddexp(0.0, z) - y * z)
+        y = float(labels[e])
+        total += float(np.logaddexp(0.0, z)) - y * z
     return total

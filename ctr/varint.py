@@ -117,3 +117,36 @@ def decode_index_lists(buf: U8, lists: int, limit: int) -> tuple[I64, I64]:
     if pos != buf.shape[0]:
         raise ValueError("trailing bytes after the last list")
     return offsets, indices[:n].copy()
+
+
+@nb.njit(cache=True)
+def encode_varints(values: U64) -> U8:
+    """Each value as a LEB128 varint, back to back."""
+    out = np.empty(values.shape[0] * 10, dtype=np.uint8)
+    pos = 0
+    for i in range(values.shape[0]):
+        pos = _put(out, pos, values[i])
+    return out[:pos].copy()
+
+
+@nb.njit(cache=True)
+def decode_runs(buf: U8, total: int, limit: int) -> npt.NDArray[np.int32]:
+    """Expands `runs, (value, length) * runs` varints into total values, each < limit."""
+    out = np.empty(total, dtype=np.int32)
+    runs, pos = _get(buf, 0)
+    at = 0
+    for _ in range(runs):
+        value, pos = _get(buf, pos)
+        length, pos = _get(buf, pos)
+        if value >= np.uint64(limit):
+            raise ValueError("field index out of range")
+        if length > np.uint64(total - at):
+            raise ValueError("runs cover more entries than the dictionary holds")
+        for i in range(at, at + int(length)):
+            out[i] = np.int32(value)
+        at += int(length)
+    if at != total:
+        raise ValueError("runs cover fewer entries than the dictionary holds")
+    if pos != buf.shape[0]:
+        raise ValueError("trailing bytes after the last run")
+    return out

@@ -6,7 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from safetensors import SafetensorError
+from safetensors.numpy import load_file
+
 from ctr import modelfile
+from ctr.modelspec import ModelSpec, ModelSpecError
 
 
 class VerificationError(ValueError):
@@ -27,18 +31,44 @@ def verify_export(folder: Path, manifest: dict[str, Any]) -> None:
         size = path.stat().st_size
         if size != f.get("size"):
             raise VerificationError(f"{name}: {size} bytes, manifest says {f.get('size')}")
+        if modelfile.sha256_file(path) != f.get("sha256"):
+            raise VerificationError(f"{name}: sha256 does not match the manifest")
+        if f.get("role") == "dense":
+            _verify_dense(path)
+            continue
         try:
             modelfile.verify(path)
         except modelfile.ModelFileError as e:
             raise VerificationError(str(e)) from None
-        if modelfile.sha256_file(path) != f.get("sha256"):
-            raise VerificationError(f"{name}: sha256 does not match the manifest")
-        shard = int(name.split("-", 1)[0].removeprefix("shard")) if name.startswith("shard") else -1
-        seen.setdefault((str(f.get("table")), str(f.get("role"))), set()).add(shard)
+        head = name.split("-", 1)[0].removeprefix("shard")
+        if not head.isdigit():
+            raise VerificationError(f"{name}: a sparse file whose name does not start with shard<index>-")
+        seen.setdefault((str(f.get("table")), str(f.get("role"))), set()).add(int(head))
     for (table, role), got in seen.items():
         if got != set(range(shards)):
             raise VerificationError(f"table {table} ({role}): shards {sorted(got)} of {shards}")
+    _verify_spec(manifest.get("model"))
+    if not any(f.get("role") == "dense" for f in files):
+        raise VerificationError("no dense file (bias and MLP weights)")
     roles = {r for _, r in seen}
     expected = "sparse_full" if manifest.get("kind") == "full" else "sparse_delta"
     if expected not in roles:
         raise VerificationError(f"a {manifest.get('kind')} export without {expected} files")
+
+
+def _verify_dense(path: Path) -> None:
+    try:
+        tensors = load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as e:
+        raise VerificationError(f"{path.name}: not a readable safetensors file: {e}") from None
+    if "bias" not in tensors:
+        raise VerificationError(f"{path.name}: no bias tensor")
+
+
+def _verify_spec(model: Any) -> None:
+    if not isinstance(model, dict):
+        raise VerificationError("export.json: model is not an object")
+    try:
+        ModelSpec.from_dict({k: v for k, v in model.items() if k not in ("name",)})
+    except (ModelSpecError, ValueError, TypeError) as e:
+        raise VerificationError(f"export.json: model spec: {e}") from None

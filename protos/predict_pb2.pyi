@@ -31,6 +31,7 @@ class PredictRequest(_message.Message):
     VALUES_FIELD_NUMBER: _builtins.int
     CONTEXT_FIELD_NUMBER: _builtins.int
     ITEMS_FIELD_NUMBER: _builtins.int
+    FIELDS_FIELD_NUMBER: _builtins.int
     model: _builtins.str
     item_count: _builtins.int
     dictionary: _builtins.bytes
@@ -41,6 +42,8 @@ class PredictRequest(_message.Message):
     """varint count, then varint gap-coded dictionary indices"""
     items: _builtins.bytes
     """per item: varint count, then varint gap-coded dictionary indices"""
+    fields: _builtins.bytes
+    """field index of each dictionary entry, run-length coded: varint runs,"""
     def __init__(
         self,
         *,
@@ -50,10 +53,11 @@ class PredictRequest(_message.Message):
         values: _builtins.bytes = ...,
         context: _builtins.bytes = ...,
         items: _builtins.bytes = ...,
+        fields: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["context", b"context", "dictionary", b"dictionary", "item_count", b"item_count", "items", b"items", "model", b"model", "values", b"values"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["context", b"context", "dictionary", b"dictionary", "fields", b"fields", "item_count", b"item_count", "items", b"items", "model", b"model", "values", b"values"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -114,6 +118,8 @@ class ModelStatusResponse(_message.Message):
     POLICY_FIELD_NUMBER: _builtins.int
     KEYS_FIELD_NUMBER: _builtins.int
     LOADED_AT_FIELD_NUMBER: _builtins.int
+    MODEL_TYPE_FIELD_NUMBER: _builtins.int
+    FIELDS_FIELD_NUMBER: _builtins.int
     model: _builtins.str
     version: _builtins.int
     base_version: _builtins.int
@@ -121,6 +127,12 @@ class ModelStatusResponse(_message.Message):
     keys: _builtins.int
     loaded_at: _builtins.float
     """unix seconds"""
+    model_type: _builtins.str
+    """lr, fm, ffm, wdl or deepfm"""
+    @_builtins.property
+    def fields(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """the model's field list: a feature of field fields[i] has index i"""
+
     def __init__(
         self,
         *,
@@ -130,10 +142,12 @@ class ModelStatusResponse(_message.Message):
         policy: _builtins.str = ...,
         keys: _builtins.int = ...,
         loaded_at: _builtins.float = ...,
+        model_type: _builtins.str = ...,
+        fields: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["base_version", b"base_version", "keys", b"keys", "loaded_at", b"loaded_at", "model", b"model", "policy", b"policy", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["base_version", b"base_version", "fields", b"fields", "keys", b"keys", "loaded_at", b"loaded_at", "model", b"model", "model_type", b"model_type", "policy", b"policy", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

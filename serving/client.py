@@ -1,5 +1,6 @@
 """Python client of the prediction service: encodes plain dicts compactly, so callers never
-hand-build bytes.
+hand-build bytes. Feature names map to the model's field indices; the client asks serving
+for the model's field list on first use unless it is given one.
 
     client = PredictClient("127.0.0.1:50051")
     result = client.predict(items=[{"item": "42"}, {"item": "7"}], context={"user": "u1"})
@@ -15,8 +16,9 @@ import numpy as np
 import numpy.typing as npt
 
 from ctr.batch import SampleBatch
+from ctr.fields import FieldIndex
 from ctr.formats import FieldEncoder, ParsedSample
-from ctr.hashing import hash_features
+from ctr.hashing import hash_tokens, pack_tokens
 from ctr.schema import FeatureSchema
 from protos import predict_pb2, predict_pb2_grpc
 from serving.encoding import EncodedRequest, encode
@@ -34,48 +36,65 @@ class Prediction:
 
 
 class RequestEncoder:
-    def __init__(self, schema: FeatureSchema | None = None) -> None:
-        self.fields = FieldEncoder(schema or FeatureSchema())
+    """Encodes named features under a schema and the model's field list (names of fields
+    outside a given list are dropped, as the trainer drops them)."""
+
+    def __init__(self, schema: FeatureSchema | None = None, fields: Sequence[str] = ()) -> None:
+        self.index = FieldIndex(tuple(fields), frozen=bool(fields))
+        self.fields = FieldEncoder(schema or FeatureSchema(), self.index)
 
     def encode(self, items: Sequence[Mapping[str, Value]], context: Mapping[str, Value] | None = None) -> EncodedRequest:
-        ranks: dict[str, int] = {}
         acc = ParsedSample(0.0, [], [], [])
         owner: list[int] = []
-        rank: list[int] = []
         for who, features in [(-1, context or {}), *enumerate(items)]:
             for name, raw in features.items():
                 before = len(acc.tokens)
                 if isinstance(raw, tuple):
-                    acc.fields.append(self.fields.field(name))
-                    acc.tokens.append(str(raw[0]))
-                    acc.values.append(float(raw[1]))
+                    f = self.index.add(name)
+                    if f >= 0:
+                        acc.fields.append(f)
+                        acc.tokens.append(str(raw[0]))
+                        acc.values.append(float(raw[1]))
                 else:
                     self.fields.add(acc, name, str(raw))
-                added = len(acc.tokens) - before
-                owner += [who] * added
-                rank += [ranks.setdefault(name, len(ranks))] * added
-        keys = hash_features(acc.fields, acc.tokens)
-        return encode(
-            keys, np.asarray(acc.values, np.float32), np.asarray(rank, np.int64), np.asarray(owner, np.int64), len(items)
-        )
+                owner += [who] * (len(acc.tokens) - before)
+        fields = np.asarray(acc.fields, np.int64)
+        buf, offsets = pack_tokens(acc.tokens)
+        keys = hash_tokens(buf, offsets, np.ascontiguousarray(self.index.ids()[fields], dtype=np.uint32))
+        values = np.asarray(acc.values, np.float32)
+        return encode(keys, values, fields, np.asarray(owner, np.int64), len(items), fields)
 
 
 def encode_batch(batch: SampleBatch) -> EncodedRequest:
     """A request scoring every sample of a parsed batch as one item (no shared context)."""
     n = len(batch)
-    counts = np.diff(batch.offsets)
-    owner = np.repeat(np.arange(n, dtype=np.int64), counts)
-    rank = np.arange(batch.keys.shape[0], dtype=np.int64) - np.repeat(batch.offsets[:-1], counts)
-    return encode(batch.keys, batch.values, rank, owner, n)
+    owner = np.repeat(np.arange(n, dtype=np.int64), np.diff(batch.offsets))
+    fields = batch.fields.astype(np.int64)
+    return encode(batch.keys, batch.values, fields, owner, n, fields)
 
 
 class PredictClient:
-    def __init__(self, address: str, model: str = "ctr", schema: FeatureSchema | None = None, timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        address: str,
+        model: str = "ctr",
+        schema: FeatureSchema | None = None,
+        fields: Sequence[str] | None = None,
+        timeout: float = 10.0,
+    ) -> None:
         self.channel = grpc.insecure_channel(address)
         self.stub = predict_pb2_grpc.PredictorStub(self.channel)
         self.model = model
-        self.encoder = RequestEncoder(schema)
+        self.schema = schema
+        self._encoder = RequestEncoder(schema, fields) if fields is not None else None
         self.timeout = timeout
+
+    @property
+    def encoder(self) -> RequestEncoder:
+        """The encoder for the served model's fields (asked of serving on first use)."""
+        if self._encoder is None:
+            self._encoder = RequestEncoder(self.schema, list(self.status().fields))
+        return self._encoder
 
     def wait_ready(self, timeout: float = 30.0) -> None:
         grpc.channel_ready_future(self.channel).result(timeout=timeout)
@@ -95,6 +114,7 @@ class PredictClient:
             values=req.values,
             context=req.context,
             items=req.items,
+            fields=req.fields,
         )
 
     def status(self) -> predict_pb2.ModelStatusResponse:

@@ -2,9 +2,10 @@
 
 A request holds a dictionary of unique (key, value) entries as uint64 keys plus optional
 float32 values (absent: all 1.0), the shared context features once as one index list, and
-each item as one index list. An index list is a varint count then varint gaps between
-ascending dictionary indices. The client orders the dictionary field by field, so an
-item's gaps stay small.
+each item as one index list, and the field index of each dictionary entry, run-length
+coded. An index list is a varint count then varint gaps between ascending dictionary
+indices. The client orders the dictionary field by field, so an item's gaps stay small and
+the field runs are few.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from ctr.varint import decode_index_lists, encode_index_lists
+from ctr.varint import decode_index_lists, decode_runs, encode_index_lists, encode_varints
 
 MAX_ITEMS = 100_000
 
@@ -30,16 +31,18 @@ class EncodedRequest:
     values: bytes
     context: bytes
     items: bytes
+    fields: bytes = b""
 
     @property
     def nbytes(self) -> int:
-        return len(self.dictionary) + len(self.values) + len(self.context) + len(self.items)
+        return len(self.dictionary) + len(self.values) + len(self.context) + len(self.items) + len(self.fields)
 
 
 @dataclass(frozen=True)
 class DecodedRequest:
     keys: npt.NDArray[np.uint64]
     values: npt.NDArray[np.float32]
+    fields: npt.NDArray[np.int32]
     context: npt.NDArray[np.int64]
     item_offsets: npt.NDArray[np.int64]
     item_indices: npt.NDArray[np.int64]
@@ -51,9 +54,11 @@ def encode(
     rank: npt.NDArray[np.int64],
     owner: npt.NDArray[np.int64],
     item_count: int,
+    fields: npt.NDArray[np.int64] | None = None,
 ) -> EncodedRequest:
-    """Encodes flat features: feature j has keys[j], values[j], field rank[j] and belongs to
-    item owner[j] (-1 for the shared context)."""
+    """Encodes flat features: feature j has keys[j], values[j], field rank[j] (the order of
+    the dictionary), field index fields[j] (default 0), and belongs to item owner[j] (-1 for
+    the shared context)."""
     n = keys.shape[0]
     pairs = np.empty((n, 2), dtype=np.uint64)
     pairs[:, 0] = keys
@@ -74,10 +79,25 @@ def encode(
     item_offsets = (bounds[1:] - bounds[1]).astype(np.int64)
     items = encode_index_lists(item_offsets, np.ascontiguousarray(idx_sorted[bounds[1] :]))
     values_bytes = b"" if bool(np.all(dict_vals == 1.0)) else dict_vals.astype("<f4").tobytes()
-    return EncodedRequest(item_count, dict_keys.astype("<u8").tobytes(), values_bytes, bytes(ctx), bytes(items))
+    field_bytes = b"" if fields is None else encode_field_runs(np.asarray(fields, np.int64)[first[order]])
+    return EncodedRequest(item_count, dict_keys.astype("<u8").tobytes(), values_bytes, bytes(ctx), bytes(items), field_bytes)
 
 
-def decode(req: EncodedRequest) -> DecodedRequest:
+def encode_field_runs(fields: npt.NDArray[np.int64]) -> bytes:
+    """runs, then (field, length) per run of equal fields, all varints."""
+    if fields.shape[0] == 0:
+        return b""
+    starts = np.flatnonzero(np.r_[True, fields[1:] != fields[:-1]])
+    lengths = np.diff(np.r_[starts, fields.shape[0]])
+    pairs = np.empty(2 * starts.shape[0] + 1, dtype=np.uint64)
+    pairs[0] = starts.shape[0]
+    pairs[1::2] = fields[starts]
+    pairs[2::2] = lengths
+    return bytes(encode_varints(pairs))
+
+
+def decode(req: EncodedRequest, field_count: int = 1 << 16) -> DecodedRequest:
+    """Validates and expands a request; field indices must be < field_count."""
     if req.item_count > MAX_ITEMS:
         raise EncodingError(f"item_count: {req.item_count} exceeds the limit of {MAX_ITEMS}")
     if len(req.dictionary) % 8:
@@ -102,4 +122,11 @@ def decode(req: EncodedRequest) -> DecodedRequest:
         offsets, indices = decode_index_lists(np.frombuffer(req.items, dtype=np.uint8), req.item_count, n)
     except ValueError as e:
         raise EncodingError(f"items: {e}") from None
-    return DecodedRequest(keys, values, ctx, offsets, indices)
+    if req.fields:
+        try:
+            fields = decode_runs(np.frombuffer(req.fields, dtype=np.uint8), n, field_count)
+        except ValueError as e:
+            raise EncodingError(f"fields: {e}") from None
+    else:
+        fields = np.zeros(n, dtype=np.int32)
+    return DecodedRequest(keys, values, fields, ctx, offsets, indices)

@@ -1,4 +1,10 @@
-"""numba scoring kernels of the prediction service, each with a numpy reference."""
+"""numba scoring kernels of the prediction service, each with a numpy reference.
+
+A request's features index its dictionary; `rows[n, R]` are the dictionary entries'
+looked-up weights (w in column 0, the k- or F*k-vector from column v_at). The shared
+context's share is computed once per request: its linear sum, for FM its sum and sum of
+squares of v x, for FFM the context-by-context pairs, for the DNNs its pooled fields.
+"""
 
 from __future__ import annotations
 
@@ -9,10 +15,11 @@ import numpy.typing as npt
 from ctr.lr import sigmoid
 
 F32 = npt.NDArray[np.float32]
+I32 = npt.NDArray[np.int32]
 I64 = npt.NDArray[np.int64]
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def lr_score_items(context: I64, offsets: I64, indices: I64, contrib: F32, bias: float) -> F32:
     """sigmoid(bias + sum of context contributions + sum of the item's contributions)."""
     base = bias
@@ -25,6 +32,116 @@ def lr_score_items(context: I64, offsets: I64, indices: I64, contrib: F32, bias:
             z += contrib[indices[j]]
         out[i] = sigmoid(z)
     return out
+
+
+@nb.njit(cache=True, nogil=True)
+def fm_score_items(context: I64, offsets: I64, indices: I64, x: F32, rows: F32, v_at: int, k: int, bias: float) -> F32:
+    base = bias
+    s_ctx = np.zeros(k, dtype=np.float64)
+    q_ctx = np.zeros(k, dtype=np.float64)
+    for c in range(context.shape[0]):
+        j = context[c]
+        base += rows[j, 0] * x[j]
+        for t in range(k):
+            vx = rows[j, v_at + t] * x[j]
+            s_ctx[t] += vx
+            q_ctx[t] += vx * vx
+    out = np.empty(offsets.shape[0] - 1, dtype=np.float32)
+    for i in range(out.shape[0]):
+        z = base
+        for a in range(offsets[i], offsets[i + 1]):
+            z += rows[indices[a], 0] * x[indices[a]]
+        for t in range(k):
+            s = s_ctx[t]
+            q = q_ctx[t]
+            for a in range(offsets[i], offsets[i + 1]):
+                j = indices[a]
+                vx = rows[j, v_at + t] * x[j]
+                s += vx
+                q += vx * vx
+            z += 0.5 * (s * s - q)
+        out[i] = sigmoid(z)
+    return out
+
+
+@nb.njit(cache=True, inline="always")
+def _ffm_pair(rows: F32, x: F32, fields: I32, a: int, b: int, v_at: int, k: int) -> float:
+    fa, fb = fields[a], fields[b]
+    dot = 0.0
+    for t in range(k):
+        dot += rows[a, v_at + fb * k + t] * rows[b, v_at + fa * k + t]
+    return dot * x[a] * x[b]
+
+
+@nb.njit(cache=True, nogil=True)
+def ffm_score_items(
+    context: I64, offsets: I64, indices: I64, x: F32, fields: I32, rows: F32, v_at: int, k: int, bias: float
+) -> F32:
+    base = bias
+    for c in range(context.shape[0]):
+        base += rows[context[c], 0] * x[context[c]]
+        for d in range(c + 1, context.shape[0]):
+            base += _ffm_pair(rows, x, fields, context[c], context[d], v_at, k)
+    out = np.empty(offsets.shape[0] - 1, dtype=np.float32)
+    for i in range(out.shape[0]):
+        z = base
+        lo, hi = offsets[i], offsets[i + 1]
+        for a in range(lo, hi):
+            ja = indices[a]
+            z += rows[ja, 0] * x[ja]
+            for c in range(context.shape[0]):
+                z += _ffm_pair(rows, x, fields, ja, context[c], v_at, k)
+            for b in range(a + 1, hi):
+                z += _ffm_pair(rows, x, fields, ja, indices[b], v_at, k)
+        out[i] = sigmoid(z)
+    return out
+
+
+@nb.njit(cache=True, nogil=True)
+def deep_inputs(
+    context: I64,
+    offsets: I64,
+    indices: I64,
+    x: F32,
+    fields: I32,
+    rows: F32,
+    v_at: int,
+    k: int,
+    n_fields: int,
+    bias: float,
+    with_fm: bool,
+) -> tuple[F32, F32]:
+    """Per item: pooled field embeddings [N, F, k] (context pooled once, then the item's),
+    and the logit without the MLP: bias + linear + (FM over fields, for deepfm)."""
+    ctx_pool = np.zeros((n_fields, k), dtype=np.float32)
+    ctx_lin = bias
+    for c in range(context.shape[0]):
+        j = context[c]
+        ctx_lin += rows[j, 0] * x[j]
+        for t in range(k):
+            ctx_pool[fields[j], t] += rows[j, v_at + t] * x[j]
+    n = offsets.shape[0] - 1
+    pooled = np.empty((n, n_fields, k), dtype=np.float32)
+    partial = np.empty(n, dtype=np.float32)
+    for i in range(n):
+        pooled[i] = ctx_pool
+        z = ctx_lin
+        for a in range(offsets[i], offsets[i + 1]):
+            j = indices[a]
+            z += rows[j, 0] * x[j]
+            for t in range(k):
+                pooled[i, fields[j], t] += rows[j, v_at + t] * x[j]
+        if with_fm:
+            for t in range(k):
+                s = 0.0
+                q = 0.0
+                for f in range(n_fields):
+                    p = pooled[i, f, t]
+                    s += p
+                    q += p * p
+                z += 0.5 * (s * s - q)
+        partial[i] = z
+    return pooled, partial
 
 
 def lr_score_items_reference(context: I64, offsets: I64, indices: I64, contrib: F32, bias: float) -> F32:

@@ -1,4 +1,10 @@
-"""A servable version: per-shard hashmap images (mmapped) under an overlay of delta rows."""
+"""A servable version: per-shard hashmap images (mmapped) under an overlay of delta rows,
+the dense weights, and the model rebuilt from the manifest alone (spec, fields, layout).
+
+Each sparse row holds every sparse table's weights side by side (`columns` of the shard
+files, e.g. `w:1,v:8`): a request's unique keys are looked up once, then scored by the
+model's kernel (serving.kernels); wdl and deepfm run their MLP in torch (CUDA when present).
+"""
 
 from __future__ import annotations
 
@@ -9,11 +15,41 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from safetensors.numpy import load_file
 
 from ctr import modelfile
 from ctr.hashmap import CompactHashMap
 from ctr.hashmap_kernels import gather_rows
+from ctr.modelspec import ModelSpec
 from ctr.routing import shard_of
+from serving.encoding import DecodedRequest
+from serving.kernels import deep_inputs, ffm_score_items, fm_score_items, lr_score_items
+
+
+def parse_columns(text: str) -> dict[str, tuple[int, int]]:
+    """`w:1,v:8` -> {"w": (0, 1), "v": (1, 8)}: each table's first column and width."""
+    out: dict[str, tuple[int, int]] = {}
+    at = 0
+    for part in filter(None, text.split(",")):
+        name, _, dim = part.partition(":")
+        if not dim.isdigit() or int(dim) < 1:
+            raise ValueError(f"columns: {part!r} is not table:dim")
+        out[name] = (at, int(dim))
+        at += int(dim)
+    return out
+
+
+def spec_of(manifest: dict[str, Any]) -> ModelSpec:
+    d = {k: v for k, v in (manifest.get("spec") or {}).items() if k in ("type", "k", "fields", "hidden", "update", "optimizers")}
+    return ModelSpec.from_dict(d or {"type": "lr"})
+
+
+def shard_index(name: str) -> int:
+    """The shard of a file named shard<i>-...: files sort by this, never by name."""
+    head = name.split("-", 1)[0].removeprefix("shard")
+    if not head.isdigit():
+        raise ValueError(f"{name}: not a shard file name")
+    return int(head)
 
 
 @dataclass
@@ -22,14 +58,20 @@ class ServableModel:
     version: int
     base_version: int
     chain: list[int]
-    dim: int
+    spec: ModelSpec
+    columns: dict[str, tuple[int, int]]
     images: list[CompactHashMap]
     overlay: CompactHashMap
-    bias: float
+    dense: dict[str, npt.NDArray[np.float32]]
     keys: int
+    net: Any = None  # ctr.deep.DeepCTR for wdl and deepfm
     loaded_at: float = field(default_factory=time.time)
 
-    def weights(self, keys: npt.NDArray[np.uint64]) -> npt.NDArray[np.float32]:
+    @property
+    def bias(self) -> float:
+        return float(self.dense["bias"][0])
+
+    def rows(self, keys: npt.NDArray[np.uint64]) -> npt.NDArray[np.float32]:
         """Rows for keys: overlay first (newest deltas), then the owning shard's image."""
         slots = self.overlay.find(keys)
         out: npt.NDArray[np.float32] = gather_rows(self.overlay.rows, slots)
@@ -44,11 +86,50 @@ class ServableModel:
                 out[rest[sel]] = gather_rows(image.rows, image.find(rk[sel]))
         return out
 
+    def score(self, req: DecodedRequest) -> npt.NDArray[np.float32]:
+        rows = self.rows(req.keys)
+        t = self.spec.type
+        if t == "lr":
+            contrib = np.ascontiguousarray(rows[:, 0]) * req.values
+            return lr_score_items(req.context, req.item_offsets, req.item_indices, contrib, self.bias)  # type: ignore[no-any-return]
+        emb = self.spec.embedding_table() or "v"
+        v_at = self.columns[emb][0]
+        k = self.spec.k
+        if t == "fm":
+            return fm_score_items(req.context, req.item_offsets, req.item_indices, req.values, rows, v_at, k, self.bias)  # type: ignore[no-any-return]
+        if t == "ffm":
+            return ffm_score_items(  # type: ignore[no-any-return]
+                req.context, req.item_offsets, req.item_indices, req.values, req.fields, rows, v_at, k, self.bias
+            )
+        pooled, partial = deep_inputs(
+            req.context,
+            req.item_offsets,
+            req.item_indices,
+            req.values,
+            req.fields,
+            rows,
+            v_at,
+            k,
+            self.spec.field_count,
+            self.bias,
+            t == "deepfm",
+        )
+        return self.net.predict(pooled, partial)  # type: ignore[no-any-return]
 
-def _bias(folder: Path, files: list[dict[str, Any]], table: str) -> float:
-    parts = [modelfile.read_dense(folder / f["name"]) for f in files if f["role"] == "dense" and f["table"] == table]
-    values = np.concatenate([v for _, v in sorted(parts, key=lambda p: p[0])]) if parts else np.zeros(1)
-    return float(values[0]) if values.shape[0] else 0.0
+
+def _dense(folder: Path, files: list[dict[str, Any]]) -> dict[str, npt.NDArray[np.float32]]:
+    names = [f["name"] for f in files if f["role"] == "dense"]
+    if not names:
+        raise ValueError("the version has no dense file")
+    return {k: np.asarray(v, dtype=np.float32) for k, v in load_file(str(folder / names[0])).items()}
+
+
+def _net(spec: ModelSpec, dense: dict[str, npt.NDArray[np.float32]]) -> Any:
+    if not spec.is_dnn:
+        return None
+    from serving.deep import DeepScorer  # torch loads only for DNN models
+
+    return DeepScorer(spec, dense)
 
 
 def apply_delta(overlay: CompactHashMap, path: Path) -> None:
@@ -61,6 +142,10 @@ def apply_delta(overlay: CompactHashMap, path: Path) -> None:
         overlay.rows[slots] = 0.0
 
 
+def _sparse_files(manifest: dict[str, Any], role: str) -> list[dict[str, Any]]:
+    return sorted((f for f in manifest["files"] if f["role"] == role), key=lambda f: shard_index(f["name"]))
+
+
 def load(
     version_dir: Path,
     manifest: dict[str, Any],
@@ -71,35 +156,35 @@ def load(
 ) -> ServableModel:
     """Builds the servable of a version; reuses current's images and overlay when the new
     version extends current's delta chain, so a delta costs only its own rows."""
-    spec = manifest.get("spec") or {}
-    table = str(spec.get("table", "w"))
+    spec = spec_of(manifest)
     chain = list(manifest["delta_chain"])
     if current is not None and current.base_version == manifest["base_version"] and chain[: len(current.chain)] == current.chain:
-        images = current.images
+        images, columns = current.images, current.columns
         overlay = CompactHashMap(current.overlay.row_words, slots=current.overlay.slots.copy(), size=current.overlay.size)
         todo = chain_dirs[len(current.chain) :]
     else:
-        shard_files = sorted(
-            (f for f in base_manifest["files"] if f["role"] == "sparse_full" and f["table"] == table),
-            key=lambda f: f["name"],
-        )
+        shard_files = _sparse_files(base_manifest, "sparse_full")
+        columns = parse_columns(shard_files[0].get("columns", "w:1")) if shard_files else {"w": (0, 1)}
         images = [modelfile.load_image(base_dir / f["name"]) for f in shard_files]
-        dim = images[0].row_words if images else int(spec.get("dim", 1))
-        overlay = CompactHashMap(dim, capacity=1024)
+        width = sum(d for _, d in columns.values())
+        if any(i.row_words != width for i in images):
+            raise ValueError(f"an image's rows do not hold the {width} columns its manifest lists")
+        overlay = CompactHashMap(width, capacity=1024)
         todo = chain_dirs
     for d, m in todo:
-        for f in sorted(m["files"], key=lambda f: f["name"]):
-            if f["role"] == "sparse_delta" and f["table"] == table:
-                apply_delta(overlay, d / f["name"])
-    bias = _bias(version_dir, manifest["files"], str(spec.get("bias_table", "bias")))
+        for f in _sparse_files(m, "sparse_delta"):
+            apply_delta(overlay, d / f["name"])
+    dense = _dense(version_dir, manifest["files"])
     return ServableModel(
         name=str(manifest["model"]),
         version=int(manifest["version"]),
         base_version=int(manifest["base_version"]),
         chain=chain,
-        dim=overlay.row_words,
+        spec=spec,
+        columns=columns,
         images=images,
         overlay=overlay,
-        bias=bias,
+        dense=dense,
         keys=sum(i.size for i in images) + overlay.size,
+        net=_net(spec, dense),
     )

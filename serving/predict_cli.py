@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 
 from ctr.batch import build_batch
-from ctr.formats import ParseError, make_parser
+from ctr.fields import FieldIndex
+from ctr.formats import ParseError, make_parser, resolve_fields
 from ctr.metrics import auc, logloss
 from ctr.schema import PRESETS, detect_schema
 from serving.client import PredictClient, encode_batch
@@ -29,7 +30,10 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"{args.data}: empty")
     schema = detect_schema(lines[0]) if args.format == "auto" else PRESETS[args.format]
     header = lines[0] if schema.format == "csv" else None
-    parse = make_parser(schema, header)
+    client = PredictClient(args.address, args.model)
+    served = list(client.status().fields)  # the served model's field list: its indices
+    fields = FieldIndex(served, frozen=True) if served else resolve_fields(schema, lines[:2000], freeze=False)
+    parse = make_parser(schema, fields, header)
     body = lines[1:] if header else lines
     start = 2 if header else 1
     samples = []
@@ -38,11 +42,10 @@ def run(args: argparse.Namespace) -> int:
             samples.append(parse(line))
         except ParseError as e:
             print(f"{args.data}:{i + start}: {e}", file=sys.stderr)
-    client = PredictClient(args.address, args.model)
     labels, scores = [], []
     version = 0
     for lo in range(0, len(samples), args.items):
-        batch = build_batch(samples[lo : lo + args.items])
+        batch = build_batch(samples[lo : lo + args.items], fields.ids())
         pred = client.predict_encoded(encode_batch(batch))
         version = pred.version
         labels.extend(batch.labels.tolist())

@@ -6,12 +6,10 @@ import time
 from typing import NoReturn
 
 import grpc
-import numpy as np
 
 from protos import predict_pb2, predict_pb2_grpc
 from serving import metrics
 from serving.encoding import EncodedRequest, EncodingError, decode
-from serving.kernels import lr_score_items
 from serving.watcher import ModelWatcher
 
 
@@ -33,11 +31,15 @@ class PredictorServicer(predict_pb2_grpc.PredictorServicer):
         if request.model and request.model != model.name:
             _abort(context, grpc.StatusCode.NOT_FOUND, f"model: {request.model!r} is not served here (serving {model.name!r})")
         try:
-            req = decode(EncodedRequest(request.item_count, request.dictionary, request.values, request.context, request.items))
+            encoded = EncodedRequest(
+                request.item_count, request.dictionary, request.values, request.context, request.items, request.fields
+            )
+            req = decode(encoded, max(1, model.spec.field_count))
         except EncodingError as e:
             _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"Predict: {e}")
-        contrib = np.ascontiguousarray(model.weights(req.keys)[:, 0]) * req.values
-        scores = lr_score_items(req.context, req.item_offsets, req.item_indices, contrib, model.bias)
+        if model.spec.needs_fields and not request.fields:
+            _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"Predict: fields: a {model.spec.type} model needs field indices")
+        scores = model.score(req)
         metrics.REQUESTS.labels("OK").inc()
         metrics.ITEMS.inc(request.item_count)
         metrics.LATENCY.observe(time.perf_counter() - start)
@@ -56,4 +58,6 @@ class PredictorServicer(predict_pb2_grpc.PredictorServicer):
             policy=self.watcher.repo.policy().describe(),
             keys=model.keys,
             loaded_at=model.loaded_at,
+            model_type=model.spec.type,
+            fields=list(model.spec.fields),
         )

@@ -8,12 +8,12 @@ from ps.config import PSConfig
 
 def test_precedence_defaults_yaml_env_flags(tmp_path):
     y = tmp_path / "ps.yaml"
-    y.write_text("shard_count: 4\nalpha: 0.2\nport: 7000\n")
+    y.write_text("shard_count: 4\nworkers: 2\nport: 7000\n")
     p = argparse.ArgumentParser()
     add_arguments(p, PSConfig)
     args = p.parse_args(["--config", str(y), "--port", "7100"])
-    conf = build(PSConfig, "BOUNDLESS_PS_", args, environ={"BOUNDLESS_PS_ALPHA": "0.3"})
-    assert (conf.shard_count, conf.alpha, conf.port, conf.beta) == (4, 0.3, 7100, 1.0)
+    conf = build(PSConfig, "BOUNDLESS_PS_", args, environ={"BOUNDLESS_PS_WORKERS": "3"})
+    assert (conf.shard_count, conf.workers, conf.port, conf.host) == (4, 3, 7100, "127.0.0.1")
 
 
 def test_bad_values_name_their_source(tmp_path):

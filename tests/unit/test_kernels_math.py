@@ -1,6 +1,5 @@
 import numpy as np
 
-from ctr.lr import lr_gradients, lr_gradients_reference, lr_logits, lr_logits_reference
 from ctr.metrics import auc, logloss
 from serving.kernels import lr_score_items, lr_score_items_reference
 
@@ -11,21 +10,6 @@ def _csr(rng, n=64, nnz=8, vocab=30):
     index = rng.integers(0, vocab, offsets[-1]).astype(np.int64)
     values = rng.random(offsets[-1]).astype(np.float32)
     return offsets, index, values
-
-
-def test_lr_kernels_match_references():
-    rng = np.random.default_rng(3)
-    offsets, index, values = _csr(rng)
-    w = rng.normal(size=30).astype(np.float32)
-    np.testing.assert_allclose(
-        lr_logits(offsets, index, values, w, 0.3), lr_logits_reference(offsets, index, values, w, 0.3), rtol=1e-5, atol=1e-5
-    )
-    probs = rng.random(64).astype(np.float32)
-    labels = (rng.random(64) > 0.5).astype(np.float32)
-    g, gb = lr_gradients(offsets, index, values, probs, labels, 30)
-    g_ref, gb_ref = lr_gradients_reference(offsets, index, values, probs, labels, 30)
-    np.testing.assert_allclose(g, g_ref, rtol=1e-4, atol=1e-5)
-    assert np.isclose(gb, gb_ref, atol=1e-4)
 
 
 def test_score_items_matches_reference():

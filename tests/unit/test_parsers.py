@@ -2,6 +2,7 @@ import logging
 
 import pytest
 
+from ctr.fields import FieldIndex
 from ctr.formats import ParseError, make_parser
 from ctr.schema import PRESETS, detect_schema
 
@@ -24,7 +25,7 @@ def test_real_files_parse_whole(data_dir, path, fmt, rows):
     schema = detect_schema(lines[0])
     assert schema.format == fmt
     header = lines[0] if fmt == "csv" else None
-    parse = make_parser(schema, header)
+    parse = make_parser(schema, FieldIndex(), header)
     body = lines[1:] if header else lines
     samples = [parse(line) for line in body]
     if rows is not None:
@@ -37,14 +38,14 @@ def test_criteo_ragged_rows_treat_missing_trailing_fields_as_empty(data_dir):
     lines = (data_dir / "criteo_small/pytorchfm_jqsl_train.txt").read_text().splitlines()
     ragged = [line for line in lines if len(line.split("\t")) < 40]
     assert ragged, "the file is known to hold rows of 37 and 38 columns"
-    parse = make_parser(PRESETS["criteo"])
+    parse = make_parser(PRESETS["criteo"], FieldIndex())
     for line in ragged:
         s = parse(line)
         assert len(s.tokens) <= len(line.split("\t")) - 1
 
 
 def test_criteo_numeric_bucketing():
-    s = make_parser(PRESETS["criteo"])("1\t5\t\t0\t" + "\t".join(["1"] * 10) + "\tab")
+    s = make_parser(PRESETS["criteo"], FieldIndex())("1\t5\t\t0\t" + "\t".join(["1"] * 10) + "\tab")
     assert s.tokens[:2] == ["b2", "v0"]  # floor(ln(5)^2) = 2; empty I2 is missing
     assert s.tokens[-1] == "ab" and len(s.tokens) == 13
 
@@ -61,11 +62,11 @@ def test_criteo_numeric_bucketing():
 )
 def test_malformed_lines_name_what_is_wrong(fmt, line, needle):
     with pytest.raises(ParseError, match=needle):
-        make_parser(PRESETS[fmt])(line)
+        make_parser(PRESETS[fmt], FieldIndex())(line)
 
 
 def test_csv_column_count_mismatch():
-    parse = make_parser(PRESETS["avazu"], "id,click,site")
+    parse = make_parser(PRESETS["avazu"], FieldIndex(), "id,click,site")
     with pytest.raises(ParseError, match="3"):
         parse("1,0")
 

@@ -1,0 +1,30 @@
+"""The MLP of a served wdl or deepfm version, in torch inference mode (CUDA when present)."""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+import torch
+
+from ctr.deep import DeepCTR, device
+from ctr.modelspec import ModelSpec
+
+
+class DeepScorer:
+    def __init__(self, spec: ModelSpec, dense: dict[str, npt.NDArray[np.float32]]) -> None:
+        self.net = DeepCTR(spec).to(device()).eval()
+        missing = [n for n, _ in spec.mlp_shapes() if n not in dense]
+        if missing:
+            raise ValueError(f"dense file lacks MLP tensors {missing}")
+        with torch.no_grad():
+            for p, (name, shape) in zip(self.net.params, spec.mlp_shapes(), strict=True):
+                if dense[name].shape != shape:
+                    raise ValueError(f"dense tensor {name} has shape {dense[name].shape}, the spec says {shape}")
+                p.copy_(torch.from_numpy(dense[name]))
+
+    def predict(self, pooled: npt.NDArray[np.float32], partial: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        """sigmoid(partial logit + MLP(pooled)) per item."""
+        with torch.inference_mode():
+            dev = self.net.device
+            z = self.net(torch.from_numpy(pooled).to(dev)) + torch.from_numpy(partial).to(dev)
+            return torch.sigmoid(z).cpu().numpy().astype(np.float32)  # type: ignore[no-any-return]

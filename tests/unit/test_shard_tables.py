@@ -1,0 +1,97 @@
+"""Shard tables: declared layouts, gradient and state-delta pushes, and refused pushes."""
+
+import numpy as np
+import pytest
+
+from ctr.modelspec import ModelSpec
+from ctr.optim import OptimizerSpec
+from ctr.routing import shard_of
+from ps.shard import Shard, ShardError
+
+
+def _shard(model="fm"):
+    s = Shard(0, 1)
+    assert all(s.declare(ModelSpec(model, k=4, fields=("a", "b")).tables()))
+    return s
+
+
+KEYS = np.array([3, 9, 12, 40], dtype=np.uint64)
+
+
+def test_pull_reads_initial_rows_without_inserting():
+    s = _shard()
+    _, v = s.pull("v", KEYS, open_session=False)
+    _, again = s.pull("v", KEYS, open_session=False)
+    assert np.array_equal(v, again) and np.abs(v).max() > 0  # embeddings start random, per key
+    assert s.sparse["v"].map.size == 0
+
+
+def test_gradient_push_steps_the_optimizer_and_delta_push_adds_state():
+    s = _shard()
+    _, before = s.pull("w", KEYS, open_session=False, state=True)
+    s.push("w", KEYS, np.ones(4), "gradient")
+    _, after = s.pull("w", KEYS, open_session=False, state=True)
+    assert (after[:, 1] == before[:, 1] + 1).all()  # FTRL n += g^2
+    delta = np.zeros_like(after)
+    delta[:, 0] = 0.25
+    s.push("w", KEYS, delta, "delta")
+    _, merged = s.pull("w", KEYS, open_session=False, state=True)
+    np.testing.assert_allclose(merged, after + delta)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, 3e38, -2e6])
+def test_a_bad_push_is_refused_and_changes_nothing(bad):
+    s = _shard()
+    s.push("w", KEYS, np.ones(4), "gradient")
+    _, before = s.pull("w", KEYS, open_session=False, state=True)
+    grads = np.ones(4)
+    grads[2] = bad
+    with pytest.raises(ShardError, match="not finite or exceeds max_abs"):
+        s.push("w", KEYS, grads, "gradient")
+    with pytest.raises(ShardError, match="not finite or exceeds max_abs"):
+        s.push_dense("bias", np.array([bad]), "gradient")
+    _, after = s.pull("w", KEYS, open_session=False, state=True)
+    assert np.array_equal(before, after) and s.sparse["w"].map.size == 4
+
+
+def test_the_limit_is_per_table():
+    s = Shard(0, 1)
+    spec = ModelSpec("lr").with_optimizer("w", OptimizerSpec("ftrl", lr=0.5, max_abs=10.0))
+    s.declare(spec.tables())
+    s.push("w", KEYS, np.full(4, 9.0), "gradient")
+    with pytest.raises(ShardError, match="max_abs 10"):
+        s.push("w", KEYS, np.full(4, 11.0), "gradient")
+
+
+def test_a_table_declared_with_another_layout_is_refused():
+    s = _shard("fm")
+    with pytest.raises(ShardError, match="declared as sparse dim 8"):
+        s.declare(ModelSpec("fm", k=8).tables())
+
+
+def test_one_worker_stepping_its_copy_ends_with_the_shard_holding_its_state():
+    """The per-example protocol: pull state, step locally, push state - pulled."""
+    from ctr.optim import step_rows
+
+    s = _shard()
+    opt = s.sparse["v"].spec.optimizer
+    rng = np.random.default_rng(0)
+    local = None
+    for _ in range(5):
+        _, pulled = s.pull("v", KEYS, open_session=False, state=True)
+        local = pulled.copy()
+        step_rows(local, rng.normal(size=(4, 4)), 4, opt.params())
+        s.push("v", KEYS, local - pulled, "delta")
+    _, final = s.pull("v", KEYS, open_session=False, state=True)
+    np.testing.assert_allclose(final, local, rtol=1e-12, atol=1e-15)
+
+
+def test_export_writes_one_row_per_key_with_every_sparse_table(tmp_path):
+    s = Shard(0, 1)
+    s.declare(ModelSpec("fm", k=4).tables())
+    s.push("w", KEYS[:2], np.ones(2), "gradient")
+    s.push("v", KEYS[1:], np.ones((3, 4)), "gradient")
+    files, _ = s.export(True, tmp_path)
+    (f,) = files
+    assert f.columns == "w:1,v:4" and f.rows == 4
+    assert (shard_of(KEYS, 1) == 0).all()
