@@ -49,9 +49,25 @@ def hashmap() -> dict[str, float]:
 def train(ps: str, source: Path, out: Path) -> dict[str, float]:
     t = time.perf_counter()
     subprocess.run(
-        [sys.executable, "-m", "boundless", "train", "--source", str(source), "--ps", ps, "--no-follow",
-         "--metrics-port", "-1", "--metrics-out", str(out), "--log-level", "WARNING"],
-        check=True, capture_output=True,
+        [
+            sys.executable,
+            "-m",
+            "boundless",
+            "train",
+            "--source",
+            str(source),
+            "--ps",
+            ps,
+            "--no-follow",
+            "--metrics-port",
+            "-1",
+            "--metrics-out",
+            str(out),
+            "--log-level",
+            "WARNING",
+        ],
+        check=True,
+        capture_output=True,
     )
     r = json.loads(out.read_text())
     r["wall_s"] = time.perf_counter() - t

@@ -1,11 +1,14 @@
 """`boundless demo`: the whole platform on one machine, as separate processes on 127.0.0.1:
 2 PS shards, the trainer, the model manager and one serving process, on a synthetic stream
-(or --data PATH), then Predict latency for 200-item requests, then a clean stop."""
+(or --data PATH), then Predict latency for 200-item requests, then a clean stop. On the
+synthetic stream it also trains LR in-process on the same files, so the report shows what
+the chosen model gains over LR, beside the planted model's own AUC."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import time
 import urllib.request
@@ -14,12 +17,16 @@ from pathlib import Path
 import numpy as np
 
 from boundless.processes import Daemon, DaemonDied, start
+from ctr.metrics import auc
 from ctr.synthetic import SyntheticSpec, SyntheticStream
 from modelmgr.repository import Repository
 from serving.client import PredictClient
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", default="lr", choices=["lr", "fm", "ffm", "wdl", "deepfm"], help="model to train")
+    parser.add_argument("--k", type=int, default=8, help="embedding size")
+    parser.add_argument("--hidden", default="128,64", help="MLP layers of wdl and deepfm")
     parser.add_argument("--data", type=Path, default=None, help="stream this file instead of the synthetic stream")
     parser.add_argument("--format", default="auto", help="format of --data (schema preset or auto)")
     parser.add_argument("--duration", type=float, default=60.0, help="seconds of synthetic stream")
@@ -48,6 +55,8 @@ class Demo:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.daemons: list[Daemon] = []
         self.tty = sys.stdout.isatty()
+        self.part = 0
+        self.oracle: list[tuple[np.ndarray, np.ndarray]] = []  # (labels, planted logits) of the last parts
 
     def say(self, msg: str) -> None:
         print(msg, flush=True)
@@ -85,12 +94,20 @@ class Demo:
         try:
             shards, mgr, serving = self.start_platform()
             source = str(self.args.data) if self.args.data else str(stream_dir)
+            if not self.args.data:
+                self.write_part(synth, stream_dir)  # the trainer reads its field list from the first data
             trainer = start(
                 "trainer",
                 [
                     "train",
                     "--source",
                     source,
+                    "--model",
+                    self.args.model,
+                    "--k",
+                    str(self.args.k),
+                    "--hidden",
+                    self.args.hidden,
                     "--ps",
                     ",".join(s.address for s in shards),
                     "--format",
@@ -120,7 +137,8 @@ class Demo:
             repo = Repository(self.dir / "repo", "ctr")
             self.wait_published(repo, int(result["exports"]), serving)
             latency = self.measure(serving, synth)
-            self.report(result, repo, latency)
+            baseline = None if self.args.data or self.args.model == "lr" else self.lr_baseline(stream_dir)
+            self.report(result, repo, latency, baseline)
             return 0
         except DaemonDied as e:
             print(f"demo failed: {e}", file=sys.stderr)
@@ -132,27 +150,45 @@ class Demo:
     def stream(self, synth: SyntheticStream, folder: Path, trainer: Daemon, port: int) -> None:
         """Writes rolling files of synthetic samples while showing progress."""
         end = time.monotonic() + (0 if self.args.data else self.args.duration)
-        part = 0
         last_show = 0.0
         while True:
             now = time.monotonic()
             self.check_all()
             if now < end:
-                part += 1
-                lines = synth.lines(self.args.rate)
-                tmp = folder / f".part-{part:05d}.txt"
-                tmp.write_text("\n".join(lines) + "\n")
-                tmp.rename(folder / f"part-{part:05d}.txt")  # lands whole, as a rolled file would
+                self.write_part(synth, folder)
             elif trainer.proc.poll() is not None:
                 return
             if now - last_show >= 5:
                 trained = _scrape(port, "boundless_trainer_samples_total")
                 versions = len(Repository(self.dir / "repo", "ctr").versions())
-                generated = 0 if self.args.data else part * self.args.rate
+                generated = 0 if self.args.data else self.part * self.args.rate
                 elapsed = self.args.duration - max(0.0, end - now)
                 self.say(f"  t={elapsed:5.0f}s  generated {generated:>9,}  trained {trained:>11,.0f}  versions {versions}")
                 last_show = now
             time.sleep(max(0.0, 1.0 - (time.monotonic() - now)))
+
+    def write_part(self, synth: SyntheticStream, folder: Path) -> None:
+        """One second of the synthetic stream as a file that lands whole, as a rolled file would."""
+        self.part += 1
+        vals, logits, labels = synth.sample(self.args.rate)
+        lines = [
+            f"{y}\t" + "\t".join(f"{name}={v}" for name, v in zip(synth.names, row, strict=True))
+            for y, row in zip(labels.tolist(), vals.tolist(), strict=True)
+        ]
+        self.oracle = [*self.oracle[-2:], (labels, logits)]
+        tmp = folder / f".part-{self.part:05d}.txt"
+        tmp.write_text("\n".join(lines) + "\n")
+        tmp.rename(folder / f"part-{self.part:05d}.txt")
+
+    def lr_baseline(self, folder: Path) -> dict[str, float]:
+        """LR trained in-process on the same files, for the comparison line of the report."""
+        out = self.dir / "lr-baseline.json"
+        cmd = [sys.executable, "-m", "boundless", "train", "--source", str(folder), "--no-follow", "--ps", "local"]
+        cmd += ["--model", "lr", "--format", "kv", "--metrics-port", "-1", "--metrics-out", str(out)]
+        self.say("training LR on the same stream in-process, for comparison...")
+        with open(self.dir / "lr-baseline.log", "wb") as log:
+            subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, check=True, timeout=600)
+        return dict(json.loads(out.read_text()))
 
     def wait_published(self, repo: Repository, exports: int, serving: Daemon, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
@@ -195,13 +231,22 @@ class Demo:
         ms = np.array(lat[len(lat) // 10 :]) * 1000  # the first requests warm the path up
         return {"p50": float(np.percentile(ms, 50)), "p99": float(np.percentile(ms, 99)), "bytes": float(size)}
 
-    def report(self, result: dict[str, float], repo: Repository, latency: dict[str, float]) -> None:
+    def report(
+        self, result: dict[str, float], repo: Repository, latency: dict[str, float], baseline: dict[str, float] | None
+    ) -> None:
         versions = repo.versions()
         kinds = [repo.manifest(v)["kind"] for v in versions]
         self.say("")
-        self.say("Boundless demo finished")
+        self.say(f"Boundless demo finished ({self.args.model})")
         self.say(f"  samples trained           {result['samples']:,.0f} ({result['bad_lines']:.0f} bad lines)")
         self.say(f"  progressive AUC (last {result['window_samples']:,.0f})  {result['window_auc']:.4f}")
+        if baseline is not None:
+            lr_auc, lr_loss = baseline["window_auc"], baseline["progressive_logloss"]
+            self.say(f"  LR on the same stream     AUC {lr_auc:.4f}, logloss {lr_loss:.4f}")
+        if self.oracle:
+            labels = np.concatenate([y for y, _ in self.oracle])
+            planted = np.concatenate([z for _, z in self.oracle])
+            self.say(f"  planted model (the best possible) AUC {auc(labels, planted):.4f} on the last parts")
         self.say(
             f"  progressive logloss       {result['progressive_logloss']:.4f} (all), {result['window_logloss']:.4f} (window)"
         )
@@ -213,7 +258,8 @@ class Demo:
             f"  Predict, {self.args.items} items/request  p50 {latency['p50']:.2f} ms  p99 {latency['p99']:.2f} ms  "
             f"({latency['bytes'] / 1024:.1f} KiB/request, {self.args.requests} requests)"
         )
-        (self.dir / "demo.json").write_text(json.dumps({**result, "versions": len(versions), "latency_ms": latency}, indent=1))
+        summary = {**result, "versions": len(versions), "latency_ms": latency, "lr_baseline": baseline}
+        (self.dir / "demo.json").write_text(json.dumps(summary, indent=1))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -172,9 +172,11 @@ def logits(model: int, offsets: I64, uidx: I64, fields: I32, x: F32, w: F32, v: 
 # ---- plain references used by the tests --------------------------------------------------
 
 
-def logit_reference(model: str, uidx: I64, fields: I32, x: F32, w: F64, v: F64, bias: float, k: int) -> float:
+def logit_reference(
+    model: str, uidx: I64, fields: I32, values: npt.NDArray[np.floating], w: F64, v: F64, bias: float, k: int
+) -> float:
     """One example's logit, written as the papers write it (in float64 throughout)."""
-    x = np.asarray(x, dtype=np.float64)
+    x = np.asarray(values, dtype=np.float64)
     z = bias + float(np.sum(w[uidx, 0] * x))
     n = uidx.shape[0]
     for a in range(n):

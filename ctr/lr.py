@@ -6,7 +6,6 @@ import numba as nb
 import numpy as np
 
 
-
 @nb.njit(cache=True, inline="always")
 def sigmoid(z: float) -> float:
     if z >= 0:

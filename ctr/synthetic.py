@@ -1,8 +1,11 @@
-"""Synthetic CTR stream with a planted logistic model, so that AUC means something.
+"""Synthetic CTR stream with a planted model, so that AUC means something.
 
 Each field draws its value from a truncated Zipf law; every (field, value) has a planted
-weight, derived from a seeded hash so no table is needed; the label is Bernoulli of the
-sigmoid of the planted logit. Lines come out in the kv format `label<TAB>field=value...`.
+weight, derived from a seeded hash so no table is needed. The first `interaction_fields`
+fields (the low-cardinality ones) also carry planted latent vectors, and every pair of them
+adds <u_f(value_f), u_g(value_g)> to the logit: pairwise interactions that LR cannot
+express and FM, FFM and DeepFM can. The label is Bernoulli of the sigmoid of the planted
+logit. Lines come out in the kv format `label<TAB>field=value...`.
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ class SyntheticSpec:
     weight_scale: float = 0.9
     bias: float = -1.2
     seed: int = 7
+    interaction_fields: int = 6
+    interaction_rank: int = 4
+    interaction_scale: float = 0.45
 
 
 class SyntheticStream:
@@ -40,6 +46,11 @@ class SyntheticStream:
         self.names = [f"f{i}" for i in range(spec.fields)]
         # high-cardinality fields carry smaller weights each, as ids do in real logs
         self.scales = spec.weight_scale / np.sqrt(np.log(self.cardinalities))
+        latent = np.random.default_rng(spec.seed + 1)
+        m = min(spec.interaction_fields, spec.fields)
+        self.latents = [
+            latent.normal(scale=spec.interaction_scale, size=(int(c), spec.interaction_rank)) for c in self.cardinalities[:m]
+        ]
 
     def planted_weights(self, field: int, values: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
         keys = hash_features([field + self.spec.seed * 1000] * len(values), [str(v) for v in values])
@@ -54,6 +65,9 @@ class SyntheticStream:
         for f, cdf in enumerate(self._cdfs):
             vals[:, f] = np.searchsorted(cdf, self.rng.random(n))
             logit += self.planted_weights(f, vals[:, f])
+        for f, lf in enumerate(self.latents):
+            for g in range(f + 1, len(self.latents)):
+                logit += np.einsum("ij,ij->i", lf[vals[:, f]], self.latents[g][vals[:, g]])
         p = 1.0 / (1.0 + np.exp(-logit))
         labels = (self.rng.random(n) < p).astype(np.int8)
         return vals, logit, labels

@@ -70,5 +70,9 @@ class ModelWatcher:
         chain = [(self.repo.path(v), self.repo.manifest(v)) for v in manifest["delta_chain"]]
         for d, m in [(self.repo.path(base), self.repo.manifest(base)), *chain]:
             for f in m["files"]:
-                modelfile.verify(d / f["name"])
+                if f["role"] == "dense":  # safetensors: no BLMF header; its sha256 is the check
+                    if modelfile.sha256_file(d / f["name"]) != f["sha256"]:
+                        raise ValueError(f"{d / f['name']}: sha256 does not match the manifest")
+                else:
+                    modelfile.verify(d / f["name"])
         return load(self.repo.path(version), manifest, self.repo.manifest(base), self.repo.path(base), chain, self.current)

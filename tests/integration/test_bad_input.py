@@ -84,3 +84,42 @@ def test_corrupted_export_is_rejected_and_never_served(platform, tmp_path, data_
     client = PredictClient(platform.serving.address)
     assert client.status().version == before[-1]
     client.close()
+
+
+def _train_local(tmp_path: Path, data: Path, *flags: str):
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "boundless", "train", "--source", str(data), "--no-follow", "--metrics-port", "-1", *flags]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+
+
+@pytest.mark.parametrize(
+    "flags,needle",
+    [
+        (["--model", "ffm", "--k", "0"], "--k"),
+        (["--model", "fm", "--opt-v", "adagrad lr=nan"], "--opt-v"),
+        (["--model", "deepfm", "--hidden", "16,0"], "--hidden"),
+        (["--model", "lr", "--opt-mlp", "adam"], "--opt-mlp"),
+    ],
+)
+def test_a_model_that_does_not_fit_fails_at_start_naming_the_setting(tmp_path, data_dir, flags, needle):
+    proc = _train_local(tmp_path, data_dir / "frappe/frappe.validation.libfm", *flags)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert needle in proc.stderr.splitlines()[-1]
+
+
+def test_a_schema_that_does_not_fit_the_data_fails_at_start(tmp_path, data_dir):
+    schema = tmp_path / "schema.yaml"
+    schema.write_text("format: criteo\ncross: [[C1, C99]]\n")
+    proc = _train_local(tmp_path, data_dir / "criteo_10k/train_rows1-10000.tsv", "--schema", str(schema), "--model", "ffm")
+    assert proc.returncode == 2 and "schema.cross: unknown field 'C99'" in proc.stderr.splitlines()[-1], proc.stderr[-2000:]
+
+
+def test_libffm_field_out_of_range_is_a_bad_line(tmp_path):
+    data = tmp_path / "x.libffm"
+    data.write_text("1 0:1:1 1:2:1\n0 0:3:1 1:4:1\n" * 1500 + "1 0:5:1 7:6:1\n")  # after the first lines it peeks at
+    proc = _train_local(tmp_path, data, "--model", "ffm", "--format", "libffm", "--metrics-out", str(tmp_path / "m.json"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"{data}:3001: feature 2: field 7 is out of range (the model has 2 fields)" in proc.stderr
+    assert json.loads((tmp_path / "m.json").read_text())["bad_lines"] == 1

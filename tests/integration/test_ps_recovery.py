@@ -7,8 +7,11 @@ import json
 import numpy as np
 
 from boundless.processes import start
+from ctr.modelspec import ModelSpec
 from ctr.routing import shard_of
 from ps.client import PSClient
+
+SPEC = ModelSpec("fm", k=4)
 
 
 def test_checkpointed_rows_survive_kill_9(tmp_path):
@@ -17,27 +20,54 @@ def test_checkpointed_rows_survive_kill_9(tmp_path):
     try:
         shard.wait_ready()
         client = PSClient.connect([shard.address])
+        assert all(client.declare(SPEC.tables()).values())
         keys = np.unique(np.random.default_rng(0).integers(1, 2**64 - 1, 5000, dtype=np.uint64))
         assert (shard_of(keys, 1) == 0).all()
-        grads = np.random.default_rng(1).normal(size=(keys.shape[0], 1)).astype(np.float32)
-        rows, session = client.pull("w", keys)
-        client.push("w", keys, grads, session)
+        grads = np.random.default_rng(1).normal(size=(keys.shape[0], 4)).astype(np.float32)
+        _, session = client.pull("v", keys)
+        client.push("v", keys, grads, session)
+        state, session = client.pull("w", keys, state=True)
+        client.push("w", keys, np.full_like(state, 0.01), session, kind="delta")
         client.push_dense("bias", np.array([0.7], np.float32))
         client.checkpoint(json.dumps({"file": "a", "offset": 123, "line": 4}).encode())
-        at_cut, _ = client.pull("w", keys)
-        bias_at_cut = client.pull_dense("bias")
-        client.push("w", keys[:100], grads[:100])  # after the cut: must not survive the crash
+        at_cut = {t: client.pull(t, keys, state=True)[0] for t in ("w", "v")}
+        bias_at_cut = client.pull_dense("bias", state=True)
+        client.push("v", keys[:100], grads[:100])  # after the cut: must not survive the crash
         client.close()
         shard.kill()
 
         shard = start("ps0", ["ps", "--shard-index", "0", "--shard-count", "1", "--data-dir", str(db)], tmp_path)
-        assert shard.wait_ready()["restored_rows"] == keys.shape[0]
+        assert shard.wait_ready()["checkpoint_seq"] > 0
         client = PSClient.connect([shard.address])
-        after, _ = client.pull("w", keys)
-        np.testing.assert_array_equal(after, at_cut)
-        np.testing.assert_array_equal(client.pull_dense("bias"), bias_at_cut)
+        assert not any(client.declare(SPEC.tables()).values())  # restored, not created
+        for t in ("w", "v"):
+            np.testing.assert_array_equal(client.pull(t, keys, state=True)[0], at_cut[t])
+        np.testing.assert_array_equal(client.pull_dense("bias", state=True), bias_at_cut)
         status = client.status()[0]
         assert json.loads(status.checkpoint_offsets) == {"file": "a", "offset": 123, "line": 4}
+        assert {t.name: t.rows for t in status.tables}["v"] == keys.shape[0]
+        client.close()
+    finally:
+        shard.stop()
+
+
+def test_a_restored_table_declared_with_another_layout_is_refused(tmp_path):
+    db = tmp_path / "db"
+    shard = start("ps0", ["ps", "--shard-count", "1", "--data-dir", str(db)], tmp_path)
+    try:
+        shard.wait_ready()
+        client = PSClient.connect([shard.address])
+        client.declare(SPEC.tables())
+        client.close()
+        shard.stop()
+        shard = start("ps0", ["ps", "--shard-count", "1", "--data-dir", str(db)], tmp_path)
+        shard.wait_ready()
+        client = PSClient.connect([shard.address])
+        try:
+            client.declare(ModelSpec("fm", k=8).tables())
+            raise AssertionError("a layout change was accepted")
+        except Exception as e:  # grpc.RpcError with INVALID_ARGUMENT
+            assert "INVALID_ARGUMENT" in str(e) and "the shard's store holds it as sparse dim 4" in str(e)
         client.close()
     finally:
         shard.stop()

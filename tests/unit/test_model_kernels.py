@@ -48,7 +48,21 @@ def test_batch_gradients_match_finite_differences(model):
     v = rng.normal(scale=0.3, size=(U, dv))
     p = PLAIN.params()
     _, gw, gv, gb = train_batch(
-        MODEL_CODES[model], False, offsets, uidx, fields, x, labels, plain_state(w), p, plain_state(v), dv, p, plain_state(np.array([[0.1]])), p, K
+        MODEL_CODES[model],
+        False,
+        offsets,
+        uidx,
+        fields,
+        x,
+        labels,
+        plain_state(w),
+        p,
+        plain_state(v),
+        dv,
+        p,
+        plain_state(np.array([[0.1]])),
+        p,
+        K,
     )
 
     def loss(w_, v_, b_):
@@ -75,26 +89,64 @@ def test_a_sequential_batch_equals_batch_size_one(model):
     ov = OptimizerSpec("adagrad", lr=0.2, init_std=0.1)
     ob = OptimizerSpec("ftrl", lr=0.5)
     keys = np.arange(1, U + 1, dtype=np.uint64)
-    states = [init_rows(keys, ow.state_width(1), 1, ow.params()), init_rows(keys, ov.state_width(dv), dv, ov.params()), np.zeros((1, 2))]
+    states = [
+        init_rows(keys, ow.state_width(1), 1, ow.params()),
+        init_rows(keys, ov.state_width(dv), dv, ov.params()),
+        np.zeros((1, 2)),
+    ]
     one = [s.copy() for s in states]
     code = MODEL_CODES[model]
-    probs, *_ = train_batch(code, True, offsets, uidx, fields, x, labels, states[0], ow.params(), states[1], dv, ov.params(), states[2], ob.params(), K)
+    probs, *_ = train_batch(
+        code,
+        True,
+        offsets,
+        uidx,
+        fields,
+        x,
+        labels,
+        states[0],
+        ow.params(),
+        states[1],
+        dv,
+        ov.params(),
+        states[2],
+        ob.params(),
+        K,
+    )
     single = []
     for e in range(40):
         a, b = offsets[e], offsets[e + 1]
         o = np.array([0, b - a], np.int64)
-        p1, *_ = train_batch(code, True, o, uidx[a:b], fields[a:b], x[a:b], labels[e : e + 1], one[0], ow.params(), one[1], dv, ov.params(), one[2], ob.params(), K)
+        p1, *_ = train_batch(
+            code,
+            True,
+            o,
+            uidx[a:b],
+            fields[a:b],
+            x[a:b],
+            labels[e : e + 1],
+            one[0],
+            ow.params(),
+            one[1],
+            dv,
+            ov.params(),
+            one[2],
+            ob.params(),
+            K,
+        )
         single.append(p1[0])
     np.testing.assert_array_equal(probs, np.array(single, np.float32))
-    for s, o in zip(states, one, strict=True):
-        np.testing.assert_array_equal(s, o)
+    for after, alone in zip(states, one, strict=True):
+        np.testing.assert_array_equal(after, alone)
 
 
 def test_pooling_matches_the_reference():
     rng = np.random.default_rng(3)
     offsets, uidx, fields, x, _ = _batch(rng)
     emb = rng.normal(size=(U, K)).astype(np.float32)
-    np.testing.assert_allclose(pool_fields(offsets, uidx, fields, x, emb, F), pool_fields_reference(offsets, uidx, fields, x, emb, F), atol=1e-6)
+    np.testing.assert_allclose(
+        pool_fields(offsets, uidx, fields, x, emb, F), pool_fields_reference(offsets, uidx, fields, x, emb, F), atol=1e-6
+    )
 
 
 @pytest.mark.parametrize("with_fm", [False, True], ids=["wdl", "deepfm"])
@@ -121,7 +173,21 @@ def test_deep_sparse_gradients_match_finite_differences(with_fm):
         return float(np.sum(np.logaddexp(0, z) - labels.astype(np.float64) * z))
 
     _, _, gw, ge, gb = train_deep_batch(
-        False, with_fm, offsets, uidx, fields, x, labels, mlp_out, jac, plain_state(w), p, plain_state(emb), p, plain_state(np.array([[0.1]])), p
+        False,
+        with_fm,
+        offsets,
+        uidx,
+        fields,
+        x,
+        labels,
+        mlp_out,
+        jac,
+        plain_state(w),
+        p,
+        plain_state(emb),
+        p,
+        plain_state(np.array([[0.1]])),
+        p,
     )
     eps = 1e-6
     for u in range(U):
@@ -135,7 +201,9 @@ def test_deep_sparse_gradients_match_finite_differences(with_fm):
     assert np.isclose(gb, (loss(w, emb, 0.1 + eps) - loss(w, emb, 0.1 - eps)) / (2 * eps), atol=2e-5)
     pooled = pool_fields(offsets, uidx, fields, x, emb.astype(np.float32), F)
     s = pooled.astype(np.float64).sum(axis=1)
-    np.testing.assert_allclose(fm_over_fields(pooled), 0.5 * (s * s - (pooled.astype(np.float64) ** 2).sum(axis=1)).sum(axis=1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        fm_over_fields(pooled), 0.5 * (s * s - (pooled.astype(np.float64) ** 2).sum(axis=1)).sum(axis=1), rtol=1e-5, atol=1e-5
+    )
 
 
 def _pool64(offsets, uidx, fields, x, emb):

@@ -76,7 +76,7 @@ def test_one_worker_stepping_its_copy_ends_with_the_shard_holding_its_state():
     s = _shard()
     opt = s.sparse["v"].spec.optimizer
     rng = np.random.default_rng(0)
-    local = None
+    local = np.zeros(0)
     for _ in range(5):
         _, pulled = s.pull("v", KEYS, open_session=False, state=True)
         local = pulled.copy()
