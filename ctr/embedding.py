@@ -11,6 +11,7 @@ import numba as nb
 import numpy as np
 import numpy.typing as npt
 
+from ctr.factorization import pair_scale
 from ctr.lr import sigmoid
 from ctr.optim import step, weight_of
 
@@ -83,6 +84,7 @@ def fm_over_fields(pooled: F32) -> F32:
 def train_deep_batch(
     sequential: bool,
     with_fm: bool,
+    norm: bool,
     offsets: I64,
     uidx: I64,
     fields: I32,
@@ -99,7 +101,8 @@ def train_deep_batch(
 ) -> tuple[F32, F32, F64, F64, float]:
     """Trains the sparse side of wdl/deepfm on a batch.
 
-    The logit of example e is bias + sum_j w_j x_j + [FM over its pooled fields] + mlp_out[e],
+    The logit of example e is bias + sum_j w_j x_j + [r FM over its pooled fields] + mlp_out[e]
+    (r = 1 / sum_j x_j^2 with norm, else 1),
     where mlp_out and its Jacobian mlp_jac[e] = d mlp_out[e] / d pooled[e] come from the
     batch-start MLP. Sequential mode recomputes everything else with the current rows,
     example by example, and steps each touched row (and the bias) after each example; the
@@ -132,9 +135,10 @@ def train_deep_batch(
         z = weight_of(bias_state[0], 1, 0, pb) + mlp_out[e]
         for j in range(a, b):
             z += w[uidx[j], 0] * x[j]
+        r = pair_scale(a, b, x, norm)
         if with_fm:
             _pool_one(a, b, uidx, fields, x, emb, pooled)
-            z += _fm_fields(pooled)
+            z += r * _fm_fields(pooled)
             for t in range(k):
                 colsum[t] = 0.0
                 for f in range(n_fields):
@@ -147,7 +151,7 @@ def train_deep_batch(
             for t in range(k):
                 dpool[f, t] = g * mlp_jac[e, f, t]
                 if with_fm:
-                    dpool[f, t] += g * (colsum[t] - pooled[f, t])
+                    dpool[f, t] += g * r * (colsum[t] - pooled[f, t])
         m = 0
         for j in range(a, b):
             u = uidx[j]

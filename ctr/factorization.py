@@ -1,8 +1,11 @@
 """LR, FM and FFM over CSR batches: numba kernels with plain-numpy references.
 
     lr   z = b + sum_j w_j x_j
-    fm   z = lr + 1/2 sum_t [(sum_j v_jt x_j)^2 - sum_j v_jt^2 x_j^2]
-    ffm  z = lr + sum_{a<b} <v_{a, f(b)}, v_{b, f(a)}> x_a x_b     (v_j holds F k-vectors)
+    fm   z = lr + r/2 sum_t [(sum_j v_jt x_j)^2 - sum_j v_jt^2 x_j^2]
+    ffm  z = lr + r sum_{a<b} <v_{a, f(b)}, v_{b, f(a)}> x_a x_b     (v_j holds F k-vectors)
+
+r = 1 / sum_j x_j^2 with instance normalization (`norm`, as libffm and xLearn do), else 1:
+the pairwise term then keeps its scale whether an example has 10 fields or 40.
 
 A batch's features index the unique keys (`uidx`), whose rows were pulled once. The
 training kernel runs in one of two modes:
@@ -40,11 +43,25 @@ def weights_of_state(state: F64, d: int, p: F64) -> F64:
 
 
 @nb.njit(cache=True, inline="always")
-def _logit(model: int, a: int, b: int, uidx: I64, fields: I32, x: F32, w: F64, v: F64, bias: float, k: int, s: F64) -> float:
+def pair_scale(a: int, b: int, x: F32, norm: bool) -> float:
+    """r of one example: 1 / sum_j x_j^2 with instance normalization, else 1."""
+    if not norm:
+        return 1.0
+    sq = 0.0
+    for j in range(a, b):
+        sq += x[j] * x[j]
+    return 1.0 / sq if sq > 0 else 0.0
+
+
+@nb.njit(cache=True, inline="always")
+def _logit(
+    model: int, a: int, b: int, uidx: I64, fields: I32, x: F32, w: F64, v: F64, bias: float, k: int, s: F64, r: float
+) -> float:
     """The logit of one example; for FM leaves sum_j v_jt x_j in s[t]."""
     z = bias
     for j in range(a, b):
         z += w[uidx[j], 0] * x[j]
+    pairs = 0.0
     if model == FM:
         for t in range(k):
             acc = 0.0
@@ -54,7 +71,7 @@ def _logit(model: int, a: int, b: int, uidx: I64, fields: I32, x: F32, w: F64, v
                 acc += vx
                 sq += vx * vx
             s[t] = acc
-            z += 0.5 * (acc * acc - sq)
+            pairs += 0.5 * (acc * acc - sq)
     elif model == FFM:
         for i in range(a, b):
             ui, fi = uidx[i], fields[i]
@@ -64,28 +81,42 @@ def _logit(model: int, a: int, b: int, uidx: I64, fields: I32, x: F32, w: F64, v
                 dot = 0.0
                 for t in range(k):
                     dot += v[ui, fj * k + t] * v[uj, fi * k + t]
-                z += dot * xx
-    return z
+                pairs += dot * xx
+    return z + r * pairs
 
 
 @nb.njit(cache=True, inline="always")
 def _gradients(
-    model: int, a: int, b: int, uidx: I64, fields: I32, x: F32, w: F64, v: F64, k: int, s: F64, g: float, gw: F64, gv: F64
+    model: int,
+    a: int,
+    b: int,
+    uidx: I64,
+    fields: I32,
+    x: F32,
+    w: F64,
+    v: F64,
+    k: int,
+    s: F64,
+    g: float,
+    r: float,
+    gw: F64,
+    gv: F64,
 ) -> None:
     """Adds example gradient g = dloss/dz times dz/dparam into gw[u], gv[u]."""
     for j in range(a, b):
         gw[uidx[j], 0] += g * x[j]
+    gr = g * r
     if model == FM:
         for j in range(a, b):
             u = uidx[j]
             for t in range(k):
-                gv[u, t] += g * x[j] * (s[t] - v[u, t] * x[j])
+                gv[u, t] += gr * x[j] * (s[t] - v[u, t] * x[j])
     elif model == FFM:
         for i in range(a, b):
             ui, fi = uidx[i], fields[i]
             for j in range(i + 1, b):
                 uj, fj = uidx[j], fields[j]
-                gx = g * x[i] * x[j]
+                gx = gr * x[i] * x[j]
                 for t in range(k):
                     gv[ui, fj * k + t] += gx * v[uj, fi * k + t]
                     gv[uj, fi * k + t] += gx * v[ui, fj * k + t]
@@ -108,6 +139,7 @@ def train_batch(
     bias_state: F64,
     pb: F64,
     k: int,
+    norm: bool,
 ) -> tuple[F32, F64, F64, float]:
     """Trains one batch; returns (probabilities predicted before training on each example,
     summed gradients of w and v per unique key, summed bias gradient). Sequential mode steps
@@ -127,10 +159,11 @@ def train_batch(
     for e in range(n):
         a, b = offsets[e], offsets[e + 1]
         bias = weight_of(bias_state[0], 1, 0, pb)
-        p = sigmoid(_logit(model, a, b, uidx, fields, x, w, v, bias, k, s))
+        r = pair_scale(a, b, x, norm)
+        p = sigmoid(_logit(model, a, b, uidx, fields, x, w, v, bias, k, s, r))
         probs[e] = p
         g = p - labels[e]
-        _gradients(model, a, b, uidx, fields, x, w, v, k, s, g, gw, gv)
+        _gradients(model, a, b, uidx, fields, x, w, v, k, s, g, r, gw, gv)
         if not sequential:
             bias_total += g
             continue
@@ -157,7 +190,7 @@ def train_batch(
 
 
 @nb.njit(cache=True, nogil=True)
-def logits(model: int, offsets: I64, uidx: I64, fields: I32, x: F32, w: F32, v: F32, bias: float, k: int) -> F32:
+def logits(model: int, offsets: I64, uidx: I64, fields: I32, x: F32, w: F32, v: F32, bias: float, k: int, norm: bool) -> F32:
     """Logits of a batch with fixed weights (w [U, 1], v [U, dv] float32): offline scoring."""
     n = offsets.shape[0] - 1
     w64 = w.astype(np.float64)
@@ -165,7 +198,8 @@ def logits(model: int, offsets: I64, uidx: I64, fields: I32, x: F32, w: F32, v: 
     s = np.zeros(k, dtype=np.float64)
     out = np.empty(n, dtype=np.float32)
     for e in range(n):
-        out[e] = _logit(model, offsets[e], offsets[e + 1], uidx, fields, x, w64, v64, bias, k, s)
+        a, b = offsets[e], offsets[e + 1]
+        out[e] = _logit(model, a, b, uidx, fields, x, w64, v64, bias, k, s, pair_scale(a, b, x, norm))
     return out
 
 
@@ -173,30 +207,32 @@ def logits(model: int, offsets: I64, uidx: I64, fields: I32, x: F32, w: F32, v: 
 
 
 def logit_reference(
-    model: str, uidx: I64, fields: I32, values: npt.NDArray[np.floating], w: F64, v: F64, bias: float, k: int
+    model: str, uidx: I64, fields: I32, values: npt.NDArray[np.floating], w: F64, v: F64, bias: float, k: int, norm: bool
 ) -> float:
     """One example's logit, written as the papers write it (in float64 throughout)."""
     x = np.asarray(values, dtype=np.float64)
     z = bias + float(np.sum(w[uidx, 0] * x))
     n = uidx.shape[0]
+    pairs = 0.0
     for a in range(n):
         for b in range(a + 1, n):
             if model == "fm":
-                z += float(v[uidx[a], :k] @ v[uidx[b], :k]) * x[a] * x[b]
+                pairs += float(v[uidx[a], :k] @ v[uidx[b], :k]) * x[a] * x[b]
             elif model == "ffm":
                 fa, fb = fields[a], fields[b]
-                z += float(v[uidx[a], fb * k : (fb + 1) * k] @ v[uidx[b], fa * k : (fa + 1) * k]) * x[a] * x[b]
-    return z
+                pairs += float(v[uidx[a], fb * k : (fb + 1) * k] @ v[uidx[b], fa * k : (fa + 1) * k]) * x[a] * x[b]
+    sq = float(np.sum(x * x))
+    return z + pairs * ((1.0 / sq if sq > 0 else 0.0) if norm else 1.0)
 
 
 def batch_logloss_reference(
-    model: str, offsets: I64, uidx: I64, fields: I32, x: F32, labels: F32, w: F64, v: F64, bias: float, k: int
+    model: str, offsets: I64, uidx: I64, fields: I32, x: F32, labels: F32, w: F64, v: F64, bias: float, k: int, norm: bool
 ) -> float:
     """Summed logloss of a batch at fixed weights, for finite-difference gradient checks."""
     total = 0.0
     for e in range(offsets.shape[0] - 1):
         a, b = offsets[e], offsets[e + 1]
-        z = logit_reference(model, uidx[a:b], fields[a:b], x[a:b], w, v, bias, k)
+        z = logit_reference(model, uidx[a:b], fields[a:b], x[a:b], w, v, bias, k, norm)
         y = float(labels[e])
         total += float(np.logaddexp(0.0, z)) - y * z
     return total

@@ -72,10 +72,15 @@ class TableSpec:
 
 DEFAULT_OPTIMIZERS: dict[str, OptimizerSpec] = {
     "w": OptimizerSpec("ftrl", lr=0.5, beta=1.0, l1=0.1, l2=1.0),
-    "v": OptimizerSpec("adagrad", lr=0.2, initial_accumulator=0.1, init_std=0.1, l2=1e-5),
+    "v": OptimizerSpec("adagrad", lr=0.5, initial_accumulator=0.1, init_std=0.1, l2=1e-5),
     "emb": OptimizerSpec("adagrad", lr=0.2, initial_accumulator=0.1, init_std=0.1, l2=1e-5),
     "bias": OptimizerSpec("ftrl", lr=0.5, beta=1.0),
     "mlp": OptimizerSpec("adam", lr=0.005),
+}
+# where one model's table wants other defaults: ffm's pairwise term spreads each example's
+# gradient over F-1 field vectors per key (measured in docs/benchmarks.md)
+MODEL_DEFAULTS: dict[tuple[str, str], OptimizerSpec] = {
+    ("ffm", "v"): OptimizerSpec("adagrad", lr=1.0, initial_accumulator=0.1, init_std=0.1, l2=1e-5),
 }
 
 
@@ -87,6 +92,7 @@ class ModelSpec:
     hidden: tuple[int, ...] = (400, 400, 400)
     optimizers: tuple[tuple[str, OptimizerSpec], ...] = ()  # per-table overrides of DEFAULT_OPTIMIZERS
     update: str = "example"
+    norm: bool = True  # scale the pairwise terms of fm, ffm and deepfm by 1 / sum x^2 (libffm's r)
 
     def __post_init__(self) -> None:
         if self.type not in MODEL_TYPES:
@@ -131,11 +137,17 @@ class ModelSpec:
             names.append("mlp")
         return names
 
+    @property
+    def pair_norm(self) -> bool:
+        """Whether the pairwise term is instance-normalized (it has one: fm, ffm, deepfm)."""
+        return self.norm and self.type in ("fm", "ffm", "deepfm")
+
     def embedding_table(self) -> str | None:
         return {"fm": "v", "ffm": "v", "deepfm": "v", "wdl": "emb"}.get(self.type)
 
     def optimizer(self, table: str) -> OptimizerSpec:
-        return dict(self.optimizers).get(table, DEFAULT_OPTIMIZERS[table])
+        default = MODEL_DEFAULTS.get((self.type, table), DEFAULT_OPTIMIZERS[table])
+        return dict(self.optimizers).get(table, default)
 
     def mlp_shapes(self) -> list[tuple[str, tuple[int, ...]]]:
         """(name, shape) of each MLP parameter, in the order the dense table holds them."""
@@ -169,6 +181,7 @@ class ModelSpec:
             "fields": list(self.fields),
             "hidden": list(self.hidden),
             "update": self.update,
+            "norm": self.norm,
             "optimizers": {t: self.optimizer(t).to_dict() for t in self.table_names()},
             "tables": [{"name": t.name, "kind": t.kind, "dim": t.dim, "update": t.update} for t in self.tables()],
         }
@@ -178,7 +191,7 @@ class ModelSpec:
         """From a manifest or a YAML `model:` section; every error names its setting."""
         if not isinstance(d, dict):
             raise ModelSpecError(f"model: expected a mapping, got {type(d).__name__}")
-        known = {"type", "k", "fields", "hidden", "update", "optimizers", "tables"}
+        known = {"type", "k", "fields", "hidden", "update", "norm", "optimizers", "tables"}
         unknown = set(d) - known
         if unknown:
             raise ModelSpecError(f"model: unknown settings {sorted(unknown)}")
@@ -194,6 +207,7 @@ class ModelSpec:
                 hidden=tuple(int(h) for h in d.get("hidden") or ()),
                 optimizers=parsed,
                 update=str(d.get("update", "example")),
+                norm=bool(d.get("norm", True)),
             )
         except (OptimizerError, TypeError) as e:
             raise ModelSpecError(str(e)) from None

@@ -35,10 +35,13 @@ def lr_score_items(context: I64, offsets: I64, indices: I64, contrib: F32, bias:
 
 
 @nb.njit(cache=True, nogil=True)
-def fm_score_items(context: I64, offsets: I64, indices: I64, x: F32, rows: F32, v_at: int, k: int, bias: float) -> F32:
+def fm_score_items(
+    context: I64, offsets: I64, indices: I64, x: F32, rows: F32, v_at: int, k: int, bias: float, norm: bool
+) -> F32:
     base = bias
     s_ctx = np.zeros(k, dtype=np.float64)
     q_ctx = np.zeros(k, dtype=np.float64)
+    sq_ctx = _sum_sq(context, x)
     for c in range(context.shape[0]):
         j = context[c]
         base += rows[j, 0] * x[j]
@@ -49,6 +52,7 @@ def fm_score_items(context: I64, offsets: I64, indices: I64, x: F32, rows: F32, 
     out = np.empty(offsets.shape[0] - 1, dtype=np.float32)
     for i in range(out.shape[0]):
         z = base
+        pairs = 0.0
         for a in range(offsets[i], offsets[i + 1]):
             z += rows[indices[a], 0] * x[indices[a]]
         for t in range(k):
@@ -59,9 +63,26 @@ def fm_score_items(context: I64, offsets: I64, indices: I64, x: F32, rows: F32, 
                 vx = rows[j, v_at + t] * x[j]
                 s += vx
                 q += vx * vx
-            z += 0.5 * (s * s - q)
-        out[i] = sigmoid(z)
+            pairs += 0.5 * (s * s - q)
+        out[i] = sigmoid(z + _scale(sq_ctx, indices[offsets[i] : offsets[i + 1]], x, norm) * pairs)
     return out
+
+
+@nb.njit(cache=True, inline="always")
+def _sum_sq(idx: I64, x: F32) -> float:
+    sq = 0.0
+    for a in range(idx.shape[0]):
+        sq += x[idx[a]] * x[idx[a]]
+    return sq
+
+
+@nb.njit(cache=True, inline="always")
+def _scale(sq_ctx: float, item: I64, x: F32, norm: bool) -> float:
+    """r of an item (with the shared context): 1 / sum x^2 with instance normalization."""
+    if not norm:
+        return 1.0
+    sq = sq_ctx + _sum_sq(item, x)
+    return 1.0 / sq if sq > 0 else 0.0
 
 
 @nb.njit(cache=True, inline="always")
@@ -75,25 +96,28 @@ def _ffm_pair(rows: F32, x: F32, fields: I32, a: int, b: int, v_at: int, k: int)
 
 @nb.njit(cache=True, nogil=True)
 def ffm_score_items(
-    context: I64, offsets: I64, indices: I64, x: F32, fields: I32, rows: F32, v_at: int, k: int, bias: float
+    context: I64, offsets: I64, indices: I64, x: F32, fields: I32, rows: F32, v_at: int, k: int, bias: float, norm: bool
 ) -> F32:
     base = bias
+    ctx_pairs = 0.0
+    sq_ctx = _sum_sq(context, x)
     for c in range(context.shape[0]):
         base += rows[context[c], 0] * x[context[c]]
         for d in range(c + 1, context.shape[0]):
-            base += _ffm_pair(rows, x, fields, context[c], context[d], v_at, k)
+            ctx_pairs += _ffm_pair(rows, x, fields, context[c], context[d], v_at, k)
     out = np.empty(offsets.shape[0] - 1, dtype=np.float32)
     for i in range(out.shape[0]):
         z = base
+        pairs = ctx_pairs
         lo, hi = offsets[i], offsets[i + 1]
         for a in range(lo, hi):
             ja = indices[a]
             z += rows[ja, 0] * x[ja]
             for c in range(context.shape[0]):
-                z += _ffm_pair(rows, x, fields, ja, context[c], v_at, k)
+                pairs += _ffm_pair(rows, x, fields, ja, context[c], v_at, k)
             for b in range(a + 1, hi):
-                z += _ffm_pair(rows, x, fields, ja, indices[b], v_at, k)
-        out[i] = sigmoid(z)
+                pairs += _ffm_pair(rows, x, fields, ja, indices[b], v_at, k)
+        out[i] = sigmoid(z + _scale(sq_ctx, indices[lo:hi], x, norm) * pairs)
     return out
 
 
@@ -110,11 +134,13 @@ def deep_inputs(
     n_fields: int,
     bias: float,
     with_fm: bool,
+    norm: bool,
 ) -> tuple[F32, F32]:
     """Per item: pooled field embeddings [N, F, k] (context pooled once, then the item's),
-    and the logit without the MLP: bias + linear + (FM over fields, for deepfm)."""
+    and the logit without the MLP: bias + linear + (r FM over fields, for deepfm)."""
     ctx_pool = np.zeros((n_fields, k), dtype=np.float32)
     ctx_lin = bias
+    sq_ctx = _sum_sq(context, x)
     for c in range(context.shape[0]):
         j = context[c]
         ctx_lin += rows[j, 0] * x[j]
@@ -132,6 +158,7 @@ def deep_inputs(
             for t in range(k):
                 pooled[i, fields[j], t] += rows[j, v_at + t] * x[j]
         if with_fm:
+            fm = 0.0
             for t in range(k):
                 s = 0.0
                 q = 0.0
@@ -139,7 +166,8 @@ def deep_inputs(
                     p = pooled[i, f, t]
                     s += p
                     q += p * p
-                z += 0.5 * (s * s - q)
+                fm += 0.5 * (s * s - q)
+            z += _scale(sq_ctx, indices[offsets[i] : offsets[i + 1]], x, norm) * fm
         partial[i] = z
     return pooled, partial
 

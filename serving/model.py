@@ -40,7 +40,8 @@ def parse_columns(text: str) -> dict[str, tuple[int, int]]:
 
 
 def spec_of(manifest: dict[str, Any]) -> ModelSpec:
-    d = {k: v for k, v in (manifest.get("spec") or {}).items() if k in ("type", "k", "fields", "hidden", "update", "optimizers")}
+    keep = ("type", "k", "fields", "hidden", "update", "norm", "optimizers")
+    d = {k: v for k, v in (manifest.get("spec") or {}).items() if k in keep}
     return ModelSpec.from_dict(d or {"type": "lr"})
 
 
@@ -96,10 +97,21 @@ class ServableModel:
         v_at = self.columns[emb][0]
         k = self.spec.k
         if t == "fm":
-            return fm_score_items(req.context, req.item_offsets, req.item_indices, req.values, rows, v_at, k, self.bias)  # type: ignore[no-any-return]
+            return fm_score_items(
+                req.context, req.item_offsets, req.item_indices, req.values, rows, v_at, k, self.bias, self.spec.pair_norm
+            )  # type: ignore[no-any-return]
         if t == "ffm":
             return ffm_score_items(  # type: ignore[no-any-return]
-                req.context, req.item_offsets, req.item_indices, req.values, req.fields, rows, v_at, k, self.bias
+                req.context,
+                req.item_offsets,
+                req.item_indices,
+                req.values,
+                req.fields,
+                rows,
+                v_at,
+                k,
+                self.bias,
+                self.spec.pair_norm,
             )
         pooled, partial = deep_inputs(
             req.context,
@@ -113,6 +125,7 @@ class ServableModel:
             self.spec.field_count,
             self.bias,
             t == "deepfm",
+            self.spec.pair_norm,
         )
         return self.net.predict(pooled, partial)  # type: ignore[no-any-return]
 

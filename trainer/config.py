@@ -19,6 +19,9 @@ class TrainerConfig:
         default="example",
         metadata={"help": "example: per-example optimizer steps on the worker, state deltas pushed; batch: summed gradients"},
     )
+    norm: bool = field(
+        default=True, metadata={"help": "instance-normalize the pairwise terms of fm, ffm and deepfm (1 / sum x^2)"}
+    )
     opt_w: str = field(default="", metadata={"help": "optimizer of table w, e.g. 'ftrl lr=0.5 l1=0.1 l2=1'"})
     opt_v: str = field(default="", metadata={"help": "optimizer of table v (fm, ffm, deepfm), e.g. 'adagrad lr=0.2'"})
     opt_emb: str = field(default="", metadata={"help": "optimizer of table emb (wdl)"})

@@ -61,6 +61,7 @@ class DeepModel:
         probs, dlogit, gw, ge, gbias = train_deep_batch(
             seq,
             self.spec.type == "deepfm",
+            self.spec.pair_norm,
             batch.offsets,
             uidx,
             batch.fields,

@@ -80,6 +80,7 @@ class FactorizationModel:
             bias_state,
             params["bias"],
             self.spec.k,
+            self.spec.pair_norm,
         )
         if self.sequential:
             for t, (rows, session) in pulled.items():

@@ -31,7 +31,8 @@ def model_spec(conf: TrainerConfig, fields: tuple[str, ...]) -> ModelSpec:
     if conf.model not in MODEL_TYPES:
         raise ConfigError(f"--model: unknown model {conf.model!r}; expected one of {', '.join(MODEL_TYPES)}")
     try:
-        spec = ModelSpec(type=conf.model, k=conf.k, fields=fields, hidden=parse_hidden(conf.hidden), update=conf.update)
+        hidden = parse_hidden(conf.hidden)
+        spec = ModelSpec(type=conf.model, k=conf.k, fields=fields, hidden=hidden, update=conf.update, norm=conf.norm)
     except ModelSpecError as e:
         raise ConfigError(str(e).replace("model.", "--", 1).replace("--type", "--model")) from None
     for table, attr in TABLE_FLAGS.items():

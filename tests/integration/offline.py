@@ -66,14 +66,15 @@ def offline_scores(repo: Repository, version: int, batch: SampleBatch) -> np.nda
     for a, b in zip(batch.offsets[:-1], batch.offsets[1:], strict=True):
         u, f, x = inv[a:b].astype(np.int64), batch.fields[a:b], batch.values[a:b].astype(np.float64)
         if kind in ("lr", "fm", "ffm"):
-            z.append(logit_reference(kind, u, f, x, w, v, bias, k))
+            z.append(logit_reference(kind, u, f, x, w, v, bias, k, bool(spec.get("norm", True))))
             continue
         pooled = np.zeros((len(spec["fields"]), k))
         np.add.at(pooled, f, v[u, :k] * x[:, None])
         logit = bias + float(np.sum(w[u, 0] * x))
         if kind == "deepfm":
             s = pooled.sum(axis=0)
-            logit += 0.5 * float((s * s - (pooled * pooled).sum(axis=0)).sum())
+            r = 1.0 / float(np.sum(x * x)) if spec.get("norm", True) else 1.0
+            logit += r * 0.5 * float((s * s - (pooled * pooled).sum(axis=0)).sum())
         h = pooled.reshape(-1)
         n_layers = len(spec["hidden"]) + 1
         for i in range(n_layers):

@@ -25,22 +25,24 @@ def _dv(model):
     return {"lr": 0, "fm": K, "ffm": F * K}[model]
 
 
+@pytest.mark.parametrize("norm", [False, True], ids=["plain", "norm"])
 @pytest.mark.parametrize("model", ["lr", "fm", "ffm"])
-def test_logits_match_the_reference(model):
+def test_logits_match_the_reference(model, norm):
     rng = np.random.default_rng(0)
     offsets, uidx, fields, x, _ = _batch(rng)
     w = rng.normal(size=(U, 1)).astype(np.float32)
     v = rng.normal(scale=0.3, size=(U, max(1, _dv(model)))).astype(np.float32)
-    got = logits(MODEL_CODES[model], offsets, uidx, fields, x, w, v, 0.2, K)
+    got = logits(MODEL_CODES[model], offsets, uidx, fields, x, w, v, 0.2, K, norm)
     ref = [
-        logit_reference(model, uidx[a:b], fields[a:b], x[a:b], w.astype(np.float64), v.astype(np.float64), 0.2, K)
+        logit_reference(model, uidx[a:b], fields[a:b], x[a:b], w.astype(np.float64), v.astype(np.float64), 0.2, K, norm)
         for a, b in zip(offsets[:-1], offsets[1:], strict=True)
     ]
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("norm", [False, True], ids=["plain", "norm"])
 @pytest.mark.parametrize("model", ["lr", "fm", "ffm"])
-def test_batch_gradients_match_finite_differences(model):
+def test_batch_gradients_match_finite_differences(model, norm):
     rng = np.random.default_rng(1)
     offsets, uidx, fields, x, labels = _batch(rng)
     dv = _dv(model)
@@ -63,10 +65,11 @@ def test_batch_gradients_match_finite_differences(model):
         plain_state(np.array([[0.1]])),
         p,
         K,
+        norm,
     )
 
     def loss(w_, v_, b_):
-        return batch_logloss_reference(model, offsets, uidx, fields, x, labels, w_, v_, b_, K)
+        return batch_logloss_reference(model, offsets, uidx, fields, x, labels, w_, v_, b_, K, norm)
 
     eps = 1e-6
     for u in range(U):
@@ -80,8 +83,9 @@ def test_batch_gradients_match_finite_differences(model):
     assert np.isclose(gb, (loss(w, v, 0.1 + eps) - loss(w, v, 0.1 - eps)) / (2 * eps), atol=1e-6)
 
 
+@pytest.mark.parametrize("norm", [False, True], ids=["plain", "norm"])
 @pytest.mark.parametrize("model", ["lr", "fm", "ffm"])
-def test_a_sequential_batch_equals_batch_size_one(model):
+def test_a_sequential_batch_equals_batch_size_one(model, norm):
     rng = np.random.default_rng(2)
     offsets, uidx, fields, x, labels = _batch(rng, n=40)
     dv = max(1, _dv(model))
@@ -112,6 +116,7 @@ def test_a_sequential_batch_equals_batch_size_one(model):
         states[2],
         ob.params(),
         K,
+        norm,
     )
     single = []
     for e in range(40):
@@ -133,6 +138,7 @@ def test_a_sequential_batch_equals_batch_size_one(model):
             one[2],
             ob.params(),
             K,
+            norm,
         )
         single.append(p1[0])
     np.testing.assert_array_equal(probs, np.array(single, np.float32))
@@ -149,8 +155,8 @@ def test_pooling_matches_the_reference():
     )
 
 
-@pytest.mark.parametrize("with_fm", [False, True], ids=["wdl", "deepfm"])
-def test_deep_sparse_gradients_match_finite_differences(with_fm):
+@pytest.mark.parametrize("with_fm,norm", [(False, False), (True, False), (True, True)], ids=["wdl", "deepfm", "deepfm-norm"])
+def test_deep_sparse_gradients_match_finite_differences(with_fm, norm):
     """With the MLP linearized (out + jac . (pooled - pooled0)), the kernel's row gradients
     are those of the whole logit."""
     rng = np.random.default_rng(4)
@@ -169,12 +175,15 @@ def test_deep_sparse_gradients_match_finite_differences(with_fm):
         z = b_ + lin + mlp_out + (jac * (pooled - pooled0)).sum(axis=(1, 2))
         if with_fm:
             s = pooled.sum(axis=1)
-            z = z + 0.5 * (s * s - (pooled * pooled).sum(axis=1)).sum(axis=1)
+            sq = np.array([np.sum(x[a:b].astype(np.float64) ** 2) for a, b in zip(offsets[:-1], offsets[1:], strict=True)])
+            r = 1.0 / sq if norm else 1.0
+            z = z + r * 0.5 * (s * s - (pooled * pooled).sum(axis=1)).sum(axis=1)
         return float(np.sum(np.logaddexp(0, z) - labels.astype(np.float64) * z))
 
     _, _, gw, ge, gb = train_deep_batch(
         False,
         with_fm,
+        norm,
         offsets,
         uidx,
         fields,

@@ -1,0 +1,42 @@
+"""DeepCTR-Torch DeepFM: one epoch over the first 80% of the rows (batch 256), scores the
+last 20%. Runs in bench/.peers-venv. Input: an .npz of labels and per-field ids. Prints JSON."""
+
+import json
+import sys
+import time
+
+import numpy as np
+import pandas as pd
+import torch
+from deepctr_torch.inputs import SparseFeat, get_feature_names
+from deepctr_torch.models import DeepFM
+from sklearn.metrics import roc_auc_score
+
+data = np.load(sys.argv[1])
+k, hidden = int(sys.argv[2]), tuple(int(h) for h in sys.argv[3].split(","))
+labels, ids = data["labels"], data["ids"]
+cut = int(len(labels) * 0.8)
+names = [f"f{i}" for i in range(ids.shape[1])]
+frame = pd.DataFrame(ids, columns=names)
+columns = [SparseFeat(n, vocabulary_size=int(ids[:, i].max()) + 1, embedding_dim=k) for i, n in enumerate(names)]
+torch.manual_seed(0)
+model = DeepFM(columns, columns, task="binary", dnn_hidden_units=hidden, device="cpu")
+model.compile("adam", "binary_crossentropy")
+x = {n: frame[n].values for n in get_feature_names(columns)}
+start = time.perf_counter()
+model.fit({n: v[:cut] for n, v in x.items()}, labels[:cut], batch_size=256, epochs=1, verbose=0)
+elapsed = time.perf_counter() - start
+scores = model.predict({n: v[cut:] for n, v in x.items()}, batch_size=4096)
+print(
+    json.dumps(
+        {
+            "auc": roc_auc_score(labels[cut:], scores),
+            "epochs": 1,
+            "train_rows": cut,
+            "seconds": elapsed,
+            "examples_per_s": cut / elapsed,
+            "k": k,
+            "hidden": list(hidden),
+        }
+    )
+)
