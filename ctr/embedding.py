@@ -179,15 +179,6 @@ def train_deep_batch(
     return probs, dlogit, gw, ge, total
 
 
-@nb.njit(cache=True, nogil=True)
-def weights32(state: F64, d: int, p: F64) -> F32:
-    out = np.empty((state.shape[0], d), dtype=np.float32)
-    for r in range(state.shape[0]):
-        for i in range(d):
-            out[r, i] = weight_of(state[r], d, i, p)
-    return out
-
-
 def pool_fields_reference(offsets: I64, uidx: I64, fields: I32, x: F32, emb: F32, n_fields: int) -> F32:
     n = offsets.shape[0] - 1
     out = np.zeros((n, n_fields, emb.shape[1]), dtype=np.float64)

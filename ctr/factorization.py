@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ctr.lr import sigmoid
-from ctr.optim import step, weight_of
+from ctr.optim import step, weight_of, weights_of_rows
 
 F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]
@@ -31,15 +31,6 @@ I32 = npt.NDArray[np.int32]
 I64 = npt.NDArray[np.int64]
 LR, FM, FFM = 0, 1, 2
 MODEL_CODES = {"lr": LR, "fm": FM, "ffm": FFM}
-
-
-@nb.njit(cache=True, nogil=True)
-def weights_of_state(state: F64, d: int, p: F64) -> F64:
-    out = np.empty((state.shape[0], d), dtype=np.float64)
-    for r in range(state.shape[0]):
-        for i in range(d):
-            out[r, i] = weight_of(state[r], d, i, p)
-    return out
 
 
 @nb.njit(cache=True, inline="always")
@@ -146,8 +137,8 @@ def train_batch(
     w_state, v_state and bias_state in place and returns zero gradients."""
     n = offsets.shape[0] - 1
     u_count = w_state.shape[0]
-    w = weights_of_state(w_state, 1, pw)
-    v = weights_of_state(v_state, dv, pv) if model != LR else np.zeros((u_count, 0), dtype=np.float64)
+    w = weights_of_rows(w_state, 1, pw)
+    v = weights_of_rows(v_state, dv, pv) if model != LR else np.zeros((u_count, 0), dtype=np.float64)
     gw = np.zeros((u_count, 1), dtype=np.float64)
     gv = np.zeros((u_count, max(dv, 0)), dtype=np.float64)
     s = np.zeros(k, dtype=np.float64)

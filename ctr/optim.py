@@ -222,9 +222,9 @@ def step(state: F64, g: F64, d: int, p: F64) -> None:
 
 
 @nb.njit(cache=True, nogil=True)
-def weights_of_rows(state: F64, d: int, p: F64) -> F32:
+def weights_of_rows(state: F64, d: int, p: F64) -> F64:
     """Weights [n, d] of n state rows."""
-    out = np.empty((state.shape[0], d), dtype=np.float32)
+    out = np.empty((state.shape[0], d), dtype=np.float64)
     for r in range(state.shape[0]):
         for i in range(d):
             out[r, i] = weight_of(state[r], d, i, p)

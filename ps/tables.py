@@ -87,7 +87,7 @@ class SparseTable:
 
     def weights_at(self, slots: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
         rows = np.ascontiguousarray(self.state[slots, 1 : 1 + self.width])
-        return weights_of_rows(rows, self.dim, self.params)  # type: ignore[no-any-return]
+        return weights_of_rows(rows, self.dim, self.params).astype(np.float32)  # type: ignore[no-any-return]
 
     def raw_rows(self, slots: npt.NDArray[np.int64]) -> npt.NDArray[np.uint32]:
         return self.map.words[slots]
@@ -115,7 +115,7 @@ class DenseTable:
         self.state = init_rows(np.arange(lo + 1, hi + 1, dtype=np.uint64), self.width, 1, self.params)
 
     def weights(self) -> npt.NDArray[np.float32]:
-        return weights_of_rows(self.state, 1, self.params).reshape(-1)  # type: ignore[no-any-return]
+        return weights_of_rows(self.state, 1, self.params).reshape(-1).astype(np.float32)  # type: ignore[no-any-return]
 
     def check(self, kind: str, values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
         cols = 1 if kind == GRADIENT else self.width

@@ -13,9 +13,9 @@ import torch
 
 from ctr.batch import SampleBatch
 from ctr.deep import DeepCTR, device
-from ctr.embedding import pool_fields, train_deep_batch, weights32
+from ctr.embedding import pool_fields, train_deep_batch
 from ctr.modelspec import ModelSpec
-from ctr.optim import PLAIN, plain_state, rows_with_weights
+from ctr.optim import PLAIN, plain_state, rows_with_weights, weights_of_rows
 from ps.client import PSClient
 from ps.tables import DELTA, GRADIENT
 from trainer.model import declare
@@ -52,7 +52,7 @@ class DeepModel:
         else:
             pw = pe = pb = PLAIN.params()
             w_state, e_state, bias_state = plain_state(w_rows), plain_state(e_rows), plain_state(np.reshape(bias_rows, (1, 1)))
-        e32 = weights32(e_state, k, pe)
+        e32 = weights_of_rows(e_state, k, pe).astype(np.float32)
         pooled = pool_fields(batch.offsets, uidx, batch.fields, batch.values, e32, self.spec.field_count)
         p_t = torch.from_numpy(pooled).to(self.net.device).requires_grad_(True)
         self.net.zero_grad(set_to_none=True)
