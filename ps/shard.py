@@ -99,9 +99,9 @@ class Shard:
     def _restore_sparse(self, t: SparseTable) -> bool:
         if self.store is None:
             return False
-        for keys, rows in self.store.sparse_rows(t.name, t.map.row_words):
+        for keys, rows in self.store.sparse_rows(t.name, t.row_words):
             t.load_raw(keys, rows)
-        return t.map.size > 0
+        return t.size > 0
 
     def _restore_dense(self, d: DenseTable) -> bool:
         if self.store is None:
@@ -196,10 +196,10 @@ class Shard:
             keys = np.unique(np.concatenate(changed)) if changed else np.empty(0, np.uint64)
             parts = []
             for t in self.sparse.values():
-                slots = t.map.find(keys)
+                ids = t.find(keys)
                 w = np.zeros((keys.shape[0], t.dim), dtype=np.float32)
-                present = slots >= 0
-                w[present] = t.weights_at(slots[present])
+                present = ids >= 0
+                w[present] = t.weights_at(ids[present])
                 parts.append(w)
             rows = np.concatenate(parts, axis=1) if parts else np.zeros((0, 1), np.float32)
             self.export_seq = self.update_seq
@@ -232,7 +232,7 @@ class Shard:
 
     def stats(self) -> list[TableStats]:
         with self.lock:
-            out = [TableStats(n, "sparse", t.map.size, t.map.capacity, t.dim, t.map.nbytes) for n, t in self.sparse.items()]
+            out = [TableStats(n, "sparse", t.size, t.keys.shape[0], t.dim, t.nbytes) for n, t in self.sparse.items()]
             out += [TableStats(n, "dense", d.hi - d.lo, d.hi - d.lo, 1, d.state.nbytes) for n, d in self.dense.items()]
         return out
 

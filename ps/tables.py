@@ -31,9 +31,10 @@ def check_values(table: str, values: npt.NDArray[np.float64], limit: float) -> N
 
 
 class SparseTable:
-    """key -> float64 optimizer state + metadata, in a CompactHashMap."""
+    """key -> row id in a CompactHashMap; rows (float64 optimizer state and metadata words)
+    in dense arrays that double as they fill, so a probe never strides over wide rows."""
 
-    def __init__(self, spec: TableSpec, capacity: int = 1 << 16) -> None:
+    def __init__(self, spec: TableSpec, capacity: int = 1 << 12) -> None:
         self.spec = spec
         self.name = spec.name
         self.dim = spec.dim
@@ -41,20 +42,63 @@ class SparseTable:
         self.params = spec.optimizer.params()
         acc = accumulator_columns(spec.optimizer.kind, spec.dim)
         self.acc_lo, self.acc_hi = acc.start, acc.stop
-        self.map = CompactHashMap(2 * self.width + kernels.META_WORDS, capacity=capacity)
+        self.map = CompactHashMap(2, capacity=capacity)  # key -> row id (uint64 in two words)
+        self.size = 0
+        self.keys = np.zeros(capacity, dtype=np.uint64)
+        self.state = np.zeros((capacity, self.width), dtype=np.float64)
+        self.meta = np.zeros((capacity, kernels.META_WORDS), dtype=np.uint32)
 
     @property
-    def state(self) -> npt.NDArray[np.float64]:
-        """The slot array as float64: [capacity, 1 + width + 2] (key, state, metadata)."""
-        return self.map.slots.view(np.float64)
+    def row_words(self) -> int:
+        """uint32 words of a stored row: the state's float64 values, then the metadata."""
+        return 2 * self.width + kernels.META_WORDS
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.map.nbytes + self.keys.nbytes + self.state.nbytes + self.meta.nbytes)
+
+    def find(self, keys: npt.NDArray[np.uint64]) -> npt.NDArray[np.int64]:
+        """Row id of each key, -1 where absent."""
+        slots = self.map.find(keys)
+        ids = np.full(keys.shape[0], -1, dtype=np.int64)
+        hit = slots >= 0
+        ids[hit] = self.map.words[slots[hit]].view(np.int64).reshape(-1)
+        return ids
+
+    def _grow(self, n: int) -> None:
+        cap = self.keys.shape[0]
+        if n <= cap:
+            return
+        while cap < n:
+            cap *= 2
+        keys = np.zeros(cap, np.uint64)
+        state = np.zeros((cap, self.width), np.float64)
+        meta = np.zeros((cap, kernels.META_WORDS), np.uint32)
+        n = self.size
+        keys[:n], state[:n], meta[:n] = self.keys[:n], self.state[:n], self.meta[:n]
+        self.keys, self.state, self.meta = keys, state, meta
+
+    def insert(self, keys: npt.NDArray[np.uint64]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """(row id of each key, ids of the rows created for absent keys, zeroed)."""
+        ids = self.find(keys)
+        absent = np.flatnonzero(ids < 0)
+        if absent.shape[0]:
+            new = np.arange(self.size, self.size + absent.shape[0], dtype=np.int64)
+            self._grow(self.size + absent.shape[0])
+            slots = self.map.insert(keys[absent])
+            self.map.words[slots] = new.view(np.uint32).reshape(-1, 2)
+            self.keys[new] = keys[absent]
+            self.size += absent.shape[0]
+            ids[absent] = new
+        return ids, ids[absent]
 
     def pull(self, keys: npt.NDArray[np.uint64]) -> npt.NDArray[np.float32]:
         """Weights [n, dim]; absent keys read as their initial weights and are not inserted."""
-        return kernels.gather_weights(self.state, self.map.find(keys), keys, self.width, self.dim, self.params)  # type: ignore[no-any-return]
+        return kernels.gather_weights(self.state, self.find(keys), keys, self.dim, self.params)  # type: ignore[no-any-return]
 
     def pull_state(self, keys: npt.NDArray[np.uint64]) -> npt.NDArray[np.float64]:
         """Optimizer state [n, width]; absent keys read as their initial state."""
-        return kernels.gather_state(self.state, self.map.find(keys), keys, self.width, self.dim, self.params)  # type: ignore[no-any-return]
+        return kernels.gather_state(self.state, self.find(keys), keys, self.dim, self.params)  # type: ignore[no-any-return]
 
     def check(self, kind: str, values: npt.NDArray[np.float64], n: int) -> npt.NDArray[np.float64]:
         cols = self.dim if kind == GRADIENT else self.width
@@ -65,38 +109,34 @@ class SparseTable:
         return v
 
     def push(self, kind: str, keys: npt.NDArray[np.uint64], values: npt.NDArray[np.float64], seq: int) -> None:
-        """Applies checked values (see check): inserts absent keys at their initial row first."""
-        fresh = self.map.find(keys) < 0
-        slots = self.map.insert(keys)
-        state = self.state
-        if fresh.any():
-            kernels.init_slots(state, slots, fresh, keys, self.width, self.dim, self.params)
+        """Applies checked values (see check): absent keys start from their initial row."""
+        ids, created = self.insert(keys)
+        if created.shape[0]:
+            kernels.init_rows_at(self.state, created, self.keys[created], self.dim, self.params)
         now = int(time.time())
         if kind == GRADIENT:
-            kernels.apply_gradients(state, self.map.words, slots, values, self.width, self.dim, self.params, seq, now)
+            kernels.apply_gradients(self.state, self.meta, ids, values, self.dim, self.params, seq, now)
         else:
-            kernels.merge_deltas(state, self.map.words, slots, values, self.width, self.acc_lo, self.acc_hi, seq, now)
+            kernels.merge_deltas(self.state, self.meta, ids, values, self.acc_lo, self.acc_hi, seq, now)
 
     def updated_after(self, seq: int) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64]]:
-        """(keys, slots) of rows updated after sequence number seq (all rows for seq < 0)."""
-        keys, occ = self.map.items()
-        if seq < 0:
-            return keys, occ
-        sel = kernels.rows_updated_after(self.map.words, occ, self.width, seq)
-        return self.map.slots[sel, :2].copy().view(np.uint64).reshape(-1), sel
+        """(keys, row ids) of rows updated after sequence number seq (all rows for seq < 0)."""
+        ids = np.arange(self.size, dtype=np.int64) if seq < 0 else kernels.rows_updated_after(self.meta, self.size, seq)
+        return self.keys[ids], ids
 
-    def weights_at(self, slots: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
-        rows = np.ascontiguousarray(self.state[slots, 1 : 1 + self.width])
-        return weights_of_rows(rows, self.dim, self.params).astype(np.float32)  # type: ignore[no-any-return]
+    def weights_at(self, ids: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
+        return weights_of_rows(self.state[ids], self.dim, self.params).astype(np.float32)  # type: ignore[no-any-return]
 
-    def raw_rows(self, slots: npt.NDArray[np.int64]) -> npt.NDArray[np.uint32]:
-        return self.map.words[slots]
+    def raw_rows(self, ids: npt.NDArray[np.int64]) -> npt.NDArray[np.uint32]:
+        """Rows as stored: the state's words, then the metadata words."""
+        return np.concatenate([self.state[ids].view(np.uint32), self.meta[ids]], axis=1)
 
     def load_raw(self, keys: npt.NDArray[np.uint64], rows: npt.NDArray[np.uint32]) -> None:
-        if rows.shape[1] != self.map.row_words:
-            raise ValueError(f"table {self.name}: stored rows have {rows.shape[1]} words, the layout needs {self.map.row_words}")
-        slots = self.map.insert(keys)
-        self.map.words[slots] = rows
+        if rows.shape[1] != self.row_words:
+            raise ValueError(f"table {self.name}: stored rows have {rows.shape[1]} words, the layout needs {self.row_words}")
+        ids, _ = self.insert(keys)
+        self.state[ids] = np.ascontiguousarray(rows[:, : 2 * self.width]).view(np.float64)
+        self.meta[ids] = rows[:, 2 * self.width :]
 
 
 class DenseTable:

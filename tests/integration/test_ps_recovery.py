@@ -71,3 +71,32 @@ def test_a_restored_table_declared_with_another_layout_is_refused(tmp_path):
         client.close()
     finally:
         shard.stop()
+
+
+def test_a_poisoned_push_gets_invalid_argument_and_changes_nothing(tmp_path):
+    import grpc
+    import pytest
+
+    shard = start("ps0", ["ps", "--shard-count", "1"], tmp_path)
+    try:
+        shard.wait_ready()
+        client = PSClient.connect([shard.address])
+        client.declare(SPEC.tables())
+        keys = np.array([11, 12, 13], dtype=np.uint64)
+        client.push("w", keys, np.ones((3, 1), np.float32))
+        before = client.pull("w", keys, state=True)[0]
+        for bad in (3e38, np.nan, -np.inf):
+            grads = np.ones((3, 1), np.float32)
+            grads[1] = bad
+            with pytest.raises(grpc.RpcError) as err:
+                client.push("w", keys, grads)
+            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        delta = np.zeros_like(before)
+        delta[0, 0] = np.nan
+        with pytest.raises(grpc.RpcError) as err:
+            client.push("w", keys, delta, kind="delta")
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        np.testing.assert_array_equal(client.pull("w", keys, state=True)[0], before)
+        client.close()
+    finally:
+        shard.stop()

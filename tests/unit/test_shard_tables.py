@@ -23,7 +23,7 @@ def test_pull_reads_initial_rows_without_inserting():
     _, v = s.pull("v", KEYS, open_session=False)
     _, again = s.pull("v", KEYS, open_session=False)
     assert np.array_equal(v, again) and np.abs(v).max() > 0  # embeddings start random, per key
-    assert s.sparse["v"].map.size == 0
+    assert s.sparse["v"].size == 0
 
 
 def test_gradient_push_steps_the_optimizer_and_delta_push_adds_state():
@@ -51,7 +51,7 @@ def test_a_bad_push_is_refused_and_changes_nothing(bad):
     with pytest.raises(ShardError, match="not finite or exceeds max_abs"):
         s.push_dense("bias", np.array([bad]), "gradient")
     _, after = s.pull("w", KEYS, open_session=False, state=True)
-    assert np.array_equal(before, after) and s.sparse["w"].map.size == 4
+    assert np.array_equal(before, after) and s.sparse["w"].size == 4
 
 
 def test_the_limit_is_per_table():
@@ -95,3 +95,17 @@ def test_export_writes_one_row_per_key_with_every_sparse_table(tmp_path):
     (f,) = files
     assert f.columns == "w:1,v:4" and f.rows == 4
     assert (shard_of(KEYS, 1) == 0).all()
+
+
+def test_rows_grow_past_their_first_capacity_and_keep_their_state():
+    s = Shard(0, 1)
+    s.declare(ModelSpec("fm", k=4).tables())
+    rng = np.random.default_rng(5)
+    keys = np.unique(rng.integers(1, 2**63, 20000).astype(np.uint64))
+    s.push("v", keys[:100], np.ones((100, 4)), "gradient")
+    _, first = s.pull("v", keys[:100], open_session=False, state=True)
+    s.push("v", keys[100:], np.zeros((keys.shape[0] - 100, 4)), "gradient")  # grows the row arrays 8x
+    _, again = s.pull("v", keys[:100], open_session=False, state=True)
+    np.testing.assert_array_equal(first[:, :4], again[:, :4])
+    changed, _ = s.sparse["v"].updated_after(1)  # the first push was update 1
+    assert sorted(changed.tolist()) == sorted(keys[100:].tolist())
