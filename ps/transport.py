@@ -96,14 +96,16 @@ class LocalTransport(_ByteCounter):
     def pull(self, shard: int, table: str, keys: npt.NDArray[np.uint64], open_session: bool, state: bool) -> tuple[int, Rows]:
         _, rows = self.shards[shard].pull(table, keys, open_session=False, state=state)
         self.count(pull=len(encode_keys(keys, KEYS_DELTA_VARINT)) + rows.nbytes)
-        return 0, rows
+        # no session is kept in-process; a nonzero id tells push that gRPC would name one
+        return int(open_session), rows
 
     def push(
         self, shard: int, table: str, keys: npt.NDArray[np.uint64], session_id: int, values: Rows, kind: str, codec: Codec
     ) -> None:
         c = _codec_for(kind, codec)
         payload = c.encode(values.reshape(-1))
-        self.count(push=len(encode_keys(keys, KEYS_DELTA_VARINT)) + len(payload))
+        keys_bytes = 0 if session_id else len(encode_keys(keys, KEYS_DELTA_VARINT))
+        self.count(push=keys_bytes + len(payload))
         self.shards[shard].push(table, keys, c.decode(payload, values.size), kind)
 
     def pull_dense(self, shard: int, table: str, state: bool) -> tuple[int, Rows]:
