@@ -31,6 +31,7 @@ class FieldIndex:
         self.cap = cap
         self.frozen = False
         self.dropped = 0  # features of fields outside a frozen or full list
+        self.unknown: set[str] = set()  # their field names (the first 100)
         for n in names:
             self.add(n)
         self.frozen = frozen
@@ -43,7 +44,7 @@ class FieldIndex:
         if i is not None:
             return i
         if self.frozen or len(self.names) >= self.cap:
-            self.dropped += 1
+            self._drop(name)
             return -1
         i = self._index[name] = len(self.names)
         self.names.append(name)
@@ -59,11 +60,16 @@ class FieldIndex:
         if n < len(self.names):
             return n
         if self.frozen or n >= self.cap:
-            self.dropped += 1
+            self._drop(str(n))
             return -1
         for m in range(len(self.names), n + 1):
             self.add(str(m))
         return n
+
+    def _drop(self, name: str) -> None:
+        self.dropped += 1
+        if len(self.unknown) < 100:
+            self.unknown.add(name)
 
     def ids(self) -> npt.NDArray[np.uint32]:
         """The hash id of each field (ctr.hashing.field_id of its name), by index."""

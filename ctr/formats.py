@@ -241,6 +241,8 @@ def resolve_fields(schema: FeatureSchema, lines: list[str], freeze: bool) -> Fie
     the trainer reports them when it reads them. Raises ValueError naming a bad setting."""
     header = lines[0] if schema.format == "csv" and lines else None
     index = FieldIndex(schema.base_fields(header), cap=schema.max_fields)
+    if schema.fields:
+        _check_given_fields(schema, lines, header)
     if not schema.fields and schema.format != "criteo" and not (schema.format == "csv" and header is not None):
         parse = make_parser(replace(schema, cross=()), index)
         for line in lines:
@@ -256,3 +258,31 @@ def resolve_fields(schema: FeatureSchema, lines: list[str], freeze: bool) -> Fie
     if freeze:
         index.freeze()
     return index
+
+
+def _check_given_fields(schema: FeatureSchema, lines: list[str], header: str | None) -> None:
+    """A given field list must fit the data: every listed field exists, and the first lines
+    hold no field it does not list (name those in schema.skip to leave them out)."""
+    known = FieldIndex(schema.fields, frozen=True)
+    if schema.format == "criteo":
+        missing = [f for f in schema.fields if f not in (*CRITEO_NUMERIC, *CRITEO_CATEGORICAL)]
+    elif header is not None:
+        columns = {c.strip() for c in header.rstrip("\r\n").split(schema.delimiter)}
+        missing = [f for f in schema.fields if f not in columns]
+    else:
+        missing = []
+    if missing:
+        raise ValueError(f"schema.fields: {missing} are not fields of the data")
+    if schema.format == "criteo" or (schema.format == "csv" and header is None):
+        return
+    parse = make_parser(replace(schema, cross=()), known, header)
+    for line in lines[1:] if header is not None else lines:
+        try:
+            parse(line)
+        except ParseError:
+            continue
+    if known.unknown:
+        raise ValueError(
+            f"schema.fields: the data has fields {sorted(known.unknown)[:20]} that the list does not name"
+            " (add them to schema.fields, or to schema.skip to leave them out)"
+        )

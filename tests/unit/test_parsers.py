@@ -92,3 +92,30 @@ def test_trainer_reports_bad_line_as_file_line_and_keeps_going(tmp_path, caplog)
     assert f"{path}:11: feature 2" in caplog.text
     result = json.loads(out.read_text())
     assert result["samples"] == 100 and result["bad_lines"] == 1
+
+
+@pytest.mark.parametrize(
+    "schema,lines,needle",
+    [
+        ({"format": "csv", "label": "click", "fields": ["site", "app"]}, ["click,site,device", "1,a,b"], "'app'"),
+        ({"format": "csv", "label": "click", "fields": ["site"]}, ["click,site,device", "1,a,b"], "'device'"),
+        ({"format": "kv", "fields": ["user"]}, ["1\tuser=3\titem=4"], "'item'"),
+        ({"format": "libffm", "fields": ["0", "1"]}, ["1 0:1:1 5:2:1"], "'5'"),
+        ({"format": "criteo", "fields": ["I1", "Z9"]}, [], "Z9"),
+        ({"format": "criteo", "cross": [["C1", "C99"]]}, [], "C99"),
+    ],
+)
+def test_a_schema_that_does_not_fit_the_data_is_refused_naming_the_setting(schema, lines, needle):
+    from ctr.formats import resolve_fields
+    from ctr.schema import FeatureSchema
+
+    with pytest.raises(ValueError, match=needle):
+        resolve_fields(FeatureSchema.from_dict(schema), lines, freeze=True)
+
+
+def test_skipped_columns_may_be_left_out_of_the_field_list():
+    from ctr.formats import resolve_fields
+    from ctr.schema import FeatureSchema
+
+    schema = FeatureSchema.from_dict({"format": "csv", "label": "click", "fields": ["site"], "skip": ["device"]})
+    assert resolve_fields(schema, ["click,site,device", "1,a,b"], freeze=True).names == ["site"]
