@@ -179,6 +179,20 @@ def init_row(state: F64, d: int, key: np.uint64, p: F64) -> None:
 
 
 @nb.njit(cache=True, inline="always")
+def _adam(state: F64, g: F64, d: int, p: F64, t: float, c1: float, c2: float) -> None:
+    """Adam's step t, with its bias corrections c1 = 1 - beta1^t, c2 = 1 - beta2^t."""
+    state[3 * d] = t
+    b1, b2, lr = p[P_B1], p[P_B2], p[P_LR]
+    for i in range(d):
+        gi = g[i] + p[P_L2] * state[i]
+        m = b1 * state[d + i] + (1.0 - b1) * gi
+        v = b2 * state[2 * d + i] + (1.0 - b2) * gi * gi
+        state[d + i] = m
+        state[2 * d + i] = v
+        state[i] -= lr * (m / c1) / (np.sqrt(v / c2) + p[P_EPS])
+
+
+@nb.njit(cache=True, inline="always")
 def step(state: F64, g: F64, d: int, p: F64) -> None:
     """One optimizer step of a row with gradient g[d]."""
     kind = int(p[P_KIND])
@@ -202,17 +216,7 @@ def step(state: F64, g: F64, d: int, p: F64) -> None:
             state[i] -= lr * gi / (np.sqrt(acc) + p[P_EPS])
     elif kind == ADAM:
         t = state[3 * d] + 1.0
-        state[3 * d] = t
-        b1, b2 = p[P_B1], p[P_B2]
-        c1 = 1.0 - b1**t
-        c2 = 1.0 - b2**t
-        for i in range(d):
-            gi = g[i] + p[P_L2] * state[i]
-            m = b1 * state[d + i] + (1.0 - b1) * gi
-            v = b2 * state[2 * d + i] + (1.0 - b2) * gi * gi
-            state[d + i] = m
-            state[2 * d + i] = v
-            state[i] -= lr * (m / c1) / (np.sqrt(v / c2) + p[P_EPS])
+        _adam(state, g, d, p, t, 1.0 - p[P_B1] ** t, 1.0 - p[P_B2] ** t)
     else:
         for i in range(d):
             gi = g[i] + p[P_L2] * state[i]
@@ -253,9 +257,19 @@ def rows_with_weights(weights: F64, width: int, p: F64) -> F64:
 
 @nb.njit(cache=True, nogil=True)
 def step_rows(state: F64, grads: F64, d: int, p: F64) -> None:
-    """One step per row: state[r] with gradient grads[r]."""
+    """One step per row: state[r] with gradient grads[r]. Adam's bias corrections are
+    computed once per distinct step count (every element of a dense table shares one)."""
+    if int(p[P_KIND]) != ADAM:
+        for r in range(state.shape[0]):
+            step(state[r], grads[r], d, p)
+        return
+    last = -1.0
+    c1 = c2 = 1.0
     for r in range(state.shape[0]):
-        step(state[r], grads[r], d, p)
+        t = state[r, 3 * d] + 1.0
+        if t != last:
+            last, c1, c2 = t, 1.0 - p[P_B1] ** t, 1.0 - p[P_B2] ** t
+        _adam(state[r], grads[r], d, p, t, c1, c2)
 
 
 PLAIN = OptimizerSpec("sgd", lr=1.0, momentum=0.0)  # state [w | mom]: weights read as they are

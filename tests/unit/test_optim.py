@@ -102,3 +102,17 @@ def test_initial_rows_are_deterministic_per_key_and_seed():
 def test_bad_settings_are_named(settings, needle):
     with pytest.raises(OptimizerError, match=needle):
         OptimizerSpec.from_dict(settings)
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.kind)
+def test_step_rows_equals_one_step_per_row(spec):
+    from ctr.optim import step_rows
+
+    rng = np.random.default_rng(3)
+    state = init_rows(np.arange(1, 51, dtype=np.uint64), spec.state_width(2), 2, spec.params())
+    if spec.kind == "adam":
+        state[::3, -1] = 7.0  # rows at different step counts
+    grads = rng.normal(size=(50, 2))
+    expected = np.array([step_reference(s, g, 2, spec) for s, g in zip(state, grads, strict=True)])
+    step_rows(state, grads, 2, spec.params())
+    np.testing.assert_allclose(state, expected, rtol=1e-12, atol=1e-15)
