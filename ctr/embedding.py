@@ -36,19 +36,6 @@ def pool_fields(offsets: I64, uidx: I64, fields: I32, x: F32, emb: F32, n_fields
     return out
 
 
-@nb.njit(cache=True, nogil=True)
-def linear_terms(offsets: I64, uidx: I64, x: F32, w: F32) -> F32:
-    """[n]: sum of w_j x_j per example."""
-    n = offsets.shape[0] - 1
-    out = np.zeros(n, dtype=np.float32)
-    for e in range(n):
-        z = 0.0
-        for j in range(offsets[e], offsets[e + 1]):
-            z += w[uidx[j], 0] * x[j]
-        out[e] = z
-    return out
-
-
 @nb.njit(cache=True, inline="always")
 def _pool_one(a: int, b: int, uidx: I64, fields: I32, x: F32, emb: F64, out: F64) -> None:
     out[:] = 0.0
@@ -69,15 +56,6 @@ def _fm_fields(pooled: F64) -> float:
             sq += pooled[f, t] * pooled[f, t]
         z += 0.5 * (s * s - sq)
     return z
-
-
-@nb.njit(cache=True, nogil=True)
-def fm_over_fields(pooled: F32) -> F32:
-    """[n]: the FM term of each example's pooled field embeddings [n, F, k]."""
-    out = np.empty(pooled.shape[0], dtype=np.float32)
-    for e in range(pooled.shape[0]):
-        out[e] = _fm_fields(pooled[e].astype(np.float64))
-    return out
 
 
 @nb.njit(cache=True, nogil=True)

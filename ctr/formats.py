@@ -206,10 +206,6 @@ def _with_crosses(parse: LineParser, crosses: list[tuple[int, int, int]]) -> Lin
     return parse_crossed
 
 
-def needs_header(schema: FeatureSchema) -> bool:
-    return schema.format == "csv"
-
-
 def make_parser(schema: FeatureSchema, index: FieldIndex, header: str | None = None) -> LineParser:
     """A parser for one file; csv files pass their header line."""
     if schema.format == "criteo":

@@ -9,7 +9,7 @@ kind 1 IMAGE: payload = hashmap slots uint32[extra=capacity, 2 + dim]; count = e
     Serving mmaps the payload as a CompactHashMap without copying.
 kind 2 DELTA: payload = keys uint64[count] sorted | rows float32[count, dim]
     | tombstones uint64[extra] sorted.
-kind 3 DENSE: payload = float32[count]; extra = the range's offset in the whole vector.
+kind 3 (DENSE ranges) is retired: dense weights travel as safetensors (trainer.exporter).
 
 Files are written to a temporary name and renamed, so a reader never sees half a file.
 """
@@ -38,7 +38,6 @@ HEADER_SIZE = 64
 class Kind(IntEnum):
     IMAGE = 1
     DELTA = 2
-    DENSE = 3
 
 
 class ModelFileError(ValueError):
@@ -172,18 +171,3 @@ def read_delta(path: Path) -> Delta:
         raw[a:b].view(np.float32).reshape(h.count, h.dim),
         raw[b:].view(np.uint64),
     )
-
-
-def write_dense(path: Path, values: npt.NDArray[np.float32], offset: int) -> None:
-    v = np.ascontiguousarray(values, dtype=np.float32)
-    _write(path, Kind.DENSE, 1, v.shape[0], offset, [v.tobytes()])
-
-
-def read_dense(path: Path) -> tuple[int, npt.NDArray[np.float32]]:
-    """(offset of the range, values)."""
-    h = read_header(path)
-    if h.kind != Kind.DENSE:
-        raise ModelFileError(f"{path}: kind {h.kind.name}, expected DENSE")
-    if h.payload_bytes != h.count * 4:
-        raise ModelFileError(f"{path}: payload size does not match its count")
-    return h.extra, np.fromfile(path, dtype=np.float32, offset=HEADER_SIZE)

@@ -4,7 +4,7 @@ import pytest
 from ctr import modelfile
 
 
-def test_image_delta_dense_round_trip(tmp_path):
+def test_image_and_delta_round_trip(tmp_path):
     rng = np.random.default_rng(0)
     keys = np.unique(rng.integers(1, 2**64 - 1, 1000, dtype=np.uint64))
     rows = rng.random((keys.shape[0], 2), dtype=np.float32)
@@ -15,9 +15,6 @@ def test_image_delta_dense_round_trip(tmp_path):
     modelfile.write_delta(tmp_path / "d.delta", keys[::-1].copy(), rows[::-1].copy(), np.array([7, 3], np.uint64))
     d = modelfile.read_delta(tmp_path / "d.delta")
     assert (d.keys == keys).all() and np.array_equal(d.rows, rows) and d.tombstones.tolist() == [3, 7]
-    modelfile.write_dense(tmp_path / "b.dense", np.array([1.5, 2.5], np.float32), offset=4)
-    off, vals = modelfile.read_dense(tmp_path / "b.dense")
-    assert off == 4 and vals.tolist() == [1.5, 2.5]
 
 
 def test_flipped_byte_and_truncation_are_detected(tmp_path):
