@@ -39,7 +39,7 @@ def _fmix(h: np.uint64) -> np.uint64:
     return h ^ (h >> np.uint64(31))
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def hash_tokens(
     buf: npt.NDArray[np.uint8], offsets: npt.NDArray[np.int64], fields: npt.NDArray[np.uint32]
 ) -> npt.NDArray[np.uint64]:

@@ -31,7 +31,7 @@ def home_slot(key: np.uint64, capacity: int) -> int:
     return int(np.int64(((mixed >> np.uint64(32)) * np.uint64(capacity)) >> np.uint64(32)))
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def find_slots(slots: U32, keys: U64) -> I64:
     """Slot index of each key, -1 where absent."""
     cap = slots.shape[0]
@@ -53,7 +53,7 @@ def find_slots(slots: U32, keys: U64) -> I64:
     return out
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def insert_keys(slots: U32, keys: U64) -> tuple[I64, int]:
     """Slot of each key, claiming an empty slot for new ones; returns (slots, new count).
 
@@ -81,7 +81,7 @@ def insert_keys(slots: U32, keys: U64) -> tuple[I64, int]:
     return out, added
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def rehash_into(old: U32, new: U32) -> None:
     """Moves every occupied slot of old into the empty table new (same row width)."""
     cap = new.shape[0]
@@ -99,7 +99,7 @@ def rehash_into(old: U32, new: U32) -> None:
             new[i, w] = old[s, w]
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def occupied_slots(slots: U32) -> I64:
     """Indices of occupied slots, in slot order."""
     n = 0
@@ -115,7 +115,7 @@ def occupied_slots(slots: U32) -> I64:
     return out
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def gather_rows(rows: npt.NDArray[np.float32], found: I64) -> npt.NDArray[np.float32]:
     """rows[found[i]] for each i; zeros where found[i] < 0 (an absent key has a zero row)."""
     dim = rows.shape[1]

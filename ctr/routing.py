@@ -11,7 +11,7 @@ import numpy.typing as npt
 _ROUTE_MIX = np.uint64(0xFF51AFD7ED558CCD)
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def shard_of(keys: npt.NDArray[np.uint64], n: int) -> npt.NDArray[np.int64]:
     out = np.empty(keys.shape[0], dtype=np.int64)
     for i in range(keys.shape[0]):

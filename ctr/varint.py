@@ -45,7 +45,7 @@ def _get(buf: U8, pos: int) -> tuple[np.uint64, int]:
             raise ValueError("varint longer than 10 bytes")
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def encode_sorted_keys(keys: U64) -> U8:
     """Strictly increasing keys as first key then gaps, each a varint."""
     out = np.empty(keys.shape[0] * 10, dtype=np.uint8)
@@ -57,7 +57,7 @@ def encode_sorted_keys(keys: U64) -> U8:
     return out[:pos].copy()
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def decode_sorted_keys(buf: U8, count: int) -> U64:
     """Inverse of encode_sorted_keys; rejects non-increasing keys and trailing bytes."""
     out = np.empty(count, dtype=np.uint64)
@@ -77,7 +77,7 @@ def decode_sorted_keys(buf: U8, count: int) -> U64:
     return out
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def encode_index_lists(offsets: I64, indices: I64) -> U8:
     """Lists indices[offsets[i]:offsets[i+1]] (each ascending) as count + gaps, all varints."""
     out = np.empty(offsets.shape[0] * 10 + indices.shape[0] * 10, dtype=np.uint8)
@@ -92,7 +92,7 @@ def encode_index_lists(offsets: I64, indices: I64) -> U8:
     return out[:pos].copy()
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def decode_index_lists(buf: U8, lists: int, limit: int) -> tuple[I64, I64]:
     """Inverse of encode_index_lists: (offsets, indices), every index < limit."""
     offsets = np.zeros(lists + 1, dtype=np.int64)
@@ -119,7 +119,7 @@ def decode_index_lists(buf: U8, lists: int, limit: int) -> tuple[I64, I64]:
     return offsets, indices[:n].copy()
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def encode_varints(values: U64) -> U8:
     """Each value as a LEB128 varint, back to back."""
     out = np.empty(values.shape[0] * 10, dtype=np.uint8)
@@ -129,7 +129,7 @@ def encode_varints(values: U64) -> U8:
     return out[:pos].copy()
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def decode_runs(buf: U8, total: int, limit: int) -> npt.NDArray[np.int32]:
     """Expands `runs, (value, length) * runs` varints into total values, each < limit."""
     out = np.empty(total, dtype=np.int32)

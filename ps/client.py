@@ -24,6 +24,8 @@ from ctr.routing import dense_range, shard_of
 from ps.codecs import Codec, codec_named
 from ps.shard import ExportedFile, Shard
 from ps.tables import DELTA, GRADIENT
+
+__all__ = ["DELTA", "GRADIENT", "ExportedFile", "PSClient", "PullSession"]
 from ps.transport import GrpcTransport, LocalTransport, Rows, SessionLost, ShardStatus, ShardTransport
 
 T = TypeVar("T")

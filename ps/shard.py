@@ -60,6 +60,7 @@ class Shard:
         self.dense: dict[str, DenseTable] = {}
         self.store = store
         self.lock = threading.Lock()
+        self._checkpointing = threading.Lock()
         self.update_seq = 0
         self.export_seq = -1  # no export yet: the first delta holds everything
         self.checkpoint_seq = 0
@@ -215,19 +216,24 @@ class Shard:
         return [f], seq
 
     def checkpoint(self, offsets: bytes) -> tuple[int, int]:
-        """Persists rows changed since the last checkpoint, with the trainer's stream offsets."""
-        if self.store is None:
+        """Persists rows changed since the last checkpoint, with the trainer's stream offsets.
+        The rows are copied under the shard lock and written outside it, so pulls and pushes
+        wait only for the copy; checkpoints run one at a time."""
+        store = self.store
+        if store is None:
             raise ShardError("this shard runs without a data directory; nothing to checkpoint into")
-        with self.lock:
-            sparse = {}
-            for name, t in self.sparse.items():
-                keys, slots = t.updated_after(self.checkpoint_seq)
-                sparse[name] = (keys, t.raw_rows(slots))
-            dense = {name: d.state.copy() for name, d in self.dense.items()}
-            seq = self.update_seq
-            written = self.store.write_checkpoint(sparse, dense, offsets, seq)
-            self.checkpoint_seq = seq
-            self.checkpoint_offsets = offsets
+        with self._checkpointing:
+            with self.lock:
+                sparse = {}
+                for name, t in self.sparse.items():
+                    keys, ids = t.updated_after(self.checkpoint_seq)
+                    sparse[name] = (keys, t.raw_rows(ids))  # raw_rows copies
+                dense = {name: d.state.copy() for name, d in self.dense.items()}
+                seq = self.update_seq
+            written = store.write_checkpoint(sparse, dense, offsets, seq)
+            with self.lock:
+                self.checkpoint_seq = seq
+                self.checkpoint_offsets = offsets
         return written, seq
 
     def stats(self) -> list[TableStats]:

@@ -16,8 +16,7 @@ from ctr.deep import DeepCTR, device
 from ctr.embedding import pool_fields, train_deep_batch
 from ctr.modelspec import ModelSpec
 from ctr.optim import PLAIN, plain_state, rows_with_weights, weights_of_rows
-from ps.client import PSClient
-from ps.tables import DELTA, GRADIENT
+from ps.client import DELTA, GRADIENT, PSClient
 from trainer.model import declare
 
 

@@ -21,8 +21,7 @@ from safetensors.numpy import save_file
 from ctr.fields import FieldIndex
 from ctr.modelfile import sha256_file
 from ctr.modelspec import ModelSpec
-from ps.client import PSClient
-from ps.shard import ExportedFile
+from ps.client import ExportedFile, PSClient
 
 DENSE_FILE = "dense.safetensors"
 

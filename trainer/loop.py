@@ -67,8 +67,11 @@ class Trainer:
         if p is not None:
             return p
         assert line.text is not None
-        if self.schema is None:
-            self.schema = detect_schema(line.text)
+        if self.schema is None:  # --format auto on a stream whose head could not be peeked at (stdin)
+            try:
+                self.schema = detect_schema(line.text)
+            except ValueError as e:
+                raise ParseError(f"format not detected yet: {e}") from None  # the next line tries again
             log.info("detected format %s in %s", self.schema.format, line.file)
         if self.schema.format == "csv":
             if line.number == 1:

@@ -17,8 +17,7 @@ from ctr.batch import SampleBatch
 from ctr.factorization import MODEL_CODES, train_batch
 from ctr.modelspec import ModelSpec
 from ctr.optim import PLAIN, plain_state
-from ps.client import PSClient
-from ps.tables import DELTA, GRADIENT
+from ps.client import DELTA, GRADIENT, PSClient
 
 
 class TrainableModel(Protocol):

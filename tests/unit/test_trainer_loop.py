@@ -1,0 +1,44 @@
+"""The training loop on real files, in-process: format detection and resuming inside a CSV."""
+
+import json
+import subprocess
+import sys
+
+from ctr.fields import FieldIndex
+from ctr.modelspec import ModelSpec
+from ctr.schema import PRESETS
+from ps.client import PSClient
+from trainer.loop import LoopSettings, Trainer
+from trainer.model import build_model
+from trainer.progressive import ProgressiveMetrics
+from trainer.source import Position, StreamSource
+
+
+def test_a_bad_first_line_on_stdin_does_not_stop_format_detection(tmp_path, data_dir):
+    lines = (data_dir / "frappe/frappe.validation.libfm").read_text().splitlines()[:500]
+    stdin = "garbage that is no format\n" + "\n".join(lines) + "\n"
+    out = tmp_path / "m.json"
+    cmd = [sys.executable, "-m", "boundless", "train", "--source", "-", "--no-follow", "--metrics-port", "-1"]
+    proc = subprocess.run([*cmd, "--metrics-out", str(out)], input=stdin, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert result["samples"] == 500 and result["bad_lines"] == 1
+    assert "<stdin>:1: format not detected yet" in proc.stderr
+
+
+def test_resuming_inside_a_csv_file_keeps_its_header(tmp_path, data_dir):
+    text = (data_dir / "avazu_10k/train_rows1-9999.csv").read_text()
+    path = tmp_path / "avazu.csv"
+    path.write_text(text)
+    header_and_first = text.split("\n", 2)
+    offset = len(header_and_first[0]) + 1 + len(header_and_first[1]) + 1  # after line 2
+    schema = PRESETS["avazu"]
+    fields = FieldIndex(schema.base_fields(header_and_first[0]), frozen=True)
+    client = PSClient.local()
+    model = build_model(ModelSpec("lr", fields=tuple(fields.names)))
+    model.prepare(client)
+    source = StreamSource(str(path), follow=False, start=Position(str(path), offset, 2))
+    settings = LoopSettings(batch_size=256, max_samples=0, idle_exit_s=0, export_interval_s=1e9, checkpoint_interval_s=0)
+    trainer = Trainer(client, model, schema, fields, source, settings, ProgressiveMetrics(1000), None, lambda: False)
+    result = trainer.run()
+    assert trainer.bad_lines == 0 and result["samples"] == 9999 - 1
