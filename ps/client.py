@@ -58,6 +58,11 @@ class PSClient:
         return cls(LocalTransport([Shard(i, shard_count) for i in range(shard_count)]), shard_count, codec)
 
     @property
+    def remote(self) -> bool:
+        """Whether calls cross a network (gRPC), so overlapping them with work pays."""
+        return isinstance(self.transport, GrpcTransport)
+
+    @property
     def pull_bytes(self) -> int:
         return self.transport.pull_bytes
 

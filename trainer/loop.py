@@ -18,6 +18,7 @@ from ps.client import PSClient
 from trainer import metrics
 from trainer.exporter import Exporter
 from trainer.model import TrainableModel
+from trainer.pipeline import Pipeline, Result
 from trainer.progressive import ProgressiveMetrics
 from trainer.source import Line, Position, StreamSource
 
@@ -60,6 +61,8 @@ class Trainer:
         self.bad_lines = 0
         self.exports: list[str] = []
         self.elapsed_s = 0.0
+        self.pipeline = Pipeline(client, model)
+        self.submitted = 0  # samples handed to the pipeline (progress lags it by a batch)
 
     def _parser(self, line: Line) -> LineParser | None:
         """The file's parser; a csv file's first line is its header and yields None."""
@@ -97,10 +100,18 @@ class Trainer:
             return None
 
     def train_batch(self, samples: list[ParsedSample]) -> None:
-        batch = build_batch(samples, self.fields.ids())
-        probs = self.model.train(self.client, batch)
-        self.progress.update(batch.labels, probs)
-        metrics.SAMPLES.inc(len(samples))
+        self.submitted += len(samples)
+        self._record(self.pipeline.submit(build_batch(samples, self.fields.ids())))
+
+    def _record(self, done: Result | None) -> None:
+        if done is not None:
+            batch, probs = done
+            self.progress.update(batch.labels, probs)
+            metrics.SAMPLES.inc(len(batch))
+
+    def flush(self) -> None:
+        """Trains what the pipeline holds and waits for its pushes (before exports, checkpoints)."""
+        self._record(self.pipeline.flush())
 
     def run(self) -> dict[str, float]:
         started = last_export = last_ckpt = last_log = time.monotonic()
@@ -119,7 +130,9 @@ class Trainer:
             if pending and (full or line is None):
                 self.train_batch(pending)
                 pending = []
-            done = 0 < self.s.max_samples <= self.progress.count
+            if line is None:  # the stream is idle: let what is queued land
+                self.flush()
+            done = 0 < self.s.max_samples <= self.submitted
             idle = line is None and self.s.idle_exit_s > 0 and now - self.source.idle_since > self.s.idle_exit_s
             if self.exporter is not None and now - last_export >= self.s.export_interval_s:
                 self._export()
@@ -135,6 +148,8 @@ class Trainer:
                 break
         if pending:
             self.train_batch(pending)
+        self.flush()
+        self.pipeline.close()
         self.elapsed_s = time.monotonic() - started
         if self.exporter is not None:
             self._export()
@@ -144,6 +159,7 @@ class Trainer:
 
     def _export(self) -> None:
         assert self.exporter is not None
+        self.flush()
         snap = self.progress.snapshot()
         export_id = self.exporter.export(snap)
         self.exports.append(export_id)
@@ -151,6 +167,7 @@ class Trainer:
         log.info("exported %s at %d samples", export_id, snap["samples"])
 
     def checkpoint(self) -> None:
+        self.flush()
         offsets = json.dumps(vars(self.position)).encode()
         results = self.client.checkpoint(offsets)
         log.info("checkpoint at %s: %d rows written", self.position, sum(r for r, _ in results))

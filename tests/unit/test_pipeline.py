@@ -1,0 +1,49 @@
+"""The pipelined worker (pull of batch i+1 during batch i, asynchronous pushes) trains the
+exact model of the synchronous path."""
+
+import numpy as np
+import pytest
+
+from ctr.batch import build_batch
+from ctr.formats import make_parser, resolve_fields
+from ctr.modelspec import ModelSpec
+from ctr.schema import PRESETS
+from ps.client import PSClient
+from trainer.model import build_model
+from trainer.pipeline import Pipeline
+
+
+@pytest.mark.parametrize("model", ["lr", "fm", "ffm"])
+def test_pipelined_training_equals_the_synchronous_path(data_dir, model):
+    lines = (data_dir / "frappe/frappe.validation.libfm").read_text().splitlines()[:6000]
+    fields = resolve_fields(PRESETS["libsvm"], lines, freeze=True)
+    parse = make_parser(PRESETS["libsvm"], fields)
+    batches = [build_batch([parse(x) for x in lines[i : i + 64]], fields.ids()) for i in range(0, len(lines), 64)]
+    spec = ModelSpec(model, k=4, fields=tuple(fields.names))
+    runs = []
+    for pipelined in (False, True):
+        client = PSClient.local(2)
+        m = build_model(spec)
+        m.prepare(client)
+        probs = []
+        if pipelined:
+            pipe = Pipeline(client, m, overlap=True)
+            assert pipe.overlap
+            for b in batches:
+                done = pipe.submit(b)
+                if done is not None:
+                    probs.append(done[1])
+            done = pipe.flush()
+            assert done is not None
+            probs.append(done[1])
+            pipe.close()
+        else:
+            probs = [m.train(client, b) for b in batches]
+        keys = np.unique(np.concatenate([b.keys for b in batches]))
+        final = {t: client.pull(t, keys, state=True)[0] for t in ("w", "v") if t in spec.table_names()}
+        runs.append((np.concatenate(probs), final, client.pull_dense("bias", state=True)))
+    (p0, s0, b0), (p1, s1, b1) = runs
+    np.testing.assert_array_equal(p0, p1)
+    for t in s0:
+        np.testing.assert_allclose(s1[t], s0[t], rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(b1, b0, rtol=1e-12)
