@@ -19,6 +19,7 @@ from typing import Any
 from ctr.optim import OptimizerError, OptimizerSpec
 
 MODEL_TYPES = ("lr", "fm", "ffm", "wdl", "deepfm")
+FIELD_MODELS = ("ffm", "wdl", "deepfm")  # size tables or layers by the field count
 UPDATES = ("example", "batch")
 
 
@@ -116,7 +117,7 @@ class ModelSpec:
 
     @property
     def needs_fields(self) -> bool:
-        return self.type in ("ffm", "wdl", "deepfm")
+        return self.type in FIELD_MODELS
 
     @property
     def is_dnn(self) -> bool:

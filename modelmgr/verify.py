@@ -22,6 +22,7 @@ def verify_export(folder: Path, manifest: dict[str, Any]) -> None:
     shards = manifest.get("shard_count")
     if not isinstance(files, list) or not files or not isinstance(shards, int) or shards < 1:
         raise VerificationError("export.json lacks files or shard_count")
+    spec = _verify_spec(manifest.get("model"))
     seen: dict[tuple[str, str], set[int]] = {}
     for f in files:
         name = str(f.get("name", ""))
@@ -34,7 +35,7 @@ def verify_export(folder: Path, manifest: dict[str, Any]) -> None:
         if modelfile.sha256_file(path) != f.get("sha256"):
             raise VerificationError(f"{name}: sha256 does not match the manifest")
         if f.get("role") == "dense":
-            _verify_dense(path)
+            _verify_dense(path, spec)
             continue
         try:
             modelfile.verify(path)
@@ -47,7 +48,6 @@ def verify_export(folder: Path, manifest: dict[str, Any]) -> None:
     for (table, role), got in seen.items():
         if got != set(range(shards)):
             raise VerificationError(f"table {table} ({role}): shards {sorted(got)} of {shards}")
-    _verify_spec(manifest.get("model"))
     if not any(f.get("role") == "dense" for f in files):
         raise VerificationError("no dense file (bias and MLP weights)")
     roles = {r for _, r in seen}
@@ -56,19 +56,23 @@ def verify_export(folder: Path, manifest: dict[str, Any]) -> None:
         raise VerificationError(f"a {manifest.get('kind')} export without {expected} files")
 
 
-def _verify_dense(path: Path) -> None:
+def _verify_dense(path: Path, spec: ModelSpec) -> None:
+    """Readable, with the bias and every MLP tensor in the shape the spec declares."""
     try:
         tensors = load_file(str(path))
     except (SafetensorError, OSError, ValueError) as e:
         raise VerificationError(f"{path.name}: not a readable safetensors file: {e}") from None
-    if "bias" not in tensors:
-        raise VerificationError(f"{path.name}: no bias tensor")
+    for name, shape in [("bias", (1,)), *spec.mlp_shapes()]:
+        got = tensors.get(name)
+        if got is None or tuple(got.shape) != shape:
+            found = "missing" if got is None else f"shaped {tuple(got.shape)}"
+            raise VerificationError(f"{path.name}: tensor {name} is {found}, the model spec needs {shape}")
 
 
-def _verify_spec(model: Any) -> None:
+def _verify_spec(model: Any) -> ModelSpec:
     if not isinstance(model, dict):
         raise VerificationError("export.json: model is not an object")
     try:
-        ModelSpec.from_dict({k: v for k, v in model.items() if k not in ("name",)})
+        return ModelSpec.from_dict({k: v for k, v in model.items() if k not in ("name",)})
     except (ModelSpecError, ValueError, TypeError) as e:
         raise VerificationError(f"export.json: model spec: {e}") from None

@@ -1,6 +1,7 @@
 """PS client library: splits a batch's keys by shard and talks to all shards in parallel
-through one transport. Every method blocks until all shards have answered; one client is
-used by one thread at a time.
+through one transport. Every method blocks until all shards have answered. Calls may run
+from several threads at once (the trainer's pipeline pulls and pushes concurrently): the
+split is pure, the shard calls go through a thread pool, and the transports are thread-safe.
 
     pull(table, keys)                 -> weights [n, dim]
     pull(table, keys, state=True)     -> optimizer state [n, width] (float64)
@@ -24,9 +25,9 @@ from ctr.routing import dense_range, shard_of
 from ps.codecs import Codec, codec_named
 from ps.shard import ExportedFile, Shard
 from ps.tables import DELTA, GRADIENT
+from ps.transport import GrpcTransport, LocalTransport, Rows, SessionLost, ShardStatus, ShardTransport
 
 __all__ = ["DELTA", "GRADIENT", "ExportedFile", "PSClient", "PullSession"]
-from ps.transport import GrpcTransport, LocalTransport, Rows, SessionLost, ShardStatus, ShardTransport
 
 T = TypeVar("T")
 

@@ -16,6 +16,7 @@ from ctr import config as cfg
 from ctr import daemon
 from ctr.fields import FieldIndex
 from ctr.formats import resolve_fields
+from ctr.modelspec import FIELD_MODELS
 from ctr.schema import PRESETS, FeatureSchema, detect_schema
 from ps.client import PSClient
 from trainer import metrics
@@ -78,7 +79,7 @@ def detect_from(lines: list[str]) -> FeatureSchema | None:
 
 def resolve(conf: TrainerConfig, schema: FeatureSchema | None, source: StreamSource) -> tuple[FeatureSchema | None, FieldIndex]:
     """The schema and the stream's field index, from the schema or the stream's first lines."""
-    needs_fields = conf.model in ("ffm", "wdl", "deepfm")
+    needs_fields = conf.model in FIELD_MODELS
     fixed = schema is not None and bool(schema.base_fields())
     lines = [] if fixed else source.peek(timeout_s=conf.peek_timeout_s)
     if schema is None:

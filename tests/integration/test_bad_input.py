@@ -123,3 +123,24 @@ def test_libffm_field_out_of_range_is_a_bad_line(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert f"{data}:3001: feature 2: field 7 is out of range (the model has 2 fields)" in proc.stderr
     assert json.loads((tmp_path / "m.json").read_text())["bad_lines"] == 1
+
+
+def test_an_export_whose_dense_file_does_not_fit_its_spec_is_rejected(tmp_path):
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    from ctr.modelfile import sha256_file, write_image
+    from ctr.modelspec import ModelSpec
+    from modelmgr.verify import VerificationError, verify_export
+
+    spec = ModelSpec("deepfm", k=2, fields=("a", "b"), hidden=(4,))
+    write_image(tmp_path / "shard0-sparse.image", np.array([5], np.uint64), np.ones((1, 3), np.float32))
+    wrong = {"bias": np.zeros(1, np.float32), "mlp.0.weight": np.zeros((4, 3), np.float32)}  # input is F*k = 4
+    save_file(wrong, str(tmp_path / "dense.safetensors"))
+    files = [
+        {"name": n, "table": t, "role": r, "size": (tmp_path / n).stat().st_size, "sha256": sha256_file(tmp_path / n)}
+        for n, t, r in (("shard0-sparse.image", "sparse", "sparse_full"), ("dense.safetensors", "dense", "dense"))
+    ]
+    manifest = {"kind": "full", "shard_count": 1, "files": files, "model": {"name": "ctr", **spec.to_dict()}}
+    with pytest.raises(VerificationError, match="mlp.0.weight is shaped \\(4, 3\\), the model spec needs \\(4, 4\\)"):
+        verify_export(tmp_path, manifest)
