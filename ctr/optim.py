@@ -43,7 +43,8 @@ class OptimizerError(ValueError):
 class OptimizerSpec:
     """One table's optimizer. `lr` is FTRL's alpha. `init_std` > 0 draws initial weights
     uniformly with that standard deviation from a hash of (key, seed), so every process
-    derives the same initial row without storing it. `max_abs` bounds every pushed value."""
+    derives the same initial row without storing it. `max_abs` bounds every pushed gradient
+    (a pushed state delta must instead keep the state finite: ps.tables.STATE_LIMIT)."""
 
     kind: str = "ftrl"
     lr: float = 0.05

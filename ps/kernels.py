@@ -105,6 +105,22 @@ def rows_updated_after(meta: U32, n: int, seq: int) -> I64:
 
 
 @nb.njit(cache=True, nogil=True)
+def merged_within(state: F64, ids: I64, keys: U64, deltas: F64, d: int, p: F64, limit: float) -> bool:
+    """Whether every row stays finite and within +-limit once its delta is added (absent
+    keys start from their initial row): checked before anything is applied."""
+    base = np.empty(deltas.shape[1], dtype=np.float64)
+    for i in range(ids.shape[0]):
+        if ids[i] < 0:
+            init_row(base, d, keys[i], p)
+        else:
+            base[:] = state[ids[i]]
+        for c in range(base.shape[0]):
+            if not abs(base[c] + deltas[i, c]) <= limit:
+                return False
+    return True
+
+
+@nb.njit(cache=True, nogil=True)
 def all_within(values: F64, limit: float) -> bool:
     """Every value finite and |value| <= limit (NaN fails every comparison)."""
     flat = values.reshape(-1)

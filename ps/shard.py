@@ -162,11 +162,11 @@ class Shard:
         """Applies gradients or state deltas; a push with a bad value changes nothing."""
         t = self._table(table)
         self.check_keys(keys)
-        try:
-            v = t.check(kind, values, keys.shape[0])
-        except PushRejected as e:
-            raise ShardError(str(e)) from None
-        with self.lock:
+        with self.lock:  # a delta is checked against the rows it lands on
+            try:
+                v = t.check(kind, values, keys)
+            except PushRejected as e:
+                raise ShardError(str(e)) from None
             self.update_seq += 1
             t.push(kind, keys, v, self.update_seq)
         return int(keys.shape[0])
@@ -179,11 +179,11 @@ class Shard:
 
     def push_dense(self, table: str, values: npt.NDArray[np.float64], kind: str = GRADIENT) -> None:
         t = self._dense(table)
-        try:
-            v = t.check(kind, values)
-        except PushRejected as e:
-            raise ShardError(str(e)) from None
         with self.lock:
+            try:
+                v = t.check(kind, values)
+            except PushRejected as e:
+                raise ShardError(str(e)) from None
             t.push(kind, v)
             self.update_seq += 1
 

@@ -18,16 +18,17 @@ from ps import kernels
 
 GRADIENT = "gradient"
 DELTA = "delta"
+STATE_LIMIT = 1e30  # no optimizer state value may pass this: far beyond any trained model
 
 
 class PushRejected(ValueError):
     """A push whose values are non-finite or beyond the table's limit; nothing was applied."""
 
 
-def check_values(table: str, values: npt.NDArray[np.float64], limit: float) -> None:
+def check_values(table: str, values: npt.NDArray[np.float64], limit: float, what: str = "max_abs") -> None:
     if not kernels.all_within(np.ascontiguousarray(values), limit):
         bad = values[~(np.abs(values) <= limit)]
-        raise PushRejected(f"table {table}: pushed value {bad.reshape(-1)[0]!r} is not finite or exceeds max_abs {limit:g}")
+        raise PushRejected(f"table {table}: pushed value {float(bad.reshape(-1)[0])!r} is not finite or exceeds {what} {limit:g}")
 
 
 class SparseTable:
@@ -100,12 +101,20 @@ class SparseTable:
         """Optimizer state [n, width]; absent keys read as their initial state."""
         return kernels.gather_state(self.state, self.find(keys), keys, self.dim, self.params)  # type: ignore[no-any-return]
 
-    def check(self, kind: str, values: npt.NDArray[np.float64], n: int) -> npt.NDArray[np.float64]:
+    def check(self, kind: str, values: npt.NDArray[np.float64], keys: npt.NDArray[np.uint64]) -> npt.NDArray[np.float64]:
+        """The values as rows, if applying them is safe: gradients within max_abs; deltas
+        finite and keeping every row finite and within STATE_LIMIT. Raises PushRejected."""
+        n = keys.shape[0]
         cols = self.dim if kind == GRADIENT else self.width
         if values.size != n * cols:
             raise PushRejected(f"table {self.name}: {values.size} {kind} values for {n} keys of {cols} each")
         v = np.ascontiguousarray(values, dtype=np.float64).reshape(n, cols)
-        check_values(self.name, v, self.spec.optimizer.max_abs)
+        if kind == GRADIENT:
+            check_values(self.name, v, self.spec.optimizer.max_abs)
+        else:
+            check_values(self.name, v, STATE_LIMIT, "the state limit")
+            if not kernels.merged_within(self.state, self.find(keys), keys, v, self.dim, self.params, STATE_LIMIT):
+                raise PushRejected(f"table {self.name}: the pushed deltas would take a row past {STATE_LIMIT:g}")
         return v
 
     def push(self, kind: str, keys: npt.NDArray[np.uint64], values: npt.NDArray[np.float64], seq: int) -> None:
@@ -163,7 +172,10 @@ class DenseTable:
         if values.size != n * cols:
             raise PushRejected(f"dense table {self.name}: {values.size} {kind} values, its range holds {n} x {cols}")
         v = np.ascontiguousarray(values, dtype=np.float64).reshape(n, cols)
-        check_values(self.name, v, self.spec.optimizer.max_abs)
+        if kind == GRADIENT:
+            check_values(self.name, v, self.spec.optimizer.max_abs)
+        else:
+            check_values(self.name, self.state + v, STATE_LIMIT, "the state limit")  # finite, keeping the state bounded
         return v
 
     def push(self, kind: str, values: npt.NDArray[np.float64]) -> None:

@@ -109,3 +109,29 @@ def test_rows_grow_past_their_first_capacity_and_keep_their_state():
     np.testing.assert_array_equal(first[:, :4], again[:, :4])
     changed, _ = s.sparse["v"].updated_after(1)  # the first push was update 1
     assert sorted(changed.tolist()) == sorted(keys[100:].tolist())
+
+
+def test_large_but_finite_state_deltas_are_accepted_and_overflowing_ones_refused():
+    """A hot key's FTRL n grows by the sum of g^2 over a batch: far above a gradient's
+    max_abs with large feature values; what must not happen is a state past STATE_LIMIT."""
+    s = _shard("lr")
+    _, state = s.pull("w", KEYS, open_session=False, state=True)
+    delta = np.zeros_like(state)
+    delta[:, 1] = 5e7  # n += 5e7: 256 examples of |g| ~ 440
+    s.push("w", KEYS, delta, "delta")
+    _, after = s.pull("w", KEYS, open_session=False, state=True)
+    np.testing.assert_allclose(after[:, 1], state[:, 1] + 5e7)
+    big = np.zeros_like(state)
+    big[1, 0] = 6e29
+    s.push("w", KEYS, big, "delta")
+    _, after = s.pull("w", KEYS, open_session=False, state=True)
+    with pytest.raises(ShardError, match="past 1e\\+30"):  # 6e29 + 6e29 passes the state limit
+        s.push("w", KEYS, big, "delta")
+    with pytest.raises(ShardError, match="exceeds the state limit"):
+        s.push("w", KEYS, big * 4, "delta")
+    fresh = np.array([999], np.uint64)
+    with pytest.raises(ShardError, match="exceeds the state limit"):
+        s.push("w", fresh, np.array([[np.inf, 0.0]]), "delta")
+    assert s.sparse["w"].find(fresh)[0] == -1  # a refused push inserts nothing
+    _, final = s.pull("w", KEYS, open_session=False, state=True)
+    np.testing.assert_array_equal(final, after)
