@@ -131,6 +131,12 @@ def run(args: argparse.Namespace) -> int:
     result: dict[str, Any] = dict(trainer.run())
     result["bad_lines"] = float(trainer.bad_lines)
     result["dropped_features"] = float(fields.dropped)
+    if fields.dropped:
+        log.warning(
+            "dropped %d features of fields outside the model's field list, e.g. %s (list them in schema.fields)",
+            fields.dropped,
+            sorted(fields.unknown)[:10],
+        )
     result["exports"] = float(len(trainer.exports))
     result["elapsed_s"] = trainer.elapsed_s
     result["examples_per_s"] = result["samples"] / trainer.elapsed_s if trainer.elapsed_s > 0 else 0.0
