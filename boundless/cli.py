@@ -20,10 +20,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="boundless", description="Online CTR training and serving.")
+    parser = argparse.ArgumentParser(prog="boundless", description="Online CTR training and serving.", allow_abbrev=False)
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (module, help_text) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_text, description=help_text)
+        p = sub.add_parser(name, help=help_text, description=help_text, allow_abbrev=False)
         mod = importlib.import_module(module)
         mod.add_arguments(p)
         p.set_defaults(_module=module)

@@ -21,7 +21,7 @@ ENV_PREFIX = "BOUNDLESS_MODELMGR_"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", required=True)
-    watch = sub.add_parser("watch", help="run the manager daemon: verify, gate and publish exports")
+    watch = sub.add_parser("watch", help="run the manager daemon: verify, gate and publish exports", allow_abbrev=False)
     cfg.add_arguments(watch, ModelMgrConfig)
     for name, help_text in (
         ("list", "list published and rejected versions"),
@@ -29,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         ("pin", "pin serving to VERSION"),
         ("unpin", "follow the latest version again"),
     ):
-        p = sub.add_parser(name, help=help_text)
+        p = sub.add_parser(name, help=help_text, allow_abbrev=False)
         p.add_argument("--repo", default="repo", help="model repository folder")
         p.add_argument("--model", default="ctr", help="model name")
         if name in ("rollback", "pin"):

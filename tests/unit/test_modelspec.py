@@ -35,7 +35,7 @@ def test_tables_of_each_model():
 
 
 def _conf(**kw):
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(allow_abbrev=False)
     server.add_arguments(parser)
     args = parser.parse_args([f"--{k.replace('_', '-')}={v}" for k, v in kw.items()])
     from ctr import config as cfg

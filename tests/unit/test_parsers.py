@@ -81,7 +81,7 @@ def test_trainer_reports_bad_line_as_file_line_and_keeps_going(tmp_path, caplog)
     good = ["1 3:1 7:1", "0 4:1 9:1"] * 50
     lines = good[:10] + ["1 3:1 oops"] + good[10:]
     path.write_text("\n".join(lines) + "\n")
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(allow_abbrev=False)
     server.add_arguments(parser)
     out = tmp_path / "m.json"
     args = parser.parse_args(
