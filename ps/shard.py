@@ -164,11 +164,10 @@ class Shard:
         self.check_keys(keys)
         with self.lock:  # a delta is checked against the rows it lands on
             try:
-                v = t.check(kind, values, keys)
+                t.apply(kind, keys, values, self.update_seq + 1)
             except PushRejected as e:
                 raise ShardError(str(e)) from None
             self.update_seq += 1
-            t.push(kind, keys, v, self.update_seq)
         return int(keys.shape[0])
 
     def pull_dense(self, table: str, state: bool = False) -> tuple[int, npt.NDArray[np.float32] | npt.NDArray[np.float64]]:
@@ -181,10 +180,9 @@ class Shard:
         t = self._dense(table)
         with self.lock:
             try:
-                v = t.check(kind, values)
+                t.apply(kind, values)
             except PushRejected as e:
                 raise ShardError(str(e)) from None
-            t.push(kind, v)
             self.update_seq += 1
 
     def export(self, full: bool, directory: Path) -> tuple[list[ExportedFile], int]:

@@ -25,6 +25,13 @@ class PushRejected(ValueError):
     """A push whose values are non-finite or beyond the table's limit; nothing was applied."""
 
 
+def as_rows(table: str, kind: str, values: npt.NDArray[np.float64], n: int, cols: int) -> npt.NDArray[np.float64]:
+    """values as n rows of cols float64, or PushRejected when the count does not fit."""
+    if values.size != n * cols:
+        raise PushRejected(f"table {table}: {values.size} {kind} values for {n} rows of {cols} each")
+    return np.ascontiguousarray(values, dtype=np.float64).reshape(n, cols)
+
+
 def check_values(table: str, values: npt.NDArray[np.float64], limit: float, what: str = "max_abs") -> None:
     if not kernels.all_within(np.ascontiguousarray(values), limit):
         bad = values[~(np.abs(values) <= limit)]
@@ -79,9 +86,12 @@ class SparseTable:
         keys[:n], state[:n], meta[:n] = self.keys[:n], self.state[:n], self.meta[:n]
         self.keys, self.state, self.meta = keys, state, meta
 
-    def insert(self, keys: npt.NDArray[np.uint64]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-        """(row id of each key, ids of the rows created for absent keys, zeroed)."""
-        ids = self.find(keys)
+    def insert(
+        self, keys: npt.NDArray[np.uint64], ids: npt.NDArray[np.int64] | None = None
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """(row id of each key, ids of the rows created for absent keys, zeroed). `ids` are
+        the keys' rows from find(), when the caller has them already."""
+        ids = self.find(keys) if ids is None else ids.copy()
         absent = np.flatnonzero(ids < 0)
         if absent.shape[0]:
             new = np.arange(self.size, self.size + absent.shape[0], dtype=np.int64)
@@ -101,32 +111,27 @@ class SparseTable:
         """Optimizer state [n, width]; absent keys read as their initial state."""
         return kernels.gather_state(self.state, self.find(keys), keys, self.dim, self.params)  # type: ignore[no-any-return]
 
-    def check(self, kind: str, values: npt.NDArray[np.float64], keys: npt.NDArray[np.uint64]) -> npt.NDArray[np.float64]:
-        """The values as rows, if applying them is safe: gradients within max_abs; deltas
-        finite and keeping every row finite and within STATE_LIMIT. Raises PushRejected."""
-        n = keys.shape[0]
-        cols = self.dim if kind == GRADIENT else self.width
-        if values.size != n * cols:
-            raise PushRejected(f"table {self.name}: {values.size} {kind} values for {n} keys of {cols} each")
-        v = np.ascontiguousarray(values, dtype=np.float64).reshape(n, cols)
+    def apply(self, kind: str, keys: npt.NDArray[np.uint64], values: npt.NDArray[np.float64], seq: int) -> None:
+        """Applies gradients (one optimizer step per row) or state deltas (added), absent keys
+        starting from their initial row, if all of it is safe: gradients within max_abs;
+        deltas keeping every row finite and within STATE_LIMIT. Otherwise raises
+        PushRejected and changes nothing."""
+        v = as_rows(self.name, kind, values, keys.shape[0], self.dim if kind == GRADIENT else self.width)
+        found = self.find(keys)
         if kind == GRADIENT:
             check_values(self.name, v, self.spec.optimizer.max_abs)
         else:
             check_values(self.name, v, STATE_LIMIT, "the state limit")
-            if not kernels.merged_within(self.state, self.find(keys), keys, v, self.dim, self.params, STATE_LIMIT):
+            if not kernels.merged_within(self.state, found, keys, v, self.dim, self.params, STATE_LIMIT):
                 raise PushRejected(f"table {self.name}: the pushed deltas would take a row past {STATE_LIMIT:g}")
-        return v
-
-    def push(self, kind: str, keys: npt.NDArray[np.uint64], values: npt.NDArray[np.float64], seq: int) -> None:
-        """Applies checked values (see check): absent keys start from their initial row."""
-        ids, created = self.insert(keys)
+        ids, created = self.insert(keys, found)
         if created.shape[0]:
             kernels.init_rows_at(self.state, created, self.keys[created], self.dim, self.params)
         now = int(time.time())
         if kind == GRADIENT:
-            kernels.apply_gradients(self.state, self.meta, ids, values, self.dim, self.params, seq, now)
+            kernels.apply_gradients(self.state, self.meta, ids, v, self.dim, self.params, seq, now)
         else:
-            kernels.merge_deltas(self.state, self.meta, ids, values, self.acc_lo, self.acc_hi, seq, now)
+            kernels.merge_deltas(self.state, self.meta, ids, v, self.acc_lo, self.acc_hi, seq, now)
 
     def updated_after(self, seq: int) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64]]:
         """(keys, row ids) of rows updated after sequence number seq (all rows for seq < 0)."""
@@ -166,22 +171,15 @@ class DenseTable:
     def weights(self) -> npt.NDArray[np.float32]:
         return weights_of_rows(self.state, 1, self.params).reshape(-1).astype(np.float32)  # type: ignore[no-any-return]
 
-    def check(self, kind: str, values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-        cols = 1 if kind == GRADIENT else self.width
-        n = self.hi - self.lo
-        if values.size != n * cols:
-            raise PushRejected(f"dense table {self.name}: {values.size} {kind} values, its range holds {n} x {cols}")
-        v = np.ascontiguousarray(values, dtype=np.float64).reshape(n, cols)
+    def apply(self, kind: str, values: npt.NDArray[np.float64]) -> None:
+        """Applies a gradient [n] or a state delta [n, width] of this range, if safe (as
+        SparseTable.apply); otherwise raises PushRejected and changes nothing."""
+        v = as_rows(self.name, kind, values, self.hi - self.lo, 1 if kind == GRADIENT else self.width)
         if kind == GRADIENT:
             check_values(self.name, v, self.spec.optimizer.max_abs)
-        else:
-            check_values(self.name, self.state + v, STATE_LIMIT, "the state limit")  # finite, keeping the state bounded
-        return v
-
-    def push(self, kind: str, values: npt.NDArray[np.float64]) -> None:
-        if kind == GRADIENT:
-            step_rows(self.state, values, 1, self.params)
-        else:
-            merged = self.state + values
-            merged[:, self.acc_lo : self.acc_hi] = np.maximum(merged[:, self.acc_lo : self.acc_hi], 0.0)
-            self.state = merged
+            step_rows(self.state, v, 1, self.params)
+            return
+        merged = self.state + v
+        check_values(self.name, merged, STATE_LIMIT, "the state limit")
+        merged[:, self.acc_lo : self.acc_hi] = np.maximum(merged[:, self.acc_lo : self.acc_hi], 0.0)
+        self.state = merged
