@@ -171,3 +171,12 @@ def read_delta(path: Path) -> Delta:
         raw[a:b].view(np.float32).reshape(h.count, h.dim),
         raw[b:].view(np.uint64),
     )
+
+
+def shard_index(name: str) -> int:
+    """The shard of a sparse file named `shard<i>-...`: readers order shard files by this,
+    never by name (shard10 sorts before shard2). Raises ModelFileError for another name."""
+    head = name.split("-", 1)[0].removeprefix("shard")
+    if not name.startswith("shard") or not head.isdigit():
+        raise ModelFileError(f"{name}: not a shard file name (shard<index>-...)")
+    return int(head)

@@ -189,10 +189,11 @@ class ModelSpec:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ModelSpec:
-        """From a manifest or a YAML `model:` section; every error names its setting."""
+        """From a manifest's `model` section (its `name` and `tables` are derived, and passed
+        over) or a YAML `model:` section; every error names its setting."""
         if not isinstance(d, dict):
             raise ModelSpecError(f"model: expected a mapping, got {type(d).__name__}")
-        known = {"type", "k", "fields", "hidden", "update", "norm", "optimizers", "tables"}
+        known = {"name", "type", "k", "fields", "hidden", "update", "norm", "optimizers", "tables"}
         unknown = set(d) - known
         if unknown:
             raise ModelSpecError(f"model: unknown settings {sorted(unknown)}")

@@ -41,10 +41,11 @@ def verify_export(folder: Path, manifest: dict[str, Any]) -> None:
             modelfile.verify(path)
         except modelfile.ModelFileError as e:
             raise VerificationError(str(e)) from None
-        head = name.split("-", 1)[0].removeprefix("shard")
-        if not head.isdigit():
-            raise VerificationError(f"{name}: a sparse file whose name does not start with shard<index>-")
-        seen.setdefault((str(f.get("table")), str(f.get("role"))), set()).add(int(head))
+        try:
+            shard = modelfile.shard_index(name)
+        except modelfile.ModelFileError as e:
+            raise VerificationError(str(e)) from None
+        seen.setdefault((str(f.get("table")), str(f.get("role"))), set()).add(shard)
     for (table, role), got in seen.items():
         if got != set(range(shards)):
             raise VerificationError(f"table {table} ({role}): shards {sorted(got)} of {shards}")
@@ -73,6 +74,6 @@ def _verify_spec(model: Any) -> ModelSpec:
     if not isinstance(model, dict):
         raise VerificationError("export.json: model is not an object")
     try:
-        return ModelSpec.from_dict({k: v for k, v in model.items() if k not in ("name",)})
+        return ModelSpec.from_dict(model)
     except (ModelSpecError, ValueError, TypeError) as e:
         raise VerificationError(f"export.json: model spec: {e}") from None

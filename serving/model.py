@@ -40,17 +40,7 @@ def parse_columns(text: str) -> dict[str, tuple[int, int]]:
 
 
 def spec_of(manifest: dict[str, Any]) -> ModelSpec:
-    keep = ("type", "k", "fields", "hidden", "update", "norm", "optimizers")
-    d = {k: v for k, v in (manifest.get("spec") or {}).items() if k in keep}
-    return ModelSpec.from_dict(d or {"type": "lr"})
-
-
-def shard_index(name: str) -> int:
-    """The shard of a file named shard<i>-...: files sort by this, never by name."""
-    head = name.split("-", 1)[0].removeprefix("shard")
-    if not head.isdigit():
-        raise ValueError(f"{name}: not a shard file name")
-    return int(head)
+    return ModelSpec.from_dict(manifest.get("spec") or {"type": "lr"})
 
 
 @dataclass
@@ -156,7 +146,7 @@ def apply_delta(overlay: CompactHashMap, path: Path) -> None:
 
 
 def _sparse_files(manifest: dict[str, Any], role: str) -> list[dict[str, Any]]:
-    return sorted((f for f in manifest["files"] if f["role"] == role), key=lambda f: shard_index(f["name"]))
+    return sorted((f for f in manifest["files"] if f["role"] == role), key=lambda f: modelfile.shard_index(f["name"]))
 
 
 def load(

@@ -29,3 +29,11 @@ def test_flipped_byte_and_truncation_are_detected(tmp_path):
     path.write_bytes(bytes(raw[:-4]))
     with pytest.raises(modelfile.ModelFileError, match="payload is"):
         modelfile.verify(path)
+
+
+def test_shard_files_order_by_index_not_by_name():
+    names = ["shard10-sparse.image", "shard2-sparse.image", "shard0-sparse.image"]
+    assert sorted(names, key=modelfile.shard_index) == ["shard0-sparse.image", "shard2-sparse.image", "shard10-sparse.image"]
+    for bad in ("shardX-sparse.image", "dense.safetensors", "xshard1-a"):
+        with pytest.raises(modelfile.ModelFileError, match="not a shard file name"):
+            modelfile.shard_index(bad)
