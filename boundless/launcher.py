@@ -171,10 +171,7 @@ class Demo:
         """One second of the synthetic stream as a file that lands whole, as a rolled file would."""
         self.part += 1
         vals, logits, labels = synth.sample(self.args.rate)
-        lines = [
-            f"{y}\t" + "\t".join(f"{name}={v}" for name, v in zip(synth.names, row, strict=True))
-            for y, row in zip(labels.tolist(), vals.tolist(), strict=True)
-        ]
+        lines = synth.format(vals, labels)
         self.oracle = [*self.oracle[-2:], (labels, logits)]
         tmp = folder / f".part-{self.part:05d}.txt"
         tmp.write_text("\n".join(lines) + "\n")

@@ -10,7 +10,6 @@ logit. Lines come out in the kv format `label<TAB>field=value...`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -72,13 +71,9 @@ class SyntheticStream:
         labels = (self.rng.random(n) < p).astype(np.int8)
         return vals, logit, labels
 
-    def lines(self, n: int) -> list[str]:
-        vals, _, labels = self.sample(n)
+    def format(self, vals: npt.NDArray[np.int64], labels: npt.NDArray[np.int8]) -> list[str]:
+        """Sampled rows as kv lines."""
         return [
             f"{y}\t" + "\t".join(f"{name}={v}" for name, v in zip(self.names, row, strict=True))
             for y, row in zip(labels.tolist(), vals.tolist(), strict=True)
         ]
-
-    def batches(self, batch: int) -> Iterator[list[str]]:
-        while True:
-            yield self.lines(batch)

@@ -17,7 +17,6 @@ from ctr.embedding import pool_fields, train_deep_batch
 from ctr.modelspec import ModelSpec
 from ctr.optim import PLAIN, plain_state, rows_with_weights, weights_of_rows
 from ps.client import DELTA, GRADIENT, PSClient
-from trainer.model import declare
 
 
 class DeepModel:
@@ -30,7 +29,7 @@ class DeepModel:
         self.params = {n: t.optimizer.params() for n, t in self.tables.items()}
 
     def prepare(self, client: PSClient) -> None:
-        created = declare(client, self.spec)
+        created = client.declare(self.spec.tables())
         if created["mlp"]:  # a fresh MLP starts from Glorot-uniform weights, not zeros
             t = self.tables["mlp"]
             start = rows_with_weights(self.net.flat().astype(np.float64).reshape(-1, 1), t.width, self.params["mlp"])

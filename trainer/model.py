@@ -53,10 +53,6 @@ class TrainableModel(Protocol):
         """Trains on a batch; returns each example's probability predicted before training on it."""
 
 
-def declare(client: PSClient, spec: ModelSpec) -> dict[str, bool]:
-    return client.declare(spec.tables())
-
-
 class FactorizationModel:
     """LR, FM and FFM: sparse tables w (and v) plus the dense bias, numba kernels."""
 
@@ -69,7 +65,7 @@ class FactorizationModel:
         self.params = {name: t.optimizer.params() for name, t in self.tables.items()}
 
     def prepare(self, client: PSClient) -> None:
-        declare(client, self.spec)
+        client.declare(self.spec.tables())
 
     @property
     def pipelined(self) -> bool:
