@@ -26,12 +26,16 @@ Result = tuple[SampleBatch, npt.NDArray[np.float32]]
 class Pipeline:
     """Not thread-safe: one training loop drives it."""
 
+    @property
+    def overlap(self) -> bool:
+        return self._stepwise is not None
+
     def __init__(self, client: PSClient, model: TrainableModel, overlap: bool | None = None) -> None:
         self.client = client
         self.model = model
         # in-process shards leave no latency to hide, and the handoffs cost (measured: -14%)
         wanted = client.remote if overlap is None else overlap
-        self.overlap = wanted and isinstance(model, FactorizationModel) and model.pipelined
+        self._stepwise = model if wanted and isinstance(model, FactorizationModel) and model.pipelined else None
         self._fetcher = ThreadPoolExecutor(1, thread_name_prefix="pull")
         self._pusher = ThreadPoolExecutor(1, thread_name_prefix="push")
         self._pending: tuple[SampleBatch, Future[Fetched]] | None = None
@@ -40,25 +44,23 @@ class Pipeline:
 
     def submit(self, batch: SampleBatch) -> Result | None:
         """Queues a batch; returns the batch trained meanwhile with its predictions, if any."""
-        if not self.overlap:
+        if self._stepwise is None:
             return batch, self.model.train(self.client, batch)
-        assert isinstance(self.model, FactorizationModel)
         if self._push is not None:
             self._push.result()  # every push but the one to come is acknowledged before this pull
-        fetched = self._fetcher.submit(self.model.fetch, self.client, batch)
+        fetched = self._fetcher.submit(self._stepwise.fetch, self.client, batch)
         done = self._train_pending()
         self._pending = (batch, fetched)
         return done
 
     def _train_pending(self) -> Result | None:
-        if self._pending is None:
+        if self._pending is None or self._stepwise is None:
             return None
-        assert isinstance(self.model, FactorizationModel)
         batch, fetched = self._pending
         self._pending = None
         got = fetched.result()
-        probs, trained = self.model.compute(batch, got, self._previous)
-        self._push = self._pusher.submit(self.model.push, self.client, got, trained)
+        probs, trained = self._stepwise.compute(batch, got, self._previous)
+        self._push = self._pusher.submit(self._stepwise.push, self.client, got, trained)
         self._previous = trained
         return batch, probs
 
