@@ -26,10 +26,6 @@ Result = tuple[SampleBatch, npt.NDArray[np.float32]]
 class Pipeline:
     """Not thread-safe: one training loop drives it."""
 
-    @property
-    def overlap(self) -> bool:
-        return self._stepwise is not None
-
     def __init__(self, client: PSClient, model: TrainableModel, overlap: bool | None = None) -> None:
         self.client = client
         self.model = model
@@ -41,6 +37,10 @@ class Pipeline:
         self._pending: tuple[SampleBatch, Future[Fetched]] | None = None
         self._push: Future[None] | None = None
         self._previous: Trained | None = None
+
+    @property
+    def overlap(self) -> bool:
+        return self._stepwise is not None
 
     def submit(self, batch: SampleBatch) -> Result | None:
         """Queues a batch; returns the batch trained meanwhile with its predictions, if any."""
