@@ -66,6 +66,15 @@ class FieldIndex:
             self.add(str(m))
         return n
 
+    def can_grow(self) -> bool:
+        return not self.frozen and len(self.names) < self.cap
+
+    def drop(self, name: str, count: int = 1) -> None:
+        """Counts features of a field the index does not take."""
+        self.dropped += count
+        if len(self.unknown) < 100:
+            self.unknown.add(name)
+
     def _drop(self, name: str) -> None:
         self.dropped += 1
         if len(self.unknown) < 100:

@@ -8,6 +8,7 @@ indices come from a FieldIndex shared by all files of a stream (ctr.fields).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -30,20 +31,41 @@ class ParsedSample:
 LineParser = Callable[[str], ParsedSample]
 
 
+# The number grammar of every format: decimal, optional fraction and exponent, ASCII only.
+# Narrower than float() (no "nan", "inf", "1_000" or surrounding spaces), so the numba
+# parsers (ctr.block_kernels) read exactly the same numbers.
+NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+FLOAT32_MAX = 3.4028234663852886e38
+# The separators of libsvm and libffm tokens: ASCII whitespace (str.split() would also
+# split on Unicode spaces, which a byte parser does not see).
+ASCII_SPACE = " \t\n\r\x0b\x0c"
+_SPACES = re.compile(r"[ \t\n\r\x0b\x0c]+")
+
+
+def parse_number(raw: str) -> float | None:
+    """The value of a number per NUMBER; None when raw is not one."""
+    return float(raw) if NUMBER.fullmatch(raw) else None
+
+
+def split_spaces(line: str) -> list[str]:
+    """Tokens of a libsvm or libffm line: runs of ASCII whitespace separate them."""
+    stripped = line.strip(ASCII_SPACE)
+    return _SPACES.split(stripped) if stripped else []
+
+
 def parse_label(raw: str) -> float:
-    try:
-        return 1.0 if float(raw) > 0 else 0.0
-    except ValueError:
-        raise ParseError(f"label: {raw!r} is not a number") from None
+    v = parse_number(raw)
+    if v is None:
+        raise ParseError(f"label: {raw!r} is not a number")
+    return 1.0 if v > 0 else 0.0
 
 
 def bucket_numeric(raw: str, field: str) -> str:
     """Criteo-winner bucketing: floor(ln(v)^2) for v > 2, else the integer itself."""
-    try:
-        v = float(raw)
-    except ValueError:
-        raise ParseError(f"field {field}: {raw!r} is not a number") from None
-    if math.isnan(v) or math.isinf(v):
+    v = parse_number(raw)
+    if v is None:
+        raise ParseError(f"field {field}: {raw!r} is not a number")
+    if math.isinf(v):
         raise ParseError(f"field {field}: {raw!r} is not finite")
     if v > 2:
         return f"b{int(math.log(v) ** 2)}"
@@ -72,52 +94,90 @@ class FieldEncoder:
         out.values.append(1.0)
 
 
-def _criteo(schema: FeatureSchema, index: FieldIndex) -> LineParser:
-    enc = FieldEncoder(schema, index)
-    names = ("label", *CRITEO_NUMERIC, *CRITEO_CATEGORICAL)
+# Roles of a column of criteo and csv lines besides its field index.
+LABEL_COLUMN = -3
+SKIPPED = -2
+DROPPED = -1
+
+
+@dataclass(frozen=True)
+class Columns:
+    """What each column of a criteo or csv line is: its name, its role (a field index,
+    LABEL_COLUMN, SKIPPED, or DROPPED for a field the index cannot take) and whether it is
+    numeric. Shared by the reference parsers and the numba ones (ctr.block_parser)."""
+
+    names: tuple[str, ...]
+    roles: tuple[int, ...]
+    numeric: tuple[bool, ...]
+    ragged: bool  # criteo: missing trailing columns are empty; csv: the count must match
+
+
+def columns_of(schema: FeatureSchema, index: FieldIndex, header: str | None) -> Columns:
+    """The columns of a criteo line, or of a csv file with this header line. Fields new to
+    a growing index are registered here, in column order."""
+    if schema.format == "criteo":
+        names: tuple[str, ...] = ("label", *CRITEO_NUMERIC, *CRITEO_CATEGORICAL)
+        label_at = 0
+    else:
+        if header is None:
+            raise ParseError("csv format needs the header line")
+        names = tuple(c.strip() for c in header.rstrip("\r\n").split(schema.delimiter))
+        if schema.label not in names:
+            raise ParseError(f"header has no label column {schema.label!r}")
+        label_at = names.index(schema.label)
+    skip, numeric = frozenset(schema.skip), frozenset(schema.numeric)
+    roles = []
+    for i, name in enumerate(names):
+        if i == label_at:
+            roles.append(LABEL_COLUMN)
+        elif name in skip:
+            roles.append(SKIPPED)
+        else:
+            f = index.get(name)
+            if f < 0 and index.can_grow():
+                f = index.add(name)
+            roles.append(f if f >= 0 else DROPPED)
+    return Columns(names, tuple(roles), tuple(n in numeric for n in names), schema.format == "criteo")
+
+
+def _columns(schema: FeatureSchema, index: FieldIndex, header: str | None) -> LineParser:
+    cols = columns_of(schema, index, header)
+    delim = "\t" if schema.format == "criteo" else schema.delimiter
+    label_at = cols.roles.index(LABEL_COLUMN)
+    width = len(cols.names)
+    layout = list(zip(cols.names, cols.roles, cols.numeric, strict=True))
 
     def parse(line: str) -> ParsedSample:
-        cols = line.rstrip("\r\n").split("\t")
-        if len(cols) > len(names):
-            raise ParseError(f"{len(cols)} columns, at most {len(names)} expected")
-        if len(cols) < 2:
-            raise ParseError("no feature columns")
-        s = ParsedSample(parse_label(cols[0]), [], [], [])
-        for name, raw in zip(names[1:], cols[1:], strict=False):  # missing trailing = empty
-            enc.add(s, name, raw)
-        return s
-
-    return parse
-
-
-def _csv(schema: FeatureSchema, index: FieldIndex, header: str) -> LineParser:
-    enc = FieldEncoder(schema, index)
-    names = [c.strip() for c in header.rstrip("\r\n").split(schema.delimiter)]
-    if schema.label not in names:
-        raise ParseError(f"header has no label column {schema.label!r}")
-    label_at = names.index(schema.label)
-    delim = schema.delimiter
-
-    def parse(line: str) -> ParsedSample:
-        cols = line.rstrip("\r\n").split(delim)
-        if len(cols) != len(names):
-            raise ParseError(f"{len(cols)} columns, header has {len(names)}")
-        s = ParsedSample(parse_label(cols[label_at]), [], [], [])
-        for i, (name, raw) in enumerate(zip(names, cols, strict=True)):
-            if i != label_at:
-                enc.add(s, name, raw)
+        raw = line.rstrip("\r\n").split(delim)
+        if cols.ragged:
+            if len(raw) > width:
+                raise ParseError(f"{len(raw)} columns, at most {width} expected")
+            if len(raw) < 2:
+                raise ParseError("no feature columns")
+        elif len(raw) != width:
+            raise ParseError(f"{len(raw)} columns, header has {width}")
+        s = ParsedSample(parse_label(raw[label_at]), [], [], [])
+        for (name, role, numeric), value in zip(layout, raw, strict=False):  # missing trailing = empty
+            if value == "" or role in (LABEL_COLUMN, SKIPPED):
+                continue
+            token = bucket_numeric(value, name) if numeric else value
+            if role == DROPPED:
+                index.drop(name)
+                continue
+            s.fields.append(role)
+            s.tokens.append(token)
+            s.values.append(1.0)
         return s
 
     return parse
 
 
 def _feature_value(raw: str, where: str) -> float:
-    try:
-        v = float(raw)
-    except ValueError:
-        raise ParseError(f"{where}: value {raw!r} is not a number") from None
-    if not math.isfinite(v):
-        raise ParseError(f"{where}: value {raw!r} is not finite")
+    v = parse_number(raw)
+    if v is None:
+        raise ParseError(f"{where}: value {raw!r} is not a number")
+    if not abs(v) <= FLOAT32_MAX:  # batches hold values as float32
+        raise ParseError(f"{where}: value {raw!r} is out of float32 range")
     return v
 
 
@@ -125,7 +185,7 @@ def _libsvm(schema: FeatureSchema, index: FieldIndex) -> LineParser:
     single = schema.libsvm_fields == "single"
 
     def parse(line: str) -> ParsedSample:
-        tokens = line.split()
+        tokens = split_spaces(line)
         if not tokens:
             raise ParseError("empty line")
         s = ParsedSample(parse_label(tokens[0]), [], [], [])
@@ -146,7 +206,7 @@ def _libsvm(schema: FeatureSchema, index: FieldIndex) -> LineParser:
 
 def _libffm(schema: FeatureSchema, index: FieldIndex) -> LineParser:
     def parse(line: str) -> ParsedSample:
-        tokens = line.split()
+        tokens = split_spaces(line)
         if not tokens:
             raise ParseError("empty line")
         s = ParsedSample(parse_label(tokens[0]), [], [], [])
@@ -155,7 +215,7 @@ def _libffm(schema: FeatureSchema, index: FieldIndex) -> LineParser:
             if len(parts) != 3 or not parts[0] or not parts[1]:
                 raise ParseError(f"feature {pos + 1}: {tok!r} is not field:index:value")
             value = _feature_value(parts[2], f"feature {pos + 1}")
-            if parts[0].isdigit():
+            if parts[0].isascii() and parts[0].isdigit():
                 f = index.number(int(parts[0]))
                 if f < 0 and index.frozen:
                     raise ParseError(f"feature {pos + 1}: field {parts[0]} is out of range (the model has {len(index)} fields)")
@@ -208,27 +268,27 @@ def _with_crosses(parse: LineParser, crosses: list[tuple[int, int, int]]) -> Lin
 
 def make_parser(schema: FeatureSchema, index: FieldIndex, header: str | None = None) -> LineParser:
     """A parser for one file; csv files pass their header line."""
-    if schema.format == "criteo":
-        parse = _criteo(schema, index)
-    elif schema.format == "csv":
-        if header is None:
-            raise ParseError("csv format needs the header line")
-        parse = _csv(schema, index, header)
+    if schema.format in ("criteo", "csv"):
+        parse = _columns(schema, index, header)
     elif schema.format == "libsvm":
         parse = _libsvm(schema, index)
     elif schema.format == "libffm":
         parse = _libffm(schema, index)
     else:
         parse = _kv(schema, index)
-    if not schema.cross:
-        return parse
+    crosses = cross_fields(schema, index)
+    return _with_crosses(parse, crosses) if crosses else parse
+
+
+def cross_fields(schema: FeatureSchema, index: FieldIndex) -> list[tuple[int, int, int]]:
+    """(field a, field b, cross field) of each of the schema's crosses."""
     crosses = []
     for a, b in schema.cross:
         ia, ib, ic = index.get(a), index.get(b), index.get(cross_name(a, b))
         if min(ia, ib, ic) < 0:
             raise ParseError(f"schema.cross: [{a}, {b}] names a field the field list does not hold")
         crosses.append((ia, ib, ic))
-    return _with_crosses(parse, crosses)
+    return crosses
 
 
 def resolve_fields(schema: FeatureSchema, lines: list[str], freeze: bool) -> FieldIndex:
