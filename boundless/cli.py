@@ -7,8 +7,9 @@ import importlib
 import sys
 from collections.abc import Callable, Sequence
 
-# subcommand -> (module with add_arguments/run, help); modules load lazily so that
-# `boundless model list` does not pay for torch or numba compilation it never uses.
+# subcommand -> (module with add_arguments/run, help); only the module of the command
+# given is imported, so `boundless model list` does not pay for numba, and `train` for
+# the serving stack (process start-up counts in the trainer's speed).
 COMMANDS: dict[str, tuple[str, str]] = {
     "ps": ("ps.server", "run one parameter-server shard"),
     "train": ("trainer.server", "stream samples and train through the PS"),
@@ -19,20 +20,22 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser; only `command`'s subparser gets its arguments (and imports its module)."""
     parser = argparse.ArgumentParser(prog="boundless", description="Online CTR training and serving.", allow_abbrev=False)
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (module, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text, allow_abbrev=False)
-        mod = importlib.import_module(module)
-        mod.add_arguments(p)
+        if name == command:
+            importlib.import_module(module).add_arguments(p)
         p.set_defaults(_module=module)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args_in = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(next((a for a in args_in if a in COMMANDS), None))
+    args = parser.parse_args(args_in)
     run: Callable[[argparse.Namespace], int] = importlib.import_module(args._module).run
     try:
         return run(args)

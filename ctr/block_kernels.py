@@ -219,7 +219,7 @@ def _lookup(keys: npt.NDArray[np.uint64], key: np.uint64) -> int:
     while True:
         k = keys[i]
         if k == key:
-            return np.int64(i)
+            return int(i)
         if k == np.uint64(0):
             return -1
         i = (i + np.uint64(1)) & mask
@@ -329,10 +329,7 @@ def parse_block(
             for j in range(ls, e):
                 if buf[j] == delim:
                     ncol += 1
-            if ragged:
-                ok = 2 <= ncol <= width
-            else:
-                ok = ncol == width
+            ok = 2 <= ncol <= width if ragged else ncol == width
             c = 0
             cs = ls
             while ok and c < ncol:
@@ -366,7 +363,7 @@ def parse_block(
                         nf += 1
                 cs = ce + 1
                 c += 1
-        elif ok and (mode == MODE_LIBSVM or mode == MODE_LIBFFM):
+        elif ok and mode in (MODE_LIBSVM, MODE_LIBFFM):
             i = ls
             tok = 0
             while ok:
@@ -389,7 +386,7 @@ def parse_block(
                 c1 = ts
                 while c1 < te and buf[c1] != 58:
                     c1 += 1
-                if c1 == te or c1 == ts:
+                if c1 in (te, ts):
                     ok = False
                     break
                 if mode == MODE_LIBSVM:
@@ -454,7 +451,7 @@ def parse_block(
                     k = cs
                     while k < ce and buf[k] != 61:
                         k += 1
-                    if k == ce or k == cs:
+                    if k in (ce, cs):
                         ok = False
                         break
                     if ce > k + 1:

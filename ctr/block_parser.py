@@ -58,7 +58,9 @@ class BlockParser:
     """Parses blocks of one file's lines (a csv file's header already read) into batches.
     Shares the stream's FieldIndex with the reference parser it defers to."""
 
-    def __init__(self, schema: FeatureSchema, index: FieldIndex, header: str | None = None, max_line_bytes: int = MAX_LINE_BYTES) -> None:
+    def __init__(
+        self, schema: FeatureSchema, index: FieldIndex, header: str | None = None, max_line_bytes: int = MAX_LINE_BYTES
+    ) -> None:
         self.schema = schema
         self.index = index
         self.max_line_bytes = max_line_bytes
@@ -113,7 +115,7 @@ class BlockParser:
         self._table_for = now
         return self._table
 
-    def parse(self, block: bytes, final: bool, max_lines: int) -> ParsedBlock:
+    def parse(self, block: bytes | memoryview, final: bool, max_lines: int) -> ParsedBlock:
         """Parses up to max_lines complete lines of block (and its unterminated tail when
         final). Bad lines are skipped and listed with the reason."""
         buf = np.frombuffer(block, dtype=np.uint8)
@@ -147,7 +149,7 @@ class BlockParser:
         settled_lines: list[int] = []
         for li in deferred.tolist():
             start = int(line_ends[li - 1]) if li else 0
-            raw = block[start : int(line_ends[li])]
+            raw = bytes(block[start : int(line_ends[li])])
             if raw.endswith(b"\n"):
                 raw = raw[:-1]
             sample = self._reference(raw, li, bad)

@@ -1,7 +1,8 @@
 """Sample sources: a file, a folder of rolling files (read as they grow), or stdin.
 
-Lines carry (file, line number, byte offset after the line) so bad lines are reported as
-file:line and a checkpoint can record exactly where the stream stands.
+The source hands over blocks of whole lines with the file, byte offset and line number of
+their start, so bad lines are reported as file:line and a checkpoint records exactly where
+the stream stands. A line longer than the limit is skipped without being held in memory.
 """
 
 from __future__ import annotations
@@ -13,13 +14,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+BLOCK_BYTES = 1 << 20
+
 
 @dataclass(frozen=True, slots=True)
-class Line:
+class Block:
+    """Whole lines of one file: data starts at byte `offset`, after `line` lines. The last
+    block of a finished file may end with an unterminated line (`final`). A block with
+    `overlong` set holds no data: a line longer than the limit ended at `offset` and was
+    skipped; it is line number `line`."""
+
     file: str
-    number: int
-    end_offset: int
-    text: str | None  # None when the bytes are not UTF-8
+    offset: int
+    line: int
+    data: bytes
+    final: bool = False
+    overlong: bool = False
 
 
 @dataclass
@@ -70,10 +80,10 @@ class StreamSource:
                 return []
             time.sleep(self.poll_s)
 
-    def lines(self) -> Iterator[Line | None]:
-        """Lines in stream order; yields None while waiting for data (so callers can flush)."""
+    def blocks(self, max_line_bytes: int, block_bytes: int = BLOCK_BYTES) -> Iterator[Block | None]:
+        """Blocks in stream order; yields None while waiting for data (so callers can flush)."""
         if self.source == "-":
-            yield from self._read(sys.stdin.buffer, "<stdin>", 0, 0, last=lambda: not self.follow)
+            yield from self._read(sys.stdin.buffer, "<stdin>", 0, 0, lambda: not self.follow, max_line_bytes, block_bytes)
             return
         done: set[str] = set()
         start = self.start
@@ -99,36 +109,49 @@ class StreamSource:
                         # a file is finished once a later file exists (or we do not follow)
                         return not self.follow or not is_last or any(str(g) > str(f) for g in self._files())
 
-                    yield from self._read(fh, str(f), offset, line_no, last)
+                    yield from self._read(fh, str(f), offset, line_no, last, max_line_bytes, block_bytes)
                 done.add(str(f))
                 if self.stop():
                     return
             start = Position()
 
-    def _read(self, fh: BinaryIO, name: str, offset: int, line_no: int, last: Callable[[], bool]) -> Iterator[Line | None]:
+    def _read(
+        self, fh: BinaryIO, name: str, offset: int, line_no: int, last: Callable[[], bool], max_line: int, block_bytes: int
+    ) -> Iterator[Block | None]:
         partial = b""
+        skipping = False  # inside a line over the limit: its bytes are dropped up to its end
+        read = getattr(fh, "read1", fh.read)
         while not self.stop():
-            chunk = fh.readline()
-            if chunk.endswith(b"\n"):
-                data = partial + chunk
-                partial = b""
-                offset += len(data)
-                line_no += 1
+            data = read(block_bytes)
+            if data:
                 self.idle_since = time.monotonic()
-                try:
-                    yield Line(name, line_no, offset, data.decode("utf-8"))
-                except UnicodeDecodeError:
-                    yield Line(name, line_no, offset, None)
-                continue
-            partial += chunk
-            if last():
-                if partial.strip():  # a final line without newline in a finished file
-                    offset += len(partial)
+                if skipping:
+                    nl = data.find(b"\n")
+                    if nl < 0:
+                        offset += len(data)
+                        continue
+                    offset += nl + 1
                     line_no += 1
-                    try:
-                        yield Line(name, line_no, offset, partial.decode("utf-8"))
-                    except UnicodeDecodeError:
-                        yield Line(name, line_no, offset, None)
+                    skipping = False
+                    yield Block(name, offset, line_no, b"", overlong=True)
+                    data = data[nl + 1 :]
+                buf = partial + data if partial else data
+                cut = buf.rfind(b"\n") + 1
+                if cut:
+                    yield Block(name, offset, line_no, buf[:cut])
+                    offset += cut
+                    line_no += buf.count(b"\n", 0, cut)
+                partial = buf[cut:]
+                if len(partial) > max_line:
+                    offset += len(partial)
+                    partial = b""
+                    skipping = True
+                continue
+            if last():
+                if skipping:  # the file ended inside the over-long line
+                    yield Block(name, offset, line_no + 1, b"", overlong=True)
+                elif partial.strip():  # a final line without newline in a finished file
+                    yield Block(name, offset, line_no, partial, final=True)
                 return
             yield None
             time.sleep(self.poll_s)

@@ -28,7 +28,7 @@ def test_bad_values_name_their_source(tmp_path):
 def test_the_command_line_refuses_abbreviated_flags(capsys):
     from boundless.cli import build_parser
 
-    parser = build_parser()
+    parser = build_parser("train")
     with pytest.raises(SystemExit):
         parser.parse_args(["train", "--mod", "ffm"])  # must not silently mean --model (or --model-name)
     assert "unrecognized arguments: --mod" in capsys.readouterr().err

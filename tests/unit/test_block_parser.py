@@ -1,0 +1,233 @@
+"""The numba block parser against the reference line parsers: identical batches, bad lines
+and field indices, on every real file and on generated nasty lines."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ctr import block_kernels as k
+from ctr.batch import SampleBatch, build_batch
+from ctr.block_parser import BlockParser
+from ctr.fields import FieldIndex
+from ctr.formats import ParsedSample, ParseError, make_parser, parse_number, resolve_fields
+from ctr.schema import FeatureSchema, detect_schema
+
+REAL_FILES = [
+    "avazu_10k/train_rows1-9999.csv",
+    "avazu_small/deepctr_avazu_sample.txt",
+    "criteo_10k/train_rows1-10000.tsv",
+    "criteo_small/deepctr_criteo_sample.txt",
+    "criteo_small/pytorchfm_jqsl_train.txt",
+    "criteo_small/xlearn_small_test.txt",
+    "criteo_small/xlearn_small_train.txt",
+    "frappe/frappe.test.libfm",
+    "frappe/frappe.validation.libfm",
+    "ipinyou/test.fm.txt",
+    "ipinyou/train.fm.txt",
+    "talkingdata/train_sample.csv",
+]
+
+
+def lines_of(body: bytes) -> list[bytes]:
+    """The lines the stream reader hands over: split at \\n; a last unterminated piece only
+    when it holds more than whitespace."""
+    parts = body.split(b"\n")
+    tail = parts.pop()
+    return parts + ([tail] if tail.strip() else [])
+
+
+def reference(
+    schema: FeatureSchema, index: FieldIndex, header: str | None, lines: list[bytes], max_line_bytes: int
+) -> tuple[SampleBatch, list[tuple[int, str]]]:
+    parse = make_parser(schema, index, header)
+    samples: list[ParsedSample] = []
+    bad: list[tuple[int, str]] = []
+    for i, raw in enumerate(lines):
+        if len(raw) > max_line_bytes:
+            bad.append((i, f"line is longer than {max_line_bytes} bytes"))
+            continue
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            bad.append((i, "line is not valid UTF-8"))
+            continue
+        try:
+            samples.append(parse(text))
+        except ParseError as e:
+            bad.append((i, str(e)))
+    return build_batch(samples, index.ids()), bad
+
+
+def by_blocks(parser: BlockParser, body: bytes, block_lines: int) -> tuple[SampleBatch, list[tuple[int, str]]]:
+    parts: list[SampleBatch] = []
+    bad: list[tuple[int, str]] = []
+    cut = body.rfind(b"\n") + 1
+    if not body[cut:].strip():
+        body = body[:cut]  # the reader never hands over a tail of whitespace
+    pos = line = 0
+    while pos < len(body):
+        got = parser.parse(body[pos:], True, block_lines)
+        parts.append(got.batch)
+        bad += [(line + b.line, b.reason) for b in got.bad]
+        line += got.lines
+        pos += got.consumed
+    if not parts:
+        parts.append(build_batch([], parser.index.ids()))
+    sizes = np.cumsum([0] + [len(p.keys) for p in parts[:-1]])
+    total = sum(len(p.keys) for p in parts)
+    offsets = np.concatenate([p.offsets[:-1] + s for p, s in zip(parts, sizes, strict=True)] + [[total]])
+    joined = SampleBatch(
+        np.concatenate([p.labels for p in parts]),
+        offsets.astype(np.int64),
+        np.concatenate([p.keys for p in parts]),
+        np.concatenate([p.fields for p in parts]),
+        np.concatenate([p.values for p in parts]),
+    )
+    return joined, bad
+
+
+def assert_same(a: SampleBatch, b: SampleBatch) -> None:
+    np.testing.assert_array_equal(a.labels, b.labels)
+    np.testing.assert_array_equal(a.offsets, b.offsets)
+    np.testing.assert_array_equal(a.keys, b.keys)
+    np.testing.assert_array_equal(a.fields, b.fields)
+    np.testing.assert_array_equal(a.values, b.values)
+
+
+def check(schema: FeatureSchema, make_index, header: str | None, body: bytes, block_lines: int, max_line_bytes: int) -> None:
+    ref_index, blk_index = make_index(), make_index()
+    want, want_bad = reference(schema, ref_index, header, lines_of(body), max_line_bytes)
+    got, got_bad = by_blocks(BlockParser(schema, blk_index, header, max_line_bytes), body, block_lines)
+    assert got_bad == want_bad
+    assert_same(got, want)
+    assert blk_index.names == ref_index.names
+    assert blk_index.dropped == ref_index.dropped
+
+
+@pytest.mark.parametrize("path", REAL_FILES)
+def test_real_files_give_identical_batches(data_dir, path):
+    data = (data_dir / path).read_bytes()
+    first = data.split(b"\n", 1)[0].decode()
+    schema = detect_schema(first)
+    header = first if schema.format == "csv" else None
+    body = data.split(b"\n", 1)[1] if header else data
+    head = data[:200_000].decode(errors="replace").splitlines()
+    check(schema, lambda: resolve_fields(schema, head, freeze=False), header, body, 999, 1 << 20)
+
+
+# --- generated lines -------------------------------------------------------------------
+
+NUMBERS = st.one_of(
+    st.integers(-(10**6), 10**6).map(str),
+    st.floats(allow_nan=True, allow_infinity=True).map(repr),
+    st.sampled_from(
+        ["", "nan", "inf", "-inf", "1e999", "-1e400", "1_0", " 5", "5 ", "٣", "0x10", ".", "1.", ".5", "+3", "-0", "2"]
+        + ["2.0000000001", "1e-30", "123456789012345678901234", "0.1", "9007199254740993", "3.5e38", "-9.3e18"]
+        + ["1e22", "1e23", "00"]
+    ),
+)
+NAMES = st.sampled_from(["a", "b", "n", "s", "C1", "C2", "I1", "0", "1", "7", "٣", "é", "x y", ""])
+TEXT = st.text(alphabet=st.sampled_from(list("ab01:=, \t.-é\x1f")), max_size=6)
+JUNK = st.sampled_from([b"\xff", b"\xed\xa0\x80", b"\xc0\xaf", b"\xf4\x90\x80\x80", b"\xe2\x82", b"\r", b"\x00", b"\xc3\xa9"])
+ENDINGS = st.sampled_from([b"\n", b"\r\n", b"\r\r\n", b" \n"])
+
+
+def _line(draw, fmt: str) -> bytes:
+    label = draw(st.one_of(st.sampled_from(["0", "1", "-1", "2"]), NUMBERS))
+    n = draw(st.integers(0, 6))
+    if fmt == "criteo":
+        cols = [draw(NUMBERS) if i < 3 else draw(TEXT) for i in range(n * 7)]
+        text = "\t".join([label, *cols])
+    elif fmt == "csv":
+        width = draw(st.sampled_from([4, 4, 4, 3, 5]))
+        text = ",".join([label, draw(TEXT), draw(TEXT), draw(NUMBERS)][:width] + ["x"] * (width - 4))
+    elif fmt == "libsvm":
+        toks = [f"{draw(TEXT)}:{draw(NUMBERS)}" if draw(st.booleans()) else draw(TEXT) for _ in range(n)]
+        text = " ".join([label, *toks])
+    elif fmt == "libffm":
+        toks = [f"{draw(NAMES)}:{draw(TEXT)}:{draw(NUMBERS)}" if draw(st.integers(0, 4)) else draw(TEXT) for _ in range(n)]
+        text = draw(st.sampled_from([" ", "  ", "\t"])).join([label, *toks])
+    else:
+        cols = [
+            f"{draw(NAMES)}={draw(NUMBERS) if draw(st.booleans()) else draw(TEXT)}" if draw(st.integers(0, 4)) else draw(TEXT)
+            for _ in range(n)
+        ]
+        text = "\t".join([label, *cols])
+    raw = text.encode()
+    if draw(st.integers(0, 9)) == 0:
+        at = draw(st.integers(0, len(raw)))
+        raw = raw[:at] + draw(JUNK) + raw[at:]
+    if draw(st.integers(0, 19)) == 0:
+        raw += b"1" * 90  # over the test's 80-byte line limit
+    return raw + draw(ENDINGS)
+
+
+@st.composite
+def streams(draw):
+    fmt = draw(st.sampled_from(["criteo", "csv", "libsvm", "libffm", "kv"]))
+    lines = [_line(draw, fmt) for _ in range(draw(st.integers(0, 30)))]
+    body = b"".join(lines)
+    if body and draw(st.booleans()):
+        body = body.rstrip(b"\n")  # no final newline
+    return fmt, body
+
+
+SCHEMAS = {
+    "criteo": FeatureSchema(format="criteo", numeric=("I1", "I2", "I3"), cross=(("C1", "C2"),)),
+    "csv": FeatureSchema(format="csv", label="label", numeric=("n",), skip=("b",)),
+    "libsvm": FeatureSchema(format="libsvm"),
+    "libffm": FeatureSchema(format="libffm"),
+    "kv": FeatureSchema(format="kv", numeric=("n",), skip=("s",)),
+}
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(streams(), st.sampled_from(["grow", "cap", "frozen"]), st.integers(1, 7))
+def test_generated_nasty_lines_give_identical_batches(stream, index_kind, block_lines):
+    fmt, body = stream
+    schema = SCHEMAS[fmt]
+    header = "label,a,b,n" if fmt == "csv" else None
+
+    def make_index() -> FieldIndex:
+        if fmt == "criteo":
+            return resolve_fields(schema, [], freeze=index_kind == "frozen")
+        base = ("a", "n") if index_kind != "grow" else schema.base_fields(header)
+        index = FieldIndex(base, cap=3 if index_kind == "cap" else 256)
+        if index_kind == "frozen":
+            index.freeze()
+        return index
+
+    check(schema, make_index, header, body, block_lines, 80)
+
+
+# --- the kernels' pieces against their references --------------------------------------
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.one_of(NUMBERS, st.text(alphabet="0123456789.eE+-", max_size=25)))
+def test_parse_number_equals_float_on_the_grammar(raw):
+    buf = np.frombuffer(raw.encode(), dtype=np.uint8)
+    status, value = k.parse_number(buf, 0, buf.shape[0])
+    want = parse_number(raw) if raw.isascii() else None
+    if want is None:
+        assert status == k._NUM_BAD
+    elif status == k._NUM_OK:
+        assert value == want and math.copysign(1, value) == math.copysign(1, want)
+    else:
+        assert status == k._NUM_SLOW
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.binary(max_size=12) | st.text(max_size=6).map(lambda t: t.encode("utf-8", "surrogatepass")))
+def test_utf8_check_equals_pythons_decoder(raw):
+    try:
+        raw.decode("utf-8")
+        want = True
+    except UnicodeDecodeError:
+        want = False
+    assert k.utf8_valid(np.frombuffer(raw, dtype=np.uint8), 0, len(raw)) == want

@@ -1,0 +1,188 @@
+"""Blocks of the stream to batches of parsed samples, in a reader thread.
+
+The reader cuts the source's blocks into batches of `batch_size` lines and parses each with
+the numba block parser (ctr.block_parser), whose kernels release the GIL, so reading and
+parsing run beside training. Ready batches wait in a bounded queue. Bad lines are logged
+as file:line with the reason and skipped.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from ctr.batch import SampleBatch
+from ctr.block_parser import BlockParser
+from ctr.fields import FieldIndex
+from ctr.schema import FeatureSchema, detect_schema
+from trainer import metrics
+from trainer.source import Block, Position, StreamSource
+
+log = logging.getLogger("trainer")
+
+
+@dataclass(frozen=True)
+class ReadyBatch:
+    batch: SampleBatch
+    position: Position  # where the stream stands after the batch's last line
+    lines: int
+
+
+class BatchReader:
+    """Turns a StreamSource into ReadyBatch items (None while the stream is idle)."""
+
+    def __init__(
+        self, source: StreamSource, schema: FeatureSchema | None, fields: FieldIndex, batch_size: int, max_line_bytes: int
+    ) -> None:
+        self.source = source
+        self.schema = schema
+        self.fields = fields
+        self.batch_size = batch_size
+        self.max_line_bytes = max_line_bytes
+        self.bad_lines = 0
+        self._parsers: dict[str, BlockParser] = {}
+        # the unparsed lines of the current file: fewer than a batch, waiting for more
+        self._held: Block | None = None
+        self._header_next = False  # a detected csv format: the line detected is the header
+
+    def _bad(self, file: str, line: int, reason: str) -> None:
+        self.bad_lines += 1
+        metrics.BAD_LINES.inc()
+        log.warning("%s:%d: %s", file, line, reason)
+
+    def _detect(self, block: Block) -> Block | None:
+        """Detects the format from the first lines that tell it (--format auto on a stream
+        whose head could not be peeked at); lines before are bad. Returns the rest."""
+        data, line = block.data, block.line
+        while data:
+            nl = data.find(b"\n")
+            head, rest = (data, b"") if nl < 0 else (data[:nl], data[nl + 1 :])
+            try:
+                self.schema = detect_schema(head.decode("utf-8"))
+                log.info("detected format %s in %s", self.schema.format, block.file)
+                self._header_next = True
+                return Block(block.file, block.offset + len(block.data) - len(data), line, data, block.final)
+            except (ValueError, UnicodeDecodeError) as e:
+                self._bad(block.file, line + 1, f"format not detected yet: {e}")
+            data, line = rest, line + 1
+        return None
+
+    def _parser(self, block: Block) -> tuple[BlockParser, Block | None]:
+        """The file's parser, and the block less a csv file's header line."""
+        p = self._parsers.get(block.file)
+        if p is not None:
+            return p, block
+        assert self.schema is not None
+        header: str | None = None
+        if self.schema.format == "csv":
+            if block.offset == 0 or self._header_next:
+                nl = block.data.find(b"\n")
+                raw = block.data if nl < 0 else block.data[:nl]
+                header = raw.decode("utf-8", errors="replace")
+                rest = b"" if nl < 0 else block.data[nl + 1 :]
+                block = Block(block.file, len(raw) + 1, block.line + 1, rest, block.final)
+            else:  # resumed inside the file: its first line is still its header
+                with open(block.file, encoding="utf-8", errors="replace") as fh:
+                    header = fh.readline()
+        p = self._parsers[block.file] = BlockParser(self.schema, self.fields, header, self.max_line_bytes)
+        return p, block if block.data else None
+
+    def batches(self) -> Iterator[ReadyBatch | None]:
+        for block in self.source.blocks(self.max_line_bytes):
+            if block is None:
+                yield from self._drain()
+                yield None
+                continue
+            if block.overlong:
+                yield from self._drain()
+                self._bad(block.file, block.line, f"line is longer than {self.max_line_bytes} bytes")
+                continue
+            if self._held is not None and self._held.file != block.file:
+                yield from self._drain()
+            if self._held is not None:  # join the held lines to the block that follows them
+                h = self._held
+                block = Block(h.file, h.offset, h.line, h.data + block.data, block.final)
+                self._held = None
+            yield from self._cut(block)
+        yield from self._drain()
+
+    def _drain(self) -> Iterator[ReadyBatch]:
+        """Parses the held lines as a short batch (end of file, idle stream)."""
+        held, self._held = self._held, None
+        if held is not None:
+            yield from self._cut(held, final=True)
+
+    def _cut(self, block: Block, final: bool = False) -> Iterator[ReadyBatch]:
+        if self.schema is None:
+            detected = self._detect(block)
+            if detected is None:
+                return
+            block = detected
+        parser, rest = self._parser(block)
+        if rest is None:
+            return
+        block = rest
+        view = memoryview(block.data)
+        lines_left = block.data.count(b"\n") + (1 if block.final else 0)
+        pos = 0
+        line = block.line
+        while lines_left >= self.batch_size or (final and lines_left > 0):
+            got = parser.parse(view[pos:], block.final, self.batch_size)
+            for bad in got.bad:
+                self._bad(block.file, line + bad.line + 1, bad.reason)
+            pos += got.consumed
+            line += got.lines
+            lines_left -= got.lines
+            yield ReadyBatch(got.batch, Position(block.file, block.offset + pos, line), got.lines)
+        if pos < len(block.data):
+            self._held = Block(block.file, block.offset + pos, line, block.data[pos:], block.final)
+        if block.final:
+            yield from self._drain()
+
+
+class ThreadedReader:
+    """Runs a BatchReader in a thread, feeding a bounded queue of ready batches."""
+
+    _END = object()
+
+    def __init__(self, reader: BatchReader, depth: int, stop: Callable[[], bool]) -> None:
+        self.reader = reader
+        self.stop = stop
+        self._queue: queue.Queue[object] = queue.Queue(maxsize=depth)
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="reader", daemon=True)
+        self._thread.start()
+
+    def _put(self, item: object) -> bool:
+        while not self._closed.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _run(self) -> None:
+        try:
+            for item in self.reader.batches():
+                if not self._put(item):
+                    return
+            self._put(self._END)
+        except BaseException as e:  # handed to the training loop, which raises it
+            self._put(e)
+
+    def __iter__(self) -> Iterator[ReadyBatch | None]:
+        while True:
+            item = self._queue.get()
+            if item is self._END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item  # type: ignore[misc]
+
+    def close(self) -> None:
+        self._closed.set()
+        self._thread.join(timeout=5)
