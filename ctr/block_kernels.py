@@ -219,7 +219,7 @@ def _lookup(keys: npt.NDArray[np.uint64], key: np.uint64) -> int:
     while True:
         k = keys[i]
         if k == key:
-            return int(i)
+            return np.int64(i)  # type: ignore[return-value]
         if k == np.uint64(0):
             return -1
         i = (i + np.uint64(1)) & mask
