@@ -28,7 +28,14 @@ class TrainerConfig:
     opt_bias: str = field(default="", metadata={"help": "optimizer of the dense bias"})
     opt_mlp: str = field(default="", metadata={"help": "optimizer of the dense MLP table, e.g. 'adam lr=0.005'"})
     codec: str = field(default="fp32", metadata={"help": "push codec of gradients (fp32, fp16); state deltas travel as fp64"})
-    batch_size: int = field(default=256, metadata={"help": "samples per mini-batch"})
+    batch_size: int = field(
+        default=0,
+        metadata={
+            "help": "lines per mini-batch; 0 picks 4096 for lr/fm/ffm with per-example updates (the batch size does not"
+            " change their model, only the per-batch overhead) and 256 otherwise"
+        },
+    )
+    max_line_bytes: int = field(default=1 << 20, metadata={"help": "longer lines are skipped and reported as bad"})
     max_samples: int = field(default=0, metadata={"help": "stop after this many samples (0: no limit)"})
     follow: bool = field(default=True, metadata={"help": "keep reading as files grow and new files land"})
     idle_exit_s: float = field(default=0.0, metadata={"help": "with --follow, stop after this long without data (0: never)"})

@@ -15,6 +15,7 @@ from ctr.batch import SampleBatch
 from ctr.deep import DeepCTR, device
 from ctr.embedding import pool_fields, train_deep_batch
 from ctr.modelspec import ModelSpec
+from ctr.unique import sorted_unique_inverse
 from ctr.optim import PLAIN, plain_state, rows_with_weights, weights_of_rows
 from ps.client import DELTA, GRADIENT, PSClient
 
@@ -36,8 +37,8 @@ class DeepModel:
             client.push_dense("mlp", start - client.pull_dense("mlp", state=True), kind=DELTA)
 
     def train(self, client: PSClient, batch: SampleBatch) -> npt.NDArray[np.float32]:
-        uniq, inv = np.unique(batch.keys, return_inverse=True)
-        uidx = inv.astype(np.int64).reshape(-1)
+        uniq, inv = sorted_unique_inverse(batch.keys)
+        uidx = inv
         seq = self.sequential
         (w_rows, w_session), (e_rows, e_session) = client.pull("w", uniq, state=seq), client.pull(self.emb, uniq, state=seq)
         bias_rows = client.pull_dense("bias", state=seq)

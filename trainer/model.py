@@ -17,6 +17,7 @@ import numpy.typing as npt
 from ctr.batch import SampleBatch
 from ctr.factorization import MODEL_CODES, train_batch
 from ctr.modelspec import ModelSpec
+from ctr.unique import sorted_unique_inverse
 from ctr.optim import PLAIN, plain_state
 from ps.client import DELTA, GRADIENT, PSClient, PullSession
 
@@ -73,11 +74,11 @@ class FactorizationModel:
         return self.sequential
 
     def fetch(self, client: PSClient, batch: SampleBatch) -> Fetched:
-        uniq, inv = np.unique(batch.keys, return_inverse=True)
+        uniq, inv = sorted_unique_inverse(batch.keys)
         rows: dict[str, tuple[npt.NDArray[Any], PullSession]] = {
             t: client.pull(t, uniq, state=self.sequential) for t in self.sparse
         }
-        return Fetched(uniq, inv.astype(np.int64).reshape(-1), rows, client.pull_dense("bias", state=self.sequential))
+        return Fetched(uniq, inv, rows, client.pull_dense("bias", state=self.sequential))
 
     def compute(
         self, batch: SampleBatch, got: Fetched, previous: Trained | None = None

@@ -16,7 +16,7 @@ from ctr import config as cfg
 from ctr import daemon
 from ctr.fields import FieldIndex
 from ctr.formats import resolve_fields
-from ctr.modelspec import FIELD_MODELS
+from ctr.modelspec import FIELD_MODELS, ModelSpec
 from ctr.schema import PRESETS, FeatureSchema, detect_schema
 from ps.client import PSClient
 from trainer import metrics
@@ -98,6 +98,15 @@ def resolve(conf: TrainerConfig, schema: FeatureSchema | None, source: StreamSou
     return schema, index
 
 
+def batch_size(conf: TrainerConfig, spec: ModelSpec) -> int:
+    """--batch-size, or its default: large where batches only amortize per-batch costs."""
+    if conf.batch_size < 0 or conf.max_line_bytes < 1:
+        raise cfg.ConfigError("--batch-size must be >= 0 and --max-line-bytes >= 1")
+    if conf.batch_size:
+        return conf.batch_size
+    return 4096 if not spec.is_dnn and spec.update == "example" else 256
+
+
 def run(args: argparse.Namespace) -> int:
     conf = cfg.build(TrainerConfig, ENV_PREFIX, args)
     log = daemon.setup_logging("trainer", conf.log_level)
@@ -124,7 +133,12 @@ def run(args: argparse.Namespace) -> int:
             client, Path(conf.export_dir), conf.model_name, spec, fields, schema.to_dict() if schema else {}, conf.full_every
         )
     settings = LoopSettings(
-        conf.batch_size, conf.max_samples, conf.idle_exit_s, conf.export_interval_s, conf.checkpoint_interval_s
+        batch_size(conf, spec),
+        conf.max_samples,
+        conf.idle_exit_s,
+        conf.export_interval_s,
+        conf.checkpoint_interval_s,
+        max_line_bytes=conf.max_line_bytes,
     )
     trainer = Trainer(client, model, schema, fields, source, settings, ProgressiveMetrics(conf.window), exporter, stop.is_set)
     daemon.write_ready_file(conf.ready_file, metrics_port=metrics_port)

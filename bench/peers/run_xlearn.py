@@ -1,5 +1,5 @@
-"""xLearn FFM: trains on the first 80% of a libffm file, scores the last 20%. Runs in
-bench/.peers-venv (USER=root is needed by xLearn). Prints JSON."""
+"""xLearn FFM (or FM with a 6th argument "fm"): trains on a libffm file, scores a second
+one. Runs in bench/.peers-venv (USER=root is needed by xLearn). Prints JSON."""
 
 import json
 import os
@@ -13,8 +13,9 @@ from sklearn.metrics import roc_auc_score
 
 train, test, k = sys.argv[1], sys.argv[2], int(sys.argv[3])
 epochs = int(sys.argv[4]) if len(sys.argv) > 4 else 10
+kind = sys.argv[5] if len(sys.argv) > 5 else "ffm"
 out = tempfile.mktemp()
-model = xl.create_ffm()
+model = xl.create_fm() if kind == "fm" else xl.create_ffm()
 model.setTrain(train)
 model.setSigmoid()
 params = {"task": "binary", "lr": 0.2, "lambda": 0.00002, "k": k, "epoch": epochs, "metric": "auc", "nthread": os.cpu_count()}
