@@ -110,14 +110,14 @@ def main() -> None:
                 },
             }
             print(name, json.dumps(results[name]), flush=True)
-    out = ROOT / "bench" / "results" / "datapath.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(results, indent=1))
+    path = ROOT / "bench" / "results" / "datapath.json"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(json.dumps(results, indent=1))
     for name, res in results.items():
         print(f"\n{name} ({res['rows']} rows)\n\n| run | examples/s min | median | progressive logloss |\n|---|---|---|---|")
         for label, r in res["runs"].items():
-            loss = "" if r["progressive_logloss"] is None else f"{r['progressive_logloss']:.4f}"
-            print(f"| {label} | {r['examples_per_s_min']:,.0f} | {r['examples_per_s_median']:,.0f} | {loss} |")
+            shown = "" if r["progressive_logloss"] is None else f"{r['progressive_logloss']:.4f}"
+            print(f"| {label} | {r['examples_per_s_min']:,.0f} | {r['examples_per_s_median']:,.0f} | {shown} |")
 
 
 if __name__ == "__main__":

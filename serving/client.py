@@ -21,6 +21,7 @@ from ctr.formats import FieldEncoder, ParsedSample
 from ctr.hashing import hash_tokens, pack_tokens
 from ctr.schema import FeatureSchema
 from protos import predict_pb2, predict_pb2_grpc
+from serving.columns import ColumnValues, flatten_columns
 from serving.encoding import EncodedRequest, encode
 
 # a categorical value, a number (bucketed when the schema says the field is numeric),
@@ -64,6 +65,17 @@ class RequestEncoder:
         values = np.asarray(acc.values, np.float32)
         return encode(keys, values, fields, np.asarray(owner, np.int64), len(items), fields)
 
+    def encode_columns(
+        self, items: Mapping[str, ColumnValues], context: Mapping[str, ColumnValues] | None = None
+    ) -> EncodedRequest:
+        """Encodes columnar input (serving.columns): numpy arrays per field, one row per item."""
+        n_items = len(np.asarray(next(iter(items.values())))) if items else 0
+        numeric = self.fields.numeric
+        ck, cf, co = flatten_columns(context or {}, None, self.index.add, numeric)
+        ik, if_, io = flatten_columns(items, n_items, self.index.add, numeric)
+        keys, fields, owner = np.concatenate([ck, ik]), np.concatenate([cf, if_]), np.concatenate([co, io])
+        return encode(keys, np.ones(keys.shape[0], np.float32), fields, owner, n_items, fields)
+
 
 def encode_batch(batch: SampleBatch) -> EncodedRequest:
     """A request scoring every sample of a parsed batch as one item (no shared context)."""
@@ -101,6 +113,9 @@ class PredictClient:
 
     def predict(self, items: Sequence[Mapping[str, Value]], context: Mapping[str, Value] | None = None) -> Prediction:
         return self.predict_encoded(self.encoder.encode(items, context))
+
+    def predict_columns(self, items: Mapping[str, ColumnValues], context: Mapping[str, ColumnValues] | None = None) -> Prediction:
+        return self.predict_encoded(self.encoder.encode_columns(items, context))
 
     def predict_encoded(self, req: EncodedRequest) -> Prediction:
         resp = self.stub.Predict(self.to_proto(req), timeout=self.timeout)

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numba as nb
 import numpy as np
 import numpy.typing as npt
 
+from ctr.unique import unique_inverse
 from ctr.varint import decode_index_lists, decode_runs, encode_index_lists, encode_varints
 
 MAX_ITEMS = 100_000
@@ -59,28 +61,82 @@ def encode(
     """Encodes flat features: feature j has keys[j], values[j], field rank[j] (the order of
     the dictionary), field index fields[j] (default 0), and belongs to item owner[j] (-1 for
     the shared context)."""
-    n = keys.shape[0]
-    pairs = np.empty((n, 2), dtype=np.uint64)
-    pairs[:, 0] = keys
-    pairs[:, 1] = values.astype(np.float32).view(np.uint32)
-    uniq, first, inverse = np.unique(pairs, axis=0, return_index=True, return_inverse=True)
-    inverse = inverse.reshape(-1)
+    values = values.astype(np.float32)
+    first, inverse = _unique_pairs(keys, values)
     # dictionary in (field rank, first appearance) order, so each field's values sit together
     order = np.lexsort((first, rank[first]))
     new_index = np.empty(order.shape[0], dtype=np.int64)
     new_index[order] = np.arange(order.shape[0])
     idx = new_index[inverse]
-    dict_keys = uniq[order, 0]
-    dict_vals = uniq[order, 1].astype(np.uint32).view(np.float32)
-    lists = np.lexsort((idx, owner))  # by owner (context first), ascending index inside
-    own_sorted, idx_sorted = owner[lists], idx[lists]
-    bounds = np.searchsorted(own_sorted, np.arange(-1, item_count + 1))
+    dict_keys = keys[first[order]]
+    dict_vals = values[first[order]]
+    bounds, idx_sorted = group_indices(owner, idx, item_count)  # context first, ascending inside
     ctx = encode_index_lists(np.array([0, bounds[1]], dtype=np.int64), idx_sorted[: bounds[1]])
     item_offsets = (bounds[1:] - bounds[1]).astype(np.int64)
     items = encode_index_lists(item_offsets, np.ascontiguousarray(idx_sorted[bounds[1] :]))
     values_bytes = b"" if bool(np.all(dict_vals == 1.0)) else dict_vals.astype("<f4").tobytes()
     field_bytes = b"" if fields is None else encode_field_runs(np.asarray(fields, np.int64)[first[order]])
     return EncodedRequest(item_count, dict_keys.astype("<u8").tobytes(), values_bytes, bytes(ctx), bytes(items), field_bytes)
+
+
+def _unique_pairs(
+    keys: npt.NDArray[np.uint64], values: npt.NDArray[np.float32]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """(first occurrence of each unique (key, value) pair, each feature's pair number), by
+    hashing the keys; np.unique over the pairs only when a key comes with several values."""
+    uniq, inverse = unique_inverse(keys)
+    first = np.full(uniq.shape[0], keys.shape[0], dtype=np.int64)
+    np.minimum.at(first, inverse, np.arange(keys.shape[0], dtype=np.int64))
+    if bool(np.all(values == values[first[inverse]])):
+        return first, inverse
+    pairs = np.empty((keys.shape[0], 2), dtype=np.uint64)
+    pairs[:, 0] = keys
+    pairs[:, 1] = values.view(np.uint32)
+    _, first, inverse = np.unique(pairs, axis=0, return_index=True, return_inverse=True)
+    return first.astype(np.int64), inverse.reshape(-1).astype(np.int64)
+
+
+@nb.njit(cache=True, nogil=True)
+def group_indices(
+    owner: npt.NDArray[np.int64], idx: npt.NDArray[np.int64], item_count: int
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The features grouped by owner (-1 = context, then items 0..n-1), each group's
+    dictionary indices ascending: (group bounds [item_count + 2], indices). Two counting
+    sorts, by index then stably by owner, so no comparison sort runs."""
+    n = idx.shape[0]
+    size = 0
+    for j in range(n):
+        size = max(size, idx[j] + 1)
+    start = np.zeros(size + 1, dtype=np.int64)
+    for j in range(n):
+        start[idx[j] + 1] += 1
+    for d in range(size):
+        start[d + 1] += start[d]
+    by_idx = np.empty(n, dtype=np.int64)  # feature numbers in ascending index order
+    for j in range(n):
+        by_idx[start[idx[j]]] = j
+        start[idx[j]] += 1
+    bounds = np.zeros(item_count + 2, dtype=np.int64)
+    for j in range(n):
+        bounds[owner[j] + 2] += 1
+    for g in range(1, item_count + 2):
+        bounds[g] += bounds[g - 1]
+    fill = bounds[:-1].copy()
+    out = np.empty(n, dtype=np.int64)
+    for q in range(n):
+        j = by_idx[q]
+        g = owner[j] + 1
+        out[fill[g]] = idx[j]
+        fill[g] += 1
+    return bounds, out
+
+
+def group_indices_reference(
+    owner: npt.NDArray[np.int64], idx: npt.NDArray[np.int64], item_count: int
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """np.lexsort of group_indices, used by its tests."""
+    order = np.lexsort((idx, owner))
+    return np.searchsorted(owner[order], np.arange(-1, item_count + 1)).astype(np.int64), idx[order]
 
 
 def encode_field_runs(fields: npt.NDArray[np.int64]) -> bytes:

@@ -15,8 +15,8 @@ from ctr.batch import SampleBatch
 from ctr.deep import DeepCTR, device
 from ctr.embedding import pool_fields, train_deep_batch
 from ctr.modelspec import ModelSpec
-from ctr.unique import sorted_unique_inverse
 from ctr.optim import PLAIN, plain_state, rows_with_weights, weights_of_rows
+from ctr.unique import sorted_unique_inverse
 from ps.client import DELTA, GRADIENT, PSClient
 
 

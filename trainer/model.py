@@ -17,8 +17,8 @@ import numpy.typing as npt
 from ctr.batch import SampleBatch
 from ctr.factorization import MODEL_CODES, train_batch
 from ctr.modelspec import ModelSpec
-from ctr.unique import sorted_unique_inverse
 from ctr.optim import PLAIN, plain_state
+from ctr.unique import sorted_unique_inverse
 from ps.client import DELTA, GRADIENT, PSClient, PullSession
 
 

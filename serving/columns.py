@@ -1,0 +1,119 @@
+"""Columnar request input: numpy arrays per field instead of dicts, hashed and encoded
+with no Python per feature (the dict path costs ~1 µs per feature).
+
+items[field] has one row per item: shape (n_items,) for one value per item, or
+(n_items, m) for m values each. context[field] is a scalar or a 1-d array. Values are
+integers (hashed as their decimal text, like the trainer's tokens), strings ('' is
+missing), or, for the schema's numeric fields, numbers (bucketed as the trainer does).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import numba as nb
+import numpy as np
+import numpy.typing as npt
+
+from ctr.hashing import FNV64_OFFSET, FNV64_PRIME, GOLDEN, MIX1, MIX2, field_id, hash_tokens
+
+ColumnValues = npt.ArrayLike
+
+
+@nb.njit(cache=True, nogil=True)
+def hash_int_tokens(values: npt.NDArray[np.int64], prefix: int, fid: np.uint32) -> npt.NDArray[np.uint64]:
+    """ctr.hashing's key of each value's decimal text (after a one-byte prefix when
+    prefix > 0) in the field with hash id fid."""
+    n = values.shape[0]
+    out = np.empty(n, dtype=np.uint64)
+    digits = np.empty(24, dtype=np.uint8)
+    for i in range(n):
+        v = values[i]
+        h = FNV64_OFFSET
+        if prefix > 0:
+            h = (h ^ np.uint64(prefix)) * FNV64_PRIME
+        if v < 0:
+            h = (h ^ np.uint64(45)) * FNV64_PRIME
+        m = 0
+        u = np.uint64(-v) if v < 0 else np.uint64(v)
+        while True:
+            digits[m] = 48 + u % np.uint64(10)
+            m += 1
+            u //= np.uint64(10)
+            if u == 0:
+                break
+        for j in range(m - 1, -1, -1):
+            h = (h ^ np.uint64(digits[j])) * FNV64_PRIME
+        h = h ^ ((np.uint64(fid) + np.uint64(1)) * GOLDEN)
+        h = (h ^ (h >> np.uint64(30))) * MIX1
+        h = (h ^ (h >> np.uint64(27))) * MIX2
+        h = h ^ (h >> np.uint64(31))
+        out[i] = h if h != np.uint64(0) else np.uint64(1)
+    return out
+
+
+def column_keys(values: np.ndarray, fid: int, numeric: bool) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.bool_]]:
+    """(keys of a flat column, which entries are present)."""
+    fid32 = np.uint32(fid)
+    if numeric:
+        v = np.asarray(values, dtype=np.float64)
+        if not np.isfinite(v).all():
+            raise ValueError("a numeric column holds a non-finite value")
+        big = v > 2
+        safe = np.where(big, v, 1.0)
+        buckets = np.where(big, (np.log(safe) ** 2).astype(np.int64), np.floor(np.where(big, 0.0, v)).astype(np.int64))
+        keys = np.where(big, hash_int_tokens(buckets, 98, fid32), hash_int_tokens(buckets, 118, fid32))
+        return keys, np.ones(v.shape[0], dtype=np.bool_)
+    if values.dtype.kind in "iu":
+        return hash_int_tokens(values.astype(np.int64), 0, fid32), np.ones(values.shape[0], dtype=np.bool_)
+    if values.dtype.kind not in "US":
+        raise ValueError(f"column dtype {values.dtype} is neither integers nor strings")
+    raw = np.char.encode(values, "utf-8") if values.dtype.kind == "U" else values
+    width = raw.dtype.itemsize
+    lengths = np.char.str_len(raw).astype(np.int64)
+    buf = np.frombuffer(np.ascontiguousarray(raw).tobytes(), dtype=np.uint8)
+    starts = np.arange(values.shape[0], dtype=np.int64) * width
+    return _hash_spans(buf, starts, starts + lengths, fid32), lengths > 0
+
+
+def _hash_spans(
+    buf: npt.NDArray[np.uint8], starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64], fid: np.uint32
+) -> npt.NDArray[np.uint64]:
+    n = starts.shape[0]
+    if n == 0:
+        return np.zeros(0, dtype=np.uint64)
+    # pack the spans contiguously so hash_tokens' offsets apply
+    lengths = ends - starts
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    take = np.repeat(starts - offsets[:-1], lengths) + np.arange(offsets[-1], dtype=np.int64)
+    return hash_tokens(buf[take], offsets, np.full(n, fid, dtype=np.uint32))  # type: ignore[no-any-return]
+
+
+def flatten_columns(
+    columns: Mapping[str, ColumnValues], n_items: int | None, field_of: Callable[[str], int], numeric: frozenset[str]
+) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """(keys, field index, owner item) of every present feature; n_items None is the
+    context (owner -1). Fields the model does not have are dropped."""
+    keys_out, fields_out, owner_out = [], [], []
+    for name, col in columns.items():
+        f = field_of(name)
+        if f < 0:
+            continue
+        arr = np.asarray(col)
+        if n_items is None:
+            flat = arr.reshape(-1)
+            owner = np.full(flat.shape[0], -1, dtype=np.int64)
+        else:
+            if arr.ndim not in (1, 2) or arr.shape[0] != n_items:
+                raise ValueError(f"items[{name!r}]: shape {arr.shape}, expected ({n_items},) or ({n_items}, m)")
+            per = 1 if arr.ndim == 1 else arr.shape[1]
+            flat = arr.reshape(-1)
+            owner = np.repeat(np.arange(n_items, dtype=np.int64), per)
+        keys, present = column_keys(flat, field_id(name), name in numeric)
+        keys_out.append(keys[present])
+        fields_out.append(np.full(int(present.sum()), f, dtype=np.int64))
+        owner_out.append(owner[present])
+    if not keys_out:
+        return np.zeros(0, np.uint64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return np.concatenate(keys_out), np.concatenate(fields_out), np.concatenate(owner_out)
