@@ -26,7 +26,7 @@ import numba as nb
 import numpy as np
 import numpy.typing as npt
 
-from ctr.hashing import FNV64_OFFSET, FNV64_PRIME, GOLDEN, MIX1, MIX2
+from ctr.hashing import FNV64_OFFSET, FNV64_PRIME, finish_key, fnv_bytes
 
 MODE_COLUMNS = 0
 MODE_LIBSVM = 1
@@ -150,30 +150,13 @@ def parse_number(buf: npt.NDArray[np.uint8], s: int, e: int) -> tuple[int, float
         exp10 += -ev if eneg else ev
     if i != e:
         return _NUM_BAD, 0.0
-    if m == 0:
-        return (_NUM_SLOW, 0.0) if slow else (_NUM_OK, -0.0 if neg else 0.0)
+    if m == 0:  # no significant digit, so none was dropped
+        return _NUM_OK, -0.0 if neg else 0.0
     if slow or m > np.uint64(1 << 53) or exp10 < -22 or exp10 > 22:
         return _NUM_SLOW, 0.0
     v = float(m)
     v = v * _P10[exp10] if exp10 >= 0 else v / _P10[-exp10]
     return _NUM_OK, -v if neg else v
-
-
-@nb.njit(cache=True, nogil=True, inline="always")
-def _fnv(h: np.uint64, buf: npt.NDArray[np.uint8], s: int, e: int) -> np.uint64:
-    for j in range(s, e):
-        h = (h ^ np.uint64(buf[j])) * FNV64_PRIME
-    return h
-
-
-@nb.njit(cache=True, nogil=True, inline="always")
-def _finish(h: np.uint64, fid: np.uint32) -> np.uint64:
-    """ctr.hashing's key of a token whose FNV-1a is h, in the field with hash id fid."""
-    h = h ^ ((np.uint64(fid) + np.uint64(1)) * GOLDEN)
-    h = (h ^ (h >> np.uint64(30))) * MIX1
-    h = (h ^ (h >> np.uint64(27))) * MIX2
-    h = h ^ (h >> np.uint64(31))
-    return h if h != np.uint64(0) else np.uint64(1)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -209,6 +192,48 @@ def _bucket(buf: npt.NDArray[np.uint8], s: int, e: int, scratch: npt.NDArray[np.
         return -1
     scratch[at] = 118  # v
     return _write_int(scratch, at + 1, int(f))
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _add_feature(
+    buf: npt.NDArray[np.uint8],
+    s: int,
+    e: int,
+    role: int,
+    numeric: bool,
+    value: float,
+    scratch: npt.NDArray[np.uint8],
+    sp: int,
+    field_ids: npt.NDArray[np.uint32],
+    keys: npt.NDArray[np.uint64],
+    fields: npt.NDArray[np.int32],
+    values: npt.NDArray[np.float32],
+    tok_start: npt.NDArray[np.int64],
+    tok_end: npt.NDArray[np.int64],
+    tok_scratch: npt.NDArray[np.bool_],
+    nf: int,
+    first: int,
+) -> tuple[int, int, int]:
+    """Adds the feature of token buf[s:e] (its bucket token when numeric) to field `role`,
+    or counts it dropped. Returns (feature count, scratch position, dropped), the count -1
+    when the line must be deferred. The token's span is kept for the line's crosses."""
+    ts, te, in_scratch = s, e, False
+    if numeric:
+        end = _bucket(buf, s, e, scratch, sp)
+        if end < 0:
+            return -1, sp, 0
+        ts, te, in_scratch = sp, end, True
+        sp = end
+    if role == DROPPED:
+        return nf, sp, 1
+    src = scratch if in_scratch else buf
+    keys[nf] = finish_key(fnv_bytes(FNV64_OFFSET, src, ts, te), field_ids[role])
+    fields[nf] = role
+    values[nf] = value
+    tok_start[nf - first] = ts
+    tok_end[nf - first] = te
+    tok_scratch[nf - first] = in_scratch
+    return nf + 1, sp, 0
 
 
 @nb.njit(cache=True, nogil=True)
@@ -342,25 +367,14 @@ def parse_block(
                     ok = st == _NUM_OK
                     label = 1.0 if v > 0 else 0.0
                 elif ce > cs and role != SKIPPED:
-                    ts, te, in_scratch = cs, ce, False
-                    if col_numeric[c]:
-                        end = _bucket(buf, cs, ce, scratch, sp)
-                        if end < 0:
-                            ok = False
-                            break
-                        ts, te, in_scratch = sp, end, True
-                        sp = end
-                    if role == DROPPED:
-                        line_dropped += 1
-                    else:
-                        src = scratch if in_scratch else buf
-                        keys[nf] = _finish(_fnv(FNV64_OFFSET, src, ts, te), field_ids[role])
-                        fields[nf] = role
-                        values[nf] = 1.0
-                        tok_start[nf - first] = ts
-                        tok_end[nf - first] = te
-                        tok_scratch[nf - first] = in_scratch
-                        nf += 1
+                    nf, sp, d = _add_feature(
+                        buf, cs, ce, role, col_numeric[c], 1.0, scratch, sp, field_ids,
+                        keys, fields, values, tok_start, tok_end, tok_scratch, nf, first,
+                    )  # fmt: skip
+                    if nf < 0:
+                        ok = False
+                        break
+                    line_dropped += d
                 cs = ce + 1
                 c += 1
         elif ok and mode in (MODE_LIBSVM, MODE_LIBFFM):
@@ -415,22 +429,17 @@ def parse_block(
                     if numbered:
                         f = _numbered(num, nfields, frozen, cap, True)
                     else:
-                        slot = _lookup(name_keys, _finish(_fnv(FNV64_OFFSET, buf, ts, c1), np.uint32(0)))
+                        slot = _lookup(name_keys, finish_key(fnv_bytes(FNV64_OFFSET, buf, ts, c1), np.uint32(0)))
                         f = name_role[slot] if slot >= 0 else _DEFER
                 st, v = parse_number(buf, vs, te)
                 if st != _NUM_OK or abs(v) > _FLOAT32_MAX or f == _DEFER:
                     ok = False
                     break
-                if f == DROPPED:
-                    line_dropped += 1
-                    continue
-                keys[nf] = _finish(_fnv(FNV64_OFFSET, buf, ks, ke), field_ids[f])
-                fields[nf] = f
-                values[nf] = v
-                tok_start[nf - first] = ks
-                tok_end[nf - first] = ke
-                tok_scratch[nf - first] = False
-                nf += 1
+                nf, sp, d = _add_feature(
+                    buf, ks, ke, f, False, v, scratch, sp, field_ids,
+                    keys, fields, values, tok_start, tok_end, tok_scratch, nf, first,
+                )  # fmt: skip
+                line_dropped += d
             if tok == 0:
                 ok = False  # an empty line
         elif ok:  # MODE_KV
@@ -455,31 +464,20 @@ def parse_block(
                         ok = False
                         break
                     if ce > k + 1:
-                        slot = _lookup(name_keys, _finish(_fnv(FNV64_OFFSET, buf, cs, k), np.uint32(0)))
+                        slot = _lookup(name_keys, finish_key(fnv_bytes(FNV64_OFFSET, buf, cs, k), np.uint32(0)))
                         if slot < 0:
                             ok = False
                             break
                         role = name_role[slot]
                         if role != SKIPPED:
-                            ts, te, in_scratch = k + 1, ce, False
-                            if name_numeric[slot]:
-                                end = _bucket(buf, k + 1, ce, scratch, sp)
-                                if end < 0:
-                                    ok = False
-                                    break
-                                ts, te, in_scratch = sp, end, True
-                                sp = end
-                            if role == DROPPED:
-                                line_dropped += 1
-                            else:
-                                src = scratch if in_scratch else buf
-                                keys[nf] = _finish(_fnv(FNV64_OFFSET, src, ts, te), field_ids[role])
-                                fields[nf] = role
-                                values[nf] = 1.0
-                                tok_start[nf - first] = ts
-                                tok_end[nf - first] = te
-                                tok_scratch[nf - first] = in_scratch
-                                nf += 1
+                            nf, sp, d = _add_feature(
+                                buf, k + 1, ce, role, name_numeric[slot], 1.0, scratch, sp, field_ids,
+                                keys, fields, values, tok_start, tok_end, tok_scratch, nf, first,
+                            )  # fmt: skip
+                            if nf < 0:
+                                ok = False
+                                break
+                            line_dropped += d
                 if ce >= e:
                     break
                 cs = ce + 1
@@ -501,10 +499,10 @@ def parse_block(
                     ib = j - first
             if ia < 0 or ib < 0:
                 continue
-            h = _fnv(FNV64_OFFSET, scratch if tok_scratch[ia] else buf, tok_start[ia], tok_end[ia])
+            h = fnv_bytes(FNV64_OFFSET, scratch if tok_scratch[ia] else buf, tok_start[ia], tok_end[ia])
             h = (h ^ np.uint64(0x1F)) * FNV64_PRIME
-            h = _fnv(h, scratch if tok_scratch[ib] else buf, tok_start[ib], tok_end[ib])
-            keys[nf] = _finish(h, field_ids[fc])
+            h = fnv_bytes(h, scratch if tok_scratch[ib] else buf, tok_start[ib], tok_end[ib])
+            keys[nf] = finish_key(h, field_ids[fc])
             fields[nf] = fc
             values[nf] = 1.0
             nf += 1

@@ -46,6 +46,7 @@ class _NameTable:
     keys: npt.NDArray[np.uint64]
     roles: npt.NDArray[np.int32]
     numeric: npt.NDArray[np.bool_]
+    field_ids: npt.NDArray[np.uint32]  # the index's hash id per field (one 0 when empty)
 
 
 def name_key(names: list[str]) -> npt.NDArray[np.uint64]:
@@ -84,7 +85,8 @@ class BlockParser:
         self._table_for = (-1, -1)
 
     def _names(self) -> _NameTable:
-        """The kernel's table of field names, rebuilt when the index or the dropped names grew."""
+        """The kernel's table of field names and field ids, rebuilt when the index or the
+        dropped names grew."""
         now = (len(self.index), len(self.dropped_names))
         if self._table is not None and self._table_for == now:
             return self._table
@@ -111,7 +113,8 @@ class BlockParser:
             keys[slot] = key
             table_roles[slot] = roles[name]
             numeric[slot] = name in numeric_names
-        self._table = _NameTable(keys, table_roles, numeric)
+        field_ids = self.index.ids() if len(self.index) else np.zeros(1, dtype=np.uint32)
+        self._table = _NameTable(keys, table_roles, numeric, field_ids)
         self._table_for = now
         return self._table
 
@@ -137,7 +140,7 @@ class BlockParser:
             self.index.frozen,
             self.index.cap,
             self.schema.libsvm_fields == "single",
-            self.index.ids() if len(self.index) else np.zeros(1, dtype=np.uint32),
+            names.field_ids,
             self.crosses,
         )
         self.index.dropped += int(dropped)

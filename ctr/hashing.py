@@ -32,11 +32,22 @@ def field_id(name: str) -> int:
     return h
 
 
-@nb.njit(cache=True, inline="always")
-def _fmix(h: np.uint64) -> np.uint64:
+@nb.njit(cache=True, nogil=True, inline="always")
+def fnv_bytes(h: np.uint64, buf: npt.NDArray[np.uint8], s: int, e: int) -> np.uint64:
+    """FNV-1a 64 of buf[s:e], continuing from state h (FNV64_OFFSET to start)."""
+    for j in range(s, e):
+        h = (h ^ np.uint64(buf[j])) * FNV64_PRIME
+    return h
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def finish_key(h: np.uint64, fid: np.uint32) -> np.uint64:
+    """The key of a token whose FNV-1a 64 is h, in the field with hash id fid."""
+    h = h ^ ((np.uint64(fid) + np.uint64(1)) * GOLDEN)
     h = (h ^ (h >> np.uint64(30))) * MIX1
     h = (h ^ (h >> np.uint64(27))) * MIX2
-    return h ^ (h >> np.uint64(31))
+    h = h ^ (h >> np.uint64(31))
+    return h if h != np.uint64(0) else np.uint64(1)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -47,11 +58,7 @@ def hash_tokens(
     n = fields.shape[0]
     out = np.empty(n, dtype=np.uint64)
     for i in range(n):
-        h = FNV64_OFFSET
-        for j in range(offsets[i], offsets[i + 1]):
-            h = (h ^ np.uint64(buf[j])) * FNV64_PRIME
-        h = _fmix(h ^ ((np.uint64(fields[i]) + np.uint64(1)) * GOLDEN))
-        out[i] = h if h != np.uint64(0) else np.uint64(1)
+        out[i] = finish_key(fnv_bytes(FNV64_OFFSET, buf, offsets[i], offsets[i + 1]), fields[i])
     return out
 
 

@@ -15,7 +15,7 @@ import numba as nb
 import numpy as np
 import numpy.typing as npt
 
-from ctr.hashing import FNV64_OFFSET, FNV64_PRIME, GOLDEN, MIX1, MIX2, field_id, hash_tokens
+from ctr.hashing import FNV64_OFFSET, FNV64_PRIME, field_id, finish_key, hash_tokens
 
 ColumnValues = npt.ArrayLike
 
@@ -44,11 +44,7 @@ def hash_int_tokens(values: npt.NDArray[np.int64], prefix: int, fid: np.uint32) 
                 break
         for j in range(m - 1, -1, -1):
             h = (h ^ np.uint64(digits[j])) * FNV64_PRIME
-        h = h ^ ((np.uint64(fid) + np.uint64(1)) * GOLDEN)
-        h = (h ^ (h >> np.uint64(30))) * MIX1
-        h = (h ^ (h >> np.uint64(27))) * MIX2
-        h = h ^ (h >> np.uint64(31))
-        out[i] = h if h != np.uint64(0) else np.uint64(1)
+        out[i] = finish_key(h, fid)
     return out
 
 
@@ -59,10 +55,11 @@ def column_keys(values: np.ndarray, fid: int, numeric: bool) -> tuple[npt.NDArra
         v = np.asarray(values, dtype=np.float64)
         if not np.isfinite(v).all():
             raise ValueError("a numeric column holds a non-finite value")
+        # ctr.formats.bucket_numeric: "b" + floor(ln(v)^2) above 2, else "v" + floor(v)
         big = v > 2
-        safe = np.where(big, v, 1.0)
-        buckets = np.where(big, (np.log(safe) ** 2).astype(np.int64), np.floor(np.where(big, 0.0, v)).astype(np.int64))
-        keys = np.where(big, hash_int_tokens(buckets, 98, fid32), hash_int_tokens(buckets, 118, fid32))
+        keys = np.empty(v.shape[0], dtype=np.uint64)
+        keys[big] = hash_int_tokens((np.log(v[big]) ** 2).astype(np.int64), ord("b"), fid32)
+        keys[~big] = hash_int_tokens(np.floor(v[~big]).astype(np.int64), ord("v"), fid32)
         return keys, np.ones(v.shape[0], dtype=np.bool_)
     if values.dtype.kind in "iu":
         return hash_int_tokens(values.astype(np.int64), 0, fid32), np.ones(values.shape[0], dtype=np.bool_)
