@@ -194,48 +194,6 @@ def _bucket(buf: npt.NDArray[np.uint8], s: int, e: int, scratch: npt.NDArray[np.
     return _write_int(scratch, at + 1, int(f))
 
 
-@nb.njit(cache=True, nogil=True, inline="always")
-def _add_feature(
-    buf: npt.NDArray[np.uint8],
-    s: int,
-    e: int,
-    role: int,
-    numeric: bool,
-    value: float,
-    scratch: npt.NDArray[np.uint8],
-    sp: int,
-    field_ids: npt.NDArray[np.uint32],
-    keys: npt.NDArray[np.uint64],
-    fields: npt.NDArray[np.int32],
-    values: npt.NDArray[np.float32],
-    tok_start: npt.NDArray[np.int64],
-    tok_end: npt.NDArray[np.int64],
-    tok_scratch: npt.NDArray[np.bool_],
-    nf: int,
-    first: int,
-) -> tuple[int, int, int]:
-    """Adds the feature of token buf[s:e] (its bucket token when numeric) to field `role`,
-    or counts it dropped. Returns (feature count, scratch position, dropped), the count -1
-    when the line must be deferred. The token's span is kept for the line's crosses."""
-    ts, te, in_scratch = s, e, False
-    if numeric:
-        end = _bucket(buf, s, e, scratch, sp)
-        if end < 0:
-            return -1, sp, 0
-        ts, te, in_scratch = sp, end, True
-        sp = end
-    if role == DROPPED:
-        return nf, sp, 1
-    src = scratch if in_scratch else buf
-    keys[nf] = finish_key(fnv_bytes(FNV64_OFFSET, src, ts, te), field_ids[role])
-    fields[nf] = role
-    values[nf] = value
-    tok_start[nf - first] = ts
-    tok_end[nf - first] = te
-    tok_scratch[nf - first] = in_scratch
-    return nf + 1, sp, 0
-
-
 @nb.njit(cache=True, nogil=True)
 def _lookup(keys: npt.NDArray[np.uint64], key: np.uint64) -> int:
     """Slot of key in the open-addressed name table, -1 when absent."""
@@ -367,14 +325,26 @@ def parse_block(
                     ok = st == _NUM_OK
                     label = 1.0 if v > 0 else 0.0
                 elif ce > cs and role != SKIPPED:
-                    nf, sp, d = _add_feature(
-                        buf, cs, ce, role, col_numeric[c], 1.0, scratch, sp, field_ids,
-                        keys, fields, values, tok_start, tok_end, tok_scratch, nf, first,
-                    )  # fmt: skip
-                    if nf < 0:
-                        ok = False
-                        break
-                    line_dropped += d
+                    # emitted inline here and in kv: a shared helper measured 3x slower
+                    ts, te, in_scratch = cs, ce, False
+                    if col_numeric[c]:
+                        end = _bucket(buf, cs, ce, scratch, sp)
+                        if end < 0:
+                            ok = False
+                            break
+                        ts, te, in_scratch = sp, end, True
+                        sp = end
+                    if role == DROPPED:
+                        line_dropped += 1
+                    else:
+                        src = scratch if in_scratch else buf
+                        keys[nf] = finish_key(fnv_bytes(FNV64_OFFSET, src, ts, te), field_ids[role])
+                        fields[nf] = role
+                        values[nf] = 1.0
+                        tok_start[nf - first] = ts
+                        tok_end[nf - first] = te
+                        tok_scratch[nf - first] = in_scratch
+                        nf += 1
                 cs = ce + 1
                 c += 1
         elif ok and mode in (MODE_LIBSVM, MODE_LIBFFM):
@@ -435,11 +405,16 @@ def parse_block(
                 if st != _NUM_OK or abs(v) > _FLOAT32_MAX or f == _DEFER:
                     ok = False
                     break
-                nf, sp, d = _add_feature(
-                    buf, ks, ke, f, False, v, scratch, sp, field_ids,
-                    keys, fields, values, tok_start, tok_end, tok_scratch, nf, first,
-                )  # fmt: skip
-                line_dropped += d
+                if f == DROPPED:
+                    line_dropped += 1
+                    continue
+                keys[nf] = finish_key(fnv_bytes(FNV64_OFFSET, buf, ks, ke), field_ids[f])
+                fields[nf] = f
+                values[nf] = v
+                tok_start[nf - first] = ks
+                tok_end[nf - first] = ke
+                tok_scratch[nf - first] = False
+                nf += 1
             if tok == 0:
                 ok = False  # an empty line
         elif ok:  # MODE_KV
@@ -470,14 +445,25 @@ def parse_block(
                             break
                         role = name_role[slot]
                         if role != SKIPPED:
-                            nf, sp, d = _add_feature(
-                                buf, k + 1, ce, role, name_numeric[slot], 1.0, scratch, sp, field_ids,
-                                keys, fields, values, tok_start, tok_end, tok_scratch, nf, first,
-                            )  # fmt: skip
-                            if nf < 0:
-                                ok = False
-                                break
-                            line_dropped += d
+                            ts, te, in_scratch = k + 1, ce, False
+                            if name_numeric[slot]:
+                                end = _bucket(buf, k + 1, ce, scratch, sp)
+                                if end < 0:
+                                    ok = False
+                                    break
+                                ts, te, in_scratch = sp, end, True
+                                sp = end
+                            if role == DROPPED:
+                                line_dropped += 1
+                            else:
+                                src = scratch if in_scratch else buf
+                                keys[nf] = finish_key(fnv_bytes(FNV64_OFFSET, src, ts, te), field_ids[role])
+                                fields[nf] = role
+                                values[nf] = 1.0
+                                tok_start[nf - first] = ts
+                                tok_end[nf - first] = te
+                                tok_scratch[nf - first] = in_scratch
+                                nf += 1
                 if ce >= e:
                     break
                 cs = ce + 1
