@@ -15,7 +15,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -26,6 +26,9 @@ from ps.codecs import Codec, codec_named
 from ps.shard import ExportedFile, Shard
 from ps.tables import DELTA, GRADIENT
 from ps.transport import GrpcTransport, LocalTransport, Rows, SessionLost, ShardStatus, ShardTransport
+
+if TYPE_CHECKING:
+    from ps.local_server import LocalServers
 
 __all__ = ["DELTA", "GRADIENT", "ExportedFile", "PSClient", "PullSession"]
 
@@ -57,6 +60,15 @@ class PSClient:
     def local(cls, shard_count: int = 1, codec: str = "fp32") -> PSClient:
         """In-process shards behind the same API (`--ps local`)."""
         return cls(LocalTransport([Shard(i, shard_count) for i in range(shard_count)]), shard_count, codec)
+
+    def serve_local(self) -> LocalServers:
+        """Serves in-process shards over gRPC on 127.0.0.1 (free ports), so worker processes
+        can share them (`--ps local --workers W`)."""
+        if not isinstance(self.transport, LocalTransport):
+            raise RuntimeError("only in-process shards can be served")
+        from ps.local_server import serve_shards  # gRPC servicer code loads only when asked for
+
+        return serve_shards(self.transport.shards)
 
     @property
     def remote(self) -> bool:

@@ -35,6 +35,13 @@ class TrainerConfig:
             " change their model, only the per-batch overhead) and 256 otherwise"
         },
     )
+    workers: int = field(
+        default=1, metadata={"help": "worker processes sharing the PS; a folder's files are split between them round-robin"}
+    )
+    staleness: int = field(
+        default=0,
+        metadata={"help": "SSP bound: a worker reuses a pulled row for up to this many of its own batches (0: synchronous)"},
+    )
     max_line_bytes: int = field(default=1 << 20, metadata={"help": "longer lines are skipped and reported as bad"})
     max_samples: int = field(default=0, metadata={"help": "stop after this many samples (0: no limit)"})
     follow: bool = field(default=True, metadata={"help": "keep reading as files grow and new files land"})

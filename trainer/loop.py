@@ -64,6 +64,7 @@ class Trainer:
         self.elapsed_s = 0.0
         self.pipeline = Pipeline(client, model)
         self.submitted = 0  # samples handed to the pipeline (progress lags it by a batch)
+        self.report: Callable[[], None] | None = None  # called about once a second (a worker's coordinator)
 
     def train_batch(self, batch: SampleBatch) -> None:
         self.submitted += len(batch)
@@ -84,7 +85,7 @@ class Trainer:
         self._record(self.pipeline.flush())
 
     def run(self) -> dict[str, float]:
-        started = last_export = last_ckpt = last_log = time.monotonic()
+        started = last_export = last_ckpt = last_log = last_report = time.monotonic()
         if self.exporter is not None:
             self.exports.append(self.exporter.export(self.progress.snapshot(), force_full=True))
         tty = sys.stderr.isatty()
@@ -106,6 +107,9 @@ class Trainer:
                 if self.s.checkpoint_interval_s > 0 and now - last_ckpt >= self.s.checkpoint_interval_s:
                     self.checkpoint()
                     last_ckpt = now
+                if self.report is not None and now - last_report >= 1.0:
+                    self.report()
+                    last_report = now
                 if now - last_log >= 5 or (tty and now - last_log >= 1):
                     snap = self.progress.snapshot()
                     log.info(

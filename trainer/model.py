@@ -20,16 +20,20 @@ from ctr.modelspec import ModelSpec
 from ctr.optim import PLAIN, plain_state
 from ctr.unique import sorted_unique_inverse
 from ps.client import DELTA, GRADIENT, PSClient, PullSession
+from trainer.row_cache import RowCache
 
 
 @dataclass
 class Fetched:
-    """A batch's unique keys, each feature's index into them, and the rows pulled for them."""
+    """A batch's unique keys, each feature's index into them, and the rows pulled for them:
+    all of them, or with bounded staleness those the row cache cannot serve (`cached`)."""
 
     uniq: npt.NDArray[np.uint64]
     uidx: npt.NDArray[np.int64]
-    rows: dict[str, tuple[npt.NDArray[Any], PullSession]]
-    bias: npt.NDArray[Any]
+    rows: dict[str, tuple[npt.NDArray[Any], PullSession | None]]
+    bias: npt.NDArray[Any] | None  # None: served from the row cache
+    step: int
+    cached: npt.NDArray[np.bool_]
 
 
 @dataclass
@@ -38,7 +42,9 @@ class Trained:
     the summed gradients (batch updates)."""
 
     uniq: npt.NDArray[np.uint64]
+    start: dict[str, npt.NDArray[np.float64]]  # the rows' state before the batch
     states: dict[str, npt.NDArray[np.float64]]
+    bias_start: npt.NDArray[np.float64]
     bias_state: npt.NDArray[np.float64]
     grads: dict[str, npt.NDArray[np.float64]]
     bias_grad: float
@@ -55,15 +61,20 @@ class TrainableModel(Protocol):
 
 
 class FactorizationModel:
-    """LR, FM and FFM: sparse tables w (and v) plus the dense bias, numba kernels."""
+    """LR, FM and FFM: sparse tables w (and v) plus the dense bias, numba kernels.
 
-    def __init__(self, spec: ModelSpec) -> None:
+    With `staleness` s > 0 a row (and the bias) pulled at step t serves this worker up to
+    step t + s with its own updates applied (trainer.row_cache); s = 0 pulls every batch."""
+
+    def __init__(self, spec: ModelSpec, staleness: int = 0) -> None:
         self.spec = spec
         self.code = MODEL_CODES[spec.type]
         self.tables = {t.name: t for t in spec.tables()}
         self.sequential = spec.update == "example"
         self.sparse: list[str] = [t for t in ("w", "v") if t in self.tables]
         self.params = {name: t.optimizer.params() for name, t in self.tables.items()}
+        self.cache = RowCache(staleness, self.sparse)
+        self._steps = 0
 
     def prepare(self, client: PSClient) -> None:
         client.declare(self.spec.tables())
@@ -74,11 +85,33 @@ class FactorizationModel:
         return self.sequential
 
     def fetch(self, client: PSClient, batch: SampleBatch) -> Fetched:
+        step = self._steps
+        self._steps += 1
         uniq, inv = sorted_unique_inverse(batch.keys)
-        rows: dict[str, tuple[npt.NDArray[Any], PullSession]] = {
-            t: client.pull(t, uniq, state=self.sequential) for t in self.sparse
-        }
-        return Fetched(uniq, inv, rows, client.pull_dense("bias", state=self.sequential))
+        cached = self.cache.fresh(uniq, step)
+        some_cached = bool(cached.any())
+        need = uniq[~cached] if some_cached else uniq
+        rows: dict[str, tuple[npt.NDArray[Any], PullSession | None]] = {}
+        for t in self.sparse:
+            if need.shape[0]:
+                # a push that also carries cached keys cannot name the pull's session
+                rows[t] = client.pull(t, need, session=not some_cached, state=self.sequential)
+            else:
+                rows[t] = (np.zeros((0, 0)), None)
+        bias = None if self.cache.bias_fresh(step) else client.pull_dense("bias", state=self.sequential)
+        return Fetched(uniq, inv, rows, bias, step, cached)
+
+    def _start_rows(self, got: Fetched, table: str) -> npt.NDArray[np.float64]:
+        """The batch's rows as pulled, with the cached ones from the row cache."""
+        pulled, _ = got.rows[table]
+        if not got.cached.any():
+            return np.array(pulled, dtype=np.float64)
+        cached = self.cache.rows(table, got.uniq[got.cached])
+        full = np.empty((got.uniq.shape[0], cached.shape[1]), dtype=np.float64)
+        full[got.cached] = cached
+        if pulled.shape[0]:
+            full[~got.cached] = pulled
+        return full
 
     def compute(
         self, batch: SampleBatch, got: Fetched, previous: Trained | None = None
@@ -86,19 +119,22 @@ class FactorizationModel:
         """Trains a fetched batch. `previous` is the batch trained just before, whose push may
         not have reached the shards when this batch was fetched: the rows both batches hold
         are taken from its result, which is what the shards hold once it lands."""
+        raw = {t: self._start_rows(got, t) for t in self.sparse}
+        raw_bias = self.cache.bias.copy() if got.bias is None else np.array(got.bias, dtype=np.float64).reshape(1, -1)
         if self.sequential:
             if previous is not None:
                 _, here, there = np.intersect1d(got.uniq, previous.uniq, assume_unique=True, return_indices=True)
-                for t, (rows, _) in got.rows.items():
+                for t, rows in raw.items():
                     rows[here] = previous.states[t][there]
-                got.bias[:] = previous.bias_state.reshape(got.bias.shape)
-            states = {t: np.array(rows, dtype=np.float64) for t, (rows, _) in got.rows.items()}
-            bias_state = np.array(got.bias, dtype=np.float64).reshape(1, -1)
+                raw_bias = previous.bias_state.copy()
+            start, bias_start = raw, raw_bias
             params = self.params
         else:
-            states = {t: plain_state(rows) for t, (rows, _) in got.rows.items()}
-            bias_state = plain_state(np.asarray(got.bias).reshape(1, 1))
+            start = {t: plain_state(rows) for t, rows in raw.items()}
+            bias_start = plain_state(raw_bias.reshape(1, 1))
             params = {name: PLAIN.params() for name in self.params}
+        states = {t: rows.copy() for t, rows in start.items()}
+        bias_state = bias_start.copy()
         v_state = states.get("v", np.zeros((got.uniq.shape[0], 0)))
         dv = self.tables["v"].dim if "v" in self.tables else 0
         probs, gw, gv, gbias = train_batch(
@@ -119,15 +155,27 @@ class FactorizationModel:
             self.spec.k,
             self.spec.pair_norm,
         )
+        self._remember(got, states if self.sequential else raw, bias_state if self.sequential else raw_bias)
         if self.sequential:
-            return probs, Trained(got.uniq, states, bias_state, {}, 0.0)
-        return probs, Trained(got.uniq, {}, bias_state, {"w": gw, "v": gv}, gbias)
+            return probs, Trained(got.uniq, start, states, bias_start, bias_state, {}, 0.0)
+        return probs, Trained(got.uniq, {}, {}, bias_start, bias_state, {"w": gw, "v": gv}, gbias)
+
+    def _remember(self, got: Fetched, rows: dict[str, npt.NDArray[np.float64]], bias: npt.NDArray[np.float64]) -> None:
+        """Keeps the batch's rows for the steps to come (with per-example updates: as trained,
+        so cached rows carry this worker's own updates; with batch updates: as pulled)."""
+        if self.cache.staleness == 0:
+            return
+        pulled = np.full(got.uniq.shape[0], got.step, dtype=np.int64)
+        if got.cached.any():
+            pulled[got.cached] = self.cache.pulled_at(got.uniq[got.cached])
+        bias_pulled = got.step if got.bias is not None else self.cache.bias_pulled
+        self.cache.store(got.uniq, rows, pulled, bias, bias_pulled, got.step)
 
     def push(self, client: PSClient, got: Fetched, done: Trained) -> None:
         if self.sequential:
-            for t, (rows, session) in got.rows.items():
-                client.push(t, got.uniq, done.states[t] - rows, session, kind=DELTA)
-            client.push_dense("bias", done.bias_state - np.asarray(got.bias).reshape(1, -1), kind=DELTA)
+            for t, (_, session) in got.rows.items():
+                client.push(t, got.uniq, done.states[t] - done.start[t], session, kind=DELTA)
+            client.push_dense("bias", done.bias_state - done.bias_start, kind=DELTA)
         else:
             for t, (_, session) in got.rows.items():
                 client.push(t, got.uniq, done.grads[t].astype(np.float32), session, kind=GRADIENT)
@@ -140,9 +188,11 @@ class FactorizationModel:
         return probs
 
 
-def build_model(spec: ModelSpec) -> TrainableModel:
+def build_model(spec: ModelSpec, staleness: int = 0) -> TrainableModel:
     if spec.is_dnn:
+        if staleness:
+            raise ValueError(f"--staleness applies to lr, fm and ffm; {spec.type} pulls every batch")
         from trainer.deep_model import DeepModel  # torch loads only for DNN models
 
         return DeepModel(spec)
-    return FactorizationModel(spec)
+    return FactorizationModel(spec, staleness)

@@ -36,6 +36,35 @@ class ProgressiveMetrics:
         self.pos = (self.pos + n) % self.window
         self.filled = min(self.window, self.filled + n)
 
+    def state(self) -> dict[str, object]:
+        """Everything `merge` needs, picklable (a worker sends it to its coordinator)."""
+        return {
+            "count": self.count,
+            "positives": self.positives,
+            "loss_sum": self.loss_sum,
+            "labels": self.labels[: self.filled].copy(),
+            "probs": self.probs[: self.filled].copy(),
+        }
+
+    @classmethod
+    def merge(cls, window: int, states: list[dict[str, object]]) -> ProgressiveMetrics:
+        """Several workers' metrics as one: sums add up, the window holds each one's recent
+        predictions (up to `window` in all, in equal shares)."""
+        out = cls(window)
+        share = window // max(1, len(states))
+        for st in states:
+            out.count += int(st["count"])  # type: ignore[call-overload]
+            out.positives += int(st["positives"])  # type: ignore[call-overload]
+            out.loss_sum += float(st["loss_sum"])  # type: ignore[arg-type]
+            labels = np.asarray(st["labels"])[-share:] if share else np.zeros(0, dtype=np.float32)
+            probs = np.asarray(st["probs"])[-share:] if share else np.zeros(0, dtype=np.float32)
+            n = labels.shape[0]
+            out.labels[out.filled : out.filled + n] = labels
+            out.probs[out.filled : out.filled + n] = probs
+            out.filled += n
+        out.pos = out.filled % window
+        return out
+
     def snapshot(self) -> dict[str, float]:
         lab, prob = self.labels[: self.filled], self.probs[: self.filled]
         return {

@@ -6,6 +6,7 @@ import argparse
 import json
 import signal
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from trainer.model import build_model
 from trainer.progressive import ProgressiveMetrics
 from trainer.source import Position, StreamSource
 from trainer.spec import model_spec
+from trainer.workers import WorkerFailed, WorkerRun, run_workers
 
 ENV_PREFIX = "BOUNDLESS_TRAINER_"
 
@@ -46,10 +48,28 @@ def load_schema(conf: TrainerConfig) -> FeatureSchema | None:
     return PRESETS[conf.format]
 
 
+def check_workers(conf: TrainerConfig) -> None:
+    if conf.workers < 1 or conf.staleness < 0:
+        raise cfg.ConfigError("--workers must be >= 1 and --staleness >= 0")
+    if conf.workers == 1:
+        return
+    if not Path(conf.source).is_dir():
+        raise cfg.ConfigError(f"--workers {conf.workers}: the stream is split by files, so --source must be a folder")
+    if conf.checkpoint_interval_s > 0 or conf.resume:
+        raise cfg.ConfigError(
+            f"--workers {conf.workers}: checkpoints and --resume need one worker for now"
+            " (a consistent cut across workers comes with exactly-once training)"
+        )
+
+
+def addresses_of(conf: TrainerConfig) -> list[str]:
+    return [a.strip() for a in conf.ps.split(",") if a.strip()]
+
+
 def connect(conf: TrainerConfig) -> PSClient:
     if conf.ps == "local":
         return PSClient.local(conf.local_shards, conf.codec)
-    addresses = [a.strip() for a in conf.ps.split(",") if a.strip()]
+    addresses = addresses_of(conf)
     client = PSClient.connect(addresses, conf.codec)
     for addr, ch in zip(addresses, client.transport.channels, strict=True):  # type: ignore[attr-defined]
         try:
@@ -107,9 +127,31 @@ def batch_size(conf: TrainerConfig, spec: ModelSpec) -> int:
     return 4096 if not spec.is_dnn and spec.update == "example" else 256
 
 
+def train_with_workers(
+    conf: TrainerConfig,
+    client: PSClient,
+    schema: FeatureSchema | None,
+    fields: FieldIndex,
+    settings: LoopSettings,
+    exporter: Exporter | None,
+    stop: Callable[[], bool],
+) -> WorkerRun:
+    """W worker processes; with --ps local this process serves its shards to them over gRPC."""
+    served = client.serve_local() if conf.ps == "local" else None
+    addresses = served.addresses if served is not None else addresses_of(conf)
+    try:
+        return run_workers(conf, addresses, schema, fields, settings, client, exporter, stop)
+    except WorkerFailed as e:
+        raise SystemExit(f"trainer: {e}") from None
+    finally:
+        if served is not None:
+            served.stop()
+
+
 def run(args: argparse.Namespace) -> int:
     conf = cfg.build(TrainerConfig, ENV_PREFIX, args)
     log = daemon.setup_logging("trainer", conf.log_level)
+    check_workers(conf)
     schema = load_schema(conf)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -121,7 +163,10 @@ def run(args: argparse.Namespace) -> int:
     source = StreamSource(conf.source, conf.follow, stop=stop.is_set, start=start)
     schema, fields = resolve(conf, schema, source)
     spec = model_spec(conf, tuple(fields.names))
-    model = build_model(spec)
+    try:
+        model = build_model(spec, conf.staleness)
+    except ValueError as e:
+        raise cfg.ConfigError(str(e)) from None
     model.prepare(client)
     log.info(
         "model %s, %d fields, tables %s", spec.type, len(fields), ", ".join(f"{t.name}:{t.optimizer.kind}" for t in spec.tables())
@@ -140,10 +185,19 @@ def run(args: argparse.Namespace) -> int:
         conf.checkpoint_interval_s,
         max_line_bytes=conf.max_line_bytes,
     )
-    trainer = Trainer(client, model, schema, fields, source, settings, ProgressiveMetrics(conf.window), exporter, stop.is_set)
     daemon.write_ready_file(conf.ready_file, metrics_port=metrics_port)
-    result: dict[str, Any] = dict(trainer.run())
-    result["bad_lines"] = float(trainer.bad_lines)
+    if conf.workers > 1:
+        run = train_with_workers(conf, client, schema, fields, settings, exporter, stop.is_set)
+        result: dict[str, Any] = dict(run.progress.snapshot())
+        elapsed_s, bad_lines, exports = run.elapsed_s, run.bad_lines, run.exports
+        fields.dropped = run.dropped
+        push_bytes, pull_bytes = run.push_bytes, run.pull_bytes
+    else:
+        trainer = Trainer(client, model, schema, fields, source, settings, ProgressiveMetrics(conf.window), exporter, stop.is_set)
+        result = dict(trainer.run())
+        elapsed_s, bad_lines, exports = trainer.elapsed_s, trainer.bad_lines, trainer.exports
+        push_bytes, pull_bytes = client.push_bytes, client.pull_bytes
+    result["bad_lines"] = float(bad_lines)
     result["dropped_features"] = float(fields.dropped)
     if fields.dropped:
         log.warning(
@@ -151,11 +205,13 @@ def run(args: argparse.Namespace) -> int:
             fields.dropped,
             sorted(fields.unknown)[:10],
         )
-    result["exports"] = float(len(trainer.exports))
-    result["elapsed_s"] = trainer.elapsed_s
-    result["examples_per_s"] = result["samples"] / trainer.elapsed_s if trainer.elapsed_s > 0 else 0.0
-    result["push_bytes"] = float(client.push_bytes)
-    result["pull_bytes"] = float(client.pull_bytes)
+    result["exports"] = float(len(exports))
+    result["elapsed_s"] = elapsed_s
+    result["examples_per_s"] = result["samples"] / elapsed_s if elapsed_s > 0 else 0.0
+    result["push_bytes"] = float(push_bytes)
+    result["pull_bytes"] = float(pull_bytes)
+    result["workers"] = float(conf.workers)
+    result["staleness"] = float(conf.staleness)
     result["model"] = {**spec.to_dict(), "fields": list(fields.names)}
     metrics.WINDOW_AUC.set(result["window_auc"])
     metrics.WINDOW_LOGLOSS.set(result["window_logloss"])

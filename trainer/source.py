@@ -49,19 +49,28 @@ class StreamSource:
         poll_s: float = 0.2,
         stop: Callable[[], bool] = lambda: False,
         start: Position | None = None,
+        part: tuple[int, int] = (0, 1),
     ) -> None:
         self.source = source
+        # worker i of W reads the folder's files i, i+W, i+2W... in name order; files land
+        # in name order (rolling names), so each file keeps its owner as the folder grows
+        self.part = part
         self.follow = follow
         self.poll_s = poll_s
         self.stop = stop
         self.start = start or Position()
         self.idle_since = time.monotonic()
 
-    def _files(self) -> list[Path]:
+    def _all_files(self) -> list[Path]:
         p = Path(self.source)
         if p.is_dir():
             return sorted(f for f in p.iterdir() if f.is_file() and not f.name.startswith("."))
         return [p]
+
+    def _files(self) -> list[Path]:
+        """This worker's files."""
+        index, count = self.part
+        return self._all_files()[index::count]
 
     def peek(self, max_lines: int = 2000, max_bytes: int = 4 << 20, timeout_s: float = 0.0) -> list[str]:
         """The first lines of the stream, without consuming them: the first file's head,
@@ -107,7 +116,7 @@ class StreamSource:
 
                     def last(f: Path = f, is_last: bool = is_last) -> bool:
                         # a file is finished once a later file exists (or we do not follow)
-                        return not self.follow or not is_last or any(str(g) > str(f) for g in self._files())
+                        return not self.follow or not is_last or any(str(g) > str(f) for g in self._all_files())
 
                     yield from self._read(fh, str(f), offset, line_no, last, max_line_bytes, block_bytes)
                 done.add(str(f))

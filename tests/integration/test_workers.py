@@ -1,0 +1,86 @@
+"""Several worker processes (--workers W, --staleness s) on one PS."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from modelmgr.repository import Repository
+from serving.client import PredictClient
+
+
+def split_frappe(data_dir: Path, folder: Path, parts: int) -> int:
+    lines = (data_dir / "frappe/frappe.validation.libfm").read_text().splitlines()
+    folder.mkdir()
+    step = -(-len(lines) // parts)
+    for i in range(parts):
+        (folder / f"part{i:02d}.libfm").write_text("\n".join(lines[i * step : (i + 1) * step]) + "\n")
+    return len(lines)
+
+
+def test_two_workers_on_two_shard_processes_converge_and_publish(platform, data_dir, tmp_path):
+    total = split_frappe(data_dir, tmp_path / "stream", 6)
+    out = tmp_path / "trainer.json"
+    proc = platform.train(
+        tmp_path / "stream",
+        "--workers",
+        "2",
+        "--staleness",
+        "2",
+        "--batch-size",
+        "512",
+        "--metrics-out",
+        str(out),
+        "--export-interval-s",
+        "0.5",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "started 2 workers (staleness 2)" in proc.stderr
+    result = json.loads(out.read_text())
+    assert result["samples"] == total and result["workers"] == 2
+    # one worker reaches AUC 0.916 and logloss 0.384 on this stream; two, each a step stale
+    assert result["window_auc"] >= 0.89 and result["progressive_logloss"] <= 0.43, result
+    repo = Repository(platform.dir / "repo", "ctr")
+    deadline = time.monotonic() + 30
+    while len(repo.processed_exports()) < result["exports"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    versions = repo.versions()
+    assert len(versions) >= 2 and not repo.rejected()
+    client = PredictClient(platform.serving.address)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        try:
+            if client.status().version == versions[-1]:
+                break
+        except Exception:  # serving has not loaded a version yet
+            pass
+        time.sleep(0.05)
+    assert client.status().version == versions[-1]
+
+
+def run_train(*args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "boundless", "train", "--no-follow", "--metrics-port", "-1", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+
+
+def test_local_ps_serves_its_shards_to_the_workers(data_dir, tmp_path):
+    total = split_frappe(data_dir, tmp_path / "stream", 3)
+    out = tmp_path / "trainer.json"
+    proc = run_train("--source", str(tmp_path / "stream"), "--workers", "2", "--local-shards", "2", "--metrics-out", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["samples"] == total and result["window_auc"] >= 0.89
+
+
+def test_worker_settings_that_cannot_work_are_refused(data_dir, tmp_path):
+    one_file = data_dir / "frappe/frappe.validation.libfm"
+    proc = run_train("--source", str(one_file), "--workers", "2")
+    assert proc.returncode != 0 and "--source must be a folder" in proc.stderr
+    split_frappe(data_dir, tmp_path / "stream", 2)
+    proc = run_train("--source", str(tmp_path / "stream"), "--workers", "2", "--checkpoint-interval-s", "5")
+    assert proc.returncode != 0 and "checkpoints and --resume need one worker" in proc.stderr
+    proc = run_train("--source", str(tmp_path / "stream"), "--model", "wdl", "--staleness", "1")
+    assert proc.returncode != 0 and "--staleness applies to lr, fm and ffm" in proc.stderr

@@ -1,0 +1,181 @@
+"""Several worker processes on one PS (`--workers W`).
+
+The coordinator (the `boundless train` process) resolves the schema and the field list and
+declares the tables. Then it starts W worker processes. Each one trains on its share of
+the stream (a folder's files round-robin) with its own pipeline and row cache (SSP,
+`--staleness`), and reports its progressive metrics about once a second. The coordinator
+exports on its interval, merges the metrics, and stops the workers on SIGTERM. A worker
+that fails stops the run, with its exit code.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import queue
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ctr import daemon
+from ctr.fields import FieldIndex
+from ctr.schema import FeatureSchema
+from ps.client import PSClient
+from trainer.config import TrainerConfig
+from trainer.exporter import Exporter
+from trainer.loop import LoopSettings, Trainer
+from trainer.model import build_model
+from trainer.progressive import ProgressiveMetrics
+from trainer.source import StreamSource
+from trainer.spec import model_spec
+
+log = logging.getLogger("trainer")
+
+
+@dataclass
+class WorkerJob:
+    """What a worker process needs; picklable."""
+
+    conf: TrainerConfig
+    index: int
+    addresses: list[str]
+    schema: FeatureSchema | None
+    fields: FieldIndex
+    settings: LoopSettings
+
+
+@dataclass
+class WorkerReport:
+    index: int
+    progress: dict[str, object]
+    final: bool = False
+    bad_lines: int = 0
+    dropped: int = 0
+    push_bytes: int = 0
+    pull_bytes: int = 0
+
+
+def share(total: int, index: int, count: int) -> int:
+    """Worker `index`'s part of a sample limit (0: no limit)."""
+    if total <= 0:
+        return 0
+    return total // count + (1 if index < total % count else 0)
+
+
+def worker_main(job: WorkerJob, reports: Any) -> None:
+    """A worker process: trains its part of the stream and reports to the coordinator."""
+    conf = job.conf
+    daemon.setup_logging(f"trainer-w{job.index}", conf.log_level)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    client = PSClient.connect(job.addresses, conf.codec)
+    source = StreamSource(conf.source, conf.follow, stop=stop.is_set, part=(job.index, conf.workers))
+    spec = model_spec(conf, tuple(job.fields.names))
+    model = build_model(spec, conf.staleness)  # the coordinator declared the tables
+    progress = ProgressiveMetrics(conf.window)
+    trainer = Trainer(client, model, job.schema, job.fields, source, job.settings, progress, None, stop.is_set)
+    trainer.report = lambda: reports.put(WorkerReport(job.index, progress.state()))
+    trainer.run()
+    reports.put(
+        WorkerReport(
+            job.index,
+            progress.state(),
+            final=True,
+            bad_lines=trainer.bad_lines,
+            dropped=job.fields.dropped,
+            push_bytes=client.push_bytes,
+            pull_bytes=client.pull_bytes,
+        )
+    )
+    client.close()
+
+
+@dataclass
+class WorkerRun:
+    """The merged outcome of a multi-worker run."""
+
+    progress: ProgressiveMetrics
+    elapsed_s: float
+    exports: list[str] = field(default_factory=list)
+    bad_lines: int = 0
+    dropped: int = 0
+    push_bytes: int = 0
+    pull_bytes: int = 0
+
+
+class WorkerFailed(RuntimeError):
+    pass
+
+
+def run_workers(
+    conf: TrainerConfig,
+    addresses: list[str],
+    schema: FeatureSchema | None,
+    fields: FieldIndex,
+    settings: LoopSettings,
+    client: PSClient,
+    exporter: Exporter | None,
+    stop: Callable[[], bool],
+) -> WorkerRun:
+    ctx = mp.get_context("spawn")  # no fork: gRPC and numba threads do not survive it
+    reports = ctx.Queue()
+    procs = []
+    for i in range(conf.workers):
+        job_settings = LoopSettings(**{**vars(settings), "max_samples": share(settings.max_samples, i, conf.workers)})
+        job = WorkerJob(conf, i, addresses, schema, fields, job_settings)
+        p = ctx.Process(target=worker_main, args=(job, reports), name=f"trainer-w{i}", daemon=True)
+        p.start()
+        procs.append(p)
+    log.info("started %d workers (staleness %d) on %s", conf.workers, conf.staleness, ",".join(addresses))
+    latest: dict[int, WorkerReport] = {}
+    run = WorkerRun(ProgressiveMetrics(conf.window), 0.0)
+    started = last_export = last_log = time.monotonic()
+    if exporter is not None:
+        run.exports.append(exporter.export(run.progress.snapshot(), force_full=True))
+    stopping = False
+    try:
+        while not all(r.final for r in latest.values()) or len(latest) < conf.workers:
+            try:
+                report = reports.get(timeout=0.2)
+                latest[report.index] = report
+            except queue.Empty:
+                pass
+            for i, p in enumerate(procs):
+                if p.exitcode not in (None, 0):  # a clean exit's final report is in the queue
+                    raise WorkerFailed(f"worker {i} exited with code {p.exitcode}; its log is above")
+            if stop() and not stopping:
+                stopping = True
+                for p in procs:
+                    if p.is_alive() and p.pid is not None:
+                        p.terminate()  # SIGTERM: the worker finishes its batch and pushes it
+            now = time.monotonic()
+            merged = ProgressiveMetrics.merge(conf.window, [r.progress for r in latest.values()])
+            if exporter is not None and now - last_export >= settings.export_interval_s:
+                run.exports.append(exporter.export(merged.snapshot()))
+                last_export = now
+            if now - last_log >= 5:
+                snap = merged.snapshot()
+                log.info("samples %d  window AUC %.4f  logloss %.4f", snap["samples"], snap["window_auc"], snap["window_logloss"])
+                last_log = now
+    except BaseException:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+        raise
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+    run.elapsed_s = time.monotonic() - started
+    run.progress = ProgressiveMetrics.merge(conf.window, [r.progress for r in latest.values()])
+    for r in latest.values():
+        run.bad_lines += r.bad_lines
+        run.dropped += r.dropped
+        run.push_bytes += r.push_bytes
+        run.pull_bytes += r.pull_bytes
+    if exporter is not None:
+        run.exports.append(exporter.export(run.progress.snapshot()))
+    return run
