@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class TrainerConfig:
-    source: str = field(default="-", metadata={"help": "file or folder to stream ('-' is stdin)"})
+    source: str = field(default="-", metadata={"help": "file or folder to stream ('-' is stdin), or kafka://HOST:PORT/TOPIC"})
     format: str = field(default="auto", metadata={"help": "schema preset (criteo, avazu, libsvm, libffm, kv...) or auto"})
     schema: str | None = field(default=None, metadata={"help": "YAML feature schema; overrides --format"})
     ps: str = field(default="local", metadata={"help": "'local' or comma-separated shard addresses"})
@@ -31,8 +31,8 @@ class TrainerConfig:
     batch_size: int = field(
         default=0,
         metadata={
-            "help": "lines per mini-batch; 0 picks 4096 for lr/fm/ffm with per-example updates (the batch size does not"
-            " change their model, only the per-batch overhead) and 256 otherwise"
+            "help": "lines per mini-batch; 0 picks, for lr/fm/ffm with per-example updates, 16384 with one worker (the"
+            " batch size does not change its model, only the per-batch overhead) and 4096 with several; 256 otherwise"
         },
     )
     workers: int = field(

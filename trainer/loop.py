@@ -20,7 +20,7 @@ from trainer.model import TrainableModel
 from trainer.pipeline import Pipeline, Result
 from trainer.progressive import ProgressiveMetrics
 from trainer.reader import BatchReader, ThreadedReader
-from trainer.source import Position, StreamSource
+from trainer.source import Position, Source
 
 log = logging.getLogger("trainer")
 
@@ -43,7 +43,7 @@ class Trainer:
         model: TrainableModel,
         schema: FeatureSchema | None,
         fields: FieldIndex,
-        source: StreamSource,
+        source: Source,
         settings: LoopSettings,
         progress: ProgressiveMetrics,
         exporter: Exporter | None,
@@ -94,7 +94,7 @@ class Trainer:
             for item in ready:
                 now = time.monotonic()
                 if item is not None:
-                    self.position = item.position
+                    self.position = self.source.position_after(item.position)
                     if len(item.batch):
                         self.train_batch(item.batch)
                 else:  # the stream is idle: let what is queued land

@@ -19,7 +19,7 @@ from ctr.block_parser import BlockParser
 from ctr.fields import FieldIndex
 from ctr.schema import FeatureSchema, detect_schema
 from trainer import metrics
-from trainer.source import Block, Position, StreamSource
+from trainer.source import Block, Position, Source
 
 log = logging.getLogger("trainer")
 
@@ -32,10 +32,10 @@ class ReadyBatch:
 
 
 class BatchReader:
-    """Turns a StreamSource into ReadyBatch items (None while the stream is idle)."""
+    """Turns a Source into ReadyBatch items (None while the stream is idle)."""
 
     def __init__(
-        self, source: StreamSource, schema: FeatureSchema | None, fields: FieldIndex, batch_size: int, max_line_bytes: int
+        self, source: Source, schema: FeatureSchema | None, fields: FieldIndex, batch_size: int, max_line_bytes: int
     ) -> None:
         self.source = source
         self.schema = schema

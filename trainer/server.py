@@ -26,7 +26,7 @@ from trainer.exporter import Exporter
 from trainer.loop import LoopSettings, Trainer
 from trainer.model import build_model
 from trainer.progressive import ProgressiveMetrics
-from trainer.source import Position, StreamSource
+from trainer.source import Position, Source, open_source
 from trainer.spec import model_spec
 from trainer.workers import WorkerFailed, WorkerRun, run_workers
 
@@ -53,8 +53,10 @@ def check_workers(conf: TrainerConfig) -> None:
         raise cfg.ConfigError("--workers must be >= 1 and --staleness >= 0")
     if conf.workers == 1:
         return
-    if not Path(conf.source).is_dir():
-        raise cfg.ConfigError(f"--workers {conf.workers}: the stream is split by files, so --source must be a folder")
+    if not Path(conf.source).is_dir() and not conf.source.startswith("kafka://"):
+        raise cfg.ConfigError(
+            f"--workers {conf.workers}: the stream is split by files or partitions, so --source must be a folder or a Kafka topic"
+        )
     if conf.checkpoint_interval_s > 0 or conf.resume:
         raise cfg.ConfigError(
             f"--workers {conf.workers}: checkpoints and --resume need one worker for now"
@@ -97,7 +99,7 @@ def detect_from(lines: list[str]) -> FeatureSchema | None:
     return None
 
 
-def resolve(conf: TrainerConfig, schema: FeatureSchema | None, source: StreamSource) -> tuple[FeatureSchema | None, FieldIndex]:
+def resolve(conf: TrainerConfig, schema: FeatureSchema | None, source: Source) -> tuple[FeatureSchema | None, FieldIndex]:
     """The schema and the stream's field index, from the schema or the stream's first lines."""
     needs_fields = conf.model in FIELD_MODELS
     fixed = schema is not None and bool(schema.base_fields())
@@ -124,7 +126,11 @@ def batch_size(conf: TrainerConfig, spec: ModelSpec) -> int:
         raise cfg.ConfigError("--batch-size must be >= 0 and --max-line-bytes >= 1")
     if conf.batch_size:
         return conf.batch_size
-    return 4096 if not spec.is_dnn and spec.update == "example" else 256
+    if spec.is_dnn or spec.update != "example":
+        return 256
+    # one worker trains the same model at any batch size, and each batch costs a round of
+    # RPCs; several workers read each other's updates one batch late, so keep batches shorter
+    return 16384 if conf.workers == 1 else 4096
 
 
 def train_with_workers(
@@ -160,7 +166,10 @@ def run(args: argparse.Namespace) -> int:
     start = resume_position(client) if conf.resume else None
     if start is not None:
         log.info("resuming stream at %s", start)
-    source = StreamSource(conf.source, conf.follow, stop=stop.is_set, start=start)
+    try:
+        source = open_source(conf.source, conf.follow, stop=stop.is_set, start=start)
+    except ValueError as e:
+        raise cfg.ConfigError(str(e)) from None
     schema, fields = resolve(conf, schema, source)
     spec = model_spec(conf, tuple(fields.names))
     try:

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
 
 BLOCK_BYTES = 1 << 20
 
@@ -34,11 +34,41 @@ class Block:
 
 @dataclass
 class Position:
-    """Where the stream stands: the file being read and the byte offset in it."""
+    """Where the stream stands: the file being read and the byte offset in it; for a
+    Kafka topic, the next offset of every partition (`partitions`, keys are numbers)."""
 
     file: str = ""
     offset: int = 0
     line: int = 0
+    partitions: dict[str, int] | None = None
+
+
+class Source(Protocol):
+    """What the reader needs of a sample source (StreamSource, KafkaSource)."""
+
+    source: str
+    idle_since: float
+
+    def peek(self, max_lines: int = 2000, max_bytes: int = 4 << 20, timeout_s: float = 0.0) -> list[str]: ...
+
+    def blocks(self, max_line_bytes: int) -> Iterator[Block | None]: ...
+
+    def position_after(self, position: Position) -> Position: ...
+
+
+def open_source(
+    source: str,
+    follow: bool,
+    stop: Callable[[], bool] = lambda: False,
+    start: Position | None = None,
+    part: tuple[int, int] = (0, 1),
+) -> Source:
+    """A folder, a file, stdin ('-'), or kafka://HOST:PORT/TOPIC."""
+    if source.startswith("kafka://"):
+        from trainer.kafka_source import KafkaSource  # confluent-kafka loads only for Kafka
+
+        return KafkaSource(source, follow, stop=stop, start=start, part=part)
+    return StreamSource(source, follow, stop=stop, start=start, part=part)
 
 
 class StreamSource:
@@ -88,6 +118,9 @@ class StreamSource:
             if time.monotonic() >= deadline or self.stop():
                 return []
             time.sleep(self.poll_s)
+
+    def position_after(self, position: Position) -> Position:
+        return position
 
     def blocks(self, max_line_bytes: int, block_bytes: int = BLOCK_BYTES) -> Iterator[Block | None]:
         """Blocks in stream order; yields None while waiting for data (so callers can flush)."""

@@ -2,7 +2,7 @@
 
 The coordinator (the `boundless train` process) resolves the schema and the field list and
 declares the tables. Then it starts W worker processes. Each one trains on its share of
-the stream (a folder's files round-robin) with its own pipeline and row cache (SSP,
+the stream (a folder's files round-robin, or a topic's partitions) with its own pipeline and row cache (SSP,
 `--staleness`), and reports its progressive metrics about once a second. The coordinator
 exports on its interval, merges the metrics, and stops the workers on SIGTERM. A worker
 that fails stops the run, with its exit code.
@@ -29,7 +29,7 @@ from trainer.exporter import Exporter
 from trainer.loop import LoopSettings, Trainer
 from trainer.model import build_model
 from trainer.progressive import ProgressiveMetrics
-from trainer.source import StreamSource
+from trainer.source import open_source
 from trainer.spec import model_spec
 
 log = logging.getLogger("trainer")
@@ -73,7 +73,7 @@ def worker_main(job: WorkerJob, reports: Any) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     client = PSClient.connect(job.addresses, conf.codec)
-    source = StreamSource(conf.source, conf.follow, stop=stop.is_set, part=(job.index, conf.workers))
+    source = open_source(conf.source, conf.follow, stop=stop.is_set, part=(job.index, conf.workers))
     spec = model_spec(conf, tuple(job.fields.names))
     model = build_model(spec, conf.staleness)  # the coordinator declared the tables
     progress = ProgressiveMetrics(conf.window)

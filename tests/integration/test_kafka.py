@@ -1,0 +1,78 @@
+"""The trainer on a Kafka topic, against a real Kafka-protocol broker (Tansu)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from boundless.kafka_broker import KafkaBroker, produce_lines
+from boundless.processes import start
+
+TOPIC = "frappe"
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[KafkaBroker]:
+    with KafkaBroker(tmp_path / "broker.log") as b:
+        yield b
+
+
+def train(*args: str) -> tuple[subprocess.CompletedProcess[str], dict]:
+    out = Path(args[args.index("--metrics-out") + 1])
+    cmd = [sys.executable, "-m", "boundless", "train", "--no-follow", "--metrics-port", "-1", "--format", "libsvm", *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc, json.loads(out.read_text())
+
+
+def test_kafka_topic_trains_like_the_same_lines_in_a_file(broker, data_dir, tmp_path):
+    """Every message trains once, bad ones are reported with partition and offset, a
+    checkpoint stores each partition's offset, and a resume trains only what came after."""
+    lines = (data_dir / "frappe/frappe.validation.libfm").read_text().splitlines()[:20000]
+    lines[5] = "1 3:oops"  # partition 1, offset 2: reported as frappe[1]:3
+    source = broker.create_topic(TOPIC, 2)
+    produce_lines(broker.producer(), TOPIC, lines, 2)
+    _, one = train("--source", source, "--local-shards", "2", "--metrics-out", str(tmp_path / "one.json"))
+    assert one["samples"] == len(lines) - 1 and one["bad_lines"] == 1
+    assert one["window_auc"] > 0.85
+
+    shards = [
+        start(f"ps{i}", ["ps", "--shard-index", str(i), "--shard-count", "2", "--data-dir", str(tmp_path / f"ps{i}")], tmp_path)
+        for i in range(2)
+    ]
+    try:
+        ps = ",".join(s.address for s in shards if s.wait_ready())
+        proc, first = train(
+            "--source", source, "--ps", ps, "--checkpoint-interval-s", "1000", "--metrics-out", str(tmp_path / "a.json")
+        )
+        assert "frappe[1]:3: feature 1: value 'oops' is not a number" in proc.stderr
+        assert first["samples"] == len(lines) - 1
+        more = (data_dir / "frappe/frappe.validation.libfm").read_text().splitlines()[20000:26000]
+        produce_lines(broker.producer(), TOPIC, more, 2)
+        proc, resumed = train("--source", source, "--ps", ps, "--resume", "--metrics-out", str(tmp_path / "b.json"))
+        assert "resuming stream at" in proc.stderr and "'0': 10000" in proc.stderr
+        assert resumed["samples"] == len(more)
+    finally:
+        for s in shards:
+            s.stop()
+
+
+def test_two_workers_split_the_partitions(broker, data_dir, tmp_path):
+    lines = (data_dir / "frappe/frappe.validation.libfm").read_text().splitlines()[:20000]
+    source = broker.create_topic(TOPIC, 4)
+    produce_lines(broker.producer(), TOPIC, lines, 4)
+    _, got = train("--source", source, "--workers", "2", "--local-shards", "2", "--metrics-out", str(tmp_path / "w.json"))
+    assert got["samples"] == len(lines) and got["workers"] == 2 and got["window_auc"] > 0.8, got
+
+
+def test_a_missing_topic_or_a_bad_url_is_a_clear_error(broker, tmp_path):
+    cmd = [sys.executable, "-m", "boundless", "train", "--no-follow", "--metrics-port", "-1", "--format", "libsvm"]
+    proc = subprocess.run([*cmd, "--source", "kafka://nohost"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and "expected kafka://HOST:PORT/TOPIC" in proc.stderr
+    proc = subprocess.run([*cmd, "--source", f"kafka://{broker.bootstrap}/absent"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and "topic 'absent' cannot be read" in proc.stderr
