@@ -80,7 +80,7 @@ class KafkaBroker:
     def producer(self) -> Any:
         from confluent_kafka import Producer
 
-        return Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5})
+        return Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5, "log.connection.close": False})
 
     def stop(self) -> None:
         if self.proc.poll() is None:

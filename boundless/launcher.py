@@ -1,8 +1,9 @@
 """`boundless demo`: the whole platform on one machine, as separate processes on 127.0.0.1:
 2 PS shards, the trainer, the model manager and one serving process, on a synthetic stream
-(or --data PATH), then Predict latency for 200-item requests, then a clean stop. On the
-synthetic stream it also trains LR in-process on the same files, so the report shows what
-the chosen model gains over LR, beside the planted model's own AUC."""
+(or --data PATH) written as rolling files or, with --source kafka, into a local Kafka
+broker; then Predict latency for 200-item requests, then a clean stop. On the synthetic
+stream it also trains LR in-process on the same stream, so the report shows what the
+chosen model gains over LR, beside the planted model's own AUC."""
 
 from __future__ import annotations
 
@@ -13,14 +14,19 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from boundless.kafka_broker import BrokerUnavailable, KafkaBroker, produce_lines
 from boundless.processes import Daemon, DaemonDied, start
 from ctr.metrics import auc
 from ctr.synthetic import SyntheticSpec, SyntheticStream
 from modelmgr.repository import Repository
 from serving.client import PredictClient
+
+TOPIC = "samples"
+PARTITIONS = 2
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,6 +41,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--requests", type=int, default=300, help="Predict requests for the latency figure")
     parser.add_argument("--items", type=int, default=200, help="items per Predict request")
     parser.add_argument("--workdir", type=Path, default=None, help="run folder (default runs/demo-<time>)")
+    parser.add_argument(
+        "--source",
+        default="files",
+        choices=["files", "kafka"],
+        help="files: rolling files in a folder; kafka: a topic of a local broker (Tansu, 2 partitions)",
+    )
 
 
 def _scrape(port: int, name: str) -> float:
@@ -57,6 +69,8 @@ class Demo:
         self.tty = sys.stdout.isatty()
         self.part = 0
         self.oracle: list[tuple[np.ndarray, np.ndarray]] = []  # (labels, planted logits) of the last parts
+        self.broker: KafkaBroker | None = None
+        self.producer: Any = None
 
     def say(self, msg: str) -> None:
         print(msg, flush=True)
@@ -87,6 +101,16 @@ class Demo:
         )
         return shards, mgr, serving
 
+    def start_broker(self) -> str:
+        """A local Kafka-protocol broker with a 2-partition topic; returns its --source URL."""
+        self.broker = KafkaBroker(self.dir / "kafka.log")
+        url = self.broker.create_topic(TOPIC, PARTITIONS)
+        self.producer = self.broker.producer()
+        self.say(f"started a Kafka broker (Tansu) on {self.broker.bootstrap}, topic {TOPIC} ({PARTITIONS} partitions)")
+        if self.args.data:
+            produce_lines(self.producer, TOPIC, self.args.data.read_text().splitlines(), PARTITIONS)
+        return url
+
     def run(self) -> int:
         synth = SyntheticStream(SyntheticSpec())
         stream_dir = self.dir / "stream"
@@ -94,6 +118,8 @@ class Demo:
         try:
             shards, mgr, serving = self.start_platform()
             source = str(self.args.data) if self.args.data else str(stream_dir)
+            if self.args.source == "kafka":
+                source = self.start_broker()
             if not self.args.data:
                 self.write_part(synth, stream_dir)  # the trainer reads its field list from the first data
             trainer = start(
@@ -137,15 +163,17 @@ class Demo:
             repo = Repository(self.dir / "repo", "ctr")
             self.wait_published(repo, int(result["exports"]), serving)
             latency = self.measure(serving, synth)
-            baseline = None if self.args.data or self.args.model == "lr" else self.lr_baseline(stream_dir)
+            baseline = None if self.args.data or self.args.model == "lr" else self.lr_baseline(source)
             self.report(result, repo, latency, baseline)
             return 0
-        except DaemonDied as e:
+        except (DaemonDied, BrokerUnavailable) as e:
             print(f"demo failed: {e}", file=sys.stderr)
             return 1
         finally:
             for x in reversed(self.daemons):
                 x.stop()
+            if self.broker is not None:
+                self.broker.stop()
 
     def stream(self, synth: SyntheticStream, folder: Path, trainer: Daemon, port: int) -> None:
         """Writes rolling files of synthetic samples while showing progress."""
@@ -173,14 +201,17 @@ class Demo:
         vals, logits, labels = synth.sample(self.args.rate)
         lines = synth.format(vals, labels)
         self.oracle = [*self.oracle[-2:], (labels, logits)]
+        if self.producer is not None:
+            produce_lines(self.producer, TOPIC, lines, PARTITIONS)
+            return
         tmp = folder / f".part-{self.part:05d}.txt"
         tmp.write_text("\n".join(lines) + "\n")
         tmp.rename(folder / f"part-{self.part:05d}.txt")
 
-    def lr_baseline(self, folder: Path) -> dict[str, float]:
-        """LR trained in-process on the same files, for the comparison line of the report."""
+    def lr_baseline(self, source: str) -> dict[str, float]:
+        """LR trained in-process on the same stream, for the comparison line of the report."""
         out = self.dir / "lr-baseline.json"
-        cmd = [sys.executable, "-m", "boundless", "train", "--source", str(folder), "--no-follow", "--ps", "local"]
+        cmd = [sys.executable, "-m", "boundless", "train", "--source", source, "--no-follow", "--ps", "local"]
         cmd += ["--model", "lr", "--format", "kv", "--metrics-port", "-1", "--metrics-out", str(out)]
         self.say("training LR on the same stream in-process, for comparison...")
         with open(self.dir / "lr-baseline.log", "wb") as log:

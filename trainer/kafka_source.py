@@ -90,6 +90,7 @@ class KafkaSource:
                 "enable.auto.commit": False,
                 "auto.offset.reset": "earliest",
                 "enable.partition.eof": False,
+                "log.connection.close": False,
             }
         )
 

@@ -1,0 +1,17 @@
+"""`boundless demo --source kafka`: the synthetic stream through a local Kafka broker."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+
+def test_demo_trains_from_a_kafka_topic(tmp_path):
+    cmd = [sys.executable, "-m", "boundless", "demo", "--source", "kafka", "--duration", "6", "--requests", "20"]
+    proc = subprocess.run([*cmd, "--workdir", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "started a Kafka broker (Tansu)" in proc.stdout
+    summary = json.loads((tmp_path / "demo.json").read_text())
+    assert summary["samples"] >= 6 * 15000 and summary["bad_lines"] == 0
+    assert summary["versions"] >= 2 and summary["window_auc"] > 0.65
