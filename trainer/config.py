@@ -42,6 +42,11 @@ class TrainerConfig:
         default=0,
         metadata={"help": "SSP bound: a worker reuses a pulled row for up to this many of its own batches (0: synchronous)"},
     )
+    batch_cache: str | None = field(
+        default=None,
+        metadata={"help": "folder for a cache of parsed batches: a re-run over the same files reads them instead of parsing"},
+    )
+    batch_cache_max_gb: float = field(default=20.0, metadata={"help": "size cap of --batch-cache (least recently used go first)"})
     max_line_bytes: int = field(default=1 << 20, metadata={"help": "longer lines are skipped and reported as bad"})
     max_samples: int = field(default=0, metadata={"help": "stop after this many samples (0: no limit)"})
     follow: bool = field(default=True, metadata={"help": "keep reading as files grow and new files land"})

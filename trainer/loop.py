@@ -9,12 +9,14 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from ctr.batch import SampleBatch
 from ctr.fields import FieldIndex
 from ctr.schema import FeatureSchema
 from ps.client import PSClient
 from trainer import metrics
+from trainer.batch_cache import BatchCache
 from trainer.exporter import Exporter
 from trainer.model import TrainableModel
 from trainer.pipeline import Pipeline, Result
@@ -34,6 +36,8 @@ class LoopSettings:
     checkpoint_interval_s: float
     max_line_bytes: int = 1 << 20
     queue_depth: int = 8  # parsed batches waiting for the trainer
+    batch_cache: str | None = None  # folder of the parsed-batch cache
+    batch_cache_max_bytes: int = 20 << 30
 
 
 class Trainer:
@@ -58,7 +62,12 @@ class Trainer:
         self.progress = progress
         self.exporter = exporter
         self.stop = stop
-        self.reader = BatchReader(source, schema, fields, settings.batch_size, settings.max_line_bytes)
+        cache = None
+        if settings.batch_cache and schema is not None:
+            cache = BatchCache(
+                Path(settings.batch_cache), schema, settings.batch_size, settings.max_line_bytes, settings.batch_cache_max_bytes
+            )
+        self.reader = BatchReader(source, schema, fields, settings.batch_size, settings.max_line_bytes, cache)
         self.position = Position()
         self.exports: list[str] = []
         self.elapsed_s = 0.0

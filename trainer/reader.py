@@ -19,7 +19,8 @@ from ctr.block_parser import BlockParser
 from ctr.fields import FieldIndex
 from ctr.schema import FeatureSchema, detect_schema
 from trainer import metrics
-from trainer.source import Block, Position, Source
+from trainer.batch_cache import BatchCache, CachedBatch, Recording
+from trainer.source import Block, Position, Source, StreamSource
 
 log = logging.getLogger("trainer")
 
@@ -35,7 +36,13 @@ class BatchReader:
     """Turns a Source into ReadyBatch items (None while the stream is idle)."""
 
     def __init__(
-        self, source: Source, schema: FeatureSchema | None, fields: FieldIndex, batch_size: int, max_line_bytes: int
+        self,
+        source: Source,
+        schema: FeatureSchema | None,
+        fields: FieldIndex,
+        batch_size: int,
+        max_line_bytes: int,
+        cache: BatchCache | None = None,
     ) -> None:
         self.source = source
         self.schema = schema
@@ -47,8 +54,24 @@ class BatchReader:
         # the unparsed lines of the current file: fewer than a batch, waiting for more
         self._held: Block | None = None
         self._header_next = False  # a detected csv format: the line detected is the header
+        self.cache = cache
+        self._recording: Recording | None = None
+        self._replays: dict[str, tuple[Iterator[CachedBatch], list[tuple[int, str]]]] = {}
+        if cache is not None and isinstance(source, StreamSource):
+            source.cached = self._load_cached
+
+    def _load_cached(self, file: str) -> bool:
+        """The source asks before reading a finished file: True when its batches are cached."""
+        assert self.cache is not None
+        replay = self.cache.replay(file, self.fields)
+        if replay is None:
+            return False
+        self._replays[file] = replay
+        return True
 
     def _bad(self, file: str, line: int, reason: str) -> None:
+        if self._recording is not None and self._recording.file == file:
+            self._recording.bad.append((line, reason))
         self.bad_lines += 1
         metrics.BAD_LINES.inc()
         log.warning("%s:%d: %s", file, line, reason)
@@ -91,11 +114,46 @@ class BatchReader:
         return p, block if block.data else None
 
     def batches(self) -> Iterator[ReadyBatch | None]:
+        try:
+            yield from self._batches()
+        finally:
+            if self._recording is not None:  # the stream stopped inside a file
+                BatchCache.abort(self._recording)
+                self._recording = None
+
+    def _replay(self, file: str) -> Iterator[ReadyBatch]:
+        batches, bad = self._replays.pop(file)
+        for line, reason in bad:
+            self._bad(file, line, reason)
+        for b in batches:
+            yield ReadyBatch(b.batch, b.position, b.lines)
+
+    def _track(self, block: Block) -> None:
+        """Starts recording a file read from its start; drops a recording left unfinished."""
+        rec = self._recording
+        if rec is not None and rec.file != block.file:
+            BatchCache.abort(rec)
+            self._recording = rec = None
+        if rec is None and self.cache is not None and self.schema is not None and block.offset == 0 and block.line == 0:
+            self._recording = self.cache.record(block.file, self.fields)
+
+    def _batches(self) -> Iterator[ReadyBatch | None]:
         for block in self.source.blocks(self.max_line_bytes):
             if block is None:
                 yield from self._drain()
                 yield None
                 continue
+            if block.cached:
+                yield from self._drain()
+                yield from self._replay(block.file)
+                continue
+            if block.eof:
+                yield from self._drain()
+                rec, self._recording = self._recording, None
+                if rec is not None and self.cache is not None:
+                    self.cache.finish(rec, self.fields)
+                continue
+            self._track(block)
             if block.overlong:
                 yield from self._drain()
                 self._bad(block.file, block.line, f"line is longer than {self.max_line_bytes} bytes")
@@ -136,7 +194,10 @@ class BatchReader:
             pos += got.consumed
             line += got.lines
             lines_left -= got.lines
-            yield ReadyBatch(got.batch, Position(block.file, block.offset + pos, line), got.lines)
+            position = Position(block.file, block.offset + pos, line)
+            if self._recording is not None and self._recording.file == block.file:
+                BatchCache.add(self._recording, got.batch, position, got.lines)
+            yield ReadyBatch(got.batch, position, got.lines)
         if pos < len(block.data):
             self._held = Block(block.file, block.offset + pos, line, block.data[pos:], block.final)
         if block.final:

@@ -193,6 +193,8 @@ def run(args: argparse.Namespace) -> int:
         conf.export_interval_s,
         conf.checkpoint_interval_s,
         max_line_bytes=conf.max_line_bytes,
+        batch_cache=conf.batch_cache,
+        batch_cache_max_bytes=int(conf.batch_cache_max_gb * 1e9),
     )
     daemon.write_ready_file(conf.ready_file, metrics_port=metrics_port)
     if conf.workers > 1:
@@ -205,6 +207,9 @@ def run(args: argparse.Namespace) -> int:
         trainer = Trainer(client, model, schema, fields, source, settings, ProgressiveMetrics(conf.window), exporter, stop.is_set)
         result = dict(trainer.run())
         elapsed_s, bad_lines, exports = trainer.elapsed_s, trainer.bad_lines, trainer.exports
+        if trainer.reader.cache is not None:
+            result["batch_cache_hits"] = float(trainer.reader.cache.hits)
+            result["batch_cache_misses"] = float(trainer.reader.cache.misses)
         push_bytes, pull_bytes = client.push_bytes, client.pull_bytes
     result["bad_lines"] = float(bad_lines)
     result["dropped_features"] = float(fields.dropped)

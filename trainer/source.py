@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Protocol
@@ -30,6 +30,8 @@ class Block:
     data: bytes
     final: bool = False
     overlong: bool = False
+    eof: bool = False  # no data: the file ended here (it was read to its end)
+    cached: bool = False  # no data: the file was not read, its parsed batches are cached
 
 
 @dataclass
@@ -90,6 +92,9 @@ class StreamSource:
         self.stop = stop
         self.start = start or Position()
         self.idle_since = time.monotonic()
+        # asked before a finished file is read from its start: True skips reading it (the
+        # reader replays its parsed batches from the batch cache)
+        self.cached: Callable[[str], bool] | None = None
 
     def _all_files(self) -> list[Path]:
         p = Path(self.source)
@@ -141,17 +146,23 @@ class StreamSource:
                 continue
             for i, f in enumerate(pending):
                 is_start = str(f) == start.file
+                offset = start.offset if is_start else 0
+                line_no = start.line if is_start else 0
+                is_last = i == len(pending) - 1
+
+                def last(f: Path = f, is_last: bool = is_last) -> bool:
+                    # a file is finished once a later file exists (or we do not follow)
+                    return not self.follow or not is_last or any(str(g) > str(f) for g in self._all_files())
+
+                if offset == 0 and self.cached is not None and last() and self.cached(str(f)):
+                    yield Block(str(f), 0, 0, b"", cached=True)
+                    done.add(str(f))
+                    continue
                 with open(f, "rb") as fh:
-                    offset = start.offset if is_start else 0
-                    line_no = start.line if is_start else 0
                     fh.seek(offset)
-                    is_last = i == len(pending) - 1
-
-                    def last(f: Path = f, is_last: bool = is_last) -> bool:
-                        # a file is finished once a later file exists (or we do not follow)
-                        return not self.follow or not is_last or any(str(g) > str(f) for g in self._all_files())
-
-                    yield from self._read(fh, str(f), offset, line_no, last, max_line_bytes, block_bytes)
+                    finished = yield from self._read(fh, str(f), offset, line_no, last, max_line_bytes, block_bytes)
+                if finished:
+                    yield Block(str(f), 0, 0, b"", eof=True)
                 done.add(str(f))
                 if self.stop():
                     return
@@ -159,7 +170,8 @@ class StreamSource:
 
     def _read(
         self, fh: BinaryIO, name: str, offset: int, line_no: int, last: Callable[[], bool], max_line: int, block_bytes: int
-    ) -> Iterator[Block | None]:
+    ) -> Generator[Block | None, None, bool]:
+        """Yields the file's blocks; returns True when it was read to its end."""
         partial = b""
         skipping = False  # inside a line over the limit: its bytes are dropped up to its end
         read = getattr(fh, "read1", fh.read)
@@ -194,6 +206,7 @@ class StreamSource:
                     yield Block(name, offset, line_no + 1, b"", overlong=True)
                 elif partial.strip():  # a final line without newline in a finished file
                     yield Block(name, offset, line_no, partial, final=True)
-                return
+                return True
             yield None
             time.sleep(self.poll_s)
+        return False
