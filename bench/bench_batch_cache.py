@@ -19,6 +19,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.datasets import DATASETS  # noqa: E402
@@ -61,7 +62,7 @@ def main() -> None:
     ap.add_argument("--datasets", default="frappe,criteo10k,avazu10k")
     ap.add_argument("--models", default="lr,ffm")
     args = ap.parse_args()
-    results: dict[str, dict[str, object]] = {}
+    results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         for name in args.datasets.split(","):
@@ -101,7 +102,7 @@ def main() -> None:
         assert isinstance(p, list) and isinstance(c, list)
         print(
             f"| {key} | {r['rows']:,} | {r['text_mb']:.0f} | {r['cache_mb']:.0f} | {p[0] / 1e3:.0f}k / {p[1] / 1e3:.0f}k"
-            f" | {c[0] / 1e3:.0f}k / {c[1] / 1e3:.0f}k | {c[1] / p[1]:.2f}x | {r['first_run_examples_per_s'] / 1e3:.0f}k"
+            f" | {c[0] / 1e3:.0f}k / {c[1] / 1e3:.0f}k | {c[1] / p[1]:.2f}x | {r["first_run_examples_per_s"] / 1e3:.0f}k"
             f" | {'yes' if r['same_logloss'] else 'NO'} |"
         )
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 
 from ctr.batch import SampleBatch
@@ -113,7 +113,7 @@ class BatchReader:
         p = self._parsers[block.file] = BlockParser(self.schema, self.fields, header, self.max_line_bytes)
         return p, block if block.data else None
 
-    def batches(self) -> Iterator[ReadyBatch | None]:
+    def batches(self) -> Generator[ReadyBatch | None, None, None]:
         try:
             yield from self._batches()
         finally:
