@@ -102,7 +102,7 @@ def main() -> None:
         assert isinstance(p, list) and isinstance(c, list)
         print(
             f"| {key} | {r['rows']:,} | {r['text_mb']:.0f} | {r['cache_mb']:.0f} | {p[0] / 1e3:.0f}k / {p[1] / 1e3:.0f}k"
-            f" | {c[0] / 1e3:.0f}k / {c[1] / 1e3:.0f}k | {c[1] / p[1]:.2f}x | {r["first_run_examples_per_s"] / 1e3:.0f}k"
+            f" | {c[0] / 1e3:.0f}k / {c[1] / 1e3:.0f}k | {c[1] / p[1]:.2f}x | {r['first_run_examples_per_s'] / 1e3:.0f}k"
             f" | {'yes' if r['same_logloss'] else 'NO'} |"
         )
 
