@@ -10,20 +10,24 @@ import numpy.typing as npt
 
 @nb.njit(cache=True, nogil=True)
 def unique_inverse(keys: npt.NDArray[np.uint64]) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64]]:
-    """(unique keys in order of first appearance, index of each key into them). Keys are
-    hashes, so their low bits address an open-addressed table directly."""
+    """(unique keys in order of first appearance, index of each key into them). Slots come
+    from Fibonacci hashing, so keys that are not hashes (small ids, ids with a field code
+    in their top bits) spread as well as hashed ones."""
     n = keys.shape[0]
     size = 16
+    bits = 4
     while size < 2 * n:
         size *= 2
+        bits += 1
     mask = np.uint64(size - 1)
+    shift = np.uint64(64 - bits)
     slot_of = np.full(size, -1, dtype=np.int64)
     uniq = np.empty(n, dtype=np.uint64)
     inverse = np.empty(n, dtype=np.int64)
     m = 0
     for i in range(n):
         key = keys[i]
-        s = (key ^ (key >> np.uint64(29))) & mask
+        s = (key * np.uint64(0x9E3779B97F4A7C15)) >> shift
         while True:
             u = slot_of[s]
             if u < 0:

@@ -32,6 +32,8 @@ class PredictRequest(_message.Message):
     CONTEXT_FIELD_NUMBER: _builtins.int
     ITEMS_FIELD_NUMBER: _builtins.int
     FIELDS_FIELD_NUMBER: _builtins.int
+    TOKENS_FIELD_NUMBER: _builtins.int
+    COMPRESSION_FIELD_NUMBER: _builtins.int
     model: _builtins.str
     item_count: _builtins.int
     dictionary: _builtins.bytes
@@ -44,6 +46,14 @@ class PredictRequest(_message.Message):
     """per item: varint count, then varint gap-coded dictionary indices"""
     fields: _builtins.bytes
     """field index of each dictionary entry, run-length coded: varint runs,"""
+    tokens: _builtins.bytes
+    """then (field, length) varint pairs; empty means every entry is field 0
+    instead of dictionary and fields: the dictionary as raw tokens in field
+    """
+    compression: _builtins.int
+    """blocks, hashed by the server (docs/request-encoding.md)
+    0: none; 1: every non-empty bytes field above is one zstd frame
+    """
     def __init__(
         self,
         *,
@@ -54,10 +64,12 @@ class PredictRequest(_message.Message):
         context: _builtins.bytes = ...,
         items: _builtins.bytes = ...,
         fields: _builtins.bytes = ...,
+        tokens: _builtins.bytes = ...,
+        compression: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["context", b"context", "dictionary", b"dictionary", "fields", b"fields", "item_count", b"item_count", "items", b"items", "model", b"model", "values", b"values"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["compression", b"compression", "context", b"context", "dictionary", b"dictionary", "fields", b"fields", "item_count", b"item_count", "items", b"items", "model", b"model", "tokens", b"tokens", "values", b"values"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

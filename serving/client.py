@@ -21,8 +21,8 @@ from ctr.formats import FieldEncoder, ParsedSample
 from ctr.hashing import hash_tokens, pack_tokens
 from ctr.schema import FeatureSchema
 from protos import predict_pb2, predict_pb2_grpc
-from serving.columns import ColumnValues, flatten_columns
-from serving.encoding import EncodedRequest, encode
+from serving.columns import ColumnValues, flatten_columns, flatten_token_columns
+from serving.encoding import EncodedRequest, encode, encode_tokens
 
 # a categorical value, a number (bucketed when the schema says the field is numeric),
 # or (token, value) for a weighted feature such as libsvm's index:value
@@ -66,11 +66,20 @@ class RequestEncoder:
         return encode(keys, values, fields, np.asarray(owner, np.int64), len(items), fields)
 
     def encode_columns(
-        self, items: Mapping[str, ColumnValues], context: Mapping[str, ColumnValues] | None = None
+        self,
+        items: Mapping[str, ColumnValues],
+        context: Mapping[str, ColumnValues] | None = None,
+        compress: bool = True,
+        tokens: bool | None = None,
     ) -> EncodedRequest:
-        """Encodes columnar input (serving.columns): numpy arrays per field, one row per item."""
+        """Encodes columnar input (serving.columns): numpy arrays per field, one row per item.
+        With the model's field list, integer ids travel as raw tokens (the server hashes
+        them) and the request is zstd-compressed; without it, as hashed keys."""
         n_items = len(np.asarray(next(iter(items.values())))) if items else 0
         numeric = self.fields.numeric
+        if self.index.frozen if tokens is None else tokens:
+            features = flatten_token_columns([(context or {}, None), (items, n_items)], self.index.add, numeric)
+            return encode_tokens(features, n_items, compress)
         ck, cf, co = flatten_columns(context or {}, None, self.index.add, numeric)
         ik, if_, io = flatten_columns(items, n_items, self.index.add, numeric)
         keys, fields, owner = np.concatenate([ck, ik]), np.concatenate([cf, if_]), np.concatenate([co, io])
@@ -130,6 +139,8 @@ class PredictClient:
             context=req.context,
             items=req.items,
             fields=req.fields,
+            tokens=req.tokens,
+            compression=req.compression,
         )
 
     def status(self) -> predict_pb2.ModelStatusResponse:

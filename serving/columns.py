@@ -10,6 +10,7 @@ missing), or, for the schema's numeric fields, numbers (bucketed as the trainer 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 import numba as nb
 import numpy as np
@@ -114,3 +115,73 @@ def flatten_columns(
     if not keys_out:
         return np.zeros(0, np.uint64), np.zeros(0, np.int64), np.zeros(0, np.int64)
     return np.concatenate(keys_out), np.concatenate(fields_out), np.concatenate(owner_out)
+
+
+@dataclass
+class TokenFeatures:
+    """Present features split by how the wire carries them: integer tokens (block code
+    field * 4 + sub, sub 0 plain, 1 prefix 'b', 2 prefix 'v'; zigzag value) and hashed keys."""
+
+    code: npt.NDArray[np.int64]
+    z: npt.NDArray[np.uint64]
+    int_owner: npt.NDArray[np.int64]
+    keys: npt.NDArray[np.uint64]
+    key_fields: npt.NDArray[np.int64]
+    key_owner: npt.NDArray[np.int64]
+
+
+PREFIX_OF_SUB = (0, ord("b"), ord("v"))
+
+
+def flatten_token_columns(
+    parts: list[tuple[Mapping[str, ColumnValues], int | None]], field_of: Callable[[str], int], numeric: frozenset[str]
+) -> TokenFeatures:
+    """Integer columns and numeric buckets as raw tokens, string columns as hashed keys, for
+    (columns, n_items) parts (n_items None: the context, owner -1)."""
+    codes, zs, int_owners, keys, key_fields, key_owners = [], [], [], [], [], []
+    for columns, n_items in parts:
+        for name, col in columns.items():
+            f = field_of(name)
+            if f < 0:
+                continue
+            arr = np.asarray(col)
+            if n_items is None:
+                flat = arr.reshape(-1)
+                owner = np.full(flat.shape[0], -1, dtype=np.int64)
+            else:
+                if arr.ndim not in (1, 2) or arr.shape[0] != n_items:
+                    raise ValueError(f"items[{name!r}]: shape {arr.shape}, expected ({n_items},) or ({n_items}, m)")
+                flat = arr.reshape(-1)
+                per = 1 if arr.ndim == 1 else arr.shape[1]
+                owner = np.repeat(np.arange(n_items, dtype=np.int64), per)
+            if name in numeric:
+                v = np.asarray(flat, dtype=np.float64)
+                if not np.isfinite(v).all():
+                    raise ValueError(f"{name}: a numeric column holds a non-finite value")
+                big = v > 2  # ctr.formats.bucket_numeric, as column_keys
+                tokens = np.where(big, (np.log(np.where(big, v, 3.0)) ** 2), np.floor(v)).astype(np.int64)
+                codes.append(f * 4 + np.where(big, 1, 2))
+                zs.append(tokens)
+                int_owners.append(owner)
+            elif flat.dtype.kind in "iu":
+                codes.append(np.full(flat.shape[0], f * 4, dtype=np.int64))
+                zs.append(flat.astype(np.int64))
+                int_owners.append(owner)
+            else:
+                k, present = column_keys(flat, field_id(name), False)
+                keys.append(k[present])
+                key_fields.append(np.full(int(present.sum()), f, dtype=np.int64))
+                key_owners.append(owner[present])
+
+    def cat(xs: list[np.ndarray], dtype: type) -> np.ndarray:
+        return np.concatenate(xs).astype(dtype, copy=False) if xs else np.zeros(0, dtype=dtype)
+
+    tokens = cat(zs, np.int64)
+    return TokenFeatures(
+        cat(codes, np.int64),
+        ((tokens << 1) ^ (tokens >> 63)).astype(np.uint64),
+        cat(int_owners, np.int64),
+        cat(keys, np.uint64),
+        cat(key_fields, np.int64),
+        cat(key_owners, np.int64),
+    )

@@ -10,16 +10,21 @@ the field runs are few.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numba as nb
 import numpy as np
 import numpy.typing as npt
+import zstandard
 
 from ctr.unique import unique_inverse
 from ctr.varint import decode_index_lists, decode_runs, encode_index_lists, encode_varints
+from serving.columns import PREFIX_OF_SUB, TokenFeatures
+from serving.token_dictionary import KIND_INTS, KIND_KEYS, decode_blocks, encode_blocks, keys_of_blocks
 
 MAX_ITEMS = 100_000
+MAX_EXPANDED_BYTES = 64 << 20  # what a compressed field may expand to
 
 
 class EncodingError(ValueError):
@@ -34,10 +39,12 @@ class EncodedRequest:
     context: bytes
     items: bytes
     fields: bytes = b""
+    tokens: bytes = b""
+    compression: int = 0  # 1: each non-empty bytes field is a zstd frame
 
     @property
     def nbytes(self) -> int:
-        return len(self.dictionary) + len(self.values) + len(self.context) + len(self.items) + len(self.fields)
+        return sum(len(b) for b in (self.dictionary, self.values, self.context, self.items, self.fields, self.tokens))
 
 
 @dataclass(frozen=True)
@@ -77,6 +84,92 @@ def encode(
     values_bytes = b"" if bool(np.all(dict_vals == 1.0)) else dict_vals.astype("<f4").tobytes()
     field_bytes = b"" if fields is None else encode_field_runs(np.asarray(fields, np.int64)[first[order]])
     return EncodedRequest(item_count, dict_keys.astype("<u8").tobytes(), values_bytes, bytes(ctx), bytes(items), field_bytes)
+
+
+def _ordered_unique(code: npt.NDArray[np.int64], z: npt.NDArray[np.uint64]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The unique (code, z) pairs in ascending order (codes, values) and each feature's
+    index among them. One uint64 per pair when both fit (the usual case), hashed."""
+    if code.shape[0] == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.uint64), np.zeros(0, np.int64)
+    shift = 64 - max(1, int(code.max()).bit_length())
+    if int(z.max()) < (1 << shift):
+        uniq, inverse = unique_inverse((code.astype(np.uint64) << np.uint64(shift)) | z)
+        order = np.argsort(uniq)
+        rank = np.empty(order.shape[0], dtype=np.int64)
+        rank[order] = np.arange(order.shape[0])
+        s = uniq[order]
+        return (s >> np.uint64(shift)).astype(np.int64), s & np.uint64((1 << shift) - 1), rank[inverse]
+    pairs = np.stack([code.astype(np.uint64), z], axis=1)
+    u, inverse = np.unique(pairs, axis=0, return_inverse=True)
+    return u[:, 0].astype(np.int64), u[:, 1].copy(), inverse.reshape(-1).astype(np.int64)
+
+
+def encode_tokens(features: TokenFeatures, item_count: int, compress: bool = True) -> EncodedRequest:
+    """The token-dictionary request (serving.token_dictionary) of columnar features."""
+    codes, zs, int_idx = _ordered_unique(features.code, features.z)
+    ukeys, kinv = unique_inverse(features.keys)
+    kfirst = np.full(ukeys.shape[0], max(1, features.keys.shape[0]), dtype=np.int64)
+    np.minimum.at(kfirst, kinv, np.arange(features.keys.shape[0], dtype=np.int64))
+    kfields = features.key_fields[kfirst] if ukeys.shape[0] else np.zeros(0, np.int64)
+    korder = np.lexsort((ukeys, kfields))
+    krank = np.empty(korder.shape[0], dtype=np.int64)
+    krank[korder] = np.arange(korder.shape[0])
+    n_int = codes.shape[0]
+    # blocks: integer ones by code, then hashed keys by field
+    int_starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]]) if n_int else np.zeros(0, np.int64)
+    sorted_kf = kfields[korder]
+    key_starts = np.flatnonzero(np.r_[True, sorted_kf[1:] != sorted_kf[:-1]]) if korder.shape[0] else np.zeros(0, np.int64)
+    block_code = codes[int_starts]
+    field = np.concatenate([block_code // 4, sorted_kf[key_starts]]).astype(np.int64)
+    kind = np.concatenate([np.full(int_starts.shape[0], KIND_INTS), np.full(key_starts.shape[0], KIND_KEYS)]).astype(np.int64)
+    prefix = np.concatenate([np.asarray(PREFIX_OF_SUB, np.int64)[block_code % 4], np.zeros(key_starts.shape[0], np.int64)])
+    bounds = np.concatenate([int_starts, key_starts + n_int, [n_int + korder.shape[0]]]).astype(np.int64)
+    tokens = encode_blocks(field, kind, prefix, bounds, np.concatenate([zs, ukeys[korder]]))
+    idx = np.concatenate([int_idx, krank[kinv] + n_int])
+    owner = np.concatenate([features.int_owner, features.key_owner])
+    grouped, idx_sorted = group_indices(owner, idx, item_count)
+    ctx = encode_index_lists(np.array([0, grouped[1]], dtype=np.int64), idx_sorted[: grouped[1]])
+    items = encode_index_lists((grouped[1:] - grouped[1]).astype(np.int64), np.ascontiguousarray(idx_sorted[grouped[1] :]))
+    parts = [bytes(tokens), bytes(ctx), bytes(items)]
+    if compress:
+        zc = _compressor()
+        parts = [zc.compress(p) if p else p for p in parts]
+    return EncodedRequest(item_count, b"", b"", parts[1], parts[2], b"", parts[0], 1 if compress else 0)
+
+
+@functools.cache
+def _compressor() -> zstandard.ZstdCompressor:
+    return zstandard.ZstdCompressor(level=1)
+
+
+@functools.cache
+def _decompressor() -> zstandard.ZstdDecompressor:
+    return zstandard.ZstdDecompressor()
+
+
+def decompress(req: EncodedRequest, max_bytes: int) -> EncodedRequest:
+    """The request with its zstd frames expanded; each may expand to max_bytes at most."""
+    if req.compression == 0:
+        return req
+    if req.compression != 1:
+        raise EncodingError(f"compression: unknown code {req.compression}")
+    out = {}
+    for name in ("dictionary", "values", "context", "items", "fields", "tokens"):
+        data = getattr(req, name)
+        if not data:
+            out[name] = data
+            continue
+        try:
+            # a declared size is checked before anything is allocated; an undeclared one is
+            # bounded while decompressing
+            if zstandard.frame_content_size(data) > max_bytes:
+                raise zstandard.ZstdError(f"the frame declares {zstandard.frame_content_size(data)} bytes")
+            out[name] = _decompressor().decompress(data, max_output_size=max_bytes)
+        except zstandard.ZstdError as e:
+            raise EncodingError(f"{name}: not a zstd frame of at most {max_bytes} bytes: {e}") from None
+    return EncodedRequest(
+        req.item_count, out["dictionary"], out["values"], out["context"], out["items"], out["fields"], out["tokens"], 0
+    )
 
 
 def _unique_pairs(
@@ -152,13 +245,32 @@ def encode_field_runs(fields: npt.NDArray[np.int64]) -> bytes:
     return bytes(encode_varints(pairs))
 
 
-def decode(req: EncodedRequest, field_count: int = 1 << 16) -> DecodedRequest:
-    """Validates and expands a request; field indices must be < field_count."""
+def decode(
+    req: EncodedRequest,
+    field_count: int = 1 << 16,
+    field_hash_ids: npt.NDArray[np.uint32] | None = None,
+    max_bytes: int = MAX_EXPANDED_BYTES,
+) -> DecodedRequest:
+    """Validates and expands a request; field indices must be < field_count. A token
+    dictionary is hashed with the model's field hash ids."""
     if req.item_count > MAX_ITEMS:
         raise EncodingError(f"item_count: {req.item_count} exceeds the limit of {MAX_ITEMS}")
-    if len(req.dictionary) % 8:
-        raise EncodingError(f"dictionary: {len(req.dictionary)} bytes is not a whole number of uint64 keys")
-    keys = np.frombuffer(req.dictionary, dtype="<u8").astype(np.uint64, copy=False)
+    req = decompress(req, max_bytes)
+    token_fields = None
+    if req.tokens:
+        if req.dictionary or req.fields:
+            raise EncodingError("tokens: a request carries either tokens or dictionary and fields, not both")
+        if field_hash_ids is None or field_hash_ids.shape[0] == 0:
+            raise EncodingError("tokens: this model has no field list to hash tokens with; send hashed keys")
+        try:
+            blocks = decode_blocks(np.frombuffer(req.tokens, dtype=np.uint8), max_bytes)
+            keys, token_fields = keys_of_blocks(*blocks, field_hash_ids[:field_count])
+        except ValueError as e:
+            raise EncodingError(f"tokens: {e}") from None
+    else:
+        if len(req.dictionary) % 8:
+            raise EncodingError(f"dictionary: {len(req.dictionary)} bytes is not a whole number of uint64 keys")
+        keys = np.frombuffer(req.dictionary, dtype="<u8").astype(np.uint64, copy=False)
     n = keys.shape[0]
     if req.values:
         if len(req.values) != 4 * n:
@@ -178,7 +290,9 @@ def decode(req: EncodedRequest, field_count: int = 1 << 16) -> DecodedRequest:
         offsets, indices = decode_index_lists(np.frombuffer(req.items, dtype=np.uint8), req.item_count, n)
     except ValueError as e:
         raise EncodingError(f"items: {e}") from None
-    if req.fields:
+    if token_fields is not None:
+        fields = token_fields
+    elif req.fields:
         try:
             fields = decode_runs(np.frombuffer(req.fields, dtype=np.uint8), n, field_count)
         except ValueError as e:

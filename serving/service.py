@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import NoReturn
 
 import grpc
+import numpy as np
+import numpy.typing as npt
 
+from ctr.hashing import field_id
 from protos import predict_pb2, predict_pb2_grpc
 from serving import metrics
 from serving.encoding import EncodedRequest, EncodingError, decode
@@ -17,6 +21,12 @@ def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, message: str) -
     metrics.REQUESTS.labels(code.name).inc()
     context.abort(code, message)
     raise AssertionError("unreachable")  # context.abort raises
+
+
+@functools.lru_cache(maxsize=8)
+def field_hash_ids(names: tuple[str, ...]) -> npt.NDArray[np.uint32]:
+    """The hash id of each of a model's fields, which token dictionaries are hashed with."""
+    return np.array([field_id(n) for n in names], dtype=np.uint32)
 
 
 class PredictorServicer(predict_pb2_grpc.PredictorServicer):
@@ -32,12 +42,19 @@ class PredictorServicer(predict_pb2_grpc.PredictorServicer):
             _abort(context, grpc.StatusCode.NOT_FOUND, f"model: {request.model!r} is not served here (serving {model.name!r})")
         try:
             encoded = EncodedRequest(
-                request.item_count, request.dictionary, request.values, request.context, request.items, request.fields
+                request.item_count,
+                request.dictionary,
+                request.values,
+                request.context,
+                request.items,
+                request.fields,
+                request.tokens,
+                request.compression,
             )
-            req = decode(encoded, max(1, model.spec.field_count))
+            req = decode(encoded, max(1, model.spec.field_count), field_hash_ids(tuple(model.spec.fields)))
         except EncodingError as e:
             _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"Predict: {e}")
-        if model.spec.needs_fields and not request.fields:
+        if model.spec.needs_fields and not request.fields and not request.tokens:
             _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"Predict: fields: a {model.spec.type} model needs field indices")
         scores = model.score(req)
         metrics.REQUESTS.labels("OK").inc()

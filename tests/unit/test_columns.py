@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
+import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -11,6 +13,7 @@ from ctr.hashing import field_id, hash_tokens_reference
 from serving.client import RequestEncoder, Value
 from serving.columns import hash_int_tokens
 from serving.encoding import decode, group_indices, group_indices_reference
+from serving.token_dictionary import decode_blocks, encode_blocks, encode_blocks_reference
 
 FIELDS = ["user", "hour", "item", "tags", "price", "brand"]
 
@@ -24,13 +27,19 @@ def expected(name: str, raw: object, numeric: bool) -> tuple[int, int, float]:
     return (hash_tokens_reference([field_id(name)], [token])[0], FIELDS.index(name), 1.0)
 
 
-def test_columns_decode_back_to_each_items_exact_features():
+FIELD_IDS = np.array([field_id(f) for f in FIELDS], dtype=np.uint32)
+
+
+@pytest.mark.parametrize(("tokens", "compress", "top"), [(True, True, 10**12), (True, False, 2**62), (False, False, 10**12)])
+def test_columns_decode_back_to_each_items_exact_features(tokens, compress, top):
+    """Token dictionaries (zstd or not; ids too large to pack with their field take the
+    slow path) and hashed keys."""
     from ctr.schema import FeatureSchema
 
     rng = np.random.default_rng(3)
     n = 37
     items = {
-        "item": rng.integers(0, 10**12, n),
+        "item": rng.integers(-top, top, n),
         "tags": rng.integers(-5, 50, (n, 4)),
         "price": rng.choice([0.0, 1.5, 2.0, 3.0, 250.0, -7.25], n),
         "brand": np.array(["acme", "", "ünï", "x"] * 10)[:n],
@@ -38,7 +47,9 @@ def test_columns_decode_back_to_each_items_exact_features():
     }
     context = {"user": np.array(["u-1"]), "hour": np.array([13, 14])}
     enc = RequestEncoder(FeatureSchema(numeric=("price",)), FIELDS)
-    d = decode(enc.encode_columns(items, context))
+    req = enc.encode_columns(items, context, compress=compress, tokens=tokens)
+    assert bool(req.tokens) == tokens and req.compression == int(compress)
+    d = decode(req, len(FIELDS), FIELD_IDS)
     want_ctx = [expected("user", "u-1", False), expected("hour", 13, False), expected("hour", 14, False)]
     assert features_of(d, d.context) == sorted(want_ctx)
     for i in range(n):
@@ -79,3 +90,60 @@ def test_grouping_equals_lexsort(items, pairs):
     got, want = group_indices(owner, idx, items), group_indices_reference(owner, idx, items)
     np.testing.assert_array_equal(got[0], want[0])
     np.testing.assert_array_equal(got[1], want[1])
+
+
+block_lists = st.lists(
+    st.tuples(
+        st.integers(0, 5),
+        st.sampled_from([0, 1]),
+        st.sampled_from([0, 98, 118]),
+        st.sets(st.integers(0, 2**64 - 1), max_size=30),
+    ),
+    max_size=6,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(block_lists)
+def test_token_blocks_encode_as_the_reference_and_decode_back(blocks):
+    plain = [(f, k, p if k else 0, sorted(vals)) for f, k, p, vals in blocks]
+    values = np.array([v for *_, vals in plain for v in vals], dtype=np.uint64)
+    bounds = np.cumsum([0] + [len(vals) for *_, vals in plain]).astype(np.int64)
+    cols = [np.array([b[i] for b in plain], dtype=np.int64) for i in range(3)]
+    got = bytes(encode_blocks(*cols, bounds, values))
+    assert got == encode_blocks_reference(plain)
+    field, kind, prefix, b2, v2 = decode_blocks(np.frombuffer(got, dtype=np.uint8), 1 << 20)
+    assert (field.tolist(), kind.tolist(), prefix.tolist()) == tuple(c.tolist() for c in cols)
+    assert b2.tolist() == bounds.tolist() and v2.tolist() == values.tolist()
+
+
+@pytest.mark.parametrize(
+    ("blob", "why"),
+    [
+        (encode_blocks_reference([(0, 1, 0, [5, 9])])[:-1], "truncated"),
+        (encode_blocks_reference([(0, 2, 0, [5])]), "unknown block kind"),
+        (encode_blocks_reference([(0, 1, 256, [5])]), "prefix above 255"),
+        (encode_blocks_reference([(0, 1, 0, [5])]) + b"\x00", "trailing bytes"),
+        (encode_blocks_reference([(0, 0, 0, [5])])[:-3], "truncated keys"),
+        (bytes([1, 0, 1, 0, 2, 5, 0]), "not strictly ascending"),
+        (bytes([1, 0, 1, 0, 100, 5]), "more entries than"),
+    ],
+)
+def test_malformed_token_blocks_are_refused_with_the_reason(blob, why):
+    with pytest.raises(ValueError, match=why):
+        decode_blocks(np.frombuffer(blob, dtype=np.uint8), 1 << 20)
+
+
+def test_a_token_request_with_a_field_beyond_the_model_or_a_bomb_is_invalid():
+    from serving.encoding import EncodedRequest, EncodingError
+
+    tokens = encode_blocks_reference([(9, 1, 0, [1, 2])])
+    req = EncodedRequest(1, b"", b"", b"", bytes([0]), b"", tokens)
+    with pytest.raises(EncodingError, match="tokens: block 0: field index 9"):
+        decode(req, len(FIELDS), FIELD_IDS)
+    for declared in (True, False):  # a frame that declares its size, and one that does not
+        bomb = zstandard.ZstdCompressor(write_content_size=declared).compress(b"\0" * (1 << 20))
+        with pytest.raises(EncodingError, match="items: not a zstd frame of at most"):
+            decode(EncodedRequest(1, b"", b"", b"", bomb, b"", b"", 1), len(FIELDS), FIELD_IDS, max_bytes=1 << 16)
+    with pytest.raises(EncodingError, match="either tokens or dictionary"):
+        decode(EncodedRequest(1, b"\0" * 8, b"", b"", bytes([0]), b"", tokens), len(FIELDS), FIELD_IDS)

@@ -1,0 +1,163 @@
+"""The token dictionary of a request (PredictRequest.tokens): the dictionary as raw tokens
+grouped in field blocks, which the server hashes exactly as the trainer does. Integer ids
+cost a varint gap each instead of an 8-byte hashed key.
+
+    varint block count, then per block:
+      varint field index, varint kind, varint prefix, varint count, then
+      kind 1 (integer tokens): zigzag values ascending, the first as a varint, then the
+          gaps (each >= 1) as varints; the token is the value's decimal text after the
+          prefix byte when prefix > 0 (numeric buckets: 'b' or 'v')
+      kind 0 (hashed keys, e.g. strings): count uint64 little-endian keys
+
+An entry's dictionary index is its position over the blocks in order.
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+import numpy.typing as npt
+
+from ctr.varint import _get, _put
+from serving.columns import hash_int_tokens
+
+KIND_KEYS = 0
+KIND_INTS = 1
+U8 = npt.NDArray[np.uint8]
+U64 = npt.NDArray[np.uint64]
+I64 = npt.NDArray[np.int64]
+
+
+@nb.njit(cache=True, nogil=True)
+def zigzag(t: I64) -> U64:
+    return ((t << 1) ^ (t >> 63)).astype(np.uint64)
+
+
+@nb.njit(cache=True, nogil=True)
+def unzigzag(z: U64) -> I64:
+    return ((z >> np.uint64(1)).astype(np.int64)) ^ -((z & np.uint64(1)).astype(np.int64))
+
+
+@nb.njit(cache=True, nogil=True)
+def encode_blocks(field: I64, kind: I64, prefix: I64, bounds: I64, values: U64) -> U8:
+    """Block b holds values[bounds[b]:bounds[b+1]] (ascending zigzag tokens, or keys)."""
+    n_blocks = field.shape[0]
+    out = np.empty(10 * (1 + 4 * n_blocks) + 10 * values.shape[0], dtype=np.uint8)
+    pos = _put(out, 0, np.uint64(n_blocks))
+    for b in range(n_blocks):
+        lo, hi = bounds[b], bounds[b + 1]
+        pos = _put(out, pos, np.uint64(field[b]))
+        pos = _put(out, pos, np.uint64(kind[b]))
+        pos = _put(out, pos, np.uint64(prefix[b]))
+        pos = _put(out, pos, np.uint64(hi - lo))
+        if kind[b] == KIND_INTS:
+            prev = np.uint64(0)
+            for i in range(lo, hi):
+                pos = _put(out, pos, values[i] - prev)
+                prev = values[i]
+        else:
+            for i in range(lo, hi):
+                v = values[i]
+                for s in range(8):
+                    out[pos + s] = np.uint8((v >> np.uint64(8 * s)) & np.uint64(0xFF))
+                pos += 8
+    return out[:pos].copy()
+
+
+@nb.njit(cache=True, nogil=True)
+def decode_blocks(buf: U8, max_entries: int) -> tuple[I64, I64, I64, I64, U64]:
+    """(field, kind, prefix, bounds) per block and the values; raises ValueError on
+    truncation, an unknown kind, a prefix above 255, gaps below 1, too many entries or
+    trailing bytes."""
+    n_blocks_u, pos = _get(buf, 0)
+    if n_blocks_u > np.uint64(1 << 20):
+        raise ValueError("too many blocks")
+    n_blocks = int(n_blocks_u)
+    field = np.empty(n_blocks, dtype=np.int64)
+    kind = np.empty(n_blocks, dtype=np.int64)
+    prefix = np.empty(n_blocks, dtype=np.int64)
+    bounds = np.zeros(n_blocks + 1, dtype=np.int64)
+    values = np.empty(max(0, min(max_entries, buf.shape[0])), dtype=np.uint64)  # an entry takes >= 1 byte
+    total = 0
+    for b in range(n_blocks):
+        f, pos = _get(buf, pos)
+        k, pos = _get(buf, pos)
+        p, pos = _get(buf, pos)
+        c, pos = _get(buf, pos)
+        if f > np.uint64(1 << 31):
+            raise ValueError("field index out of range")
+        if k > np.uint64(1):
+            raise ValueError("unknown block kind")
+        if p > np.uint64(255):
+            raise ValueError("prefix above 255")
+        if c > np.uint64(values.shape[0] - total):
+            raise ValueError("more entries than the request can hold")
+        field[b], kind[b], prefix[b] = int(f), int(k), int(p)
+        count = int(c)
+        if kind[b] == KIND_INTS:
+            prev = np.uint64(0)
+            for i in range(count):
+                g, pos = _get(buf, pos)
+                if i > 0 and g == np.uint64(0):
+                    raise ValueError("tokens not strictly ascending")
+                v = prev + g
+                if v < prev:
+                    raise ValueError("token overflows 64 bits")
+                values[total + i] = v
+                prev = v
+        else:
+            if pos + 8 * count > buf.shape[0]:
+                raise ValueError("truncated keys")
+            for i in range(count):
+                v = np.uint64(0)
+                for s in range(8):
+                    v |= np.uint64(buf[pos + s]) << np.uint64(8 * s)
+                values[total + i] = v
+                pos += 8
+        total += count
+        bounds[b + 1] = total
+    if pos != buf.shape[0]:
+        raise ValueError("trailing bytes")
+    return field, kind, prefix, bounds, values[:total].copy()
+
+
+def keys_of_blocks(
+    field: I64, kind: I64, prefix: I64, bounds: I64, values: U64, field_hash_ids: npt.NDArray[np.uint32]
+) -> tuple[U64, npt.NDArray[np.int32]]:
+    """Each entry's key (integer tokens hashed as the trainer hashes their text) and field."""
+    keys = np.empty(values.shape[0], dtype=np.uint64)
+    fields = np.empty(values.shape[0], dtype=np.int32)
+    for b in range(field.shape[0]):
+        lo, hi = bounds[b], bounds[b + 1]
+        if field[b] >= field_hash_ids.shape[0]:
+            raise ValueError(f"block {b}: field index {field[b]} is not below the model's {field_hash_ids.shape[0]} fields")
+        fields[lo:hi] = field[b]
+        if kind[b] == KIND_INTS:
+            keys[lo:hi] = hash_int_tokens(unzigzag(values[lo:hi]), int(prefix[b]), field_hash_ids[field[b]])
+        else:
+            keys[lo:hi] = values[lo:hi]
+    return keys, fields
+
+
+def encode_blocks_reference(blocks: list[tuple[int, int, int, list[int]]]) -> bytes:
+    """Plain-Python encoder of (field, kind, prefix, sorted values) blocks, for the tests."""
+
+    def varint(v: int) -> bytes:
+        out = bytearray()
+        while v >= 0x80:
+            out.append((v & 0x7F) | 0x80)
+            v >>= 7
+        out.append(v)
+        return bytes(out)
+
+    out = bytearray(varint(len(blocks)))
+    for f, k, p, vals in blocks:
+        out += varint(f) + varint(k) + varint(p) + varint(len(vals))
+        prev = 0
+        for v in vals:
+            if k == KIND_INTS:
+                out += varint(v - prev)
+                prev = v
+            else:
+                out += v.to_bytes(8, "little")
+    return bytes(out)
