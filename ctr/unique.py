@@ -21,7 +21,7 @@ def unique_inverse(keys: npt.NDArray[np.uint64]) -> tuple[npt.NDArray[np.uint64]
         bits += 1
     mask = np.uint64(size - 1)
     shift = np.uint64(64 - bits)
-    slot_of = np.full(size, -1, dtype=np.int64)
+    slot_of = np.full(size, -1, dtype=np.int32)  # half the cache footprint of int64
     uniq = np.empty(n, dtype=np.uint64)
     inverse = np.empty(n, dtype=np.int64)
     m = 0
@@ -31,7 +31,7 @@ def unique_inverse(keys: npt.NDArray[np.uint64]) -> tuple[npt.NDArray[np.uint64]
         while True:
             u = slot_of[s]
             if u < 0:
-                slot_of[s] = m
+                slot_of[s] = np.int32(m)
                 uniq[m] = key
                 inverse[i] = m
                 m += 1

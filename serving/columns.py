@@ -139,12 +139,11 @@ def flatten_token_columns(
     """Integer columns and numeric buckets as raw tokens, string columns as hashed keys, for
     (columns, n_items) parts (n_items None: the context, owner -1)."""
     codes, zs, int_owners, keys, key_fields, key_owners = [], [], [], [], [], []
+    owners: dict[tuple[int, int], npt.NDArray[np.int64]] = {}
     for columns, n_items in parts:
-        for name, col in columns.items():
-            f = field_of(name)
-            if f < 0:
-                continue
-            arr = np.asarray(col)
+        named = [(f, name) for name in columns if (f := field_of(name)) >= 0]
+        for f, name in named:
+            arr = np.asarray(columns[name])
             if n_items is None:
                 flat = arr.reshape(-1)
                 owner = np.full(flat.shape[0], -1, dtype=np.int64)
@@ -153,7 +152,9 @@ def flatten_token_columns(
                     raise ValueError(f"items[{name!r}]: shape {arr.shape}, expected ({n_items},) or ({n_items}, m)")
                 flat = arr.reshape(-1)
                 per = 1 if arr.ndim == 1 else arr.shape[1]
-                owner = np.repeat(np.arange(n_items, dtype=np.int64), per)
+                if (n_items, per) not in owners:
+                    owners[(n_items, per)] = np.repeat(np.arange(n_items, dtype=np.int64), per)
+                owner = owners[(n_items, per)]
             if name in numeric:
                 v = np.asarray(flat, dtype=np.float64)
                 if not np.isfinite(v).all():

@@ -22,6 +22,7 @@ from ctr.unique import unique_inverse
 from ctr.varint import decode_index_lists, decode_runs, encode_index_lists, encode_varints
 from serving.columns import PREFIX_OF_SUB, TokenFeatures
 from serving.token_dictionary import KIND_INTS, KIND_KEYS, decode_blocks, encode_blocks, keys_of_blocks
+from serving.token_kernels import ordered_unique
 
 MAX_ITEMS = 100_000
 MAX_EXPANDED_BYTES = 64 << 20  # what a compressed field may expand to
@@ -93,12 +94,8 @@ def _ordered_unique(code: npt.NDArray[np.int64], z: npt.NDArray[np.uint64]) -> t
         return np.zeros(0, np.int64), np.zeros(0, np.uint64), np.zeros(0, np.int64)
     shift = 64 - max(1, int(code.max()).bit_length())
     if int(z.max()) < (1 << shift):
-        uniq, inverse = unique_inverse((code.astype(np.uint64) << np.uint64(shift)) | z)
-        order = np.argsort(uniq)
-        rank = np.empty(order.shape[0], dtype=np.int64)
-        rank[order] = np.arange(order.shape[0])
-        s = uniq[order]
-        return (s >> np.uint64(shift)).astype(np.int64), s & np.uint64((1 << shift) - 1), rank[inverse]
+        s, idx = ordered_unique(code, z, shift)
+        return (s >> np.uint64(shift)).astype(np.int64), s & np.uint64((1 << shift) - 1), idx
     pairs = np.stack([code.astype(np.uint64), z], axis=1)
     u, inverse = np.unique(pairs, axis=0, return_inverse=True)
     return u[:, 0].astype(np.int64), u[:, 1].copy(), inverse.reshape(-1).astype(np.int64)

@@ -8,9 +8,11 @@ import time
 from pathlib import Path
 
 import grpc
+import numpy as np
 import pytest
 
 from modelmgr.repository import Repository
+from protos import predict_pb2
 from serving.client import PredictClient
 
 
@@ -50,12 +52,26 @@ def test_bad_predict_requests_get_invalid_argument_and_server_keeps_serving(plat
     bad[0].items = bad[0].items[:-1]  # truncated
     bad[1].dictionary = bad[1].dictionary[:-8]  # an index now points past the dictionary
     bad[2].item_count = 5  # inconsistent with the items bytes
+    columnar = client.to_proto(client.encoder.encode_columns({"0": np.array([266, 317]), "1": np.array([1694, 1694])}))
+    for mutate in (
+        lambda r: setattr(r, "tokens", r.tokens[:-2]),  # a damaged zstd frame
+        lambda r: setattr(r, "compression", 7),  # an unknown compression
+        lambda r: setattr(r, "dictionary", b"\0" * 8),  # tokens and a dictionary at once
+    ):
+        req = predict_pb2.PredictRequest()
+        req.CopyFrom(columnar)
+        mutate(req)
+        bad.append(req)
+    raw = client.to_proto(client.encoder.encode_columns({"0": np.array([266])}, compress=False))
+    raw.tokens = raw.tokens[:-1]  # a truncated token block
+    bad.append(raw)
     for req in bad:
         with pytest.raises(grpc.RpcError) as err:
             client.stub.Predict(req, timeout=5)
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert "Predict:" in err.value.details()
     assert client.predict_encoded(good).scores.shape == (2,)
+    assert client.stub.Predict(columnar, timeout=5).scores[1] == pytest.approx(client.predict_encoded(good).scores[1], abs=1e-6)
     client.close()
 
 

@@ -14,6 +14,7 @@ from serving.client import RequestEncoder, Value
 from serving.columns import hash_int_tokens
 from serving.encoding import decode, group_indices, group_indices_reference
 from serving.token_dictionary import decode_blocks, encode_blocks, encode_blocks_reference
+from serving.token_kernels import ordered_unique, ordered_unique_reference
 
 FIELDS = ["user", "hour", "item", "tags", "price", "brand"]
 
@@ -110,7 +111,7 @@ def test_token_blocks_encode_as_the_reference_and_decode_back(blocks):
     values = np.array([v for *_, vals in plain for v in vals], dtype=np.uint64)
     bounds = np.cumsum([0] + [len(vals) for *_, vals in plain]).astype(np.int64)
     cols = [np.array([b[i] for b in plain], dtype=np.int64) for i in range(3)]
-    got = bytes(encode_blocks(*cols, bounds, values))
+    got = bytes(encode_blocks(cols[0], cols[1], cols[2], bounds, values))  # type: ignore[call-arg, arg-type]
     assert got == encode_blocks_reference(plain)
     field, kind, prefix, b2, v2 = decode_blocks(np.frombuffer(got, dtype=np.uint8), 1 << 20)
     assert (field.tolist(), kind.tolist(), prefix.tolist()) == tuple(c.tolist() for c in cols)
@@ -147,3 +148,13 @@ def test_a_token_request_with_a_field_beyond_the_model_or_a_bomb_is_invalid():
             decode(EncodedRequest(1, b"", b"", b"", bomb, b"", b"", 1), len(FIELDS), FIELD_IDS, max_bytes=1 << 16)
     with pytest.raises(EncodingError, match="either tokens or dictionary"):
         decode(EncodedRequest(1, b"\0" * 8, b"", b"", bytes([0]), b"", tokens), len(FIELDS), FIELD_IDS)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 200), st.integers(0, 2**40)), max_size=300))
+def test_ordered_unique_equals_the_reference(pairs):
+    code = np.array([c for c, _ in pairs], dtype=np.int64)
+    z = np.array([v for _, v in pairs], dtype=np.uint64)
+    got, want = ordered_unique(code, z, 48), ordered_unique_reference(code, z, 48)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
