@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ctr.lr import sigmoid
-from ctr.optim import step, weight_of, weights_of_rows
+from ctr.optim import FTRL, P_KIND, ftrl_step_1d, step, weight_of, weights_of_rows
 
 F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]
@@ -147,9 +147,17 @@ def train_batch(
     touched = np.empty(u_count, dtype=np.int64)
     gbias = np.zeros(1, dtype=np.float64)
     bias_total = 0.0
+    # FTRL rows (the default of w and the bias) step through ftrl_step_1d, which keeps each
+    # row's sqrt(n) and weight instead of deriving them again
+    w_ftrl = sequential and int(pw[P_KIND]) == FTRL
+    b_ftrl = sequential and int(pb[P_KIND]) == FTRL
+    sqrt_n = np.sqrt(w_state[:, 1]) if w_ftrl else np.zeros(0, dtype=np.float64)
+    b_sqrt_n = np.sqrt(bias_state[0, 1:2]) if b_ftrl else np.zeros(1, dtype=np.float64)
+    bias = weight_of(bias_state[0], 1, 0, pb)
     for e in range(n):
         a, b = offsets[e], offsets[e + 1]
-        bias = weight_of(bias_state[0], 1, 0, pb)
+        if not b_ftrl:
+            bias = weight_of(bias_state[0], 1, 0, pb)
         r = pair_scale(a, b, x, norm)
         p = sigmoid(_logit(model, a, b, uidx, fields, x, w, v, bias, k, s, r))
         probs[e] = p
@@ -167,16 +175,22 @@ def train_batch(
                 m += 1
         for q in range(m):
             u = touched[q]
-            step(w_state[u], gw[u], 1, pw)
-            w[u, 0] = weight_of(w_state[u], 1, 0, pw)
+            if w_ftrl:
+                w[u, 0] = ftrl_step_1d(w_state[u], gw[u, 0], w[u, 0], sqrt_n, u, pw)
+            else:
+                step(w_state[u], gw[u], 1, pw)
+                w[u, 0] = weight_of(w_state[u], 1, 0, pw)
             gw[u, 0] = 0.0
             if model != LR:
                 step(v_state[u], gv[u], dv, pv)
                 for t in range(dv):
                     v[u, t] = weight_of(v_state[u], dv, t, pv)
                     gv[u, t] = 0.0
-        gbias[0] = g
-        step(bias_state[0], gbias, 1, pb)
+        if b_ftrl:
+            bias = ftrl_step_1d(bias_state[0], g, bias, b_sqrt_n, 0, pb)
+        else:
+            gbias[0] = g
+            step(bias_state[0], gbias, 1, pb)
     return probs, gw, gv, bias_total
 
 

@@ -226,6 +226,32 @@ def step(state: F64, g: F64, d: int, p: F64) -> None:
             state[i] -= lr * mom
 
 
+@nb.njit(cache=True, inline="always")
+def ftrl_step_1d(state: F64, g: float, w: float, sqrt_n: F64, r: int, p: F64) -> float:
+    """`step` then `weight_of` of a 1-wide FTRL row whose weight w and sqrt(n) (in
+    sqrt_n[r], updated here) the caller keeps: one square root instead of four, the same
+    expressions, so the same bits as the generic pair. Returns the new weight."""
+    z = state[0]
+    n = state[1]
+    sn = sqrt_n[r]
+    g2 = g * g
+    if g2 > 0:
+        n2 = n + g2
+        sn2 = np.sqrt(n2)
+        sigma = g2 / (sn2 + sn) / p[P_LR]
+    else:
+        n2, sn2, sigma = n, sn, 0.0
+    z2 = z + g - sigma * w
+    state[0] = z2
+    state[1] = n2
+    sqrt_n[r] = sn2
+    l1 = p[P_L1]
+    if abs(z2) <= l1:
+        return 0.0
+    sign = 1.0 if z2 > 0 else -1.0
+    return -(z2 - sign * l1) / ((p[P_BETA] + sn2) / p[P_LR] + p[P_L2])
+
+
 @nb.njit(cache=True, nogil=True)
 def weights_of_rows(state: F64, d: int, p: F64) -> F64:
     """Weights [n, d] of n state rows."""

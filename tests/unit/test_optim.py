@@ -116,3 +116,36 @@ def test_step_rows_equals_one_step_per_row(spec):
     expected = np.array([step_reference(s, g, 2, spec) for s, g in zip(state, grads, strict=True)])
     step_rows(state, grads, 2, spec.params())
     np.testing.assert_allclose(state, expected, rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize("l1", [0.0, 0.1])
+def test_the_cached_ftrl_step_gives_the_bits_of_step_then_weight_of(l1):
+    from ctr.optim import ftrl_step_1d, step, weight_of
+
+    @nb.njit
+    def cached(state, grads, p):
+        sn = np.sqrt(state[:, 1])
+        w = np.array([weight_of(state[0], 1, 0, p)])
+        out = np.empty(grads.shape[0])
+        for i in range(grads.shape[0]):
+            w[0] = ftrl_step_1d(state[0], grads[i], w[0], sn, 0, p)
+            out[i] = w[0]
+        return out
+
+    @nb.njit
+    def generic(state, grads, p):
+        g = np.zeros(1)
+        out = np.empty(grads.shape[0])
+        for i in range(grads.shape[0]):
+            g[0] = grads[i]
+            step(state[0], g, 1, p)
+            out[i] = weight_of(state[0], 1, 0, p)
+        return out
+
+    rng = np.random.default_rng(7)
+    grads = np.concatenate([rng.normal(0, 1, 500), np.zeros(5), rng.normal(0, 1e-9, 50), rng.normal(0, 30, 50)])
+    p = OptimizerSpec("ftrl", lr=0.1, l1=l1, l2=1.0).params()
+    a = np.array([[0.3, 2.0]])
+    b = a.copy()
+    np.testing.assert_array_equal(cached(a, grads, p), generic(b, grads, p))
+    np.testing.assert_array_equal(a, b)
