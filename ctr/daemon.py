@@ -12,11 +12,13 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent import futures
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
+
+if TYPE_CHECKING:  # gRPC loads only in processes that serve it (not `train --ps local`)
+    import grpc
+    from grpc_health.v1 import health
 
 MAX_MESSAGE_BYTES = 64 << 20
 
@@ -38,6 +40,10 @@ def grpc_server(
     service_names: Sequence[str],
 ) -> tuple[grpc.Server, int, health.HealthServicer]:
     """A started server with health and reflection; returns (server, bound port, health)."""
+    import grpc
+    from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+    from grpc_reflection.v1alpha import reflection
+
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=workers),
         options=[

@@ -25,7 +25,7 @@ from ctr.routing import dense_range, shard_of
 from ps.codecs import Codec, codec_named
 from ps.shard import ExportedFile, Shard
 from ps.tables import DELTA, GRADIENT
-from ps.transport import GrpcTransport, LocalTransport, Rows, SessionLost, ShardStatus, ShardTransport
+from ps.transport import LocalTransport, Rows, SessionLost, ShardStatus, ShardTransport
 
 if TYPE_CHECKING:
     from ps.local_server import LocalServers
@@ -54,6 +54,8 @@ class PSClient:
 
     @classmethod
     def connect(cls, addresses: list[str], codec: str = "fp32") -> PSClient:
+        from ps.grpc_transport import GrpcTransport  # gRPC loads only for shard processes
+
         return cls(GrpcTransport(addresses), len(addresses), codec)
 
     @classmethod
@@ -73,7 +75,7 @@ class PSClient:
     @property
     def remote(self) -> bool:
         """Whether calls cross a network (gRPC), so overlapping them with work pays."""
-        return isinstance(self.transport, GrpcTransport)
+        return not isinstance(self.transport, LocalTransport)
 
     @property
     def pull_bytes(self) -> int:

@@ -10,7 +10,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import grpc
 import yaml
 
 from ctr import config as cfg
@@ -71,6 +70,8 @@ def addresses_of(conf: TrainerConfig) -> list[str]:
 def connect(conf: TrainerConfig) -> PSClient:
     if conf.ps == "local":
         return PSClient.local(conf.local_shards, conf.codec)
+    import grpc  # only for shard processes
+
     addresses = addresses_of(conf)
     client = PSClient.connect(addresses, conf.codec)
     for addr, ch in zip(addresses, client.transport.channels, strict=True):  # type: ignore[attr-defined]

@@ -1,0 +1,111 @@
+"""The gRPC transport of the PS client: shard processes reached over the network."""
+
+from __future__ import annotations
+
+import grpc
+import numpy as np
+import numpy.typing as npt
+
+from ctr.daemon import MAX_MESSAGE_BYTES
+from ctr.modelspec import TableSpec
+from protos import ps_pb2, ps_pb2_grpc
+from ps.codecs import Codec
+from ps.shard import ExportedFile, TableStats
+from ps.transport import Rows, SessionLost, ShardStatus, _ByteCounter, _codec_for
+from ps.wire import KEYS_DELTA_VARINT, decode_rows, encode_keys, table_decl
+
+_PUSH_KINDS = {"gradient": ps_pb2.PUSH_GRADIENT, "delta": ps_pb2.PUSH_STATE_DELTA}
+
+
+class GrpcTransport(_ByteCounter):
+    """One channel per shard address; protobuf stays inside this class."""
+
+    def __init__(self, addresses: list[str], key_encoding: int = KEYS_DELTA_VARINT, timeout: float = 60.0) -> None:
+        super().__init__()
+        opts = [
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        ]
+        self.channels = [grpc.insecure_channel(a, options=opts) for a in addresses]
+        self.stubs = [ps_pb2_grpc.ParameterServerStub(c) for c in self.channels]
+        self.key_encoding = key_encoding
+        self.timeout = timeout
+
+    def declare(self, shard: int, specs: list[TableSpec]) -> list[bool]:
+        req = ps_pb2.DeclareTablesRequest(tables=[table_decl(s) for s in specs])
+        return list(self.stubs[shard].DeclareTables(req, timeout=self.timeout).created)
+
+    def pull(self, shard: int, table: str, keys: npt.NDArray[np.uint64], open_session: bool, state: bool) -> tuple[int, Rows]:
+        req = ps_pb2.PullRequest(
+            table=table,
+            keys=encode_keys(keys, self.key_encoding),
+            key_count=keys.shape[0],
+            key_encoding=self.key_encoding,  # type: ignore[arg-type]
+            open_session=open_session,  # type: ignore[arg-type]
+            state=state,
+        )
+        resp = self.stubs[shard].Pull(req, timeout=self.timeout)
+        self.count(pull=req.ByteSize() + resp.ByteSize())
+        return resp.session_id, decode_rows(resp.rows, keys.shape[0], resp.dim, np.float64 if resp.state else np.float32)
+
+    def push(
+        self, shard: int, table: str, keys: npt.NDArray[np.uint64], session_id: int, values: Rows, kind: str, codec: Codec
+    ) -> None:
+        c = _codec_for(kind, codec)
+        req = ps_pb2.PushRequest(
+            table=table,
+            key_count=keys.shape[0],
+            codec=c.wire_id,  # type: ignore[arg-type]
+            payload=c.encode(values.reshape(-1)),
+            kind=_PUSH_KINDS[kind],
+        )
+        if session_id:
+            req.session_id = session_id
+        else:
+            req.keys = encode_keys(keys, self.key_encoding)
+            req.key_encoding = self.key_encoding  # type: ignore[assignment]
+        self.count(push=req.ByteSize())
+        try:
+            self.stubs[shard].Push(req, timeout=self.timeout)
+        except grpc.RpcError as e:
+            if e.code() == grpc.StatusCode.FAILED_PRECONDITION and session_id:
+                raise SessionLost(str(e.details())) from None
+            raise
+
+    def pull_dense(self, shard: int, table: str, state: bool) -> tuple[int, Rows]:
+        req = ps_pb2.DensePullRequest(table=table, state=state)
+        resp = self.stubs[shard].PullDense(req, timeout=self.timeout)
+        self.count(pull=req.ByteSize() + resp.ByteSize())
+        if state:
+            return resp.offset, np.frombuffer(resp.values, dtype="<f8").reshape(-1, max(1, resp.width)).copy()
+        return resp.offset, np.frombuffer(resp.values, dtype="<f4").copy()
+
+    def push_dense(self, shard: int, table: str, values: Rows, kind: str, codec: Codec) -> None:
+        c = _codec_for(kind, codec)
+        req = ps_pb2.DensePushRequest(
+            table=table,
+            codec=c.wire_id,  # type: ignore[arg-type]
+            payload=c.encode(values.reshape(-1)),
+            kind=_PUSH_KINDS[kind],
+        )
+        self.count(push=req.ByteSize())
+        self.stubs[shard].PushDense(req, timeout=self.timeout)
+
+    def export(self, shard: int, full: bool, directory: str) -> tuple[list[ExportedFile], int]:
+        kind = ps_pb2.EXPORT_FULL if full else ps_pb2.EXPORT_DELTA
+        resp = self.stubs[shard].Export(ps_pb2.ExportRequest(kind=kind, directory=directory), timeout=600)
+        files = [ExportedFile(f.name, f.table, f.role, f.size, f.sha256, f.rows, f.columns) for f in resp.files]
+        return files, resp.export_seq
+
+    def checkpoint(self, shard: int, offsets: bytes) -> tuple[int, int]:
+        resp = self.stubs[shard].Checkpoint(ps_pb2.CheckpointRequest(stream_offsets=offsets), timeout=600)
+        return resp.rows_written, resp.checkpoint_seq
+
+    def status(self, shard: int) -> ShardStatus:
+        r = self.stubs[shard].Stats(ps_pb2.StatsRequest(), timeout=self.timeout)
+        tables = [TableStats(t.name, t.kind, t.rows, t.capacity, t.dim, t.memory_bytes) for t in r.tables]
+        return ShardStatus(r.shard_index, r.shard_count, r.update_seq, r.checkpoint_seq, r.checkpoint_offsets, tables)
+
+    def close(self) -> None:
+        for c in self.channels:
+            c.close()
