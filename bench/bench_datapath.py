@@ -7,6 +7,7 @@ side with the peers in one run, whole process wall time for everyone.
 Records min/median examples/s over the repetitions (interleaved) and progressive logloss.
 Writes bench/results/datapath.json and prints markdown tables; asserts nothing.
 Run: .venv/bin/python bench/bench_datapath.py [--reps 5] [--datasets frappe,criteo10k,avazu10k]
+     [--min-rows 1000000] [--skip-xlearn] [--out datapath.json]
 """
 
 from __future__ import annotations
@@ -36,11 +37,11 @@ OURS = {
 }
 
 
-def write_repeated(name: str, work: Path) -> tuple[Path, Path, Path, int]:
-    """The dataset repeated to >= MIN_ROWS rows: our stream file, VW text, libffm."""
+def write_repeated(name: str, work: Path, min_rows: int = MIN_ROWS) -> tuple[Path, Path, Path, int]:
+    """The dataset repeated to >= min_rows rows: our stream file, VW text, libffm."""
     ds = DATASETS[name]
     labels, ids, _ = encode_ids(ds)
-    reps = -(-MIN_ROWS // len(labels))
+    reps = -(-min_rows // len(labels))
     lines = ds.lines()
     csv = FORMATS[name] == "avazu"
     stream = work / f"{name}.{'csv' if csv else 'txt'}"
@@ -70,12 +71,14 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--datasets", default="frappe,criteo10k,avazu10k")
     ap.add_argument("--skip-xlearn", action="store_true")
+    ap.add_argument("--min-rows", type=int, default=MIN_ROWS, help="repeat each dataset to at least this many rows")
+    ap.add_argument("--out", default="datapath.json", help="file name under bench/results")
     args = ap.parse_args()
     results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         for name in args.datasets.split(","):
-            stream, vw, ffm, rows = write_repeated(name, work)
+            stream, vw, ffm, rows = write_repeated(name, work, args.min_rows)
             walls: dict[str, list[float]] = {}
             losses: dict[str, float] = {}
             for _ in range(args.reps):
@@ -110,7 +113,7 @@ def main() -> None:
                 },
             }
             print(name, json.dumps(results[name]), flush=True)
-    path = ROOT / "bench" / "results" / "datapath.json"
+    path = ROOT / "bench" / "results" / args.out
     path.parent.mkdir(exist_ok=True)
     path.write_text(json.dumps(results, indent=1))
     for name, res in results.items():

@@ -51,6 +51,7 @@ class PSClient:
         self.n = shard_count
         self.codec: Codec = codec_named(codec)
         self.pool = ThreadPoolExecutor(max_workers=max(1, shard_count))
+        self._dense_len: dict[str, int] = {}
 
     @classmethod
     def connect(cls, addresses: list[str], codec: str = "fp32") -> PSClient:
@@ -87,6 +88,7 @@ class PSClient:
 
     def declare(self, specs: list[TableSpec]) -> dict[str, bool]:
         """Declares the tables on every shard; per table, True when it starts empty everywhere."""
+        self.know(specs)
         answers = self._each(lambda s: self.transport.declare(s, specs))
         out = {}
         for i, spec in enumerate(specs):
@@ -96,14 +98,26 @@ class PSClient:
             out[spec.name] = flags.pop()
         return out
 
+    def know(self, specs: list[TableSpec]) -> None:
+        """Remembers the dense tables' lengths (a worker that did not declare them learns
+        them here), so dense calls skip the shards that hold none of a vector."""
+        for spec in specs:
+            if spec.kind == "dense":
+                self._dense_len[spec.name] = spec.dim
+
+    def _dense_shards(self, table: str) -> list[int]:
+        length = self._dense_len.get(table)
+        return list(range(self.n)) if length is None else _holding(length, self.n)
+
     def close(self) -> None:
         self.pool.shutdown()
         self.transport.close()
 
-    def _each(self, fn: Callable[[int], T]) -> list[T]:
-        if self.n == 1:
-            return [fn(0)]
-        return list(self.pool.map(fn, range(self.n)))
+    def _each(self, fn: Callable[[int], T], shards: list[int] | None = None) -> list[T]:
+        targets = list(range(self.n)) if shards is None else shards
+        if len(targets) == 1:
+            return [fn(targets[0])]
+        return list(self.pool.map(fn, targets))
 
     def _split(self, keys: npt.NDArray[np.uint64]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         owner = shard_of(keys, self.n)
@@ -162,7 +176,7 @@ class PSClient:
 
     def pull_dense(self, table: str, state: bool = False) -> Rows:
         """The whole vector's weights [n], or its optimizer state [n, width]."""
-        parts = self._each(lambda s: self.transport.pull_dense(s, table, state))
+        parts = self._each(lambda s: self.transport.pull_dense(s, table, state), self._dense_shards(table))
         return np.concatenate([v for _, v in sorted(parts, key=lambda p: p[0]) if v.shape[0]])
 
     def push_dense(self, table: str, values: Rows, kind: str = GRADIENT) -> None:
@@ -174,7 +188,9 @@ class PSClient:
             if hi > lo:
                 self.transport.push_dense(s, table, v[lo:hi], kind, self.codec)
 
-        self._each(one)
+        self._each(
+            one, [s for s in range(self.n) if dense_range(v.shape[0], s, self.n)[1] > dense_range(v.shape[0], s, self.n)[0]]
+        )
 
     def export(self, full: bool, directory: Path) -> tuple[list[ExportedFile], list[int]]:
         results = self._each(lambda s: self.transport.export(s, full, str(directory)))
@@ -185,3 +201,8 @@ class PSClient:
 
     def status(self) -> list[ShardStatus]:
         return self._each(self.transport.status)
+
+
+def _holding(length: int, n: int) -> list[int]:
+    """The shards that hold part of a dense vector of `length` (a 1-long bias: one)."""
+    return [s for s in range(n) if dense_range(length, s, n)[1] > dense_range(length, s, n)[0]]

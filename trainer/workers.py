@@ -76,6 +76,7 @@ def worker_main(job: WorkerJob, reports: Any) -> None:
     source = open_source(conf.source, conf.follow, stop=stop.is_set, part=(job.index, conf.workers))
     spec = model_spec(conf, tuple(job.fields.names))
     model = build_model(spec, conf.staleness)  # the coordinator declared the tables
+    client.know(spec.tables())
     progress = ProgressiveMetrics(conf.window)
     trainer = Trainer(client, model, job.schema, job.fields, source, job.settings, progress, None, stop.is_set)
     trainer.report = lambda: reports.put(WorkerReport(job.index, progress.state()))

@@ -135,3 +135,18 @@ def test_large_but_finite_state_deltas_are_accepted_and_overflowing_ones_refused
     assert s.sparse["w"].find(fresh)[0] == -1  # a refused push inserts nothing
     _, final = s.pull("w", KEYS, open_session=False, state=True)
     np.testing.assert_array_equal(final, after)
+
+
+def test_dense_calls_reach_only_the_shards_that_hold_part_of_the_vector():
+    from ctr.modelspec import ModelSpec
+    from ps.client import PSClient
+
+    client = PSClient.local(3)
+    client.declare(ModelSpec("lr").tables())
+    called: list[int] = []
+    pull_dense = client.transport.pull_dense
+    client.transport.pull_dense = lambda s, t, state: called.append(s) or pull_dense(s, t, state)  # type: ignore[method-assign]
+    bias = client.pull_dense("bias", state=True)
+    assert called == [2] and bias.shape == (1, 2)  # a 1-long vector lives on the last shard
+    client.push_dense("bias", np.ones((1, 2)), kind="delta")
+    np.testing.assert_array_equal(client.pull_dense("bias", state=True), bias + 1)
