@@ -145,7 +145,12 @@ def test_dense_calls_reach_only_the_shards_that_hold_part_of_the_vector():
     client.declare(ModelSpec("lr").tables())
     called: list[int] = []
     pull_dense = client.transport.pull_dense
-    client.transport.pull_dense = lambda s, t, state: called.append(s) or pull_dense(s, t, state)  # type: ignore[method-assign]
+
+    def counted(shard: int, table: str, state: bool):  # type: ignore[no-untyped-def]
+        called.append(shard)
+        return pull_dense(shard, table, state)
+
+    client.transport.pull_dense = counted  # type: ignore[method-assign]
     bias = client.pull_dense("bias", state=True)
     assert called == [2] and bias.shape == (1, 2)  # a 1-long vector lives on the last shard
     client.push_dense("bias", np.ones((1, 2)), kind="delta")
