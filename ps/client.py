@@ -155,6 +155,8 @@ class PSClient:
     ) -> None:
         """Pushes per-key gradients (or state deltas with kind="delta"); names the pull
         session when keys are the pulled ones, so they are not sent again."""
+        if keys.shape[0] == 0:
+            return
         if session is not None and session.keys is keys:
             order, bounds, sids = session.order, session.bounds, session.session_ids
         else:

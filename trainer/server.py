@@ -27,7 +27,7 @@ from trainer.model import build_model
 from trainer.progressive import ProgressiveMetrics
 from trainer.source import Position, Source, open_source
 from trainer.spec import model_spec
-from trainer.workers import WorkerFailed, WorkerRun, run_workers
+from trainer.workers import WorkerFailed, WorkerRun, run_workers, start_fork_server
 
 ENV_PREFIX = "BOUNDLESS_TRAINER_"
 
@@ -159,6 +159,8 @@ def run(args: argparse.Namespace) -> int:
     conf = cfg.build(TrainerConfig, ENV_PREFIX, args)
     log = daemon.setup_logging("trainer", conf.log_level)
     check_workers(conf)
+    if conf.workers > 1:
+        start_fork_server()
     schema = load_schema(conf)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from multiprocessing import forkserver
 from typing import Any
 
 from ctr import daemon
@@ -56,6 +57,16 @@ class WorkerReport:
     dropped: int = 0
     push_bytes: int = 0
     pull_bytes: int = 0
+
+
+def start_fork_server() -> Any:
+    """The context that starts workers. They fork from a fresh single-threaded server that
+    loaded the kernels once (trainer.warmup); forking this process would copy its gRPC and
+    reader threads. Started early, its warm-up runs beside the coordinator's own start."""
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["trainer.warmup"])
+    forkserver.ensure_running()
+    return ctx
 
 
 def share(total: int, index: int, count: int) -> int:
@@ -122,7 +133,7 @@ def run_workers(
     exporter: Exporter | None,
     stop: Callable[[], bool],
 ) -> WorkerRun:
-    ctx = mp.get_context("spawn")  # no fork: gRPC and numba threads do not survive it
+    ctx = start_fork_server()
     reports = ctx.Queue()
     procs = []
     for i in range(conf.workers):
