@@ -208,3 +208,12 @@ class PSClient:
 def _holding(length: int, n: int) -> list[int]:
     """The shards that hold part of a dense vector of `length` (a 1-long bias: one)."""
     return [s for s in range(n) if dense_range(length, s, n)[1] > dense_range(length, s, n)[0]]
+
+
+def load_wire_kernels() -> None:
+    """Imports the gRPC transport and runs its key codec once, so a process that forks
+    workers has them loaded (trainer.warmup)."""
+    import ps.grpc_transport  # noqa: F401
+    from ps.wire import KEYS_DELTA_VARINT, encode_keys
+
+    encode_keys(np.array([1, 5], dtype=np.uint64), KEYS_DELTA_VARINT)

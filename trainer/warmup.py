@@ -4,22 +4,17 @@ without paying numba's start-up again (about 0.5 s of CPU per worker on this mac
 
 from __future__ import annotations
 
-import numpy as np
-
 from ctr.block_parser import BlockParser
 from ctr.fields import FieldIndex
 from ctr.modelspec import ModelSpec
 from ctr.schema import PRESETS
-from ps.client import PSClient
+from ps.client import PSClient, load_wire_kernels
 from trainer.model import build_model
 from trainer.workers import worker_main  # noqa: F401 - the forked workers run it
 
 
 def warm() -> None:
     """Runs each hot kernel once on a tiny input (their compiled code loads on first use)."""
-    import ps.grpc_transport  # noqa: F401 - the workers' transport
-    from ps.wire import KEYS_DELTA_VARINT, encode_keys
-
     fields = FieldIndex(("0", "1"), frozen=True)
     criteo = "\t".join(["1", "5", *[""] * 12, *["a1"] * 25, "b2"]).encode() + b"\n"
     for fmt, line in (("libsvm", b"1 3:1 7:1\n"), ("criteo", criteo)):
@@ -27,7 +22,7 @@ def warm() -> None:
         index = fields if fmt == "libsvm" else FieldIndex(schema.base_fields(None), frozen=True)
         batch = BlockParser(schema, index, None, 1 << 20).parse(memoryview(line), False, 4).batch
         assert len(batch) == 1, fmt
-    encode_keys(np.array([1, 5], dtype=np.uint64), KEYS_DELTA_VARINT)
+    load_wire_kernels()
     for model in ("lr", "fm", "ffm"):
         client = PSClient.local(1)
         spec = ModelSpec(model, k=2, fields=tuple(index.names))
