@@ -1,7 +1,8 @@
 """Request-client benchmark (issue: a vectorized request client): time and bytes to encode
 a 200-item x 500-feature request, 100 shared context features (20 fields x 5 values) plus
 400 per item (40 fields x 10 values), values drawn from per-field Zipf(1.2) vocabularies
-of 100k ids. Dict input (a Python loop over features) against columnar numpy input.
+of 100k ids. Dict input (a Python loop over features) against columnar numpy input, as a
+token dictionary with zstd (the default) and as hashed keys.
 Prints min/median over repetitions and writes bench/results/client.json; asserts nothing.
 Run: .venv/bin/python bench/bench_client.py [--reps 50]
 """
@@ -53,11 +54,16 @@ def main() -> None:
     features = ITEMS * ITEM_FIELDS * ITEM_PER + CTX_FIELDS * CTX_PER
     enc.encode_columns(items, context)  # compile and warm up
     col = timed(lambda: enc.encode_columns(items, context), args.reps)
+    enc.encode_columns(items, context, tokens=False)
+    hashed = timed(lambda: enc.encode_columns(items, context, tokens=False), args.reps)
     dct = timed(lambda: dict_enc.encode(dict_items, dict_ctx), max(3, args.reps // 10))
     result = {
         "features": features,
         "columnar_ms_min": col[0],
         "columnar_ms_median": col[1],
+        "hashed_columns_ms_min": hashed[0],
+        "hashed_columns_ms_median": hashed[1],
+        "hashed_bytes": enc.encode_columns(items, context, tokens=False).nbytes,
         "dict_ms_min": dct[0],
         "dict_ms_median": dct[1],
         "bytes": enc.encode_columns(items, context).nbytes,

@@ -31,8 +31,8 @@ class TrainerConfig:
     batch_size: int = field(
         default=0,
         metadata={
-            "help": "lines per mini-batch; 0 picks, for lr/fm/ffm with per-example updates, 16384 with one worker (the"
-            " batch size does not change its model, only the per-batch overhead) and 4096 with several; 256 otherwise"
+            "help": "lines per mini-batch; 0 picks 16384 for lr/fm/ffm with per-example updates (one worker's model does"
+            " not depend on it, only the per-batch overhead does) and 256 otherwise"
         },
     )
     workers: int = field(

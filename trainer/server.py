@@ -130,8 +130,9 @@ def batch_size(conf: TrainerConfig, spec: ModelSpec) -> int:
     if spec.is_dnn or spec.update != "example":
         return 256
     # one worker trains the same model at any batch size, and each batch costs a round of
-    # RPCs; several workers read each other's updates one batch late, so keep batches shorter
-    return 16384 if conf.workers == 1 else 4096
+    # RPCs (several workers read each other's updates up to a batch late: a smaller
+    # --batch-size trades speed for that, docs/benchmarks.md measures both)
+    return 16384
 
 
 def train_with_workers(
