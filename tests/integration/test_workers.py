@@ -69,7 +69,18 @@ def run_train(*args: str) -> subprocess.CompletedProcess[str]:
 def test_local_ps_serves_its_shards_to_the_workers(data_dir, tmp_path):
     total = split_frappe(data_dir, tmp_path / "stream", 3)
     out = tmp_path / "trainer.json"
-    proc = run_train("--source", str(tmp_path / "stream"), "--workers", "2", "--local-shards", "2", "--metrics-out", str(out))
+    proc = run_train(
+        "--source",
+        str(tmp_path / "stream"),
+        "--workers",
+        "2",
+        "--local-shards",
+        "2",
+        "--batch-size",
+        "2048",
+        "--metrics-out",
+        str(out),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["samples"] == total and result["window_auc"] >= 0.89
