@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 # the serving stack (process start-up counts in the trainer's speed).
 COMMANDS: dict[str, tuple[str, str]] = {
     "ps": ("ps.server", "run one parameter-server shard"),
-    "train": ("trainer.server", "stream samples and train through the PS"),
+    "train": ("trainer.cli", "stream samples and train through the PS"),
     "model": ("modelmgr.cli", "model manager daemon and version commands (list, rollback, pin, unpin)"),
     "serve": ("serving.server", "run the gRPC prediction service"),
     "predict": ("serving.predict_cli", "score samples from a file through a serving process"),

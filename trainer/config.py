@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+ENV_PREFIX = "BOUNDLESS_TRAINER_"
+
 
 @dataclass(frozen=True)
 class TrainerConfig:

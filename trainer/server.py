@@ -20,16 +20,15 @@ from ctr.modelspec import FIELD_MODELS, ModelSpec
 from ctr.schema import PRESETS, FeatureSchema, detect_schema
 from ps.client import PSClient
 from trainer import metrics
-from trainer.config import TrainerConfig
+from trainer.config import ENV_PREFIX, TrainerConfig
 from trainer.exporter import Exporter
+from trainer.fork_server import start_fork_server
 from trainer.loop import LoopSettings, Trainer
 from trainer.model import build_model
 from trainer.progressive import ProgressiveMetrics
 from trainer.source import Position, Source, open_source
 from trainer.spec import model_spec
-from trainer.workers import WorkerFailed, WorkerRun, run_workers, start_fork_server
-
-ENV_PREFIX = "BOUNDLESS_TRAINER_"
+from trainer.workers import WorkerFailed, WorkerRun, run_workers
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -11,14 +11,12 @@ that fails stops the run, with its exit code.
 from __future__ import annotations
 
 import logging
-import multiprocessing as mp
 import queue
 import signal
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from multiprocessing import forkserver
 from typing import Any
 
 from ctr import daemon
@@ -27,6 +25,7 @@ from ctr.schema import FeatureSchema
 from ps.client import PSClient
 from trainer.config import TrainerConfig
 from trainer.exporter import Exporter
+from trainer.fork_server import start_fork_server
 from trainer.loop import LoopSettings, Trainer
 from trainer.model import build_model
 from trainer.progressive import ProgressiveMetrics
@@ -57,16 +56,6 @@ class WorkerReport:
     dropped: int = 0
     push_bytes: int = 0
     pull_bytes: int = 0
-
-
-def start_fork_server() -> Any:
-    """The context that starts workers. They fork from a fresh single-threaded server that
-    loaded the kernels once (trainer.warmup); forking this process would copy its gRPC and
-    reader threads. Started early, its warm-up runs beside the coordinator's own start."""
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["trainer.warmup"])
-    forkserver.ensure_running()
-    return ctx
 
 
 def share(total: int, index: int, count: int) -> int:

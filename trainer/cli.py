@@ -1,0 +1,22 @@
+"""`boundless train`'s entry: arguments from the light config module, and the workers'
+fork server started before the trainer's heavy imports (numba, the kernels)."""
+
+from __future__ import annotations
+
+import argparse
+
+from ctr import config as cfg
+from trainer.config import ENV_PREFIX, TrainerConfig
+from trainer.fork_server import start_fork_server
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    cfg.add_arguments(parser, TrainerConfig)
+
+
+def run(args: argparse.Namespace) -> int:
+    if cfg.build(TrainerConfig, ENV_PREFIX, args).workers > 1:
+        start_fork_server()
+    from trainer import server  # numba and the kernels load here
+
+    return server.run(args)
