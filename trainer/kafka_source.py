@@ -162,7 +162,7 @@ class KafkaSource:
             for m in part:
                 off = m.offset()
                 if run and off != first + len(run):  # a gap (compaction, transaction markers)
-                    yield Block(label, first, first, b"".join(run))
+                    yield Block(label, first, first, b"".join(run), newlines=len(run))
                     run, first = [], off
                 value = m.value() or b""
                 line = value[:-1] if value.endswith(b"\n") else value
@@ -171,7 +171,7 @@ class KafkaSource:
                     log.warning("%s:%d: the message %s; skipped", label, off + 1, why)
                     line = b""
                 run.append(line + b"\n")
-            yield Block(label, first, first, b"".join(run))
+            yield Block(label, first, first, b"".join(run), newlines=len(run))
             self.next[p] = first + len(run)
 
     def position_after(self, position: Position) -> Position:

@@ -106,7 +106,8 @@ class BatchReader:
                 raw = block.data if nl < 0 else block.data[:nl]
                 header = raw.decode("utf-8", errors="replace")
                 rest = b"" if nl < 0 else block.data[nl + 1 :]
-                block = Block(block.file, len(raw) + 1, block.line + 1, rest, block.final)
+                newlines = block.newlines - 1 if block.newlines > 0 and nl >= 0 else -1
+                block = Block(block.file, len(raw) + 1, block.line + 1, rest, block.final, newlines=newlines)
             else:  # resumed inside the file: its first line is still its header
                 with open(block.file, encoding="utf-8", errors="replace") as fh:
                     header = fh.readline()
@@ -162,7 +163,8 @@ class BatchReader:
                 yield from self._drain()
             if self._held is not None:  # join the held lines to the block that follows them
                 h = self._held
-                block = Block(h.file, h.offset, h.line, h.data + block.data, block.final)
+                joined = h.newlines + block.newlines if h.newlines >= 0 and block.newlines >= 0 else -1
+                block = Block(h.file, h.offset, h.line, h.data + block.data, block.final, newlines=joined)
                 self._held = None
             yield from self._cut(block)
         yield from self._drain()
@@ -184,7 +186,7 @@ class BatchReader:
             return
         block = rest
         view = memoryview(block.data)
-        lines_left = block.data.count(b"\n") + (1 if block.final else 0)
+        lines_left = block.newline_count() + (1 if block.final else 0)
         pos = 0
         line = block.line
         while lines_left >= self.batch_size or (final and lines_left > 0):
@@ -199,7 +201,8 @@ class BatchReader:
                 BatchCache.add(self._recording, got.batch, position, got.lines)
             yield ReadyBatch(got.batch, position, got.lines)
         if pos < len(block.data):
-            self._held = Block(block.file, block.offset + pos, line, block.data[pos:], block.final)
+            held_newlines = lines_left - (1 if block.final else 0)
+            self._held = Block(block.file, block.offset + pos, line, block.data[pos:], block.final, newlines=held_newlines)
         if block.final:
             yield from self._drain()
 
