@@ -229,6 +229,7 @@ def _numbered(n: int, nfields: int, frozen: bool, cap: int, strict: bool) -> int
 def parse_block(
     buf: npt.NDArray[np.uint8],
     final: bool,
+    ascii_only: bool,
     max_lines: int,
     max_line_bytes: int,
     mode: int,
@@ -306,7 +307,7 @@ def parse_block(
             le -= 1
         first = nf
         line_dropped = 0
-        ok = le - ls <= max_line_bytes and utf8_valid(buf, ls, le)
+        ok = le - ls <= max_line_bytes and (ascii_only or utf8_valid(buf, ls, le))
         label = 0.0
         sp = 0  # scratch position of this line
         if ok and mode == MODE_COLUMNS:

@@ -118,14 +118,16 @@ class BlockParser:
         self._table_for = now
         return self._table
 
-    def parse(self, block: bytes | memoryview, final: bool, max_lines: int) -> ParsedBlock:
+    def parse(self, block: bytes | memoryview, final: bool, max_lines: int, ascii_only: bool = False) -> ParsedBlock:
         """Parses up to max_lines complete lines of block (and its unterminated tail when
-        final). Bad lines are skipped and listed with the reason."""
+        final). Bad lines are skipped and listed with the reason. `ascii_only` says the
+        caller checked that no byte is above 0x7F (so no line needs UTF-8 validation)."""
         buf = np.frombuffer(block, dtype=np.uint8)
         names = self._names()
         labels, offsets, keys, fields, values, sample_line, deferred, line_ends, dropped = k.parse_block(
             buf,
             final,
+            ascii_only,
             max_lines,
             self.max_line_bytes,
             self.mode,

@@ -70,8 +70,9 @@ def by_blocks(parser: BlockParser, body: bytes, block_lines: int) -> tuple[Sampl
     if not body[cut:].strip():
         body = body[:cut]  # the reader never hands over a tail of whitespace
     pos = line = 0
+    ascii_only = bool(body) and max(body) < 0x80  # as the reader checks each block
     while pos < len(body):
-        got = parser.parse(body[pos:], True, block_lines)
+        got = parser.parse(body[pos:], True, block_lines, ascii_only)
         parts.append(got.batch)
         bad += [(line + b.line, b.reason) for b in got.bad]
         line += got.lines
