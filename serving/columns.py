@@ -49,19 +49,25 @@ def hash_int_tokens(values: npt.NDArray[np.int64], prefix: int, fid: np.uint32) 
     return out
 
 
-def column_keys(values: np.ndarray, fid: int, numeric: bool) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.bool_]]:
-    """(keys of a flat column, which entries are present)."""
-    fid32 = np.uint32(fid)
+def bucket_tokens(values: np.ndarray, name: str) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.int64]]:
+    """ctr.formats.bucket_numeric over a column: (which values take prefix "b", the integer
+    after the prefix): "b" + floor(ln(v)^2) above 2, else "v" + floor(v)."""
+    v = np.asarray(values, dtype=np.float64)
+    if not np.isfinite(v).all():
+        raise ValueError(f"{name}: a numeric column holds a non-finite value")
+    big = v > 2
+    return big, np.where(big, np.log(np.where(big, v, 3.0)) ** 2, np.floor(v)).astype(np.int64)
+
+
+def column_keys(values: np.ndarray, name: str, numeric: bool) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.bool_]]:
+    """(keys of field `name`'s flat column, which entries are present)."""
+    fid32 = np.uint32(field_id(name))
     if numeric:
-        v = np.asarray(values, dtype=np.float64)
-        if not np.isfinite(v).all():
-            raise ValueError("a numeric column holds a non-finite value")
-        # ctr.formats.bucket_numeric: "b" + floor(ln(v)^2) above 2, else "v" + floor(v)
-        big = v > 2
-        keys = np.empty(v.shape[0], dtype=np.uint64)
-        keys[big] = hash_int_tokens((np.log(v[big]) ** 2).astype(np.int64), ord("b"), fid32)
-        keys[~big] = hash_int_tokens(np.floor(v[~big]).astype(np.int64), ord("v"), fid32)
-        return keys, np.ones(v.shape[0], dtype=np.bool_)
+        big, tokens = bucket_tokens(values, name)
+        keys = np.empty(tokens.shape[0], dtype=np.uint64)
+        keys[big] = hash_int_tokens(tokens[big], ord("b"), fid32)
+        keys[~big] = hash_int_tokens(tokens[~big], ord("v"), fid32)
+        return keys, np.ones(tokens.shape[0], dtype=np.bool_)
     if values.dtype.kind in "iu":
         return hash_int_tokens(values.astype(np.int64), 0, fid32), np.ones(values.shape[0], dtype=np.bool_)
     if values.dtype.kind not in "US":
@@ -88,27 +94,36 @@ def _hash_spans(
     return hash_tokens(buf[take], offsets, np.full(n, fid, dtype=np.uint32))  # type: ignore[no-any-return]
 
 
+def _flat_column(
+    name: str, col: ColumnValues, n_items: int | None, owners: dict[tuple[int, int], npt.NDArray[np.int64]]
+) -> tuple[np.ndarray, npt.NDArray[np.int64]]:
+    """A column's values flat, and the owner of each (-1: the context); `owners` keeps the
+    owner arrays already made, one per column shape."""
+    arr = np.asarray(col)
+    flat = arr.reshape(-1)
+    if n_items is None:
+        return flat, np.full(flat.shape[0], -1, dtype=np.int64)
+    if arr.ndim not in (1, 2) or arr.shape[0] != n_items:
+        raise ValueError(f"items[{name!r}]: shape {arr.shape}, expected ({n_items},) or ({n_items}, m)")
+    per = 1 if arr.ndim == 1 else arr.shape[1]
+    if (n_items, per) not in owners:
+        owners[(n_items, per)] = np.repeat(np.arange(n_items, dtype=np.int64), per)
+    return flat, owners[(n_items, per)]
+
+
 def flatten_columns(
     columns: Mapping[str, ColumnValues], n_items: int | None, field_of: Callable[[str], int], numeric: frozenset[str]
 ) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     """(keys, field index, owner item) of every present feature; n_items None is the
     context (owner -1). Fields the model does not have are dropped."""
     keys_out, fields_out, owner_out = [], [], []
+    owners: dict[tuple[int, int], npt.NDArray[np.int64]] = {}
     for name, col in columns.items():
         f = field_of(name)
         if f < 0:
             continue
-        arr = np.asarray(col)
-        if n_items is None:
-            flat = arr.reshape(-1)
-            owner = np.full(flat.shape[0], -1, dtype=np.int64)
-        else:
-            if arr.ndim not in (1, 2) or arr.shape[0] != n_items:
-                raise ValueError(f"items[{name!r}]: shape {arr.shape}, expected ({n_items},) or ({n_items}, m)")
-            per = 1 if arr.ndim == 1 else arr.shape[1]
-            flat = arr.reshape(-1)
-            owner = np.repeat(np.arange(n_items, dtype=np.int64), per)
-        keys, present = column_keys(flat, field_id(name), name in numeric)
+        flat, owner = _flat_column(name, col, n_items, owners)
+        keys, present = column_keys(flat, name, name in numeric)
         keys_out.append(keys[present])
         fields_out.append(np.full(int(present.sum()), f, dtype=np.int64))
         owner_out.append(owner[present])
@@ -141,26 +156,13 @@ def flatten_token_columns(
     codes, zs, int_owners, keys, key_fields, key_owners = [], [], [], [], [], []
     owners: dict[tuple[int, int], npt.NDArray[np.int64]] = {}
     for columns, n_items in parts:
-        named = [(f, name) for name in columns if (f := field_of(name)) >= 0]
-        for f, name in named:
-            arr = np.asarray(columns[name])
-            if n_items is None:
-                flat = arr.reshape(-1)
-                owner = np.full(flat.shape[0], -1, dtype=np.int64)
-            else:
-                if arr.ndim not in (1, 2) or arr.shape[0] != n_items:
-                    raise ValueError(f"items[{name!r}]: shape {arr.shape}, expected ({n_items},) or ({n_items}, m)")
-                flat = arr.reshape(-1)
-                per = 1 if arr.ndim == 1 else arr.shape[1]
-                if (n_items, per) not in owners:
-                    owners[(n_items, per)] = np.repeat(np.arange(n_items, dtype=np.int64), per)
-                owner = owners[(n_items, per)]
+        for name, col in columns.items():
+            f = field_of(name)
+            if f < 0:
+                continue
+            flat, owner = _flat_column(name, col, n_items, owners)
             if name in numeric:
-                v = np.asarray(flat, dtype=np.float64)
-                if not np.isfinite(v).all():
-                    raise ValueError(f"{name}: a numeric column holds a non-finite value")
-                big = v > 2  # ctr.formats.bucket_numeric, as column_keys
-                tokens = np.where(big, (np.log(np.where(big, v, 3.0)) ** 2), np.floor(v)).astype(np.int64)
+                big, tokens = bucket_tokens(flat, name)
                 codes.append(f * 4 + np.where(big, 1, 2))
                 zs.append(tokens)
                 int_owners.append(owner)
@@ -169,7 +171,7 @@ def flatten_token_columns(
                 zs.append(flat.astype(np.int64))
                 int_owners.append(owner)
             else:
-                k, present = column_keys(flat, field_id(name), False)
+                k, present = column_keys(flat, name, False)
                 keys.append(k[present])
                 key_fields.append(np.full(int(present.sum()), f, dtype=np.int64))
                 key_owners.append(owner[present])
