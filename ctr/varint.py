@@ -57,21 +57,28 @@ def encode_sorted_keys(keys: U64) -> U8:
     return out[:pos].copy()
 
 
-@nb.njit(cache=True, nogil=True)
-def decode_sorted_keys(buf: U8, count: int) -> U64:
-    """Inverse of encode_sorted_keys; rejects non-increasing keys and trailing bytes."""
-    out = np.empty(count, dtype=np.uint64)
-    pos = 0
+@nb.njit(cache=True, inline="always")
+def read_increasing(buf: U8, pos: int, out: U64, at: int, count: int) -> int:
+    """Reads `count` strictly increasing values, the first then gaps, each a varint, into
+    out[at:]; returns the position after them. Raises ValueError naming what is wrong."""
     prev = np.uint64(0)
     for i in range(count):
         gap, pos = _get(buf, pos)
         if i > 0 and gap == np.uint64(0):
-            raise ValueError("keys are not strictly increasing")
+            raise ValueError("values are not strictly increasing")
         nxt = prev + gap
         if nxt < prev:
-            raise ValueError("key gap overflows 64 bits")
-        out[i] = nxt
+            raise ValueError("a gap overflows 64 bits")
+        out[at + i] = nxt
         prev = nxt
+    return pos
+
+
+@nb.njit(cache=True, nogil=True)
+def decode_sorted_keys(buf: U8, count: int) -> U64:
+    """Inverse of encode_sorted_keys; rejects non-increasing keys and trailing bytes."""
+    out = np.empty(count, dtype=np.uint64)
+    pos = read_increasing(buf, 0, out, 0, count)
     if pos != buf.shape[0]:
         raise ValueError("trailing bytes after the last key")
     return out

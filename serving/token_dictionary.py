@@ -18,7 +18,7 @@ import numba as nb
 import numpy as np
 import numpy.typing as npt
 
-from ctr.varint import _get, _put
+from ctr.varint import _get, _put, read_increasing
 from serving.columns import hash_int_tokens
 
 KIND_KEYS = 0
@@ -67,8 +67,8 @@ def encode_blocks(field: I64, kind: I64, prefix: I64, bounds: I64, values: U64) 
 @nb.njit(cache=True, nogil=True)
 def decode_blocks(buf: U8, max_entries: int) -> tuple[I64, I64, I64, I64, U64]:
     """(field, kind, prefix, bounds) per block and the values; raises ValueError on
-    truncation, an unknown kind, a prefix above 255, gaps below 1, too many entries or
-    trailing bytes."""
+    truncation, an unknown kind, a prefix above 255, tokens not strictly increasing, too
+    many entries or trailing bytes."""
     n_blocks_u, pos = _get(buf, 0)
     if n_blocks_u > np.uint64(1 << 20):
         raise ValueError("too many blocks")
@@ -95,16 +95,7 @@ def decode_blocks(buf: U8, max_entries: int) -> tuple[I64, I64, I64, I64, U64]:
         field[b], kind[b], prefix[b] = int(f), int(k), int(p)
         count = int(c)
         if kind[b] == KIND_INTS:
-            prev = np.uint64(0)
-            for i in range(count):
-                g, pos = _get(buf, pos)
-                if i > 0 and g == np.uint64(0):
-                    raise ValueError("tokens not strictly ascending")
-                v = prev + g
-                if v < prev:
-                    raise ValueError("token overflows 64 bits")
-                values[total + i] = v
-                prev = v
+            pos = read_increasing(buf, pos, values, total, count)
         else:
             if pos + 8 * count > buf.shape[0]:
                 raise ValueError("truncated keys")

@@ -126,7 +126,7 @@ def test_token_blocks_encode_as_the_reference_and_decode_back(blocks):
         (encode_blocks_reference([(0, 1, 256, [5])]), "prefix above 255"),
         (encode_blocks_reference([(0, 1, 0, [5])]) + b"\x00", "trailing bytes"),
         (encode_blocks_reference([(0, 0, 0, [5])])[:-3], "truncated keys"),
-        (bytes([1, 0, 1, 0, 2, 5, 0]), "not strictly ascending"),
+        (bytes([1, 0, 1, 0, 2, 5, 0]), "not strictly increasing"),
         (bytes([1, 0, 1, 0, 100, 5]), "more entries than"),
     ],
 )
