@@ -57,7 +57,7 @@ def run(stream: Path, fmt: str, model: str, cache: Path | None, work: Path) -> t
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(allow_abbrev=False)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--datasets", default="frappe,criteo10k,avazu10k")
     ap.add_argument("--models", default="lr,ffm")

@@ -135,7 +135,7 @@ def summary(runs: list[dict[str, float]]) -> dict[str, float]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(allow_abbrev=False)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--rows", type=int, default=1_000_000)
     args = ap.parse_args()
