@@ -15,8 +15,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if cfg.build(TrainerConfig, ENV_PREFIX, args).workers > 1:
+    conf = cfg.build(TrainerConfig, ENV_PREFIX, args)
+    if conf.workers > 1:
         start_fork_server()
     from trainer import server  # numba and the kernels load here
 
-    return server.run(args)
+    return server.train(conf)

@@ -22,7 +22,6 @@ from ps.client import PSClient
 from trainer import metrics
 from trainer.config import ENV_PREFIX, TrainerConfig
 from trainer.exporter import Exporter
-from trainer.fork_server import start_fork_server
 from trainer.loop import LoopSettings, Trainer
 from trainer.model import build_model
 from trainer.progressive import ProgressiveMetrics
@@ -156,11 +155,12 @@ def train_with_workers(
 
 
 def run(args: argparse.Namespace) -> int:
-    conf = cfg.build(TrainerConfig, ENV_PREFIX, args)
+    return train(cfg.build(TrainerConfig, ENV_PREFIX, args))
+
+
+def train(conf: TrainerConfig) -> int:
     log = daemon.setup_logging("trainer", conf.log_level)
     check_workers(conf)
-    if conf.workers > 1:
-        start_fork_server()
     schema = load_schema(conf)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
