@@ -146,7 +146,7 @@ def train_with_workers(
     served = client.serve_local() if conf.ps == "local" else None
     addresses = served.addresses if served is not None else addresses_of(conf)
     try:
-        return run_workers(conf, addresses, schema, fields, settings, client, exporter, stop)
+        return run_workers(conf, addresses, schema, fields, settings, exporter, stop)
     except WorkerFailed as e:
         raise SystemExit(f"trainer: {e}") from None
     finally:

@@ -112,13 +112,16 @@ class WorkerFailed(RuntimeError):
     pass
 
 
+def _merged(window: int, latest: dict[int, WorkerReport]) -> ProgressiveMetrics:
+    return ProgressiveMetrics.merge(window, [r.progress for r in latest.values()])
+
+
 def run_workers(
     conf: TrainerConfig,
     addresses: list[str],
     schema: FeatureSchema | None,
     fields: FieldIndex,
     settings: LoopSettings,
-    client: PSClient,
     exporter: Exporter | None,
     stop: Callable[[], bool],
 ) -> WorkerRun:
@@ -154,12 +157,11 @@ def run_workers(
                     if p.is_alive() and p.pid is not None:
                         p.terminate()  # SIGTERM: the worker finishes its batch and pushes it
             now = time.monotonic()
-            merged = ProgressiveMetrics.merge(conf.window, [r.progress for r in latest.values()])
             if exporter is not None and now - last_export >= settings.export_interval_s:
-                run.exports.append(exporter.export(merged.snapshot()))
+                run.exports.append(exporter.export(_merged(conf.window, latest).snapshot()))
                 last_export = now
             if now - last_log >= 5:
-                snap = merged.snapshot()
+                snap = _merged(conf.window, latest).snapshot()
                 log.info("samples %d  window AUC %.4f  logloss %.4f", snap["samples"], snap["window_auc"], snap["window_logloss"])
                 last_log = now
     except BaseException:
@@ -171,7 +173,7 @@ def run_workers(
         for p in procs:
             p.join(timeout=30)
     run.elapsed_s = time.monotonic() - started
-    run.progress = ProgressiveMetrics.merge(conf.window, [r.progress for r in latest.values()])
+    run.progress = _merged(conf.window, latest)
     for r in latest.values():
         run.bad_lines += r.bad_lines
         run.dropped += r.dropped
