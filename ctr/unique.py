@@ -43,6 +43,19 @@ def unique_inverse(keys: npt.NDArray[np.uint64]) -> tuple[npt.NDArray[np.uint64]
     return uniq[:m], inverse
 
 
+@nb.njit(cache=True, nogil=True)
+def first_occurrence(inverse: npt.NDArray[np.int64], count: int) -> npt.NDArray[np.int64]:
+    """Where each of unique_inverse's `count` uniques first appears: they are numbered in
+    order of first appearance, so unique m first appears where the numbers reach m."""
+    first = np.empty(count, dtype=np.int64)
+    m = 0
+    for i in range(inverse.shape[0]):
+        if inverse[i] == m:
+            first[m] = i
+            m += 1
+    return first
+
+
 def unique_inverse_reference(keys: npt.NDArray[np.uint64]) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64]]:
     """np.unique, reordered to first appearance: the reference of unique_inverse."""
     uniq, first, inverse = np.unique(keys, return_index=True, return_inverse=True)

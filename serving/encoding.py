@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 import zstandard
 
-from ctr.unique import unique_inverse
+from ctr.unique import first_occurrence, unique_inverse
 from ctr.varint import decode_index_lists, decode_runs, encode_index_lists, encode_varints
 from serving.columns import PREFIX_OF_SUB, TokenFeatures
 from serving.token_dictionary import KIND_INTS, KIND_KEYS, decode_blocks, encode_blocks, keys_of_blocks
@@ -105,9 +105,7 @@ def encode_tokens(features: TokenFeatures, item_count: int, compress: bool = Tru
     """The token-dictionary request (serving.token_dictionary) of columnar features."""
     codes, zs, int_idx = _ordered_unique(features.code, features.z)
     ukeys, kinv = unique_inverse(features.keys)
-    kfirst = np.full(ukeys.shape[0], max(1, features.keys.shape[0]), dtype=np.int64)
-    np.minimum.at(kfirst, kinv, np.arange(features.keys.shape[0], dtype=np.int64))
-    kfields = features.key_fields[kfirst] if ukeys.shape[0] else np.zeros(0, np.int64)
+    kfields = features.key_fields[first_occurrence(kinv, ukeys.shape[0])]
     korder = np.lexsort((ukeys, kfields))
     krank = np.empty(korder.shape[0], dtype=np.int64)
     krank[korder] = np.arange(korder.shape[0])
@@ -175,8 +173,7 @@ def _unique_pairs(
     """(first occurrence of each unique (key, value) pair, each feature's pair number), by
     hashing the keys; np.unique over the pairs only when a key comes with several values."""
     uniq, inverse = unique_inverse(keys)
-    first = np.full(uniq.shape[0], keys.shape[0], dtype=np.int64)
-    np.minimum.at(first, inverse, np.arange(keys.shape[0], dtype=np.int64))
+    first = first_occurrence(inverse, uniq.shape[0])
     if bool(np.all(values == values[first[inverse]])):
         return first, inverse
     pairs = np.empty((keys.shape[0], 2), dtype=np.uint64)

@@ -2,7 +2,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctr.unique import sorted_unique_inverse, unique_inverse, unique_inverse_reference
+from ctr.unique import first_occurrence, sorted_unique_inverse, unique_inverse, unique_inverse_reference
 
 
 @settings(max_examples=300, deadline=None)
@@ -14,6 +14,8 @@ def test_unique_inverse_equals_np_unique_in_first_seen_order(values):
     np.testing.assert_array_equal(uniq, want_uniq)
     np.testing.assert_array_equal(inverse, want_inverse)
     np.testing.assert_array_equal(uniq[inverse], keys)
+    _, want_first = np.unique(inverse, return_index=True)  # first_occurrence's reference
+    np.testing.assert_array_equal(first_occurrence(inverse, uniq.shape[0]), want_first)
 
 
 @settings(max_examples=200, deadline=None)
