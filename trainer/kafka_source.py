@@ -58,15 +58,12 @@ class KafkaSource:
         poll_s: float = 0.2,
         metadata_timeout_s: float = 30.0,
     ) -> None:
-        from confluent_kafka import Consumer  # loads only for Kafka sources
-
         self.source = source
         self.servers, self.topic = parse_url(source)
         self.follow = follow
         self.stop = stop
         self.poll_s = poll_s
         self.idle_since = time.monotonic()
-        self._consumer_class = Consumer
         self._consumer = self._new_consumer()
         meta = self._consumer.list_topics(self.topic, timeout=metadata_timeout_s)
         topic_meta = meta.topics.get(self.topic)
@@ -83,7 +80,9 @@ class KafkaSource:
             log.warning("%s: worker %d of %d has no partition to read (the topic has fewer)", source, index, count)
 
     def _new_consumer(self) -> Any:
-        return self._consumer_class(
+        from confluent_kafka import Consumer  # loads only for Kafka sources
+
+        return Consumer(
             {
                 "bootstrap.servers": self.servers,
                 "group.id": "boundless-trainer",  # required by the client; offsets are never committed
