@@ -15,6 +15,16 @@ U64 = npt.NDArray[np.uint64]
 I64 = npt.NDArray[np.int64]
 
 
+@nb.njit(cache=True, nogil=True)
+def unzigzag(z: U64) -> I64:
+    """The signed values of zigzag codes: 0, 1, 2, 3 -> 0, -1, 1, -2 (a loop: numba runs the
+    same array expression ~15x slower)."""
+    out = np.empty(z.shape[0], dtype=np.int64)
+    for i in range(z.shape[0]):
+        out[i] = np.int64(z[i] >> np.uint64(1)) ^ -np.int64(z[i] & np.uint64(1))
+    return out
+
+
 @nb.njit(cache=True, inline="always")
 def _put(out: U8, pos: int, v: np.uint64) -> int:
     while v >= np.uint64(0x80):

@@ -94,52 +94,43 @@ def _hash_spans(
     return hash_tokens(buf[take], offsets, np.full(n, fid, dtype=np.uint32))  # type: ignore[no-any-return]
 
 
-def _flat_column(
-    name: str, col: ColumnValues, n_items: int | None, owners: dict[tuple[int, int], npt.NDArray[np.int64]]
-) -> tuple[np.ndarray, npt.NDArray[np.int64]]:
-    """A column's values flat, and the owner of each (-1: the context); `owners` keeps the
-    owner arrays already made, one per column shape."""
-    arr = np.asarray(col)
-    flat = arr.reshape(-1)
-    if n_items is None:
-        return flat, np.full(flat.shape[0], -1, dtype=np.int64)
-    if arr.ndim not in (1, 2) or arr.shape[0] != n_items:
-        raise ValueError(f"items[{name!r}]: shape {arr.shape}, expected ({n_items},) or ({n_items}, m)")
-    per = 1 if arr.ndim == 1 else arr.shape[1]
-    if (n_items, per) not in owners:
-        owners[(n_items, per)] = np.repeat(np.arange(n_items, dtype=np.int64), per)
-    return flat, owners[(n_items, per)]
-
-
 def flatten_columns(
     columns: Mapping[str, ColumnValues], n_items: int | None, field_of: Callable[[str], int], numeric: frozenset[str]
 ) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     """(keys, field index, owner item) of every present feature; n_items None is the
     context (owner -1). Fields the model does not have are dropped."""
     keys_out, fields_out, owner_out = [], [], []
-    owners: dict[tuple[int, int], npt.NDArray[np.int64]] = {}
     for name, col in columns.items():
         f = field_of(name)
         if f < 0:
             continue
-        flat, owner = _flat_column(name, col, n_items, owners)
+        flat, per = _column(name, col, n_items)
         keys, present = column_keys(flat, name, name in numeric)
         keys_out.append(keys[present])
         fields_out.append(np.full(int(present.sum()), f, dtype=np.int64))
-        owner_out.append(owner[present])
+        owner_out.append(_owners(flat.shape[0], per)[present])
     if not keys_out:
         return np.zeros(0, np.uint64), np.zeros(0, np.int64), np.zeros(0, np.int64)
     return np.concatenate(keys_out), np.concatenate(fields_out), np.concatenate(owner_out)
 
 
+def _owners(n: int, per: int) -> npt.NDArray[np.int64]:
+    """The item of each of a column's n values, per to an item (0: the context, -1)."""
+    return np.full(n, -1, np.int64) if per == 0 else np.arange(n, dtype=np.int64) // per
+
+
 @dataclass
 class TokenFeatures:
-    """Present features split by how the wire carries them: integer tokens (block code
-    field * 4 + sub, sub 0 plain, 1 prefix 'b', 2 prefix 'v'; zigzag value) and hashed keys."""
+    """Present features split by how the wire carries them. Integer tokens by column
+    (serving.token_kernels.expand_columns): raw values joined, and per column its block code
+    (field * 4 + sub, sub 0 plain, 1 prefix 'b', 2 prefix 'v'; a numeric column adds its sub
+    per value), bounds and values per item (0: the context). String values as hashed keys."""
 
-    code: npt.NDArray[np.int64]
-    z: npt.NDArray[np.uint64]
-    int_owner: npt.NDArray[np.int64]
+    tokens: npt.NDArray[np.int64]
+    sub: npt.NDArray[np.uint8]  # empty unless a numeric column is present
+    col_start: npt.NDArray[np.int64]
+    col_code: npt.NDArray[np.int64]
+    col_per: npt.NDArray[np.int64]
     keys: npt.NDArray[np.uint64]
     key_fields: npt.NDArray[np.int64]
     key_owner: npt.NDArray[np.int64]
@@ -152,39 +143,63 @@ def flatten_token_columns(
     parts: list[tuple[Mapping[str, ColumnValues], int | None]], field_of: Callable[[str], int], numeric: frozenset[str]
 ) -> TokenFeatures:
     """Integer columns and numeric buckets as raw tokens, string columns as hashed keys, for
-    (columns, n_items) parts (n_items None: the context, owner -1)."""
-    codes, zs, int_owners, keys, key_fields, key_owners = [], [], [], [], [], []
-    owners: dict[tuple[int, int], npt.NDArray[np.int64]] = {}
+    (columns, n_items) parts (n_items None: the context). An integer column costs a few list
+    appends: its values are joined with the others once, and nothing is made per value."""
+    zs: list[np.ndarray] = []
+    subs: list[np.ndarray | int] = []
+    col_code, col_per = [], []
+    keys, key_fields, key_owners = [], [], []
     for columns, n_items in parts:
         for name, col in columns.items():
             f = field_of(name)
             if f < 0:
                 continue
-            flat, owner = _flat_column(name, col, n_items, owners)
-            if name in numeric:
-                big, tokens = bucket_tokens(flat, name)
-                codes.append(f * 4 + np.where(big, 1, 2))
-                zs.append(tokens)
-                int_owners.append(owner)
-            elif flat.dtype.kind in "iu":
-                codes.append(np.full(flat.shape[0], f * 4, dtype=np.int64))
-                zs.append(flat.astype(np.int64))
-                int_owners.append(owner)
+            flat, per = _column(name, col, n_items)
+            if name in numeric or flat.dtype.kind in "iu":
+                if name in numeric:
+                    big, flat = bucket_tokens(flat, name)
+                    subs.append(np.where(big, 1, 2).astype(np.uint8))
+                else:
+                    subs.append(flat.shape[0])
+                zs.append(flat)
+                col_code.append(f * 4)
+                col_per.append(per)
             else:
                 k, present = column_keys(flat, name, False)
                 keys.append(k[present])
                 key_fields.append(np.full(int(present.sum()), f, dtype=np.int64))
-                key_owners.append(owner[present])
-
-    def cat(xs: list[np.ndarray], dtype: type) -> np.ndarray:
-        return np.concatenate(xs).astype(dtype, copy=False) if xs else np.zeros(0, dtype=dtype)
-
-    tokens = cat(zs, np.int64)
+                key_owners.append(_owners(flat.shape[0], per)[present])
+    starts = np.zeros(len(zs) + 1, dtype=np.int64)
+    np.cumsum([z.shape[0] for z in zs], out=starts[1:])
     return TokenFeatures(
-        cat(codes, np.int64),
-        ((tokens << 1) ^ (tokens >> 63)).astype(np.uint64),
-        cat(int_owners, np.int64),
-        cat(keys, np.uint64),
-        cat(key_fields, np.int64),
-        cat(key_owners, np.int64),
+        _cat(zs, np.int64),
+        _cat_subs(subs),
+        starts,
+        np.asarray(col_code, dtype=np.int64),
+        np.asarray(col_per, dtype=np.int64),
+        _cat(keys, np.uint64),
+        _cat(key_fields, np.int64),
+        _cat(key_owners, np.int64),
     )
+
+
+def _column(name: str, col: ColumnValues, n_items: int | None) -> tuple[np.ndarray, int]:
+    """A column's values flat, and how many each item has (0: the context's)."""
+    arr = np.asarray(col)
+    if n_items is None:
+        return arr.reshape(-1), 0
+    if arr.ndim not in (1, 2) or arr.shape[0] != n_items:
+        raise ValueError(f"items[{name!r}]: shape {arr.shape}, expected ({n_items},) or ({n_items}, m)")
+    return arr.reshape(-1), 1 if arr.ndim == 1 else arr.shape[1]
+
+
+def _cat(xs: list[np.ndarray], dtype: type) -> np.ndarray:
+    """One array of xs in dtype (uint64 ids above 2**63 wrap, as astype does)."""
+    return np.concatenate(xs, dtype=dtype, casting="unsafe") if xs else np.zeros(0, dtype=dtype)
+
+
+def _cat_subs(subs: list[np.ndarray | int]) -> npt.NDArray[np.uint8]:
+    """Each numeric value's sub code, zeros for the others; empty when no column is numeric."""
+    if all(isinstance(s, int) for s in subs):
+        return np.zeros(0, dtype=np.uint8)
+    return _cat([np.zeros(s, np.uint8) if isinstance(s, int) else s for s in subs], np.uint8)

@@ -22,7 +22,7 @@ from ctr.unique import first_occurrence, unique_inverse
 from ctr.varint import decode_index_lists, decode_runs, encode_index_lists, encode_varints
 from serving.columns import PREFIX_OF_SUB, TokenFeatures
 from serving.token_dictionary import KIND_INTS, KIND_KEYS, decode_blocks, encode_blocks, keys_of_blocks
-from serving.token_kernels import ordered_unique
+from serving.token_kernels import expand_columns, ordered_unique, sorted_groups
 
 MAX_ITEMS = 100_000
 MAX_EXPANDED_BYTES = 64 << 20  # what a compressed field may expand to
@@ -103,7 +103,14 @@ def _ordered_unique(code: npt.NDArray[np.int64], z: npt.NDArray[np.uint64]) -> t
 
 def encode_tokens(features: TokenFeatures, item_count: int, compress: bool = True) -> EncodedRequest:
     """The token-dictionary request (serving.token_dictionary) of columnar features."""
-    codes, zs, int_idx = _ordered_unique(features.code, features.z)
+    columns = (features.tokens, features.sub, features.col_start, features.col_code, features.col_per)
+    # every feature an integer token (the usual columnar request): one packed sort
+    fast = None if features.keys.shape[0] else sorted_groups(*columns, item_count)
+    if fast is not None:
+        codes, zs, grouped, idx_sorted = fast
+    else:
+        int_code, int_z, int_owner = expand_columns(*columns)
+        codes, zs, int_idx = _ordered_unique(int_code, int_z)
     ukeys, kinv = unique_inverse(features.keys)
     kfields = features.key_fields[first_occurrence(kinv, ukeys.shape[0])]
     korder = np.lexsort((ukeys, kfields))
@@ -120,9 +127,10 @@ def encode_tokens(features: TokenFeatures, item_count: int, compress: bool = Tru
     prefix = np.concatenate([np.asarray(PREFIX_OF_SUB, np.int64)[block_code % 4], np.zeros(key_starts.shape[0], np.int64)])
     bounds = np.concatenate([int_starts, key_starts + n_int, [n_int + korder.shape[0]]]).astype(np.int64)
     tokens = encode_blocks(field, kind, prefix, bounds, np.concatenate([zs, ukeys[korder]]))
-    idx = np.concatenate([int_idx, krank[kinv] + n_int])
-    owner = np.concatenate([features.int_owner, features.key_owner])
-    grouped, idx_sorted = group_indices(owner, idx, item_count)
+    if fast is None:
+        idx = np.concatenate([int_idx, krank[kinv] + n_int])
+        owner = np.concatenate([int_owner, features.key_owner])
+        grouped, idx_sorted = group_indices(owner, idx, item_count)
     ctx = encode_index_lists(np.array([0, grouped[1]], dtype=np.int64), idx_sorted[: grouped[1]])
     items = encode_index_lists((grouped[1:] - grouped[1]).astype(np.int64), np.ascontiguousarray(idx_sorted[grouped[1] :]))
     parts = [bytes(tokens), bytes(ctx), bytes(items)]

@@ -18,7 +18,7 @@ import numba as nb
 import numpy as np
 import numpy.typing as npt
 
-from ctr.varint import _get, _put, read_increasing
+from ctr.varint import _get, _put, read_increasing, unzigzag
 from serving.columns import hash_int_tokens
 
 KIND_KEYS = 0
@@ -26,16 +26,6 @@ KIND_INTS = 1
 U8 = npt.NDArray[np.uint8]
 U64 = npt.NDArray[np.uint64]
 I64 = npt.NDArray[np.int64]
-
-
-@nb.njit(cache=True, nogil=True)
-def zigzag(t: I64) -> U64:
-    return ((t << 1) ^ (t >> 63)).astype(np.uint64)
-
-
-@nb.njit(cache=True, nogil=True)
-def unzigzag(z: U64) -> I64:
-    return ((z >> np.uint64(1)).astype(np.int64)) ^ -((z & np.uint64(1)).astype(np.int64))
 
 
 @nb.njit(cache=True, nogil=True)

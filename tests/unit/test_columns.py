@@ -10,11 +10,18 @@ from hypothesis import strategies as st
 
 from ctr.formats import bucket_numeric
 from ctr.hashing import field_id, hash_tokens_reference
+from ctr.varint import unzigzag
 from serving.client import RequestEncoder, Value
 from serving.columns import hash_int_tokens
 from serving.encoding import decode, group_indices, group_indices_reference
 from serving.token_dictionary import decode_blocks, encode_blocks, encode_blocks_reference
-from serving.token_kernels import ordered_unique, ordered_unique_reference
+from serving.token_kernels import (
+    expand_columns,
+    expand_columns_reference,
+    ordered_unique,
+    ordered_unique_reference,
+    sorted_groups,
+)
 
 FIELDS = ["user", "hour", "item", "tags", "price", "brand"]
 
@@ -31,10 +38,13 @@ def expected(name: str, raw: object, numeric: bool) -> tuple[int, int, float]:
 FIELD_IDS = np.array([field_id(f) for f in FIELDS], dtype=np.uint32)
 
 
-@pytest.mark.parametrize(("tokens", "compress", "top"), [(True, True, 10**12), (True, False, 2**62), (False, False, 10**12)])
-def test_columns_decode_back_to_each_items_exact_features(tokens, compress, top):
-    """Token dictionaries (zstd or not; ids too large to pack with their field take the
-    slow path) and hashed keys."""
+@pytest.mark.parametrize(
+    ("tokens", "compress", "top", "strings"),
+    [(True, True, 10**12, False), (True, True, 10**12, True), (True, False, 2**62, False), (False, False, 10**12, True)],
+)
+def test_columns_decode_back_to_each_items_exact_features(tokens, compress, top, strings):
+    """Token dictionaries (zstd or not) and hashed keys. With no string column the tokens
+    take the one-sort path; string keys, or ids too large to pack, the general one."""
     from ctr.schema import FeatureSchema
 
     rng = np.random.default_rng(3)
@@ -47,6 +57,8 @@ def test_columns_decode_back_to_each_items_exact_features(tokens, compress, top)
         "unknown": np.arange(n),  # not a model field: dropped
     }
     context = {"user": np.array(["u-1"]), "hour": np.array([13, 14])}
+    if not strings:
+        items["brand"] = np.array([""] * n)  # every value missing: no string key at all
     enc = RequestEncoder(FeatureSchema(numeric=("price",)), FIELDS)
     req = enc.encode_columns(items, context, compress=compress, tokens=tokens)
     assert bool(req.tokens) == tokens and req.compression == int(compress)
@@ -148,6 +160,73 @@ def test_a_token_request_with_a_field_beyond_the_model_or_a_bomb_is_invalid():
             decode(EncodedRequest(1, b"", b"", b"", bomb, b"", b"", 1), len(FIELDS), FIELD_IDS, max_bytes=1 << 16)
     with pytest.raises(EncodingError, match="either tokens or dictionary"):
         decode(EncodedRequest(1, b"\0" * 8, b"", b"", bytes([0]), b"", tokens), len(FIELDS), FIELD_IDS)
+
+
+column_sets = st.lists(
+    st.tuples(
+        st.integers(0, 60),  # field
+        st.integers(0, 3),  # values per item, 0: the context
+        st.booleans(),  # numeric: sub codes per value
+        st.sampled_from([3, 1000, 2**40, 2**62]),  # value range
+        st.integers(0, 2**32),  # seed
+    ),
+    max_size=6,
+)
+
+
+def columns_of(cols, items) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(cols[0][4] if cols else 0)
+    sizes = [items * per if per else rng.integers(0, 4) for _, per, _, _, _ in cols]
+    tokens = np.concatenate(
+        [rng.integers(-top, top, n) for (_, _, _, top, _), n in zip(cols, sizes, strict=True)] + [np.zeros(0, np.int64)]
+    )
+    numeric = any(num for _, _, num, _, _ in cols)
+    subs = [rng.integers(1, 3, n) if num else np.zeros(n, np.int64) for (_, _, num, _, _), n in zip(cols, sizes, strict=True)]
+    sub = np.concatenate([*subs, np.zeros(0)]).astype(np.uint8) if numeric else np.zeros(0, np.uint8)
+    start = np.r_[0, np.cumsum(sizes)].astype(np.int64)
+    code = np.asarray([f * 4 for f, _, _, _, _ in cols], dtype=np.int64)
+    per = np.asarray([p for _, p, _, _, _ in cols], dtype=np.int64)
+    return tokens.astype(np.int64), sub, start, code, per
+
+
+@settings(max_examples=200, deadline=None)
+@given(column_sets, st.integers(1, 5))
+def test_expanded_columns_equal_the_reference(cols, items):
+    args = columns_of(cols, items)
+    for got, want in zip(expand_columns(*args), expand_columns_reference(*args), strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+@settings(max_examples=200, deadline=None)
+@given(column_sets, st.integers(1, 5))
+def test_sorted_groups_equal_unique_then_grouping(cols, items):
+    args = columns_of(cols, items)
+    got = sorted_groups(*args, items)
+    code, z, owner = expand_columns_reference(*args)
+    if code.shape[0] == 0:
+        assert got is None
+        return
+    code_bits = int(args[3].max() + 3).bit_length()
+    fits = max(1, int(z.max()).bit_length()) + code_bits + (items + 1).bit_length() <= 64
+    if not fits:
+        assert got is None
+        return
+    assert got is not None
+    pairs = np.unique(np.stack([code.astype(np.uint64), z], axis=1), axis=0, return_inverse=True)
+    want_bounds, want_grouped = group_indices_reference(owner, pairs[1].reshape(-1).astype(np.int64), items)
+    np.testing.assert_array_equal(got[0], pairs[0][:, 0].astype(np.int64))
+    np.testing.assert_array_equal(got[1], pairs[0][:, 1])
+    np.testing.assert_array_equal(got[2], want_bounds)
+    np.testing.assert_array_equal(got[3], want_grouped)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 2**64 - 1), max_size=50))
+def test_unzigzag_inverts_zigzag(values):
+    z = np.asarray(values, dtype=np.uint64)
+    t = unzigzag(z)
+    np.testing.assert_array_equal(((t << 1) ^ (t >> 63)).astype(np.uint64), z)
+    np.testing.assert_array_equal(t, (z >> np.uint64(1)).astype(np.int64) ^ -(z & np.uint64(1)).astype(np.int64))
 
 
 @settings(max_examples=200, deadline=None)
