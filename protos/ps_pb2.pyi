@@ -270,7 +270,6 @@ class PushRequest(_message.Message):
     KEYS_FIELD_NUMBER: _builtins.int
     KEY_COUNT_FIELD_NUMBER: _builtins.int
     KEY_ENCODING_FIELD_NUMBER: _builtins.int
-    CODEC_FIELD_NUMBER: _builtins.int
     PAYLOAD_FIELD_NUMBER: _builtins.int
     KIND_FIELD_NUMBER: _builtins.int
     table: _builtins.str
@@ -278,10 +277,11 @@ class PushRequest(_message.Message):
     keys: _builtins.bytes
     key_count: _builtins.int
     key_encoding: Global___KeyEncoding.ValueType
-    codec: Global___Codec.ValueType
-    """codec header: how `payload` is encoded"""
     payload: _builtins.bytes
-    """key_count * dim gradients, or key_count * state width deltas"""
+    """Self-describing compressed rows (docs/ps-compression.md): a header with the codec id,
+    counts and an optional subset of the named keys, then the codec's body. Values are
+    key_count (or subset) * dim gradients, or * state width deltas.
+    """
     kind: Global___PushKind.ValueType
     def __init__(
         self,
@@ -291,13 +291,12 @@ class PushRequest(_message.Message):
         keys: _builtins.bytes = ...,
         key_count: _builtins.int = ...,
         key_encoding: Global___KeyEncoding.ValueType = ...,
-        codec: Global___Codec.ValueType = ...,
         payload: _builtins.bytes = ...,
         kind: Global___PushKind.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["keys", b"keys", "session_id", b"session_id", "target", b"target"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["codec", b"codec", "key_count", b"key_count", "key_encoding", b"key_encoding", "keys", b"keys", "kind", b"kind", "payload", b"payload", "session_id", b"session_id", "table", b"table", "target", b"target"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["key_count", b"key_count", "key_encoding", b"key_encoding", "keys", b"keys", "kind", b"kind", "payload", b"payload", "session_id", b"session_id", "table", b"table", "target", b"target"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_target: _TypeAlias = _typing.Literal["session_id", "keys"]  # noqa: Y015
     _WhichOneofArgType_target: _TypeAlias = _typing.Literal["target", b"target"]  # noqa: Y015

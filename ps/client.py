@@ -22,7 +22,9 @@ import numpy.typing as npt
 
 from ctr.modelspec import TableSpec
 from ctr.routing import dense_range, shard_of
-from ps.codecs import Codec, codec_named
+from ps.codecs import FP32, Codec
+from ps.compression.compressor import CodecSpec, Compressor, parse_codec
+from ps.compression.payload import Compressed
 from ps.shard import ExportedFile, Shard
 from ps.tables import DELTA, GRADIENT
 from ps.transport import LocalTransport, Rows, SessionLost, ShardStatus, ShardTransport
@@ -33,6 +35,7 @@ if TYPE_CHECKING:
 __all__ = ["DELTA", "GRADIENT", "ExportedFile", "PSClient", "PullSession"]
 
 T = TypeVar("T")
+DEFAULT_RESIDUAL_ROWS = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -46,23 +49,33 @@ class PullSession:
 
 
 class PSClient:
-    def __init__(self, transport: ShardTransport, shard_count: int, codec: str = "fp32") -> None:
+    """push_codec: the compressor spec of sparse pushes (ps.compression.compressor), or
+    "auto": fp64 for state deltas (accumulators need every digit), fp32 for gradients.
+    residual_rows caps each table's error-feedback memory."""
+
+    def __init__(
+        self, transport: ShardTransport, shard_count: int, push_codec: str = "auto", residual_rows: int = DEFAULT_RESIDUAL_ROWS
+    ) -> None:
         self.transport = transport
         self.n = shard_count
-        self.codec: Codec = codec_named(codec)
+        self.push_codec = None if push_codec == "auto" else parse_codec(push_codec)
+        self.residual_rows = residual_rows
+        self.compressors: dict[str, Compressor] = {}
+        self.codec: Codec = FP32
         self.pool = ThreadPoolExecutor(max_workers=max(1, shard_count))
         self._dense_len: dict[str, int] = {}
 
     @classmethod
-    def connect(cls, addresses: list[str], codec: str = "fp32") -> PSClient:
+    def connect(cls, addresses: list[str], push_codec: str = "auto", residual_rows: int = DEFAULT_RESIDUAL_ROWS) -> PSClient:
         from ps.grpc_transport import GrpcTransport  # gRPC loads only for shard processes
 
-        return cls(GrpcTransport(addresses), len(addresses), codec)
+        return cls(GrpcTransport(addresses), len(addresses), push_codec, residual_rows)
 
     @classmethod
-    def local(cls, shard_count: int = 1, codec: str = "fp32") -> PSClient:
+    def local(cls, shard_count: int = 1, push_codec: str = "auto", residual_rows: int = DEFAULT_RESIDUAL_ROWS) -> PSClient:
         """In-process shards behind the same API (`--ps local`)."""
-        return cls(LocalTransport([Shard(i, shard_count) for i in range(shard_count)]), shard_count, codec)
+        shards = [Shard(i, shard_count) for i in range(shard_count)]
+        return cls(LocalTransport(shards), shard_count, push_codec, residual_rows)
 
     def serve_local(self) -> LocalServers:
         """Serves in-process shards over gRPC on 127.0.0.1 (free ports), so worker processes
@@ -153,8 +166,9 @@ class PSClient:
         session: PullSession | None = None,
         kind: str = GRADIENT,
     ) -> None:
-        """Pushes per-key gradients (or state deltas with kind="delta"); names the pull
-        session when keys are the pulled ones, so they are not sent again."""
+        """Pushes per-key gradients (or state deltas with kind="delta") through the table's
+        compressor; names the pull session when keys are the pulled ones, so they are not
+        sent again. Residuals the compressor evicts are pushed exactly."""
         if keys.shape[0] == 0:
             return
         if session is not None and session.keys is keys:
@@ -162,19 +176,61 @@ class PSClient:
         else:
             order, bounds = self._split(keys)
             sids = (0,) * self.n
-        g = grads.reshape(keys.shape[0], -1)
-
-        def one(s: int) -> None:
+        g = np.asarray(grads, dtype=np.float64).reshape(keys.shape[0], -1)
+        comp = self._compressor(table, kind)
+        parts, flush_keys, flush_rows = [], [], []
+        for s in range(self.n):  # compressed in turn: the residual store is not thread-safe
             idx = order[bounds[s] : bounds[s + 1]]
-            if idx.shape[0] == 0:
-                return
-            part_g = np.ascontiguousarray(g[idx])
-            try:
-                self.transport.push(s, table, keys[idx], sids[s], part_g, kind, self.codec)
-            except SessionLost:
-                self.transport.push(s, table, keys[idx], 0, part_g, kind, self.codec)
+            if idx.shape[0]:
+                packed, gone_keys, gone_rows = comp.compress(keys[idx], g[idx])
+                parts.append((s, keys[idx], packed))
+                flush_keys.append(gone_keys)
+                flush_rows.append(gone_rows)
 
-        self._each(one)
+        def one(part: tuple[int, npt.NDArray[np.uint64], Compressed]) -> None:
+            s, part_keys, packed = part
+            try:
+                self.transport.push(s, table, part_keys, sids[s], packed.payload(with_subset=bool(sids[s])), kind)
+                return
+            except SessionLost:
+                pass
+            sent = part_keys if packed.sent is None else part_keys[packed.sent]
+            if sent.shape[0]:
+                self.transport.push(s, table, sent, 0, packed.payload(with_subset=False), kind)
+
+        if len(parts) > 1:
+            list(self.pool.map(one, parts))
+        elif parts:
+            one(parts[0])
+        gone = np.concatenate(flush_keys) if flush_keys else np.zeros(0, np.uint64)
+        if gone.shape[0]:
+            rows = np.concatenate(flush_rows)
+            order = np.argsort(gone)
+            self._push_exact(table, gone[order], rows[order], kind)
+
+    def _compressor(self, table: str, kind: str) -> Compressor:
+        if table not in self.compressors:
+            spec = self.push_codec or CodecSpec("fp64" if kind == DELTA else "fp32")
+            self.compressors[table] = Compressor(spec, self.residual_rows, seed=len(self.compressors))
+        return self.compressors[table]
+
+    def _push_exact(self, table: str, keys: npt.NDArray[np.uint64], rows: npt.NDArray[np.float64], kind: str) -> None:
+        """Sends residuals leaving the error-feedback memory, in fp64, keys included."""
+        order, bounds = self._split(keys)
+        exact = Compressor(CodecSpec("fp64"), 1)
+        for s in range(self.n):
+            idx = order[bounds[s] : bounds[s + 1]]
+            if idx.shape[0]:
+                packed, _, _ = exact.compress(keys[idx], rows[idx])
+                self.transport.push(s, table, keys[idx], 0, packed.payload(with_subset=False), kind)
+
+    def compression_stats(self) -> dict[str, float]:
+        """Error-feedback memory summed over tables (ps.compression.compressor.stats)."""
+        out: dict[str, float] = {}
+        for comp in self.compressors.values():
+            for k, v in comp.stats().items():
+                out[k] = out.get(k, 0.0) + v
+        return out
 
     def pull_dense(self, table: str, state: bool = False) -> Rows:
         """The whole vector's weights [n], or its optimizer state [n, width]."""

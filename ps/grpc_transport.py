@@ -48,17 +48,8 @@ class GrpcTransport(_ByteCounter):
         self.count(pull=req.ByteSize() + resp.ByteSize())
         return resp.session_id, decode_rows(resp.rows, keys.shape[0], resp.dim, np.float64 if resp.state else np.float32)
 
-    def push(
-        self, shard: int, table: str, keys: npt.NDArray[np.uint64], session_id: int, values: Rows, kind: str, codec: Codec
-    ) -> None:
-        c = _codec_for(kind, codec)
-        req = ps_pb2.PushRequest(
-            table=table,
-            key_count=keys.shape[0],
-            codec=c.wire_id,  # type: ignore[arg-type]
-            payload=c.encode(values.reshape(-1)),
-            kind=_PUSH_KINDS[kind],
-        )
+    def push(self, shard: int, table: str, keys: npt.NDArray[np.uint64], session_id: int, payload: bytes, kind: str) -> None:
+        req = ps_pb2.PushRequest(table=table, key_count=keys.shape[0], payload=payload, kind=_PUSH_KINDS[kind])
         if session_id:
             req.session_id = session_id
         else:

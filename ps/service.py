@@ -13,6 +13,7 @@ from ctr.modelspec import ModelSpecError
 from protos import ps_pb2, ps_pb2_grpc
 from ps import metrics
 from ps.codecs import BY_WIRE_ID, Codec, CodecError
+from ps.compression.payload import BY_ID, decode_payload
 from ps.shard import SessionExpired, Shard, ShardError
 from ps.tables import DELTA, GRADIENT
 from ps.wire import WireError, decode_keys, table_spec
@@ -78,14 +79,11 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
                     raise ShardError(f"key_count {request.key_count} but the session holds {keys.shape[0]} keys")
             else:
                 keys = decode_keys(request.keys, request.key_count, request.key_encoding)
-            codec = _codec(request.codec)
             kind = _push_kind(request.kind)
-            table = self.shard.sparse.get(request.table)
-            cols = 1 if table is None else (table.dim if kind == GRADIENT else table.width)
-            values = codec.decode(request.payload, keys.shape[0] * cols)
-            applied = self.shard.push(request.table, keys, values, kind)
+            subset, values = decode_payload(request.payload, keys.shape[0], self.shard.push_width(request.table, kind))
+            applied = self.shard.push(request.table, keys if subset is None else keys[subset], values, kind)
             metrics.KEYS.labels("push", request.table).inc(applied)
-            metrics.PUSH_BYTES.labels(codec.name).inc(len(request.payload))
+            metrics.PUSH_BYTES.labels(BY_ID[request.payload[2]].name).inc(len(request.payload))
             metrics.UPDATE_SEQ.set(self.shard.update_seq)
             return ps_pb2.PushResponse(applied_rows=applied)
 

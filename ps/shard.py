@@ -158,6 +158,12 @@ class Shard:
             raise ShardError(f"pull session {session_id} was opened on table {entry[0]!r}, not {table!r}")
         return entry[1]
 
+    def push_width(self, table: str, kind: str) -> int:
+        """Values per row a push of `kind` carries: the weights' dim for gradients, the
+        state's width for deltas."""
+        t = self._table(table)
+        return t.dim if kind == GRADIENT else t.width
+
     def push(self, table: str, keys: npt.NDArray[np.uint64], values: npt.NDArray[np.float64], kind: str = GRADIENT) -> int:
         """Applies gradients or state deltas; a push with a bad value changes nothing."""
         t = self._table(table)

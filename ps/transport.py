@@ -18,6 +18,7 @@ import numpy.typing as npt
 
 from ctr.modelspec import TableSpec
 from ps.codecs import FP64, Codec
+from ps.compression.payload import decode_payload
 from ps.shard import ExportedFile, Shard, TableStats
 from ps.tables import DELTA
 from ps.wire import KEYS_DELTA_VARINT, encode_keys
@@ -47,9 +48,9 @@ class ShardTransport(Protocol):
 
     def pull(self, shard: int, table: str, keys: npt.NDArray[np.uint64], open_session: bool, state: bool) -> tuple[int, Rows]: ...
 
-    def push(
-        self, shard: int, table: str, keys: npt.NDArray[np.uint64], session_id: int, values: Rows, kind: str, codec: Codec
-    ) -> None: ...
+    def push(self, shard: int, table: str, keys: npt.NDArray[np.uint64], session_id: int, payload: bytes, kind: str) -> None:
+        """keys: those the session holds (the payload may carry a subset of them), or the
+        keys the payload's rows belong to when session_id is 0."""
 
     def pull_dense(self, shard: int, table: str, state: bool) -> tuple[int, Rows]: ...
 
@@ -97,14 +98,12 @@ class LocalTransport(_ByteCounter):
         # no session is kept in-process; a nonzero id tells push that gRPC would name one
         return int(open_session), rows
 
-    def push(
-        self, shard: int, table: str, keys: npt.NDArray[np.uint64], session_id: int, values: Rows, kind: str, codec: Codec
-    ) -> None:
-        c = _codec_for(kind, codec)
-        payload = c.encode(values.reshape(-1))
+    def push(self, shard: int, table: str, keys: npt.NDArray[np.uint64], session_id: int, payload: bytes, kind: str) -> None:
         keys_bytes = 0 if session_id else len(encode_keys(keys, KEYS_DELTA_VARINT))
         self.count(push=keys_bytes + len(payload))
-        self.shards[shard].push(table, keys, c.decode(payload, values.size), kind)
+        s = self.shards[shard]
+        subset, values = decode_payload(payload, keys.shape[0], s.push_width(table, kind))
+        s.push(table, keys if subset is None else keys[subset], values, kind)
 
     def pull_dense(self, shard: int, table: str, state: bool) -> tuple[int, Rows]:
         lo, values = self.shards[shard].pull_dense(table, state)

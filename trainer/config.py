@@ -29,7 +29,16 @@ class TrainerConfig:
     opt_emb: str = field(default="", metadata={"help": "optimizer of table emb (wdl)"})
     opt_bias: str = field(default="", metadata={"help": "optimizer of the dense bias"})
     opt_mlp: str = field(default="", metadata={"help": "optimizer of the dense MLP table, e.g. 'adam lr=0.005'"})
-    codec: str = field(default="fp32", metadata={"help": "push codec of gradients (fp32, fp16); state deltas travel as fp64"})
+    push_codec: str = field(
+        default="auto",
+        metadata={
+            "help": "sparse push compressor: fp32, fp16, bf16, fp64, int8, epgc8, epgc9, epgc11, onebit, topk:RATIO[+CODEC];"
+            " auto: fp64 state deltas, fp32 gradients"
+        },
+    )
+    residual_rows: int = field(
+        default=1 << 20, metadata={"help": "error-feedback memory of lossy push codecs, rows per table (older rows are flushed)"}
+    )
     batch_size: int = field(
         default=0,
         metadata={

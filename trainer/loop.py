@@ -54,6 +54,7 @@ class Trainer:
         stop: Callable[[], bool],
     ) -> None:
         self.client = client
+        self._bytes_seen = (0, 0)
         self.model = model
 
         self.fields = fields
@@ -121,8 +122,15 @@ class Trainer:
                     last_report = now
                 if now - last_log >= 5 or (tty and now - last_log >= 1):
                     snap = self.progress.snapshot()
+                    per = max(1.0, snap["samples"])
+                    self._count_bytes()
                     log.info(
-                        "samples %d  window AUC %.4f  logloss %.4f", snap["samples"], snap["window_auc"], snap["window_logloss"]
+                        "samples %d  window AUC %.4f  logloss %.4f  push %.1f B/sample  pull %.1f B/sample",
+                        snap["samples"],
+                        snap["window_auc"],
+                        snap["window_logloss"],
+                        self.client.push_bytes / per,
+                        self.client.pull_bytes / per,
                     )
                     last_log = now
                 if done or idle or self.stop():
@@ -131,6 +139,7 @@ class Trainer:
             ready.close()
         self.flush()
         self.pipeline.close()
+        self._count_bytes()
         self.elapsed_s = time.monotonic() - started
         if self.exporter is not None:
             self._export()
@@ -146,6 +155,13 @@ class Trainer:
         self.exports.append(export_id)
         metrics.EXPORTS.inc()
         log.info("exported %s at %d samples", export_id, snap["samples"])
+
+    def _count_bytes(self) -> None:
+        """Adds the wire bytes since the last call to the Prometheus counters."""
+        push, pull = self.client.push_bytes, self.client.pull_bytes
+        metrics.PUSH_BYTES.inc(push - self._bytes_seen[0])
+        metrics.PULL_BYTES.inc(pull - self._bytes_seen[1])
+        self._bytes_seen = (push, pull)
 
     def checkpoint(self) -> None:
         self.flush()

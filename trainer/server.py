@@ -67,11 +67,11 @@ def addresses_of(conf: TrainerConfig) -> list[str]:
 
 def connect(conf: TrainerConfig) -> PSClient:
     if conf.ps == "local":
-        return PSClient.local(conf.local_shards, conf.codec)
+        return PSClient.local(conf.local_shards, conf.push_codec, conf.residual_rows)
     import grpc  # only for shard processes
 
     addresses = addresses_of(conf)
-    client = PSClient.connect(addresses, conf.codec)
+    client = PSClient.connect(addresses, conf.push_codec, conf.residual_rows)
     for addr, ch in zip(addresses, client.transport.channels, strict=True):  # type: ignore[attr-defined]
         try:
             grpc.channel_ready_future(ch).result(timeout=30)
@@ -206,6 +206,7 @@ def train(conf: TrainerConfig) -> int:
         elapsed_s, bad_lines, exports = run.elapsed_s, run.bad_lines, run.exports
         fields.dropped = run.dropped
         push_bytes, pull_bytes = run.push_bytes, run.pull_bytes
+        result.update(run.compression)
     else:
         trainer = Trainer(client, model, schema, fields, source, settings, ProgressiveMetrics(conf.window), exporter, stop.is_set)
         result = dict(trainer.run())
@@ -214,6 +215,7 @@ def train(conf: TrainerConfig) -> int:
             result["batch_cache_hits"] = float(trainer.reader.cache.hits)
             result["batch_cache_misses"] = float(trainer.reader.cache.misses)
         push_bytes, pull_bytes = client.push_bytes, client.pull_bytes
+        result.update(client.compression_stats())
     result["bad_lines"] = float(bad_lines)
     result["dropped_features"] = float(fields.dropped)
     if fields.dropped:
@@ -227,6 +229,9 @@ def train(conf: TrainerConfig) -> int:
     result["examples_per_s"] = result["samples"] / elapsed_s if elapsed_s > 0 else 0.0
     result["push_bytes"] = float(push_bytes)
     result["pull_bytes"] = float(pull_bytes)
+    result["push_bytes_per_sample"] = push_bytes / max(1.0, result["samples"])
+    result["pull_bytes_per_sample"] = pull_bytes / max(1.0, result["samples"])
+    result["push_codec"] = conf.push_codec  # type: ignore[assignment]
     result["workers"] = float(conf.workers)
     result["staleness"] = float(conf.staleness)
     result["model"] = {**spec.to_dict(), "fields": list(fields.names)}

@@ -56,6 +56,7 @@ class WorkerReport:
     dropped: int = 0
     push_bytes: int = 0
     pull_bytes: int = 0
+    compression: dict[str, float] = field(default_factory=dict)
 
 
 def share(total: int, index: int, count: int) -> int:
@@ -72,7 +73,7 @@ def worker_main(job: WorkerJob, reports: Any) -> None:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    client = PSClient.connect(job.addresses, conf.codec)
+    client = PSClient.connect(job.addresses, conf.push_codec, conf.residual_rows)
     source = open_source(conf.source, conf.follow, stop=stop.is_set, part=(job.index, conf.workers))
     spec = model_spec(conf, tuple(job.fields.names))
     model = build_model(spec, conf.staleness)  # the coordinator declared the tables
@@ -90,6 +91,7 @@ def worker_main(job: WorkerJob, reports: Any) -> None:
             dropped=job.fields.dropped,
             push_bytes=client.push_bytes,
             pull_bytes=client.pull_bytes,
+            compression=client.compression_stats(),
         )
     )
     client.close()
@@ -106,6 +108,7 @@ class WorkerRun:
     dropped: int = 0
     push_bytes: int = 0
     pull_bytes: int = 0
+    compression: dict[str, float] = field(default_factory=dict)
 
 
 class WorkerFailed(RuntimeError):
@@ -179,6 +182,8 @@ def run_workers(
         run.dropped += r.dropped
         run.push_bytes += r.push_bytes
         run.pull_bytes += r.pull_bytes
+        for k, v in r.compression.items():
+            run.compression[k] = run.compression.get(k, 0.0) + v
     if exporter is not None:
         run.exports.append(exporter.export(run.progress.snapshot()))
     return run

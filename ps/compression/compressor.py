@@ -1,0 +1,102 @@
+"""One compressor per worker and table (docs/ps-compression.md): a value codec, optionally
+behind top-k row selection, with error feedback for lossy codecs. A push's rows plus their
+residuals are compressed; what the shard will not receive stays in the residual store for
+the next push of those keys.
+
+    spec := value | "topk:" RATIO "+" value | "topk:" RATIO      (top-k alone sends fp32)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from ps.compression.payload import VALUE_CODECS, Compressed, ValueCodec
+from ps.compression.residuals import ResidualStore
+from ps.compression.topk import mstopk_threshold, row_scores, rows_at_least
+
+Keys = npt.NDArray[np.uint64]
+F64 = npt.NDArray[np.float64]
+MSTOPK_ROUNDS = 25
+
+
+@dataclass(frozen=True)
+class CodecSpec:
+    value: str
+    topk: float | None = None
+
+    @property
+    def feedback(self) -> bool:
+        """Whether unsent parts of rows are kept for the next push (top-k, lossy values)."""
+        return self.topk is not None or VALUE_CODECS[self.value].feedback
+
+    def __str__(self) -> str:
+        return self.value if self.topk is None else f"topk:{self.topk:g}+{self.value}"
+
+
+def parse_codec(text: str) -> CodecSpec:
+    """'onebit', 'topk:0.01+onebit', 'topk:0.05' (fp32 values)."""
+    head, _, tail = text.strip().partition("+")
+    if head.startswith("topk:"):
+        try:
+            ratio = float(head[5:])
+        except ValueError:
+            raise ValueError(f"codec {text!r}: topk needs a ratio, e.g. topk:0.01") from None
+        if not 0.0 < ratio <= 1.0:
+            raise ValueError(f"codec {text!r}: the topk ratio must be in (0, 1]")
+        value = tail or "fp32"
+    else:
+        if tail:
+            raise ValueError(f"codec {text!r}: only topk combines with a value codec (topk:RATIO+CODEC)")
+        ratio, value = None, head  # type: ignore[assignment]
+    if value not in VALUE_CODECS:
+        raise ValueError(f"codec {text!r}: unknown value codec {value!r}; known: {', '.join(VALUE_CODECS)}")
+    return CodecSpec(value, ratio)
+
+
+class Compressor:
+    def __init__(self, spec: CodecSpec, residual_rows: int, seed: int = 0) -> None:
+        self.spec = spec
+        self.codec: ValueCodec = VALUE_CODECS[spec.value]
+        self.residuals = ResidualStore(residual_rows) if spec.feedback else None
+        self.rng = np.random.default_rng(seed)
+        self.flushed_rows = 0
+
+    def compress(self, keys: Keys, rows: F64) -> tuple[Compressed, Keys, F64]:
+        """(the push's rows compressed, keys and residuals evicted from the residual store,
+        which the caller sends exactly). keys are sorted and unique."""
+        x = np.ascontiguousarray(rows, dtype=np.float64).reshape(keys.shape[0], -1)
+        n, d = x.shape
+        if self.residuals is not None:
+            x = x + self.residuals.take(keys, d)
+        sent = None
+        chosen = x
+        if self.spec.topk is not None and n:
+            k = max(1, int(np.ceil(self.spec.topk * n)))
+            if k < n:
+                scores = row_scores(x)
+                sent = rows_at_least(scores, mstopk_threshold(scores, k, MSTOPK_ROUNDS))
+                chosen = x[sent]
+        body, decoded = self.codec.encode(chosen, self.rng)
+        gone_keys, gone_rows = np.zeros(0, dtype=np.uint64), np.zeros((0, d))
+        if self.residuals is not None:
+            residual = x.copy()
+            if sent is None:
+                residual -= decoded
+            else:
+                residual[sent] -= decoded
+            gone_keys, gone_rows = self.residuals.put(keys, residual)
+            self.flushed_rows += int(gone_keys.shape[0])
+        return Compressed(self.codec, n, d, sent, body), gone_keys, gone_rows
+
+    def stats(self) -> dict[str, float]:
+        r = self.residuals
+        return {
+            "residual_rows": float(r.keys.shape[0]) if r else 0.0,
+            "residual_rows_peak": float(r.peak_rows) if r else 0.0,
+            "residual_bytes": float(r.nbytes) if r else 0.0,
+            "residual_rows_cap": float(r.capacity) if r else 0.0,
+            "residual_flushed_rows": float(self.flushed_rows),
+        }

@@ -1,0 +1,217 @@
+"""The self-describing push payload (docs/ps-compression.md):
+
+    u8 magic 0xC7, u8 version 1, u8 codec id, u8 flags (1: a row subset follows,
+    2: as a bitmap, else as an index list), varint rows (the keys the push names),
+    varint sent (rows carried), varint cols, [varint subset bytes, subset], body.
+
+A value codec turns rows [sent, cols] into a body and back; decoding checks every count
+and length against the header and the push, so a payload that does not match raises
+CodecError before the shard changes anything."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from ctr.varint import _get, decode_index_lists, encode_index_lists, encode_varints
+from ps.codecs import CodecError
+from ps.compression.bits import pack_bits, packed_bytes, unpack_bits
+from ps.compression.minifloat import column_shifts, decode_minifloat, encode_minifloat
+from ps.compression.quantize import decode_int8, decode_onebit, encode_int8, encode_onebit
+
+F64 = npt.NDArray[np.float64]
+I64 = npt.NDArray[np.int64]
+MAGIC, VERSION = 0xC7, 1
+SUBSET, BITMAP = 1, 2
+
+
+@dataclass(frozen=True)
+class ValueCodec:
+    """encode(rows, rng) -> (body, the rows the shard will decode); decode(body, n, d).
+    feedback: whether its rounding is worth error feedback (not for fp32 and fp64)."""
+
+    wire_id: int
+    name: str
+    feedback: bool
+    encode: Callable[[F64, np.random.Generator], tuple[bytes, F64]]
+    decode: Callable[[bytes, int, int], F64]
+
+
+def _cast(dtype: str) -> tuple[Callable[[F64, np.random.Generator], tuple[bytes, F64]], Callable[[bytes, int, int], F64]]:
+    size = np.dtype(dtype).itemsize
+
+    def enc(rows: F64, rng: np.random.Generator) -> tuple[bytes, F64]:
+        cast = np.ascontiguousarray(rows, dtype=dtype)
+        return cast.tobytes(), cast.astype(np.float64)
+
+    def dec(body: bytes, n: int, d: int) -> F64:
+        _expect(body, n * d * size)
+        return np.frombuffer(body, dtype=dtype).astype(np.float64).reshape(n, d)
+
+    return enc, dec
+
+
+def _bf16_encode(rows: F64, rng: np.random.Generator) -> tuple[bytes, F64]:
+    u = np.ascontiguousarray(rows, dtype=np.float32).view(np.uint32)
+    top = ((u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype("<u2")  # to nearest even
+    return top.tobytes(), _bf16_values(top, rows.shape)
+
+
+def _bf16_values(top: npt.NDArray[np.uint16], shape: tuple[int, ...]) -> F64:
+    return (top.astype(np.uint32) << np.uint32(16)).view(np.float32).astype(np.float64).reshape(shape)
+
+
+def _bf16_decode(body: bytes, n: int, d: int) -> F64:
+    _expect(body, n * d * 2)
+    return _bf16_values(np.frombuffer(body, dtype="<u2"), (n, d))
+
+
+def _int8_encode(rows: F64, rng: np.random.Generator) -> tuple[bytes, F64]:
+    lo, step, codes = encode_int8(np.ascontiguousarray(rows), rng.random(rows.size))
+    return lo.tobytes() + step.tobytes() + codes.tobytes(), decode_int8(lo, step, codes, rows.shape[1])
+
+
+def _int8_decode(body: bytes, n: int, d: int) -> F64:
+    _expect(body, n * 8 + n * d)
+    buf = np.frombuffer(body, dtype=np.uint8)
+    lo, step = buf[: 4 * n].view("<f4"), buf[4 * n : 8 * n].view("<f4")
+    return decode_int8(lo.astype(np.float32), step.astype(np.float32), buf[8 * n :], d)  # type: ignore[no-any-return]
+
+
+def _minifloat(exp_bits: int, man_bits: int) -> tuple[Callable[..., tuple[bytes, F64]], Callable[[bytes, int, int], F64]]:
+    bits = 1 + exp_bits + man_bits
+
+    def enc(rows: F64, rng: np.random.Generator) -> tuple[bytes, F64]:
+        rows = np.ascontiguousarray(rows)
+        shifts = column_shifts(rows, exp_bits)
+        codes = encode_minifloat(rows, shifts, exp_bits, man_bits)
+        body = shifts.astype("<i2").tobytes() + pack_bits(codes, bits).tobytes()
+        return body, decode_minifloat(codes, rows.shape[1], shifts, exp_bits, man_bits)
+
+    def dec(body: bytes, n: int, d: int) -> F64:
+        _expect(body, 2 * d + packed_bytes(n * d, bits))
+        shifts = np.frombuffer(body[: 2 * d], dtype="<i2").astype(np.int32)
+        if np.abs(shifts).max(initial=0) > 1100:
+            raise CodecError("column scale out of the float64 range")
+        codes = unpack_bits(np.frombuffer(body, dtype=np.uint8)[2 * d :], n * d, bits)
+        return decode_minifloat(codes, d, shifts, exp_bits, man_bits)  # type: ignore[no-any-return]
+
+    return enc, dec
+
+
+def _onebit_encode(rows: F64, rng: np.random.Generator) -> tuple[bytes, F64]:
+    pos, neg, codes = encode_onebit(np.ascontiguousarray(rows))
+    return pos.tobytes() + neg.tobytes() + pack_bits(codes, 1).tobytes(), decode_onebit(pos, neg, codes)
+
+
+def _onebit_decode(body: bytes, n: int, d: int) -> F64:
+    _expect(body, 8 * d + packed_bytes(n * d, 1))
+    pos = np.frombuffer(body[: 4 * d], dtype="<f4").astype(np.float32)
+    neg = np.frombuffer(body[4 * d : 8 * d], dtype="<f4").astype(np.float32)
+    return decode_onebit(pos, neg, unpack_bits(np.frombuffer(body, dtype=np.uint8)[8 * d :], n * d, 1))  # type: ignore[no-any-return]
+
+
+def _expect(body: bytes, size: int) -> None:
+    if len(body) != size:
+        raise CodecError(f"body is {len(body)} bytes, the header's counts need {size}")
+
+
+VALUE_CODECS: dict[str, ValueCodec] = {
+    c.name: c
+    for c in (
+        ValueCodec(0, "fp32", False, *_cast("<f4")),
+        ValueCodec(1, "fp16", True, *_cast("<f2")),
+        ValueCodec(2, "fp64", False, *_cast("<f8")),
+        ValueCodec(3, "bf16", True, _bf16_encode, _bf16_decode),
+        ValueCodec(4, "int8", True, _int8_encode, _int8_decode),
+        ValueCodec(5, "epgc8", True, *_minifloat(5, 2)),
+        ValueCodec(6, "epgc9", True, *_minifloat(8, 0)),
+        ValueCodec(7, "epgc11", True, *_minifloat(5, 5)),
+        ValueCodec(8, "onebit", True, _onebit_encode, _onebit_decode),
+    )
+}
+BY_ID = {c.wire_id: c for c in VALUE_CODECS.values()}
+
+
+@dataclass(frozen=True)
+class Compressed:
+    """A push's rows as a codec encoded them: `sent` (indices of the rows carried, None: all
+    of them) of `rows` rows of `cols` values."""
+
+    codec: ValueCodec
+    rows: int
+    cols: int
+    sent: I64 | None
+    body: bytes
+
+    @property
+    def count(self) -> int:
+        return self.rows if self.sent is None else int(self.sent.shape[0])
+
+    def payload(self, with_subset: bool) -> bytes:
+        """The payload for a push naming all `rows` keys (with_subset: the subset travels in
+        the header) or naming only the sent keys."""
+        subset = b""
+        flags = 0
+        if with_subset and self.sent is not None:
+            flags = SUBSET
+            subset = bytes(encode_index_lists(np.array([0, self.sent.shape[0]], dtype=np.int64), self.sent))
+            bitmap = np.packbits(np.isin(np.arange(self.rows), self.sent), bitorder="little").tobytes()
+            if len(bitmap) < len(subset):
+                subset, flags = bitmap, SUBSET | BITMAP
+        n = self.rows if with_subset else self.count
+        head = bytes([MAGIC, VERSION, self.codec.wire_id, flags])
+        counts = [n, self.count, self.cols] + ([len(subset)] if flags else [])
+        return head + bytes(encode_varints(np.asarray(counts, dtype=np.uint64))) + subset + self.body
+
+
+def decode_payload(payload: bytes, rows: int, cols: int) -> tuple[I64 | None, F64]:
+    """(indices of the rows the payload carries, None: all; their values [sent, cols]) of a
+    push naming `rows` keys of a table with `cols` values per row."""
+    if len(payload) < 4 or payload[0] != MAGIC or payload[1] != VERSION:
+        raise CodecError("payload: not a compressed push (magic or version)")
+    codec = BY_ID.get(payload[2])
+    if codec is None:
+        raise CodecError(f"payload: unknown codec id {payload[2]}")
+    flags = payload[3]
+    if flags & ~(SUBSET | BITMAP):
+        raise CodecError(f"payload: unknown flags {flags}")
+    buf = np.frombuffer(payload, dtype=np.uint8)
+    try:
+        n, pos = _get(buf, 4)
+        sent, pos = _get(buf, pos)
+        d, pos = _get(buf, pos)
+        size, pos = _get(buf, pos) if flags & SUBSET else (np.uint64(0), pos)
+    except ValueError as e:
+        raise CodecError(f"payload header: {e}") from None
+    if int(n) != rows or int(d) != cols or int(sent) > rows:
+        raise CodecError(f"payload header: {int(sent)} of {int(n)} rows of {int(d)} values, the push names {rows} of {cols}")
+    if not flags & SUBSET and int(sent) != rows:
+        raise CodecError(f"payload header: {int(sent)} rows sent of {rows} with no subset")
+    if int(size) > buf.shape[0] - pos:
+        raise CodecError("payload: subset longer than the payload")
+    subset = _subset(buf[pos : pos + int(size)], flags, rows, int(sent)) if flags & SUBSET else None
+    values = codec.decode(payload[pos + int(size) :], int(sent), cols)
+    if not np.isfinite(values).all():
+        raise CodecError(f"payload: {codec.name} values are not all finite")
+    return subset, values
+
+
+def _subset(data: npt.NDArray[np.uint8], flags: int, rows: int, sent: int) -> I64:
+    if flags & BITMAP:
+        if data.shape[0] != (rows + 7) // 8:
+            raise CodecError(f"payload subset: a bitmap of {data.shape[0]} bytes for {rows} rows")
+        idx = np.flatnonzero(np.unpackbits(data, bitorder="little")[:rows]).astype(np.int64)
+    else:
+        try:
+            _, idx = decode_index_lists(data, 1, rows)
+        except ValueError as e:
+            raise CodecError(f"payload subset: {e}") from None
+        if idx.shape[0] > 1 and not bool(np.all(idx[1:] > idx[:-1])):
+            raise CodecError("payload subset: indices repeat")
+    if idx.shape[0] != sent:
+        raise CodecError(f"payload subset: {idx.shape[0]} rows, the header says {sent}")
+    return idx

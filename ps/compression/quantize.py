@@ -1,0 +1,92 @@
+"""Integer quantizers: int8 with a per-row scale and offset and stochastic rounding, and
+1-bit signs with per-column reconstruction values (Seide et al.'s 1-bit SGD)."""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+import numpy.typing as npt
+
+F64 = npt.NDArray[np.float64]
+F32 = npt.NDArray[np.float32]
+U8 = npt.NDArray[np.uint8]
+U32 = npt.NDArray[np.uint32]
+
+
+@nb.njit(cache=True, nogil=True)
+def encode_int8(values: F64, uniforms: F64) -> tuple[F32, F32, U8]:
+    """(row minimum, row step, codes): value ~ minimum + step * code, code in 0..255,
+    rounded up with probability equal to the remainder (uniforms: one in [0, 1) per value),
+    so the decoded value is unbiased."""
+    n, d = values.shape
+    lo = np.empty(n, dtype=np.float32)
+    step = np.empty(n, dtype=np.float32)
+    codes = np.empty(n * d, dtype=np.uint8)
+    for i in range(n):
+        a = values[i, 0]
+        b = values[i, 0]
+        for c in range(1, d):
+            a = min(a, values[i, c])
+            b = max(b, values[i, c])
+        lo[i] = np.float32(a)
+        step[i] = np.float32((b - a) / 255.0)
+        s = float(step[i])
+        base = float(lo[i])
+        for c in range(d):
+            q = 0.0
+            if s > 0.0:
+                q = np.floor((values[i, c] - base) / s + uniforms[i * d + c])
+                q = min(max(q, 0.0), 255.0)
+            codes[i * d + c] = np.uint8(q)
+    return lo, step, codes
+
+
+@nb.njit(cache=True, nogil=True)
+def decode_int8(lo: F32, step: F32, codes: U8, d: int) -> F64:
+    n = lo.shape[0]
+    out = np.empty((n, d), dtype=np.float64)
+    for i in range(n):
+        for c in range(d):
+            out[i, c] = float(lo[i]) + float(step[i]) * float(codes[i * d + c])
+    return out
+
+
+@nb.njit(cache=True, nogil=True)
+def encode_onebit(values: F64) -> tuple[F32, F32, U32]:
+    """(per column: mean of its values >= 0, mean of its values < 0; a sign bit per value,
+    1 for >= 0): each value is sent as its column's mean of the same sign, which keeps each
+    column's sum exact."""
+    n, d = values.shape
+    pos_sum = np.zeros(d)
+    neg_sum = np.zeros(d)
+    pos_n = np.zeros(d)
+    codes = np.empty(n * d, dtype=np.uint32)
+    for i in range(n):
+        for c in range(d):
+            v = values[i, c]
+            if v >= 0.0:
+                pos_sum[c] += v
+                pos_n[c] += 1.0
+                codes[i * d + c] = 1
+            else:
+                neg_sum[c] += v
+                codes[i * d + c] = 0
+    pos = np.zeros(d, dtype=np.float32)
+    neg = np.zeros(d, dtype=np.float32)
+    for c in range(d):
+        if pos_n[c] > 0:
+            pos[c] = np.float32(pos_sum[c] / pos_n[c])
+        if n - pos_n[c] > 0:
+            neg[c] = np.float32(neg_sum[c] / (n - pos_n[c]))
+    return pos, neg, codes
+
+
+@nb.njit(cache=True, nogil=True)
+def decode_onebit(pos: F32, neg: F32, codes: U32) -> F64:
+    d = pos.shape[0]
+    n = codes.shape[0] // d
+    out = np.empty((n, d), dtype=np.float64)
+    for i in range(n):
+        for c in range(d):
+            out[i, c] = float(pos[c]) if codes[i * d + c] else float(neg[c])
+    return out
