@@ -61,6 +61,8 @@ class PSClient:
         self.push_codec = None if push_codec == "auto" else parse_codec(push_codec)
         self.residual_rows = residual_rows
         self.compressors: dict[str, Compressor] = {}
+        self._kinds: dict[str, str] = {}  # what each table's pushes carry
+        self.drain_bytes = 0  # push bytes of flush_residuals, counted in push_bytes too
         self.codec: Codec = FP32
         self.pool = ThreadPoolExecutor(max_workers=max(1, shard_count))
         self._dense_len: dict[str, int] = {}
@@ -212,6 +214,7 @@ class PSClient:
         if table not in self.compressors:
             spec = self.push_codec or CodecSpec("fp64" if kind == DELTA else "fp32")
             self.compressors[table] = Compressor(spec, self.residual_rows, seed=len(self.compressors))
+            self._kinds[table] = kind
         return self.compressors[table]
 
     def _push_exact(self, table: str, keys: npt.NDArray[np.uint64], rows: npt.NDArray[np.float64], kind: str) -> None:
@@ -224,9 +227,25 @@ class PSClient:
                 packed, _, _ = exact.compress(keys[idx], rows[idx])
                 self.transport.push(s, table, keys[idx], 0, packed.payload(with_subset=False), kind)
 
+    def unsent(self, table: str, keys: npt.NDArray[np.uint64], cols: int) -> npt.NDArray[np.float64]:
+        """What this client's compressor has not yet sent of these keys' rows (zeros without
+        error feedback): with state deltas, pulled state plus this is the worker's own view."""
+        comp = self.compressors.get(table)
+        return np.zeros((keys.shape[0], cols)) if comp is None else comp.unsent(keys, cols)
+
+    def flush_residuals(self) -> None:
+        """Sends every table's error-feedback residual exactly: the shards then hold exactly
+        what uncompressed pushes would have left (at the end of a run, before a checkpoint)."""
+        before = self.push_bytes
+        for table, comp in self.compressors.items():
+            keys, rows = comp.drain()
+            if keys.shape[0]:
+                self._push_exact(table, keys, rows, self._kinds[table])
+        self.drain_bytes += self.push_bytes - before
+
     def compression_stats(self) -> dict[str, float]:
         """Error-feedback memory summed over tables (ps.compression.compressor.stats)."""
-        out: dict[str, float] = {}
+        out: dict[str, float] = {"residual_drain_bytes": float(self.drain_bytes)}
         for comp in self.compressors.values():
             for k, v in comp.stats().items():
                 out[k] = out.get(k, 0.0) + v

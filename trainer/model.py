@@ -95,7 +95,10 @@ class FactorizationModel:
         for t in self.sparse:
             if need.shape[0]:
                 # a push that also carries cached keys cannot name the pull's session
-                rows[t] = client.pull(t, need, session=not some_cached, state=self.sequential)
+                pulled, session = client.pull(t, need, session=not some_cached, state=self.sequential)
+                if self.sequential:  # this worker's updates that compression has not sent yet
+                    pulled += client.unsent(t, need, pulled.shape[1])
+                rows[t] = (pulled, session)
             else:
                 rows[t] = (np.zeros((0, 0)), None)
         bias = None if self.cache.bias_fresh(step) else client.pull_dense("bias", state=self.sequential)

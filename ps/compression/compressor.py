@@ -8,6 +8,7 @@ the next push of those keys.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -63,11 +64,35 @@ class Compressor:
         self.residuals = ResidualStore(residual_rows) if spec.feedback else None
         self.rng = np.random.default_rng(seed)
         self.flushed_rows = 0
+        self._lock = threading.Lock()  # the pull thread reads residuals while a push writes them
+
+    def unsent(self, keys: Keys, cols: int) -> F64:
+        """What the shards lack of these sorted unique keys' rows: their residuals."""
+        if self.residuals is None:
+            return np.zeros((keys.shape[0], cols))
+        with self._lock:
+            return self.residuals.take(keys, cols)
+
+    def drain(self) -> tuple[Keys, F64]:
+        """Every residual (keys, rows), leaving the store empty: the caller sends them exactly."""
+        if self.residuals is None:
+            return np.zeros(0, dtype=np.uint64), np.zeros((0, 0))
+        with self._lock:
+            r = self.residuals
+            out = r.keys, r.rows
+            self.residuals = ResidualStore(r.capacity)
+            self.residuals.peak_rows = r.peak_rows
+            self.flushed_rows += int(out[0].shape[0])
+            return out
 
     def compress(self, keys: Keys, rows: F64) -> tuple[Compressed, Keys, F64]:
         """(the push's rows compressed, keys and residuals evicted from the residual store,
         which the caller sends exactly). keys are sorted and unique."""
         x = np.ascontiguousarray(rows, dtype=np.float64).reshape(keys.shape[0], -1)
+        with self._lock:
+            return self._compress(keys, x)
+
+    def _compress(self, keys: Keys, x: F64) -> tuple[Compressed, Keys, F64]:
         n, d = x.shape
         if self.residuals is not None:
             x = x + self.residuals.take(keys, d)
