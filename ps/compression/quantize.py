@@ -29,7 +29,9 @@ def encode_int8(values: F64, uniforms: F64) -> tuple[F32, F32, U8]:
             a = min(a, values[i, c])
             b = max(b, values[i, c])
         lo[i] = np.float32(a)
-        step[i] = np.float32((b - a) / 255.0)
+        if float(lo[i]) > a:  # round the minimum down, so no value sits below it
+            lo[i] = np.nextafter(lo[i], np.float32(-np.inf))
+        step[i] = np.float32((b - float(lo[i])) / 255.0)  # from the rounded minimum, so the maximum stays reachable
         s = float(step[i])
         base = float(lo[i])
         for c in range(d):

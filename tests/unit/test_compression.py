@@ -1,0 +1,209 @@
+"""Push compression: every kernel against its reference, every codec's round trip, the
+error-feedback invariant, the residual memory bound, and payloads that must be refused."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from ps.codecs import CodecError
+from ps.compression.bits import pack_bits, packed_bytes, unpack_bits
+from ps.compression.compressor import Compressor, parse_codec
+from ps.compression.minifloat import column_shifts, decode_minifloat, encode_minifloat
+from ps.compression.payload import VALUE_CODECS, decode_payload
+from ps.compression.quantize import decode_int8, decode_onebit, encode_int8, encode_onebit
+from ps.compression.reference import (
+    int8_reference,
+    minifloat_reference,
+    onebit_reference,
+    pack_bits_reference,
+    row_scores_reference,
+)
+from ps.compression.residuals import ResidualStore
+from ps.compression.topk import mstopk_threshold, row_scores, rows_at_least
+
+finite = st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False, allow_subnormal=False)
+matrices = st.integers(1, 4).flatmap(lambda d: arrays(np.float64, st.tuples(st.integers(0, 40), st.just(d)), elements=finite))
+# relative error bound of each lossy codec, for values within the column's top 2**-20
+BOUNDS = {"fp16": 2.0**-10, "bf16": 2.0**-8, "epgc8": 2.0**-2, "epgc9": 0.5, "epgc11": 2.0**-5}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 24).flatmap(lambda b: st.tuples(st.just(b), st.lists(st.integers(0, 2**b - 1), max_size=60))))
+def test_bit_packing_equals_the_reference_and_round_trips(case):
+    bits, values = case
+    codes = np.asarray(values, dtype=np.uint32)
+    packed = pack_bits(codes, bits)
+    assert packed.shape[0] == packed_bytes(codes.shape[0], bits)
+    np.testing.assert_array_equal(packed, pack_bits_reference(codes, bits))
+    np.testing.assert_array_equal(unpack_bits(packed, codes.shape[0], bits), codes)
+
+
+@settings(max_examples=200, deadline=None)
+@given(matrices, st.sampled_from([(5, 2), (8, 0), (5, 5), (8, 7)]))
+def test_minifloat_equals_the_reference(values, fmt):
+    exp_bits, man_bits = fmt
+    shifts = column_shifts(values, exp_bits)
+    got = decode_minifloat(encode_minifloat(values, shifts, exp_bits, man_bits), values.shape[1], shifts, exp_bits, man_bits)
+    np.testing.assert_array_equal(got, minifloat_reference(values, shifts, exp_bits, man_bits))
+
+
+@settings(max_examples=200, deadline=None)
+@given(matrices)
+def test_onebit_and_int8_equal_their_references(values):
+    pos, neg, codes = encode_onebit(values)
+    np.testing.assert_array_equal(decode_onebit(pos, neg, codes), onebit_reference(values))
+    u = np.random.default_rng(0).random(values.size)
+    lo, step, q = encode_int8(values, u)
+    np.testing.assert_allclose(decode_int8(lo, step, q, values.shape[1]), int8_reference(values, u), rtol=1e-12)
+    if values.shape[0]:
+        np.testing.assert_allclose(row_scores(values), row_scores_reference(values), rtol=1e-12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.one_of(matrices, arrays(np.float64, st.tuples(st.integers(0, 5), st.integers(8, 12)), elements=finite)),
+    st.sampled_from(sorted(VALUE_CODECS)),
+)
+def test_every_codec_round_trips_within_its_bound(values, name):
+    codec = VALUE_CODECS[name]
+    body, decoded = codec.encode(values, np.random.default_rng(1))
+    back = codec.decode(body, values.shape[0], values.shape[1])
+    np.testing.assert_array_equal(back, decoded)  # the worker knows exactly what the shard gets
+    if name == "fp64":
+        np.testing.assert_array_equal(back, values)
+    elif name == "fp32":
+        np.testing.assert_array_equal(back, values.astype(np.float32))
+    elif name in BOUNDS and values.size:
+        top = np.abs(values).max(axis=0)
+        big = (np.abs(values) >= top * 2.0**-20) & (np.abs(values) >= 2.0**-126)  # bf16's range ends at float32's
+        if name == "fp16":  # fp16 has no column scale: its range is fixed, and it saturates
+            np.testing.assert_array_equal(back[np.abs(values) > 65504], np.sign(values[np.abs(values) > 65504]) * 65504)
+            big &= (np.abs(values) <= 65504) & (np.abs(values) >= 2.0**-14)
+        assert np.all(np.abs(back - values)[big] <= BOUNDS[name] * np.abs(values)[big] + 1e-300)
+    elif name == "int8" and values.size:
+        axis = 0 if values.shape[1] < 8 else 1  # narrow rows share a scale per column
+        span = np.expand_dims(values.max(axis=axis) - values.min(axis=axis), axis)
+        assert np.all(np.abs(back - values) <= span / 255.0 * (1 + 1e-6) + 1e-9 * np.abs(values) + 2.0**-126)
+    elif name == "onebit" and values.size:
+        np.testing.assert_allclose(back.sum(axis=0), values.sum(axis=0), rtol=1e-5, atol=1e-3)  # column sums kept
+        assert np.all((back >= 0) == (values >= 0) | (back == 0))
+
+
+def test_int8_stochastic_rounding_is_unbiased():
+    values = np.full((1, 3), 0.3) + np.array([[0.0, 1.0, 0.71]])
+    codec = VALUE_CODECS["int8"]
+    rng = np.random.default_rng(5)
+    mean = np.mean([codec.encode(values, rng)[1] for _ in range(4000)], axis=0)
+    np.testing.assert_allclose(mean, values, atol=2e-4)
+
+
+@settings(max_examples=200, deadline=None)
+@given(arrays(np.float64, st.integers(1, 400), elements=st.floats(0, 1e3)), st.floats(0.001, 1.0))
+def test_mstopk_threshold_selects_about_k_rows(scores, ratio):
+    k = max(1, int(np.ceil(ratio * scores.shape[0])))
+    t = mstopk_threshold(scores, k, 25)
+    chosen = rows_at_least(scores, t)
+    np.testing.assert_array_equal(chosen, np.flatnonzero((scores >= t) & (scores > 0)))
+    if k < scores.shape[0] and np.count_nonzero(scores) >= k:
+        assert chosen.shape[0] <= 2 * k + np.count_nonzero(scores == np.sort(scores)[-k])  # ties pass together
+        assert chosen.shape[0] >= 1
+
+
+@pytest.mark.parametrize("spec", ["onebit", "topk:0.1+onebit", "topk:0.2+int8", "epgc8", "topk:0.05"])
+def test_error_feedback_sends_the_true_sum_less_the_residual(spec):
+    """Over many pushes of the same keys, what the shard received plus what is still held
+    back equals the sum of everything pushed."""
+    comp = Compressor(parse_codec(spec), residual_rows=1000, seed=3)
+    rng = np.random.default_rng(4)
+    keys = np.arange(1, 51, dtype=np.uint64)
+    true_sum = np.zeros((50, 2))
+    sent_sum = np.zeros((50, 2))
+    for _ in range(30):
+        g = rng.normal(size=(50, 2)) * np.array([1.0, 0.01])
+        true_sum += g
+        packed, gone, _ = comp.compress(keys, g)
+        assert gone.shape[0] == 0
+        sent, values = decode_payload(packed.payload(with_subset=True), 50, 2)
+        sent_sum[np.arange(50) if sent is None else sent] += values
+    np.testing.assert_allclose(sent_sum + comp.unsent(keys, 2), true_sum, atol=1e-9)
+
+
+def test_residual_memory_stays_within_its_cap_and_evicted_rows_are_returned():
+    comp = Compressor(parse_codec("onebit"), residual_rows=64, seed=0)
+    rng = np.random.default_rng(0)
+    true_sum: dict[int, np.ndarray] = {}
+    accounted: dict[int, np.ndarray] = {}
+    for _ in range(40):
+        keys = np.unique(rng.integers(1, 500, 30)).astype(np.uint64)
+        g = rng.normal(size=(keys.shape[0], 3))
+        for k, row in zip(keys.tolist(), g, strict=True):
+            true_sum[k] = true_sum.get(k, 0) + row
+        packed, gone_keys, gone_rows = comp.compress(keys, g)
+        _, values = decode_payload(packed.payload(with_subset=False), keys.shape[0], 3)
+        for k, row in zip(keys.tolist(), values, strict=True):
+            accounted[k] = accounted.get(k, 0) + row
+        for k, row in zip(gone_keys.tolist(), gone_rows, strict=True):  # flushed exactly by the client
+            accounted[k] = accounted.get(k, 0) + row
+        assert comp.residuals is not None and comp.residuals.keys.shape[0] <= 64
+        assert comp.stats()["residual_rows_peak"] <= 64
+    left_keys, left_rows = comp.drain()
+    for k, row in zip(left_keys.tolist(), left_rows, strict=True):
+        accounted[k] = accounted.get(k, 0) + row
+    for k, row in true_sum.items():
+        np.testing.assert_allclose(accounted[k], row, atol=1e-9)
+
+
+def test_residual_store_evicts_the_least_recently_pushed():
+    store = ResidualStore(3)
+    store.put(np.array([1, 2, 3], dtype=np.uint64), np.ones((3, 1)))
+    store.put(np.array([1, 3], dtype=np.uint64), np.ones((2, 1)))
+    gone, _ = store.put(np.array([4], dtype=np.uint64), np.ones((1, 1)))
+    assert gone.tolist() == [2] and store.keys.tolist() == [1, 3, 4]
+
+
+def test_topk_subset_travels_as_gaps_or_bitmap_whichever_is_smaller():
+    rng = np.random.default_rng(0)
+    g = rng.normal(size=(1000, 2))
+    for spec, flags in (("topk:0.01+onebit", 1), ("topk:0.5+onebit", 3)):
+        packed, _, _ = Compressor(parse_codec(spec), 10_000).compress(np.arange(1, 1001, dtype=np.uint64), g)
+        payload = packed.payload(with_subset=True)
+        assert payload[3] == flags
+        sent, values = decode_payload(payload, 1000, 2)
+        assert sent is not None and values.shape == (sent.shape[0], 2)
+
+
+def _payload(spec: str = "topk:0.1+onebit", n: int = 100) -> bytes:
+    g = np.random.default_rng(0).normal(size=(n, 2))
+    return Compressor(parse_codec(spec), 1000).compress(np.arange(1, n + 1, dtype=np.uint64), g)[0].payload(True)
+
+
+@pytest.mark.parametrize(
+    ("payload", "rows", "cols", "error"),
+    [
+        (b"", 100, 2, "magic"),
+        (b"\xc7\x01\x63\x00" + _payload()[4:], 100, 2, "unknown codec"),
+        (_payload()[:3] + b"\x80" + _payload()[4:], 100, 2, "unknown flags"),
+        (_payload(), 99, 2, "the push names 99"),
+        (_payload(), 100, 3, "the push names 100 of 3"),
+        (_payload()[:-1], 100, 2, "body is"),
+        (_payload() + b"\0", 100, 2, "body is"),
+        (_payload("epgc11")[:-3], 100, 2, "body is"),
+        (_payload("fp32")[:4] + bytes([100, 99, 2]) + _payload("fp32")[7:], 100, 2, "no subset"),
+        (_payload("fp32")[:7] + np.full(200, np.nan, "<f4").tobytes(), 100, 2, "not all finite"),
+    ],
+)
+def test_mismatched_payloads_are_refused_naming_what(payload, rows, cols, error):
+    with pytest.raises(CodecError, match=error):
+        decode_payload(payload, rows, cols)
+
+
+def test_codec_specs_parse_and_refuse_nonsense():
+    assert str(parse_codec("topk:0.01+onebit")) == "topk:0.01+onebit"
+    assert parse_codec("topk:0.05").value == "fp32"
+    for bad, msg in (("onebit+int8", "only topk"), ("topk:2+onebit", "ratio"), ("topk:x", "ratio"), ("fp8", "unknown")):
+        with pytest.raises(ValueError, match=msg):
+            parse_codec(bad)
