@@ -54,12 +54,19 @@ class PSClient:
     residual_rows caps each table's error-feedback memory."""
 
     def __init__(
-        self, transport: ShardTransport, shard_count: int, push_codec: str = "auto", residual_rows: int = DEFAULT_RESIDUAL_ROWS
+        self,
+        transport: ShardTransport,
+        shard_count: int,
+        push_codec: str = "auto",
+        residual_rows: int = DEFAULT_RESIDUAL_ROWS,
+        seed: int = 0,
     ) -> None:
         self.transport = transport
         self.n = shard_count
         self.push_codec = None if push_codec == "auto" else parse_codec(push_codec)
         self.residual_rows = residual_rows
+        self.seed = seed
+        self.dense_push_bytes = 0  # of push_bytes, what push_dense sent
         self.compressors: dict[str, Compressor] = {}
         self._kinds: dict[str, str] = {}  # what each table's pushes carry
         self.drain_bytes = 0  # push bytes of flush_residuals, counted in push_bytes too
@@ -68,16 +75,20 @@ class PSClient:
         self._dense_len: dict[str, int] = {}
 
     @classmethod
-    def connect(cls, addresses: list[str], push_codec: str = "auto", residual_rows: int = DEFAULT_RESIDUAL_ROWS) -> PSClient:
+    def connect(
+        cls, addresses: list[str], push_codec: str = "auto", residual_rows: int = DEFAULT_RESIDUAL_ROWS, seed: int = 0
+    ) -> PSClient:
         from ps.grpc_transport import GrpcTransport  # gRPC loads only for shard processes
 
-        return cls(GrpcTransport(addresses), len(addresses), push_codec, residual_rows)
+        return cls(GrpcTransport(addresses), len(addresses), push_codec, residual_rows, seed)
 
     @classmethod
-    def local(cls, shard_count: int = 1, push_codec: str = "auto", residual_rows: int = DEFAULT_RESIDUAL_ROWS) -> PSClient:
+    def local(
+        cls, shard_count: int = 1, push_codec: str = "auto", residual_rows: int = DEFAULT_RESIDUAL_ROWS, seed: int = 0
+    ) -> PSClient:
         """In-process shards behind the same API (`--ps local`)."""
         shards = [Shard(i, shard_count) for i in range(shard_count)]
-        return cls(LocalTransport(shards), shard_count, push_codec, residual_rows)
+        return cls(LocalTransport(shards), shard_count, push_codec, residual_rows, seed)
 
     def serve_local(self) -> LocalServers:
         """Serves in-process shards over gRPC on 127.0.0.1 (free ports), so worker processes
@@ -213,7 +224,7 @@ class PSClient:
     def _compressor(self, table: str, kind: str) -> Compressor:
         if table not in self.compressors:
             spec = self.push_codec or CodecSpec("fp64" if kind == DELTA else "fp32")
-            self.compressors[table] = Compressor(spec, self.residual_rows, seed=len(self.compressors))
+            self.compressors[table] = Compressor(spec, self.residual_rows, seed=self.seed * 1000 + len(self.compressors))
             self._kinds[table] = kind
         return self.compressors[table]
 
@@ -245,7 +256,7 @@ class PSClient:
 
     def compression_stats(self) -> dict[str, float]:
         """Error-feedback memory summed over tables (ps.compression.compressor.stats)."""
-        out: dict[str, float] = {"residual_drain_bytes": float(self.drain_bytes)}
+        out = {"residual_drain_bytes": float(self.drain_bytes), "dense_push_bytes": float(self.dense_push_bytes)}
         for comp in self.compressors.values():
             for k, v in comp.stats().items():
                 out[k] = out.get(k, 0.0) + v
@@ -265,9 +276,9 @@ class PSClient:
             if hi > lo:
                 self.transport.push_dense(s, table, v[lo:hi], kind, self.codec)
 
-        self._each(
-            one, [s for s in range(self.n) if dense_range(v.shape[0], s, self.n)[1] > dense_range(v.shape[0], s, self.n)[0]]
-        )
+        before = self.push_bytes
+        self._each(one, _holding(v.shape[0], self.n))
+        self.dense_push_bytes += self.push_bytes - before  # pushes run from one thread, so this is ours
 
     def export(self, full: bool, directory: Path) -> tuple[list[ExportedFile], list[int]]:
         results = self._each(lambda s: self.transport.export(s, full, str(directory)))

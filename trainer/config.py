@@ -36,6 +36,7 @@ class TrainerConfig:
             " auto: fp64 state deltas, fp32 gradients"
         },
     )
+    seed: int = field(default=0, metadata={"help": "seed of the push compressors' stochastic rounding"})
     residual_rows: int = field(
         default=1 << 20, metadata={"help": "error-feedback memory of lossy push codecs, rows per table (older rows are flushed)"}
     )

@@ -67,11 +67,11 @@ def addresses_of(conf: TrainerConfig) -> list[str]:
 
 def connect(conf: TrainerConfig) -> PSClient:
     if conf.ps == "local":
-        return PSClient.local(conf.local_shards, conf.push_codec, conf.residual_rows)
+        return PSClient.local(conf.local_shards, conf.push_codec, conf.residual_rows, conf.seed)
     import grpc  # only for shard processes
 
     addresses = addresses_of(conf)
-    client = PSClient.connect(addresses, conf.push_codec, conf.residual_rows)
+    client = PSClient.connect(addresses, conf.push_codec, conf.residual_rows, conf.seed)
     for addr, ch in zip(addresses, client.transport.channels, strict=True):  # type: ignore[attr-defined]
         try:
             grpc.channel_ready_future(ch).result(timeout=30)

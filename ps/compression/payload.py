@@ -77,7 +77,7 @@ def _int8_encode(rows: F64, rng: np.random.Generator) -> tuple[bytes, F64]:
     offset per row would cost more than the values) take them per column instead."""
     by_column = rows.shape[1] < 8
     x = np.ascontiguousarray(rows.T if by_column else rows)
-    lo, step, codes = encode_int8(x, rng.random(x.size))
+    lo, step, codes = encode_int8(x, int(rng.integers(0, 2**62)))
     decoded = decode_int8(lo, step, codes, x.shape[1])
     body = bytes([int(by_column)]) + lo.tobytes() + step.tobytes() + codes.tobytes()
     return body, decoded.T.copy() if by_column else decoded
@@ -101,9 +101,8 @@ def _minifloat(exp_bits: int, man_bits: int) -> tuple[Callable[..., tuple[bytes,
     def enc(rows: F64, rng: np.random.Generator) -> tuple[bytes, F64]:
         rows = np.ascontiguousarray(rows)
         shifts = column_shifts(rows, exp_bits)
-        codes = encode_minifloat(rows, shifts, exp_bits, man_bits)
-        body = shifts.astype("<i2").tobytes() + pack_bits(codes, bits).tobytes()
-        return body, decode_minifloat(codes, rows.shape[1], shifts, exp_bits, man_bits)
+        codes, decoded = encode_minifloat(rows, shifts, exp_bits, man_bits)
+        return shifts.astype("<i2").tobytes() + pack_bits(codes, bits).tobytes(), decoded
 
     def dec(body: bytes, n: int, d: int) -> F64:
         _expect(body, 2 * d + packed_bytes(n * d, bits))
@@ -117,15 +116,15 @@ def _minifloat(exp_bits: int, man_bits: int) -> tuple[Callable[..., tuple[bytes,
 
 
 def _onebit_encode(rows: F64, rng: np.random.Generator) -> tuple[bytes, F64]:
-    pos, neg, codes = encode_onebit(np.ascontiguousarray(rows))
-    return pos.tobytes() + neg.tobytes() + pack_bits(codes, 1).tobytes(), decode_onebit(pos, neg, codes)
+    pos, neg, packed = encode_onebit(np.ascontiguousarray(rows))
+    return pos.tobytes() + neg.tobytes() + packed.tobytes(), decode_onebit(pos, neg, packed, rows.shape[0])
 
 
 def _onebit_decode(body: bytes, n: int, d: int) -> F64:
     _expect(body, 8 * d + packed_bytes(n * d, 1))
     pos = np.frombuffer(body[: 4 * d], dtype="<f4").astype(np.float32)
     neg = np.frombuffer(body[4 * d : 8 * d], dtype="<f4").astype(np.float32)
-    return decode_onebit(pos, neg, unpack_bits(np.frombuffer(body, dtype=np.uint8)[8 * d :], n * d, 1))  # type: ignore[no-any-return]
+    return decode_onebit(pos, neg, np.frombuffer(body, dtype=np.uint8)[8 * d :], n)  # type: ignore[no-any-return]
 
 
 def _expect(body: bytes, size: int) -> None:

@@ -13,15 +13,36 @@ U8 = npt.NDArray[np.uint8]
 U32 = npt.NDArray[np.uint32]
 
 
+@nb.njit(cache=True, nogil=True, inline="always")
+def _splitmix(x: np.uint64) -> np.uint64:
+    x += np.uint64(0x9E3779B97F4A7C15)
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
 @nb.njit(cache=True, nogil=True)
-def encode_int8(values: F64, uniforms: F64) -> tuple[F32, F32, U8]:
+def uniforms(seed: int, count: int) -> F64:
+    """The [0, 1) numbers encode_int8 rounds with: splitmix64 of (seed, index), counter-based
+    so the kernel stays a pure function of its arguments (numpy's generator cost more than
+    the quantizing)."""
+    out = np.empty(count)
+    base = np.uint64(seed) * np.uint64(0xD1342543DE82EF95)
+    for i in range(count):
+        out[i] = float(_splitmix(base + np.uint64(i)) >> np.uint64(11)) * (1.0 / 9007199254740992.0)
+    return out
+
+
+@nb.njit(cache=True, nogil=True)
+def encode_int8(values: F64, seed: int) -> tuple[F32, F32, U8]:
     """(row minimum, row step, codes): value ~ minimum + step * code, code in 0..255,
-    rounded up with probability equal to the remainder (uniforms: one in [0, 1) per value),
-    so the decoded value is unbiased."""
+    rounded up with probability equal to the remainder (uniforms(seed, n * d), one per
+    value), so the decoded value is unbiased."""
     n, d = values.shape
     lo = np.empty(n, dtype=np.float32)
     step = np.empty(n, dtype=np.float32)
     codes = np.empty(n * d, dtype=np.uint8)
+    base_seed = np.uint64(seed) * np.uint64(0xD1342543DE82EF95)
     for i in range(n):
         a = values[i, 0]
         b = values[i, 0]
@@ -34,10 +55,12 @@ def encode_int8(values: F64, uniforms: F64) -> tuple[F32, F32, U8]:
         step[i] = np.float32((b - float(lo[i])) / 255.0)  # from the rounded minimum, so the maximum stays reachable
         s = float(step[i])
         base = float(lo[i])
+        inv = 1.0 / s if s > 0.0 else 0.0
         for c in range(d):
             q = 0.0
             if s > 0.0:
-                q = np.floor((values[i, c] - base) / s + uniforms[i * d + c])
+                u = float(_splitmix(base_seed + np.uint64(i * d + c)) >> np.uint64(11)) * (1.0 / 9007199254740992.0)
+                q = np.floor((values[i, c] - base) * inv + u)
                 q = min(max(q, 0.0), 255.0)
             codes[i * d + c] = np.uint8(q)
     return lo, step, codes
@@ -54,25 +77,25 @@ def decode_int8(lo: F32, step: F32, codes: U8, d: int) -> F64:
 
 
 @nb.njit(cache=True, nogil=True)
-def encode_onebit(values: F64) -> tuple[F32, F32, U32]:
+def encode_onebit(values: F64) -> tuple[F32, F32, U8]:
     """(per column: mean of its values >= 0, mean of its values < 0; a sign bit per value,
-    1 for >= 0): each value is sent as its column's mean of the same sign, which keeps each
-    column's sum exact."""
+    row-major, 1 for >= 0, packed little-endian 8 to a byte): each value is sent as its
+    column's mean of the same sign, which keeps each column's sum exact."""
     n, d = values.shape
     pos_sum = np.zeros(d)
     neg_sum = np.zeros(d)
-    pos_n = np.zeros(d)
-    codes = np.empty(n * d, dtype=np.uint32)
-    for i in range(n):
-        for c in range(d):
-            v = values[i, c]
-            if v >= 0.0:
-                pos_sum[c] += v
-                pos_n[c] += 1.0
-                codes[i * d + c] = 1
-            else:
-                neg_sum[c] += v
-                codes[i * d + c] = 0
+    pos_n = np.zeros(d, dtype=np.int64)
+    packed = np.zeros((n * d + 7) // 8, dtype=np.uint8)
+    flat = values.reshape(-1)
+    for i in range(n * d):
+        v = flat[i]
+        c = i % d
+        if v >= 0.0:
+            pos_sum[c] += v
+            pos_n[c] += 1
+            packed[i >> 3] |= np.uint8(1 << (i & 7))
+        else:
+            neg_sum[c] += v
     pos = np.zeros(d, dtype=np.float32)
     neg = np.zeros(d, dtype=np.float32)
     for c in range(d):
@@ -80,15 +103,14 @@ def encode_onebit(values: F64) -> tuple[F32, F32, U32]:
             pos[c] = np.float32(pos_sum[c] / pos_n[c])
         if n - pos_n[c] > 0:
             neg[c] = np.float32(neg_sum[c] / (n - pos_n[c]))
-    return pos, neg, codes
+    return pos, neg, packed
 
 
 @nb.njit(cache=True, nogil=True)
-def decode_onebit(pos: F32, neg: F32, codes: U32) -> F64:
+def decode_onebit(pos: F32, neg: F32, packed: U8, n: int) -> F64:
     d = pos.shape[0]
-    n = codes.shape[0] // d
-    out = np.empty((n, d), dtype=np.float64)
-    for i in range(n):
-        for c in range(d):
-            out[i, c] = float(pos[c]) if codes[i * d + c] else float(neg[c])
-    return out
+    out = np.empty(n * d, dtype=np.float64)
+    for i in range(n * d):
+        c = i % d
+        out[i] = float(pos[c]) if (packed[i >> 3] >> (i & 7)) & 1 else float(neg[c])
+    return out.reshape(n, d)

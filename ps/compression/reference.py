@@ -25,7 +25,8 @@ def minifloat_reference(values: F64, shifts: npt.NDArray[np.int32], exp_bits: in
     smallest = np.ldexp(1.0, 1 - bias)
     out = np.where(out > biggest, biggest, out)
     out = np.where(a < smallest, np.where(a >= smallest / 2, smallest, 0.0), out)
-    return np.sign(values) * np.ldexp(out, shifts[None, :].astype(np.int64))
+    out = np.sign(values) * np.ldexp(out, shifts[None, :].astype(np.int64))
+    return np.where(np.abs(values) < np.finfo(np.float64).tiny, 0.0, out)  # float64 subnormals are zero
 
 
 def onebit_reference(values: F64) -> F64:
@@ -44,7 +45,8 @@ def int8_reference(values: F64, uniforms: F64) -> F64:
     step = ((values.max(axis=1) - lo.astype(np.float64)) / 255.0).astype(np.float32)
     s, base = step.astype(np.float64)[:, None], lo.astype(np.float64)[:, None]
     with np.errstate(divide="ignore", invalid="ignore"):
-        q = np.where(s > 0, np.clip(np.floor((values - base) / s + uniforms.reshape(values.shape)), 0, 255), 0.0)
+        inv = np.where(s > 0, 1.0 / s, 0.0)
+        q = np.where(s > 0, np.clip(np.floor((values - base) * inv + uniforms.reshape(values.shape)), 0, 255), 0.0)
     return base + s * q
 
 

@@ -14,7 +14,7 @@ from ps.compression.bits import pack_bits, packed_bytes, unpack_bits
 from ps.compression.compressor import Compressor, parse_codec
 from ps.compression.minifloat import column_shifts, decode_minifloat, encode_minifloat
 from ps.compression.payload import VALUE_CODECS, decode_payload
-from ps.compression.quantize import decode_int8, decode_onebit, encode_int8, encode_onebit
+from ps.compression.quantize import decode_int8, decode_onebit, encode_int8, encode_onebit, uniforms
 from ps.compression.reference import (
     int8_reference,
     minifloat_reference,
@@ -47,17 +47,20 @@ def test_bit_packing_equals_the_reference_and_round_trips(case):
 def test_minifloat_equals_the_reference(values, fmt):
     exp_bits, man_bits = fmt
     shifts = column_shifts(values, exp_bits)
-    got = decode_minifloat(encode_minifloat(values, shifts, exp_bits, man_bits), values.shape[1], shifts, exp_bits, man_bits)
+    codes, decoded = encode_minifloat(values, shifts, exp_bits, man_bits)
+    got = decode_minifloat(codes, values.shape[1], shifts, exp_bits, man_bits)
     np.testing.assert_array_equal(got, minifloat_reference(values, shifts, exp_bits, man_bits))
+    np.testing.assert_array_equal(decoded, got)
 
 
 @settings(max_examples=200, deadline=None)
 @given(matrices)
 def test_onebit_and_int8_equal_their_references(values):
-    pos, neg, codes = encode_onebit(values)
-    np.testing.assert_array_equal(decode_onebit(pos, neg, codes), onebit_reference(values))
-    u = np.random.default_rng(0).random(values.size)
-    lo, step, q = encode_int8(values, u)
+    pos, neg, packed = encode_onebit(values)
+    np.testing.assert_array_equal(decode_onebit(pos, neg, packed, values.shape[0]), onebit_reference(values))
+    u = uniforms(7, values.size)
+    assert np.all((u >= 0) & (u < 1))
+    lo, step, q = encode_int8(values, 7)
     np.testing.assert_allclose(decode_int8(lo, step, q, values.shape[1]), int8_reference(values, u), rtol=1e-12)
     if values.shape[0]:
         np.testing.assert_allclose(row_scores(values), row_scores_reference(values), rtol=1e-12)
@@ -91,6 +94,12 @@ def test_every_codec_round_trips_within_its_bound(values, name):
     elif name == "onebit" and values.size:
         np.testing.assert_allclose(back.sum(axis=0), values.sum(axis=0), rtol=1e-5, atol=1e-3)  # column sums kept
         assert np.all((back >= 0) == (values >= 0) | (back == 0))
+
+
+def test_rounding_uniforms_are_uniform():
+    u = uniforms(3, 200_000)
+    counts = np.histogram(u, bins=20, range=(0, 1))[0]
+    assert abs(u.mean() - 0.5) < 0.005 and counts.min() > 9_000 and not np.array_equal(u[:100], uniforms(4, 100))
 
 
 def test_int8_stochastic_rounding_is_unbiased():
