@@ -50,7 +50,6 @@ def encode_minifloat(values: F64, shifts: I32, exp_bits: int, man_bits: int) -> 
     half = np.uint64(1) << np.uint64(51 - man_bits)
     mmask = np.uint64((1 << man_bits) - 1)
     sign_at = np.uint32(exp_bits + man_bits)
-    top_code = np.uint32((emax << man_bits) | ((1 << man_bits) - 1))
     bits = values.reshape(-1).view(np.uint64)
     out = np.empty(n * d, dtype=np.uint32)
     decoded = np.empty(n * d, dtype=np.float64)
