@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -79,7 +80,7 @@ def train(stream: Path, preset: str, model: str, codec: str, seed: int, work: Pa
     }
 
 
-def summarize(runs: dict[str, list[dict[str, float]]]) -> list[dict[str, object]]:
+def summarize(runs: dict[str, list[dict[str, float]]]) -> list[dict[str, Any]]:
     base = runs["fp32"]
     rows = []
     for codec, rs in runs.items():
@@ -136,7 +137,7 @@ def codec_speed(reps: int) -> list[dict[str, float | str]]:
     return out
 
 
-def plot(results: dict[str, list[dict[str, object]]], path: Path) -> None:
+def plot(results: dict[str, list[dict[str, Any]]], path: Path) -> None:
     try:
         import matplotlib
 
@@ -185,11 +186,11 @@ def main() -> None:
     codecs = args.codecs.split(",")
     if codecs[0] != "fp32":
         codecs = ["fp32", *[c for c in codecs if c != "fp32"]]
-    results: dict[str, list[dict[str, object]]] = {}
+    results: dict[str, list[dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         for name in args.datasets.split(","):
-            stream, rows = write_stream(name, work)
+            stream, _ = write_stream(name, work)
             for model in args.models.split(","):
                 runs: dict[str, list[dict[str, float]]] = {c: [] for c in codecs}
                 for seed in range(args.seeds):
@@ -204,7 +205,7 @@ def main() -> None:
         print(f"\n{key}\n| codec | push B/sample | ratio | pull B/sample | dAUC (spread) | dlogloss | residual rows peak / cap |")
         print("|---|---|---|---|---|---|---|")
         for r in rows:
-            lo, hi = r["d_auc_spread"]  # type: ignore[misc]
+            lo, hi = r["d_auc_spread"]
             print(
                 f"| {r['codec']} | {r['push_bytes_per_sample']:.3f} | {r['ratio']:.1f}x | {r['pull_bytes_per_sample']:.1f} |"
                 f" {r['d_auc']:+.4f} ({lo:+.4f}..{hi:+.4f}) | {r['d_logloss']:+.4f} |"

@@ -68,11 +68,11 @@ def encode_minifloat(values: F64, shifts: I32, exp_bits: int, man_bits: int) -> 
         field = np.int64(r >> np.uint64(52)) - 1023 - shift + bias
         mant = (r >> drop) & mmask
         if field > emax:
-            field = emax
+            field = np.int64(emax)
             mant = mmask
         elif field < 1:
             mant = np.uint64(0)
-            field = 1 if raw_exp - 1023 - shift >= -bias else 0  # half the smallest normal rounds up to it
+            field = np.int64(1 if raw_exp - 1023 - shift >= -bias else 0)  # half the smallest normal rounds up to it
         if field == 0:
             out[i] = np.uint32(0)
             decoded[i] = 0.0
