@@ -41,6 +41,9 @@ class DeepModel:
         uidx = inv
         seq = self.sequential
         (w_rows, w_session), (e_rows, e_session) = client.pull("w", uniq, state=seq), client.pull(self.emb, uniq, state=seq)
+        if seq:  # this worker's updates that compression has not sent yet (its own view)
+            w_rows += client.unsent("w", uniq, w_rows.shape[1])
+            e_rows += client.unsent(self.emb, uniq, e_rows.shape[1])
         bias_rows = client.pull_dense("bias", state=seq)
         self.net.load_flat(client.pull_dense("mlp"))
         k = self.spec.k
