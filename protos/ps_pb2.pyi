@@ -65,6 +65,10 @@ class _PushKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_PushKind.Val
     DESCRIPTOR: _descriptor.EnumDescriptor
     PUSH_GRADIENT: _PushKind.ValueType  # 0
     PUSH_STATE_DELTA: _PushKind.ValueType  # 1
+    PUSH_MOMENTUM: _PushKind.ValueType  # 2
+    """dense Adam tables only: the worker's 1-bit compressed momentum (1-bit Adam); the shard
+    steps with it over its frozen variance
+    """
 
 class PushKind(_PushKind, metaclass=_PushKindEnumTypeWrapper):
     """What a push carries: gradients (the shard steps the table's optimizer once per row), or
@@ -73,6 +77,10 @@ class PushKind(_PushKind, metaclass=_PushKindEnumTypeWrapper):
 
 PUSH_GRADIENT: PushKind.ValueType  # 0
 PUSH_STATE_DELTA: PushKind.ValueType  # 1
+PUSH_MOMENTUM: PushKind.ValueType  # 2
+"""dense Adam tables only: the worker's 1-bit compressed momentum (1-bit Adam); the shard
+steps with it over its frozen variance
+"""
 Global___PushKind: _TypeAlias = PushKind  # noqa: Y015
 
 class _ExportKind:
@@ -379,25 +387,24 @@ class DensePushRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     TABLE_FIELD_NUMBER: _builtins.int
-    CODEC_FIELD_NUMBER: _builtins.int
     PAYLOAD_FIELD_NUMBER: _builtins.int
     KIND_FIELD_NUMBER: _builtins.int
     table: _builtins.str
-    codec: Global___Codec.ValueType
     payload: _builtins.bytes
-    """gradient (n values) or state delta (n * width) for this shard's range"""
+    """self-describing (docs/ps-compression.md): this shard's range of n values as n rows of
+    1 value (gradient, momentum) or of the state width (state delta)
+    """
     kind: Global___PushKind.ValueType
     def __init__(
         self,
         *,
         table: _builtins.str = ...,
-        codec: Global___Codec.ValueType = ...,
         payload: _builtins.bytes = ...,
         kind: Global___PushKind.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["codec", b"codec", "kind", b"kind", "payload", b"payload", "table", b"table"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["kind", b"kind", "payload", b"payload", "table", b"table"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -22,17 +22,16 @@ import numpy.typing as npt
 
 from ctr.modelspec import TableSpec
 from ctr.routing import dense_range, shard_of
-from ps.codecs import FP32, Codec
 from ps.compression.compressor import CodecSpec, Compressor, parse_codec
-from ps.compression.payload import Compressed
+from ps.compression.payload import VALUE_CODECS, Compressed
 from ps.shard import ExportedFile, Shard
-from ps.tables import DELTA, GRADIENT
+from ps.tables import DELTA, GRADIENT, MOMENTUM
 from ps.transport import LocalTransport, Rows, SessionLost, ShardStatus, ShardTransport
 
 if TYPE_CHECKING:
     from ps.local_server import LocalServers
 
-__all__ = ["DELTA", "GRADIENT", "ExportedFile", "PSClient", "PullSession"]
+__all__ = ["DELTA", "GRADIENT", "MOMENTUM", "ExportedFile", "PSClient", "PullSession", "parse_codec"]
 
 T = TypeVar("T")
 DEFAULT_RESIDUAL_ROWS = 1 << 20
@@ -66,11 +65,12 @@ class PSClient:
         self.push_codec = None if push_codec == "auto" else parse_codec(push_codec)
         self.residual_rows = residual_rows
         self.seed = seed
+        self._rng = np.random.default_rng(seed)
         self.dense_push_bytes = 0  # of push_bytes, what push_dense sent
         self.compressors: dict[str, Compressor] = {}
         self._kinds: dict[str, str] = {}  # what each table's pushes carry
         self.drain_bytes = 0  # push bytes of flush_residuals, counted in push_bytes too
-        self.codec: Codec = FP32
+        self._dense_residual: dict[str, npt.NDArray[np.float64]] = {}  # error feedback of 1-bit dense pushes
         self.pool = ThreadPoolExecutor(max_workers=max(1, shard_count))
         self._dense_len: dict[str, int] = {}
 
@@ -267,17 +267,24 @@ class PSClient:
         parts = self._each(lambda s: self.transport.pull_dense(s, table, state), self._dense_shards(table))
         return np.concatenate([v for _, v in sorted(parts, key=lambda p: p[0]) if v.shape[0]])
 
-    def push_dense(self, table: str, values: Rows, kind: str = GRADIENT) -> None:
-        """A gradient [n] or a state delta [n, width] of the whole vector."""
-        v = np.ascontiguousarray(values, dtype=np.float64 if kind == DELTA else np.float32)
-
-        def one(s: int) -> None:
+    def push_dense(self, table: str, values: Rows, kind: str = GRADIENT, onebit: bool = False) -> None:
+        """A gradient [n], an Adam momentum [n] or a state delta [n, width] of the whole
+        vector: fp32 (gradient, momentum) or fp64 (delta) values, or with onebit=True signs
+        and two means per shard, the quantization error kept for the next push."""
+        v = np.asarray(values, dtype=np.float64).reshape(values.shape[0], -1)
+        if onebit:
+            v = v + self._dense_residual.get(table, 0.0)
+        codec = VALUE_CODECS["onebit" if onebit else "fp64" if kind == DELTA else "fp32"]
+        sent = np.empty_like(v)
+        parts = []
+        for s in _holding(v.shape[0], self.n):
             lo, hi = dense_range(v.shape[0], s, self.n)
-            if hi > lo:
-                self.transport.push_dense(s, table, v[lo:hi], kind, self.codec)
-
+            body, sent[lo:hi] = codec.encode(v[lo:hi], self._rng)
+            parts.append((s, Compressed(codec, hi - lo, v.shape[1], None, body).payload(with_subset=False)))
+        if onebit:
+            self._dense_residual[table] = v - sent
         before = self.push_bytes
-        self._each(one, _holding(v.shape[0], self.n))
+        self._each(lambda i: self.transport.push_dense(parts[i][0], table, parts[i][1], kind), list(range(len(parts))))
         self.dense_push_bytes += self.push_bytes - before  # pushes run from one thread, so this is ours
 
     def export(self, full: bool, directory: Path) -> tuple[list[ExportedFile], list[int]]:

@@ -9,12 +9,11 @@ import numpy.typing as npt
 from ctr.daemon import MAX_MESSAGE_BYTES
 from ctr.modelspec import TableSpec
 from protos import ps_pb2, ps_pb2_grpc
-from ps.codecs import Codec
 from ps.shard import ExportedFile, TableStats
-from ps.transport import Rows, SessionLost, ShardStatus, _ByteCounter, _codec_for
+from ps.transport import Rows, SessionLost, ShardStatus, _ByteCounter
 from ps.wire import KEYS_DELTA_VARINT, decode_rows, encode_keys, table_decl
 
-_PUSH_KINDS = {"gradient": ps_pb2.PUSH_GRADIENT, "delta": ps_pb2.PUSH_STATE_DELTA}
+_PUSH_KINDS = {"gradient": ps_pb2.PUSH_GRADIENT, "delta": ps_pb2.PUSH_STATE_DELTA, "momentum": ps_pb2.PUSH_MOMENTUM}
 
 
 class GrpcTransport(_ByteCounter):
@@ -71,14 +70,8 @@ class GrpcTransport(_ByteCounter):
             return resp.offset, np.frombuffer(resp.values, dtype="<f8").reshape(-1, max(1, resp.width)).copy()
         return resp.offset, np.frombuffer(resp.values, dtype="<f4").copy()
 
-    def push_dense(self, shard: int, table: str, values: Rows, kind: str, codec: Codec) -> None:
-        c = _codec_for(kind, codec)
-        req = ps_pb2.DensePushRequest(
-            table=table,
-            codec=c.wire_id,  # type: ignore[arg-type]
-            payload=c.encode(values.reshape(-1)),
-            kind=_PUSH_KINDS[kind],
-        )
+    def push_dense(self, shard: int, table: str, payload: bytes, kind: str) -> None:
+        req = ps_pb2.DensePushRequest(table=table, payload=payload, kind=_PUSH_KINDS[kind])
         self.count(push=req.ByteSize())
         self.stubs[shard].PushDense(req, timeout=self.timeout)
 

@@ -12,10 +12,9 @@ import grpc
 from ctr.modelspec import ModelSpecError
 from protos import ps_pb2, ps_pb2_grpc
 from ps import metrics
-from ps.codecs import BY_WIRE_ID, Codec, CodecError
-from ps.compression.payload import BY_ID, decode_payload
+from ps.compression.payload import BY_ID, CodecError, decode_payload
 from ps.shard import SessionExpired, Shard, ShardError
-from ps.tables import DELTA, GRADIENT
+from ps.tables import DELTA, GRADIENT, MOMENTUM
 from ps.wire import WireError, decode_keys, table_spec
 
 R = TypeVar("R")
@@ -37,18 +36,13 @@ def _call(method: str, context: grpc.ServicerContext, fn: Callable[[], R]) -> R:
     raise AssertionError("unreachable")  # context.abort raises
 
 
-def _codec(wire_id: int) -> Codec:
-    codec = BY_WIRE_ID.get(int(wire_id))
-    if codec is None:
-        raise ShardError(f"codec: unknown value {wire_id}")
-    return codec
-
-
 def _push_kind(value: int) -> str:
     if value == ps_pb2.PUSH_GRADIENT:
         return GRADIENT
     if value == ps_pb2.PUSH_STATE_DELTA:
         return DELTA
+    if value == ps_pb2.PUSH_MOMENTUM:
+        return MOMENTUM
     raise ShardError(f"kind: unknown push kind {value}")
 
 
@@ -99,9 +93,9 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
 
     def PushDense(self, request: ps_pb2.DensePushRequest, context: grpc.ServicerContext) -> ps_pb2.DensePushResponse:
         def run() -> ps_pb2.DensePushResponse:
-            codec = _codec(request.codec)
-            values = codec.decode(request.payload, codec.count(request.payload))
-            self.shard.push_dense(request.table, values, _push_kind(request.kind))
+            kind = _push_kind(request.kind)
+            _, values = decode_payload(request.payload, *self.shard.dense_push_shape(request.table, kind))
+            self.shard.push_dense(request.table, values, kind)
             return ps_pb2.DensePushResponse()
 
         return _call("PushDense", context, run)

@@ -158,6 +158,11 @@ class Shard:
             raise ShardError(f"pull session {session_id} was opened on table {entry[0]!r}, not {table!r}")
         return entry[1]
 
+    def dense_push_shape(self, table: str, kind: str) -> tuple[int, int]:
+        """(rows, values per row) of a dense push of `kind` to this shard's range."""
+        t = self._dense(table)
+        return t.hi - t.lo, t.push_width(kind)
+
     def push_width(self, table: str, kind: str) -> int:
         """Values per row a push of `kind` carries: the weights' dim for gradients, the
         state's width for deltas."""

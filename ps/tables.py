@@ -13,11 +13,12 @@ import numpy.typing as npt
 
 from ctr.hashmap import CompactHashMap
 from ctr.modelspec import TableSpec
-from ctr.optim import accumulator_columns, init_rows, step_rows, weights_of_rows
+from ctr.optim import accumulator_columns, frozen_adam_rows, init_rows, step_rows, weights_of_rows
 from ps import kernels
 
 GRADIENT = "gradient"
 DELTA = "delta"
+MOMENTUM = "momentum"  # dense Adam: a step with the worker's momentum over the frozen variance
 STATE_LIMIT = 1e30  # no optimizer state value may pass this: far beyond any trained model
 
 
@@ -171,10 +172,19 @@ class DenseTable:
     def weights(self) -> npt.NDArray[np.float32]:
         return weights_of_rows(self.state, 1, self.params).reshape(-1).astype(np.float32)  # type: ignore[no-any-return]
 
+    def push_width(self, kind: str) -> int:
+        return self.width if kind == DELTA else 1
+
     def apply(self, kind: str, values: npt.NDArray[np.float64]) -> None:
-        """Applies a gradient [n] or a state delta [n, width] of this range, if safe (as
-        SparseTable.apply); otherwise raises PushRejected and changes nothing."""
-        v = as_rows(self.name, kind, values, self.hi - self.lo, 1 if kind == GRADIENT else self.width)
+        """Applies a gradient [n], a state delta [n, width] or an Adam momentum [n] of this
+        range, if safe (as SparseTable.apply); otherwise raises PushRejected and changes nothing."""
+        v = as_rows(self.name, kind, values, self.hi - self.lo, self.push_width(kind))
+        if kind == MOMENTUM:
+            if self.spec.optimizer.kind != "adam":
+                raise PushRejected(f"table {self.name}: a momentum push needs an adam table, not {self.spec.optimizer.kind}")
+            check_values(self.name, v, self.spec.optimizer.max_abs)
+            frozen_adam_rows(self.state, v, self.params)
+            return
         if kind == GRADIENT:
             check_values(self.name, v, self.spec.optimizer.max_abs)
             step_rows(self.state, v, 1, self.params)

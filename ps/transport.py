@@ -17,10 +17,8 @@ import numpy as np
 import numpy.typing as npt
 
 from ctr.modelspec import TableSpec
-from ps.codecs import FP64, Codec
 from ps.compression.payload import decode_payload
 from ps.shard import ExportedFile, Shard, TableStats
-from ps.tables import DELTA
 from ps.wire import KEYS_DELTA_VARINT, encode_keys
 
 Rows = npt.NDArray[Any]  # float32 weights or gradients, float64 optimizer state or deltas
@@ -54,7 +52,7 @@ class ShardTransport(Protocol):
 
     def pull_dense(self, shard: int, table: str, state: bool) -> tuple[int, Rows]: ...
 
-    def push_dense(self, shard: int, table: str, values: Rows, kind: str, codec: Codec) -> None: ...
+    def push_dense(self, shard: int, table: str, payload: bytes, kind: str) -> None: ...
 
     def export(self, shard: int, full: bool, directory: str) -> tuple[list[ExportedFile], int]: ...
 
@@ -75,11 +73,6 @@ class _ByteCounter:
         with self._lock:
             self.pull_bytes += pull
             self.push_bytes += push
-
-
-def _codec_for(kind: str, codec: Codec) -> Codec:
-    """State deltas always travel as float64: accumulators need every digit."""
-    return FP64 if kind == DELTA else codec
 
 
 class LocalTransport(_ByteCounter):
@@ -110,11 +103,11 @@ class LocalTransport(_ByteCounter):
         self.count(pull=values.nbytes)
         return lo, values
 
-    def push_dense(self, shard: int, table: str, values: Rows, kind: str, codec: Codec) -> None:
-        c = _codec_for(kind, codec)
-        payload = c.encode(values.reshape(-1))
+    def push_dense(self, shard: int, table: str, payload: bytes, kind: str) -> None:
         self.count(push=len(payload))
-        self.shards[shard].push_dense(table, c.decode(payload, values.size), kind)
+        s = self.shards[shard]
+        _, values = decode_payload(payload, *s.dense_push_shape(table, kind))
+        s.push_dense(table, values, kind)
 
     def export(self, shard: int, full: bool, directory: str) -> tuple[list[ExportedFile], int]:
         return self.shards[shard].export(full, Path(directory))

@@ -36,6 +36,10 @@ class TrainerConfig:
             " auto: fp64 state deltas, fp32 gradients"
         },
     )
+    dense_codec: str = field(
+        default="fp32",
+        metadata={"help": "MLP pushes of wdl and deepfm: fp32 gradients, or onebit-adam[:WARMUP_STEPS] (1-bit Adam)"},
+    )
     seed: int = field(default=0, metadata={"help": "seed of the push compressors' stochastic rounding"})
     residual_rows: int = field(
         default=1 << 20, metadata={"help": "error-feedback memory of lossy push codecs, rows per table (older rows are flushed)"}

@@ -18,16 +18,21 @@ from ctr.modelspec import ModelSpec
 from ctr.optim import PLAIN, plain_state, rows_with_weights, weights_of_rows
 from ctr.unique import sorted_unique_inverse
 from ps.client import DELTA, GRADIENT, PSClient
+from trainer.onebit_adam import OneBitAdam
 
 
 class DeepModel:
-    def __init__(self, spec: ModelSpec) -> None:
+    def __init__(self, spec: ModelSpec, onebit_warmup: int | None = None) -> None:
         self.spec = spec
         self.tables = {t.name: t for t in spec.tables()}
         self.emb = spec.embedding_table() or "v"
         self.sequential = spec.update == "example"
         self.net = DeepCTR(spec, seed=spec.optimizer("mlp").seed).to(device())
         self.params = {n: t.optimizer.params() for n, t in self.tables.items()}
+        mlp_opt = spec.optimizer("mlp")
+        if onebit_warmup is not None and mlp_opt.kind != "adam":
+            raise ValueError(f"--dense-codec onebit-adam needs an adam MLP optimizer, not {mlp_opt.kind} (--opt-mlp)")
+        self.onebit = None if onebit_warmup is None else OneBitAdam("mlp", onebit_warmup, mlp_opt.beta1)
 
     def prepare(self, client: PSClient) -> None:
         created = client.declare(self.spec.tables())
@@ -87,5 +92,9 @@ class DeepModel:
             client.push("w", uniq, gw.astype(np.float32), w_session, kind=GRADIENT)
             client.push(self.emb, uniq, ge.astype(np.float32), e_session, kind=GRADIENT)
             client.push_dense("bias", np.array([gbias], np.float32), kind=GRADIENT)
-        client.push_dense("mlp", self.net.flat_grad() / max(1, len(batch)), kind=GRADIENT)
+        grad = self.net.flat_grad() / max(1, len(batch))
+        if self.onebit is None:
+            client.push_dense("mlp", grad, kind=GRADIENT)
+        else:
+            self.onebit.push(client, grad)
         return probs  # type: ignore[no-any-return]

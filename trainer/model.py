@@ -191,11 +191,14 @@ class FactorizationModel:
         return probs
 
 
-def build_model(spec: ModelSpec, staleness: int = 0) -> TrainableModel:
+def build_model(spec: ModelSpec, staleness: int = 0, onebit_warmup: int | None = None) -> TrainableModel:
+    """onebit_warmup: the warm-up steps of 1-bit Adam on the MLP (None: fp32 gradients)."""
     if spec.is_dnn:
         if staleness:
             raise ValueError(f"--staleness applies to lr, fm and ffm; {spec.type} pulls every batch")
         from trainer.deep_model import DeepModel  # torch loads only for DNN models
 
-        return DeepModel(spec)
+        return DeepModel(spec, onebit_warmup)
+    if onebit_warmup is not None:
+        raise ValueError(f"--dense-codec onebit-adam applies to the MLP of wdl and deepfm, not {spec.type}")
     return FactorizationModel(spec, staleness)

@@ -18,12 +18,13 @@ from ctr.fields import FieldIndex
 from ctr.formats import resolve_fields
 from ctr.modelspec import FIELD_MODELS, ModelSpec
 from ctr.schema import PRESETS, FeatureSchema, detect_schema
-from ps.client import PSClient
+from ps.client import PSClient, parse_codec
 from trainer import metrics
 from trainer.config import ENV_PREFIX, TrainerConfig
 from trainer.exporter import Exporter
 from trainer.loop import LoopSettings, Trainer
 from trainer.model import build_model
+from trainer.onebit_adam import parse_dense_codec
 from trainer.progressive import ProgressiveMetrics
 from trainer.source import Position, Source, open_source
 from trainer.spec import model_spec
@@ -43,6 +44,20 @@ def load_schema(conf: TrainerConfig) -> FeatureSchema | None:
     if conf.format not in PRESETS:
         raise cfg.ConfigError(f"--format: unknown preset {conf.format!r}; known: auto, {', '.join(PRESETS)}")
     return PRESETS[conf.format]
+
+
+def check_codecs(conf: TrainerConfig) -> None:
+    try:
+        if conf.push_codec != "auto":
+            parse_codec(conf.push_codec)
+    except ValueError as e:
+        raise cfg.ConfigError(f"--push-codec: {e}") from None
+    try:
+        parse_dense_codec(conf.dense_codec)
+    except ValueError as e:
+        raise cfg.ConfigError(str(e)) from None
+    if conf.residual_rows < 1:
+        raise cfg.ConfigError(f"--residual-rows {conf.residual_rows}: the error-feedback memory needs at least 1 row")
 
 
 def check_workers(conf: TrainerConfig) -> None:
@@ -161,6 +176,7 @@ def run(args: argparse.Namespace) -> int:
 def train(conf: TrainerConfig) -> int:
     log = daemon.setup_logging("trainer", conf.log_level)
     check_workers(conf)
+    check_codecs(conf)
     schema = load_schema(conf)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -176,7 +192,7 @@ def train(conf: TrainerConfig) -> int:
     schema, fields = resolve(conf, schema, source)
     spec = model_spec(conf, tuple(fields.names))
     try:
-        model = build_model(spec, conf.staleness)
+        model = build_model(spec, conf.staleness, parse_dense_codec(conf.dense_codec))
     except ValueError as e:
         raise cfg.ConfigError(str(e)) from None
     model.prepare(client)

@@ -17,7 +17,6 @@ import numpy as np
 import numpy.typing as npt
 
 from ctr.varint import _get, decode_index_lists, encode_index_lists, encode_varints
-from ps.codecs import CodecError
 from ps.compression.bits import pack_bits, packed_bytes, unpack_bits
 from ps.compression.minifloat import column_shifts, decode_minifloat, encode_minifloat
 from ps.compression.quantize import decode_int8, decode_onebit, encode_int8, encode_onebit
@@ -25,6 +24,12 @@ from ps.compression.quantize import decode_int8, decode_onebit, encode_int8, enc
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
 MAGIC, VERSION = 0xC7, 1
+
+
+class CodecError(ValueError):
+    """A payload whose header, counts, lengths or values do not match its push."""
+
+
 SUBSET, BITMAP = 1, 2
 
 

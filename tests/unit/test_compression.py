@@ -9,11 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from ps.codecs import CodecError
 from ps.compression.bits import pack_bits, packed_bytes, unpack_bits
 from ps.compression.compressor import Compressor, parse_codec
 from ps.compression.minifloat import column_shifts, decode_minifloat, encode_minifloat
-from ps.compression.payload import VALUE_CODECS, decode_payload
+from ps.compression.payload import VALUE_CODECS, CodecError, decode_payload
 from ps.compression.quantize import decode_int8, decode_onebit, encode_int8, encode_onebit, uniforms
 from ps.compression.reference import (
     int8_reference,
@@ -216,3 +215,30 @@ def test_codec_specs_parse_and_refuse_nonsense():
     for bad, msg in (("onebit+int8", "only topk"), ("topk:2+onebit", "ratio"), ("topk:x", "ratio"), ("fp8", "unknown")):
         with pytest.raises(ValueError, match=msg):
             parse_codec(bad)
+
+
+@settings(max_examples=100, deadline=None)
+@given(arrays(np.float64, st.tuples(st.integers(1, 30), st.just(1)), elements=st.floats(-1, 1)), st.integers(0, 50))
+def test_frozen_adam_step_equals_the_reference(momentum, t):
+    from ctr.optim import OptimizerSpec, frozen_adam_reference, frozen_adam_rows
+
+    spec = OptimizerSpec("adam", lr=0.01)
+    rng = np.random.default_rng(t)
+    state = np.column_stack(
+        [rng.normal(size=momentum.shape[0]), rng.normal(size=momentum.shape[0]), rng.random(momentum.shape[0])]
+    )
+    state = np.column_stack([state, np.full(momentum.shape[0], float(t))])
+    want = frozen_adam_reference(state, momentum, spec)
+    frozen_adam_rows(state, momentum, spec.params())
+    np.testing.assert_allclose(state, want, rtol=1e-12)
+    assert np.all(state[:, 2:] == want[:, 2:])  # variance and step count stay frozen
+
+
+def test_dense_codec_specs_parse_and_refuse_nonsense():
+    from trainer.onebit_adam import DEFAULT_WARMUP, parse_dense_codec
+
+    assert parse_dense_codec("fp32") is None
+    assert parse_dense_codec("onebit-adam") == DEFAULT_WARMUP and parse_dense_codec("onebit-adam:7") == 7
+    for bad in ("onebit-adam:0", "onebit-adam:x", "int8", "fp32:3"):
+        with pytest.raises(ValueError, match="dense-codec"):
+            parse_dense_codec(bad)
