@@ -5,7 +5,8 @@ gRPC with one worker: push and pull bytes per sample, progressive logloss and wi
 as the mean over seeds with the spread (seeds vary the compressors' stochastic rounding and
 the embedding and MLP initialisation). Also encode and decode speed of every value codec in
 millions of values per second on one core, and a plot of push bytes per sample against
-dAUC (docs/compression.png; matplotlib: pip install -e '.[bench]').
+dAUC (docs/compression.png; matplotlib: pip install -e '.[bench]'). DeepFM also runs
+with 1-bit Adam on its MLP (codec "PUSH|onebit-adam:100").
 
 Push bytes count every byte of the push requests (headers, keys, subsets, values) while
 training, flushes of evicted residuals included; the one-off drain of the remaining
@@ -37,6 +38,8 @@ ROOT = Path(__file__).resolve().parents[1]
 CODECS = ["fp32", "fp16", "bf16", "int8", "epgc8", "epgc9", "epgc11", "onebit", "topk:0.05+int8", "topk:0.01+onebit", "topk:0.01"]
 REPEAT = {"frappe": 1, "criteo10k": 5}
 SEED_FLAGS = {"lr": [], "ffm": ["--opt-v"], "deepfm": ["--opt-v", "--opt-mlp"]}
+# DeepFM also runs with 1-bit Adam on its MLP ("PUSH|DENSE"), whose pushes dwarf the sparse ones
+DNN_EXTRA = ["onebit|onebit-adam:100", "topk:0.01+onebit|onebit-adam:100"]
 
 
 def write_stream(name: str, work: Path) -> tuple[Path, int]:
@@ -54,7 +57,9 @@ def train(stream: Path, preset: str, model: str, codec: str, seed: int, work: Pa
             s.wait_ready()
         out = work / "m.json"
         cmd = [sys.executable, "-m", "boundless", "train", "--source", str(stream), "--format", preset, "--no-follow"]
-        cmd += ["--ps", ",".join(s.address for s in shards), "--model", model, "--push-codec", codec, "--seed", str(seed)]
+        push, _, dense = codec.partition("|")
+        cmd += ["--ps", ",".join(s.address for s in shards), "--model", model, "--push-codec", push, "--seed", str(seed)]
+        cmd += ["--dense-codec", dense or "fp32"]
         cmd += ["--window", "20000", "--metrics-port", "-1", "--metrics-out", str(out)]
         for flag in SEED_FLAGS[model]:
             cmd += [flag, f"seed={seed}"]
@@ -148,7 +153,7 @@ def plot(results: dict[str, list[dict[str, Any]]], path: Path) -> None:
         return
     fig, ax = plt.subplots(figsize=(9, 6))
     markers = {"lr": "o", "ffm": "s", "deepfm": "^"}
-    colors = {c: plt.get_cmap("tab20")(i) for i, c in enumerate(CODECS)}
+    colors = {c: plt.get_cmap("tab20")(i) for i, c in enumerate(CODECS + DNN_EXTRA)}
     for key, rows in results.items():
         dataset, model = key.split("/")
         for r in rows:
@@ -160,7 +165,7 @@ def plot(results: dict[str, list[dict[str, Any]]], path: Path) -> None:
                 edgecolors="k" if dataset == "frappe" else "none",
                 s=50,
             )
-    for c in CODECS:
+    for c in CODECS + DNN_EXTRA:
         ax.scatter([], [], color=colors[c], label=c)
     for m, mk in markers.items():
         ax.scatter([], [], marker=mk, color="grey", label=m)
@@ -192,9 +197,10 @@ def main() -> None:
         for name in args.datasets.split(","):
             stream, _ = write_stream(name, work)
             for model in args.models.split(","):
-                runs: dict[str, list[dict[str, float]]] = {c: [] for c in codecs}
+                model_codecs = codecs + (DNN_EXTRA if model == "deepfm" else [])
+                runs: dict[str, list[dict[str, float]]] = {c: [] for c in model_codecs}
                 for seed in range(args.seeds):
-                    for codec in codecs:
+                    for codec in model_codecs:
                         runs[codec].append(train(stream, DATASETS[name].preset, model, codec, seed, work))
                         print(name, model, codec, seed, json.dumps(runs[codec][-1]), flush=True)
                 results[f"{name}/{model}"] = summarize(runs)
@@ -202,14 +208,14 @@ def main() -> None:
     Path(args.out).write_text(json.dumps({"training": results, "speed": speed}, indent=1))
     plot(results, ROOT / "docs" / "compression.png")
     for key, rows in results.items():
-        print(f"\n{key}\n| codec | push B/sample | ratio | pull B/sample | dAUC (spread) | dlogloss | residual rows peak / cap |")
+        print(f"\n{key}\n| codec | push B/sample | ratio | dense push B/sample | pull B/sample | dAUC (spread) | dlogloss |")
         print("|---|---|---|---|---|---|---|")
         for r in rows:
             lo, hi = r["d_auc_spread"]
             print(
-                f"| {r['codec']} | {r['push_bytes_per_sample']:.3f} | {r['ratio']:.1f}x | {r['pull_bytes_per_sample']:.1f} |"
+                f"| {r['codec']} | {r['push_bytes_per_sample']:.3f} | {r['ratio']:.1f}x |"
+                f" {r['dense_push_bytes_per_sample']:.1f} | {r['pull_bytes_per_sample']:.1f} |"
                 f" {r['d_auc']:+.4f} ({lo:+.4f}..{hi:+.4f}) | {r['d_logloss']:+.4f} |"
-                f" {r['residual_rows_peak']:.0f} / {r['residual_rows_cap']:.0f} |"
             )
     print("\n| codec | cols | encode M values/s max / median | decode | bits/value |\n|---|---|---|---|---|")
     for s in speed:

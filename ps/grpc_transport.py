@@ -6,7 +6,7 @@ import grpc
 import numpy as np
 import numpy.typing as npt
 
-from ctr.daemon import MAX_MESSAGE_BYTES
+from ctr.daemon import PS_MAX_MESSAGE_BYTES
 from ctr.modelspec import TableSpec
 from protos import ps_pb2, ps_pb2_grpc
 from ps.shard import ExportedFile, TableStats
@@ -22,8 +22,8 @@ class GrpcTransport(_ByteCounter):
     def __init__(self, addresses: list[str], key_encoding: int = KEYS_DELTA_VARINT, timeout: float = 60.0) -> None:
         super().__init__()
         opts = [
-            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_receive_message_length", PS_MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", PS_MAX_MESSAGE_BYTES),
         ]
         self.channels = [grpc.insecure_channel(a, options=opts) for a in addresses]
         self.stubs = [ps_pb2_grpc.ParameterServerStub(c) for c in self.channels]

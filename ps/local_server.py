@@ -30,7 +30,7 @@ def serve_shards(shards: list[Shard], threads: int = 8) -> LocalServers:
         def register(server: grpc.Server, shard: Shard = shard) -> None:
             ps_pb2_grpc.add_ParameterServerServicer_to_server(PSServicer(shard), server)
 
-        server, port, _ = daemon.grpc_server("127.0.0.1", 0, threads, register, [])
+        server, port, _ = daemon.grpc_server("127.0.0.1", 0, threads, register, [], daemon.PS_MAX_MESSAGE_BYTES)
         servers.append(server)
         addresses.append(f"127.0.0.1:{port}")
     return LocalServers(addresses, servers)
