@@ -213,6 +213,7 @@ class PullRequest(_message.Message):
     KEY_ENCODING_FIELD_NUMBER: _builtins.int
     OPEN_SESSION_FIELD_NUMBER: _builtins.int
     STATE_FIELD_NUMBER: _builtins.int
+    REPLY_CODEC_FIELD_NUMBER: _builtins.int
     table: _builtins.str
     keys: _builtins.bytes
     key_count: _builtins.int
@@ -221,6 +222,10 @@ class PullRequest(_message.Message):
     """remember the keys so a push can name the session instead"""
     state: _builtins.bool
     """return the optimizer state (float64) instead of the weights"""
+    reply_codec: _builtins.str
+    """"": raw rows; else a value codec (fp16, bf16, int8, epgc8...): the reply's rows are a
+    self-describing payload (docs/ps-compression.md) in that codec
+    """
     def __init__(
         self,
         *,
@@ -230,10 +235,11 @@ class PullRequest(_message.Message):
         key_encoding: Global___KeyEncoding.ValueType = ...,
         open_session: _builtins.bool = ...,
         state: _builtins.bool = ...,
+        reply_codec: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["key_count", b"key_count", "key_encoding", b"key_encoding", "keys", b"keys", "open_session", b"open_session", "state", b"state", "table", b"table"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["key_count", b"key_count", "key_encoding", b"key_encoding", "keys", b"keys", "open_session", b"open_session", "reply_codec", b"reply_codec", "state", b"state", "table", b"table"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -251,7 +257,9 @@ class PullResponse(_message.Message):
     """0 when no session was opened"""
     dim: _builtins.int
     rows: _builtins.bytes
-    """key_count * dim float32, or key_count * dim float64 state, in key order"""
+    """key_count * dim float32, or key_count * dim float64 state, in key order; a payload when
+    the request named a reply_codec
+    """
     state: _builtins.bool
     def __init__(
         self,

@@ -23,7 +23,7 @@ import numpy.typing as npt
 from ctr.modelspec import TableSpec
 from ctr.routing import dense_range, shard_of
 from ps.compression.compressor import CodecSpec, Compressor, parse_codec
-from ps.compression.payload import VALUE_CODECS, Compressed
+from ps.compression.payload import VALUE_CODECS, Compressed, value_codec
 from ps.shard import ExportedFile, Shard
 from ps.tables import DELTA, GRADIENT, MOMENTUM
 from ps.transport import LocalTransport, Rows, SessionLost, ShardStatus, ShardTransport
@@ -31,7 +31,7 @@ from ps.transport import LocalTransport, Rows, SessionLost, ShardStatus, ShardTr
 if TYPE_CHECKING:
     from ps.local_server import LocalServers
 
-__all__ = ["DELTA", "GRADIENT", "MOMENTUM", "ExportedFile", "PSClient", "PullSession", "parse_codec"]
+__all__ = ["DELTA", "GRADIENT", "MOMENTUM", "VALUE_CODECS", "ExportedFile", "PSClient", "PullSession", "parse_codec"]
 
 T = TypeVar("T")
 DEFAULT_RESIDUAL_ROWS = 1 << 20
@@ -50,7 +50,8 @@ class PullSession:
 class PSClient:
     """push_codec: the compressor spec of sparse pushes (ps.compression.compressor), or
     "auto": fp64 for state deltas (accumulators need every digit), fp32 for gradients.
-    residual_rows caps each table's error-feedback memory."""
+    residual_rows caps each table's error-feedback memory. pull_codec: the value codec
+    sparse pull replies travel in ("auto": raw fp32 weights, fp64 state)."""
 
     def __init__(
         self,
@@ -59,10 +60,12 @@ class PSClient:
         push_codec: str = "auto",
         residual_rows: int = DEFAULT_RESIDUAL_ROWS,
         seed: int = 0,
+        pull_codec: str = "auto",
     ) -> None:
         self.transport = transport
         self.n = shard_count
         self.push_codec = None if push_codec == "auto" else parse_codec(push_codec)
+        self.pull_codec = "" if pull_codec == "auto" else value_codec(pull_codec).name
         self.residual_rows = residual_rows
         self.seed = seed
         self._rng = np.random.default_rng(seed)
@@ -76,19 +79,29 @@ class PSClient:
 
     @classmethod
     def connect(
-        cls, addresses: list[str], push_codec: str = "auto", residual_rows: int = DEFAULT_RESIDUAL_ROWS, seed: int = 0
+        cls,
+        addresses: list[str],
+        push_codec: str = "auto",
+        residual_rows: int = DEFAULT_RESIDUAL_ROWS,
+        seed: int = 0,
+        pull_codec: str = "auto",
     ) -> PSClient:
         from ps.grpc_transport import GrpcTransport  # gRPC loads only for shard processes
 
-        return cls(GrpcTransport(addresses), len(addresses), push_codec, residual_rows, seed)
+        return cls(GrpcTransport(addresses), len(addresses), push_codec, residual_rows, seed, pull_codec)
 
     @classmethod
     def local(
-        cls, shard_count: int = 1, push_codec: str = "auto", residual_rows: int = DEFAULT_RESIDUAL_ROWS, seed: int = 0
+        cls,
+        shard_count: int = 1,
+        push_codec: str = "auto",
+        residual_rows: int = DEFAULT_RESIDUAL_ROWS,
+        seed: int = 0,
+        pull_codec: str = "auto",
     ) -> PSClient:
         """In-process shards behind the same API (`--ps local`)."""
         shards = [Shard(i, shard_count) for i in range(shard_count)]
-        return cls(LocalTransport(shards), shard_count, push_codec, residual_rows, seed)
+        return cls(LocalTransport(shards), shard_count, push_codec, residual_rows, seed, pull_codec)
 
     def serve_local(self) -> LocalServers:
         """Serves in-process shards over gRPC on 127.0.0.1 (free ports), so worker processes
@@ -161,7 +174,7 @@ class PSClient:
             part = keys[order[bounds[s] : bounds[s + 1]]]
             if part.shape[0] == 0:
                 return 0, np.zeros((0, 0), dtype=np.float32)
-            return self.transport.pull(s, table, part, session, state)
+            return self.transport.pull(s, table, part, session, state, self.pull_codec)
 
         results = self._each(one)
         dim = max((r.shape[1] for _, r in results if r.shape[0]), default=1)

@@ -9,6 +9,7 @@ import numpy.typing as npt
 from ctr.daemon import PS_MAX_MESSAGE_BYTES
 from ctr.modelspec import TableSpec
 from protos import ps_pb2, ps_pb2_grpc
+from ps.compression.payload import decode_payload
 from ps.shard import ExportedFile, TableStats
 from ps.transport import Rows, SessionLost, ShardStatus, _ByteCounter
 from ps.wire import KEYS_DELTA_VARINT, decode_rows, encode_keys, table_decl
@@ -34,7 +35,9 @@ class GrpcTransport(_ByteCounter):
         req = ps_pb2.DeclareTablesRequest(tables=[table_decl(s) for s in specs])
         return list(self.stubs[shard].DeclareTables(req, timeout=self.timeout).created)
 
-    def pull(self, shard: int, table: str, keys: npt.NDArray[np.uint64], open_session: bool, state: bool) -> tuple[int, Rows]:
+    def pull(
+        self, shard: int, table: str, keys: npt.NDArray[np.uint64], open_session: bool, state: bool, codec: str = ""
+    ) -> tuple[int, Rows]:
         req = ps_pb2.PullRequest(
             table=table,
             keys=encode_keys(keys, self.key_encoding),
@@ -42,9 +45,12 @@ class GrpcTransport(_ByteCounter):
             key_encoding=self.key_encoding,  # type: ignore[arg-type]
             open_session=open_session,  # type: ignore[arg-type]
             state=state,
+            reply_codec=codec,
         )
         resp = self.stubs[shard].Pull(req, timeout=self.timeout)
         self.count(pull=req.ByteSize() + resp.ByteSize())
+        if codec:
+            return resp.session_id, decode_payload(resp.rows, keys.shape[0], resp.dim)[1]
         return resp.session_id, decode_rows(resp.rows, keys.shape[0], resp.dim, np.float64 if resp.state else np.float32)
 
     def push(self, shard: int, table: str, keys: npt.NDArray[np.uint64], session_id: int, payload: bytes, kind: str) -> None:

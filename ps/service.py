@@ -8,11 +8,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
+import numpy as np
 
 from ctr.modelspec import ModelSpecError
 from protos import ps_pb2, ps_pb2_grpc
 from ps import metrics
-from ps.compression.payload import BY_ID, CodecError, decode_payload
+from ps.compression.payload import BY_ID, CodecError, decode_payload, encode_rows, value_codec
 from ps.shard import SessionExpired, Shard, ShardError
 from ps.tables import DELTA, GRADIENT, MOMENTUM
 from ps.wire import WireError, decode_keys, table_spec
@@ -49,6 +50,7 @@ def _push_kind(value: int) -> str:
 class PSServicer(ps_pb2_grpc.ParameterServerServicer):
     def __init__(self, shard: Shard) -> None:
         self.shard = shard
+        self.rng = np.random.default_rng(shard.index)  # int8 pull replies round stochastically
 
     def DeclareTables(self, request: ps_pb2.DeclareTablesRequest, context: grpc.ServicerContext) -> ps_pb2.DeclareTablesResponse:
         def run() -> ps_pb2.DeclareTablesResponse:
@@ -59,9 +61,12 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
     def Pull(self, request: ps_pb2.PullRequest, context: grpc.ServicerContext) -> ps_pb2.PullResponse:
         def run() -> ps_pb2.PullResponse:
             keys = decode_keys(request.keys, request.key_count, request.key_encoding)
+            if request.reply_codec:
+                value_codec(request.reply_codec)  # an unknown codec fails before the session opens
             sid, rows = self.shard.pull(request.table, keys, request.open_session, request.state)
             metrics.KEYS.labels("pull", request.table).inc(keys.shape[0])
-            return ps_pb2.PullResponse(session_id=sid, dim=rows.shape[1], rows=rows.tobytes(), state=request.state)
+            data = encode_rows(rows, request.reply_codec, self.rng) if request.reply_codec else rows.tobytes()
+            return ps_pb2.PullResponse(session_id=sid, dim=rows.shape[1], rows=data, state=request.state)
 
         return _call("Pull", context, run)
 

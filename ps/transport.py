@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ctr.modelspec import TableSpec
-from ps.compression.payload import decode_payload
+from ps.compression.payload import decode_payload, encode_rows
 from ps.shard import ExportedFile, Shard, TableStats
 from ps.wire import KEYS_DELTA_VARINT, encode_keys
 
@@ -44,7 +44,10 @@ class ShardTransport(Protocol):
 
     def declare(self, shard: int, specs: list[TableSpec]) -> list[bool]: ...
 
-    def pull(self, shard: int, table: str, keys: npt.NDArray[np.uint64], open_session: bool, state: bool) -> tuple[int, Rows]: ...
+    def pull(
+        self, shard: int, table: str, keys: npt.NDArray[np.uint64], open_session: bool, state: bool, codec: str = ""
+    ) -> tuple[int, Rows]:
+        """codec: "" for raw rows, else the value codec the rows travel in."""
 
     def push(self, shard: int, table: str, keys: npt.NDArray[np.uint64], session_id: int, payload: bytes, kind: str) -> None:
         """keys: those the session holds (the payload may carry a subset of them), or the
@@ -81,13 +84,21 @@ class LocalTransport(_ByteCounter):
     def __init__(self, shards: list[Shard]) -> None:
         super().__init__()
         self.shards = shards
+        self.rng = np.random.default_rng(0)  # int8 pull replies round stochastically
 
     def declare(self, shard: int, specs: list[TableSpec]) -> list[bool]:
         return self.shards[shard].declare(specs)
 
-    def pull(self, shard: int, table: str, keys: npt.NDArray[np.uint64], open_session: bool, state: bool) -> tuple[int, Rows]:
+    def pull(
+        self, shard: int, table: str, keys: npt.NDArray[np.uint64], open_session: bool, state: bool, codec: str = ""
+    ) -> tuple[int, Rows]:
         _, rows = self.shards[shard].pull(table, keys, open_session=False, state=state)
-        self.count(pull=len(encode_keys(keys, KEYS_DELTA_VARINT)) + rows.nbytes)
+        size = rows.nbytes
+        if codec:  # the same round trip as over gRPC
+            payload = encode_rows(rows, codec, self.rng)
+            size = len(payload)
+            rows = decode_payload(payload, *rows.shape)[1]
+        self.count(pull=len(encode_keys(keys, KEYS_DELTA_VARINT)) + size)
         # no session is kept in-process; a nonzero id tells push that gRPC would name one
         return int(open_session), rows
 

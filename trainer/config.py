@@ -36,6 +36,10 @@ class TrainerConfig:
             " auto: fp64 state deltas, fp32 gradients"
         },
     )
+    pull_codec: str = field(
+        default="auto",
+        metadata={"help": "sparse pull replies: auto (fp32 weights, fp64 state) or fp32, fp16, bf16, int8, epgc8, epgc11..."},
+    )
     dense_codec: str = field(
         default="fp32",
         metadata={"help": "MLP pushes of wdl and deepfm: fp32 gradients, or onebit-adam[:WARMUP_STEPS] (1-bit Adam)"},

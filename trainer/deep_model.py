@@ -19,6 +19,7 @@ from ctr.optim import PLAIN, plain_state, rows_with_weights, weights_of_rows
 from ctr.unique import sorted_unique_inverse
 from ps.client import DELTA, GRADIENT, PSClient
 from trainer.onebit_adam import OneBitAdam
+from trainer.own_view import own_view
 
 
 class DeepModel:
@@ -47,8 +48,8 @@ class DeepModel:
         seq = self.sequential
         (w_rows, w_session), (e_rows, e_session) = client.pull("w", uniq, state=seq), client.pull(self.emb, uniq, state=seq)
         if seq:  # this worker's updates that compression has not sent yet (its own view)
-            w_rows += client.unsent("w", uniq, w_rows.shape[1])
-            e_rows += client.unsent(self.emb, uniq, e_rows.shape[1])
+            own_view(client, self.tables["w"], uniq, w_rows)
+            own_view(client, self.tables[self.emb], uniq, e_rows)
         bias_rows = client.pull_dense("bias", state=seq)
         self.net.load_flat(client.pull_dense("mlp"))
         k = self.spec.k

@@ -20,6 +20,7 @@ from ctr.modelspec import ModelSpec
 from ctr.optim import PLAIN, plain_state
 from ctr.unique import sorted_unique_inverse
 from ps.client import DELTA, GRADIENT, PSClient, PullSession
+from trainer.own_view import own_view
 from trainer.row_cache import RowCache
 
 
@@ -96,8 +97,8 @@ class FactorizationModel:
             if need.shape[0]:
                 # a push that also carries cached keys cannot name the pull's session
                 pulled, session = client.pull(t, need, session=not some_cached, state=self.sequential)
-                if self.sequential:  # this worker's updates that compression has not sent yet
-                    pulled += client.unsent(t, need, pulled.shape[1])
+                if self.sequential:
+                    own_view(client, self.tables[t], need, pulled)
                 rows[t] = (pulled, session)
             else:
                 rows[t] = (np.zeros((0, 0)), None)

@@ -18,7 +18,7 @@ from ctr.fields import FieldIndex
 from ctr.formats import resolve_fields
 from ctr.modelspec import FIELD_MODELS, ModelSpec
 from ctr.schema import PRESETS, FeatureSchema, detect_schema
-from ps.client import PSClient, parse_codec
+from ps.client import VALUE_CODECS, PSClient, parse_codec
 from trainer import metrics
 from trainer.config import ENV_PREFIX, TrainerConfig
 from trainer.exporter import Exporter
@@ -52,6 +52,8 @@ def check_codecs(conf: TrainerConfig) -> None:
             parse_codec(conf.push_codec)
     except ValueError as e:
         raise cfg.ConfigError(f"--push-codec: {e}") from None
+    if conf.pull_codec != "auto" and conf.pull_codec not in VALUE_CODECS:
+        raise cfg.ConfigError(f"--pull-codec: unknown value codec {conf.pull_codec!r}; known: auto, {', '.join(VALUE_CODECS)}")
     try:
         parse_dense_codec(conf.dense_codec)
     except ValueError as e:
@@ -82,11 +84,11 @@ def addresses_of(conf: TrainerConfig) -> list[str]:
 
 def connect(conf: TrainerConfig) -> PSClient:
     if conf.ps == "local":
-        return PSClient.local(conf.local_shards, conf.push_codec, conf.residual_rows, conf.seed)
+        return PSClient.local(conf.local_shards, conf.push_codec, conf.residual_rows, conf.seed, conf.pull_codec)
     import grpc  # only for shard processes
 
     addresses = addresses_of(conf)
-    client = PSClient.connect(addresses, conf.push_codec, conf.residual_rows, conf.seed)
+    client = PSClient.connect(addresses, conf.push_codec, conf.residual_rows, conf.seed, conf.pull_codec)
     for addr, ch in zip(addresses, client.transport.channels, strict=True):  # type: ignore[attr-defined]
         try:
             grpc.channel_ready_future(ch).result(timeout=30)

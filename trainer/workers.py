@@ -74,7 +74,7 @@ def worker_main(job: WorkerJob, reports: Any) -> None:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    client = PSClient.connect(job.addresses, conf.push_codec, conf.residual_rows, conf.seed)
+    client = PSClient.connect(job.addresses, conf.push_codec, conf.residual_rows, conf.seed, conf.pull_codec)
     source = open_source(conf.source, conf.follow, stop=stop.is_set, part=(job.index, conf.workers))
     spec = model_spec(conf, tuple(job.fields.names))
     model = build_model(spec, conf.staleness, parse_dense_codec(conf.dense_codec))  # the coordinator declared the tables

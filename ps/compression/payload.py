@@ -186,6 +186,20 @@ class Compressed:
         return head + bytes(encode_varints(np.asarray(counts, dtype=np.uint64))) + subset + self.body
 
 
+def encode_rows(rows: npt.NDArray[np.floating], codec_name: str, rng: np.random.Generator) -> bytes:
+    """A payload of every row in a value codec (a pull reply, a dense push)."""
+    codec = value_codec(codec_name)
+    x = np.ascontiguousarray(rows, dtype=np.float64).reshape(rows.shape[0], -1)
+    return Compressed(codec, x.shape[0], x.shape[1], None, codec.encode(x, rng)[0]).payload(with_subset=False)
+
+
+def value_codec(name: str) -> ValueCodec:
+    codec = VALUE_CODECS.get(name)
+    if codec is None:
+        raise CodecError(f"unknown value codec {name!r}; known: {', '.join(VALUE_CODECS)}")
+    return codec
+
+
 def decode_payload(payload: bytes, rows: int, cols: int) -> tuple[I64 | None, F64]:
     """(indices of the rows the payload carries, None: all; their values [sent, cols]) of a
     push naming `rows` keys of a table with `cols` values per row."""

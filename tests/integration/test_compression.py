@@ -15,6 +15,7 @@ import pytest
 
 from boundless.processes import start
 from ctr.modelspec import ModelSpec
+from ctr.routing import shard_of
 from ps.client import PSClient
 from ps.compression.compressor import Compressor, parse_codec
 
@@ -36,25 +37,20 @@ def fp32_run(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[s
     )
 
 
-@pytest.mark.parametrize("codec", CODECS[1:])
+@pytest.mark.parametrize("codec", [*CODECS[1:], "fp32|bf16", "onebit|int8"])
 def test_training_converges_with_every_codec(codec, fp32_run, data_dir, tmp_path):
-    got = train(
-        data_dir / "frappe/frappe.test.libfm",
-        tmp_path / "m.json",
-        "--local-shards",
-        "2",
-        "--batch-size",
-        "1024",
-        "--push-codec",
-        codec,
-    )
-    assert got["samples"] == fp32_run["samples"] and got["push_codec"] == codec
+    """PUSH|PULL: the second codec is the pull replies'."""
+    push, _, pull = codec.partition("|")
+    flags = ["--local-shards", "2", "--batch-size", "1024", "--push-codec", push, "--pull-codec", pull or "auto"]
+    got = train(data_dir / "frappe/frappe.test.libfm", tmp_path / "m.json", *flags)
+    assert got["samples"] == fp32_run["samples"] and got["push_codec"] == push
     # the worker trains from pulled state plus its unsent residual, so one worker stays close
     assert got["progressive_logloss"] <= fp32_run["progressive_logloss"] + 0.01, (got, fp32_run)
     assert got["window_auc"] >= fp32_run["window_auc"] - 0.01
     assert got["residual_rows_peak"] <= got["residual_rows_cap"]
     training_bytes = got["push_bytes"] - got["residual_drain_bytes"]
-    assert training_bytes < fp32_run["push_bytes"]
+    assert training_bytes < fp32_run["push_bytes"] or push == "fp32"
+    assert pull != "bf16" or got["pull_bytes"] < 0.6 * fp32_run["pull_bytes"]
 
 
 def test_compressed_pushes_cross_grpc_and_bad_payloads_are_refused(tmp_path):
@@ -74,10 +70,21 @@ def test_compressed_pushes_cross_grpc_and_bad_payloads_are_refused(tmp_path):
         np.testing.assert_allclose(state[:, 0], 20 * g[:, 0], atol=1e-9)  # z: every update, exactly, once drained
         assert client.compression_stats()["residual_flushed_rows"] > 0
 
-        transport = client.transport
-        part = np.sort(keys[[0, 1, 2]])
-        from ctr.routing import shard_of
+        exact = client.pull("w", keys, state=True)[0]
+        for codec, tol in (("fp32", 2.0**-23), ("bf16", 2.0**-8), ("int8", None)):
+            lossy = PSClient.connect([s.address for s in shards], pull_codec=codec)
+            got, _ = lossy.pull("w", keys, state=True)
+            if tol is None:  # per-column scale: within a step of each column's range
+                span = exact.max(axis=0) - exact.min(axis=0)
+                assert np.all(np.abs(got - exact) <= span / 255 * 1.001 + 1e-12)
+            else:
+                np.testing.assert_allclose(got, exact, rtol=tol, atol=1e-30)
+            lossy.close()
+        with pytest.raises(grpc.RpcError) as err:
+            client.transport.pull(0, "w", keys[shard_of(keys, 2) == 0], False, True, "fp8")  # type: ignore[call-arg]
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "unknown value codec" in str(err.value.details())
 
+        transport = client.transport
         part = keys[shard_of(keys, 2) == 0][:3]
         before = client.pull("w", part, state=True)[0]
         good, _, _ = Compressor(parse_codec("epgc11"), 10).compress(part, np.ones((3, 2)))
