@@ -300,16 +300,17 @@ def step_rows(state: F64, grads: F64, d: int, p: F64) -> None:
 
 
 @nb.njit(cache=True, nogil=True)
-def frozen_adam_rows(state: F64, momentum: F64, p: F64) -> None:
+def frozen_adam_rows(state: F64, momentum: F64, p: F64, steps: int = 1) -> None:
     """1-bit Adam's step after warm-up (Tang et al. 2021) on rows of one Adam weight each
     ([w, m, v, t]): the worker's momentum replaces m, v and t stay frozen, and
-    w -= lr * m / (sqrt(v / (1 - beta2^t)) + eps)."""
+    w -= steps * lr * m / (sqrt(v / (1 - beta2^t)) + eps) (0/1 Adam's momentum stands for
+    the mean of `steps` local steps)."""
     lr, eps, b2 = p[P_LR], p[P_EPS], p[P_B2]
     for r in range(state.shape[0]):
         t = max(state[r, 3], 1.0)
         m = momentum[r, 0]
         state[r, 1] = m
-        state[r, 0] -= lr * m / (np.sqrt(state[r, 2] / (1.0 - b2**t)) + eps)
+        state[r, 0] -= steps * lr * m / (np.sqrt(state[r, 2] / (1.0 - b2**t)) + eps)
 
 
 PLAIN = OptimizerSpec("sgd", lr=1.0, momentum=0.0)  # state [w | mom]: weights read as they are
@@ -368,10 +369,10 @@ def step_reference(state: F64, g: F64, d: int, spec: OptimizerSpec) -> F64:
     return s
 
 
-def frozen_adam_reference(state: F64, momentum: F64, spec: OptimizerSpec) -> F64:
+def frozen_adam_reference(state: F64, momentum: F64, spec: OptimizerSpec, steps: int = 1) -> F64:
     """frozen_adam_rows as the paper writes it; returns the new state."""
     s = np.array(state, dtype=np.float64)
     t = np.maximum(s[:, 3], 1.0)
     s[:, 1] = momentum[:, 0]
-    s[:, 0] -= spec.lr * s[:, 1] / (np.sqrt(s[:, 2] / (1 - spec.beta2**t)) + spec.eps)
+    s[:, 0] -= steps * spec.lr * s[:, 1] / (np.sqrt(s[:, 2] / (1 - spec.beta2**t)) + spec.eps)
     return s

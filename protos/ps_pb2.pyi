@@ -397,22 +397,26 @@ class DensePushRequest(_message.Message):
     TABLE_FIELD_NUMBER: _builtins.int
     PAYLOAD_FIELD_NUMBER: _builtins.int
     KIND_FIELD_NUMBER: _builtins.int
+    STEPS_FIELD_NUMBER: _builtins.int
     table: _builtins.str
     payload: _builtins.bytes
     """self-describing (docs/ps-compression.md): this shard's range of n values as n rows of
     1 value (gradient, momentum) or of the state width (state delta)
     """
     kind: Global___PushKind.ValueType
+    steps: _builtins.int
+    """a momentum push: the optimizer steps it stands for (0 counts as 1)"""
     def __init__(
         self,
         *,
         table: _builtins.str = ...,
         payload: _builtins.bytes = ...,
         kind: Global___PushKind.ValueType = ...,
+        steps: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["kind", b"kind", "payload", b"payload", "table", b"table"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["kind", b"kind", "payload", b"payload", "steps", b"steps", "table", b"table"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -280,10 +280,11 @@ class PSClient:
         parts = self._each(lambda s: self.transport.pull_dense(s, table, state), self._dense_shards(table))
         return np.concatenate([v for _, v in sorted(parts, key=lambda p: p[0]) if v.shape[0]])
 
-    def push_dense(self, table: str, values: Rows, kind: str = GRADIENT, onebit: bool = False) -> None:
-        """A gradient [n], an Adam momentum [n] or a state delta [n, width] of the whole
-        vector: fp32 (gradient, momentum) or fp64 (delta) values, or with onebit=True signs
-        and two means per shard, the quantization error kept for the next push."""
+    def push_dense(self, table: str, values: Rows, kind: str = GRADIENT, onebit: bool = False, steps: int = 1) -> None:
+        """A gradient [n], an Adam momentum [n] (standing for `steps` steps) or a state delta
+        [n, width] of the whole vector: fp32 (gradient, momentum) or fp64 (delta) values, or
+        with onebit=True signs and two means per shard, the quantization error kept for the
+        next push."""
         v = np.asarray(values, dtype=np.float64).reshape(values.shape[0], -1)
         if onebit:
             v = v + self._dense_residual.get(table, 0.0)
@@ -297,7 +298,7 @@ class PSClient:
         if onebit:
             self._dense_residual[table] = v - sent
         before = self.push_bytes
-        self._each(lambda i: self.transport.push_dense(parts[i][0], table, parts[i][1], kind), list(range(len(parts))))
+        self._each(lambda i: self.transport.push_dense(parts[i][0], table, parts[i][1], kind, steps), list(range(len(parts))))
         self.dense_push_bytes += self.push_bytes - before  # pushes run from one thread, so this is ours
 
     def export(self, full: bool, directory: Path) -> tuple[list[ExportedFile], list[int]]:

@@ -76,8 +76,8 @@ class GrpcTransport(_ByteCounter):
             return resp.offset, np.frombuffer(resp.values, dtype="<f8").reshape(-1, max(1, resp.width)).copy()
         return resp.offset, np.frombuffer(resp.values, dtype="<f4").copy()
 
-    def push_dense(self, shard: int, table: str, payload: bytes, kind: str) -> None:
-        req = ps_pb2.DensePushRequest(table=table, payload=payload, kind=_PUSH_KINDS[kind])
+    def push_dense(self, shard: int, table: str, payload: bytes, kind: str, steps: int = 1) -> None:
+        req = ps_pb2.DensePushRequest(table=table, payload=payload, kind=_PUSH_KINDS[kind], steps=steps if steps > 1 else 0)
         self.count(push=req.ByteSize())
         self.stubs[shard].PushDense(req, timeout=self.timeout)
 

@@ -100,7 +100,7 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
         def run() -> ps_pb2.DensePushResponse:
             kind = _push_kind(request.kind)
             _, values = decode_payload(request.payload, *self.shard.dense_push_shape(request.table, kind))
-            self.shard.push_dense(request.table, values, kind)
+            self.shard.push_dense(request.table, values, kind, max(1, request.steps))
             return ps_pb2.DensePushResponse()
 
         return _call("PushDense", context, run)

@@ -187,11 +187,11 @@ class Shard:
         with self.lock:
             return t.lo, (t.state.copy() if state else t.weights())
 
-    def push_dense(self, table: str, values: npt.NDArray[np.float64], kind: str = GRADIENT) -> None:
+    def push_dense(self, table: str, values: npt.NDArray[np.float64], kind: str = GRADIENT, steps: int = 1) -> None:
         t = self._dense(table)
         with self.lock:
             try:
-                t.apply(kind, values)
+                t.apply(kind, values, steps)
             except PushRejected as e:
                 raise ShardError(str(e)) from None
             self.update_seq += 1

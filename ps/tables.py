@@ -19,6 +19,7 @@ from ps import kernels
 GRADIENT = "gradient"
 DELTA = "delta"
 MOMENTUM = "momentum"  # dense Adam: a step with the worker's momentum over the frozen variance
+MAX_MOMENTUM_STEPS = 1024  # local steps one momentum push may stand for
 STATE_LIMIT = 1e30  # no optimizer state value may pass this: far beyond any trained model
 
 
@@ -175,7 +176,7 @@ class DenseTable:
     def push_width(self, kind: str) -> int:
         return self.width if kind == DELTA else 1
 
-    def apply(self, kind: str, values: npt.NDArray[np.float64]) -> None:
+    def apply(self, kind: str, values: npt.NDArray[np.float64], steps: int = 1) -> None:
         """Applies a gradient [n], a state delta [n, width] or an Adam momentum [n] of this
         range, if safe (as SparseTable.apply); otherwise raises PushRejected and changes nothing."""
         v = as_rows(self.name, kind, values, self.hi - self.lo, self.push_width(kind))
@@ -183,7 +184,9 @@ class DenseTable:
             if self.spec.optimizer.kind != "adam":
                 raise PushRejected(f"table {self.name}: a momentum push needs an adam table, not {self.spec.optimizer.kind}")
             check_values(self.name, v, self.spec.optimizer.max_abs)
-            frozen_adam_rows(self.state, v, self.params)
+            if not 1 <= steps <= MAX_MOMENTUM_STEPS:
+                raise PushRejected(f"table {self.name}: a momentum push standing for {steps} steps (1..{MAX_MOMENTUM_STEPS})")
+            frozen_adam_rows(self.state, v, self.params, steps)
             return
         if kind == GRADIENT:
             check_values(self.name, v, self.spec.optimizer.max_abs)

@@ -55,7 +55,7 @@ class ShardTransport(Protocol):
 
     def pull_dense(self, shard: int, table: str, state: bool) -> tuple[int, Rows]: ...
 
-    def push_dense(self, shard: int, table: str, payload: bytes, kind: str) -> None: ...
+    def push_dense(self, shard: int, table: str, payload: bytes, kind: str, steps: int = 1) -> None: ...
 
     def export(self, shard: int, full: bool, directory: str) -> tuple[list[ExportedFile], int]: ...
 
@@ -114,11 +114,11 @@ class LocalTransport(_ByteCounter):
         self.count(pull=values.nbytes)
         return lo, values
 
-    def push_dense(self, shard: int, table: str, payload: bytes, kind: str) -> None:
+    def push_dense(self, shard: int, table: str, payload: bytes, kind: str, steps: int = 1) -> None:
         self.count(push=len(payload))
         s = self.shards[shard]
         _, values = decode_payload(payload, *s.dense_push_shape(table, kind))
-        s.push_dense(table, values, kind)
+        s.push_dense(table, values, kind, steps)
 
     def export(self, shard: int, full: bool, directory: str) -> tuple[list[ExportedFile], int]:
         return self.shards[shard].export(full, Path(directory))

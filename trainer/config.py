@@ -42,7 +42,10 @@ class TrainerConfig:
     )
     dense_codec: str = field(
         default="fp32",
-        metadata={"help": "MLP pushes of wdl and deepfm: fp32 gradients, or onebit-adam[:WARMUP_STEPS] (1-bit Adam)"},
+        metadata={
+            "help": "MLP sync of wdl and deepfm: fp32 gradients, onebit-adam[:WARMUP_STEPS] (1-bit Adam)"
+            " or zeroone-adam[:WARMUP_STEPS] (0/1 Adam)"
+        },
     )
     seed: int = field(default=0, metadata={"help": "seed of the push compressors' stochastic rounding"})
     residual_rows: int = field(

@@ -18,22 +18,22 @@ from ctr.modelspec import ModelSpec
 from ctr.optim import PLAIN, plain_state, rows_with_weights, weights_of_rows
 from ctr.unique import sorted_unique_inverse
 from ps.client import DELTA, GRADIENT, PSClient
-from trainer.onebit_adam import OneBitAdam
+from trainer.dense_sync import DenseSync, dense_sync
 from trainer.own_view import own_view
 
 
 class DeepModel:
-    def __init__(self, spec: ModelSpec, onebit_warmup: int | None = None) -> None:
+    def __init__(self, spec: ModelSpec, dense_codec: str = "fp32") -> None:
         self.spec = spec
         self.tables = {t.name: t for t in spec.tables()}
         self.emb = spec.embedding_table() or "v"
         self.sequential = spec.update == "example"
         self.net = DeepCTR(spec, seed=spec.optimizer("mlp").seed).to(device())
         self.params = {n: t.optimizer.params() for n, t in self.tables.items()}
-        mlp_opt = spec.optimizer("mlp")
-        if onebit_warmup is not None and mlp_opt.kind != "adam":
-            raise ValueError(f"--dense-codec onebit-adam needs an adam MLP optimizer, not {mlp_opt.kind} (--opt-mlp)")
-        self.onebit = None if onebit_warmup is None else OneBitAdam("mlp", onebit_warmup, mlp_opt.beta1)
+        opt = spec.optimizer("mlp")
+        if dense_codec != "fp32" and opt.kind != "adam":
+            raise ValueError(f"--dense-codec {dense_codec} needs an adam MLP optimizer, not {opt.kind} (--opt-mlp)")
+        self.dense: DenseSync = dense_sync(dense_codec, "mlp", opt.lr, opt.beta1, opt.beta2, opt.eps)
 
     def prepare(self, client: PSClient) -> None:
         created = client.declare(self.spec.tables())
@@ -41,6 +41,9 @@ class DeepModel:
             t = self.tables["mlp"]
             start = rows_with_weights(self.net.flat().astype(np.float64).reshape(-1, 1), t.width, self.params["mlp"])
             client.push_dense("mlp", start - client.pull_dense("mlp", state=True), kind=DELTA)
+
+    def finish(self, client: PSClient) -> None:
+        self.dense.flush(client)
 
     def train(self, client: PSClient, batch: SampleBatch) -> npt.NDArray[np.float32]:
         uniq, inv = sorted_unique_inverse(batch.keys)
@@ -51,7 +54,7 @@ class DeepModel:
             own_view(client, self.tables["w"], uniq, w_rows)
             own_view(client, self.tables[self.emb], uniq, e_rows)
         bias_rows = client.pull_dense("bias", state=seq)
-        self.net.load_flat(client.pull_dense("mlp"))
+        self.net.load_flat(np.asarray(self.dense.weights(client), dtype=np.float32))
         k = self.spec.k
         if seq:
             pw, pe, pb = self.params["w"], self.params[self.emb], self.params["bias"]
@@ -94,8 +97,5 @@ class DeepModel:
             client.push(self.emb, uniq, ge.astype(np.float32), e_session, kind=GRADIENT)
             client.push_dense("bias", np.array([gbias], np.float32), kind=GRADIENT)
         grad = self.net.flat_grad() / max(1, len(batch))
-        if self.onebit is None:
-            client.push_dense("mlp", grad, kind=GRADIENT)
-        else:
-            self.onebit.push(client, grad)
+        self.dense.push(client, grad)
         return probs  # type: ignore[no-any-return]

@@ -139,6 +139,7 @@ class Trainer:
             ready.close()
         self.flush()
         self.pipeline.close()
+        self.model.finish(self.client)
         self.client.flush_residuals()  # the shards end with every update, exactly
         self._count_bytes()
         self.elapsed_s = time.monotonic() - started
@@ -166,6 +167,7 @@ class Trainer:
 
     def checkpoint(self) -> None:
         self.flush()
+        self.model.finish(self.client)
         self.client.flush_residuals()  # a restart loses the worker's memory, so the cut holds every update
         offsets = json.dumps(vars(self.position)).encode()
         results = self.client.checkpoint(offsets)

@@ -60,6 +60,10 @@ class TrainableModel(Protocol):
     def train(self, client: PSClient, batch: SampleBatch) -> npt.NDArray[np.float32]:
         """Trains on a batch; returns each example's probability predicted before training on it."""
 
+    def finish(self, client: PSClient) -> None:
+        """Sends what the model holds back (0/1 Adam's local steps): at the end of a run and
+        before a checkpoint."""
+
 
 class FactorizationModel:
     """LR, FM and FFM: sparse tables w (and v) plus the dense bias, numba kernels.
@@ -185,6 +189,9 @@ class FactorizationModel:
                 client.push(t, got.uniq, done.grads[t].astype(np.float32), session, kind=GRADIENT)
             client.push_dense("bias", np.array([done.bias_grad], dtype=np.float32), kind=GRADIENT)
 
+    def finish(self, client: PSClient) -> None:
+        pass  # nothing held back: every batch is pushed
+
     def train(self, client: PSClient, batch: SampleBatch) -> npt.NDArray[np.float32]:
         got = self.fetch(client, batch)
         probs, done = self.compute(batch, got)
@@ -192,14 +199,14 @@ class FactorizationModel:
         return probs
 
 
-def build_model(spec: ModelSpec, staleness: int = 0, onebit_warmup: int | None = None) -> TrainableModel:
-    """onebit_warmup: the warm-up steps of 1-bit Adam on the MLP (None: fp32 gradients)."""
+def build_model(spec: ModelSpec, staleness: int = 0, dense_codec: str = "fp32") -> TrainableModel:
+    """dense_codec: how the MLP syncs (trainer.dense_sync)."""
     if spec.is_dnn:
         if staleness:
             raise ValueError(f"--staleness applies to lr, fm and ffm; {spec.type} pulls every batch")
         from trainer.deep_model import DeepModel  # torch loads only for DNN models
 
-        return DeepModel(spec, onebit_warmup)
-    if onebit_warmup is not None:
-        raise ValueError(f"--dense-codec onebit-adam applies to the MLP of wdl and deepfm, not {spec.type}")
+        return DeepModel(spec, dense_codec)
+    if dense_codec != "fp32":
+        raise ValueError(f"--dense-codec {dense_codec} applies to the MLP of wdl and deepfm, not {spec.type}")
     return FactorizationModel(spec, staleness)

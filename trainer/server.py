@@ -21,10 +21,10 @@ from ctr.schema import PRESETS, FeatureSchema, detect_schema
 from ps.client import VALUE_CODECS, PSClient, parse_codec
 from trainer import metrics
 from trainer.config import ENV_PREFIX, TrainerConfig
+from trainer.dense_sync import parse_dense_codec
 from trainer.exporter import Exporter
 from trainer.loop import LoopSettings, Trainer
 from trainer.model import build_model
-from trainer.onebit_adam import parse_dense_codec
 from trainer.progressive import ProgressiveMetrics
 from trainer.source import Position, Source, open_source
 from trainer.spec import model_spec
@@ -194,7 +194,7 @@ def train(conf: TrainerConfig) -> int:
     schema, fields = resolve(conf, schema, source)
     spec = model_spec(conf, tuple(fields.names))
     try:
-        model = build_model(spec, conf.staleness, parse_dense_codec(conf.dense_codec))
+        model = build_model(spec, conf.staleness, conf.dense_codec)
     except ValueError as e:
         raise cfg.ConfigError(str(e)) from None
     model.prepare(client)

@@ -28,7 +28,6 @@ from trainer.exporter import Exporter
 from trainer.fork_server import start_fork_server
 from trainer.loop import LoopSettings, Trainer
 from trainer.model import build_model
-from trainer.onebit_adam import parse_dense_codec
 from trainer.progressive import ProgressiveMetrics
 from trainer.source import open_source
 from trainer.spec import model_spec
@@ -77,7 +76,7 @@ def worker_main(job: WorkerJob, reports: Any) -> None:
     client = PSClient.connect(job.addresses, conf.push_codec, conf.residual_rows, conf.seed, conf.pull_codec)
     source = open_source(conf.source, conf.follow, stop=stop.is_set, part=(job.index, conf.workers))
     spec = model_spec(conf, tuple(job.fields.names))
-    model = build_model(spec, conf.staleness, parse_dense_codec(conf.dense_codec))  # the coordinator declared the tables
+    model = build_model(spec, conf.staleness, conf.dense_codec)  # the coordinator declared the tables
     client.know(spec.tables())
     progress = ProgressiveMetrics(conf.window)
     trainer = Trainer(client, model, job.schema, job.fields, source, job.settings, progress, None, stop.is_set)

@@ -218,8 +218,12 @@ def test_codec_specs_parse_and_refuse_nonsense():
 
 
 @settings(max_examples=100, deadline=None)
-@given(arrays(np.float64, st.tuples(st.integers(1, 30), st.just(1)), elements=st.floats(-1, 1)), st.integers(0, 50))
-def test_frozen_adam_step_equals_the_reference(momentum, t):
+@given(
+    arrays(np.float64, st.tuples(st.integers(1, 30), st.just(1)), elements=st.floats(-1, 1)),
+    st.integers(0, 50),
+    st.integers(1, 9),
+)
+def test_frozen_adam_step_equals_the_reference(momentum, t, steps):
     from ctr.optim import OptimizerSpec, frozen_adam_reference, frozen_adam_rows
 
     spec = OptimizerSpec("adam", lr=0.01)
@@ -228,17 +232,50 @@ def test_frozen_adam_step_equals_the_reference(momentum, t):
         [rng.normal(size=momentum.shape[0]), rng.normal(size=momentum.shape[0]), rng.random(momentum.shape[0])]
     )
     state = np.column_stack([state, np.full(momentum.shape[0], float(t))])
-    want = frozen_adam_reference(state, momentum, spec)
-    frozen_adam_rows(state, momentum, spec.params())
+    want = frozen_adam_reference(state, momentum, spec, steps)
+    frozen_adam_rows(state, momentum, spec.params(), steps)
     np.testing.assert_allclose(state, want, rtol=1e-12)
     assert np.all(state[:, 2:] == want[:, 2:])  # variance and step count stay frozen
 
 
 def test_dense_codec_specs_parse_and_refuse_nonsense():
-    from trainer.onebit_adam import DEFAULT_WARMUP, parse_dense_codec
+    from trainer.dense_sync import DEFAULT_WARMUP, parse_dense_codec
 
-    assert parse_dense_codec("fp32") is None
-    assert parse_dense_codec("onebit-adam") == DEFAULT_WARMUP and parse_dense_codec("onebit-adam:7") == 7
+    assert parse_dense_codec("fp32") == ("fp32", 0)
+    assert parse_dense_codec("onebit-adam") == ("onebit-adam", DEFAULT_WARMUP)
+    assert parse_dense_codec("zeroone-adam:7") == ("zeroone-adam", 7)
     for bad in ("onebit-adam:0", "onebit-adam:x", "int8", "fp32:3"):
         with pytest.raises(ValueError, match="dense-codec"):
             parse_dense_codec(bad)
+
+
+def test_zeroone_adam_syncs_ever_more_rarely_and_refreshes_the_variance_at_powers_of_two():
+    from ctr.modelspec import TableSpec
+    from ctr.optim import OptimizerSpec
+    from ps.client import PSClient
+    from trainer.dense_sync import ZeroOneAdam
+
+    client = PSClient.local(2)
+    client.declare([TableSpec("mlp", "dense", 50, OptimizerSpec("adam", lr=0.01), "batch")])
+    sent: list[tuple[str, int]] = []
+    push = client.push_dense
+
+    def recording(table, values, kind="gradient", onebit=False, steps=1):  # type: ignore[no-untyped-def]
+        sent.append((kind, steps))
+        push(table, values, kind, onebit, steps)
+
+    client.push_dense = recording  # type: ignore[method-assign]
+    sync = ZeroOneAdam("mlp", warmup=3, lr=0.01, beta1=0.9, beta2=0.999, eps=1e-8)
+    rng = np.random.default_rng(0)
+    for _ in range(3 + 200):
+        sync.weights(client)
+        sync.push(client, rng.normal(size=50))
+    sync.flush(client)  # the run ends: the kept-back local steps go out
+    assert sent[:3] == [("gradient", 1)] * 3  # warm-up: plain Adam
+    after = sent[3:]
+    refreshes = [i for i, (kind, _) in enumerate(after) if kind == "gradient"]
+    assert len(refreshes) == 8  # steps 1, 2, 4, ..., 128 after warm-up
+    momentum_steps = [steps for kind, steps in after if kind == "momentum"]
+    assert sum(momentum_steps) == 200  # every local step reaches the shards once
+    assert max(momentum_steps) > 1 and len(momentum_steps) < 100  # rounds were skipped
+    assert np.isfinite(client.pull_dense("mlp")).all()
