@@ -179,6 +179,16 @@ def plot(results: dict[str, list[dict[str, Any]]], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def _runs_of_log(path: Path) -> dict[tuple[str, str, str, int], dict[str, float]]:
+    """'DATASET MODEL CODEC SEED {json}' lines, as this script prints them."""
+    out = {}
+    for line in path.read_text().splitlines():
+        parts = line.split(" ", 4)
+        if len(parts) == 5 and parts[4].startswith("{") and parts[3].isdigit():
+            out[(parts[0], parts[1], parts[2], int(parts[3]))] = json.loads(parts[4])
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(allow_abbrev=False)
     ap.add_argument("--seeds", type=int, default=3)
@@ -187,11 +197,13 @@ def main() -> None:
     ap.add_argument("--codecs", default=",".join(CODECS))
     ap.add_argument("--speed-reps", type=int, default=7)
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "compression.json"))
+    ap.add_argument("--resume-log", default=None, help="the printed run lines of an interrupted run: those runs are reused")
     args = ap.parse_args()
     codecs = args.codecs.split(",")
     if codecs[0] != "fp32":
         codecs = ["fp32", *[c for c in codecs if c != "fp32"]]
     results: dict[str, list[dict[str, Any]]] = {}
+    done = _runs_of_log(Path(args.resume_log)) if args.resume_log else {}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         for name in args.datasets.split(","):
@@ -201,7 +213,10 @@ def main() -> None:
                 runs: dict[str, list[dict[str, float]]] = {c: [] for c in model_codecs}
                 for seed in range(args.seeds):
                     for codec in model_codecs:
-                        runs[codec].append(train(stream, DATASETS[name].preset, model, codec, seed, work))
+                        key = (name, model, codec, seed)
+                        if key not in done:
+                            done[key] = train(stream, DATASETS[name].preset, model, codec, seed, work)
+                        runs[codec].append(done[key])
                         print(name, model, codec, seed, json.dumps(runs[codec][-1]), flush=True)
                 results[f"{name}/{model}"] = summarize(runs)
     speed = codec_speed(args.speed_reps)

@@ -300,17 +300,19 @@ def step_rows(state: F64, grads: F64, d: int, p: F64) -> None:
 
 
 @nb.njit(cache=True, nogil=True)
-def frozen_adam_rows(state: F64, momentum: F64, p: F64, steps: int = 1) -> None:
+def frozen_adam_rows(state: F64, update: F64, p: F64, steps: int = 1) -> None:
     """1-bit Adam's step after warm-up (Tang et al. 2021) on rows of one Adam weight each
-    ([w, m, v, t]): the worker's momentum replaces m, v and t stay frozen, and
-    w -= steps * lr * m / (sqrt(v / (1 - beta2^t)) + eps) (0/1 Adam's momentum stands for
-    the mean of `steps` local steps)."""
+    ([w, m, v, t]) with v and t frozen. The worker sends its momentum already divided by the
+    frozen denominator, u = m / (sqrt(v / (1 - beta2^t)) + eps): a 1-bit code gives every
+    value about the mean magnitude, which, divided by a tiny frozen denominator, would throw
+    a weight far off; u has Adam's even scale. w -= steps * lr * u (0/1 Adam's u is the mean
+    of `steps` local steps) and m = u * denominator."""
     lr, eps, b2 = p[P_LR], p[P_EPS], p[P_B2]
     for r in range(state.shape[0]):
         t = max(state[r, 3], 1.0)
-        m = momentum[r, 0]
-        state[r, 1] = m
-        state[r, 0] -= steps * lr * m / (np.sqrt(state[r, 2] / (1.0 - b2**t)) + eps)
+        u = update[r, 0]
+        state[r, 1] = u * (np.sqrt(state[r, 2] / (1.0 - b2**t)) + eps)
+        state[r, 0] -= steps * lr * u
 
 
 PLAIN = OptimizerSpec("sgd", lr=1.0, momentum=0.0)  # state [w | mom]: weights read as they are
@@ -373,6 +375,6 @@ def frozen_adam_reference(state: F64, momentum: F64, spec: OptimizerSpec, steps:
     """frozen_adam_rows as the paper writes it; returns the new state."""
     s = np.array(state, dtype=np.float64)
     t = np.maximum(s[:, 3], 1.0)
-    s[:, 1] = momentum[:, 0]
-    s[:, 0] -= steps * spec.lr * s[:, 1] / (np.sqrt(s[:, 2] / (1 - spec.beta2**t)) + spec.eps)
+    s[:, 1] = momentum[:, 0] * (np.sqrt(s[:, 2] / (1 - spec.beta2**t)) + spec.eps)
+    s[:, 0] -= steps * spec.lr * momentum[:, 0]
     return s

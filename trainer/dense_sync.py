@@ -2,15 +2,15 @@
 
 - `fp32`: pull the weights every step, push the fp32 gradient; the shard runs Adam.
 - `onebit-adam[:WARMUP]` (1-bit Adam, Tang et al. 2021): plain Adam for WARMUP steps; then
-  the variance stays frozen on the shard, and the worker pushes its own momentum 1-bit with
-  error feedback (ps.client.push_dense onebit=True), which the shard steps with over the
-  frozen variance (ctr.optim.frozen_adam_rows).
+  the variance stays frozen on the shard, and the worker pushes its own momentum divided by
+  the frozen denominator, 1-bit with error feedback (ps.client.push_dense onebit=True); the
+  shard steps with it (ctr.optim.frozen_adam_rows).
 - `zeroone-adam[:WARMUP]` (0/1 Adam, Lu et al. 2022), after the same warm-up:
   * adaptive variance freezing: the variance is refreshed (an fp32 gradient push, a full
     Adam step on the shard) only at steps 1, 2, 4, 8... after warm-up, frozen in between;
   * 1-bit sync with skipped rounds: between syncs the worker steps its own copy of the MLP
     with its momentum over the frozen variance and pulls nothing; at a sync it pushes the
-    mean momentum of the steps since the last one, 1-bit, standing for that many steps, then
+    mean update of the steps since the last one, 1-bit, standing for that many steps, then
     pulls the shards' weights. The interval between syncs doubles every 8 syncs, up to 16.
 """
 
@@ -24,6 +24,10 @@ import numpy.typing as npt
 from ps.client import GRADIENT, MOMENTUM, PSClient
 
 DEFAULT_WARMUP = 100
+# |m / frozen denominator| is capped: a weight whose variance froze near 0 (a unit with no
+# gradient during warm-up) would otherwise take an unbounded step once its gradient returns;
+# Adam's own ratio stays within (1 - beta1) / sqrt(1 - beta2), about 3.2 at the defaults
+MAX_UPDATE = 10.0
 MAX_INTERVAL = 16
 SYNCS_PER_DOUBLING = 8
 F64 = npt.NDArray[np.float64]
@@ -59,7 +63,7 @@ def parse_dense_codec(text: str) -> tuple[str, int]:
 def dense_sync(text: str, table: str, lr: float, beta1: float, beta2: float, eps: float) -> DenseSync:
     name, warmup = parse_dense_codec(text)
     if name == "onebit-adam":
-        return OneBitAdam(table, warmup, beta1)
+        return OneBitAdam(table, warmup, beta1, beta2, eps)
     if name == "zeroone-adam":
         return ZeroOneAdam(table, warmup, lr, beta1, beta2, eps)
     return PlainDense(table)
@@ -80,22 +84,35 @@ class PlainDense:
 
 
 class OneBitAdam(PlainDense):
-    def __init__(self, table: str, warmup: int, beta1: float) -> None:
+    def __init__(self, table: str, warmup: int, beta1: float, beta2: float, eps: float) -> None:
         super().__init__(table)
-        self.warmup = warmup
-        self.beta1 = beta1
+        self.warmup, self.beta1, self.beta2, self.eps = warmup, beta1, beta2, eps
         self.steps = 0
         self.momentum: F64 | None = None
+        self.denominator: F64 | None = None  # sqrt(v / (1 - beta2^t)) + eps, frozen
 
     def push(self, client: PSClient, grad: npt.NDArray[np.floating]) -> None:
         self.steps += 1
         if self.steps <= self.warmup:
             super().push(client, grad)
             return
-        if self.momentum is None:  # warm-up over: continue from the shard's momentum
-            self.momentum = np.array(client.pull_dense(self.table, state=True)[:, 1], dtype=np.float64)
+        if self.momentum is None:  # warm-up over: continue from the shards' momentum
+            self.momentum, self.denominator, _ = frozen_state(client, self.table, self.beta2, self.eps)
+        assert self.denominator is not None
         self.momentum = self.beta1 * self.momentum + (1.0 - self.beta1) * np.asarray(grad, dtype=np.float64)
-        client.push_dense(self.table, self.momentum, kind=MOMENTUM, onebit=True)
+        client.push_dense(self.table, bounded(self.momentum / self.denominator), kind=MOMENTUM, onebit=True)
+
+
+def bounded(update: F64) -> F64:
+    return np.clip(update, -MAX_UPDATE, MAX_UPDATE)
+
+
+def frozen_state(client: PSClient, table: str, beta2: float, eps: float) -> tuple[F64, F64, F64]:
+    """(momentum, frozen denominator sqrt(v / (1 - beta2^t)) + eps, weights) of the shards."""
+    state = client.pull_dense(table, state=True)  # [n, 4]: w, m, v, t
+    t = np.maximum(state[:, 3], 1.0)
+    denominator = np.sqrt(state[:, 2] / (1.0 - beta2**t)) + eps
+    return np.array(state[:, 1], dtype=np.float64), denominator, np.array(state[:, 0], dtype=np.float64)
 
 
 class ZeroOneAdam(PlainDense):
@@ -106,7 +123,7 @@ class ZeroOneAdam(PlainDense):
         self.syncs = 0
         self.since_sync = 0  # local steps since the last sync
         self.momentum: F64 | None = None
-        self.momentum_sum: F64 | None = None
+        self.update_sum: F64 | None = None  # the local steps' momentum / denominator since the last sync
         self.local: F64 | None = None  # this worker's copy of the weights between syncs
         self.denominator: F64 | None = None  # sqrt(v / (1 - beta2^t)) + eps, frozen
 
@@ -126,13 +143,14 @@ class ZeroOneAdam(PlainDense):
             return
         if self.momentum is None:
             self._load_state(client)
-        assert self.momentum is not None and self.momentum_sum is not None and self.denominator is not None
+        assert self.momentum is not None and self.update_sum is not None and self.denominator is not None
         self.momentum = self.beta1 * self.momentum + (1.0 - self.beta1) * g
-        self.momentum_sum += self.momentum
+        update = bounded(self.momentum / self.denominator)
+        self.update_sum += update
         self.since_sync += 1
         after = self.steps - self.warmup
         if self.since_sync < self._interval() and after & (after - 1):  # neither a sync nor a refresh
-            self.local = self._local() - self.lr * self.momentum / self.denominator
+            self.local = self._local() - self.lr * update
             return
         self._sync(client)
         if after & (after - 1) == 0:  # a power of two: refresh the variance with a full Adam step
@@ -146,12 +164,12 @@ class ZeroOneAdam(PlainDense):
             self.local = None
 
     def _sync(self, client: PSClient) -> None:
-        """Pushes the mean momentum of the local steps since the last sync, standing for them."""
-        assert self.momentum_sum is not None
-        client.push_dense(self.table, self.momentum_sum / self.since_sync, kind=MOMENTUM, onebit=True, steps=self.since_sync)
+        """Pushes the mean update of the local steps since the last sync, standing for them."""
+        assert self.update_sum is not None
+        client.push_dense(self.table, self.update_sum / self.since_sync, kind=MOMENTUM, onebit=True, steps=self.since_sync)
         self.syncs += 1
         self.since_sync = 0
-        self.momentum_sum = np.zeros_like(self.momentum_sum)
+        self.update_sum = np.zeros_like(self.update_sum)
 
     def _interval(self) -> int:
         return min(MAX_INTERVAL, 1 << (self.syncs // SYNCS_PER_DOUBLING))
@@ -162,10 +180,7 @@ class ZeroOneAdam(PlainDense):
         return np.asarray(self.local, dtype=np.float64)
 
     def _load_state(self, client: PSClient) -> None:
-        state = client.pull_dense(self.table, state=True)  # [n, 4]: w, m, v, t
-        t = np.maximum(state[:, 3], 1.0)
+        momentum, self.denominator, self.local = frozen_state(client, self.table, self.beta2, self.eps)
         if self.momentum is None:
-            self.momentum = np.array(state[:, 1], dtype=np.float64)
-        self.momentum_sum = np.zeros_like(self.momentum)
-        self.denominator = np.sqrt(state[:, 2] / (1.0 - self.beta2**t)) + self.eps
-        self.local = np.array(state[:, 0], dtype=np.float64)
+            self.momentum = momentum
+        self.update_sum = np.zeros_like(self.momentum)
