@@ -222,8 +222,8 @@ def main() -> None:
     speed = codec_speed(args.speed_reps)
     Path(args.out).write_text(json.dumps({"training": results, "speed": speed}, indent=1))
     plot(results, ROOT / "docs" / "compression.png")
-    for key, rows in results.items():
-        print(f"\n{key}\n| codec | push B/sample | ratio | dense push B/sample | pull B/sample | dAUC (spread) | dlogloss |")
+    for setup, rows in results.items():
+        print(f"\n{setup}\n| codec | push B/sample | ratio | dense push B/sample | pull B/sample | dAUC (spread) | dlogloss |")
         print("|---|---|---|---|---|---|---|")
         for r in rows:
             lo, hi = r["d_auc_spread"]
