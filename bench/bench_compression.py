@@ -42,15 +42,24 @@ SEED_FLAGS = {"lr": [], "ffm": ["--opt-v"], "deepfm": ["--opt-v", "--opt-mlp"]}
 DNN_EXTRA = ["onebit|onebit-adam:100", "topk:0.01+onebit|onebit-adam:100"]
 
 
-def write_stream(name: str, work: Path) -> tuple[Path, int]:
+def write_stream(name: str, work: Path, workers: int) -> tuple[Path, int]:
+    """One file, or with several workers a folder of 4 files per worker (dealt out round-robin)."""
     ds = DATASETS[name]
     lines = ds.lines() * REPEAT[name]
-    path = work / f"{name}.txt"
-    path.write_text("\n".join(lines) + "\n")
-    return path, len(lines)
+    if workers == 1:
+        path = work / f"{name}.txt"
+        path.write_text("\n".join(lines) + "\n")
+        return path, len(lines)
+    folder = work / f"{name}-w{workers}"
+    folder.mkdir()
+    parts = 4 * workers
+    step = -(-len(lines) // parts)
+    for i in range(parts):
+        (folder / f"part{i:02d}.txt").write_text("\n".join(lines[i * step : (i + 1) * step]) + "\n")
+    return folder, len(lines)
 
 
-def train(stream: Path, preset: str, model: str, codec: str, seed: int, work: Path) -> dict[str, float]:
+def train(stream: Path, preset: str, model: str, codec: str, seed: int, work: Path, workers: int = 1) -> dict[str, float]:
     shards = [start(f"ps{i}", ["ps", "--shard-index", str(i), "--shard-count", "2"], work) for i in range(2)]
     try:
         for s in shards:
@@ -60,7 +69,7 @@ def train(stream: Path, preset: str, model: str, codec: str, seed: int, work: Pa
         push, _, dense = codec.partition("|")
         cmd += ["--ps", ",".join(s.address for s in shards), "--model", model, "--push-codec", push, "--seed", str(seed)]
         cmd += ["--dense-codec", dense or "fp32"]
-        cmd += ["--window", "20000", "--metrics-port", "-1", "--metrics-out", str(out)]
+        cmd += ["--window", "20000", "--metrics-port", "-1", "--metrics-out", str(out), "--workers", str(workers)]
         for flag in SEED_FLAGS[model]:
             cmd += [flag, f"seed={seed}"]
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
@@ -197,6 +206,7 @@ def main() -> None:
     ap.add_argument("--codecs", default=",".join(CODECS))
     ap.add_argument("--speed-reps", type=int, default=7)
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "compression.json"))
+    ap.add_argument("--workers", type=int, default=1, help="worker processes; each sees only the others' sent updates")
     ap.add_argument("--resume-log", default=None, help="the printed run lines of an interrupted run: those runs are reused")
     args = ap.parse_args()
     codecs = args.codecs.split(",")
@@ -207,7 +217,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         for name in args.datasets.split(","):
-            stream, _ = write_stream(name, work)
+            stream, _ = write_stream(name, work, args.workers)
             for model in args.models.split(","):
                 model_codecs = codecs + (DNN_EXTRA if model == "deepfm" else [])
                 runs: dict[str, list[dict[str, float]]] = {c: [] for c in model_codecs}
@@ -215,7 +225,7 @@ def main() -> None:
                     for codec in model_codecs:
                         key = (name, model, codec, seed)
                         if key not in done:
-                            done[key] = train(stream, DATASETS[name].preset, model, codec, seed, work)
+                            done[key] = train(stream, DATASETS[name].preset, model, codec, seed, work, args.workers)
                         runs[codec].append(done[key])
                         print(name, model, codec, seed, json.dumps(runs[codec][-1]), flush=True)
                 results[f"{name}/{model}"] = summarize(runs)
