@@ -231,7 +231,7 @@ def main() -> None:
                 results[f"{name}/{model}"] = summarize(runs)
     speed = codec_speed(args.speed_reps)
     Path(args.out).write_text(json.dumps({"training": results, "speed": speed}, indent=1))
-    plot(results, ROOT / "docs" / "compression.png")
+    plot(results, ROOT / "docs" / ("compression.png" if args.workers == 1 else f"compression_w{args.workers}.png"))
     for setup, rows in results.items():
         print(f"\n{setup}\n| codec | push B/sample | ratio | dense push B/sample | pull B/sample | dAUC (spread) | dlogloss |")
         print("|---|---|---|---|---|---|---|")
