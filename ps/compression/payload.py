@@ -81,11 +81,9 @@ def _int8_encode(rows: F64, rng: np.random.Generator) -> tuple[bytes, F64]:
     """Row-wise scale and offset; narrow rows (fewer than 8 values, where 8 bytes of scale and
     offset per row would cost more than the values) take them per column instead."""
     by_column = rows.shape[1] < 8
-    x = np.ascontiguousarray(rows.T if by_column else rows)
-    lo, step, codes = encode_int8(x, int(rng.integers(0, 2**62)))
-    decoded = decode_int8(lo, step, codes, x.shape[1])
+    lo, step, codes, decoded = encode_int8(rows.T if by_column else rows, int(rng.integers(0, 2**62)))
     body = bytes([int(by_column)]) + lo.tobytes() + step.tobytes() + codes.tobytes()
-    return body, decoded.T.copy() if by_column else decoded
+    return body, decoded.T if by_column else decoded
 
 
 def _int8_decode(body: bytes, n: int, d: int) -> F64:

@@ -34,14 +34,16 @@ def uniforms(seed: int, count: int) -> F64:
 
 
 @nb.njit(cache=True, nogil=True)
-def encode_int8(values: F64, seed: int) -> tuple[F32, F32, U8]:
+def encode_int8(values: F64, seed: int) -> tuple[F32, F32, U8, F64]:
     """(row minimum, row step, codes): value ~ minimum + step * code, code in 0..255,
     rounded up with probability equal to the remainder (uniforms(seed, n * d), one per
-    value), so the decoded value is unbiased."""
+    value), so the decoded value is unbiased; and the decoded values, for error feedback.
+    values may be a strided view (the transpose, for scales per column)."""
     n, d = values.shape
     lo = np.empty(n, dtype=np.float32)
     step = np.empty(n, dtype=np.float32)
     codes = np.empty(n * d, dtype=np.uint8)
+    decoded = np.empty((n, d), dtype=np.float64)
     base_seed = np.uint64(seed) * np.uint64(0xD1342543DE82EF95)
     for i in range(n):
         a = values[i, 0]
@@ -63,7 +65,8 @@ def encode_int8(values: F64, seed: int) -> tuple[F32, F32, U8]:
                 q = np.floor((values[i, c] - base) * inv + u)
                 q = min(max(q, 0.0), 255.0)
             codes[i * d + c] = np.uint8(q)
-    return lo, step, codes
+            decoded[i, c] = base + s * q
+    return lo, step, codes, decoded
 
 
 @nb.njit(cache=True, nogil=True)

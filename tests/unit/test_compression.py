@@ -59,8 +59,9 @@ def test_onebit_and_int8_equal_their_references(values):
     np.testing.assert_array_equal(decode_onebit(pos, neg, packed, values.shape[0]), onebit_reference(values))
     u = uniforms(7, values.size)
     assert np.all((u >= 0) & (u < 1))
-    lo, step, q = encode_int8(values, 7)
+    lo, step, q, decoded = encode_int8(values, 7)
     np.testing.assert_allclose(decode_int8(lo, step, q, values.shape[1]), int8_reference(values, u), rtol=1e-12)
+    np.testing.assert_array_equal(decoded, decode_int8(lo, step, q, values.shape[1]))
     if values.shape[0]:
         np.testing.assert_allclose(row_scores(values), row_scores_reference(values), rtol=1e-12)
 
