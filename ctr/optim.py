@@ -142,7 +142,7 @@ def _ftrl_weight(z: float, n: float, p: F64) -> float:
     if abs(z) <= l1:
         return 0.0
     sign = 1.0 if z > 0 else -1.0
-    return -(z - sign * l1) / ((p[P_BETA] + np.sqrt(n)) / p[P_LR] + p[P_L2])
+    return -(z - sign * l1) / ((p[P_BETA] + np.sqrt(max(n, 0.0))) / p[P_LR] + p[P_L2])
 
 
 @nb.njit(cache=True, inline="always")
@@ -187,7 +187,7 @@ def _adam(state: F64, g: F64, d: int, p: F64, t: float, c1: float, c2: float) ->
     for i in range(d):
         gi = g[i] + p[P_L2] * state[i]
         m = b1 * state[d + i] + (1.0 - b1) * gi
-        v = b2 * state[2 * d + i] + (1.0 - b2) * gi * gi
+        v = b2 * max(state[2 * d + i], 0.0) + (1.0 - b2) * gi * gi
         state[d + i] = m
         state[2 * d + i] = v
         state[i] -= lr * (m / c1) / (np.sqrt(v / c2) + p[P_EPS])
@@ -201,7 +201,7 @@ def step(state: F64, g: F64, d: int, p: F64) -> None:
     if kind == FTRL:
         for i in range(d):
             z = state[i]
-            n = state[d + i]
+            n = max(state[d + i], 0.0)  # a lossy delta push may leave it just below 0
             gi = g[i]
             w = _ftrl_weight(z, n, p)
             g2 = gi * gi
@@ -212,7 +212,7 @@ def step(state: F64, g: F64, d: int, p: F64) -> None:
     elif kind == ADAGRAD:
         for i in range(d):
             gi = g[i] + p[P_L2] * state[i]
-            acc = state[d + i] + gi * gi
+            acc = max(state[d + i], 0.0) + gi * gi
             state[d + i] = acc
             state[i] -= lr * gi / (np.sqrt(acc) + p[P_EPS])
     elif kind == ADAM:
@@ -325,7 +325,8 @@ def plain_state(weights: npt.NDArray[np.floating]) -> F64:
 
 
 def accumulator_columns(kind: str, dim: int) -> slice:
-    """Columns that only grow (n, acc, v, t): a merged delta may not push them below 0."""
+    """Columns that only grow (n, acc, v, t): read as max(value, 0), since a lossy delta
+    push may leave them just below 0 until error feedback sends the rest."""
     if kind == "adam":
         return slice(2 * dim, 3 * dim + 1)
     if kind in ("ftrl", "adagrad"):

@@ -79,15 +79,15 @@ def apply_gradients(state: F64, meta: U32, ids: I64, grads: F64, d: int, p: F64,
 
 
 @nb.njit(cache=True, nogil=True)
-def merge_deltas(state: F64, meta: U32, ids: I64, deltas: F64, acc_lo: int, acc_hi: int, seq: int, now: int) -> None:
-    """Adds each row's state delta; accumulator columns [acc_lo, acc_hi) never go below 0."""
+def merge_deltas(state: F64, meta: U32, ids: I64, deltas: F64, seq: int, now: int) -> None:
+    """Adds each row's state delta, exactly: under a lossy push codec an accumulator column
+    (n, acc, v) may dip below 0 until error feedback brings the rest; the optimizer reads
+    accumulators as max(value, 0). Clamping here would break the sum the worker's view
+    relies on (shard state plus the worker's residual = the uncompressed state)."""
     for i in range(ids.shape[0]):
         row = state[ids[i]]
         for c in range(row.shape[0]):
-            v = row[c] + deltas[i, c]
-            if acc_lo <= c < acc_hi and v < 0.0:
-                v = 0.0
-            row[c] = v
+            row[c] += deltas[i, c]
         _stamp(meta, ids[i], seq, now)
 
 

@@ -13,7 +13,7 @@ import numpy.typing as npt
 
 from ctr.hashmap import CompactHashMap
 from ctr.modelspec import TableSpec
-from ctr.optim import accumulator_columns, frozen_adam_rows, init_rows, step_rows, weights_of_rows
+from ctr.optim import frozen_adam_rows, init_rows, step_rows, weights_of_rows
 from ps import kernels
 
 GRADIENT = "gradient"
@@ -50,8 +50,6 @@ class SparseTable:
         self.dim = spec.dim
         self.width = spec.width
         self.params = spec.optimizer.params()
-        acc = accumulator_columns(spec.optimizer.kind, spec.dim)
-        self.acc_lo, self.acc_hi = acc.start, acc.stop
         self.map = CompactHashMap(2, capacity=capacity)  # key -> row id (uint64 in two words)
         self.size = 0
         self.keys = np.zeros(capacity, dtype=np.uint64)
@@ -133,7 +131,7 @@ class SparseTable:
         if kind == GRADIENT:
             kernels.apply_gradients(self.state, self.meta, ids, v, self.dim, self.params, seq, now)
         else:
-            kernels.merge_deltas(self.state, self.meta, ids, v, self.acc_lo, self.acc_hi, seq, now)
+            kernels.merge_deltas(self.state, self.meta, ids, v, seq, now)
 
     def updated_after(self, seq: int) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64]]:
         """(keys, row ids) of rows updated after sequence number seq (all rows for seq < 0)."""
@@ -165,8 +163,6 @@ class DenseTable:
         self.hi = hi
         self.width = spec.width
         self.params = spec.optimizer.params()
-        acc = accumulator_columns(spec.optimizer.kind, 1)
-        self.acc_lo, self.acc_hi = acc.start, acc.stop
         # element i of the whole vector starts from the initial weight of "key" i + 1
         self.state = init_rows(np.arange(lo + 1, hi + 1, dtype=np.uint64), self.width, 1, self.params)
 
@@ -194,5 +190,4 @@ class DenseTable:
             return
         merged = self.state + v
         check_values(self.name, merged, STATE_LIMIT, "the state limit")
-        merged[:, self.acc_lo : self.acc_hi] = np.maximum(merged[:, self.acc_lo : self.acc_hi], 0.0)
         self.state = merged

@@ -44,9 +44,11 @@ def test_training_converges_with_every_codec(codec, fp32_run, data_dir, tmp_path
     flags = ["--local-shards", "2", "--batch-size", "1024", "--push-codec", push, "--pull-codec", pull or "auto"]
     got = train(data_dir / "frappe/frappe.test.libfm", tmp_path / "m.json", *flags)
     assert got["samples"] == fp32_run["samples"] and got["push_codec"] == push
-    # the worker trains from pulled state plus its unsent residual, so one worker stays close
-    assert got["progressive_logloss"] <= fp32_run["progressive_logloss"] + 0.01, (got, fp32_run)
-    assert got["window_auc"] >= fp32_run["window_auc"] - 0.01
+    # the worker trains from pulled state plus its unsent residual: with exact pulls one
+    # worker sees exactly the uncompressed state, so it predicts what the fp32 run predicts
+    tol = 1e-6 if not pull else 0.01
+    assert got["progressive_logloss"] <= fp32_run["progressive_logloss"] + tol, (got, fp32_run)
+    assert got["window_auc"] >= fp32_run["window_auc"] - tol
     assert got["residual_rows_peak"] <= got["residual_rows_cap"]
     training_bytes = got["push_bytes"] - got["residual_drain_bytes"]
     assert training_bytes < fp32_run["push_bytes"] or push == "fp32"

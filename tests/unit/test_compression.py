@@ -280,3 +280,21 @@ def test_zeroone_adam_syncs_ever_more_rarely_and_refreshes_the_variance_at_power
     assert sum(momentum_steps) == 200  # every local step reaches the shards once
     assert max(momentum_steps) > 1 and len(momentum_steps) < 100  # rounds were skipped
     assert np.isfinite(client.pull_dense("mlp")).all()
+
+
+def test_a_delta_may_take_an_accumulator_below_zero_and_the_weights_stay_finite():
+    """Error feedback may send more of n than has accrued for a while: the shard keeps the
+    exact sum (the worker's view relies on it) and reads n as max(n, 0)."""
+    from ctr.modelspec import ModelSpec
+    from ps.shard import Shard
+
+    shard = Shard(0, 1)
+    shard.declare(ModelSpec("lr").tables())
+    keys = np.array([5, 9], dtype=np.uint64)
+    shard.push("w", keys, np.array([0.5, -0.25, -2.0, 0.75]), kind="delta")  # rows [z, n]
+    _, state = shard.pull("w", keys, open_session=False, state=True)
+    np.testing.assert_array_equal(state, [[0.5, -0.25], [-2.0, 0.75]])
+    _, weights = shard.pull("w", keys, open_session=False)
+    assert np.isfinite(weights).all()
+    shard.push("w", keys, np.array([0.0, 0.5, 0.0, 0.0]), kind="delta")
+    np.testing.assert_array_equal(shard.pull("w", keys, open_session=False, state=True)[1][:, 1], [0.25, 0.75])
