@@ -23,7 +23,7 @@ import numpy.typing as npt
 from ctr.modelspec import TableSpec
 from ctr.routing import dense_range, shard_of
 from ps.compression.compressor import CodecSpec, Compressor, parse_codec
-from ps.compression.payload import VALUE_CODECS, Compressed, value_codec
+from ps.compression.payload import VALUE_CODECS, Compressed, encode_rows, value_codec
 from ps.shard import ExportedFile, Shard
 from ps.tables import DELTA, GRADIENT, MOMENTUM
 from ps.transport import LocalTransport, Rows, SessionLost, ShardStatus, ShardTransport
@@ -205,7 +205,7 @@ class PSClient:
         g = np.asarray(grads, dtype=np.float64).reshape(keys.shape[0], -1)
         comp = self._compressor(table, kind)
         parts, flush_keys, flush_rows = [], [], []
-        for s in range(self.n):  # compressed in turn: the residual store is not thread-safe
+        for s in range(self.n):  # compressed in turn (one residual store), then sent in parallel
             idx = order[bounds[s] : bounds[s + 1]]
             if idx.shape[0]:
                 packed, gone_keys, gone_rows = comp.compress(keys[idx], g[idx])
@@ -224,10 +224,7 @@ class PSClient:
             if sent.shape[0]:
                 self.transport.push(s, table, sent, 0, packed.payload(with_subset=False), kind)
 
-        if len(parts) > 1:
-            list(self.pool.map(one, parts))
-        elif parts:
-            one(parts[0])
+        self._each(lambda i: one(parts[i]), list(range(len(parts))))
         gone = np.concatenate(flush_keys) if flush_keys else np.zeros(0, np.uint64)
         if gone.shape[0]:
             rows = np.concatenate(flush_rows)
@@ -244,12 +241,10 @@ class PSClient:
     def _push_exact(self, table: str, keys: npt.NDArray[np.uint64], rows: npt.NDArray[np.float64], kind: str) -> None:
         """Sends residuals leaving the error-feedback memory, in fp64, keys included."""
         order, bounds = self._split(keys)
-        exact = Compressor(CodecSpec("fp64"), 1)
         for s in range(self.n):
             idx = order[bounds[s] : bounds[s + 1]]
             if idx.shape[0]:
-                packed, _, _ = exact.compress(keys[idx], rows[idx])
-                self.transport.push(s, table, keys[idx], 0, packed.payload(with_subset=False), kind)
+                self.transport.push(s, table, keys[idx], 0, encode_rows(rows[idx], "fp64", self._rng), kind)
 
     def unsent(self, table: str, keys: npt.NDArray[np.uint64], cols: int) -> npt.NDArray[np.float64]:
         """What this client's compressor has not yet sent of these keys' rows (zeros without

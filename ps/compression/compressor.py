@@ -33,9 +33,6 @@ class CodecSpec:
         """Whether unsent parts of rows are kept for the next push (top-k, lossy values)."""
         return self.topk is not None or VALUE_CODECS[self.value].feedback
 
-    def __str__(self) -> str:
-        return self.value if self.topk is None else f"topk:{self.topk:g}+{self.value}"
-
 
 def parse_codec(text: str) -> CodecSpec:
     """'onebit', 'topk:0.01+onebit', 'topk:0.05' (fp32 values)."""

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from ps.compression.bits import pack_bits, packed_bytes, unpack_bits
-from ps.compression.compressor import Compressor, parse_codec
+from ps.compression.compressor import CodecSpec, Compressor, parse_codec
 from ps.compression.minifloat import column_shifts, decode_minifloat, encode_minifloat
 from ps.compression.payload import VALUE_CODECS, CodecError, decode_payload
 from ps.compression.quantize import decode_int8, decode_onebit, encode_int8, encode_onebit, uniforms
@@ -211,7 +211,7 @@ def test_mismatched_payloads_are_refused_naming_what(payload, rows, cols, error)
 
 
 def test_codec_specs_parse_and_refuse_nonsense():
-    assert str(parse_codec("topk:0.01+onebit")) == "topk:0.01+onebit"
+    assert parse_codec("topk:0.01+onebit") == CodecSpec("onebit", 0.01) and parse_codec("int8") == CodecSpec("int8")
     assert parse_codec("topk:0.05").value == "fp32"
     for bad, msg in (("onebit+int8", "only topk"), ("topk:2+onebit", "ratio"), ("topk:x", "ratio"), ("fp8", "unknown")):
         with pytest.raises(ValueError, match=msg):
