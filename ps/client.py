@@ -246,11 +246,12 @@ class PSClient:
             if idx.shape[0]:
                 self.transport.push(s, table, keys[idx], 0, encode_rows(rows[idx], "fp64", self._rng), kind)
 
-    def unsent(self, table: str, keys: npt.NDArray[np.uint64], cols: int) -> npt.NDArray[np.float64]:
-        """What this client's compressor has not yet sent of these keys' rows (zeros without
-        error feedback): with state deltas, pulled state plus this is the worker's own view."""
+    def unsent(self, table: str, keys: npt.NDArray[np.uint64], cols: int) -> npt.NDArray[np.float64] | None:
+        """What this client's compressor has not yet sent of these keys' rows, or None when
+        the table keeps no error feedback (nothing is ever held back): with state deltas,
+        pulled state plus this is the worker's own view."""
         comp = self.compressors.get(table)
-        return np.zeros((keys.shape[0], cols)) if comp is None else comp.unsent(keys, cols)
+        return None if comp is None or comp.residuals is None else comp.unsent(keys, cols)
 
     def flush_residuals(self) -> None:
         """Sends every table's error-feedback residual exactly: the shards then hold exactly

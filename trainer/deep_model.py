@@ -28,9 +28,9 @@ class DeepModel:
         self.tables = {t.name: t for t in spec.tables()}
         self.emb = spec.embedding_table() or "v"
         self.sequential = spec.update == "example"
-        self.net = DeepCTR(spec, seed=spec.optimizer("mlp").seed).to(device())
-        self.params = {n: t.optimizer.params() for n, t in self.tables.items()}
         opt = spec.optimizer("mlp")
+        self.net = DeepCTR(spec, seed=opt.seed).to(device())
+        self.params = {n: t.optimizer.params() for n, t in self.tables.items()}
         if dense_codec != "fp32" and opt.kind != "adam":
             raise ValueError(f"--dense-codec {dense_codec} needs an adam MLP optimizer, not {opt.kind} (--opt-mlp)")
         self.dense: DenseSync = dense_sync(dense_codec, "mlp", opt.lr, opt.beta1, opt.beta2, opt.eps)

@@ -155,8 +155,9 @@ class ZeroOneAdam(PlainDense):
         self._sync(client)
         if after & (after - 1) == 0:  # a power of two: refresh the variance with a full Adam step
             super().push(client, g)
-            self._load_state(client)
-        self.local = None  # the next step pulls the shards' weights
+            self._load_state(client)  # which brings the shards' weights for the next step too
+        else:
+            self.local = None  # the next step pulls the shards' weights
 
     def flush(self, client: PSClient) -> None:
         if self.since_sync:
