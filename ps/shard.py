@@ -15,7 +15,7 @@ from ctr import modelfile
 from ctr.modelspec import TableSpec
 from ctr.routing import dense_range, shard_of
 from ps.store import ShardStore
-from ps.tables import GRADIENT, DenseTable, PushRejected, SparseTable
+from ps.tables import GRADIENT, MOMENTUM, DenseTable, PushRejected, SparseTable
 
 
 class ShardError(ValueError):
@@ -167,6 +167,8 @@ class Shard:
         """Values per row a push of `kind` carries: the weights' dim for gradients, the
         state's width for deltas."""
         t = self._table(table)
+        if kind == MOMENTUM:
+            raise ShardError(f"table {table!r}: momentum pushes are for dense adam tables, not sparse ones")
         return t.dim if kind == GRADIENT else t.width
 
     def push(self, table: str, keys: npt.NDArray[np.uint64], values: npt.NDArray[np.float64], kind: str = GRADIENT) -> int:

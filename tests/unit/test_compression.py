@@ -298,3 +298,13 @@ def test_a_delta_may_take_an_accumulator_below_zero_and_the_weights_stay_finite(
     assert np.isfinite(weights).all()
     shard.push("w", keys, np.array([0.0, 0.5, 0.0, 0.0]), kind="delta")
     np.testing.assert_array_equal(shard.pull("w", keys, open_session=False, state=True)[1][:, 1], [0.25, 0.75])
+
+
+def test_a_momentum_push_to_a_sparse_table_is_refused():
+    from ctr.modelspec import ModelSpec
+    from ps.shard import Shard, ShardError
+
+    shard = Shard(0, 1)
+    shard.declare(ModelSpec("lr").tables())
+    with pytest.raises(ShardError, match="momentum pushes are for dense adam tables"):
+        shard.push_width("w", "momentum")
