@@ -120,15 +120,25 @@ def _minifloat(exp_bits: int, man_bits: int) -> tuple[Callable[..., tuple[bytes,
 
 
 def _onebit_encode(rows: F64, rng: np.random.Generator) -> tuple[bytes, F64]:
-    pos, neg, packed = encode_onebit(np.ascontiguousarray(rows))
-    return pos.tobytes() + neg.tobytes() + packed.tobytes(), decode_onebit(pos, neg, packed, rows.shape[0])
+    """Signs plus two means per column, or per row when there are fewer rows than columns (a
+    top-k push of a few wide rows), whichever takes fewer means; a layout byte says which."""
+    by_row = rows.shape[0] < rows.shape[1]
+    groups = np.ascontiguousarray(rows.T if by_row else rows)
+    pos, neg, packed = encode_onebit(groups)
+    decoded = decode_onebit(pos, neg, packed, groups.shape[0])
+    return bytes([int(by_row)]) + pos.tobytes() + neg.tobytes() + packed.tobytes(), decoded.T if by_row else decoded
 
 
 def _onebit_decode(body: bytes, n: int, d: int) -> F64:
-    _expect(body, 8 * d + packed_bytes(n * d, 1))
-    pos = np.frombuffer(body[: 4 * d], dtype="<f4").astype(np.float32)
-    neg = np.frombuffer(body[4 * d : 8 * d], dtype="<f4").astype(np.float32)
-    return decode_onebit(pos, neg, np.frombuffer(body, dtype=np.uint8)[8 * d :], n)  # type: ignore[no-any-return]
+    if not body or body[0] > 1:
+        raise CodecError("onebit body: the layout byte must be 0 (means per column) or 1 (per row)")
+    by_row = body[0] == 1
+    length, groups = (d, n) if by_row else (n, d)
+    _expect(body, 1 + 8 * groups + packed_bytes(n * d, 1))
+    pos = np.frombuffer(body[1 : 1 + 4 * groups], dtype="<f4").astype(np.float32)
+    neg = np.frombuffer(body[1 + 4 * groups : 1 + 8 * groups], dtype="<f4").astype(np.float32)
+    out = decode_onebit(pos, neg, np.frombuffer(body, dtype=np.uint8)[1 + 8 * groups :], length)
+    return out.T.copy() if by_row else out  # type: ignore[no-any-return]
 
 
 def _expect(body: bytes, size: int) -> None:
