@@ -13,6 +13,10 @@ training, flushes of evicted residuals included; the one-off drain of the remain
 residuals at the end of the run (`residual_drain_bytes`) and the dense pushes (bias, MLP)
 are reported apart. Writes bench/results/compression.json; asserts nothing.
 Run: .venv/bin/python bench/bench_compression.py [--seeds 3] [--models lr,ffm,deepfm]
+
+Hierarchical push: with --workers W, a codec ending in "@agg" runs with --local-aggregate
+(the workers sum their pushes in shared memory, worker 0 sends), e.g.
+  --workers 2 --codecs fp32,onebit,fp32@agg,onebit@agg --out ... --plot ...
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ REPEAT = {"frappe": 1, "criteo10k": 5}
 SEED_FLAGS = {"lr": [], "ffm": ["--opt-v"], "deepfm": ["--opt-v", "--opt-mlp"]}
 # DeepFM also runs with 1-bit Adam on its MLP ("PUSH|DENSE"), whose pushes dwarf the sparse ones
 DNN_EXTRA = ["onebit|onebit-adam:100", "topk:0.01+onebit|onebit-adam:100"]
+AGG = "@agg"  # a codec with this suffix runs with --local-aggregate (needs --workers >= 2)
 
 
 def write_stream(name: str, work: Path, workers: int) -> tuple[Path, int]:
@@ -67,6 +72,9 @@ def train(stream: Path, preset: str, model: str, codec: str, seed: int, work: Pa
         out = work / "m.json"
         cmd = [sys.executable, "-m", "boundless", "train", "--source", str(stream), "--format", preset, "--no-follow"]
         push, _, dense = codec.partition("|")
+        if push.endswith(AGG):  # the workers sum their pushes before worker 0 sends them
+            push = push.removesuffix(AGG)
+            cmd.append("--local-aggregate")
         cmd += ["--ps", ",".join(s.address for s in shards), "--model", model, "--push-codec", push, "--seed", str(seed)]
         cmd += ["--dense-codec", dense or "fp32"]
         cmd += ["--window", "20000", "--metrics-port", "-1", "--metrics-out", str(out), "--workers", str(workers)]
@@ -91,6 +99,8 @@ def train(stream: Path, preset: str, model: str, codec: str, seed: int, work: Pa
         "pull_bytes_per_sample": m["pull_bytes"] / n,
         "residual_rows_peak": m["residual_rows_peak"],
         "residual_rows_cap": m["residual_rows_cap"],
+        "aggregate_rows_in": m.get("aggregate_rows_in", 0.0),
+        "aggregate_rows_out": m.get("aggregate_rows_out", 0.0),
     }
 
 
@@ -116,6 +126,8 @@ def summarize(runs: dict[str, list[dict[str, float]]]) -> list[dict[str, Any]]:
                 "d_logloss": statistics.mean(d_ll),
                 "residual_rows_peak": max(r["residual_rows_peak"] for r in rs),
                 "residual_rows_cap": rs[0]["residual_rows_cap"],
+                "aggregate_rows_in": statistics.mean(r.get("aggregate_rows_in", 0.0) for r in rs),
+                "aggregate_rows_out": statistics.mean(r.get("aggregate_rows_out", 0.0) for r in rs),
             }
         )
     return rows
@@ -208,6 +220,7 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "compression.json"))
     ap.add_argument("--workers", type=int, default=1, help="worker processes; each sees only the others' sent updates")
     ap.add_argument("--resume-log", default=None, help="the printed run lines of an interrupted run: those runs are reused")
+    ap.add_argument("--plot", default=None, help="the PNG to write (default: docs/compression.png, or _wW for W workers)")
     args = ap.parse_args()
     codecs = args.codecs.split(",")
     if codecs[0] != "fp32":
@@ -231,7 +244,8 @@ def main() -> None:
                 results[f"{name}/{model}"] = summarize(runs)
     speed = codec_speed(args.speed_reps)
     Path(args.out).write_text(json.dumps({"training": results, "speed": speed}, indent=1))
-    plot(results, ROOT / "docs" / ("compression.png" if args.workers == 1 else f"compression_w{args.workers}.png"))
+    default_plot = "compression.png" if args.workers == 1 else f"compression_w{args.workers}.png"
+    plot(results, Path(args.plot) if args.plot else ROOT / "docs" / default_plot)
     for setup, rows in results.items():
         print(f"\n{setup}\n| codec | push B/sample | ratio | dense push B/sample | pull B/sample | dAUC (spread) | dlogloss |")
         print("|---|---|---|---|---|---|---|")
@@ -241,6 +255,7 @@ def main() -> None:
                 f"| {r['codec']} | {r['push_bytes_per_sample']:.3f} | {r['ratio']:.1f}x |"
                 f" {r['dense_push_bytes_per_sample']:.1f} | {r['pull_bytes_per_sample']:.1f} |"
                 f" {r['d_auc']:+.4f} ({lo:+.4f}..{hi:+.4f}) | {r['d_logloss']:+.4f} |"
+                + (f" rows in {r['aggregate_rows_in']:.0f} out {r['aggregate_rows_out']:.0f}" if r["aggregate_rows_in"] else "")
             )
     print("\n| codec | cols | encode M values/s max / median | decode | bits/value |\n|---|---|---|---|---|")
     for s in speed:

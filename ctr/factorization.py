@@ -151,8 +151,8 @@ def train_batch(
     # row's sqrt(n) and weight instead of deriving them again
     w_ftrl = sequential and int(pw[P_KIND]) == FTRL
     b_ftrl = sequential and int(pb[P_KIND]) == FTRL
-    sqrt_n = np.sqrt(w_state[:, 1]) if w_ftrl else np.zeros(0, dtype=np.float64)
-    b_sqrt_n = np.sqrt(bias_state[0, 1:2]) if b_ftrl else np.zeros(1, dtype=np.float64)
+    sqrt_n = np.sqrt(np.maximum(w_state[:, 1], 0.0)) if w_ftrl else np.zeros(0, dtype=np.float64)
+    b_sqrt_n = np.sqrt(np.maximum(bias_state[0, 1:2], 0.0)) if b_ftrl else np.zeros(1, dtype=np.float64)
     bias = weight_of(bias_state[0], 1, 0, pb)
     for e in range(n):
         a, b = offsets[e], offsets[e + 1]

@@ -232,7 +232,7 @@ def ftrl_step_1d(state: F64, g: float, w: float, sqrt_n: F64, r: int, p: F64) ->
     sqrt_n[r], updated here) the caller keeps: one square root instead of four, the same
     expressions, so the same bits as the generic pair. Returns the new weight."""
     z = state[0]
-    n = state[1]
+    n = max(state[1], 0.0)  # as `step` reads it: a lossy push or pull may leave it below 0
     sn = sqrt_n[r]
     g2 = g * g
     if g2 > 0:

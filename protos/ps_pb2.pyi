@@ -278,12 +278,37 @@ class PullResponse(_message.Message):
 Global___PullResponse: _TypeAlias = PullResponse  # noqa: Y015
 
 @_typing.final
+class SessionList(_message.Message):
+    """Pull sessions of several workers on one host whose pushes a leader summed
+    (--local-aggregate): the push's rows are those of the union of their keys, in key order.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    IDS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def __init__(
+        self,
+        *,
+        ids: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ids", b"ids"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SessionList: _TypeAlias = SessionList  # noqa: Y015
+
+@_typing.final
 class PushRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     TABLE_FIELD_NUMBER: _builtins.int
     SESSION_ID_FIELD_NUMBER: _builtins.int
     KEYS_FIELD_NUMBER: _builtins.int
+    SESSIONS_FIELD_NUMBER: _builtins.int
     KEY_COUNT_FIELD_NUMBER: _builtins.int
     KEY_ENCODING_FIELD_NUMBER: _builtins.int
     PAYLOAD_FIELD_NUMBER: _builtins.int
@@ -299,22 +324,25 @@ class PushRequest(_message.Message):
     key_count (or subset) * dim gradients, or * state width deltas.
     """
     kind: Global___PushKind.ValueType
+    @_builtins.property
+    def sessions(self) -> Global___SessionList: ...
     def __init__(
         self,
         *,
         table: _builtins.str = ...,
         session_id: _builtins.int = ...,
         keys: _builtins.bytes = ...,
+        sessions: Global___SessionList | None = ...,
         key_count: _builtins.int = ...,
         key_encoding: Global___KeyEncoding.ValueType = ...,
         payload: _builtins.bytes = ...,
         kind: Global___PushKind.ValueType = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["keys", b"keys", "session_id", b"session_id", "target", b"target"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["keys", b"keys", "session_id", b"session_id", "sessions", b"sessions", "target", b"target"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["key_count", b"key_count", "key_encoding", b"key_encoding", "keys", b"keys", "kind", b"kind", "payload", b"payload", "session_id", b"session_id", "table", b"table", "target", b"target"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["key_count", b"key_count", "key_encoding", b"key_encoding", "keys", b"keys", "kind", b"kind", "payload", b"payload", "session_id", b"session_id", "sessions", b"sessions", "table", b"table", "target", b"target"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_target: _TypeAlias = _typing.Literal["session_id", "keys"]  # noqa: Y015
+    _WhichOneofReturnType_target: _TypeAlias = _typing.Literal["session_id", "keys", "sessions"]  # noqa: Y015
     _WhichOneofArgType_target: _TypeAlias = _typing.Literal["target", b"target"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_target) -> _WhichOneofReturnType_target | None: ...
 

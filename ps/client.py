@@ -24,6 +24,7 @@ from ctr.modelspec import TableSpec
 from ctr.routing import dense_range, shard_of
 from ps.compression.compressor import CodecSpec, Compressor, parse_codec
 from ps.compression.payload import VALUE_CODECS, Compressed, encode_rows, value_codec
+from ps.local_aggregate import AggregationPlan, LocalAggregator
 from ps.shard import ExportedFile, Shard
 from ps.tables import DELTA, GRADIENT, MOMENTUM
 from ps.transport import LocalTransport, Rows, SessionLost, ShardStatus, ShardTransport
@@ -31,7 +32,17 @@ from ps.transport import LocalTransport, Rows, SessionLost, ShardStatus, ShardTr
 if TYPE_CHECKING:
     from ps.local_server import LocalServers
 
-__all__ = ["DELTA", "GRADIENT", "MOMENTUM", "VALUE_CODECS", "ExportedFile", "PSClient", "PullSession", "parse_codec"]
+__all__ = [
+    "DELTA",
+    "GRADIENT",
+    "MOMENTUM",
+    "VALUE_CODECS",
+    "AggregationPlan",
+    "ExportedFile",
+    "PSClient",
+    "PullSession",
+    "parse_codec",
+]
 
 T = TypeVar("T")
 DEFAULT_RESIDUAL_ROWS = 1 << 20
@@ -76,6 +87,7 @@ class PSClient:
         self._dense_residual: dict[str, npt.NDArray[np.float64]] = {}  # error feedback of 1-bit dense pushes
         self.pool = ThreadPoolExecutor(max_workers=max(1, shard_count))
         self._dense_len: dict[str, int] = {}
+        self.aggregator: LocalAggregator | None = None  # --local-aggregate
 
     @classmethod
     def connect(
@@ -194,15 +206,47 @@ class PSClient:
     ) -> None:
         """Pushes per-key gradients (or state deltas with kind="delta") through the table's
         compressor; names the pull session when keys are the pulled ones, so they are not
-        sent again. Residuals the compressor evicts are pushed exactly."""
+        sent again. Residuals the compressor evicts are pushed exactly. Under local
+        aggregation the push goes to the host's leader, and returns once the shards hold it."""
         if keys.shape[0] == 0:
             return
-        if session is not None and session.keys is keys:
-            order, bounds, sids = session.order, session.bounds, session.session_ids
+        g = np.asarray(grads, dtype=np.float64).reshape(keys.shape[0], -1)
+        named = session is not None and session.keys is keys
+        if self.aggregator is not None:
+            sids = session.session_ids if session is not None and named else (0,) * self.n
+            self.aggregator.push(table, keys, g, sids, kind)
+            return
+        if session is not None and named:
+            order, bounds = session.order, session.bounds
+            targets: list[tuple[int, ...]] = [(sid,) if sid else () for sid in session.session_ids]
         else:
             order, bounds = self._split(keys)
-            sids = (0,) * self.n
-        g = np.asarray(grads, dtype=np.float64).reshape(keys.shape[0], -1)
+            targets = [()] * self.n
+        self._send(table, keys, g, order, bounds, targets, kind)
+
+    def push_merged(
+        self, table: str, keys: npt.NDArray[np.uint64], rows: npt.NDArray[np.float64], targets: list[tuple[int, ...]], kind: str
+    ) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.float64] | None]:
+        """The leader's push of a host's summed pushes (ps.local_aggregate): sorted unique
+        keys; targets[s], the pull sessions whose keys' union is shard s's part (): the keys
+        travel). Returns the keys whose residual was evicted and sent exactly, and the pushed
+        keys' residuals (None: no error feedback), for the other workers' views."""
+        order, bounds = self._split(keys)
+        gone = self._send(table, keys, rows, order, bounds, targets, kind)
+        return gone, self.unsent(table, keys, rows.shape[1])
+
+    def _send(
+        self,
+        table: str,
+        keys: npt.NDArray[np.uint64],
+        g: npt.NDArray[np.float64],
+        order: npt.NDArray[np.int64],
+        bounds: npt.NDArray[np.int64],
+        targets: list[tuple[int, ...]],
+        kind: str,
+    ) -> npt.NDArray[np.uint64]:
+        """Compresses and sends; returns the sorted keys whose residual was evicted (and
+        sent exactly)."""
         comp = self._compressor(table, kind)
         parts, flush_keys, flush_rows = [], [], []
         for s in range(self.n):  # compressed in turn (one residual store), then sent in parallel
@@ -216,20 +260,32 @@ class PSClient:
         def one(part: tuple[int, npt.NDArray[np.uint64], Compressed]) -> None:
             s, part_keys, packed = part
             try:
-                self.transport.push(s, table, part_keys, sids[s], packed.payload(with_subset=bool(sids[s])), kind)
+                self.transport.push(s, table, part_keys, targets[s], packed.payload(with_subset=bool(targets[s])), kind)
                 return
             except SessionLost:
                 pass
             sent = part_keys if packed.sent is None else part_keys[packed.sent]
             if sent.shape[0]:
-                self.transport.push(s, table, sent, 0, packed.payload(with_subset=False), kind)
+                self.transport.push(s, table, sent, (), packed.payload(with_subset=False), kind)
 
         self._each(lambda i: one(parts[i]), list(range(len(parts))))
         gone = np.concatenate(flush_keys) if flush_keys else np.zeros(0, np.uint64)
+        order = np.argsort(gone)
+        gone = gone[order]
         if gone.shape[0]:
-            rows = np.concatenate(flush_rows)
-            order = np.argsort(gone)
-            self._push_exact(table, gone[order], rows[order], kind)
+            self._push_exact(table, gone, np.concatenate(flush_rows)[order], kind)
+        return gone
+
+    def aggregate_locally(self, plan: AggregationPlan, index: int) -> None:
+        """Sends this worker's sparse pushes through the host's local aggregation
+        (`--local-aggregate`); worker 0 leads, pushing the sums with this client."""
+        self.aggregator = LocalAggregator(plan, index, self.push_merged, self.residual_rows)
+
+    def leave_local_aggregation(self) -> None:
+        """After a worker's last push: joins the remaining rounds until every worker is done
+        (the leader sends the others' pushes meanwhile). Nothing without local aggregation."""
+        if self.aggregator is not None:
+            self.aggregator.leave()
 
     def _compressor(self, table: str, kind: str) -> Compressor:
         if table not in self.compressors:
@@ -244,12 +300,14 @@ class PSClient:
         for s in range(self.n):
             idx = order[bounds[s] : bounds[s + 1]]
             if idx.shape[0]:
-                self.transport.push(s, table, keys[idx], 0, encode_rows(rows[idx], "fp64", self._rng), kind)
+                self.transport.push(s, table, keys[idx], (), encode_rows(rows[idx], "fp64", self._rng), kind)
 
     def unsent(self, table: str, keys: npt.NDArray[np.uint64], cols: int) -> npt.NDArray[np.float64] | None:
         """What this client's compressor has not yet sent of these keys' rows, or None when
         the table keeps no error feedback (nothing is ever held back): with state deltas,
         pulled state plus this is the worker's own view."""
+        if self.aggregator is not None and not self.aggregator.leader:
+            return self.aggregator.unsent(table, keys, cols)  # the leader's residuals, mirrored
         comp = self.compressors.get(table)
         return None if comp is None or comp.residuals is None else comp.unsent(keys, cols)
 
@@ -266,6 +324,8 @@ class PSClient:
     def compression_stats(self) -> dict[str, float]:
         """Error-feedback memory summed over tables (ps.compression.compressor.stats)."""
         out = {"residual_drain_bytes": float(self.drain_bytes), "dense_push_bytes": float(self.dense_push_bytes)}
+        if self.aggregator is not None:
+            out.update(self.aggregator.stats())
         for comp in self.compressors.values():
             for k, v in comp.stats().items():
                 out[k] = out.get(k, 0.0) + v

@@ -53,10 +53,14 @@ class GrpcTransport(_ByteCounter):
             return resp.session_id, decode_payload(resp.rows, keys.shape[0], resp.dim)[1]
         return resp.session_id, decode_rows(resp.rows, keys.shape[0], resp.dim, np.float64 if resp.state else np.float32)
 
-    def push(self, shard: int, table: str, keys: npt.NDArray[np.uint64], session_id: int, payload: bytes, kind: str) -> None:
+    def push(
+        self, shard: int, table: str, keys: npt.NDArray[np.uint64], sessions: tuple[int, ...], payload: bytes, kind: str
+    ) -> None:
         req = ps_pb2.PushRequest(table=table, key_count=keys.shape[0], payload=payload, kind=_PUSH_KINDS[kind])
-        if session_id:
-            req.session_id = session_id
+        if len(sessions) == 1:
+            req.session_id = sessions[0]
+        elif sessions:
+            req.sessions.ids.extend(sessions)
         else:
             req.keys = encode_keys(keys, self.key_encoding)
             req.key_encoding = self.key_encoding  # type: ignore[assignment]
@@ -64,7 +68,7 @@ class GrpcTransport(_ByteCounter):
         try:
             self.stubs[shard].Push(req, timeout=self.timeout)
         except grpc.RpcError as e:
-            if e.code() == grpc.StatusCode.FAILED_PRECONDITION and session_id:
+            if e.code() == grpc.StatusCode.FAILED_PRECONDITION and sessions:
                 raise SessionLost(str(e.details())) from None
             raise
 

@@ -72,10 +72,12 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
 
     def Push(self, request: ps_pb2.PushRequest, context: grpc.ServicerContext) -> ps_pb2.PushResponse:
         def run() -> ps_pb2.PushResponse:
-            if request.WhichOneof("target") == "session_id":
-                keys = self.shard.session_keys(request.table, request.session_id)
+            target = request.WhichOneof("target")
+            if target in ("session_id", "sessions"):
+                ids = [request.session_id] if target == "session_id" else list(request.sessions.ids)
+                keys = self.shard.session_keys(request.table, ids)
                 if request.key_count != keys.shape[0]:
-                    raise ShardError(f"key_count {request.key_count} but the session holds {keys.shape[0]} keys")
+                    raise ShardError(f"key_count {request.key_count} but the sessions hold {keys.shape[0]} keys")
             else:
                 keys = decode_keys(request.keys, request.key_count, request.key_encoding)
             kind = _push_kind(request.kind)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -149,14 +150,21 @@ class Shard:
                     self._sessions.popitem(last=False)
         return sid, rows
 
-    def session_keys(self, table: str, session_id: int) -> npt.NDArray[np.uint64]:
+    def session_keys(self, table: str, session_ids: Sequence[int]) -> npt.NDArray[np.uint64]:
+        """The keys of the pull sessions a push names (each used once): one session's, or
+        the sorted union of several (pushes a host's workers summed, --local-aggregate)."""
         with self.lock:
-            entry = self._sessions.pop(session_id, None)
-        if entry is None:
-            raise SessionExpired(f"pull session {session_id} is unknown or expired")
-        if entry[0] != table:
-            raise ShardError(f"pull session {session_id} was opened on table {entry[0]!r}, not {table!r}")
-        return entry[1]
+            entries = [(sid, self._sessions.pop(sid, None)) for sid in session_ids]
+        if not entries:
+            raise ShardError("a push named no pull session")
+        parts = []
+        for sid, entry in entries:
+            if entry is None:
+                raise SessionExpired(f"pull session {sid} is unknown or expired")
+            if entry[0] != table:
+                raise ShardError(f"pull session {sid} was opened on table {entry[0]!r}, not {table!r}")
+            parts.append(entry[1])
+        return parts[0] if len(parts) == 1 else np.unique(np.concatenate(parts))
 
     def dense_push_shape(self, table: str, kind: str) -> tuple[int, int]:
         """(rows, values per row) of a dense push of `kind` to this shard's range."""

@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ctr.modelspec import TableSpec
+from ctr.varint import encode_varints
 from ps.compression.payload import decode_payload, encode_rows
 from ps.shard import ExportedFile, Shard, TableStats
 from ps.wire import KEYS_DELTA_VARINT, encode_keys
@@ -49,9 +50,12 @@ class ShardTransport(Protocol):
     ) -> tuple[int, Rows]:
         """codec: "" for raw rows, else the value codec the rows travel in."""
 
-    def push(self, shard: int, table: str, keys: npt.NDArray[np.uint64], session_id: int, payload: bytes, kind: str) -> None:
-        """keys: those the session holds (the payload may carry a subset of them), or the
-        keys the payload's rows belong to when session_id is 0."""
+    def push(
+        self, shard: int, table: str, keys: npt.NDArray[np.uint64], sessions: tuple[int, ...], payload: bytes, kind: str
+    ) -> None:
+        """keys: those the named pull sessions hold (one session's, or the union of several
+        workers' when a leader summed their pushes; the payload may carry a subset of them),
+        or, with no session, the keys the payload's rows belong to, which then travel."""
 
     def pull_dense(self, shard: int, table: str, state: bool) -> tuple[int, Rows]: ...
 
@@ -102,8 +106,11 @@ class LocalTransport(_ByteCounter):
         # no session is kept in-process; a nonzero id tells push that gRPC would name one
         return int(open_session), rows
 
-    def push(self, shard: int, table: str, keys: npt.NDArray[np.uint64], session_id: int, payload: bytes, kind: str) -> None:
-        keys_bytes = 0 if session_id else len(encode_keys(keys, KEYS_DELTA_VARINT))
+    def push(
+        self, shard: int, table: str, keys: npt.NDArray[np.uint64], sessions: tuple[int, ...], payload: bytes, kind: str
+    ) -> None:
+        named = np.asarray(sessions, dtype=np.uint64)
+        keys_bytes = len(encode_varints(named)) if sessions else len(encode_keys(keys, KEYS_DELTA_VARINT))
         self.count(push=keys_bytes + len(payload))
         s = self.shards[shard]
         subset, values = decode_payload(payload, keys.shape[0], s.push_width(table, kind))

@@ -61,6 +61,14 @@ class TrainerConfig:
     workers: int = field(
         default=1, metadata={"help": "worker processes sharing the PS; a folder's files are split between them round-robin"}
     )
+    local_aggregate: bool = field(
+        default=False,
+        metadata={
+            "help": "the workers sum their sparse pushes for the same keys in shared memory and worker 0 sends the sums"
+            " (hierarchical push; needs --workers >= 2)"
+        },
+    )
+    local_aggregate_mb: int = field(default=16, metadata={"help": "shared memory per worker for --local-aggregate, MiB"})
     staleness: int = field(
         default=0,
         metadata={"help": "SSP bound: a worker reuses a pulled row for up to this many of its own batches (0: synchronous)"},

@@ -139,6 +139,7 @@ class Trainer:
             ready.close()
         self.flush()
         self.pipeline.close()
+        self.client.leave_local_aggregation()  # the other workers' last pushes go out meanwhile
         self.model.finish(self.client)
         self.client.flush_residuals()  # the shards end with every update, exactly
         self._count_bytes()

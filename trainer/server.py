@@ -65,6 +65,10 @@ def check_codecs(conf: TrainerConfig) -> None:
 def check_workers(conf: TrainerConfig) -> None:
     if conf.workers < 1 or conf.staleness < 0:
         raise cfg.ConfigError("--workers must be >= 1 and --staleness >= 0")
+    if conf.local_aggregate and conf.workers < 2:
+        raise cfg.ConfigError(f"--local-aggregate sums several workers' pushes: it needs --workers >= 2, not {conf.workers}")
+    if conf.local_aggregate_mb < 1:
+        raise cfg.ConfigError(f"--local-aggregate-mb {conf.local_aggregate_mb}: must be >= 1")
     if conf.workers == 1:
         return
     if not Path(conf.source).is_dir() and not conf.source.startswith("kafka://"):

@@ -22,7 +22,7 @@ from typing import Any
 from ctr import daemon
 from ctr.fields import FieldIndex
 from ctr.schema import FeatureSchema
-from ps.client import PSClient
+from ps.client import AggregationPlan, PSClient
 from trainer.config import TrainerConfig
 from trainer.exporter import Exporter
 from trainer.fork_server import start_fork_server
@@ -45,6 +45,7 @@ class WorkerJob:
     schema: FeatureSchema | None
     fields: FieldIndex
     settings: LoopSettings
+    aggregation: AggregationPlan | None = None  # --local-aggregate
 
 
 @dataclass
@@ -74,6 +75,8 @@ def worker_main(job: WorkerJob, reports: Any) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     client = PSClient.connect(job.addresses, conf.push_codec, conf.residual_rows, conf.seed, conf.pull_codec)
+    if job.aggregation is not None:
+        client.aggregate_locally(job.aggregation, job.index)
     source = open_source(conf.source, conf.follow, stop=stop.is_set, part=(job.index, conf.workers))
     spec = model_spec(conf, tuple(job.fields.names))
     model = build_model(spec, conf.staleness, conf.dense_codec)  # the coordinator declared the tables
@@ -131,9 +134,12 @@ def run_workers(
     ctx = start_fork_server()
     reports = ctx.Queue()
     procs = []
+    plan = None
+    if conf.local_aggregate:  # the workers' shared memory, removed when they are gone
+        plan = AggregationPlan.create(ctx, conf.workers, len(addresses), conf.local_aggregate_mb << 20)
     for i in range(conf.workers):
         job_settings = LoopSettings(**{**vars(settings), "max_samples": share(settings.max_samples, i, conf.workers)})
-        job = WorkerJob(conf, i, addresses, schema, fields, job_settings)
+        job = WorkerJob(conf, i, addresses, schema, fields, job_settings, plan)
         p = ctx.Process(target=worker_main, args=(job, reports), name=f"trainer-w{i}", daemon=True)
         p.start()
         procs.append(p)
@@ -175,6 +181,8 @@ def run_workers(
     finally:
         for p in procs:
             p.join(timeout=30)
+        if plan is not None:
+            plan.release()
     run.elapsed_s = time.monotonic() - started
     run.progress = _merged(conf.window, latest)
     for r in latest.values():

@@ -52,6 +52,14 @@ class ResidualStore:
         self.peak_rows = max(self.peak_rows, min(self.keys.shape[0], self.capacity))
         return self._evict()
 
+    def drop(self, keys: Keys) -> None:
+        """Forgets the residuals of these sorted unique keys (they were sent exactly)."""
+        if self.keys.shape[0] and keys.shape[0]:
+            pos, found = self._find(keys)
+            keep = np.ones(self.keys.shape[0], dtype=np.bool_)
+            keep[pos[found]] = False
+            self.keys, self.rows, self.last = self.keys[keep], self.rows[keep], self.last[keep]
+
     def _find(self, keys: Keys) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
         if self.keys.shape[0] == 0:
             return np.zeros(keys.shape[0], dtype=np.int64), np.zeros(keys.shape[0], dtype=np.bool_)

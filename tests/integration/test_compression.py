@@ -97,10 +97,10 @@ def test_compressed_pushes_cross_grpc_and_bad_payloads_are_refused(tmp_path):
             (b"\x00" + payload[1:], "magic"),
         ):
             with pytest.raises(grpc.RpcError) as err:
-                transport.push(0, "w", part, 0, bad, "delta")  # type: ignore[arg-type]
+                transport.push(0, "w", part, (), bad, "delta")  # type: ignore[arg-type]
             assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and what in str(err.value.details())
         np.testing.assert_array_equal(client.pull("w", part, state=True)[0], before)
-        transport.push(0, "w", part, 0, payload, "delta")  # type: ignore[arg-type]
+        transport.push(0, "w", part, (), payload, "delta")  # type: ignore[arg-type]
         assert not np.array_equal(client.pull("w", part, state=True)[0], before)
         client.close()
     finally:
