@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x08ps.proto\x12\x0c\x62oundless.ps\"\xbb\x01\n\tTableDecl\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x0b\n\x03\x64im\x18\x03 \x01(\x04\x12\x0e\n\x06update\x18\x04 \x01(\t\x12\x11\n\toptimizer\x18\x05 \x01(\t\x12\x33\n\x06params\x18\x06 \x03(\x0b\x32#.boundless.ps.TableDecl.ParamsEntry\x1a-\n\x0bParamsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"?\n\x14\x44\x65\x63lareTablesRequest\x12\'\n\x06tables\x18\x01 \x03(\x0b\x32\x17.boundless.ps.TableDecl\"(\n\x15\x44\x65\x63lareTablesResponse\x12\x0f\n\x07\x63reated\x18\x01 \x03(\x08\"\xa8\x01\n\x0bPullRequest\x12\r\n\x05table\x18\x01 \x01(\t\x12\x0c\n\x04keys\x18\x02 \x01(\x0c\x12\x11\n\tkey_count\x18\x03 \x01(\r\x12/\n\x0ckey_encoding\x18\x04 \x01(\x0e\x32\x19.boundless.ps.KeyEncoding\x12\x14\n\x0copen_session\x18\x05 \x01(\x08\x12\r\n\x05state\x18\x06 \x01(\x08\x12\x13\n\x0breply_codec\x18\x07 \x01(\t\"L\n\x0cPullResponse\x12\x12\n\nsession_id\x18\x01 \x01(\x04\x12\x0b\n\x03\x64im\x18\x02 \x01(\r\x12\x0c\n\x04rows\x18\x03 \x01(\x0c\x12\r\n\x05state\x18\x04 \x01(\x08\"\x1a\n\x0bSessionList\x12\x0b\n\x03ids\x18\x01 \x03(\x04\"\xfc\x01\n\x0bPushRequest\x12\r\n\x05table\x18\x01 \x01(\t\x12\x14\n\nsession_id\x18\x02 \x01(\x04H\x00\x12\x0e\n\x04keys\x18\x03 \x01(\x0cH\x00\x12-\n\x08sessions\x18\t \x01(\x0b\x32\x19.boundless.ps.SessionListH\x00\x12\x11\n\tkey_count\x18\x04 \x01(\r\x12/\n\x0ckey_encoding\x18\x05 \x01(\x0e\x32\x19.boundless.ps.KeyEncoding\x12\x0f\n\x07payload\x18\x07 \x01(\x0c\x12$\n\x04kind\x18\x08 \x01(\x0e\x32\x16.boundless.ps.PushKindB\x08\n\x06targetJ\x04\x08\x06\x10\x07\"$\n\x0cPushResponse\x12\x14\n\x0c\x61pplied_rows\x18\x01 \x01(\x04\"0\n\x10\x44\x65nsePullRequest\x12\r\n\x05table\x18\x01 \x01(\t\x12\r\n\x05state\x18\x02 \x01(\x08\"B\n\x11\x44\x65nsePullResponse\x12\x0e\n\x06offset\x18\x01 \x01(\x04\x12\x0e\n\x06values\x18\x02 \x01(\x0c\x12\r\n\x05width\x18\x03 \x01(\r\"m\n\x10\x44\x65nsePushRequest\x12\r\n\x05table\x18\x01 \x01(\t\x12\x0f\n\x07payload\x18\x03 \x01(\x0c\x12$\n\x04kind\x18\x04 \x01(\x0e\x32\x16.boundless.ps.PushKind\x12\r\n\x05steps\x18\x05 \x01(\rJ\x04\x08\x02\x10\x03\"\x13\n\x11\x44\x65nsePushResponse\"J\n\rExportRequest\x12&\n\x04kind\x18\x01 \x01(\x0e\x32\x18.boundless.ps.ExportKind\x12\x11\n\tdirectory\x18\x02 \x01(\t\"v\n\x0c\x45xportedFile\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05table\x18\x02 \x01(\t\x12\x0c\n\x04role\x18\x03 \x01(\t\x12\x0c\n\x04size\x18\x04 \x01(\x04\x12\x0e\n\x06sha256\x18\x05 \x01(\t\x12\x0c\n\x04rows\x18\x06 \x01(\x04\x12\x0f\n\x07\x63olumns\x18\x07 \x01(\t\"O\n\x0e\x45xportResponse\x12)\n\x05\x66iles\x18\x01 \x03(\x0b\x32\x1a.boundless.ps.ExportedFile\x12\x12\n\nexport_seq\x18\x02 \x01(\x04\"+\n\x11\x43heckpointRequest\x12\x16\n\x0estream_offsets\x18\x01 \x01(\x0c\"B\n\x12\x43heckpointResponse\x12\x14\n\x0crows_written\x18\x01 \x01(\x04\x12\x16\n\x0e\x63heckpoint_seq\x18\x02 \x01(\x04\"\x0e\n\x0cStatsRequest\"k\n\nTableStats\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x0c\n\x04rows\x18\x03 \x01(\x04\x12\x10\n\x08\x63\x61pacity\x18\x04 \x01(\x04\x12\x0b\n\x03\x64im\x18\x05 \x01(\r\x12\x14\n\x0cmemory_bytes\x18\x06 \x01(\x04\"\xab\x01\n\rStatsResponse\x12\x13\n\x0bshard_index\x18\x01 \x01(\r\x12\x13\n\x0bshard_count\x18\x02 \x01(\r\x12(\n\x06tables\x18\x03 \x03(\x0b\x32\x18.boundless.ps.TableStats\x12\x12\n\nupdate_seq\x18\x04 \x01(\x04\x12\x1a\n\x12\x63heckpoint_offsets\x18\x05 \x01(\x0c\x12\x16\n\x0e\x63heckpoint_seq\x18\x06 \x01(\x04*6\n\x0bKeyEncoding\x12\x10\n\x0cKEYS_RAW_U64\x10\x00\x12\x15\n\x11KEYS_DELTA_VARINT\x10\x01*7\n\x05\x43odec\x12\x0e\n\nCODEC_FP32\x10\x00\x12\x0e\n\nCODEC_FP16\x10\x01\x12\x0e\n\nCODEC_FP64\x10\x02*F\n\x08PushKind\x12\x11\n\rPUSH_GRADIENT\x10\x00\x12\x14\n\x10PUSH_STATE_DELTA\x10\x01\x12\x11\n\rPUSH_MOMENTUM\x10\x02*/\n\nExportKind\x12\x0f\n\x0b\x45XPORT_FULL\x10\x00\x12\x10\n\x0c\x45XPORT_DELTA\x10\x01\x32\xdd\x04\n\x0fParameterServer\x12X\n\rDeclareTables\x12\".boundless.ps.DeclareTablesRequest\x1a#.boundless.ps.DeclareTablesResponse\x12=\n\x04Pull\x12\x19.boundless.ps.PullRequest\x1a\x1a.boundless.ps.PullResponse\x12=\n\x04Push\x12\x19.boundless.ps.PushRequest\x1a\x1a.boundless.ps.PushResponse\x12L\n\tPullDense\x12\x1e.boundless.ps.DensePullRequest\x1a\x1f.boundless.ps.DensePullResponse\x12L\n\tPushDense\x12\x1e.boundless.ps.DensePushRequest\x1a\x1f.boundless.ps.DensePushResponse\x12\x43\n\x06\x45xport\x12\x1b.boundless.ps.ExportRequest\x1a\x1c.boundless.ps.ExportResponse\x12O\n\nCheckpoint\x12\x1f.boundless.ps.CheckpointRequest\x1a .boundless.ps.CheckpointResponse\x12@\n\x05Stats\x12\x1a.boundless.ps.StatsRequest\x1a\x1b.boundless.ps.StatsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x08ps.proto\x12\x0c\x62oundless.ps\"\xbb\x01\n\tTableDecl\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x0b\n\x03\x64im\x18\x03 \x01(\x04\x12\x0e\n\x06update\x18\x04 \x01(\t\x12\x11\n\toptimizer\x18\x05 \x01(\t\x12\x33\n\x06params\x18\x06 \x03(\x0b\x32#.boundless.ps.TableDecl.ParamsEntry\x1a-\n\x0bParamsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"?\n\x14\x44\x65\x63lareTablesRequest\x12\'\n\x06tables\x18\x01 \x03(\x0b\x32\x17.boundless.ps.TableDecl\"(\n\x15\x44\x65\x63lareTablesResponse\x12\x0f\n\x07\x63reated\x18\x01 \x03(\x08\"\xa8\x01\n\x0bPullRequest\x12\r\n\x05table\x18\x01 \x01(\t\x12\x0c\n\x04keys\x18\x02 \x01(\x0c\x12\x11\n\tkey_count\x18\x03 \x01(\r\x12/\n\x0ckey_encoding\x18\x04 \x01(\x0e\x32\x19.boundless.ps.KeyEncoding\x12\x14\n\x0copen_session\x18\x05 \x01(\x08\x12\r\n\x05state\x18\x06 \x01(\x08\x12\x13\n\x0breply_codec\x18\x07 \x01(\t\"L\n\x0cPullResponse\x12\x12\n\nsession_id\x18\x01 \x01(\x04\x12\x0b\n\x03\x64im\x18\x02 \x01(\r\x12\x0c\n\x04rows\x18\x03 \x01(\x0c\x12\r\n\x05state\x18\x04 \x01(\x08\"\x1a\n\x0bSessionList\x12\x0b\n\x03ids\x18\x01 \x03(\x04\"\x8d\x02\n\x0bPushRequest\x12\r\n\x05table\x18\x01 \x01(\t\x12\x14\n\nsession_id\x18\x02 \x01(\x04H\x00\x12\x0e\n\x04keys\x18\x03 \x01(\x0cH\x00\x12-\n\x08sessions\x18\t \x01(\x0b\x32\x19.boundless.ps.SessionListH\x00\x12\x11\n\tkey_count\x18\x04 \x01(\r\x12/\n\x0ckey_encoding\x18\x05 \x01(\x0e\x32\x19.boundless.ps.KeyEncoding\x12\x0f\n\x07payload\x18\x07 \x01(\x0c\x12$\n\x04kind\x18\x08 \x01(\x0e\x32\x16.boundless.ps.PushKind\x12\x0f\n\x07samples\x18\n \x01(\x04\x42\x08\n\x06targetJ\x04\x08\x06\x10\x07\"$\n\x0cPushResponse\x12\x14\n\x0c\x61pplied_rows\x18\x01 \x01(\x04\"0\n\x10\x44\x65nsePullRequest\x12\r\n\x05table\x18\x01 \x01(\t\x12\r\n\x05state\x18\x02 \x01(\x08\"B\n\x11\x44\x65nsePullResponse\x12\x0e\n\x06offset\x18\x01 \x01(\x04\x12\x0e\n\x06values\x18\x02 \x01(\x0c\x12\r\n\x05width\x18\x03 \x01(\r\"~\n\x10\x44\x65nsePushRequest\x12\r\n\x05table\x18\x01 \x01(\t\x12\x0f\n\x07payload\x18\x03 \x01(\x0c\x12$\n\x04kind\x18\x04 \x01(\x0e\x32\x16.boundless.ps.PushKind\x12\r\n\x05steps\x18\x05 \x01(\r\x12\x0f\n\x07samples\x18\x06 \x01(\x04J\x04\x08\x02\x10\x03\"\x13\n\x11\x44\x65nsePushResponse\"J\n\rExportRequest\x12&\n\x04kind\x18\x01 \x01(\x0e\x32\x18.boundless.ps.ExportKind\x12\x11\n\tdirectory\x18\x02 \x01(\t\"v\n\x0c\x45xportedFile\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05table\x18\x02 \x01(\t\x12\x0c\n\x04role\x18\x03 \x01(\t\x12\x0c\n\x04size\x18\x04 \x01(\x04\x12\x0e\n\x06sha256\x18\x05 \x01(\t\x12\x0c\n\x04rows\x18\x06 \x01(\x04\x12\x0f\n\x07\x63olumns\x18\x07 \x01(\t\"O\n\x0e\x45xportResponse\x12)\n\x05\x66iles\x18\x01 \x03(\x0b\x32\x1a.boundless.ps.ExportedFile\x12\x12\n\nexport_seq\x18\x02 \x01(\x04\"+\n\x11\x43heckpointRequest\x12\x16\n\x0estream_offsets\x18\x01 \x01(\x0c\"B\n\x12\x43heckpointResponse\x12\x14\n\x0crows_written\x18\x01 \x01(\x04\x12\x16\n\x0e\x63heckpoint_seq\x18\x02 \x01(\x04\"\x0e\n\x0cStatsRequest\"\x8c\x01\n\nTableStats\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x0c\n\x04rows\x18\x03 \x01(\x04\x12\x10\n\x08\x63\x61pacity\x18\x04 \x01(\x04\x12\x0b\n\x03\x64im\x18\x05 \x01(\r\x12\x14\n\x0cmemory_bytes\x18\x06 \x01(\x04\x12\x0e\n\x06\x64igest\x18\x07 \x01(\x06\x12\x0f\n\x07samples\x18\x08 \x01(\x04\"\xab\x01\n\rStatsResponse\x12\x13\n\x0bshard_index\x18\x01 \x01(\r\x12\x13\n\x0bshard_count\x18\x02 \x01(\r\x12(\n\x06tables\x18\x03 \x03(\x0b\x32\x18.boundless.ps.TableStats\x12\x12\n\nupdate_seq\x18\x04 \x01(\x04\x12\x1a\n\x12\x63heckpoint_offsets\x18\x05 \x01(\x0c\x12\x16\n\x0e\x63heckpoint_seq\x18\x06 \x01(\x04*6\n\x0bKeyEncoding\x12\x10\n\x0cKEYS_RAW_U64\x10\x00\x12\x15\n\x11KEYS_DELTA_VARINT\x10\x01*7\n\x05\x43odec\x12\x0e\n\nCODEC_FP32\x10\x00\x12\x0e\n\nCODEC_FP16\x10\x01\x12\x0e\n\nCODEC_FP64\x10\x02*F\n\x08PushKind\x12\x11\n\rPUSH_GRADIENT\x10\x00\x12\x14\n\x10PUSH_STATE_DELTA\x10\x01\x12\x11\n\rPUSH_MOMENTUM\x10\x02*/\n\nExportKind\x12\x0f\n\x0b\x45XPORT_FULL\x10\x00\x12\x10\n\x0c\x45XPORT_DELTA\x10\x01\x32\xdd\x04\n\x0fParameterServer\x12X\n\rDeclareTables\x12\".boundless.ps.DeclareTablesRequest\x1a#.boundless.ps.DeclareTablesResponse\x12=\n\x04Pull\x12\x19.boundless.ps.PullRequest\x1a\x1a.boundless.ps.PullResponse\x12=\n\x04Push\x12\x19.boundless.ps.PushRequest\x1a\x1a.boundless.ps.PushResponse\x12L\n\tPullDense\x12\x1e.boundless.ps.DensePullRequest\x1a\x1f.boundless.ps.DensePullResponse\x12L\n\tPushDense\x12\x1e.boundless.ps.DensePushRequest\x1a\x1f.boundless.ps.DensePushResponse\x12\x43\n\x06\x45xport\x12\x1b.boundless.ps.ExportRequest\x1a\x1c.boundless.ps.ExportResponse\x12O\n\nCheckpoint\x12\x1f.boundless.ps.CheckpointRequest\x1a .boundless.ps.CheckpointResponse\x12@\n\x05Stats\x12\x1a.boundless.ps.StatsRequest\x1a\x1b.boundless.ps.StatsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,14 +33,14 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_TABLEDECL_PARAMSENTRY']._loaded_options = None
   _globals['_TABLEDECL_PARAMSENTRY']._serialized_options = b'8\001'
-  _globals['_KEYENCODING']._serialized_start=1832
-  _globals['_KEYENCODING']._serialized_end=1886
-  _globals['_CODEC']._serialized_start=1888
-  _globals['_CODEC']._serialized_end=1943
-  _globals['_PUSHKIND']._serialized_start=1945
-  _globals['_PUSHKIND']._serialized_end=2015
-  _globals['_EXPORTKIND']._serialized_start=2017
-  _globals['_EXPORTKIND']._serialized_end=2064
+  _globals['_KEYENCODING']._serialized_start=1900
+  _globals['_KEYENCODING']._serialized_end=1954
+  _globals['_CODEC']._serialized_start=1956
+  _globals['_CODEC']._serialized_end=2011
+  _globals['_PUSHKIND']._serialized_start=2013
+  _globals['_PUSHKIND']._serialized_end=2083
+  _globals['_EXPORTKIND']._serialized_start=2085
+  _globals['_EXPORTKIND']._serialized_end=2132
   _globals['_TABLEDECL']._serialized_start=27
   _globals['_TABLEDECL']._serialized_end=214
   _globals['_TABLEDECL_PARAMSENTRY']._serialized_start=169
@@ -56,33 +56,33 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SESSIONLIST']._serialized_start=572
   _globals['_SESSIONLIST']._serialized_end=598
   _globals['_PUSHREQUEST']._serialized_start=601
-  _globals['_PUSHREQUEST']._serialized_end=853
-  _globals['_PUSHRESPONSE']._serialized_start=855
-  _globals['_PUSHRESPONSE']._serialized_end=891
-  _globals['_DENSEPULLREQUEST']._serialized_start=893
-  _globals['_DENSEPULLREQUEST']._serialized_end=941
-  _globals['_DENSEPULLRESPONSE']._serialized_start=943
-  _globals['_DENSEPULLRESPONSE']._serialized_end=1009
-  _globals['_DENSEPUSHREQUEST']._serialized_start=1011
-  _globals['_DENSEPUSHREQUEST']._serialized_end=1120
-  _globals['_DENSEPUSHRESPONSE']._serialized_start=1122
-  _globals['_DENSEPUSHRESPONSE']._serialized_end=1141
-  _globals['_EXPORTREQUEST']._serialized_start=1143
-  _globals['_EXPORTREQUEST']._serialized_end=1217
-  _globals['_EXPORTEDFILE']._serialized_start=1219
-  _globals['_EXPORTEDFILE']._serialized_end=1337
-  _globals['_EXPORTRESPONSE']._serialized_start=1339
-  _globals['_EXPORTRESPONSE']._serialized_end=1418
-  _globals['_CHECKPOINTREQUEST']._serialized_start=1420
-  _globals['_CHECKPOINTREQUEST']._serialized_end=1463
-  _globals['_CHECKPOINTRESPONSE']._serialized_start=1465
-  _globals['_CHECKPOINTRESPONSE']._serialized_end=1531
-  _globals['_STATSREQUEST']._serialized_start=1533
-  _globals['_STATSREQUEST']._serialized_end=1547
-  _globals['_TABLESTATS']._serialized_start=1549
-  _globals['_TABLESTATS']._serialized_end=1656
-  _globals['_STATSRESPONSE']._serialized_start=1659
-  _globals['_STATSRESPONSE']._serialized_end=1830
-  _globals['_PARAMETERSERVER']._serialized_start=2067
-  _globals['_PARAMETERSERVER']._serialized_end=2672
+  _globals['_PUSHREQUEST']._serialized_end=870
+  _globals['_PUSHRESPONSE']._serialized_start=872
+  _globals['_PUSHRESPONSE']._serialized_end=908
+  _globals['_DENSEPULLREQUEST']._serialized_start=910
+  _globals['_DENSEPULLREQUEST']._serialized_end=958
+  _globals['_DENSEPULLRESPONSE']._serialized_start=960
+  _globals['_DENSEPULLRESPONSE']._serialized_end=1026
+  _globals['_DENSEPUSHREQUEST']._serialized_start=1028
+  _globals['_DENSEPUSHREQUEST']._serialized_end=1154
+  _globals['_DENSEPUSHRESPONSE']._serialized_start=1156
+  _globals['_DENSEPUSHRESPONSE']._serialized_end=1175
+  _globals['_EXPORTREQUEST']._serialized_start=1177
+  _globals['_EXPORTREQUEST']._serialized_end=1251
+  _globals['_EXPORTEDFILE']._serialized_start=1253
+  _globals['_EXPORTEDFILE']._serialized_end=1371
+  _globals['_EXPORTRESPONSE']._serialized_start=1373
+  _globals['_EXPORTRESPONSE']._serialized_end=1452
+  _globals['_CHECKPOINTREQUEST']._serialized_start=1454
+  _globals['_CHECKPOINTREQUEST']._serialized_end=1497
+  _globals['_CHECKPOINTRESPONSE']._serialized_start=1499
+  _globals['_CHECKPOINTRESPONSE']._serialized_end=1565
+  _globals['_STATSREQUEST']._serialized_start=1567
+  _globals['_STATSREQUEST']._serialized_end=1581
+  _globals['_TABLESTATS']._serialized_start=1584
+  _globals['_TABLESTATS']._serialized_end=1724
+  _globals['_STATSRESPONSE']._serialized_start=1727
+  _globals['_STATSRESPONSE']._serialized_end=1898
+  _globals['_PARAMETERSERVER']._serialized_start=2135
+  _globals['_PARAMETERSERVER']._serialized_end=2740
 # @@protoc_insertion_point(module_scope)

@@ -313,6 +313,7 @@ class PushRequest(_message.Message):
     KEY_ENCODING_FIELD_NUMBER: _builtins.int
     PAYLOAD_FIELD_NUMBER: _builtins.int
     KIND_FIELD_NUMBER: _builtins.int
+    SAMPLES_FIELD_NUMBER: _builtins.int
     table: _builtins.str
     session_id: _builtins.int
     keys: _builtins.bytes
@@ -324,6 +325,8 @@ class PushRequest(_message.Message):
     key_count (or subset) * dim gradients, or * state width deltas.
     """
     kind: Global___PushKind.ValueType
+    samples: _builtins.int
+    """samples whose updates this push carries (counted per table)"""
     @_builtins.property
     def sessions(self) -> Global___SessionList: ...
     def __init__(
@@ -337,10 +340,11 @@ class PushRequest(_message.Message):
         key_encoding: Global___KeyEncoding.ValueType = ...,
         payload: _builtins.bytes = ...,
         kind: Global___PushKind.ValueType = ...,
+        samples: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["keys", b"keys", "session_id", b"session_id", "sessions", b"sessions", "target", b"target"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["key_count", b"key_count", "key_encoding", b"key_encoding", "keys", b"keys", "kind", b"kind", "payload", b"payload", "session_id", b"session_id", "sessions", b"sessions", "table", b"table", "target", b"target"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["key_count", b"key_count", "key_encoding", b"key_encoding", "keys", b"keys", "kind", b"kind", "payload", b"payload", "samples", b"samples", "session_id", b"session_id", "sessions", b"sessions", "table", b"table", "target", b"target"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_target: _TypeAlias = _typing.Literal["session_id", "keys", "sessions"]  # noqa: Y015
     _WhichOneofArgType_target: _TypeAlias = _typing.Literal["target", b"target"]  # noqa: Y015
@@ -426,6 +430,7 @@ class DensePushRequest(_message.Message):
     PAYLOAD_FIELD_NUMBER: _builtins.int
     KIND_FIELD_NUMBER: _builtins.int
     STEPS_FIELD_NUMBER: _builtins.int
+    SAMPLES_FIELD_NUMBER: _builtins.int
     table: _builtins.str
     payload: _builtins.bytes
     """self-describing (docs/ps-compression.md): this shard's range of n values as n rows of
@@ -434,6 +439,8 @@ class DensePushRequest(_message.Message):
     kind: Global___PushKind.ValueType
     steps: _builtins.int
     """a momentum push: the optimizer steps it stands for (0 counts as 1)"""
+    samples: _builtins.int
+    """samples whose updates this push carries (counted per table)"""
     def __init__(
         self,
         *,
@@ -441,10 +448,11 @@ class DensePushRequest(_message.Message):
         payload: _builtins.bytes = ...,
         kind: Global___PushKind.ValueType = ...,
         steps: _builtins.int = ...,
+        samples: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["kind", b"kind", "payload", b"payload", "steps", b"steps", "table", b"table"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["kind", b"kind", "payload", b"payload", "samples", b"samples", "steps", b"steps", "table", b"table"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -618,6 +626,8 @@ class TableStats(_message.Message):
     CAPACITY_FIELD_NUMBER: _builtins.int
     DIM_FIELD_NUMBER: _builtins.int
     MEMORY_BYTES_FIELD_NUMBER: _builtins.int
+    DIGEST_FIELD_NUMBER: _builtins.int
+    SAMPLES_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     kind: _builtins.str
     """"sparse" | "dense" """
@@ -625,6 +635,10 @@ class TableStats(_message.Message):
     capacity: _builtins.int
     dim: _builtins.int
     memory_bytes: _builtins.int
+    digest: _builtins.int
+    """sum mod 2^64 of a hash of each row's key and state (ps/digest.py)"""
+    samples: _builtins.int
+    """samples of the pushes applied to the table on this shard"""
     def __init__(
         self,
         *,
@@ -634,10 +648,12 @@ class TableStats(_message.Message):
         capacity: _builtins.int = ...,
         dim: _builtins.int = ...,
         memory_bytes: _builtins.int = ...,
+        digest: _builtins.int = ...,
+        samples: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["capacity", b"capacity", "dim", b"dim", "kind", b"kind", "memory_bytes", b"memory_bytes", "name", b"name", "rows", b"rows"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["capacity", b"capacity", "digest", b"digest", "dim", b"dim", "kind", b"kind", "memory_bytes", b"memory_bytes", "name", b"name", "rows", b"rows", "samples", b"samples"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

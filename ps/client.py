@@ -203,8 +203,10 @@ class PSClient:
         grads: Rows,
         session: PullSession | None = None,
         kind: str = GRADIENT,
+        samples: int = 0,
     ) -> None:
-        """Pushes per-key gradients (or state deltas with kind="delta") through the table's
+        """Pushes per-key gradients (or state deltas with kind="delta") of `samples` samples
+        (the shards count them per table) through the table's
         compressor; names the pull session when keys are the pulled ones, so they are not
         sent again. Residuals the compressor evicts are pushed exactly. Under local
         aggregation the push goes to the host's leader, and returns once the shards hold it."""
@@ -214,7 +216,7 @@ class PSClient:
         named = session is not None and session.keys is keys
         if self.aggregator is not None:
             sids = session.session_ids if session is not None and named else (0,) * self.n
-            self.aggregator.push(table, keys, g, sids, kind)
+            self.aggregator.push(table, keys, g, sids, kind, samples)
             return
         if session is not None and named:
             order, bounds = session.order, session.bounds
@@ -222,17 +224,23 @@ class PSClient:
         else:
             order, bounds = self._split(keys)
             targets = [()] * self.n
-        self._send(table, keys, g, order, bounds, targets, kind)
+        self._send(table, keys, g, order, bounds, targets, kind, samples)
 
     def push_merged(
-        self, table: str, keys: npt.NDArray[np.uint64], rows: npt.NDArray[np.float64], targets: list[tuple[int, ...]], kind: str
+        self,
+        table: str,
+        keys: npt.NDArray[np.uint64],
+        rows: npt.NDArray[np.float64],
+        targets: list[tuple[int, ...]],
+        kind: str,
+        samples: int = 0,
     ) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.float64] | None]:
         """The leader's push of a host's summed pushes (ps.local_aggregate): sorted unique
         keys; targets[s], the pull sessions whose keys' union is shard s's part (): the keys
         travel). Returns the keys whose residual was evicted and sent exactly, and the pushed
         keys' residuals (None: no error feedback), for the other workers' views."""
         order, bounds = self._split(keys)
-        gone = self._send(table, keys, rows, order, bounds, targets, kind)
+        gone = self._send(table, keys, rows, order, bounds, targets, kind, samples)
         return gone, self.unsent(table, keys, rows.shape[1])
 
     def _send(
@@ -244,6 +252,7 @@ class PSClient:
         bounds: npt.NDArray[np.int64],
         targets: list[tuple[int, ...]],
         kind: str,
+        samples: int = 0,
     ) -> npt.NDArray[np.uint64]:
         """Compresses and sends; returns the sorted keys whose residual was evicted (and
         sent exactly)."""
@@ -260,13 +269,13 @@ class PSClient:
         def one(part: tuple[int, npt.NDArray[np.uint64], Compressed]) -> None:
             s, part_keys, packed = part
             try:
-                self.transport.push(s, table, part_keys, targets[s], packed.payload(with_subset=bool(targets[s])), kind)
+                payload = packed.payload(with_subset=bool(targets[s]))
+                self.transport.push(s, table, part_keys, targets[s], payload, kind, samples)
                 return
             except SessionLost:
                 pass
             sent = part_keys if packed.sent is None else part_keys[packed.sent]
-            if sent.shape[0]:
-                self.transport.push(s, table, sent, (), packed.payload(with_subset=False), kind)
+            self.transport.push(s, table, sent, (), packed.payload(with_subset=False), kind, samples)
 
         self._each(lambda i: one(parts[i]), list(range(len(parts))))
         gone = np.concatenate(flush_keys) if flush_keys else np.zeros(0, np.uint64)
@@ -336,7 +345,9 @@ class PSClient:
         parts = self._each(lambda s: self.transport.pull_dense(s, table, state), self._dense_shards(table))
         return np.concatenate([v for _, v in sorted(parts, key=lambda p: p[0]) if v.shape[0]])
 
-    def push_dense(self, table: str, values: Rows, kind: str = GRADIENT, onebit: bool = False, steps: int = 1) -> None:
+    def push_dense(
+        self, table: str, values: Rows, kind: str = GRADIENT, onebit: bool = False, steps: int = 1, samples: int = 0
+    ) -> None:
         """A gradient [n], an Adam momentum [n] (standing for `steps` steps) or a state delta
         [n, width] of the whole vector: fp32 (gradient, momentum) or fp64 (delta) values, or
         with onebit=True signs and two means per shard, the quantization error kept for the
@@ -354,7 +365,9 @@ class PSClient:
         if onebit:
             self._dense_residual[table] = v - sent
         before = self.push_bytes
-        self._each(lambda i: self.transport.push_dense(parts[i][0], table, parts[i][1], kind, steps), list(range(len(parts))))
+        self._each(
+            lambda i: self.transport.push_dense(parts[i][0], table, parts[i][1], kind, steps, samples), list(range(len(parts)))
+        )
         self.dense_push_bytes += self.push_bytes - before  # pushes run from one thread, so this is ours
 
     def export(self, full: bool, directory: Path) -> tuple[list[ExportedFile], list[int]]:

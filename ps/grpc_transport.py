@@ -54,9 +54,16 @@ class GrpcTransport(_ByteCounter):
         return resp.session_id, decode_rows(resp.rows, keys.shape[0], resp.dim, np.float64 if resp.state else np.float32)
 
     def push(
-        self, shard: int, table: str, keys: npt.NDArray[np.uint64], sessions: tuple[int, ...], payload: bytes, kind: str
+        self,
+        shard: int,
+        table: str,
+        keys: npt.NDArray[np.uint64],
+        sessions: tuple[int, ...],
+        payload: bytes,
+        kind: str,
+        samples: int = 0,
     ) -> None:
-        req = ps_pb2.PushRequest(table=table, key_count=keys.shape[0], payload=payload, kind=_PUSH_KINDS[kind])
+        req = ps_pb2.PushRequest(table=table, key_count=keys.shape[0], payload=payload, kind=_PUSH_KINDS[kind], samples=samples)
         if len(sessions) == 1:
             req.session_id = sessions[0]
         elif sessions:
@@ -80,8 +87,10 @@ class GrpcTransport(_ByteCounter):
             return resp.offset, np.frombuffer(resp.values, dtype="<f8").reshape(-1, max(1, resp.width)).copy()
         return resp.offset, np.frombuffer(resp.values, dtype="<f4").copy()
 
-    def push_dense(self, shard: int, table: str, payload: bytes, kind: str, steps: int = 1) -> None:
-        req = ps_pb2.DensePushRequest(table=table, payload=payload, kind=_PUSH_KINDS[kind], steps=steps if steps > 1 else 0)
+    def push_dense(self, shard: int, table: str, payload: bytes, kind: str, steps: int = 1, samples: int = 0) -> None:
+        req = ps_pb2.DensePushRequest(
+            table=table, payload=payload, kind=_PUSH_KINDS[kind], steps=steps if steps > 1 else 0, samples=samples
+        )
         self.count(push=req.ByteSize())
         self.stubs[shard].PushDense(req, timeout=self.timeout)
 
@@ -97,7 +106,7 @@ class GrpcTransport(_ByteCounter):
 
     def status(self, shard: int) -> ShardStatus:
         r = self.stubs[shard].Stats(ps_pb2.StatsRequest(), timeout=self.timeout)
-        tables = [TableStats(t.name, t.kind, t.rows, t.capacity, t.dim, t.memory_bytes) for t in r.tables]
+        tables = [TableStats(t.name, t.kind, t.rows, t.capacity, t.dim, t.memory_bytes, t.digest, t.samples) for t in r.tables]
         return ShardStatus(r.shard_index, r.shard_count, r.update_seq, r.checkpoint_seq, r.checkpoint_offsets, tables)
 
     def close(self) -> None:

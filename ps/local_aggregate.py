@@ -40,14 +40,14 @@ Keys = npt.NDArray[np.uint64]
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
 # (table, sorted unique keys, summed rows, per shard the sessions whose union is its keys,
-# kind) -> (keys whose residual left the leader's memory, sent exactly; the residual of the
+# kind, samples) -> (keys whose residual left the leader's memory, sent exactly; the residual of the
 # pushed keys after the push, None when the table keeps no error feedback)
-SendMerged = Callable[[str, Keys, F64, list[tuple[int, ...]], str], tuple[Keys, F64 | None]]
+SendMerged = Callable[[str, Keys, F64, list[tuple[int, ...]], str, int], tuple[Keys, F64 | None]]
 
-HEADER_WORDS = 8  # rows (-1: nothing), cols, kind, more, ended, name length, failed, spare
+HEADER_WORDS = 8  # rows (-1: nothing), cols, kind, more, ended, name length, failed, samples
 NAME_BYTES = 120
 KINDS = ("gradient", "delta", "momentum")
-ROWS, COLS, KIND, MORE, ENDED, NAME_LEN, FAILED = range(7)
+ROWS, COLS, KIND, MORE, ENDED, NAME_LEN, FAILED, SAMPLES = range(8)
 BARRIER_TIMEOUT_S = 600.0
 
 
@@ -105,6 +105,7 @@ class _Push:
     rows: F64
     sessions: tuple[int, ...]  # this worker's pull session per shard (0: none)
     kind: str
+    samples: int
     done: Future[None]
 
 
@@ -132,7 +133,7 @@ class LocalAggregator:
         self._thread = threading.Thread(target=self._run, name="local-aggregate", daemon=True)
         self._thread.start()
 
-    def push(self, table: str, keys: Keys, rows: F64, sessions: tuple[int, ...], kind: str) -> None:
+    def push(self, table: str, keys: Keys, rows: F64, sessions: tuple[int, ...], kind: str, samples: int = 0) -> None:
         if self._error is not None:
             raise RuntimeError(f"local aggregation failed: {self._error}")
         if self._leaving.is_set():
@@ -143,7 +144,7 @@ class LocalAggregator:
         for lo in range(0, keys.shape[0], fit):
             whole = lo == 0 and keys.shape[0] <= fit  # a piece is not what the session holds
             named = sessions if whole else (0,) * len(sessions)
-            piece = _Push(table, keys[lo : lo + fit], rows[lo : lo + fit], named, kind, Future())
+            piece = _Push(table, keys[lo : lo + fit], rows[lo : lo + fit], named, kind, samples if lo == 0 else 0, Future())
             self._queue.put(piece)
             pieces.append(piece)
         for p in pieces:
@@ -258,7 +259,8 @@ class LocalAggregator:
         off += 8 * shards
         np.ndarray((n,), dtype=np.uint64, buffer=buf, offset=off)[:] = item.keys
         np.ndarray((n, cols), dtype=np.float64, buffer=buf, offset=off + 8 * n)[:] = item.rows
-        head[COLS], head[KIND], head[NAME_LEN], head[ROWS] = cols, KINDS.index(item.kind), len(name), n
+        head[COLS], head[KIND], head[NAME_LEN], head[SAMPLES] = cols, KINDS.index(item.kind), len(name), item.samples
+        head[ROWS] = n
 
     def _read(self, i: int) -> tuple[tuple[str, str, int], Keys, F64, npt.NDArray[np.uint64]]:
         buf = self._buf(i)
@@ -276,15 +278,18 @@ class LocalAggregator:
 
     def _merge_and_send(self, heads: list[npt.NDArray[np.int64]]) -> None:
         groups: dict[tuple[str, str, int], list[tuple[Keys, F64, npt.NDArray[np.uint64]]]] = {}
+        samples: dict[tuple[str, str, int], int] = {}
         for i, h in enumerate(heads):
             if h[ROWS] >= 0:
                 what, keys, rows, sessions = self._read(i)
                 groups.setdefault(what, []).append((keys, rows, sessions))
+                samples[what] = samples.get(what, 0) + int(h[SAMPLES])
         news = _News(self._buf(self._news))
-        for (table, kind, _), parts in groups.items():
+        for what, parts in groups.items():
+            table, kind, _ = what
             keys, rows, targets = merge_pushes(parts, self.plan.shards)
             if keys.shape[0]:
-                gone, residual = self.send(table, keys, rows, targets, kind)
+                gone, residual = self.send(table, keys, rows, targets, kind, samples[what])
                 self.rows_out += int(keys.shape[0])
                 if residual is not None:
                     news.add(table, keys, residual, gone)

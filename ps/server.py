@@ -18,9 +18,17 @@ ENV_PREFIX = "BOUNDLESS_PS_"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     cfg.add_arguments(parser, PSConfig)
+    sub = parser.add_subparsers(dest="action", metavar="stats")  # none: run a shard
+    stats = sub.add_parser("stats", help="tables, digests and samples of running shards", allow_abbrev=False)
+    stats.add_argument("addresses", help="the shards, HOST:PORT[,HOST:PORT...]")
+    stats.add_argument("--json", action="store_true", help="print JSON")
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "action", None) == "stats":
+        from ps.stats_cli import show
+
+        return show(args.addresses, args.json)
     conf = cfg.build(PSConfig, ENV_PREFIX, args)
     log = daemon.setup_logging(f"ps{conf.shard_index}", conf.log_level)
     store = ShardStore(Path(conf.data_dir)) if conf.data_dir else None

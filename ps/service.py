@@ -82,7 +82,7 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
                 keys = decode_keys(request.keys, request.key_count, request.key_encoding)
             kind = _push_kind(request.kind)
             subset, values = decode_payload(request.payload, keys.shape[0], self.shard.push_width(request.table, kind))
-            applied = self.shard.push(request.table, keys if subset is None else keys[subset], values, kind)
+            applied = self.shard.push(request.table, keys if subset is None else keys[subset], values, kind, request.samples)
             metrics.KEYS.labels("push", request.table).inc(applied)
             metrics.PUSH_BYTES.labels(BY_ID[request.payload[2]].name).inc(len(request.payload))
             metrics.UPDATE_SEQ.set(self.shard.update_seq)
@@ -102,7 +102,7 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
         def run() -> ps_pb2.DensePushResponse:
             kind = _push_kind(request.kind)
             _, values = decode_payload(request.payload, *self.shard.dense_push_shape(request.table, kind))
-            self.shard.push_dense(request.table, values, kind, max(1, request.steps))
+            self.shard.push_dense(request.table, values, kind, max(1, request.steps), request.samples)
             return ps_pb2.DensePushResponse()
 
         return _call("PushDense", context, run)

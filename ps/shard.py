@@ -46,6 +46,8 @@ class TableStats:
     capacity: int
     dim: int
     memory_bytes: int
+    digest: int = 0  # ps.digest of the table's rows on this shard
+    samples: int = 0  # samples whose pushes this shard applied to the table
 
 
 class Shard:
@@ -66,6 +68,7 @@ class Shard:
         self.export_seq = -1  # no export yet: the first delta holds everything
         self.checkpoint_seq = 0
         self.checkpoint_offsets = b""
+        self.samples: dict[str, int] = {}  # per table, samples of the pushes applied
         self._sessions: OrderedDict[int, tuple[str, npt.NDArray[np.uint64]]] = OrderedDict()
         self._session_ids = itertools.count(1)
         self._max_sessions = max_sessions
@@ -93,6 +96,8 @@ class Shard:
                 else:
                     d = self.dense[spec.name] = DenseTable(spec, *dense_range(spec.dim, self.index, self.count))
                     restored = self._restore_dense(d)
+                if restored and self.store is not None:
+                    self.samples[spec.name] = self.store.samples(spec.name)
                 if self.store is not None and stored is None:
                     self.store.put_table_spec(spec)
                 created.append(not restored)
@@ -179,8 +184,11 @@ class Shard:
             raise ShardError(f"table {table!r}: momentum pushes are for dense adam tables, not sparse ones")
         return t.dim if kind == GRADIENT else t.width
 
-    def push(self, table: str, keys: npt.NDArray[np.uint64], values: npt.NDArray[np.float64], kind: str = GRADIENT) -> int:
-        """Applies gradients or state deltas; a push with a bad value changes nothing."""
+    def push(
+        self, table: str, keys: npt.NDArray[np.uint64], values: npt.NDArray[np.float64], kind: str = GRADIENT, samples: int = 0
+    ) -> int:
+        """Applies gradients or state deltas of `samples` samples; a push with a bad value
+        changes nothing."""
         t = self._table(table)
         self.check_keys(keys)
         with self.lock:  # a delta is checked against the rows it lands on
@@ -189,6 +197,7 @@ class Shard:
             except PushRejected as e:
                 raise ShardError(str(e)) from None
             self.update_seq += 1
+            self.samples[table] = self.samples.get(table, 0) + samples
         return int(keys.shape[0])
 
     def pull_dense(self, table: str, state: bool = False) -> tuple[int, npt.NDArray[np.float32] | npt.NDArray[np.float64]]:
@@ -197,7 +206,9 @@ class Shard:
         with self.lock:
             return t.lo, (t.state.copy() if state else t.weights())
 
-    def push_dense(self, table: str, values: npt.NDArray[np.float64], kind: str = GRADIENT, steps: int = 1) -> None:
+    def push_dense(
+        self, table: str, values: npt.NDArray[np.float64], kind: str = GRADIENT, steps: int = 1, samples: int = 0
+    ) -> None:
         t = self._dense(table)
         with self.lock:
             try:
@@ -205,6 +216,7 @@ class Shard:
             except PushRejected as e:
                 raise ShardError(str(e)) from None
             self.update_seq += 1
+            self.samples[table] = self.samples.get(table, 0) + samples
 
     def export(self, full: bool, directory: Path) -> tuple[list[ExportedFile], int]:
         """Writes this shard's sparse weights as one file whose rows hold every sparse table's
@@ -248,8 +260,9 @@ class Shard:
                     keys, ids = t.updated_after(self.checkpoint_seq)
                     sparse[name] = (keys, t.raw_rows(ids))  # raw_rows copies
                 dense = {name: d.state.copy() for name, d in self.dense.items()}
+                samples = dict(self.samples)
                 seq = self.update_seq
-            written = store.write_checkpoint(sparse, dense, offsets, seq)
+            written = store.write_checkpoint(sparse, dense, offsets, seq, samples)
             with self.lock:
                 self.checkpoint_seq = seq
                 self.checkpoint_offsets = offsets
@@ -257,8 +270,14 @@ class Shard:
 
     def stats(self) -> list[TableStats]:
         with self.lock:
-            out = [TableStats(n, "sparse", t.size, t.keys.shape[0], t.dim, t.nbytes) for n, t in self.sparse.items()]
-            out += [TableStats(n, "dense", d.hi - d.lo, d.hi - d.lo, 1, d.state.nbytes) for n, d in self.dense.items()]
+            out = [
+                TableStats(n, "sparse", t.size, t.keys.shape[0], t.dim, t.nbytes, t.digest(), self.samples.get(n, 0))
+                for n, t in self.sparse.items()
+            ]
+            out += [
+                TableStats(n, "dense", d.hi - d.lo, d.hi - d.lo, 1, d.state.nbytes, d.digest(), self.samples.get(n, 0))
+                for n, d in self.dense.items()
+            ]
         return out
 
 

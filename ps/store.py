@@ -3,7 +3,7 @@ stream offsets.
 
 Keys: b"t" + table -> the table's spec (JSON); b"s" + table + b"\\0" + key (8 bytes
 big-endian) -> raw row words; b"d" + table -> dense optimizer state (float64 [n, width]);
-b"m:offsets", b"m:seq" -> checkpoint metadata.
+b"c" + table -> samples applied (uint64); b"m:offsets", b"m:seq" -> checkpoint metadata.
 One checkpoint is one WriteBatch, so rows and offsets land together or not at all.
 """
 
@@ -39,6 +39,7 @@ class ShardStore:
         dense: dict[str, npt.NDArray[np.float64]],
         offsets: bytes,
         seq: int,
+        samples: dict[str, int] | None = None,
     ) -> int:
         batch = WriteBatch(raw_mode=True)
         written = 0
@@ -52,6 +53,8 @@ class ShardStore:
             written += keys.shape[0]
         for table, state in dense.items():
             batch.put(b"d" + table.encode(), np.ascontiguousarray(state, dtype=np.float64).tobytes())
+        for table, count in (samples or {}).items():
+            batch.put(b"c" + table.encode(), int(count).to_bytes(8, "little"))
         batch.put(_OFFSETS, offsets)
         batch.put(_SEQ, int(seq).to_bytes(8, "little"))
         self.db.write(batch)
@@ -94,6 +97,11 @@ class ShardStore:
         if a.shape[0] != size * width:
             raise ValueError(f"stored dense table {table} has {a.shape[0]} state values, its range needs {size} x {width}")
         return a.reshape(size, width).copy()
+
+    def samples(self, table: str) -> int:
+        """Samples applied to the table as of the last checkpoint."""
+        raw = self.db.get(b"c" + table.encode())
+        return int.from_bytes(raw, "little") if raw else 0
 
     def table_spec(self, table: str) -> TableSpec | None:
         raw = self.db.get(b"t" + table.encode())

@@ -15,6 +15,7 @@ from ctr.hashmap import CompactHashMap
 from ctr.modelspec import TableSpec
 from ctr.optim import frozen_adam_rows, init_rows, step_rows, weights_of_rows
 from ps import kernels
+from ps.digest import rows_digest
 
 GRADIENT = "gradient"
 DELTA = "delta"
@@ -60,6 +61,10 @@ class SparseTable:
     def row_words(self) -> int:
         """uint32 words of a stored row: the state's float64 values, then the metadata."""
         return 2 * self.width + kernels.META_WORDS
+
+    def digest(self) -> int:
+        """ps.digest of every row: key and optimizer state."""
+        return int(rows_digest(self.keys[: self.size], self.state[: self.size]))
 
     @property
     def nbytes(self) -> int:
@@ -165,6 +170,10 @@ class DenseTable:
         self.params = spec.optimizer.params()
         # element i of the whole vector starts from the initial weight of "key" i + 1
         self.state = init_rows(np.arange(lo + 1, hi + 1, dtype=np.uint64), self.width, 1, self.params)
+
+    def digest(self) -> int:
+        """ps.digest of the range: element i is key i + 1, so the shards' digests add up."""
+        return int(rows_digest(np.arange(self.lo + 1, self.hi + 1, dtype=np.uint64), self.state))
 
     def weights(self) -> npt.NDArray[np.float32]:
         return weights_of_rows(self.state, 1, self.params).reshape(-1).astype(np.float32)  # type: ignore[no-any-return]

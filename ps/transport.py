@@ -51,15 +51,23 @@ class ShardTransport(Protocol):
         """codec: "" for raw rows, else the value codec the rows travel in."""
 
     def push(
-        self, shard: int, table: str, keys: npt.NDArray[np.uint64], sessions: tuple[int, ...], payload: bytes, kind: str
+        self,
+        shard: int,
+        table: str,
+        keys: npt.NDArray[np.uint64],
+        sessions: tuple[int, ...],
+        payload: bytes,
+        kind: str,
+        samples: int = 0,
     ) -> None:
         """keys: those the named pull sessions hold (one session's, or the union of several
         workers' when a leader summed their pushes; the payload may carry a subset of them),
-        or, with no session, the keys the payload's rows belong to, which then travel."""
+        or, with no session, the keys the payload's rows belong to, which then travel.
+        samples: of the batches whose updates the push carries (counted per table)."""
 
     def pull_dense(self, shard: int, table: str, state: bool) -> tuple[int, Rows]: ...
 
-    def push_dense(self, shard: int, table: str, payload: bytes, kind: str, steps: int = 1) -> None: ...
+    def push_dense(self, shard: int, table: str, payload: bytes, kind: str, steps: int = 1, samples: int = 0) -> None: ...
 
     def export(self, shard: int, full: bool, directory: str) -> tuple[list[ExportedFile], int]: ...
 
@@ -107,25 +115,32 @@ class LocalTransport(_ByteCounter):
         return int(open_session), rows
 
     def push(
-        self, shard: int, table: str, keys: npt.NDArray[np.uint64], sessions: tuple[int, ...], payload: bytes, kind: str
+        self,
+        shard: int,
+        table: str,
+        keys: npt.NDArray[np.uint64],
+        sessions: tuple[int, ...],
+        payload: bytes,
+        kind: str,
+        samples: int = 0,
     ) -> None:
         named = np.asarray(sessions, dtype=np.uint64)
         keys_bytes = len(encode_varints(named)) if sessions else len(encode_keys(keys, KEYS_DELTA_VARINT))
         self.count(push=keys_bytes + len(payload))
         s = self.shards[shard]
         subset, values = decode_payload(payload, keys.shape[0], s.push_width(table, kind))
-        s.push(table, keys if subset is None else keys[subset], values, kind)
+        s.push(table, keys if subset is None else keys[subset], values, kind, samples)
 
     def pull_dense(self, shard: int, table: str, state: bool) -> tuple[int, Rows]:
         lo, values = self.shards[shard].pull_dense(table, state)
         self.count(pull=values.nbytes)
         return lo, values
 
-    def push_dense(self, shard: int, table: str, payload: bytes, kind: str, steps: int = 1) -> None:
+    def push_dense(self, shard: int, table: str, payload: bytes, kind: str, steps: int = 1, samples: int = 0) -> None:
         self.count(push=len(payload))
         s = self.shards[shard]
         _, values = decode_payload(payload, *s.dense_push_shape(table, kind))
-        s.push_dense(table, values, kind, steps)
+        s.push_dense(table, values, kind, steps, samples)
 
     def export(self, shard: int, full: bool, directory: str) -> tuple[list[ExportedFile], int]:
         return self.shards[shard].export(full, Path(directory))

@@ -88,14 +88,15 @@ class DeepModel:
             pb,
         )
         mlp_out.backward(torch.from_numpy(dlogit).to(self.net.device))
+        n = len(batch)
         if seq:
-            client.push("w", uniq, w_state - w_rows, w_session, kind=DELTA)
-            client.push(self.emb, uniq, e_state - e_rows, e_session, kind=DELTA)
-            client.push_dense("bias", bias_state - np.reshape(bias_rows, (1, -1)), kind=DELTA)
+            client.push("w", uniq, w_state - w_rows, w_session, kind=DELTA, samples=n)
+            client.push(self.emb, uniq, e_state - e_rows, e_session, kind=DELTA, samples=n)
+            client.push_dense("bias", bias_state - np.reshape(bias_rows, (1, -1)), kind=DELTA, samples=n)
         else:
-            client.push("w", uniq, gw.astype(np.float32), w_session, kind=GRADIENT)
-            client.push(self.emb, uniq, ge.astype(np.float32), e_session, kind=GRADIENT)
-            client.push_dense("bias", np.array([gbias], np.float32), kind=GRADIENT)
-        grad = self.net.flat_grad() / max(1, len(batch))
-        self.dense.push(client, grad)
+            client.push("w", uniq, gw.astype(np.float32), w_session, kind=GRADIENT, samples=n)
+            client.push(self.emb, uniq, ge.astype(np.float32), e_session, kind=GRADIENT, samples=n)
+            client.push_dense("bias", np.array([gbias], np.float32), kind=GRADIENT, samples=n)
+        grad = self.net.flat_grad() / max(1, n)
+        self.dense.push(client, grad, n)
         return probs  # type: ignore[no-any-return]

@@ -37,8 +37,8 @@ class DenseSync(Protocol):
     def weights(self, client: PSClient) -> npt.NDArray[np.floating]:
         """The MLP's weights for this step."""
 
-    def push(self, client: PSClient, grad: npt.NDArray[np.floating]) -> None:
-        """Sends (or keeps) this step's mean gradient."""
+    def push(self, client: PSClient, grad: npt.NDArray[np.floating], samples: int = 0) -> None:
+        """Sends (or keeps) this step's mean gradient, over `samples` samples."""
 
     def flush(self, client: PSClient) -> None:
         """Sends the steps kept back, if any."""
@@ -76,8 +76,8 @@ class PlainDense:
     def weights(self, client: PSClient) -> npt.NDArray[np.floating]:
         return client.pull_dense(self.table)
 
-    def push(self, client: PSClient, grad: npt.NDArray[np.floating]) -> None:
-        client.push_dense(self.table, np.asarray(grad, dtype=np.float32), kind=GRADIENT)
+    def push(self, client: PSClient, grad: npt.NDArray[np.floating], samples: int = 0) -> None:
+        client.push_dense(self.table, np.asarray(grad, dtype=np.float32), kind=GRADIENT, samples=samples)
 
     def flush(self, client: PSClient) -> None:
         pass  # every step was sent
@@ -91,16 +91,16 @@ class OneBitAdam(PlainDense):
         self.momentum: F64 | None = None
         self.denominator: F64 | None = None  # sqrt(v / (1 - beta2^t)) + eps, frozen
 
-    def push(self, client: PSClient, grad: npt.NDArray[np.floating]) -> None:
+    def push(self, client: PSClient, grad: npt.NDArray[np.floating], samples: int = 0) -> None:
         self.steps += 1
         if self.steps <= self.warmup:
-            super().push(client, grad)
+            super().push(client, grad, samples)
             return
         if self.momentum is None:  # warm-up over: continue from the shards' momentum
             self.momentum, self.denominator, _ = frozen_state(client, self.table, self.beta2, self.eps)
         assert self.denominator is not None
         self.momentum = self.beta1 * self.momentum + (1.0 - self.beta1) * np.asarray(grad, dtype=np.float64)
-        client.push_dense(self.table, bounded(self.momentum / self.denominator), kind=MOMENTUM, onebit=True)
+        client.push_dense(self.table, bounded(self.momentum / self.denominator), kind=MOMENTUM, onebit=True, samples=samples)
 
 
 def bounded(update: F64) -> F64:
@@ -122,6 +122,7 @@ class ZeroOneAdam(PlainDense):
         self.steps = 0
         self.syncs = 0
         self.since_sync = 0  # local steps since the last sync
+        self.unsynced_samples = 0  # their samples
         self.momentum: F64 | None = None
         self.update_sum: F64 | None = None  # the local steps' momentum / denominator since the last sync
         self.local: F64 | None = None  # this worker's copy of the weights between syncs
@@ -135,11 +136,11 @@ class ZeroOneAdam(PlainDense):
             return pulled
         return self.local
 
-    def push(self, client: PSClient, grad: npt.NDArray[np.floating]) -> None:
+    def push(self, client: PSClient, grad: npt.NDArray[np.floating], samples: int = 0) -> None:
         self.steps += 1
         g = np.asarray(grad, dtype=np.float64)
         if self.steps <= self.warmup:
-            super().push(client, g)
+            super().push(client, g, samples)
             return
         if self.momentum is None:
             self._load_state(client)
@@ -148,13 +149,14 @@ class ZeroOneAdam(PlainDense):
         update = bounded(self.momentum / self.denominator)
         self.update_sum += update
         self.since_sync += 1
+        self.unsynced_samples += samples
         after = self.steps - self.warmup
         if self.since_sync < self._interval() and after & (after - 1):  # neither a sync nor a refresh
             self.local = self._local() - self.lr * update
             return
         self._sync(client)
         if after & (after - 1) == 0:  # a power of two: refresh the variance with a full Adam step
-            super().push(client, g)
+            super().push(client, g)  # its samples went with the sync
             self._load_state(client)  # which brings the shards' weights for the next step too
         else:
             self.local = None  # the next step pulls the shards' weights
@@ -167,7 +169,15 @@ class ZeroOneAdam(PlainDense):
     def _sync(self, client: PSClient) -> None:
         """Pushes the mean update of the local steps since the last sync, standing for them."""
         assert self.update_sum is not None
-        client.push_dense(self.table, self.update_sum / self.since_sync, kind=MOMENTUM, onebit=True, steps=self.since_sync)
+        client.push_dense(
+            self.table,
+            self.update_sum / self.since_sync,
+            kind=MOMENTUM,
+            onebit=True,
+            steps=self.since_sync,
+            samples=self.unsynced_samples,
+        )
+        self.unsynced_samples = 0
         self.syncs += 1
         self.since_sync = 0
         self.update_sum = np.zeros_like(self.update_sum)

@@ -49,6 +49,7 @@ class Trained:
     bias_state: npt.NDArray[np.float64]
     grads: dict[str, npt.NDArray[np.float64]]
     bias_grad: float
+    samples: int  # the batch's, counted by the shards per table
 
 
 class TrainableModel(Protocol):
@@ -165,8 +166,8 @@ class FactorizationModel:
         )
         self._remember(got, states if self.sequential else raw, bias_state if self.sequential else raw_bias)
         if self.sequential:
-            return probs, Trained(got.uniq, start, states, bias_start, bias_state, {}, 0.0)
-        return probs, Trained(got.uniq, {}, {}, bias_start, bias_state, {"w": gw, "v": gv}, gbias)
+            return probs, Trained(got.uniq, start, states, bias_start, bias_state, {}, 0.0, len(batch))
+        return probs, Trained(got.uniq, {}, {}, bias_start, bias_state, {"w": gw, "v": gv}, gbias, len(batch))
 
     def _remember(self, got: Fetched, rows: dict[str, npt.NDArray[np.float64]], bias: npt.NDArray[np.float64]) -> None:
         """Keeps the batch's rows for the steps to come (with per-example updates: as trained,
@@ -182,12 +183,12 @@ class FactorizationModel:
     def push(self, client: PSClient, got: Fetched, done: Trained) -> None:
         if self.sequential:
             for t, (_, session) in got.rows.items():
-                client.push(t, got.uniq, done.states[t] - done.start[t], session, kind=DELTA)
-            client.push_dense("bias", done.bias_state - done.bias_start, kind=DELTA)
+                client.push(t, got.uniq, done.states[t] - done.start[t], session, kind=DELTA, samples=done.samples)
+            client.push_dense("bias", done.bias_state - done.bias_start, kind=DELTA, samples=done.samples)
         else:
             for t, (_, session) in got.rows.items():
-                client.push(t, got.uniq, done.grads[t].astype(np.float32), session, kind=GRADIENT)
-            client.push_dense("bias", np.array([done.bias_grad], dtype=np.float32), kind=GRADIENT)
+                client.push(t, got.uniq, done.grads[t].astype(np.float32), session, kind=GRADIENT, samples=done.samples)
+            client.push_dense("bias", np.array([done.bias_grad], dtype=np.float32), kind=GRADIENT, samples=done.samples)
 
     def finish(self, client: PSClient) -> None:
         pass  # nothing held back: every batch is pushed

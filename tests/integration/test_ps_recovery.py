@@ -25,14 +25,17 @@ def test_checkpointed_rows_survive_kill_9(tmp_path):
         assert (shard_of(keys, 1) == 0).all()
         grads = np.random.default_rng(1).normal(size=(keys.shape[0], 4)).astype(np.float32)
         _, session = client.pull("v", keys)
-        client.push("v", keys, grads, session)
+        client.push("v", keys, grads, session, samples=64)
         state, session = client.pull("w", keys, state=True)
-        client.push("w", keys, np.full_like(state, 0.01), session, kind="delta")
-        client.push_dense("bias", np.array([0.7], np.float32))
+        client.push("w", keys, np.full_like(state, 0.01), session, kind="delta", samples=64)
+        client.push_dense("bias", np.array([0.7], np.float32), samples=64)
         client.checkpoint(json.dumps({"file": "a", "offset": 123, "line": 4}).encode())
+        digests_at_cut = {t.name: (t.digest, t.samples) for t in client.status()[0].tables}
         at_cut = {t: client.pull(t, keys, state=True)[0] for t in ("w", "v")}
         bias_at_cut = client.pull_dense("bias", state=True)
-        client.push("v", keys[:100], grads[:100])  # after the cut: must not survive the crash
+        client.push("v", keys[:100], grads[:100], samples=8)  # after the cut: must not survive the crash
+        after_cut = {t.name: (t.digest, t.samples) for t in client.status()[0].tables}
+        assert after_cut["v"][0] != digests_at_cut["v"][0] and after_cut["v"][1] == 72
         client.close()
         shard.kill()
 
@@ -46,6 +49,8 @@ def test_checkpointed_rows_survive_kill_9(tmp_path):
         status = client.status()[0]
         assert json.loads(status.checkpoint_offsets) == {"file": "a", "offset": 123, "line": 4}
         assert {t.name: t.rows for t in status.tables}["v"] == keys.shape[0]
+        assert {t.name: (t.digest, t.samples) for t in status.tables} == digests_at_cut
+        assert digests_at_cut["v"][1] == 64 and digests_at_cut["v"][0] != 0
         client.close()
     finally:
         shard.stop()

@@ -60,7 +60,7 @@ def test_a_push_may_name_several_sessions_and_the_shard_takes_their_union():
         s.session_keys("bias", [sc])
 
 
-Send = Callable[[str, np.ndarray, np.ndarray, list[tuple[int, ...]], str], tuple[np.ndarray, np.ndarray | None]]
+Send = Callable[[str, np.ndarray, np.ndarray, list[tuple[int, ...]], str, int], tuple[np.ndarray, np.ndarray | None]]
 
 
 def _run(workers: int, jobs: list[Callable[[LocalAggregator], None]], send: Send, slot_bytes: int = 1 << 20) -> list[Any]:
@@ -105,15 +105,18 @@ def test_every_pushed_row_reaches_the_leader_summed_even_across_chunks():
             mine.append((keys, rows))
         pushes.append(mine)
 
-    def send(table, keys, rows, targets, kind):  # type: ignore[no-untyped-def]
+    samples_sent = []
+
+    def send(table, keys, rows, targets, kind, samples):  # type: ignore[no-untyped-def]
         assert table == "w" and kind == "delta" and np.all(np.diff(keys.astype(np.int64)) > 0)
         sent.append((keys, rows))
+        samples_sent.append(samples)
         return np.zeros(0, np.uint64), None
 
     def job(i: int) -> Callable[[LocalAggregator], None]:
         def run(agg: LocalAggregator) -> None:
             for keys, rows in pushes[i]:
-                agg.push("w", keys, rows, (1, 2), "delta")
+                agg.push("w", keys, rows, (1, 2), "delta", samples=7)
 
         return run
 
@@ -122,7 +125,7 @@ def test_every_pushed_row_reaches_the_leader_summed_even_across_chunks():
     for keys, rows in sent:
         for k, r in zip(keys.tolist(), rows, strict=True):
             got[k] = got.get(k, 0.0) + r
-    assert got.keys() == truth.keys()
+    assert got.keys() == truth.keys() and sum(samples_sent) == 3 * 4 * 7  # a push's samples count once
     for k in truth:
         np.testing.assert_allclose(got[k], truth[k], rtol=1e-12, atol=1e-12)
 
@@ -130,7 +133,7 @@ def test_every_pushed_row_reaches_the_leader_summed_even_across_chunks():
 def test_a_worker_that_ends_early_keeps_the_rounds_going():
     sent: list[np.ndarray] = []
 
-    def send(table, keys, rows, targets, kind):  # type: ignore[no-untyped-def]
+    def send(table, keys, rows, targets, kind, samples):  # type: ignore[no-untyped-def]
         sent.append(keys)
         return np.zeros(0, np.uint64), None
 
@@ -145,7 +148,7 @@ def test_a_worker_that_ends_early_keeps_the_rounds_going():
 def test_the_leaders_residuals_become_every_workers_view():
     calls = []
 
-    def send(table, keys, rows, targets, kind):  # type: ignore[no-untyped-def]
+    def send(table, keys, rows, targets, kind, samples):  # type: ignore[no-untyped-def]
         calls.append(keys)
         gone = np.array([7], np.uint64) if len(calls) == 2 else np.zeros(0, np.uint64)  # 7's residual was flushed
         return gone, rows * 0.25  # a quarter of each row stays unsent
@@ -166,7 +169,7 @@ def test_the_leaders_residuals_become_every_workers_view():
 
 
 def test_a_failed_leader_push_fails_every_worker_instead_of_hanging():
-    def send(table, keys, rows, targets, kind):  # type: ignore[no-untyped-def]
+    def send(table, keys, rows, targets, kind, samples):  # type: ignore[no-untyped-def]
         raise ConnectionError("shard 1 is unreachable")
 
     def push(agg: LocalAggregator) -> None:
