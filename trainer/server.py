@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import signal
 import threading
 from collections.abc import Callable
@@ -29,6 +30,8 @@ from trainer.progressive import ProgressiveMetrics
 from trainer.source import Position, Source, open_source
 from trainer.spec import model_spec
 from trainer.workers import WorkerFailed, WorkerRun, run_workers
+
+resume_log = logging.getLogger("trainer")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -102,10 +105,21 @@ def connect(conf: TrainerConfig) -> PSClient:
 
 
 def resume_position(client: PSClient) -> Position | None:
-    """The stream position stored by the last checkpoint, if every shard agrees on it."""
-    stored = {s.checkpoint_offsets for s in client.status()}
-    if len(stored) != 1 or stored == {b""}:
+    """The stream position stored by the last checkpoint, which every shard must hold; None
+    when no shard holds one. Shards holding different checkpoints (one was restored from an
+    older cut, or missed the last checkpoint) stop the trainer: resuming from either would
+    skip or repeat samples on the others."""
+    statuses = client.status()
+    stored = {s.checkpoint_offsets for s in statuses}
+    if stored == {b""}:
+        resume_log.info("--resume: no shard holds a checkpoint; starting at the beginning of the stream")
         return None
+    if len(stored) != 1:
+        held = "; ".join(
+            f"shard {s.index}: seq {s.checkpoint_seq} at {s.checkpoint_offsets.decode(errors='replace') or 'none'}"
+            for s in statuses
+        )
+        raise cfg.ConfigError(f"--resume: the shards hold different checkpoints ({held}); restore them to one cut")
     return Position(**json.loads(stored.pop()))
 
 

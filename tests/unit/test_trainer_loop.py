@@ -4,6 +4,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from ctr.fields import FieldIndex
 from ctr.modelspec import ModelSpec
 from ctr.schema import PRESETS
@@ -56,3 +58,22 @@ def test_large_feature_values_train_without_refused_pushes(tmp_path):
     proc = subprocess.run([*cmd, "--metrics-out", str(out)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(out.read_text())["samples"] == 3000
+
+
+def test_resume_needs_every_shard_at_the_same_checkpoint():
+    from ctr.config import ConfigError
+    from trainer.server import resume_position
+
+    client = PSClient.local(2)
+    shards = client.transport.shards  # type: ignore[attr-defined]
+    assert resume_position(client) is None  # nothing stored anywhere: from the beginning
+    at = b'{"file": "a.txt", "offset": 40, "line": 3}'
+    for s in shards:
+        s.checkpoint_offsets, s.checkpoint_seq = at, 7
+    assert resume_position(client) == Position(file="a.txt", offset=40, line=3)
+    shards[1].checkpoint_offsets, shards[1].checkpoint_seq = b'{"file": "a.txt", "offset": 10, "line": 1}', 5
+    with pytest.raises(ConfigError, match="shards hold different checkpoints .*shard 1: seq 5"):
+        resume_position(client)
+    shards[1].checkpoint_offsets = b""
+    with pytest.raises(ConfigError, match="shard 1: seq 5 at none"):
+        resume_position(client)
