@@ -253,6 +253,7 @@ class PullResponse(_message.Message):
     DIM_FIELD_NUMBER: _builtins.int
     ROWS_FIELD_NUMBER: _builtins.int
     STATE_FIELD_NUMBER: _builtins.int
+    INCARNATION_FIELD_NUMBER: _builtins.int
     session_id: _builtins.int
     """0 when no session was opened"""
     dim: _builtins.int
@@ -261,6 +262,8 @@ class PullResponse(_message.Message):
     the request named a reply_codec
     """
     state: _builtins.bool
+    incarnation: _builtins.int
+    """the shard process's id: a new one means it restarted from its committed cut"""
     def __init__(
         self,
         *,
@@ -268,10 +271,11 @@ class PullResponse(_message.Message):
         dim: _builtins.int = ...,
         rows: _builtins.bytes = ...,
         state: _builtins.bool = ...,
+        incarnation: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["dim", b"dim", "rows", b"rows", "session_id", b"session_id", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dim", b"dim", "incarnation", b"incarnation", "rows", b"rows", "session_id", b"session_id", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -314,6 +318,7 @@ class PushRequest(_message.Message):
     PAYLOAD_FIELD_NUMBER: _builtins.int
     KIND_FIELD_NUMBER: _builtins.int
     SAMPLES_FIELD_NUMBER: _builtins.int
+    GENERATION_FIELD_NUMBER: _builtins.int
     table: _builtins.str
     session_id: _builtins.int
     keys: _builtins.bytes
@@ -327,6 +332,8 @@ class PushRequest(_message.Message):
     kind: Global___PushKind.ValueType
     samples: _builtins.int
     """samples whose updates this push carries (counted per table)"""
+    generation: _builtins.int
+    """the trainer's; a shard refuses (ABORTED) pushes older than its own"""
     @_builtins.property
     def sessions(self) -> Global___SessionList: ...
     def __init__(
@@ -341,10 +348,11 @@ class PushRequest(_message.Message):
         payload: _builtins.bytes = ...,
         kind: Global___PushKind.ValueType = ...,
         samples: _builtins.int = ...,
+        generation: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["keys", b"keys", "session_id", b"session_id", "sessions", b"sessions", "target", b"target"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["key_count", b"key_count", "key_encoding", b"key_encoding", "keys", b"keys", "kind", b"kind", "payload", b"payload", "samples", b"samples", "session_id", b"session_id", "sessions", b"sessions", "table", b"table", "target", b"target"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["generation", b"generation", "key_count", b"key_count", "key_encoding", b"key_encoding", "keys", b"keys", "kind", b"kind", "payload", b"payload", "samples", b"samples", "session_id", b"session_id", "sessions", b"sessions", "table", b"table", "target", b"target"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_target: _TypeAlias = _typing.Literal["session_id", "keys", "sessions"]  # noqa: Y015
     _WhichOneofArgType_target: _TypeAlias = _typing.Literal["target", b"target"]  # noqa: Y015
@@ -357,15 +365,18 @@ class PushResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     APPLIED_ROWS_FIELD_NUMBER: _builtins.int
+    INCARNATION_FIELD_NUMBER: _builtins.int
     applied_rows: _builtins.int
+    incarnation: _builtins.int
     def __init__(
         self,
         *,
         applied_rows: _builtins.int = ...,
+        incarnation: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied_rows", b"applied_rows"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied_rows", b"applied_rows", "incarnation", b"incarnation"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -401,22 +412,25 @@ class DensePullResponse(_message.Message):
     OFFSET_FIELD_NUMBER: _builtins.int
     VALUES_FIELD_NUMBER: _builtins.int
     WIDTH_FIELD_NUMBER: _builtins.int
+    INCARNATION_FIELD_NUMBER: _builtins.int
     offset: _builtins.int
     """this shard's range start in the whole dense vector"""
     values: _builtins.bytes
     """float32 weights, or float64 state"""
     width: _builtins.int
     """state values per element (1 for weights)"""
+    incarnation: _builtins.int
     def __init__(
         self,
         *,
         offset: _builtins.int = ...,
         values: _builtins.bytes = ...,
         width: _builtins.int = ...,
+        incarnation: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["offset", b"offset", "values", b"values", "width", b"width"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["incarnation", b"incarnation", "offset", b"offset", "values", b"values", "width", b"width"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -431,6 +445,7 @@ class DensePushRequest(_message.Message):
     KIND_FIELD_NUMBER: _builtins.int
     STEPS_FIELD_NUMBER: _builtins.int
     SAMPLES_FIELD_NUMBER: _builtins.int
+    GENERATION_FIELD_NUMBER: _builtins.int
     table: _builtins.str
     payload: _builtins.bytes
     """self-describing (docs/ps-compression.md): this shard's range of n values as n rows of
@@ -441,6 +456,7 @@ class DensePushRequest(_message.Message):
     """a momentum push: the optimizer steps it stands for (0 counts as 1)"""
     samples: _builtins.int
     """samples whose updates this push carries (counted per table)"""
+    generation: _builtins.int
     def __init__(
         self,
         *,
@@ -449,10 +465,11 @@ class DensePushRequest(_message.Message):
         kind: Global___PushKind.ValueType = ...,
         steps: _builtins.int = ...,
         samples: _builtins.int = ...,
+        generation: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["kind", b"kind", "payload", b"payload", "samples", b"samples", "steps", b"steps", "table", b"table"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["generation", b"generation", "kind", b"kind", "payload", b"payload", "samples", b"samples", "steps", b"steps", "table", b"table"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -462,12 +479,16 @@ Global___DensePushRequest: _TypeAlias = DensePushRequest  # noqa: Y015
 class DensePushResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    INCARNATION_FIELD_NUMBER: _builtins.int
+    incarnation: _builtins.int
     def __init__(
         self,
+        *,
+        incarnation: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["incarnation", b"incarnation"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -560,46 +581,131 @@ class ExportResponse(_message.Message):
 Global___ExportResponse: _TypeAlias = ExportResponse  # noqa: Y015
 
 @_typing.final
-class CheckpointRequest(_message.Message):
+class PrepareRequest(_message.Message):
+    """Checkpoints are two-phase cuts (docs/exactly-once.md): Prepare snapshots the rows
+    changed since the last cut with the trainer's stream offsets and writes them in the
+    background; Commit waits for the write and makes the cut the committed one; Restore
+    takes the shard back to a cut.
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
+    CUT_FIELD_NUMBER: _builtins.int
     STREAM_OFFSETS_FIELD_NUMBER: _builtins.int
+    cut: _builtins.int
+    """newer than every cut the shard holds"""
     stream_offsets: _builtins.bytes
-    """opaque to the shard; stored atomically with the rows"""
+    """opaque to the shard; stored with the rows"""
     def __init__(
         self,
         *,
+        cut: _builtins.int = ...,
         stream_offsets: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["stream_offsets", b"stream_offsets"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cut", b"cut", "stream_offsets", b"stream_offsets"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
-Global___CheckpointRequest: _TypeAlias = CheckpointRequest  # noqa: Y015
+Global___PrepareRequest: _TypeAlias = PrepareRequest  # noqa: Y015
 
 @_typing.final
-class CheckpointResponse(_message.Message):
+class PrepareResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ROWS_FIELD_NUMBER: _builtins.int
+    rows: _builtins.int
+    """rows in the cut"""
+    def __init__(
+        self,
+        *,
+        rows: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["rows", b"rows"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PrepareResponse: _TypeAlias = PrepareResponse  # noqa: Y015
+
+@_typing.final
+class CommitRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CUT_FIELD_NUMBER: _builtins.int
+    cut: _builtins.int
+    def __init__(
+        self,
+        *,
+        cut: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cut", b"cut"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CommitRequest: _TypeAlias = CommitRequest  # noqa: Y015
+
+@_typing.final
+class CommitResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     ROWS_WRITTEN_FIELD_NUMBER: _builtins.int
-    CHECKPOINT_SEQ_FIELD_NUMBER: _builtins.int
     rows_written: _builtins.int
-    checkpoint_seq: _builtins.int
     def __init__(
         self,
         *,
         rows_written: _builtins.int = ...,
-        checkpoint_seq: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint_seq", b"checkpoint_seq", "rows_written", b"rows_written"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["rows_written", b"rows_written"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
-Global___CheckpointResponse: _TypeAlias = CheckpointResponse  # noqa: Y015
+Global___CommitResponse: _TypeAlias = CommitResponse  # noqa: Y015
+
+@_typing.final
+class RestoreRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CUT_FIELD_NUMBER: _builtins.int
+    GENERATION_FIELD_NUMBER: _builtins.int
+    cut: _builtins.int
+    """0: empty tables"""
+    generation: _builtins.int
+    """the restoring trainer's; older pushes are refused from now on"""
+    def __init__(
+        self,
+        *,
+        cut: _builtins.int = ...,
+        generation: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cut", b"cut", "generation", b"generation"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RestoreRequest: _TypeAlias = RestoreRequest  # noqa: Y015
+
+@_typing.final
+class RestoreResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RestoreResponse: _TypeAlias = RestoreResponse  # noqa: Y015
 
 @_typing.final
 class StatsRequest(_message.Message):
@@ -669,14 +775,26 @@ class StatsResponse(_message.Message):
     UPDATE_SEQ_FIELD_NUMBER: _builtins.int
     CHECKPOINT_OFFSETS_FIELD_NUMBER: _builtins.int
     CHECKPOINT_SEQ_FIELD_NUMBER: _builtins.int
+    INCARNATION_FIELD_NUMBER: _builtins.int
+    GENERATION_FIELD_NUMBER: _builtins.int
+    COMMITTED_CUT_FIELD_NUMBER: _builtins.int
+    CUTS_FIELD_NUMBER: _builtins.int
     shard_index: _builtins.int
     shard_count: _builtins.int
     update_seq: _builtins.int
     checkpoint_offsets: _builtins.bytes
-    """offsets stored by the last checkpoint, empty if none"""
+    """offsets stored by the committed cut, empty if none"""
     checkpoint_seq: _builtins.int
+    """the shard's update sequence at the committed cut"""
+    incarnation: _builtins.int
+    generation: _builtins.int
+    committed_cut: _builtins.int
     @_builtins.property
     def tables(self) -> _containers.RepeatedCompositeFieldContainer[Global___TableStats]: ...
+    @_builtins.property
+    def cuts(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """every cut stored (written), oldest first"""
+
     def __init__(
         self,
         *,
@@ -686,10 +804,14 @@ class StatsResponse(_message.Message):
         update_seq: _builtins.int = ...,
         checkpoint_offsets: _builtins.bytes = ...,
         checkpoint_seq: _builtins.int = ...,
+        incarnation: _builtins.int = ...,
+        generation: _builtins.int = ...,
+        committed_cut: _builtins.int = ...,
+        cuts: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint_offsets", b"checkpoint_offsets", "checkpoint_seq", b"checkpoint_seq", "shard_count", b"shard_count", "shard_index", b"shard_index", "tables", b"tables", "update_seq", b"update_seq"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint_offsets", b"checkpoint_offsets", "checkpoint_seq", b"checkpoint_seq", "committed_cut", b"committed_cut", "cuts", b"cuts", "generation", b"generation", "incarnation", b"incarnation", "shard_count", b"shard_count", "shard_index", b"shard_index", "tables", b"tables", "update_seq", b"update_seq"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -64,10 +64,20 @@ class ParameterServerStub:
                 request_serializer=ps__pb2.ExportRequest.SerializeToString,
                 response_deserializer=ps__pb2.ExportResponse.FromString,
                 _registered_method=True)
-        self.Checkpoint = channel.unary_unary(
-                '/boundless.ps.ParameterServer/Checkpoint',
-                request_serializer=ps__pb2.CheckpointRequest.SerializeToString,
-                response_deserializer=ps__pb2.CheckpointResponse.FromString,
+        self.Prepare = channel.unary_unary(
+                '/boundless.ps.ParameterServer/Prepare',
+                request_serializer=ps__pb2.PrepareRequest.SerializeToString,
+                response_deserializer=ps__pb2.PrepareResponse.FromString,
+                _registered_method=True)
+        self.Commit = channel.unary_unary(
+                '/boundless.ps.ParameterServer/Commit',
+                request_serializer=ps__pb2.CommitRequest.SerializeToString,
+                response_deserializer=ps__pb2.CommitResponse.FromString,
+                _registered_method=True)
+        self.Restore = channel.unary_unary(
+                '/boundless.ps.ParameterServer/Restore',
+                request_serializer=ps__pb2.RestoreRequest.SerializeToString,
+                response_deserializer=ps__pb2.RestoreResponse.FromString,
                 _registered_method=True)
         self.Stats = channel.unary_unary(
                 '/boundless.ps.ParameterServer/Stats',
@@ -115,7 +125,19 @@ class ParameterServerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def Checkpoint(self, request, context):
+    def Prepare(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Commit(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Restore(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -160,10 +182,20 @@ def add_ParameterServerServicer_to_server(servicer, server):
                     request_deserializer=ps__pb2.ExportRequest.FromString,
                     response_serializer=ps__pb2.ExportResponse.SerializeToString,
             ),
-            'Checkpoint': grpc.unary_unary_rpc_method_handler(
-                    servicer.Checkpoint,
-                    request_deserializer=ps__pb2.CheckpointRequest.FromString,
-                    response_serializer=ps__pb2.CheckpointResponse.SerializeToString,
+            'Prepare': grpc.unary_unary_rpc_method_handler(
+                    servicer.Prepare,
+                    request_deserializer=ps__pb2.PrepareRequest.FromString,
+                    response_serializer=ps__pb2.PrepareResponse.SerializeToString,
+            ),
+            'Commit': grpc.unary_unary_rpc_method_handler(
+                    servicer.Commit,
+                    request_deserializer=ps__pb2.CommitRequest.FromString,
+                    response_serializer=ps__pb2.CommitResponse.SerializeToString,
+            ),
+            'Restore': grpc.unary_unary_rpc_method_handler(
+                    servicer.Restore,
+                    request_deserializer=ps__pb2.RestoreRequest.FromString,
+                    response_serializer=ps__pb2.RestoreResponse.SerializeToString,
             ),
             'Stats': grpc.unary_unary_rpc_method_handler(
                     servicer.Stats,
@@ -344,7 +376,7 @@ class ParameterServer:
             _registered_method=True)
 
     @staticmethod
-    def Checkpoint(request,
+    def Prepare(request,
             target,
             options=(),
             channel_credentials=None,
@@ -357,9 +389,63 @@ class ParameterServer:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/boundless.ps.ParameterServer/Checkpoint',
-            ps__pb2.CheckpointRequest.SerializeToString,
-            ps__pb2.CheckpointResponse.FromString,
+            '/boundless.ps.ParameterServer/Prepare',
+            ps__pb2.PrepareRequest.SerializeToString,
+            ps__pb2.PrepareResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Commit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/boundless.ps.ParameterServer/Commit',
+            ps__pb2.CommitRequest.SerializeToString,
+            ps__pb2.CommitResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Restore(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/boundless.ps.ParameterServer/Restore',
+            ps__pb2.RestoreRequest.SerializeToString,
+            ps__pb2.RestoreResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -27,7 +27,7 @@ from ps.compression.payload import VALUE_CODECS, Compressed, encode_rows, value_
 from ps.local_aggregate import AggregationPlan, LocalAggregator
 from ps.shard import ExportedFile, Shard
 from ps.tables import DELTA, GRADIENT, MOMENTUM
-from ps.transport import LocalTransport, Rows, SessionLost, ShardStatus, ShardTransport
+from ps.transport import LocalTransport, Rows, SessionLost, ShardRestarted, ShardStatus, ShardTransport
 
 if TYPE_CHECKING:
     from ps.local_server import LocalServers
@@ -41,6 +41,8 @@ __all__ = [
     "ExportedFile",
     "PSClient",
     "PullSession",
+    "ShardRestarted",
+    "ShardStatus",
     "parse_codec",
 ]
 
@@ -97,10 +99,12 @@ class PSClient:
         residual_rows: int = DEFAULT_RESIDUAL_ROWS,
         seed: int = 0,
         pull_codec: str = "auto",
+        retry_s: float = 0.0,
     ) -> PSClient:
+        """Shard processes over gRPC; a call to an unreachable shard retries for retry_s."""
         from ps.grpc_transport import GrpcTransport  # gRPC loads only for shard processes
 
-        return cls(GrpcTransport(addresses), len(addresses), push_codec, residual_rows, seed, pull_codec)
+        return cls(GrpcTransport(addresses, retry_s=retry_s), len(addresses), push_codec, residual_rows, seed, pull_codec)
 
     @classmethod
     def local(
@@ -110,9 +114,13 @@ class PSClient:
         residual_rows: int = DEFAULT_RESIDUAL_ROWS,
         seed: int = 0,
         pull_codec: str = "auto",
+        data_dir: Path | None = None,
     ) -> PSClient:
-        """In-process shards behind the same API (`--ps local`)."""
-        shards = [Shard(i, shard_count) for i in range(shard_count)]
+        """In-process shards behind the same API (`--ps local`), each with a RocksDB store
+        under data_dir/ps{i} when given (checkpoint cuts, as shard processes keep them)."""
+        from ps.store import ShardStore
+
+        shards = [Shard(i, shard_count, ShardStore(data_dir / f"ps{i}") if data_dir else None) for i in range(shard_count)]
         return cls(LocalTransport(shards), shard_count, push_codec, residual_rows, seed, pull_codec)
 
     def serve_local(self) -> LocalServers:
@@ -374,8 +382,29 @@ class PSClient:
         results = self._each(lambda s: self.transport.export(s, full, str(directory)))
         return [f for files, _ in results for f in files], [seq for _, seq in results]
 
-    def checkpoint(self, offsets: bytes) -> list[tuple[int, int]]:
-        return self._each(lambda s: self.transport.checkpoint(s, offsets))
+    def prepare(self, cut: int, offsets: bytes) -> int:
+        """Phase one of checkpoint cut `cut` on every shard (each snapshots its changed rows
+        and writes them in the background); returns the rows in the cut."""
+        return sum(self._each(lambda s: self.transport.prepare(s, cut, offsets)))
+
+    def commit(self, cut: int) -> int:
+        """Phase two, once every shard prepared: waits for the writes, commits the cut."""
+        return sum(self._each(lambda s: self.transport.commit(s, cut)))
+
+    def restore(self, cut: int, generation: int) -> None:
+        """Takes every shard back to cut `cut` (0: empty); from now on the shards refuse
+        pushes of generations before `generation`, which this client's pushes carry."""
+        self._each(lambda s: self.transport.restore(s, cut, generation))
+        self.transport.generation = generation
+        self.transport.forget_incarnations()
+        self.reset()
+
+    def reset(self) -> None:
+        """Forgets what this client holds back for the shards (error-feedback residuals and
+        dense 1-bit residuals): after a restore they belong to a dropped past."""
+        for comp in self.compressors.values():
+            comp.drain()
+        self._dense_residual.clear()
 
     def status(self) -> list[ShardStatus]:
         return self._each(self.transport.status)

@@ -1,5 +1,6 @@
 """PS shard daemon configuration. Tables and their optimizers are not configured here: the
-trainer declares them (DeclareTables), and a shard with a data directory restores them."""
+trainer declares them (DeclareTables), and a shard with a data directory loads them at its
+committed checkpoint cut when it starts."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ class PSConfig:
     port: int = field(default=0, metadata={"help": "gRPC port (0 picks a free one)"})
     metrics_port: int = field(default=0, metadata={"help": "Prometheus port (0 picks a free one)"})
     data_dir: str | None = field(default=None, metadata={"help": "RocksDB folder; none keeps state in memory only"})
+    full_checkpoint_every: int = field(
+        default=10, metadata={"help": "every Nth checkpoint cut holds every row (the others: rows changed since the last)"}
+    )
     workers: int = field(default=8, metadata={"help": "gRPC worker threads"})
     ready_file: str | None = field(default=None, metadata={"help": "write bound ports here as JSON"})
     log_level: str = field(default="INFO", metadata={"help": "logging level"})

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import logging
+import time
+from typing import Any
+
 import grpc
 import numpy as np
 import numpy.typing as npt
@@ -14,13 +18,18 @@ from ps.shard import ExportedFile, TableStats
 from ps.transport import Rows, SessionLost, ShardStatus, _ByteCounter
 from ps.wire import KEYS_DELTA_VARINT, decode_rows, encode_keys, table_decl
 
+log = logging.getLogger("ps.client")
 _PUSH_KINDS = {"gradient": ps_pb2.PUSH_GRADIENT, "delta": ps_pb2.PUSH_STATE_DELTA, "momentum": ps_pb2.PUSH_MOMENTUM}
 
 
 class GrpcTransport(_ByteCounter):
-    """One channel per shard address; protobuf stays inside this class."""
+    """One channel per shard address; protobuf stays inside this class. A call to a shard
+    that cannot be reached (UNAVAILABLE: down, or restarting) is retried with backoff for up
+    to `retry_s`; every answer's incarnation is checked (ShardRestarted)."""
 
-    def __init__(self, addresses: list[str], key_encoding: int = KEYS_DELTA_VARINT, timeout: float = 60.0) -> None:
+    def __init__(
+        self, addresses: list[str], key_encoding: int = KEYS_DELTA_VARINT, timeout: float = 60.0, retry_s: float = 0.0
+    ) -> None:
         super().__init__()
         opts = [
             ("grpc.max_receive_message_length", PS_MAX_MESSAGE_BYTES),
@@ -30,10 +39,28 @@ class GrpcTransport(_ByteCounter):
         self.stubs = [ps_pb2_grpc.ParameterServerStub(c) for c in self.channels]
         self.key_encoding = key_encoding
         self.timeout = timeout
+        self.retry_s = retry_s
+        self.addresses = addresses
+
+    def _rpc(self, shard: int, method: str, req: Any, timeout: float | None = None) -> Any:
+        deadline = time.monotonic() + self.retry_s
+        delay = 0.05
+        while True:
+            try:
+                return getattr(self.stubs[shard], method)(req, timeout=timeout or self.timeout)
+            except grpc.RpcError as e:
+                if e.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() + delay > deadline:
+                    raise
+                if delay == 0.05:
+                    log.warning(
+                        "PS shard %d at %s is unreachable; retrying for up to %.0f s", shard, self.addresses[shard], self.retry_s
+                    )
+                time.sleep(delay)
+                delay = min(2.0, delay * 2)
 
     def declare(self, shard: int, specs: list[TableSpec]) -> list[bool]:
         req = ps_pb2.DeclareTablesRequest(tables=[table_decl(s) for s in specs])
-        return list(self.stubs[shard].DeclareTables(req, timeout=self.timeout).created)
+        return list(self._rpc(shard, "DeclareTables", req).created)
 
     def pull(
         self, shard: int, table: str, keys: npt.NDArray[np.uint64], open_session: bool, state: bool, codec: str = ""
@@ -47,7 +74,8 @@ class GrpcTransport(_ByteCounter):
             state=state,
             reply_codec=codec,
         )
-        resp = self.stubs[shard].Pull(req, timeout=self.timeout)
+        resp = self._rpc(shard, "Pull", req)
+        self.saw(shard, resp.incarnation)
         self.count(pull=req.ByteSize() + resp.ByteSize())
         if codec:
             return resp.session_id, decode_payload(resp.rows, keys.shape[0], resp.dim)[1]
@@ -63,7 +91,14 @@ class GrpcTransport(_ByteCounter):
         kind: str,
         samples: int = 0,
     ) -> None:
-        req = ps_pb2.PushRequest(table=table, key_count=keys.shape[0], payload=payload, kind=_PUSH_KINDS[kind], samples=samples)
+        req = ps_pb2.PushRequest(
+            table=table,
+            key_count=keys.shape[0],
+            payload=payload,
+            kind=_PUSH_KINDS[kind],
+            samples=samples,
+            generation=self.generation,
+        )
         if len(sessions) == 1:
             req.session_id = sessions[0]
         elif sessions:
@@ -73,7 +108,7 @@ class GrpcTransport(_ByteCounter):
             req.key_encoding = self.key_encoding  # type: ignore[assignment]
         self.count(push=req.ByteSize())
         try:
-            self.stubs[shard].Push(req, timeout=self.timeout)
+            self.saw(shard, self._rpc(shard, "Push", req).incarnation)
         except grpc.RpcError as e:
             if e.code() == grpc.StatusCode.FAILED_PRECONDITION and sessions:
                 raise SessionLost(str(e.details())) from None
@@ -81,7 +116,8 @@ class GrpcTransport(_ByteCounter):
 
     def pull_dense(self, shard: int, table: str, state: bool) -> tuple[int, Rows]:
         req = ps_pb2.DensePullRequest(table=table, state=state)
-        resp = self.stubs[shard].PullDense(req, timeout=self.timeout)
+        resp = self._rpc(shard, "PullDense", req)
+        self.saw(shard, resp.incarnation)
         self.count(pull=req.ByteSize() + resp.ByteSize())
         if state:
             return resp.offset, np.frombuffer(resp.values, dtype="<f8").reshape(-1, max(1, resp.width)).copy()
@@ -89,25 +125,46 @@ class GrpcTransport(_ByteCounter):
 
     def push_dense(self, shard: int, table: str, payload: bytes, kind: str, steps: int = 1, samples: int = 0) -> None:
         req = ps_pb2.DensePushRequest(
-            table=table, payload=payload, kind=_PUSH_KINDS[kind], steps=steps if steps > 1 else 0, samples=samples
+            table=table,
+            payload=payload,
+            kind=_PUSH_KINDS[kind],
+            steps=steps if steps > 1 else 0,
+            samples=samples,
+            generation=self.generation,
         )
         self.count(push=req.ByteSize())
-        self.stubs[shard].PushDense(req, timeout=self.timeout)
+        self.saw(shard, self._rpc(shard, "PushDense", req).incarnation)
 
     def export(self, shard: int, full: bool, directory: str) -> tuple[list[ExportedFile], int]:
         kind = ps_pb2.EXPORT_FULL if full else ps_pb2.EXPORT_DELTA
-        resp = self.stubs[shard].Export(ps_pb2.ExportRequest(kind=kind, directory=directory), timeout=600)
+        resp = self._rpc(shard, "Export", ps_pb2.ExportRequest(kind=kind, directory=directory), timeout=600)
         files = [ExportedFile(f.name, f.table, f.role, f.size, f.sha256, f.rows, f.columns) for f in resp.files]
         return files, resp.export_seq
 
-    def checkpoint(self, shard: int, offsets: bytes) -> tuple[int, int]:
-        resp = self.stubs[shard].Checkpoint(ps_pb2.CheckpointRequest(stream_offsets=offsets), timeout=600)
-        return resp.rows_written, resp.checkpoint_seq
+    def prepare(self, shard: int, cut: int, offsets: bytes) -> int:
+        return int(self._rpc(shard, "Prepare", ps_pb2.PrepareRequest(cut=cut, stream_offsets=offsets)).rows)
+
+    def commit(self, shard: int, cut: int) -> int:
+        return int(self._rpc(shard, "Commit", ps_pb2.CommitRequest(cut=cut), timeout=600).rows_written)
+
+    def restore(self, shard: int, cut: int, generation: int) -> None:
+        self._rpc(shard, "Restore", ps_pb2.RestoreRequest(cut=cut, generation=generation), timeout=600)
 
     def status(self, shard: int) -> ShardStatus:
-        r = self.stubs[shard].Stats(ps_pb2.StatsRequest(), timeout=self.timeout)
+        r = self._rpc(shard, "Stats", ps_pb2.StatsRequest())
         tables = [TableStats(t.name, t.kind, t.rows, t.capacity, t.dim, t.memory_bytes, t.digest, t.samples) for t in r.tables]
-        return ShardStatus(r.shard_index, r.shard_count, r.update_seq, r.checkpoint_seq, r.checkpoint_offsets, tables)
+        return ShardStatus(
+            r.shard_index,
+            r.shard_count,
+            r.update_seq,
+            r.checkpoint_seq,
+            r.checkpoint_offsets,
+            tables,
+            r.incarnation,
+            r.generation,
+            r.committed_cut,
+            tuple(r.cuts),
+        )
 
     def close(self) -> None:
         for c in self.channels:

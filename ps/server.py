@@ -32,9 +32,14 @@ def run(args: argparse.Namespace) -> int:
     conf = cfg.build(PSConfig, ENV_PREFIX, args)
     log = daemon.setup_logging(f"ps{conf.shard_index}", conf.log_level)
     store = ShardStore(Path(conf.data_dir)) if conf.data_dir else None
-    shard = Shard(conf.shard_index, conf.shard_count, store)
+    if conf.full_checkpoint_every < 1:
+        raise cfg.ConfigError(f"--full-checkpoint-every {conf.full_checkpoint_every}: must be >= 1")
+    shard = Shard(conf.shard_index, conf.shard_count, store, full_every=conf.full_checkpoint_every)
     if store is not None:
-        log.info("checkpoint seq %d in %s; tables load when the trainer declares them", shard.checkpoint_seq, conf.data_dir)
+        rows = sum(t.rows for t in shard.stats())
+        log.info(
+            "loaded committed cut %d from %s: %d rows in %d tables", shard.committed.cut, conf.data_dir, rows, len(shard.stats())
+        )
     service_name = ps_pb2.DESCRIPTOR.services_by_name["ParameterServer"].full_name
     server, port, _ = daemon.grpc_server(
         conf.host,
@@ -46,9 +51,17 @@ def run(args: argparse.Namespace) -> int:
     )
     metrics_port = daemon.metrics_server(conf.host, conf.metrics_port)
     log.info("shard %d/%d serving on %s:%d, metrics on :%d", conf.shard_index, conf.shard_count, conf.host, port, metrics_port)
-    daemon.write_ready_file(conf.ready_file, grpc_port=port, metrics_port=metrics_port, checkpoint_seq=shard.checkpoint_seq)
+    daemon.write_ready_file(
+        conf.ready_file,
+        grpc_port=port,
+        metrics_port=metrics_port,
+        checkpoint_seq=shard.checkpoint_seq,
+        committed_cut=shard.committed.cut,
+        incarnation=shard.incarnation,
+    )
     daemon.wait_for_stop_signal()
     server.stop(grace=2).wait()
+    shard.close()  # a cut being written lands first
     if store is not None:
         store.close()
     log.info("stopped")

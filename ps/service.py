@@ -14,7 +14,7 @@ from ctr.modelspec import ModelSpecError
 from protos import ps_pb2, ps_pb2_grpc
 from ps import metrics
 from ps.compression.payload import BY_ID, CodecError, decode_payload, encode_rows, value_codec
-from ps.shard import SessionExpired, Shard, ShardError
+from ps.shard import SessionExpired, Shard, ShardError, StaleGeneration
 from ps.tables import DELTA, GRADIENT, MOMENTUM
 from ps.wire import WireError, decode_keys, table_spec
 
@@ -29,6 +29,9 @@ def _call(method: str, context: grpc.ServicerContext, fn: Callable[[], R]) -> R:
     except SessionExpired as e:
         metrics.RPC_ERRORS.labels(method, "FAILED_PRECONDITION").inc()
         context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
+    except StaleGeneration as e:
+        metrics.RPC_ERRORS.labels(method, "ABORTED").inc()
+        context.abort(grpc.StatusCode.ABORTED, f"{method}: {e}")
     except (ShardError, WireError, CodecError, ModelSpecError) as e:
         metrics.RPC_ERRORS.labels(method, "INVALID_ARGUMENT").inc()
         context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{method}: {e}")
@@ -66,7 +69,9 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
             sid, rows = self.shard.pull(request.table, keys, request.open_session, request.state)
             metrics.KEYS.labels("pull", request.table).inc(keys.shape[0])
             data = encode_rows(rows, request.reply_codec, self.rng) if request.reply_codec else rows.tobytes()
-            return ps_pb2.PullResponse(session_id=sid, dim=rows.shape[1], rows=data, state=request.state)
+            return ps_pb2.PullResponse(
+                session_id=sid, dim=rows.shape[1], rows=data, state=request.state, incarnation=self.shard.incarnation
+            )
 
         return _call("Pull", context, run)
 
@@ -82,11 +87,12 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
                 keys = decode_keys(request.keys, request.key_count, request.key_encoding)
             kind = _push_kind(request.kind)
             subset, values = decode_payload(request.payload, keys.shape[0], self.shard.push_width(request.table, kind))
-            applied = self.shard.push(request.table, keys if subset is None else keys[subset], values, kind, request.samples)
+            sent = keys if subset is None else keys[subset]
+            applied = self.shard.push(request.table, sent, values, kind, request.samples, request.generation)
             metrics.KEYS.labels("push", request.table).inc(applied)
             metrics.PUSH_BYTES.labels(BY_ID[request.payload[2]].name).inc(len(request.payload))
             metrics.UPDATE_SEQ.set(self.shard.update_seq)
-            return ps_pb2.PushResponse(applied_rows=applied)
+            return ps_pb2.PushResponse(applied_rows=applied, incarnation=self.shard.incarnation)
 
         return _call("Push", context, run)
 
@@ -94,7 +100,9 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
         def run() -> ps_pb2.DensePullResponse:
             offset, values = self.shard.pull_dense(request.table, request.state)
             width = values.shape[1] if values.ndim == 2 else 1
-            return ps_pb2.DensePullResponse(offset=offset, values=values.tobytes(), width=width)
+            return ps_pb2.DensePullResponse(
+                offset=offset, values=values.tobytes(), width=width, incarnation=self.shard.incarnation
+            )
 
         return _call("PullDense", context, run)
 
@@ -102,8 +110,8 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
         def run() -> ps_pb2.DensePushResponse:
             kind = _push_kind(request.kind)
             _, values = decode_payload(request.payload, *self.shard.dense_push_shape(request.table, kind))
-            self.shard.push_dense(request.table, values, kind, max(1, request.steps), request.samples)
-            return ps_pb2.DensePushResponse()
+            self.shard.push_dense(request.table, values, kind, max(1, request.steps), request.samples, request.generation)
+            return ps_pb2.DensePushResponse(incarnation=self.shard.incarnation)
 
         return _call("PushDense", context, run)
 
@@ -116,12 +124,20 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
 
         return _call("Export", context, run)
 
-    def Checkpoint(self, request: ps_pb2.CheckpointRequest, context: grpc.ServicerContext) -> ps_pb2.CheckpointResponse:
-        def run() -> ps_pb2.CheckpointResponse:
-            written, seq = self.shard.checkpoint(request.stream_offsets)
-            return ps_pb2.CheckpointResponse(rows_written=written, checkpoint_seq=seq)
+    def Prepare(self, request: ps_pb2.PrepareRequest, context: grpc.ServicerContext) -> ps_pb2.PrepareResponse:
+        return _call(
+            "Prepare", context, lambda: ps_pb2.PrepareResponse(rows=self.shard.prepare(request.cut, request.stream_offsets))
+        )
 
-        return _call("Checkpoint", context, run)
+    def Commit(self, request: ps_pb2.CommitRequest, context: grpc.ServicerContext) -> ps_pb2.CommitResponse:
+        return _call("Commit", context, lambda: ps_pb2.CommitResponse(rows_written=self.shard.commit(request.cut)))
+
+    def Restore(self, request: ps_pb2.RestoreRequest, context: grpc.ServicerContext) -> ps_pb2.RestoreResponse:
+        def run() -> ps_pb2.RestoreResponse:
+            self.shard.restore(request.cut, request.generation)
+            return ps_pb2.RestoreResponse()
+
+        return _call("Restore", context, run)
 
     def Stats(self, request: ps_pb2.StatsRequest, context: grpc.ServicerContext) -> ps_pb2.StatsResponse:
         def run() -> ps_pb2.StatsResponse:
@@ -135,6 +151,10 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
                 update_seq=self.shard.update_seq,
                 checkpoint_offsets=self.shard.checkpoint_offsets,
                 checkpoint_seq=self.shard.checkpoint_seq,
+                incarnation=self.shard.incarnation,
+                generation=self.shard.generation,
+                committed_cut=self.shard.committed.cut,
+                cuts=self.shard.cuts(),
             )
 
         return _call("Stats", context, run)

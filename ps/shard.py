@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,7 +17,7 @@ import numpy.typing as npt
 from ctr import modelfile
 from ctr.modelspec import TableSpec
 from ctr.routing import dense_range, shard_of
-from ps.store import ShardStore
+from ps.store import CutMeta, ShardStore
 from ps.tables import GRADIENT, MOMENTUM, DenseTable, PushRejected, SparseTable
 
 
@@ -25,6 +27,10 @@ class ShardError(ValueError):
 
 class SessionExpired(ShardError):
     """A push named a pull session this shard no longer remembers."""
+
+
+class StaleGeneration(ShardError):
+    """A push from a trainer generation older than the one that last restored this shard."""
 
 
 @dataclass(frozen=True)
@@ -54,7 +60,9 @@ class Shard:
     """Tables are declared by the trainer (declare), restored from the store when it holds
     them. Every public method is thread-safe; pull and push hold the lock while they run."""
 
-    def __init__(self, index: int, count: int, store: ShardStore | None = None, max_sessions: int = 1024) -> None:
+    def __init__(
+        self, index: int, count: int, store: ShardStore | None = None, max_sessions: int = 1024, full_every: int = 10
+    ) -> None:
         if not 0 <= index < count:
             raise ValueError(f"shard index {index} outside 0..{count - 1}")
         self.index = index
@@ -63,22 +71,37 @@ class Shard:
         self.dense: dict[str, DenseTable] = {}
         self.store = store
         self.lock = threading.Lock()
-        self._checkpointing = threading.Lock()
         self.update_seq = 0
         self.export_seq = -1  # no export yet: the first delta holds everything
-        self.checkpoint_seq = 0
-        self.checkpoint_offsets = b""
         self.samples: dict[str, int] = {}  # per table, samples of the pushes applied
         self._sessions: OrderedDict[int, tuple[str, npt.NDArray[np.uint64]]] = OrderedDict()
         self._session_ids = itertools.count(1)
         self._max_sessions = max_sessions
+        # checkpoint cuts (ps/store.py): written in the background, one at a time
+        self.incarnation = int.from_bytes(os.urandom(8), "little") >> 1  # new at every start
+        self.generation = 0  # of the trainer that last restored this shard; older pushes are refused
+        self.full_every = full_every
+        self.committed = CutMeta(0, b"", 0, True)
+        self._last_cut = 0  # the newest cut prepared
+        self._last_full = 0
+        self._persisted_seq = 0  # rows updated after this are in no cut yet
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="cut-writer")
+        self._writes: dict[int, Future[int]] = {}
         if store is not None:
-            self.checkpoint_offsets, self.checkpoint_seq = store.checkpoint_meta()
-            self.update_seq = self.checkpoint_seq
+            self._load(store.committed())
+
+    @property
+    def checkpoint_seq(self) -> int:
+        return self.committed.seq
+
+    @property
+    def checkpoint_offsets(self) -> bytes:
+        return self.committed.offsets
 
     def declare(self, specs: list[TableSpec]) -> list[bool]:
-        """Creates the tables (restoring stored rows); True for each table that starts empty.
-        A table that exists, here or in the store, with another layout is refused."""
+        """Creates the tables; True for each table that starts empty (not loaded from the
+        committed cut). A table that exists, here or in the store, with another layout is
+        refused."""
         created = []
         with self.lock:
             for spec in specs:
@@ -91,33 +114,46 @@ class Shard:
                 if stored is not None:
                     _same_layout(stored, spec, "the shard's store")
                 if spec.kind == "sparse":
-                    t = self.sparse[spec.name] = SparseTable(spec)
-                    restored = self._restore_sparse(t)
+                    self.sparse[spec.name] = SparseTable(spec)
                 else:
-                    d = self.dense[spec.name] = DenseTable(spec, *dense_range(spec.dim, self.index, self.count))
-                    restored = self._restore_dense(d)
-                if restored and self.store is not None:
-                    self.samples[spec.name] = self.store.samples(spec.name)
+                    self.dense[spec.name] = DenseTable(spec, *dense_range(spec.dim, self.index, self.count))
                 if self.store is not None and stored is None:
                     self.store.put_table_spec(spec)
-                created.append(not restored)
+                created.append(True)
         return created
 
-    def _restore_sparse(self, t: SparseTable) -> bool:
-        if self.store is None:
-            return False
-        for keys, rows in self.store.sparse_rows(t.name, t.row_words):
-            t.load_raw(keys, rows)
-        return t.size > 0
-
-    def _restore_dense(self, d: DenseTable) -> bool:
-        if self.store is None:
-            return False
-        state = self.store.dense_state(d.name, d.hi - d.lo, d.width)
-        if state is None:
-            return False
-        d.state = state
-        return True
+    def _load(self, cut: int) -> None:
+        """Replaces every table by what the store holds at `cut` (0: nothing). Caller holds
+        the lock, or the shard is not serving yet."""
+        self.sparse.clear()
+        self.dense.clear()
+        self._sessions.clear()
+        meta = self.store.meta(cut) if self.store is not None and cut else None
+        self.committed = meta or CutMeta(0, b"", 0, True)
+        self.samples = dict(self.committed.samples)
+        if self.store is not None and meta is not None:
+            for name in self.store.table_names():
+                spec = self.store.table_spec(name)
+                assert spec is not None
+                if spec.kind == "sparse":
+                    t = SparseTable(spec)
+                    keys, rows = self.store.sparse_at(name, t.row_words, cut)
+                    t.load_raw(keys, rows)
+                    self.sparse[name] = t
+                else:
+                    d = DenseTable(spec, *dense_range(spec.dim, self.index, self.count))
+                    state = self.store.dense_at(name, d.hi - d.lo, d.width, cut)
+                    if state is not None:
+                        d.state = state
+                        self.dense[name] = d
+            fulls = [m.cut for m in self.store.metas() if m.full and m.cut <= cut]
+            self._last_full = max(fulls, default=0)
+        else:
+            self._last_full = 0
+        self.update_seq = max(self.update_seq, self.committed.seq)  # keeps growing: rows loaded are older
+        self._persisted_seq = self.update_seq
+        self._last_cut = cut
+        self.export_seq = -1  # the next export carries every row as loaded
 
     def _table(self, name: str) -> SparseTable:
         t = self.sparse.get(name)
@@ -185,13 +221,20 @@ class Shard:
         return t.dim if kind == GRADIENT else t.width
 
     def push(
-        self, table: str, keys: npt.NDArray[np.uint64], values: npt.NDArray[np.float64], kind: str = GRADIENT, samples: int = 0
+        self,
+        table: str,
+        keys: npt.NDArray[np.uint64],
+        values: npt.NDArray[np.float64],
+        kind: str = GRADIENT,
+        samples: int = 0,
+        generation: int = 0,
     ) -> int:
-        """Applies gradients or state deltas of `samples` samples; a push with a bad value
-        changes nothing."""
+        """Applies gradients or state deltas of `samples` samples; a push with a bad value,
+        or from a trainer generation older than the current one, changes nothing."""
         t = self._table(table)
         self.check_keys(keys)
         with self.lock:  # a delta is checked against the rows it lands on
+            self._check_generation(generation)
             try:
                 t.apply(kind, keys, values, self.update_seq + 1)
             except PushRejected as e:
@@ -207,10 +250,17 @@ class Shard:
             return t.lo, (t.state.copy() if state else t.weights())
 
     def push_dense(
-        self, table: str, values: npt.NDArray[np.float64], kind: str = GRADIENT, steps: int = 1, samples: int = 0
+        self,
+        table: str,
+        values: npt.NDArray[np.float64],
+        kind: str = GRADIENT,
+        steps: int = 1,
+        samples: int = 0,
+        generation: int = 0,
     ) -> None:
         t = self._dense(table)
         with self.lock:
+            self._check_generation(generation)
             try:
                 t.apply(kind, values, steps)
             except PushRejected as e:
@@ -246,27 +296,83 @@ class Shard:
         f = ExportedFile(path.name, "sparse", role, path.stat().st_size, modelfile.sha256_file(path), int(keys.shape[0]), columns)
         return [f], seq
 
-    def checkpoint(self, offsets: bytes) -> tuple[int, int]:
-        """Persists rows changed since the last checkpoint, with the trainer's stream offsets.
-        The rows are copied under the shard lock and written outside it, so pulls and pushes
-        wait only for the copy; checkpoints run one at a time."""
-        store = self.store
-        if store is None:
+    def _check_generation(self, generation: int) -> None:
+        if generation < self.generation:
+            raise StaleGeneration(f"a push from trainer generation {generation}; this shard follows generation {self.generation}")
+
+    def _need_store(self) -> ShardStore:
+        if self.store is None:
             raise ShardError("this shard runs without a data directory; nothing to checkpoint into")
-        with self._checkpointing:
-            with self.lock:
-                sparse = {}
-                for name, t in self.sparse.items():
-                    keys, ids = t.updated_after(self.checkpoint_seq)
-                    sparse[name] = (keys, t.raw_rows(ids))  # raw_rows copies
-                dense = {name: d.state.copy() for name, d in self.dense.items()}
-                samples = dict(self.samples)
-                seq = self.update_seq
-            written = store.write_checkpoint(sparse, dense, offsets, seq, samples)
-            with self.lock:
-                self.checkpoint_seq = seq
-                self.checkpoint_offsets = offsets
-        return written, seq
+        return self.store
+
+    def prepare(self, cut: int, offsets: bytes) -> int:
+        """Phase one of a checkpoint: snapshots, under the lock, the rows changed since the
+        last cut (every row, every `full_every` cuts) with the trainer's stream offsets, and
+        writes them as cut `cut` in the background. Returns the rows in the cut."""
+        store = self._need_store()
+        with self.lock:
+            if cut <= self._last_cut:
+                raise ShardError(f"checkpoint cut {cut} is not newer than this shard's cut {self._last_cut}")
+            full = self._last_full == 0 or cut - self._last_full >= self.full_every
+            since = -1 if full else self._persisted_seq
+            sparse = {}
+            for name, t in self.sparse.items():
+                keys, ids = t.updated_after(since)
+                order = np.argsort(keys)
+                sparse[name] = (keys[order], t.raw_rows(ids[order]))  # raw_rows copies
+            dense = {name: d.state.copy() for name, d in self.dense.items()}
+            meta = CutMeta(cut, offsets, self.update_seq, full, dict(self.samples))
+            self._persisted_seq = self.update_seq
+            self._last_cut = cut
+            if full:
+                self._last_full = cut
+            self._writes[cut] = self._writer.submit(store.write_cut, meta, sparse, dense)
+        return sum(int(k.shape[0]) for k, _ in sparse.values())
+
+    def commit(self, cut: int) -> int:
+        """Phase two: waits until cut `cut` is written, then makes it the committed cut.
+        Returns the rows it holds (0 when it was written before this process started)."""
+        store = self._need_store()
+        pending = self._writes.get(cut)
+        written = pending.result() if pending is not None else 0  # a failed write raises here
+        meta = store.meta(cut)
+        if meta is None:
+            raise ShardError(f"checkpoint cut {cut} was never prepared on this shard")
+        with self.lock:
+            if cut > self.committed.cut or store.committed() != cut:
+                store.commit(cut)
+                self.committed = meta
+            for c in [c for c in self._writes if c <= cut]:
+                del self._writes[c]
+        return written
+
+    def restore(self, cut: int, generation: int) -> None:
+        """Goes back to committed cut `cut` (0: empty tables), dropping newer cuts and every
+        change since, and follows trainer generation `generation` from now on."""
+        for pending in list(self._writes.values()):
+            pending.exception()  # waits; a failed cut is dropped below anyway
+        with self.lock:
+            if generation < self.generation:
+                raise StaleGeneration(f"a restore from trainer generation {generation}; this shard follows {self.generation}")
+            store = self.store
+            if store is not None:
+                if cut and store.meta(cut) is None:
+                    raise ShardError(f"checkpoint cut {cut} is not stored on this shard")
+                store.drop_cuts_after(cut)
+                if cut and store.committed() != cut:
+                    store.commit(cut)
+            elif cut:
+                raise ShardError("this shard runs without a data directory; it holds no cut to restore")
+            self._writes.clear()
+            self._load(cut)
+            self.generation = generation
+
+    def close(self) -> None:
+        self._writer.shutdown(wait=True)
+
+    def cuts(self) -> list[int]:
+        """The cuts written to the store and not dropped, oldest first."""
+        return [] if self.store is None else [m.cut for m in self.store.metas()]
 
     def stats(self) -> list[TableStats]:
         with self.lock:

@@ -1,16 +1,29 @@
-"""RocksDB persistence of a shard: table specs, rows, dense state and the checkpoint's
-stream offsets.
+"""RocksDB persistence of a shard as a chain of checkpoint cuts.
 
-Keys: b"t" + table -> the table's spec (JSON); b"s" + table + b"\\0" + key (8 bytes
-big-endian) -> raw row words; b"d" + table -> dense optimizer state (float64 [n, width]);
-b"c" + table -> samples applied (uint64); b"m:offsets", b"m:seq" -> checkpoint metadata.
-One checkpoint is one WriteBatch, so rows and offsets land together or not at all.
+A cut is what the shard held at one of the trainer's batch boundaries. Writing it
+(`write_cut`, the prepare phase) stores the rows changed since the previous cut (or every
+row, for a full cut) as packed blocks, the dense tables' state and the cut's metadata, in
+one WriteBatch; `commit` then moves the committed pointer to it. Only committed cuts are
+loaded at start-up; a cut that was written but not committed can still be committed by the
+trainer (every shard has it) or dropped (`drop_cuts_after`).
+
+    b"t" + table                           -> the table's spec (JSON)
+    b"b" + table + 0 + cut (u64 BE) + block (u32 BE)
+                                           -> u64 n, keys [n] (u64 LE), rows [n, words] (u32)
+    b"d" + table + 0 + cut (u64 BE)        -> dense state (float64 [n, width])
+    b"c" + cut (u64 BE)                    -> the cut's metadata (JSON)
+    b"m:committed"                         -> the committed cut (u64 LE)
+
+Loading a table at cut c reads the blocks from the newest full cut <= c up to c in order,
+the last write of a key winning. Committing a full cut deletes everything older than the
+full cut before it, so the chain stays short and a shard can still go back one full cut.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -19,8 +32,36 @@ from rocksdict import Options, Rdict, WriteBatch
 
 from ctr.modelspec import TableSpec
 
-_OFFSETS = b"m:offsets"
-_SEQ = b"m:seq"
+Keys = npt.NDArray[np.uint64]
+Raw = npt.NDArray[np.uint32]
+BLOCK_ROWS = 1 << 16
+_COMMITTED = b"m:committed"
+
+
+@dataclass(frozen=True)
+class CutMeta:
+    cut: int
+    offsets: bytes  # the trainer's stream position (opaque here)
+    seq: int  # the shard's update sequence at the cut
+    full: bool  # every row, not only those changed since the previous cut
+    samples: dict[str, int] = field(default_factory=dict)  # per table, samples applied
+
+    def to_json(self) -> bytes:
+        d = {"cut": self.cut, "offsets": self.offsets.decode("latin-1"), "seq": self.seq, "full": self.full}
+        return json.dumps({**d, "samples": self.samples}).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> CutMeta:
+        d = json.loads(raw)
+        return cls(int(d["cut"]), d["offsets"].encode("latin-1"), int(d["seq"]), bool(d["full"]), dict(d["samples"]))
+
+
+def _cut(cut: int) -> bytes:
+    return int(cut).to_bytes(8, "big")
+
+
+def _table(prefix: bytes, table: str) -> bytes:
+    return prefix + table.encode() + b"\0"
 
 
 class ShardStore:
@@ -33,75 +74,120 @@ class ShardStore:
     def close(self) -> None:
         self.db.close()
 
-    def write_checkpoint(
-        self,
-        sparse: dict[str, tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint32]]],
-        dense: dict[str, npt.NDArray[np.float64]],
-        offsets: bytes,
-        seq: int,
-        samples: dict[str, int] | None = None,
-    ) -> int:
+    def write_cut(self, meta: CutMeta, sparse: dict[str, tuple[Keys, Raw]], dense: dict[str, npt.NDArray[np.float64]]) -> int:
+        """Writes a cut (not yet committed) in one WriteBatch; returns the rows written."""
         batch = WriteBatch(raw_mode=True)
         written = 0
         for table, (keys, rows) in sparse.items():
-            prefix = b"s" + table.encode() + b"\0"
-            be = keys.astype(">u8").tobytes()
-            raw = np.ascontiguousarray(rows).tobytes()
-            width = rows.shape[1] * 4 if rows.ndim == 2 else 0
-            for i in range(keys.shape[0]):
-                batch.put(prefix + be[8 * i : 8 * i + 8], raw[width * i : width * (i + 1)])
-            written += keys.shape[0]
+            prefix = _table(b"b", table) + _cut(meta.cut)
+            for b, lo in enumerate(range(0, keys.shape[0], BLOCK_ROWS)):  # a put per block, not per key
+                k = np.ascontiguousarray(keys[lo : lo + BLOCK_ROWS], dtype="<u8")
+                r = np.ascontiguousarray(rows[lo : lo + BLOCK_ROWS], dtype="<u4")
+                batch.put(prefix + b.to_bytes(4, "big"), k.shape[0].to_bytes(8, "little") + k.tobytes() + r.tobytes())
+            written += int(keys.shape[0])
         for table, state in dense.items():
-            batch.put(b"d" + table.encode(), np.ascontiguousarray(state, dtype=np.float64).tobytes())
-        for table, count in (samples or {}).items():
-            batch.put(b"c" + table.encode(), int(count).to_bytes(8, "little"))
-        batch.put(_OFFSETS, offsets)
-        batch.put(_SEQ, int(seq).to_bytes(8, "little"))
+            batch.put(_table(b"d", table) + _cut(meta.cut), np.ascontiguousarray(state, dtype="<f8").tobytes())
+        batch.put(b"c" + _cut(meta.cut), meta.to_json())
         self.db.write(batch)
         self.db.flush_wal(True)
         return written
 
-    def checkpoint_meta(self) -> tuple[bytes, int]:
-        """(stream offsets, sequence) of the last checkpoint; (b"", 0) when there is none."""
-        seq = self.db.get(_SEQ)
-        return (self.db.get(_OFFSETS) or b""), (int.from_bytes(seq, "little") if seq else 0)
+    def commit(self, cut: int) -> None:
+        """Makes `cut` (written) the committed one; after a full cut, drops what is older than
+        the full cut before it."""
+        metas = {m.cut: m for m in self.metas()}
+        if cut not in metas:
+            raise ValueError(f"cut {cut} was never written on this shard")
+        batch = WriteBatch(raw_mode=True)
+        batch.put(_COMMITTED, int(cut).to_bytes(8, "little"))
+        fulls = sorted(c for c, m in metas.items() if m.full and c <= cut)
+        if metas[cut].full and len(fulls) >= 2:
+            self._delete_cuts(batch, 0, fulls[-2])
+        self.db.write(batch)
+        self.db.flush_wal(True)
 
-    def sparse_rows(self, table: str, row_words: int) -> Iterator[tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint32]]]:
-        """Stored rows of a table in chunks of (keys, rows)."""
-        prefix = b"s" + table.encode() + b"\0"
-        keys: list[bytes] = []
-        rows: list[bytes] = []
-        for k, v in self.db.items(from_key=prefix):
+    def committed(self) -> int:
+        """The committed cut; 0 when there is none."""
+        raw = self.db.get(_COMMITTED)
+        return int.from_bytes(raw, "little") if raw else 0
+
+    def metas(self) -> list[CutMeta]:
+        """Every cut written and not dropped, oldest first."""
+        out = []
+        for k, v in self.db.items(from_key=b"c"):
             assert isinstance(k, bytes) and isinstance(v, bytes)  # raw mode
-            if not k.startswith(prefix):
+            if not k.startswith(b"c"):
                 break
-            keys.append(k[len(prefix) :])
-            rows.append(v)
-            if len(keys) == 65536:
-                yield self._chunk(keys, rows, row_words)
-                keys, rows = [], []
-        if keys:
-            yield self._chunk(keys, rows, row_words)
+            out.append(CutMeta.from_json(v))
+        return out
 
-    @staticmethod
-    def _chunk(keys: list[bytes], rows: list[bytes], row_words: int) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint32]]:
-        k = np.frombuffer(b"".join(keys), dtype=">u8").astype(np.uint64)
-        r = np.frombuffer(b"".join(rows), dtype=np.uint32).reshape(len(rows), row_words)
-        return k, r.copy()
+    def meta(self, cut: int) -> CutMeta | None:
+        raw = self.db.get(b"c" + _cut(cut))
+        return None if raw is None else CutMeta.from_json(raw)
 
-    def dense_state(self, table: str, size: int, width: int) -> npt.NDArray[np.float64] | None:
-        raw = self.db.get(b"d" + table.encode())
+    def drop_cuts_after(self, cut: int) -> None:
+        """Deletes every cut newer than `cut` (written, never to be committed)."""
+        newer = [m.cut for m in self.metas() if m.cut > cut]
+        if newer:
+            batch = WriteBatch(raw_mode=True)
+            self._delete_cuts(batch, cut + 1, max(newer) + 1)
+            self.db.write(batch)
+            self.db.flush_wal(True)
+
+    def _delete_cuts(self, batch: WriteBatch, lo: int, hi: int) -> None:
+        """Deletes cuts lo <= cut < hi of every table."""
+        for name in self.table_names():
+            for prefix in (b"b", b"d"):
+                batch.delete_range(_table(prefix, name) + _cut(lo), _table(prefix, name) + _cut(hi))
+        batch.delete_range(b"c" + _cut(lo), b"c" + _cut(hi))
+
+    def sparse_at(self, table: str, row_words: int, cut: int) -> tuple[Keys, Raw]:
+        """Every stored row of the table as of `cut`: keys sorted, the last write of each."""
+        metas = [m for m in self.metas() if m.cut <= cut]
+        base = max((m.cut for m in metas if m.full), default=0)
+        keys, rows = [], []
+        for k, r in self._blocks(table, base, cut, row_words):
+            keys.append(k)
+            rows.append(r)
+        if not keys:
+            return np.zeros(0, np.uint64), np.zeros((0, row_words), np.uint32)
+        all_keys, all_rows = np.concatenate(keys), np.concatenate(rows)
+        # the last write wins: unique over the reversed order keeps each key's last row
+        uniq, first = np.unique(all_keys[::-1], return_index=True)
+        return uniq, all_rows[::-1][first]
+
+    def _blocks(self, table: str, lo: int, hi: int, row_words: int) -> Iterator[tuple[Keys, Raw]]:
+        prefix = _table(b"b", table)
+        for k, v in self.db.items(from_key=prefix + _cut(lo)):
+            assert isinstance(k, bytes) and isinstance(v, bytes)  # raw mode
+            if not k.startswith(prefix) or int.from_bytes(k[len(prefix) : len(prefix) + 8], "big") > hi:
+                break
+            n = int.from_bytes(v[:8], "little")
+            keys = np.frombuffer(v, dtype="<u8", count=n, offset=8).astype(np.uint64)
+            rows = np.frombuffer(v, dtype="<u4", offset=8 + 8 * n)
+            if rows.shape[0] != n * row_words:
+                raise ValueError(
+                    f"table {table}: a stored block has {rows.shape[0]} row words, {n} rows of {row_words} need more"
+                )
+            yield keys, rows.reshape(n, row_words).astype(np.uint32)
+
+    def dense_at(self, table: str, size: int, width: int, cut: int) -> npt.NDArray[np.float64] | None:
+        raw = self.db.get(_table(b"d", table) + _cut(cut))
         if raw is None:
             return None
-        a = np.frombuffer(raw, dtype=np.float64)
+        a = np.frombuffer(raw, dtype="<f8")
         if a.shape[0] != size * width:
             raise ValueError(f"stored dense table {table} has {a.shape[0]} state values, its range needs {size} x {width}")
-        return a.reshape(size, width).copy()
+        return a.reshape(size, width).astype(np.float64)
 
-    def samples(self, table: str) -> int:
-        """Samples applied to the table as of the last checkpoint."""
-        raw = self.db.get(b"c" + table.encode())
-        return int.from_bytes(raw, "little") if raw else 0
+    def table_names(self) -> list[str]:
+        names = []
+        for k, _ in self.db.items(from_key=b"t"):
+            assert isinstance(k, bytes)
+            if not k.startswith(b"t"):
+                break
+            names.append(k[1:].decode())
+        return names
 
     def table_spec(self, table: str) -> TableSpec | None:
         raw = self.db.get(b"t" + table.encode())

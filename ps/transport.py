@@ -29,6 +29,15 @@ class SessionLost(RuntimeError):
     """The shard forgot a pull session; the caller resends the keys."""
 
 
+class ShardRestarted(RuntimeError):
+    """A shard answered with a new incarnation: it restarted from its committed cut, so every
+    shard must go back to a common cut (trainer/recovery.py)."""
+
+    def __init__(self, shard: int) -> None:
+        super().__init__(f"PS shard {shard} restarted (a new incarnation): it lost what was pushed since its committed cut")
+        self.shard = shard
+
+
 @dataclass(frozen=True)
 class ShardStatus:
     index: int
@@ -37,11 +46,18 @@ class ShardStatus:
     checkpoint_seq: int
     checkpoint_offsets: bytes
     tables: list[TableStats]
+    incarnation: int = 0
+    generation: int = 0
+    committed_cut: int = 0
+    cuts: tuple[int, ...] = ()
 
 
 class ShardTransport(Protocol):
     pull_bytes: int
     push_bytes: int
+    generation: int  # the trainer generation pushes carry
+
+    def forget_incarnations(self) -> None: ...
 
     def declare(self, shard: int, specs: list[TableSpec]) -> list[bool]: ...
 
@@ -71,7 +87,11 @@ class ShardTransport(Protocol):
 
     def export(self, shard: int, full: bool, directory: str) -> tuple[list[ExportedFile], int]: ...
 
-    def checkpoint(self, shard: int, offsets: bytes) -> tuple[int, int]: ...
+    def prepare(self, shard: int, cut: int, offsets: bytes) -> int: ...
+
+    def commit(self, shard: int, cut: int) -> int: ...
+
+    def restore(self, shard: int, cut: int, generation: int) -> None: ...
 
     def status(self, shard: int) -> ShardStatus: ...
 
@@ -79,10 +99,24 @@ class ShardTransport(Protocol):
 
 
 class _ByteCounter:
+    """Byte counts, the trainer generation pushes carry, and each shard's incarnation."""
+
     def __init__(self) -> None:
         self.pull_bytes = 0
         self.push_bytes = 0
         self._lock = threading.Lock()
+        self.generation = 0
+        self.incarnations: dict[int, int] = {}
+
+    def saw(self, shard: int, incarnation: int) -> None:
+        """Remembers a shard's incarnation; a new one means the shard restarted."""
+        known = self.incarnations.setdefault(shard, incarnation)
+        if incarnation and known != incarnation:
+            raise ShardRestarted(shard)
+
+    def forget_incarnations(self) -> None:
+        """After a restore every shard is at the cut: whatever answers next is current."""
+        self.incarnations.clear()
 
     def count(self, pull: int = 0, push: int = 0) -> None:
         with self._lock:
@@ -129,7 +163,7 @@ class LocalTransport(_ByteCounter):
         self.count(push=keys_bytes + len(payload))
         s = self.shards[shard]
         subset, values = decode_payload(payload, keys.shape[0], s.push_width(table, kind))
-        s.push(table, keys if subset is None else keys[subset], values, kind, samples)
+        s.push(table, keys if subset is None else keys[subset], values, kind, samples, self.generation)
 
     def pull_dense(self, shard: int, table: str, state: bool) -> tuple[int, Rows]:
         lo, values = self.shards[shard].pull_dense(table, state)
@@ -140,17 +174,34 @@ class LocalTransport(_ByteCounter):
         self.count(push=len(payload))
         s = self.shards[shard]
         _, values = decode_payload(payload, *s.dense_push_shape(table, kind))
-        s.push_dense(table, values, kind, steps, samples)
+        s.push_dense(table, values, kind, steps, samples, self.generation)
 
     def export(self, shard: int, full: bool, directory: str) -> tuple[list[ExportedFile], int]:
         return self.shards[shard].export(full, Path(directory))
 
-    def checkpoint(self, shard: int, offsets: bytes) -> tuple[int, int]:
-        return self.shards[shard].checkpoint(offsets)
+    def prepare(self, shard: int, cut: int, offsets: bytes) -> int:
+        return self.shards[shard].prepare(cut, offsets)
+
+    def commit(self, shard: int, cut: int) -> int:
+        return self.shards[shard].commit(cut)
+
+    def restore(self, shard: int, cut: int, generation: int) -> None:
+        self.shards[shard].restore(cut, generation)
 
     def status(self, shard: int) -> ShardStatus:
         s = self.shards[shard]
-        return ShardStatus(s.index, s.count, s.update_seq, s.checkpoint_seq, s.checkpoint_offsets, s.stats())
+        return ShardStatus(
+            s.index,
+            s.count,
+            s.update_seq,
+            s.checkpoint_seq,
+            s.checkpoint_offsets,
+            s.stats(),
+            s.incarnation,
+            s.generation,
+            s.committed.cut,
+            tuple(s.cuts()),
+        )
 
     def close(self) -> None:
         pass

@@ -87,7 +87,19 @@ class TrainerConfig:
     export_interval_s: float = field(default=10.0, metadata={"help": "seconds between delta exports"})
     full_every: int = field(default=10, metadata={"help": "every Nth export is a full one"})
     checkpoint_interval_s: float = field(default=0.0, metadata={"help": "seconds between PS checkpoints (0: off)"})
-    resume: bool = field(default=False, metadata={"help": "resume the stream from the PS checkpoint's offsets"})
+    from_start: bool = field(
+        default=False,
+        metadata={
+            "help": "ignore what the PS holds: start from empty tables at the start of the stream (by default the"
+            " trainer takes every shard back to their newest common checkpoint cut and the stream up from there)"
+        },
+    )
+    ps_retry_s: float = field(
+        default=120.0, metadata={"help": "how long a call to an unreachable PS shard is retried (with backoff) before failing"}
+    )
+    local_data_dir: str | None = field(
+        default=None, metadata={"help": "with --ps local: RocksDB folder of the in-process shards, for checkpoints"}
+    )
     model_name: str = field(default="ctr", metadata={"help": "model name written in exports"})
     peek_timeout_s: float = field(
         default=60.0, metadata={"help": "how long to wait for the first data when the field list comes from it"}

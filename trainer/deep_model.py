@@ -33,7 +33,8 @@ class DeepModel:
         self.params = {n: t.optimizer.params() for n, t in self.tables.items()}
         if dense_codec != "fp32" and opt.kind != "adam":
             raise ValueError(f"--dense-codec {dense_codec} needs an adam MLP optimizer, not {opt.kind} (--opt-mlp)")
-        self.dense: DenseSync = dense_sync(dense_codec, "mlp", opt.lr, opt.beta1, opt.beta2, opt.eps)
+        self._dense_sync = lambda: dense_sync(dense_codec, "mlp", opt.lr, opt.beta1, opt.beta2, opt.eps)
+        self.dense: DenseSync = self._dense_sync()
 
     def prepare(self, client: PSClient) -> None:
         created = client.declare(self.spec.tables())
@@ -44,6 +45,9 @@ class DeepModel:
 
     def finish(self, client: PSClient) -> None:
         self.dense.flush(client)
+
+    def reset(self) -> None:
+        self.dense = self._dense_sync()  # 1-bit Adam warms up again from the shards' state
 
     def train(self, client: PSClient, batch: SampleBatch) -> npt.NDArray[np.float32]:
         uniq, inv = sorted_unique_inverse(batch.keys)

@@ -3,18 +3,18 @@ first), export and checkpoint on their intervals."""
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from ctr.batch import SampleBatch
 from ctr.fields import FieldIndex
 from ctr.schema import FeatureSchema
-from ps.client import PSClient
+from ps.client import PSClient, ShardRestarted
 from trainer import metrics
 from trainer.batch_cache import BatchCache
 from trainer.exporter import Exporter
@@ -22,6 +22,7 @@ from trainer.model import TrainableModel
 from trainer.pipeline import Pipeline, Result
 from trainer.progressive import ProgressiveMetrics
 from trainer.reader import BatchReader, ThreadedReader
+from trainer.recovery import CutPoint, encode_offsets, load_progress
 from trainer.source import Position, Source
 
 log = logging.getLogger("trainer")
@@ -63,13 +64,21 @@ class Trainer:
         self.progress = progress
         self.exporter = exporter
         self.stop = stop
-        cache = None
+        self.schema = schema
+        self.cache = None
         if settings.batch_cache and schema is not None:
-            cache = BatchCache(
+            self.cache = BatchCache(
                 Path(settings.batch_cache), schema, settings.batch_size, settings.max_line_bytes, settings.batch_cache_max_bytes
             )
-        self.reader = BatchReader(source, schema, fields, settings.batch_size, settings.max_line_bytes, cache)
+        self.reader = self._reader()
         self.position = Position()
+        self.cut = 0  # the last checkpoint cut prepared
+        self._reopen: Callable[[Position | None], Source] | None = None
+        self._recover: Callable[[], CutPoint] | None = None
+        self._committer = ThreadPoolExecutor(1, thread_name_prefix="commit")
+        self._commit: Future[None] | None = None
+        self.recoveries = 0
+        self.bad_lines_before = 0  # of readers replaced by a recovery
         self.exports: list[str] = []
         self.elapsed_s = 0.0
         self.pipeline = Pipeline(client, model)
@@ -86,18 +95,60 @@ class Trainer:
             self.progress.update(batch.labels, probs)
             metrics.SAMPLES.inc(len(batch))
 
+    def _reader(self) -> BatchReader:
+        s = self.s
+        return BatchReader(self.source, self.schema, self.fields, s.batch_size, s.max_line_bytes, self.cache)
+
+    def take_up(self, point: CutPoint, reopen: Callable[[Position | None], Source], recover: Callable[[], CutPoint]) -> None:
+        """Starts at a checkpoint cut the shards were restored to (`point`; the source is
+        open there already); when a shard restarts, `recover` takes them all back to a
+        common cut and `reopen` opens the stream at its position."""
+        self._reopen, self._recover = reopen, recover
+        self._at(point)
+
+    def _at(self, point: CutPoint) -> None:
+        self.cut = point.cut
+        self.position = point.position or Position()
+        self.submitted = point.samples
+        load_progress(self.progress, point.progress)
+
     @property
     def bad_lines(self) -> int:
-        return self.reader.bad_lines
+        return self.bad_lines_before + self.reader.bad_lines
 
     def flush(self) -> None:
         """Trains what the pipeline holds and waits for its pushes (before exports, checkpoints)."""
         self._record(self.pipeline.flush())
 
     def run(self) -> dict[str, float]:
-        started = last_export = last_ckpt = last_log = last_report = time.monotonic()
+        started = time.monotonic()
         if self.exporter is not None:
             self.exports.append(self.exporter.export(self.progress.snapshot(), force_full=True))
+        while True:
+            try:
+                self._stream()
+                break
+            except ShardRestarted as e:
+                if self._recover is None or self._reopen is None:
+                    raise
+                self._recover_from(e)
+        self.pipeline.close()
+        self.client.leave_local_aggregation()  # the other workers' last pushes go out meanwhile
+        self.model.finish(self.client)
+        self.client.flush_residuals()  # the shards end with every update, exactly
+        self._count_bytes()
+        self.elapsed_s = time.monotonic() - started
+        if self.exporter is not None:
+            self._export()
+        if self.s.checkpoint_interval_s > 0:
+            self.checkpoint()
+        self._wait_commit()
+        self._committer.shutdown()
+        return self.progress.snapshot()
+
+    def _stream(self) -> None:
+        """Trains the stream until it ends (or the sample limit, idleness, a stop)."""
+        last_export = last_ckpt = last_log = last_report = time.monotonic()
         tty = sys.stderr.isatty()
         ready = ThreadedReader(self.reader, self.s.queue_depth, self.stop)
         try:
@@ -121,34 +172,46 @@ class Trainer:
                     self.report()
                     last_report = now
                 if now - last_log >= 5 or (tty and now - last_log >= 1):
-                    snap = self.progress.snapshot()
-                    per = max(1.0, snap["samples"])
-                    self._count_bytes()
-                    log.info(
-                        "samples %d  window AUC %.4f  logloss %.4f  push %.1f B/sample  pull %.1f B/sample",
-                        snap["samples"],
-                        snap["window_auc"],
-                        snap["window_logloss"],
-                        self.client.push_bytes / per,
-                        self.client.pull_bytes / per,
-                    )
+                    self._log_progress()
                     last_log = now
                 if done or idle or self.stop():
                     break
         finally:
             ready.close()
         self.flush()
-        self.pipeline.close()
-        self.client.leave_local_aggregation()  # the other workers' last pushes go out meanwhile
-        self.model.finish(self.client)
-        self.client.flush_residuals()  # the shards end with every update, exactly
+
+    def _log_progress(self) -> None:
+        snap = self.progress.snapshot()
+        per = max(1.0, snap["samples"])
         self._count_bytes()
-        self.elapsed_s = time.monotonic() - started
-        if self.exporter is not None:
-            self._export()
-        if self.s.checkpoint_interval_s > 0:
-            self.checkpoint()
-        return self.progress.snapshot()
+        log.info(
+            "samples %d  window AUC %.4f  logloss %.4f  push %.1f B/sample  pull %.1f B/sample",
+            snap["samples"],
+            snap["window_auc"],
+            snap["window_logloss"],
+            self.client.push_bytes / per,
+            self.client.pull_bytes / per,
+        )
+
+    def _recover_from(self, e: ShardRestarted) -> None:
+        """A shard restarted: drops what is in flight, takes every shard back to a common cut
+        and the stream up at its position (exactly once: nothing after the cut survives)."""
+        assert self._recover is not None and self._reopen is not None
+        started = time.monotonic()
+        log.warning("%s; going back to the last checkpoint cut every shard holds", e)
+        self.pipeline.abandon()
+        self._wait_commit()
+        self.model.reset()
+        point = self._recover()
+        self.model.prepare(self.client)  # a restore to empty tables (cut 0) drops them
+        self._at(point)
+        self.bad_lines_before += self.reader.bad_lines
+        self.source = self._reopen(point.position)
+        self.reader = self._reader()
+        self.pipeline = Pipeline(self.client, self.model)
+        self.recoveries += 1
+        metrics.RECOVERIES.inc()
+        log.info("recovered at cut %d in %.2f s; training takes up at %s", point.cut, time.monotonic() - started, self.position)
 
     def _export(self) -> None:
         assert self.exporter is not None
@@ -167,9 +230,38 @@ class Trainer:
         self._bytes_seen = (push, pull)
 
     def checkpoint(self) -> None:
+        """A consistent cut: every batch read so far is trained and its pushes acknowledged
+        (so the position counts exactly what the shards hold), then every shard snapshots
+        it (prepare). The shards write in the background, and this trainer commits the cut
+        from a thread once they are done; training stalls only for the flush and the
+        snapshot."""
+        started = time.perf_counter()
         self.flush()
         self.model.finish(self.client)
         self.client.flush_residuals()  # a restart loses the worker's memory, so the cut holds every update
-        offsets = json.dumps(vars(self.position)).encode()
-        results = self.client.checkpoint(offsets)
-        log.info("checkpoint at %s: %d rows written", self.position, sum(r for r, _ in results))
+        self._wait_commit()  # cuts commit in order
+        self.cut += 1
+        rows = self.client.prepare(self.cut, encode_offsets(self.position, self.submitted, self.progress))
+        stall = time.perf_counter() - started
+        metrics.CHECKPOINT_STALL.observe(stall)
+        self._commit = self._committer.submit(self._commit_cut, self.cut, rows, stall, time.perf_counter())
+
+    def _commit_cut(self, cut: int, rows: int, stall: float, prepared: float) -> None:
+        try:
+            self.client.commit(cut)
+        except Exception as e:  # noqa: BLE001 - a shard that died recovers through the training path
+            log.warning("checkpoint cut %d not committed: %s", cut, e)
+            return
+        log.info(
+            "checkpoint cut %d committed: %d rows at %s, %.0f ms of training stalled, written in %.0f ms",
+            cut,
+            rows,
+            self.position,
+            1000 * stall,
+            1000 * (time.perf_counter() - prepared),
+        )
+
+    def _wait_commit(self) -> None:
+        if self._commit is not None:
+            self._commit.result()
+            self._commit = None

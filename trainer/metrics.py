@@ -1,6 +1,6 @@
 """Prometheus metrics of the trainer."""
 
-from prometheus_client import Counter, Gauge
+from prometheus_client import Counter, Gauge, Histogram
 
 SAMPLES = Counter("boundless_trainer_samples_total", "samples trained")
 BAD_LINES = Counter("boundless_trainer_bad_lines_total", "input lines rejected by the parser")
@@ -9,3 +9,9 @@ WINDOW_AUC = Gauge("boundless_trainer_window_auc", "progressive AUC over the win
 WINDOW_LOGLOSS = Gauge("boundless_trainer_window_logloss", "progressive logloss over the window")
 PUSH_BYTES = Counter("boundless_trainer_push_bytes_total", "bytes this trainer put on the wire for pushes (headers, keys)")
 PULL_BYTES = Counter("boundless_trainer_pull_bytes_total", "bytes of pull requests and replies (headers, keys, rows)")
+RECOVERIES = Counter("boundless_trainer_recoveries_total", "times a PS shard restarted and every shard went back to a common cut")
+CHECKPOINT_STALL = Histogram(
+    "boundless_trainer_checkpoint_stall_seconds",
+    "training stalled per checkpoint (flush and snapshot; the write runs in the background)",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)

@@ -65,6 +65,10 @@ class TrainableModel(Protocol):
         """Sends what the model holds back (0/1 Adam's local steps): at the end of a run and
         before a checkpoint."""
 
+    def reset(self) -> None:
+        """Forgets what it keeps between batches (rows cached for staleness, the MLP sync's
+        momentum): the shards went back to a checkpoint cut."""
+
 
 class FactorizationModel:
     """LR, FM and FFM: sparse tables w (and v) plus the dense bias, numba kernels.
@@ -192,6 +196,9 @@ class FactorizationModel:
 
     def finish(self, client: PSClient) -> None:
         pass  # nothing held back: every batch is pushed
+
+    def reset(self) -> None:
+        self.cache = RowCache(self.cache.staleness, self.sparse)
 
     def train(self, client: PSClient, batch: SampleBatch) -> npt.NDArray[np.float32]:
         got = self.fetch(client, batch)

@@ -73,6 +73,15 @@ class Pipeline:
         self._previous = None
         return done
 
+    def abandon(self) -> None:
+        """Drops the batch in flight and its push without training or waiting on them (a
+        shard restarted: they belong to a past the shards went back from)."""
+        self._pending = None
+        self._push = None
+        self._previous = None
+        self._fetcher.shutdown(wait=True, cancel_futures=True)
+        self._pusher.shutdown(wait=True, cancel_futures=True)
+
     def close(self) -> None:
         self.flush()
         self._fetcher.shutdown()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import signal
 import threading
 from collections.abc import Callable
@@ -27,11 +26,10 @@ from trainer.exporter import Exporter
 from trainer.loop import LoopSettings, Trainer
 from trainer.model import build_model
 from trainer.progressive import ProgressiveMetrics
+from trainer.recovery import restore_shards
 from trainer.source import Position, Source, open_source
 from trainer.spec import model_spec
 from trainer.workers import WorkerFailed, WorkerRun, run_workers
-
-resume_log = logging.getLogger("trainer")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -78,10 +76,9 @@ def check_workers(conf: TrainerConfig) -> None:
         raise cfg.ConfigError(
             f"--workers {conf.workers}: the stream is split by files or partitions, so --source must be a folder or a Kafka topic"
         )
-    if conf.checkpoint_interval_s > 0 or conf.resume:
+    if conf.checkpoint_interval_s > 0:
         raise cfg.ConfigError(
-            f"--workers {conf.workers}: checkpoints and --resume need one worker for now"
-            " (a consistent cut across workers comes with exactly-once training)"
+            f"--workers {conf.workers}: checkpoints need one worker for now (a cut across workers' pipelines is not there yet)"
         )
 
 
@@ -91,36 +88,18 @@ def addresses_of(conf: TrainerConfig) -> list[str]:
 
 def connect(conf: TrainerConfig) -> PSClient:
     if conf.ps == "local":
-        return PSClient.local(conf.local_shards, conf.push_codec, conf.residual_rows, conf.seed, conf.pull_codec)
+        data = Path(conf.local_data_dir) if conf.local_data_dir else None
+        return PSClient.local(conf.local_shards, conf.push_codec, conf.residual_rows, conf.seed, conf.pull_codec, data)
     import grpc  # only for shard processes
 
     addresses = addresses_of(conf)
-    client = PSClient.connect(addresses, conf.push_codec, conf.residual_rows, conf.seed, conf.pull_codec)
+    client = PSClient.connect(addresses, conf.push_codec, conf.residual_rows, conf.seed, conf.pull_codec, conf.ps_retry_s)
     for addr, ch in zip(addresses, client.transport.channels, strict=True):  # type: ignore[attr-defined]
         try:
             grpc.channel_ready_future(ch).result(timeout=30)
         except grpc.FutureTimeoutError:
             raise SystemExit(f"PS shard {addr} is not reachable") from None
     return client
-
-
-def resume_position(client: PSClient) -> Position | None:
-    """The stream position stored by the last checkpoint, which every shard must hold; None
-    when no shard holds one. Shards holding different checkpoints (one was restored from an
-    older cut, or missed the last checkpoint) stop the trainer: resuming from either would
-    skip or repeat samples on the others."""
-    statuses = client.status()
-    stored = {s.checkpoint_offsets for s in statuses}
-    if stored == {b""}:
-        resume_log.info("--resume: no shard holds a checkpoint; starting at the beginning of the stream")
-        return None
-    if len(stored) != 1:
-        held = "; ".join(
-            f"shard {s.index}: seq {s.checkpoint_seq} at {s.checkpoint_offsets.decode(errors='replace') or 'none'}"
-            for s in statuses
-        )
-        raise cfg.ConfigError(f"--resume: the shards hold different checkpoints ({held}); restore them to one cut")
-    return Position(**json.loads(stored.pop()))
 
 
 def detect_from(lines: list[str]) -> FeatureSchema | None:
@@ -181,7 +160,7 @@ def train_with_workers(
     served = client.serve_local() if conf.ps == "local" else None
     addresses = served.addresses if served is not None else addresses_of(conf)
     try:
-        return run_workers(conf, addresses, schema, fields, settings, exporter, stop)
+        return run_workers(conf, addresses, schema, fields, settings, exporter, stop, client.transport.generation)
     except WorkerFailed as e:
         raise SystemExit(f"trainer: {e}") from None
     finally:
@@ -202,11 +181,13 @@ def train(conf: TrainerConfig) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     client = connect(conf)
-    start = resume_position(client) if conf.resume else None
-    if start is not None:
-        log.info("resuming stream at %s", start)
+    point = restore_shards(client, conf.from_start)  # exactly once: back to the newest common cut
+
+    def reopen(position: Position | None) -> Source:
+        return open_source(conf.source, conf.follow, stop=stop.is_set, start=position)
+
     try:
-        source = open_source(conf.source, conf.follow, stop=stop.is_set, start=start)
+        source = reopen(point.position)
     except ValueError as e:
         raise cfg.ConfigError(str(e)) from None
     schema, fields = resolve(conf, schema, source)
@@ -245,6 +226,7 @@ def train(conf: TrainerConfig) -> int:
         result.update(run.compression)
     else:
         trainer = Trainer(client, model, schema, fields, source, settings, ProgressiveMetrics(conf.window), exporter, stop.is_set)
+        trainer.take_up(point, reopen, lambda: restore_shards(client, False))
         result = dict(trainer.run())
         elapsed_s, bad_lines, exports = trainer.elapsed_s, trainer.bad_lines, trainer.exports
         if trainer.reader.cache is not None:

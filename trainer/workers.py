@@ -46,6 +46,7 @@ class WorkerJob:
     fields: FieldIndex
     settings: LoopSettings
     aggregation: AggregationPlan | None = None  # --local-aggregate
+    generation: int = 0  # the coordinator's, which the shards follow since it restored them
 
 
 @dataclass
@@ -74,7 +75,8 @@ def worker_main(job: WorkerJob, reports: Any) -> None:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    client = PSClient.connect(job.addresses, conf.push_codec, conf.residual_rows, conf.seed, conf.pull_codec)
+    client = PSClient.connect(job.addresses, conf.push_codec, conf.residual_rows, conf.seed, conf.pull_codec, conf.ps_retry_s)
+    client.transport.generation = job.generation
     if job.aggregation is not None:
         client.aggregate_locally(job.aggregation, job.index)
     source = open_source(conf.source, conf.follow, stop=stop.is_set, part=(job.index, conf.workers))
@@ -130,6 +132,7 @@ def run_workers(
     settings: LoopSettings,
     exporter: Exporter | None,
     stop: Callable[[], bool],
+    generation: int = 0,
 ) -> WorkerRun:
     ctx = start_fork_server()
     reports = ctx.Queue()
@@ -139,7 +142,7 @@ def run_workers(
         plan = AggregationPlan.create(ctx, conf.workers, len(addresses), conf.local_aggregate_mb << 20)
     for i in range(conf.workers):
         job_settings = LoopSettings(**{**vars(settings), "max_samples": share(settings.max_samples, i, conf.workers)})
-        job = WorkerJob(conf, i, addresses, schema, fields, job_settings, plan)
+        job = WorkerJob(conf, i, addresses, schema, fields, job_settings, plan, generation)
         p = ctx.Process(target=worker_main, args=(job, reports), name=f"trainer-w{i}", daemon=True)
         p.start()
         procs.append(p)

@@ -29,7 +29,8 @@ def test_checkpointed_rows_survive_kill_9(tmp_path):
         state, session = client.pull("w", keys, state=True)
         client.push("w", keys, np.full_like(state, 0.01), session, kind="delta", samples=64)
         client.push_dense("bias", np.array([0.7], np.float32), samples=64)
-        client.checkpoint(json.dumps({"file": "a", "offset": 123, "line": 4}).encode())
+        client.prepare(1, json.dumps({"file": "a", "offset": 123, "line": 4}).encode())
+        client.commit(1)
         digests_at_cut = {t.name: (t.digest, t.samples) for t in client.status()[0].tables}
         at_cut = {t: client.pull(t, keys, state=True)[0] for t in ("w", "v")}
         bias_at_cut = client.pull_dense("bias", state=True)
@@ -40,7 +41,8 @@ def test_checkpointed_rows_survive_kill_9(tmp_path):
         shard.kill()
 
         shard = start("ps0", ["ps", "--shard-index", "0", "--shard-count", "1", "--data-dir", str(db)], tmp_path)
-        assert shard.wait_ready()["checkpoint_seq"] > 0
+        ready = shard.wait_ready()
+        assert ready["checkpoint_seq"] > 0 and ready["committed_cut"] == 1
         client = PSClient.connect([shard.address])
         assert not any(client.declare(SPEC.tables()).values())  # restored, not created
         for t in ("w", "v"):

@@ -60,20 +60,18 @@ def test_large_feature_values_train_without_refused_pushes(tmp_path):
     assert json.loads(out.read_text())["samples"] == 3000
 
 
-def test_resume_needs_every_shard_at_the_same_checkpoint():
+def test_the_trainer_goes_back_to_the_newest_cut_every_shard_holds(caplog):
     from ctr.config import ConfigError
-    from trainer.server import resume_position
+    from ps.client import ShardStatus
+    from trainer.recovery import common_cut
 
-    client = PSClient.local(2)
-    shards = client.transport.shards  # type: ignore[attr-defined]
-    assert resume_position(client) is None  # nothing stored anywhere: from the beginning
-    at = b'{"file": "a.txt", "offset": 40, "line": 3}'
-    for s in shards:
-        s.checkpoint_offsets, s.checkpoint_seq = at, 7
-    assert resume_position(client) == Position(file="a.txt", offset=40, line=3)
-    shards[1].checkpoint_offsets, shards[1].checkpoint_seq = b'{"file": "a.txt", "offset": 10, "line": 1}', 5
-    with pytest.raises(ConfigError, match="shards hold different checkpoints .*shard 1: seq 5"):
-        resume_position(client)
-    shards[1].checkpoint_offsets = b""
-    with pytest.raises(ConfigError, match="shard 1: seq 5 at none"):
-        resume_position(client)
+    def status(index: int, committed: int, cuts: tuple[int, ...]) -> ShardStatus:
+        return ShardStatus(index, 2, 0, 0, b"", [], 1, 0, committed, cuts)
+
+    assert common_cut([status(0, 0, ()), status(1, 0, ())]) == 0  # nothing stored: from the start
+    assert common_cut([status(0, 5, (3, 4, 5)), status(1, 5, (4, 5))]) == 5
+    with caplog.at_level("WARNING", logger="trainer"):
+        assert common_cut([status(0, 6, (4, 5, 6)), status(1, 5, (4, 5))]) == 5  # shard 1 missed cut 6
+    assert "going back to cut 5" in caplog.text
+    with pytest.raises(ConfigError, match="no checkpoint cut in common .*shard 1: none"):
+        common_cut([status(0, 6, (6,)), status(1, 0, ())])

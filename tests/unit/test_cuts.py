@@ -1,0 +1,86 @@
+"""Checkpoint cuts of a shard (ps/store.py, Shard.prepare/commit/restore) on a real RocksDB:
+incremental and full cuts, the committed one loaded at start, going back to an older cut,
+and pushes from an older trainer generation refused."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ctr.modelspec import ModelSpec
+from ps.shard import Shard, ShardError, StaleGeneration
+from ps.store import ShardStore
+
+SPEC = ModelSpec("fm", k=4)
+
+
+def _push(shard: Shard, keys: np.ndarray, scale: float, generation: int = 0) -> None:
+    shard.push("v", keys, np.full((keys.shape[0], 4), scale), "gradient", samples=keys.shape[0], generation=generation)
+    shard.push_dense("bias", np.array([[scale]]), "gradient", samples=keys.shape[0], generation=generation)
+
+
+def _digests(shard: Shard) -> dict[str, tuple[int, int, int]]:
+    return {t.name: (t.rows, t.digest, t.samples) for t in shard.stats()}
+
+
+def test_cuts_commit_restore_and_reload(tmp_path):
+    shard = Shard(0, 1, ShardStore(tmp_path / "db"), full_every=3)
+    shard.declare(SPEC.tables())
+    seen = {}
+    for cut in range(1, 6):  # cuts 1 and 4 are full, the others hold only the rows changed
+        _push(shard, np.arange(1, 50 * cut + 1, dtype=np.uint64) * np.uint64(7919), 0.1 * cut)
+        rows = shard.prepare(cut, f'{{"cut": {cut}}}'.encode())
+        assert rows == 50 * cut  # every row changed in each step, so full and incremental cuts agree here
+        assert shard.commit(cut) == rows
+        seen[cut] = _digests(shard)
+    assert shard.cuts() == [1, 2, 3, 4, 5] and shard.committed.cut == 5
+    _push(shard, np.array([3, 5], dtype=np.uint64), 9.0)  # after the last cut
+    assert _digests(shard) != seen[5]
+
+    shard.restore(3, generation=2)  # back to an older cut: cuts 4 and 5 are dropped
+    assert _digests(shard) == seen[3] and shard.cuts() == [1, 2, 3] and shard.committed.offsets == b'{"cut": 3}'
+    with pytest.raises(StaleGeneration):
+        _push(shard, np.array([3], dtype=np.uint64), 1.0, generation=1)
+    _push(shard, np.array([11], dtype=np.uint64), 0.5, generation=2)
+    assert shard.prepare(4, b"x") == 150 + 1  # a full cut again (3 after full cut 1): every row
+    shard.commit(4)
+    expected = _digests(shard)
+    shard.close()
+    shard.store.close()  # type: ignore[union-attr]
+
+    again = Shard(0, 1, ShardStore(tmp_path / "db"))  # a restart loads the committed cut
+    assert again.committed.cut == 4 and _digests(again) == expected
+    assert again.declare(SPEC.tables()) == [False, False, False]
+    with pytest.raises(ShardError, match="not newer"):
+        again.prepare(4, b"")
+
+
+def test_full_cuts_bound_the_chain_and_uncommitted_cuts_are_not_loaded(tmp_path):
+    store = ShardStore(tmp_path / "db")
+    shard = Shard(0, 1, store, full_every=2)
+    shard.declare(SPEC.tables())
+    keys = np.arange(1, 101, dtype=np.uint64)
+    for cut in range(1, 8):
+        _push(shard, keys[cut : cut + 10], 0.01)
+        shard.prepare(cut, b"")
+        shard.commit(cut)
+    assert shard.cuts() == [5, 6, 7]  # full cuts 1, 3, 5, 7: committing 7 drops what is older than 5
+    committed = _digests(shard)
+    _push(shard, keys, 1.0)
+    shard.prepare(8, b"")  # written, never committed
+    shard.close()
+    store.close()
+    again = Shard(0, 1, ShardStore(tmp_path / "db"))
+    assert again.committed.cut == 7 and _digests(again) == committed and 8 in again.cuts()
+    again.commit(8)  # the trainer may still commit it: every shard holds it
+    assert again.committed.cut == 8
+
+
+def test_a_shard_without_store_restores_only_to_empty_tables():
+    shard = Shard(0, 1)
+    shard.declare(SPEC.tables())
+    _push(shard, np.array([1, 2], dtype=np.uint64), 1.0)
+    with pytest.raises(ShardError, match="without a data directory"):
+        shard.prepare(1, b"")
+    shard.restore(0, generation=1)
+    assert shard.stats() == [] and shard.declare(SPEC.tables()) == [True, True, True]

@@ -1,0 +1,102 @@
+"""Exactly-once training across crashes (docs/exactly-once.md): what a checkpoint cut
+records for the trainer, which cut to go back to, and going back there.
+
+A cut's stream offsets (opaque to the shards) hold the trainer's position after the last
+batch whose pushes every shard acknowledged, the samples trained so far and the progressive
+metrics, so a trainer that goes back to a cut also takes up its metrics from there."""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ctr import config as cfg
+from ps.client import PSClient, ShardStatus
+from trainer.progressive import ProgressiveMetrics
+from trainer.source import Position
+
+log = logging.getLogger("trainer")
+
+
+@dataclass(frozen=True)
+class CutPoint:
+    """Where training takes up after a restore."""
+
+    cut: int  # 0: empty tables, the start of the stream
+    position: Position | None = None
+    samples: int = 0
+    progress: dict[str, Any] = field(default_factory=dict)
+
+
+def encode_offsets(position: Position, samples: int, progress: ProgressiveMetrics) -> bytes:
+    st = progress.state()
+    metrics = {
+        "count": st["count"],
+        "positives": st["positives"],
+        "loss_sum": st["loss_sum"],
+        "labels": base64.b64encode(np.asarray(st["labels"], dtype="<f4").tobytes()).decode(),
+        "probs": base64.b64encode(np.asarray(st["probs"], dtype="<f4").tobytes()).decode(),
+    }
+    return json.dumps({"position": vars(position), "samples": samples, "progress": metrics}).encode()
+
+
+def decode_offsets(cut: int, blob: bytes) -> CutPoint:
+    """A cut's offsets; a bare position (checkpoints before cuts held metrics) reads too."""
+    if not blob:
+        return CutPoint(cut)
+    d = json.loads(blob)
+    if "position" not in d:
+        return CutPoint(cut, Position(**d))
+    progress = dict(d.get("progress") or {})
+    for k in ("labels", "probs"):
+        if k in progress:
+            progress[k] = np.frombuffer(base64.b64decode(progress[k]), dtype="<f4").astype(np.float32)
+    return CutPoint(cut, Position(**d["position"]), int(d.get("samples", 0)), progress)
+
+
+def load_progress(progress: ProgressiveMetrics, state: dict[str, Any]) -> None:
+    """Sets `progress` to a cut's metrics (nothing: empty)."""
+    fresh = ProgressiveMetrics.merge(progress.window, [state]) if state else ProgressiveMetrics(progress.window)
+    vars(progress).update(vars(fresh))
+
+
+def common_cut(statuses: list[ShardStatus]) -> int:
+    """The newest cut every shard holds (0 when none holds any). Shards that hold no cut in
+    common while some hold cuts stop the trainer: no state is consistent across them."""
+    held = [set(s.cuts) for s in statuses]
+    if not any(held):
+        return 0
+    common = set.intersection(*held)
+    if not common:
+        detail = "; ".join(f"shard {s.index}: {sorted(s.cuts) or 'none'}" for s in statuses)
+        raise cfg.ConfigError(
+            f"the PS shards hold no checkpoint cut in common ({detail}): restore their data directories"
+            " to one cut, or start over with --from-start"
+        )
+    cut = max(common)
+    committed = {s.index: s.committed_cut for s in statuses}
+    if len(set(committed.values())) != 1 or cut != next(iter(committed.values())):
+        log.warning(
+            "the PS shards hold different cuts (committed: %s); going back to cut %d, the newest all of them hold", committed, cut
+        )
+    return cut
+
+
+def restore_shards(client: PSClient, from_start: bool) -> CutPoint:
+    """Takes every shard to the newest common cut (or to empty tables with from_start),
+    under a new trainer generation, and returns where training takes up."""
+    statuses = client.status()
+    generation = max(s.generation for s in statuses) + 1
+    cut = 0 if from_start else common_cut(statuses)
+    client.restore(cut, generation)
+    if not cut:
+        log.info("PS shards start empty%s (trainer generation %d)", " (--from-start)" if from_start else "", generation)
+        return CutPoint(0)
+    point = decode_offsets(cut, client.status()[0].checkpoint_offsets)
+    log.info("PS shards at checkpoint cut %d (trainer generation %d); the stream takes up at %s", cut, generation, point.position)
+    return point
