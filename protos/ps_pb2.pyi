@@ -696,12 +696,17 @@ Global___RestoreRequest: _TypeAlias = RestoreRequest  # noqa: Y015
 class RestoreResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    INCARNATION_FIELD_NUMBER: _builtins.int
+    incarnation: _builtins.int
+    """the process restored: later answers from another one mean it restarted"""
     def __init__(
         self,
+        *,
+        incarnation: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["incarnation", b"incarnation"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

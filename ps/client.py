@@ -394,9 +394,10 @@ class PSClient:
     def restore(self, cut: int, generation: int) -> None:
         """Takes every shard back to cut `cut` (0: empty); from now on the shards refuse
         pushes of generations before `generation`, which this client's pushes carry."""
-        self._each(lambda s: self.transport.restore(s, cut, generation))
-        self.transport.generation = generation
         self.transport.forget_incarnations()
+        restored = self._each(lambda s: self.transport.restore(s, cut, generation))
+        self.transport.incarnations.update(enumerate(restored))  # another process from now on: a restart
+        self.transport.generation = generation
         self.reset()
 
     def reset(self) -> None:

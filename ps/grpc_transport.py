@@ -47,16 +47,26 @@ class GrpcTransport(_ByteCounter):
         delay = 0.05
         while True:
             try:
+                if delay > 0.05 and method != "Stats":  # back after an outage: the same process?
+                    self.saw(shard, self.stubs[shard].Stats(ps_pb2.StatsRequest(), timeout=self.timeout).incarnation)
                 return getattr(self.stubs[shard], method)(req, timeout=timeout or self.timeout)
             except grpc.RpcError as e:
-                if e.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() + delay > deadline:
+                if e.code() != grpc.StatusCode.UNAVAILABLE:
+                    self._saw_in(shard, e)  # a refusal from a process that restarted says so
+                    raise
+                if time.monotonic() + delay > deadline:
                     raise
                 if delay == 0.05:
                     log.warning(
                         "PS shard %d at %s is unreachable; retrying for up to %.0f s", shard, self.addresses[shard], self.retry_s
                     )
                 time.sleep(delay)
-                delay = min(2.0, delay * 2)
+                delay = min(0.5, delay * 2)
+
+    def _saw_in(self, shard: int, e: grpc.RpcError) -> None:
+        for key, value in e.trailing_metadata() or ():  # type: ignore[attr-defined]
+            if key == "incarnation" and value.isdigit():
+                self.saw(shard, int(value))
 
     def declare(self, shard: int, specs: list[TableSpec]) -> list[bool]:
         req = ps_pb2.DeclareTablesRequest(tables=[table_decl(s) for s in specs])
@@ -147,8 +157,9 @@ class GrpcTransport(_ByteCounter):
     def commit(self, shard: int, cut: int) -> int:
         return int(self._rpc(shard, "Commit", ps_pb2.CommitRequest(cut=cut), timeout=600).rows_written)
 
-    def restore(self, shard: int, cut: int, generation: int) -> None:
-        self._rpc(shard, "Restore", ps_pb2.RestoreRequest(cut=cut, generation=generation), timeout=600)
+    def restore(self, shard: int, cut: int, generation: int) -> int:
+        req = ps_pb2.RestoreRequest(cut=cut, generation=generation)
+        return int(self._rpc(shard, "Restore", req, timeout=600).incarnation)
 
     def status(self, shard: int) -> ShardStatus:
         r = self._rpc(shard, "Stats", ps_pb2.StatsRequest())

@@ -21,9 +21,12 @@ from ps.wire import WireError, decode_keys, table_spec
 R = TypeVar("R")
 
 
-def _call(method: str, context: grpc.ServicerContext, fn: Callable[[], R]) -> R:
-    """Runs fn, mapping domain errors to gRPC status codes; the shard keeps serving."""
+def _call(method: str, context: grpc.ServicerContext, fn: Callable[[], R], incarnation: int = 0) -> R:
+    """Runs fn, mapping domain errors to gRPC status codes; the shard keeps serving. An error
+    carries the shard's incarnation (trailing metadata), so a client that reached a shard
+    that restarted learns it even from a refusal (an unknown table)."""
     start = time.perf_counter()
+    context.set_trailing_metadata((("incarnation", str(incarnation)),))
     try:
         return fn()
     except SessionExpired as e:
@@ -55,11 +58,14 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
         self.shard = shard
         self.rng = np.random.default_rng(shard.index)  # int8 pull replies round stochastically
 
+    def _call(self, method: str, context: grpc.ServicerContext, fn: Callable[[], R]) -> R:
+        return _call(method, context, fn, self.shard.incarnation)
+
     def DeclareTables(self, request: ps_pb2.DeclareTablesRequest, context: grpc.ServicerContext) -> ps_pb2.DeclareTablesResponse:
         def run() -> ps_pb2.DeclareTablesResponse:
             return ps_pb2.DeclareTablesResponse(created=self.shard.declare([table_spec(t) for t in request.tables]))
 
-        return _call("DeclareTables", context, run)
+        return self._call("DeclareTables", context, run)
 
     def Pull(self, request: ps_pb2.PullRequest, context: grpc.ServicerContext) -> ps_pb2.PullResponse:
         def run() -> ps_pb2.PullResponse:
@@ -73,7 +79,7 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
                 session_id=sid, dim=rows.shape[1], rows=data, state=request.state, incarnation=self.shard.incarnation
             )
 
-        return _call("Pull", context, run)
+        return self._call("Pull", context, run)
 
     def Push(self, request: ps_pb2.PushRequest, context: grpc.ServicerContext) -> ps_pb2.PushResponse:
         def run() -> ps_pb2.PushResponse:
@@ -94,7 +100,7 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
             metrics.UPDATE_SEQ.set(self.shard.update_seq)
             return ps_pb2.PushResponse(applied_rows=applied, incarnation=self.shard.incarnation)
 
-        return _call("Push", context, run)
+        return self._call("Push", context, run)
 
     def PullDense(self, request: ps_pb2.DensePullRequest, context: grpc.ServicerContext) -> ps_pb2.DensePullResponse:
         def run() -> ps_pb2.DensePullResponse:
@@ -104,7 +110,7 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
                 offset=offset, values=values.tobytes(), width=width, incarnation=self.shard.incarnation
             )
 
-        return _call("PullDense", context, run)
+        return self._call("PullDense", context, run)
 
     def PushDense(self, request: ps_pb2.DensePushRequest, context: grpc.ServicerContext) -> ps_pb2.DensePushResponse:
         def run() -> ps_pb2.DensePushResponse:
@@ -113,7 +119,7 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
             self.shard.push_dense(request.table, values, kind, max(1, request.steps), request.samples, request.generation)
             return ps_pb2.DensePushResponse(incarnation=self.shard.incarnation)
 
-        return _call("PushDense", context, run)
+        return self._call("PushDense", context, run)
 
     def Export(self, request: ps_pb2.ExportRequest, context: grpc.ServicerContext) -> ps_pb2.ExportResponse:
         def run() -> ps_pb2.ExportResponse:
@@ -122,22 +128,22 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
             files, seq = self.shard.export(request.kind == ps_pb2.EXPORT_FULL, Path(request.directory))
             return ps_pb2.ExportResponse(files=[ps_pb2.ExportedFile(**vars(f)) for f in files], export_seq=seq)
 
-        return _call("Export", context, run)
+        return self._call("Export", context, run)
 
     def Prepare(self, request: ps_pb2.PrepareRequest, context: grpc.ServicerContext) -> ps_pb2.PrepareResponse:
-        return _call(
+        return self._call(
             "Prepare", context, lambda: ps_pb2.PrepareResponse(rows=self.shard.prepare(request.cut, request.stream_offsets))
         )
 
     def Commit(self, request: ps_pb2.CommitRequest, context: grpc.ServicerContext) -> ps_pb2.CommitResponse:
-        return _call("Commit", context, lambda: ps_pb2.CommitResponse(rows_written=self.shard.commit(request.cut)))
+        return self._call("Commit", context, lambda: ps_pb2.CommitResponse(rows_written=self.shard.commit(request.cut)))
 
     def Restore(self, request: ps_pb2.RestoreRequest, context: grpc.ServicerContext) -> ps_pb2.RestoreResponse:
         def run() -> ps_pb2.RestoreResponse:
             self.shard.restore(request.cut, request.generation)
-            return ps_pb2.RestoreResponse()
+            return ps_pb2.RestoreResponse(incarnation=self.shard.incarnation)
 
-        return _call("Restore", context, run)
+        return self._call("Restore", context, run)
 
     def Stats(self, request: ps_pb2.StatsRequest, context: grpc.ServicerContext) -> ps_pb2.StatsResponse:
         def run() -> ps_pb2.StatsResponse:
@@ -157,4 +163,4 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
                 cuts=self.shard.cuts(),
             )
 
-        return _call("Stats", context, run)
+        return self._call("Stats", context, run)

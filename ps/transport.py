@@ -57,6 +57,8 @@ class ShardTransport(Protocol):
     push_bytes: int
     generation: int  # the trainer generation pushes carry
 
+    incarnations: dict[int, int]
+
     def forget_incarnations(self) -> None: ...
 
     def declare(self, shard: int, specs: list[TableSpec]) -> list[bool]: ...
@@ -91,7 +93,8 @@ class ShardTransport(Protocol):
 
     def commit(self, shard: int, cut: int) -> int: ...
 
-    def restore(self, shard: int, cut: int, generation: int) -> None: ...
+    def restore(self, shard: int, cut: int, generation: int) -> int:
+        """Returns the incarnation of the shard process restored."""
 
     def status(self, shard: int) -> ShardStatus: ...
 
@@ -115,7 +118,7 @@ class _ByteCounter:
             raise ShardRestarted(shard)
 
     def forget_incarnations(self) -> None:
-        """After a restore every shard is at the cut: whatever answers next is current."""
+        """Before a restore: whichever process answers is the one restored."""
         self.incarnations.clear()
 
     def count(self, pull: int = 0, push: int = 0) -> None:
@@ -185,8 +188,9 @@ class LocalTransport(_ByteCounter):
     def commit(self, shard: int, cut: int) -> int:
         return self.shards[shard].commit(cut)
 
-    def restore(self, shard: int, cut: int, generation: int) -> None:
+    def restore(self, shard: int, cut: int, generation: int) -> int:
         self.shards[shard].restore(cut, generation)
+        return self.shards[shard].incarnation
 
     def status(self, shard: int) -> ShardStatus:
         s = self.shards[shard]

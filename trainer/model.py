@@ -131,15 +131,17 @@ class FactorizationModel:
     ) -> tuple[npt.NDArray[np.float32], Trained]:
         """Trains a fetched batch. `previous` is the batch trained just before, whose push may
         not have reached the shards when this batch was fetched: the rows both batches hold
-        are taken from its result, which is what the shards hold once it lands."""
+        are taken from its result as the shards compute it once it lands (they add the
+        delta), so the model's bits do not depend on where the pipeline was flushed."""
         raw = {t: self._start_rows(got, t) for t in self.sparse}
         raw_bias = self.cache.bias.copy() if got.bias is None else np.array(got.bias, dtype=np.float64).reshape(1, -1)
         if self.sequential:
             if previous is not None:
                 _, here, there = np.intersect1d(got.uniq, previous.uniq, assume_unique=True, return_indices=True)
-                for t, rows in raw.items():
-                    rows[here] = previous.states[t][there]
-                raw_bias = previous.bias_state.copy()
+                for t, rows in raw.items():  # start + (new - start): the shards' arithmetic, bit for bit
+                    was = previous.start[t][there]
+                    rows[here] = was + (previous.states[t][there] - was)
+                raw_bias = previous.bias_start + (previous.bias_state - previous.bias_start)
             start, bias_start = raw, raw_bias
             params = self.params
         else:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ctr import config as cfg
-from ps.client import PSClient, ShardStatus
+from ps.client import PSClient, ShardRestarted, ShardStatus
 from trainer.progressive import ProgressiveMetrics
 from trainer.source import Position
 
@@ -87,9 +87,22 @@ def common_cut(statuses: list[ShardStatus]) -> int:
     return cut
 
 
-def restore_shards(client: PSClient, from_start: bool) -> CutPoint:
+def restore_shards(client: PSClient, from_start: bool, attempts: int = 5) -> CutPoint:
     """Takes every shard to the newest common cut (or to empty tables with from_start),
-    under a new trainer generation, and returns where training takes up."""
+    under a new trainer generation, and returns where training takes up. A shard that
+    restarts meanwhile makes it start over."""
+    for attempt in range(attempts):
+        client.transport.forget_incarnations()  # whichever process answers is restored
+        try:
+            return _restore_once(client, from_start)
+        except ShardRestarted as e:
+            if attempt == attempts - 1:
+                raise
+            log.warning("%s during the restore; restoring again", e)
+    raise AssertionError("unreachable")
+
+
+def _restore_once(client: PSClient, from_start: bool) -> CutPoint:
     statuses = client.status()
     generation = max(s.generation for s in statuses) + 1
     cut = 0 if from_start else common_cut(statuses)
