@@ -128,3 +128,20 @@ def all_within(values: F64, limit: float) -> bool:
         if not abs(flat[i]) <= limit:
             return False
     return True
+
+
+@nb.njit(cache=True, nogil=True)
+def gather_raw(state: F64, meta: U32, ids: I64) -> U32:
+    """Rows as stored, in one pass: each row's float64 state as uint32 word pairs, then its
+    metadata words (a checkpoint's snapshot, taken under the shard lock)."""
+    width = state.shape[1]
+    words = 2 * width + meta.shape[1]
+    out = np.empty((ids.shape[0], words), dtype=np.uint32)
+    bits = state.view(np.uint32)
+    for i in range(ids.shape[0]):
+        r = ids[i]
+        for c in range(2 * width):
+            out[i, c] = bits[r, c]
+        for c in range(meta.shape[1]):
+            out[i, 2 * width + c] = meta[r, c]
+    return out

@@ -313,21 +313,37 @@ class Shard:
         with self.lock:
             if cut <= self._last_cut:
                 raise ShardError(f"checkpoint cut {cut} is not newer than this shard's cut {self._last_cut}")
-            full = self._last_full == 0 or cut - self._last_full >= self.full_every
-            since = -1 if full else self._persisted_seq
+            first = self._last_full == 0  # every row changed since nothing: a full cut by itself
+            compact = not first and cut - self._last_full >= self.full_every
+            since = -1 if first else self._persisted_seq
             sparse = {}
             for name, t in self.sparse.items():
                 keys, ids = t.updated_after(since)
-                order = np.argsort(keys)
-                sparse[name] = (keys[order], t.raw_rows(ids[order]))  # raw_rows copies
+                sparse[name] = (keys, t.raw_rows(ids))  # copies; in row order (a load sorts)
             dense = {name: d.state.copy() for name, d in self.dense.items()}
-            meta = CutMeta(cut, offsets, self.update_seq, full, dict(self.samples))
+            meta = CutMeta(cut, offsets, self.update_seq, first, dict(self.samples))
             self._persisted_seq = self.update_seq
             self._last_cut = cut
-            if full:
+            if first or compact:
                 self._last_full = cut
-            self._writes[cut] = self._writer.submit(store.write_cut, meta, sparse, dense)
+            words = {name: t.row_words for name, t in self.sparse.items()}
+            self._writes[cut] = self._writer.submit(self._write, store, meta, sparse, dense, words if compact else None)
         return sum(int(k.shape[0]) for k, _ in sparse.values())
+
+    @staticmethod
+    def _write(
+        store: ShardStore,
+        meta: CutMeta,
+        sparse: dict[str, tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint32]]],
+        dense: dict[str, npt.NDArray[np.float64]],
+        compact_words: dict[str, int] | None,
+    ) -> int:
+        """The writer thread: the cut's changed rows, then (every full_every cuts) the cut
+        rewritten whole from the store's chain, so a full cut never stalls training."""
+        written = store.write_cut(meta, sparse, dense)
+        if compact_words is not None:
+            store.make_full(meta.cut, compact_words)
+        return written
 
     def commit(self, cut: int) -> int:
         """Phase two: waits until cut `cut` is written, then makes it the committed cut.
@@ -364,7 +380,10 @@ class Shard:
             elif cut:
                 raise ShardError("this shard runs without a data directory; it holds no cut to restore")
             self._writes.clear()
-            self._load(cut)
+            unchanged = 0 < cut == self.committed.cut == self._last_cut and self.update_seq == self._persisted_seq
+            if not unchanged:  # a shard that just loaded the cut (it restarted) holds it already
+                self._load(cut)
+            self._sessions.clear()
             self.generation = generation
 
     def close(self) -> None:

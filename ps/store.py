@@ -79,11 +79,7 @@ class ShardStore:
         batch = WriteBatch(raw_mode=True)
         written = 0
         for table, (keys, rows) in sparse.items():
-            prefix = _table(b"b", table) + _cut(meta.cut)
-            for b, lo in enumerate(range(0, keys.shape[0], BLOCK_ROWS)):  # a put per block, not per key
-                k = np.ascontiguousarray(keys[lo : lo + BLOCK_ROWS], dtype="<u8")
-                r = np.ascontiguousarray(rows[lo : lo + BLOCK_ROWS], dtype="<u4")
-                batch.put(prefix + b.to_bytes(4, "big"), k.shape[0].to_bytes(8, "little") + k.tobytes() + r.tobytes())
+            self._put_blocks(batch, _table(b"b", table) + _cut(meta.cut), keys, rows)
             written += int(keys.shape[0])
         for table, state in dense.items():
             batch.put(_table(b"d", table) + _cut(meta.cut), np.ascontiguousarray(state, dtype="<f8").tobytes())
@@ -91,6 +87,30 @@ class ShardStore:
         self.db.write(batch)
         self.db.flush_wal(True)
         return written
+
+    def make_full(self, cut: int, row_words: dict[str, int]) -> None:
+        """Rewrites written cut `cut` as a full one: every table's rows as of the cut (read
+        from the chain) replace its blocks, in one WriteBatch, and its metadata says full."""
+        meta = self.meta(cut)
+        if meta is None:
+            raise ValueError(f"cut {cut} was never written on this shard")
+        batch = WriteBatch(raw_mode=True)
+        for table, words in row_words.items():
+            keys, rows = self.sparse_at(table, words, cut)
+            prefix = _table(b"b", table) + _cut(cut)
+            batch.delete_range(prefix, _table(b"b", table) + _cut(cut + 1))
+            self._put_blocks(batch, prefix, keys, rows)
+        full = CutMeta(meta.cut, meta.offsets, meta.seq, True, meta.samples)
+        batch.put(b"c" + _cut(cut), full.to_json())
+        self.db.write(batch)
+        self.db.flush_wal(True)
+
+    @staticmethod
+    def _put_blocks(batch: WriteBatch, prefix: bytes, keys: Keys, rows: Raw) -> None:
+        for b, lo in enumerate(range(0, keys.shape[0], BLOCK_ROWS)):  # a put per block, not per key
+            k = np.ascontiguousarray(keys[lo : lo + BLOCK_ROWS], dtype="<u8")
+            r = np.ascontiguousarray(rows[lo : lo + BLOCK_ROWS], dtype="<u4")
+            batch.put(prefix + b.to_bytes(4, "big"), k.shape[0].to_bytes(8, "little") + k.tobytes() + r.tobytes())
 
     def commit(self, cut: int) -> None:
         """Makes `cut` (written) the committed one; after a full cut, drops what is older than

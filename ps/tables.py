@@ -148,7 +148,7 @@ class SparseTable:
 
     def raw_rows(self, ids: npt.NDArray[np.int64]) -> npt.NDArray[np.uint32]:
         """Rows as stored: the state's words, then the metadata words."""
-        return np.concatenate([self.state[ids].view(np.uint32), self.meta[ids]], axis=1)
+        return kernels.gather_raw(self.state, self.meta, ids)  # type: ignore[no-any-return]
 
     def load_raw(self, keys: npt.NDArray[np.uint64], rows: npt.NDArray[np.uint32]) -> None:
         if rows.shape[1] != self.row_words:

@@ -116,3 +116,38 @@ def test_a_trainer_killed_at_random_moments_changes_nothing(uninterrupted, tmp_p
     finally:
         for s in shards:
             s.stop()
+
+
+def test_in_process_shards_checkpoint_and_take_up_like_shard_processes(data_dir, tmp_path):
+    """`--ps local --local-data-dir`: the trainer's own shards keep cuts in RocksDB; a rerun
+    takes up after what the last cut holds, and --from-start starts over."""
+    lines = (data_dir / "frappe/frappe.validation.libfm").read_text().splitlines()
+    folder = tmp_path / "stream"
+    folder.mkdir()
+    (folder / "a.libfm").write_text("\n".join(lines[:20000]) + "\n")
+
+    def train(*extra: str) -> tuple[dict[str, Any], str]:
+        out = tmp_path / "m.json"
+        cmd = [sys.executable, "-m", "boundless", "train", "--source", str(folder), "--no-follow", "--metrics-port", "-1"]
+        cmd += [
+            "--ps",
+            "local",
+            "--local-shards",
+            "2",
+            "--local-data-dir",
+            str(tmp_path / "ps"),
+            "--checkpoint-interval-s",
+            "1000",
+        ]
+        proc = subprocess.run([*cmd, "--metrics-out", str(out), *extra], capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return json.loads(out.read_text()), proc.stderr
+
+    first, _ = train()
+    assert first["samples"] == 20000
+    (folder / "b.libfm").write_text("\n".join(lines[20000:26000]) + "\n")
+    second, err = train()
+    assert "the stream takes up at" in err and "a.libfm" in err
+    assert second["samples"] == 26000  # only b was trained; the cut's metrics carry on
+    again, err = train("--from-start")
+    assert again["samples"] == 26000 and "start empty (--from-start)" in err

@@ -42,8 +42,9 @@ def test_cuts_commit_restore_and_reload(tmp_path):
     with pytest.raises(StaleGeneration):
         _push(shard, np.array([3], dtype=np.uint64), 1.0, generation=1)
     _push(shard, np.array([11], dtype=np.uint64), 0.5, generation=2)
-    assert shard.prepare(4, b"x") == 150 + 1  # a full cut again (3 after full cut 1): every row
+    assert shard.prepare(4, b"x") == 1  # the row changed; the writer then rewrites cut 4 whole
     shard.commit(4)
+    assert shard.store.meta(4).full  # type: ignore[union-attr]
     expected = _digests(shard)
     shard.close()
     shard.store.close()  # type: ignore[union-attr]
@@ -84,3 +85,14 @@ def test_a_shard_without_store_restores_only_to_empty_tables():
         shard.prepare(1, b"")
     shard.restore(0, generation=1)
     assert shard.stats() == [] and shard.declare(SPEC.tables()) == [True, True, True]
+
+
+def test_gather_raw_equals_its_numpy_reference():
+    from ps.kernels import gather_raw
+
+    rng = np.random.default_rng(4)
+    state = rng.normal(size=(50, 3))
+    meta = rng.integers(0, 2**32, (50, 4), dtype=np.uint32)
+    ids = rng.integers(0, 50, 20).astype(np.int64)
+    reference = np.concatenate([state[ids].view(np.uint32), meta[ids]], axis=1)
+    np.testing.assert_array_equal(gather_raw(state, meta, ids), reference)
