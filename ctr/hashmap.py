@@ -72,6 +72,12 @@ class CompactHashMap:
         self.size += int(added)
         return slots  # type: ignore[no-any-return]
 
+    def delete(self, keys: npt.NDArray[np.uint64]) -> int:
+        """Removes keys and their rows (absent keys are skipped); returns how many went."""
+        removed = int(hk.delete_keys(self.slots, np.ascontiguousarray(keys, dtype=np.uint64)))
+        self.size -= removed
+        return removed
+
     def reserve(self, n: int) -> None:
         """Grows so that n keys fit under max_load."""
         if n <= self.capacity * self.max_load:

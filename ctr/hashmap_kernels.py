@@ -82,6 +82,51 @@ def insert_keys(slots: U32, keys: U64) -> tuple[I64, int]:
 
 
 @nb.njit(cache=True, nogil=True)
+def delete_keys(slots: U32, keys: U64) -> int:
+    """Removes keys (absent ones are skipped) by backward-shift deletion: the entries after a
+    freed slot that would no longer be found from their home slot move back into it, so no
+    tombstone slows later probes. Returns how many keys were removed."""
+    cap = slots.shape[0]
+    width = slots.shape[1]
+    removed = 0
+    for q in range(keys.shape[0]):
+        key = keys[q]
+        i = home_slot(key, cap)
+        found = -1
+        for _ in range(cap):
+            k = slot_key(slots, i)
+            if k == key:
+                found = i
+                break
+            if k == np.uint64(0):
+                break
+            i += 1
+            if i == cap:
+                i = 0
+        if found < 0:
+            continue
+        hole = found
+        j = found
+        while True:
+            j += 1
+            if j == cap:
+                j = 0
+            k = slot_key(slots, j)
+            if k == np.uint64(0):
+                break
+            home = home_slot(k, cap)
+            # j's entry may fill the hole when its home is not cyclically in (hole, j]
+            if (j > hole and (home <= hole or home > j)) or (j < hole and home <= hole and home > j):
+                for w in range(width):
+                    slots[hole, w] = slots[j, w]
+                hole = j
+        for w in range(width):
+            slots[hole, w] = 0
+        removed += 1
+    return removed
+
+
+@nb.njit(cache=True, nogil=True)
 def rehash_into(old: U32, new: U32) -> None:
     """Moves every occupied slot of old into the empty table new (same row width)."""
     cap = new.shape[0]

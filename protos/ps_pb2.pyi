@@ -739,6 +739,8 @@ class TableStats(_message.Message):
     MEMORY_BYTES_FIELD_NUMBER: _builtins.int
     DIGEST_FIELD_NUMBER: _builtins.int
     SAMPLES_FIELD_NUMBER: _builtins.int
+    NOT_ADMITTED_FIELD_NUMBER: _builtins.int
+    EVICTED_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     kind: _builtins.str
     """"sparse" | "dense" """
@@ -750,6 +752,10 @@ class TableStats(_message.Message):
     """sum mod 2^64 of a hash of each row's key and state (ps/digest.py)"""
     samples: _builtins.int
     """samples of the pushes applied to the table on this shard"""
+    not_admitted: _builtins.int
+    """pushed rows dropped: their keys were not seen often enough yet"""
+    evicted: _builtins.int
+    """rows evicted (TTL, row cap)"""
     def __init__(
         self,
         *,
@@ -761,10 +767,12 @@ class TableStats(_message.Message):
         memory_bytes: _builtins.int = ...,
         digest: _builtins.int = ...,
         samples: _builtins.int = ...,
+        not_admitted: _builtins.int = ...,
+        evicted: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["capacity", b"capacity", "digest", b"digest", "dim", b"dim", "kind", b"kind", "memory_bytes", b"memory_bytes", "name", b"name", "rows", b"rows", "samples", b"samples"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["capacity", b"capacity", "digest", b"digest", "dim", b"dim", "evicted", b"evicted", "kind", b"kind", "memory_bytes", b"memory_bytes", "name", b"name", "not_admitted", b"not_admitted", "rows", b"rows", "samples", b"samples"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -15,6 +15,17 @@ class PSConfig:
     port: int = field(default=0, metadata={"help": "gRPC port (0 picks a free one)"})
     metrics_port: int = field(default=0, metadata={"help": "Prometheus port (0 picks a free one)"})
     data_dir: str | None = field(default=None, metadata={"help": "RocksDB folder; none keeps state in memory only"})
+    admit_after: int = field(
+        default=1, metadata={"help": "a key gets a row from the Nth push that names it (a counting Bloom filter counts)"}
+    )
+    bloom_mb: int = field(default=16, metadata={"help": "counters of each table's counting Bloom filter, MiB (--admit-after)"})
+    ttl_s: float = field(default=0.0, metadata={"help": "evict rows not updated for this many seconds (0: never)"})
+    ttl_updates: int = field(
+        default=0, metadata={"help": "evict rows not updated for this many of the shard's updates (0: never)"}
+    )
+    max_rows: int = field(
+        default=0, metadata={"help": "rows per table; past it (by 5%) the least recently updated are evicted (0: no cap)"}
+    )
     full_checkpoint_every: int = field(
         default=10, metadata={"help": "every Nth checkpoint cut holds every row (the others: rows changed since the last)"}
     )

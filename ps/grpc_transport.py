@@ -163,7 +163,10 @@ class GrpcTransport(_ByteCounter):
 
     def status(self, shard: int) -> ShardStatus:
         r = self._rpc(shard, "Stats", ps_pb2.StatsRequest())
-        tables = [TableStats(t.name, t.kind, t.rows, t.capacity, t.dim, t.memory_bytes, t.digest, t.samples) for t in r.tables]
+        tables = [
+            TableStats(t.name, t.kind, t.rows, t.capacity, t.dim, t.memory_bytes, t.digest, t.samples, t.not_admitted, t.evicted)
+            for t in r.tables
+        ]
         return ShardStatus(
             r.shard_index,
             r.shard_count,

@@ -9,6 +9,7 @@ from ctr import config as cfg
 from ctr import daemon
 from protos import ps_pb2, ps_pb2_grpc
 from ps.config import PSConfig
+from ps.lifecycle import Lifecycle
 from ps.service import PSServicer
 from ps.shard import Shard
 from ps.store import ShardStore
@@ -34,7 +35,10 @@ def run(args: argparse.Namespace) -> int:
     store = ShardStore(Path(conf.data_dir)) if conf.data_dir else None
     if conf.full_checkpoint_every < 1:
         raise cfg.ConfigError(f"--full-checkpoint-every {conf.full_checkpoint_every}: must be >= 1")
-    shard = Shard(conf.shard_index, conf.shard_count, store, full_every=conf.full_checkpoint_every)
+    if conf.admit_after < 1 or conf.bloom_mb < 1 or conf.ttl_s < 0 or conf.ttl_updates < 0 or conf.max_rows < 0:
+        raise cfg.ConfigError("--admit-after and --bloom-mb must be >= 1; --ttl-s, --ttl-updates and --max-rows >= 0")
+    lifecycle = Lifecycle(conf.admit_after, conf.bloom_mb << 20, conf.ttl_s, conf.ttl_updates, conf.max_rows)
+    shard = Shard(conf.shard_index, conf.shard_count, store, full_every=conf.full_checkpoint_every, lifecycle=lifecycle)
     if store is not None:
         rows = sum(t.rows for t in shard.stats())
         log.info(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import os
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -17,6 +18,7 @@ import numpy.typing as npt
 from ctr import modelfile
 from ctr.modelspec import TableSpec
 from ctr.routing import dense_range, shard_of
+from ps.lifecycle import CountingBloom, Lifecycle, to_evict
 from ps.store import CutMeta, ShardStore
 from ps.tables import GRADIENT, MOMENTUM, DenseTable, PushRejected, SparseTable
 
@@ -54,6 +56,8 @@ class TableStats:
     memory_bytes: int
     digest: int = 0  # ps.digest of the table's rows on this shard
     samples: int = 0  # samples whose pushes this shard applied to the table
+    not_admitted: int = 0  # pushed rows dropped: their keys were not seen often enough yet
+    evicted: int = 0  # rows evicted (TTL, row cap)
 
 
 class Shard:
@@ -61,7 +65,13 @@ class Shard:
     them. Every public method is thread-safe; pull and push hold the lock while they run."""
 
     def __init__(
-        self, index: int, count: int, store: ShardStore | None = None, max_sessions: int = 1024, full_every: int = 10
+        self,
+        index: int,
+        count: int,
+        store: ShardStore | None = None,
+        max_sessions: int = 1024,
+        full_every: int = 10,
+        lifecycle: Lifecycle | None = None,
     ) -> None:
         if not 0 <= index < count:
             raise ValueError(f"shard index {index} outside 0..{count - 1}")
@@ -87,6 +97,14 @@ class Shard:
         self._persisted_seq = 0  # rows updated after this are in no cut yet
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="cut-writer")
         self._writes: dict[int, Future[int]] = {}
+        # row lifecycle (ps/lifecycle.py), per sparse table
+        self.lifecycle = lifecycle or Lifecycle()
+        self._blooms: dict[str, CountingBloom] = {}
+        self.not_admitted: dict[str, int] = {}
+        self.evicted: dict[str, int] = {}
+        self._last_sweep: dict[str, float] = {}
+        self._tombstones_cut: dict[str, list[npt.NDArray[np.uint64]]] = {}  # evicted since the last cut
+        self._tombstones_export: list[npt.NDArray[np.uint64]] = []  # evicted since the last export
         if store is not None:
             self._load(store.committed())
 
@@ -150,6 +168,8 @@ class Shard:
             self._last_full = max(fulls, default=0)
         else:
             self._last_full = 0
+        self._tombstones_cut.clear()
+        self._tombstones_export.clear()
         self.update_seq = max(self.update_seq, self.committed.seq)  # keeps growing: rows loaded are older
         self._persisted_seq = self.update_seq
         self._last_cut = cut
@@ -235,13 +255,50 @@ class Shard:
         self.check_keys(keys)
         with self.lock:  # a delta is checked against the rows it lands on
             self._check_generation(generation)
+            if self.lifecycle.admit_after > 1:
+                keys, values = self._admit(t, keys, values)
             try:
                 t.apply(kind, keys, values, self.update_seq + 1)
             except PushRejected as e:
                 raise ShardError(str(e)) from None
             self.update_seq += 1
             self.samples[table] = self.samples.get(table, 0) + samples
+            if self.lifecycle.evicts:
+                self._evict(t)
         return int(keys.shape[0])
+
+    def _admit(
+        self, t: SparseTable, keys: npt.NDArray[np.uint64], values: npt.NDArray[np.float64]
+    ) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.float64]]:
+        """The push less the rows of keys the table does not hold and has not seen
+        `admit_after` times (this sighting counted). Caller holds the lock."""
+        absent = t.find(keys) < 0
+        if not absent.any():
+            return keys, values
+        bloom = self._blooms.get(t.name)
+        if bloom is None:
+            bloom = self._blooms[t.name] = CountingBloom(self.lifecycle.bloom_counters)
+        keep = ~absent
+        keep[absent] = bloom.admitted(keys[absent], self.lifecycle.admit_after)
+        self.not_admitted[t.name] = self.not_admitted.get(t.name, 0) + int((~keep).sum())
+        return keys[keep], values.reshape(keys.shape[0], -1)[keep]
+
+    def _evict(self, t: SparseTable) -> None:
+        """Evicts expired rows (a sweep at most every sweep_every_s) and, once the table is
+        5% past max_rows, the least recently updated down to it. Caller holds the lock."""
+        policy = self.lifecycle
+        now = time.time()
+        sweep = (policy.ttl_s > 0 or policy.ttl_updates > 0) and now - self._last_sweep.get(t.name, 0.0) >= policy.sweep_every_s
+        over = policy.max_rows > 0 and t.size > policy.max_rows * 1.05
+        if not (sweep or over):
+            return
+        if sweep:
+            self._last_sweep[t.name] = now
+        removed = t.delete_rows(to_evict(t.meta, t.size, int(now), self.update_seq, policy, sweep))
+        if removed.shape[0]:
+            self.evicted[t.name] = self.evicted.get(t.name, 0) + int(removed.shape[0])
+            self._tombstones_cut.setdefault(t.name, []).append(removed)
+            self._tombstones_export.append(removed)
 
     def pull_dense(self, table: str, state: bool = False) -> tuple[int, npt.NDArray[np.float32] | npt.NDArray[np.float64]]:
         """(offset of this shard's range, weights [n] or state [n, width])."""
@@ -284,6 +341,8 @@ class Shard:
                 w[present] = t.weights_at(ids[present])
                 parts.append(w)
             rows = np.concatenate(parts, axis=1) if parts else np.zeros((0, 1), np.float32)
+            tombstones = self._gone(self._tombstones_export, list(self.sparse.values()))
+            self._tombstones_export.clear()
             self.export_seq = self.update_seq
             seq = self.update_seq
         columns = ",".join(f"{t.name}:{t.dim}" for t in self.sparse.values())
@@ -292,9 +351,21 @@ class Shard:
             modelfile.write_image(path, keys, rows)
         else:
             path, role = directory / f"shard{self.index}-sparse.delta", "sparse_delta"
-            modelfile.write_delta(path, keys, rows, np.empty(0, dtype=np.uint64))
+            modelfile.write_delta(path, keys, rows, tombstones)  # evicted keys: serving drops them
         f = ExportedFile(path.name, "sparse", role, path.stat().st_size, modelfile.sha256_file(path), int(keys.shape[0]), columns)
         return [f], seq
+
+    @staticmethod
+    def _gone(evicted: list[npt.NDArray[np.uint64]], tables: list[SparseTable]) -> npt.NDArray[np.uint64]:
+        """Keys evicted that none of `tables` holds again (a key may come back before the
+        cut or export that would carry its tombstone)."""
+        if not evicted:
+            return np.zeros(0, dtype=np.uint64)
+        keys = np.unique(np.concatenate(evicted))
+        back = np.zeros(keys.shape[0], dtype=np.bool_)
+        for t in tables:
+            back |= t.find(keys) >= 0
+        return keys[~back]
 
     def _check_generation(self, generation: int) -> None:
         if generation < self.generation:
@@ -321,13 +392,14 @@ class Shard:
                 keys, ids = t.updated_after(since)
                 sparse[name] = (keys, t.raw_rows(ids))  # copies; in row order (a load sorts)
             dense = {name: d.state.copy() for name, d in self.dense.items()}
+            deleted = {name: self._gone(self._tombstones_cut.pop(name, []), [t]) for name, t in self.sparse.items()}
             meta = CutMeta(cut, offsets, self.update_seq, first, dict(self.samples))
             self._persisted_seq = self.update_seq
             self._last_cut = cut
             if first or compact:
                 self._last_full = cut
             words = {name: t.row_words for name, t in self.sparse.items()}
-            self._writes[cut] = self._writer.submit(self._write, store, meta, sparse, dense, words if compact else None)
+            self._writes[cut] = self._writer.submit(self._write, store, meta, sparse, dense, deleted, words if compact else None)
         return sum(int(k.shape[0]) for k, _ in sparse.values())
 
     @staticmethod
@@ -336,11 +408,13 @@ class Shard:
         meta: CutMeta,
         sparse: dict[str, tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint32]]],
         dense: dict[str, npt.NDArray[np.float64]],
+        deleted: dict[str, npt.NDArray[np.uint64]],
         compact_words: dict[str, int] | None,
     ) -> int:
-        """The writer thread: the cut's changed rows, then (every full_every cuts) the cut
-        rewritten whole from the store's chain, so a full cut never stalls training."""
-        written = store.write_cut(meta, sparse, dense)
+        """The writer thread: the cut's changed rows and evicted keys, then (every
+        full_every cuts) the cut rewritten whole from the store's chain, so a full cut never
+        stalls training."""
+        written = store.write_cut(meta, sparse, dense, deleted)
         if compact_words is not None:
             store.make_full(meta.cut, compact_words)
         return written
@@ -396,7 +470,18 @@ class Shard:
     def stats(self) -> list[TableStats]:
         with self.lock:
             out = [
-                TableStats(n, "sparse", t.size, t.keys.shape[0], t.dim, t.nbytes, t.digest(), self.samples.get(n, 0))
+                TableStats(
+                    n,
+                    "sparse",
+                    t.size,
+                    t.keys.shape[0],
+                    t.dim,
+                    t.nbytes,
+                    t.digest(),
+                    self.samples.get(n, 0),
+                    self.not_admitted.get(n, 0),
+                    self.evicted.get(n, 0),
+                )
                 for n, t in self.sparse.items()
             ]
             out += [

@@ -40,6 +40,8 @@ def collect(addresses: list[str], timeout: float = 10.0) -> dict[str, Any]:
                     "rows": t.rows,
                     "digest": f"{t.digest:016x}",
                     "samples": t.samples,
+                    "not_admitted": t.not_admitted,
+                    "evicted": t.evicted,
                     "memory_bytes": t.memory_bytes,
                 }
                 for t in s.tables
@@ -76,7 +78,10 @@ def show(addresses_text: str, as_json: bool) -> int:
             f" checkpoint seq {s['checkpoint_seq']}"
         )
         for t in s["tables"]:
-            print(f"  {t['name']:<12} {t['kind']:<6} rows {t['rows']:>12,}  digest {t['digest']}  samples {t['samples']:,}")
+            line = f"  {t['name']:<12} {t['kind']:<6} rows {t['rows']:>12,}  digest {t['digest']}  samples {t['samples']:,}"
+            if t["not_admitted"] or t["evicted"]:
+                line += f"  not admitted {t['not_admitted']:,}  evicted {t['evicted']:,}"
+            print(line)
     print("model (all shards):")
     for name, t in stats["tables"].items():
         samples = "/".join(f"{n:,}" for n in t["samples"])

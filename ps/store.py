@@ -10,13 +10,16 @@ trainer (every shard has it) or dropped (`drop_cuts_after`).
     b"t" + table                           -> the table's spec (JSON)
     b"b" + table + 0 + cut (u64 BE) + block (u32 BE)
                                            -> u64 n, keys [n] (u64 LE), rows [n, words] (u32)
+    b"x" + table + 0 + cut (u64 BE) + block (u32 BE)
+                                           -> keys evicted since the previous cut (u64 LE)
     b"d" + table + 0 + cut (u64 BE)        -> dense state (float64 [n, width])
     b"c" + cut (u64 BE)                    -> the cut's metadata (JSON)
     b"m:committed"                         -> the committed cut (u64 LE)
 
 Loading a table at cut c reads the blocks from the newest full cut <= c up to c in order,
-the last write of a key winning. Committing a full cut deletes everything older than the
-full cut before it, so the chain stays short and a shard can still go back one full cut.
+the last write of a key winning, and a key evicted after its last write gone. Committing a
+full cut deletes everything older than the full cut before it, so the chain stays short
+and a shard can still go back one full cut.
 """
 
 from __future__ import annotations
@@ -74,13 +77,23 @@ class ShardStore:
     def close(self) -> None:
         self.db.close()
 
-    def write_cut(self, meta: CutMeta, sparse: dict[str, tuple[Keys, Raw]], dense: dict[str, npt.NDArray[np.float64]]) -> int:
+    def write_cut(
+        self,
+        meta: CutMeta,
+        sparse: dict[str, tuple[Keys, Raw]],
+        dense: dict[str, npt.NDArray[np.float64]],
+        deleted: dict[str, Keys] | None = None,
+    ) -> int:
         """Writes a cut (not yet committed) in one WriteBatch; returns the rows written."""
         batch = WriteBatch(raw_mode=True)
         written = 0
         for table, (keys, rows) in sparse.items():
             self._put_blocks(batch, _table(b"b", table) + _cut(meta.cut), keys, rows)
             written += int(keys.shape[0])
+        for table, keys in (deleted or {}).items():
+            for b, lo in enumerate(range(0, keys.shape[0], BLOCK_ROWS)):
+                gone = np.ascontiguousarray(keys[lo : lo + BLOCK_ROWS], dtype="<u8").tobytes()
+                batch.put(_table(b"x", table) + _cut(meta.cut) + b.to_bytes(4, "big"), gone)
         for table, state in dense.items():
             batch.put(_table(b"d", table) + _cut(meta.cut), np.ascontiguousarray(state, dtype="<f8").tobytes())
         batch.put(b"c" + _cut(meta.cut), meta.to_json())
@@ -99,6 +112,7 @@ class ShardStore:
             keys, rows = self.sparse_at(table, words, cut)
             prefix = _table(b"b", table) + _cut(cut)
             batch.delete_range(prefix, _table(b"b", table) + _cut(cut + 1))
+            batch.delete_range(_table(b"x", table) + _cut(cut), _table(b"x", table) + _cut(cut + 1))
             self._put_blocks(batch, prefix, keys, rows)
         full = CutMeta(meta.cut, meta.offsets, meta.seq, True, meta.samples)
         batch.put(b"c" + _cut(cut), full.to_json())
@@ -157,7 +171,7 @@ class ShardStore:
     def _delete_cuts(self, batch: WriteBatch, lo: int, hi: int) -> None:
         """Deletes cuts lo <= cut < hi of every table."""
         for name in self.table_names():
-            for prefix in (b"b", b"d"):
+            for prefix in (b"b", b"x", b"d"):
                 batch.delete_range(_table(prefix, name) + _cut(lo), _table(prefix, name) + _cut(hi))
         batch.delete_range(b"c" + _cut(lo), b"c" + _cut(hi))
 
@@ -165,22 +179,50 @@ class ShardStore:
         """Every stored row of the table as of `cut`: keys sorted, the last write of each."""
         metas = [m for m in self.metas() if m.cut <= cut]
         base = max((m.cut for m in metas if m.full), default=0)
-        keys, rows = [], []
-        for k, r in self._blocks(table, base, cut, row_words):
+        keys, rows, cuts = [], [], []
+        for c, k, r in self._blocks(table, base, cut, row_words):
             keys.append(k)
             rows.append(r)
+            cuts.append(np.full(k.shape[0], c, dtype=np.int64))
         if not keys:
             return np.zeros(0, np.uint64), np.zeros((0, row_words), np.uint32)
         all_keys, all_rows = np.concatenate(keys), np.concatenate(rows)
         # the last write wins: unique over the reversed order keeps each key's last row
         uniq, first = np.unique(all_keys[::-1], return_index=True)
+        wrote = np.concatenate(cuts)[::-1][first]
+        gone_keys, gone_cuts = self._evictions(table, base, cut)
+        if gone_keys.shape[0]:  # a key evicted in a cut after its last write is gone
+            last_gone = np.full(uniq.shape[0], -1, dtype=np.int64)
+            order = np.argsort(gone_cuts, kind="stable")
+            pos = np.searchsorted(uniq, gone_keys[order])
+            hit = (pos < uniq.shape[0]) & (uniq[np.minimum(pos, uniq.shape[0] - 1)] == gone_keys[order])
+            last_gone[pos[hit]] = gone_cuts[order][hit]  # later cuts overwrite earlier ones
+            alive = last_gone < wrote
+            return uniq[alive], all_rows[::-1][first][alive]
         return uniq, all_rows[::-1][first]
 
-    def _blocks(self, table: str, lo: int, hi: int, row_words: int) -> Iterator[tuple[Keys, Raw]]:
+    def _evictions(self, table: str, lo: int, hi: int) -> tuple[Keys, npt.NDArray[np.int64]]:
+        """(keys, cut) of every eviction recorded in cuts lo..hi."""
+        prefix = _table(b"x", table)
+        keys, cuts = [], []
+        for k, v in self.db.items(from_key=prefix + _cut(lo)):
+            assert isinstance(k, bytes) and isinstance(v, bytes)  # raw mode
+            c = int.from_bytes(k[len(prefix) : len(prefix) + 8], "big")
+            if not k.startswith(prefix) or c > hi:
+                break
+            gone = np.frombuffer(v, dtype="<u8").astype(np.uint64)
+            keys.append(gone)
+            cuts.append(np.full(gone.shape[0], c, dtype=np.int64))
+        if not keys:
+            return np.zeros(0, np.uint64), np.zeros(0, np.int64)
+        return np.concatenate(keys), np.concatenate(cuts)
+
+    def _blocks(self, table: str, lo: int, hi: int, row_words: int) -> Iterator[tuple[int, Keys, Raw]]:
         prefix = _table(b"b", table)
         for k, v in self.db.items(from_key=prefix + _cut(lo)):
             assert isinstance(k, bytes) and isinstance(v, bytes)  # raw mode
-            if not k.startswith(prefix) or int.from_bytes(k[len(prefix) : len(prefix) + 8], "big") > hi:
+            c = int.from_bytes(k[len(prefix) : len(prefix) + 8], "big")
+            if not k.startswith(prefix) or c > hi:
                 break
             n = int.from_bytes(v[:8], "little")
             keys = np.frombuffer(v, dtype="<u8", count=n, offset=8).astype(np.uint64)
@@ -189,7 +231,7 @@ class ShardStore:
                 raise ValueError(
                     f"table {table}: a stored block has {rows.shape[0]} row words, {n} rows of {row_words} need more"
                 )
-            yield keys, rows.reshape(n, row_words).astype(np.uint32)
+            yield c, keys, rows.reshape(n, row_words).astype(np.uint32)
 
     def dense_at(self, table: str, size: int, width: int, cut: int) -> npt.NDArray[np.float64] | None:
         raw = self.db.get(_table(b"d", table) + _cut(cut))

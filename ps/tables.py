@@ -138,6 +138,28 @@ class SparseTable:
         else:
             kernels.merge_deltas(self.state, self.meta, ids, v, seq, now)
 
+    def delete_rows(self, ids: npt.NDArray[np.int64]) -> npt.NDArray[np.uint64]:
+        """Removes rows (their keys leave the hashmap); the rows after the new end move into
+        the holes, so the row arrays stay dense. Returns the keys removed."""
+        gone = np.unique(ids[(ids >= 0) & (ids < self.size)])
+        if gone.shape[0] == 0:
+            return np.zeros(0, dtype=np.uint64)
+        n, m = self.size, self.size - gone.shape[0]
+        removed = self.keys[gone].copy()
+        holes = gone[gone < m]
+        tail_dead = np.zeros(n - m, dtype=np.bool_)
+        tail_dead[gone[gone >= m] - m] = True
+        movers = m + np.flatnonzero(~tail_dead)  # as many as holes
+        self.keys[holes], self.state[holes], self.meta[holes] = self.keys[movers], self.state[movers], self.meta[movers]
+        self.map.delete(removed)
+        if holes.shape[0]:
+            self.map.words[self.map.find(self.keys[holes])] = holes.view(np.uint32).reshape(-1, 2)
+        self.keys[m:n] = 0
+        self.state[m:n] = 0.0
+        self.meta[m:n] = 0
+        self.size = m
+        return removed
+
     def updated_after(self, seq: int) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64]]:
         """(keys, row ids) of rows updated after sequence number seq (all rows for seq < 0)."""
         ids = np.arange(self.size, dtype=np.int64) if seq < 0 else kernels.rows_updated_after(self.meta, self.size, seq)

@@ -135,14 +135,22 @@ def _net(spec: ModelSpec, dense: dict[str, npt.NDArray[np.float32]]) -> Any:
     return DeepScorer(spec, dense)
 
 
-def apply_delta(overlay: CompactHashMap, path: Path) -> None:
+def apply_delta(overlay: CompactHashMap, path: Path, images: list[CompactHashMap]) -> None:
+    """Applies a delta's rows, then its tombstones (keys the PS evicted): they leave the
+    overlay; one that a base image also holds keeps a zero row there, which masks the
+    image's (mmapped, read-only) row until the next full version drops it."""
     d = modelfile.read_delta(path)
     if d.keys.shape[0]:
         slots = overlay.insert(d.keys)
         overlay.rows[slots] = d.rows
-    if d.tombstones.shape[0]:  # an evicted key reads as a zero row, as an absent key does
-        slots = overlay.insert(d.tombstones)
-        overlay.rows[slots] = 0.0
+    if d.tombstones.shape[0]:
+        overlay.delete(d.tombstones)
+        in_image = np.zeros(d.tombstones.shape[0], dtype=np.bool_)
+        for image in images:
+            in_image |= image.find(d.tombstones) >= 0
+        if in_image.any():
+            slots = overlay.insert(d.tombstones[in_image])
+            overlay.rows[slots] = 0.0  # reads as an absent key does
 
 
 def _sparse_files(manifest: dict[str, Any], role: str) -> list[dict[str, Any]]:
@@ -176,7 +184,7 @@ def load(
         todo = chain_dirs
     for d, m in todo:
         for f in _sparse_files(m, "sparse_delta"):
-            apply_delta(overlay, d / f["name"])
+            apply_delta(overlay, d / f["name"], images)
     dense = _dense(version_dir, manifest["files"])
     return ServableModel(
         name=str(manifest["model"]),

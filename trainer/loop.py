@@ -102,7 +102,8 @@ class Trainer:
     def take_up(self, point: CutPoint, reopen: Callable[[Position | None], Source], recover: Callable[[], CutPoint]) -> None:
         """Starts at a checkpoint cut the shards were restored to (`point`; the source is
         open there already); when a shard restarts, `recover` takes them all back to a
-        common cut and `reopen` opens the stream at its position."""
+        common cut (and declares the tables again) and `reopen` opens the stream at its
+        position."""
         self._reopen, self._recover = reopen, recover
         self._at(point)
 
@@ -202,8 +203,7 @@ class Trainer:
         self.pipeline.abandon()
         self._wait_commit()
         self.model.reset()
-        point = self._recover()
-        self.model.prepare(self.client)  # a restore to empty tables (cut 0) drops them
+        point = self._recover()  # restores the shards and declares the model's tables again
         self._at(point)
         self.bad_lines_before += self.reader.bad_lines
         self.source = self._reopen(point.position)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -99,6 +100,21 @@ def restore_shards(client: PSClient, from_start: bool, attempts: int = 5) -> Cut
             if attempt == attempts - 1:
                 raise
             log.warning("%s during the restore; restoring again", e)
+    raise AssertionError("unreachable")
+
+
+def restore_and_declare(client: PSClient, declare: Callable[[PSClient], None], from_start: bool, attempts: int = 5) -> CutPoint:
+    """restore_shards, then the model's tables declared (a restore to empty tables drops
+    them); a shard that restarts before they are declared makes it start over."""
+    for attempt in range(attempts):
+        point = restore_shards(client, from_start)
+        try:
+            declare(client)
+            return point
+        except ShardRestarted as e:
+            if attempt == attempts - 1:
+                raise
+            log.warning("%s while declaring the tables; restoring again", e)
     raise AssertionError("unreachable")
 
 

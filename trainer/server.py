@@ -18,15 +18,15 @@ from ctr.fields import FieldIndex
 from ctr.formats import resolve_fields
 from ctr.modelspec import FIELD_MODELS, ModelSpec
 from ctr.schema import PRESETS, FeatureSchema, detect_schema
-from ps.client import VALUE_CODECS, PSClient, parse_codec
+from ps.client import VALUE_CODECS, PSClient, ShardRestarted, parse_codec
 from trainer import metrics
 from trainer.config import ENV_PREFIX, TrainerConfig
 from trainer.dense_sync import parse_dense_codec
 from trainer.exporter import Exporter
 from trainer.loop import LoopSettings, Trainer
-from trainer.model import build_model
+from trainer.model import TrainableModel, build_model
 from trainer.progressive import ProgressiveMetrics
-from trainer.recovery import restore_shards
+from trainer.recovery import restore_and_declare, restore_shards
 from trainer.source import Position, Source, open_source
 from trainer.spec import model_spec
 from trainer.workers import WorkerFailed, WorkerRun, run_workers
@@ -168,6 +168,16 @@ def train_with_workers(
             served.stop()
 
 
+def _restarted_during(client: PSClient, model: TrainableModel) -> bool:
+    """Declares the model's tables; True when a shard restarted since the restore (the
+    caller restores again)."""
+    try:
+        model.prepare(client)
+        return False
+    except ShardRestarted:
+        return True
+
+
 def run(args: argparse.Namespace) -> int:
     return train(cfg.build(TrainerConfig, ENV_PREFIX, args))
 
@@ -196,7 +206,9 @@ def train(conf: TrainerConfig) -> int:
         model = build_model(spec, conf.staleness, conf.dense_codec)
     except ValueError as e:
         raise cfg.ConfigError(str(e)) from None
-    model.prepare(client)
+    again = restore_and_declare(client, model.prepare, conf.from_start) if _restarted_during(client, model) else None
+    if again is not None and again != point:  # a shard restarted meanwhile and the cut moved
+        point, source = again, reopen(again.position)
     log.info(
         "model %s, %d fields, tables %s", spec.type, len(fields), ", ".join(f"{t.name}:{t.optimizer.kind}" for t in spec.tables())
     )
@@ -226,7 +238,7 @@ def train(conf: TrainerConfig) -> int:
         result.update(run.compression)
     else:
         trainer = Trainer(client, model, schema, fields, source, settings, ProgressiveMetrics(conf.window), exporter, stop.is_set)
-        trainer.take_up(point, reopen, lambda: restore_shards(client, False))
+        trainer.take_up(point, reopen, lambda: restore_and_declare(client, model.prepare, False))
         result = dict(trainer.run())
         elapsed_s, bad_lines, exports = trainer.elapsed_s, trainer.bad_lines, trainer.exports
         if trainer.reader.cache is not None:
