@@ -32,7 +32,7 @@ class Lifecycle:
     ttl_s: float = 0.0  # 0: no time to live
     ttl_updates: int = 0
     max_rows: int = 0  # 0: no cap
-    sweep_every_s: float = 1.0  # TTL sweeps run at most this often per table
+    sweep_every_s: float = 1.0  # time-to-live sweeps run this often per table (update TTLs: every quarter of it)
 
     @property
     def evicts(self) -> bool:

@@ -102,7 +102,7 @@ class Shard:
         self._blooms: dict[str, CountingBloom] = {}
         self.not_admitted: dict[str, int] = {}
         self.evicted: dict[str, int] = {}
-        self._last_sweep: dict[str, float] = {}
+        self._last_sweep: dict[str, tuple[float, int]] = {}  # per table: time and update seq
         self._tombstones_cut: dict[str, list[npt.NDArray[np.uint64]]] = {}  # evicted since the last cut
         self._tombstones_export: list[npt.NDArray[np.uint64]] = []  # evicted since the last export
         if store is not None:
@@ -284,16 +284,20 @@ class Shard:
         return keys[keep], values.reshape(keys.shape[0], -1)[keep]
 
     def _evict(self, t: SparseTable) -> None:
-        """Evicts expired rows (a sweep at most every sweep_every_s) and, once the table is
-        5% past max_rows, the least recently updated down to it. Caller holds the lock."""
+        """Evicts expired rows (a sweep every sweep_every_s, or every quarter of ttl_updates
+        updates) and, once the table is 5% past max_rows, the least recently updated down
+        to it. Caller holds the lock."""
         policy = self.lifecycle
         now = time.time()
-        sweep = (policy.ttl_s > 0 or policy.ttl_updates > 0) and now - self._last_sweep.get(t.name, 0.0) >= policy.sweep_every_s
+        last_time, last_seq = self._last_sweep.get(t.name, (0.0, 0))
+        sweep = (policy.ttl_s > 0 and now - last_time >= policy.sweep_every_s) or (
+            policy.ttl_updates > 0 and self.update_seq - last_seq >= max(1, policy.ttl_updates // 4)
+        )
         over = policy.max_rows > 0 and t.size > policy.max_rows * 1.05
         if not (sweep or over):
             return
         if sweep:
-            self._last_sweep[t.name] = now
+            self._last_sweep[t.name] = (now, self.update_seq)
         removed = t.delete_rows(to_evict(t.meta, t.size, int(now), self.update_seq, policy, sweep))
         if removed.shape[0]:
             self.evicted[t.name] = self.evicted.get(t.name, 0) + int(removed.shape[0])

@@ -105,7 +105,7 @@ def test_the_row_cap_evicts_the_least_recently_updated(tmp_path):
 
 
 def test_ttl_in_updates_evicts_rows_left_alone():
-    shard = Shard(0, 1, lifecycle=Lifecycle(ttl_updates=5, sweep_every_s=0.0))
+    shard = Shard(0, 1, lifecycle=Lifecycle(ttl_updates=5))
     shard.declare(SPEC.tables())
     _push(shard, np.array([7, 8], dtype=np.uint64))
     for _ in range(7):
