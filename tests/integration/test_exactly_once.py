@@ -151,3 +151,31 @@ def test_in_process_shards_checkpoint_and_take_up_like_shard_processes(data_dir,
     assert second["samples"] == 26000  # only b was trained; the cut's metrics carry on
     again, err = train("--from-start")
     assert again["samples"] == 26000 and "start empty (--from-start)" in err
+
+
+def test_shards_holding_different_cuts_go_back_to_the_newest_they_all_hold(data_dir, tmp_path):
+    """Shard 1 never got the last cut (it died between the trainer's prepares, say): a trainer
+    that starts takes both shards back to the newest cut both hold, and says so."""
+    from ps.client import PSClient
+
+    stream = tmp_path / "stream.libfm"
+    lines = (data_dir / "frappe/frappe.validation.libfm").read_text().splitlines()[:4000]
+    stream.write_text("\n".join(lines) + "\n")
+    shards = [_shard(i, tmp_path) for i in range(2)]
+    try:
+        _finish(_trainer(stream, shards, tmp_path / "m.json"))  # cuts 1.. on both shards
+        client = PSClient.connect([s.address for s in shards])
+        held = client.status()[0].cuts
+        last = max(held)
+        offsets = client.status()[0].checkpoint_offsets
+        client.transport.prepare(0, last + 1, offsets)  # only shard 0 gets the next cut
+        client.transport.commit(0, last + 1)
+        client.close()
+        proc = _trainer(stream, shards, tmp_path / "m2.json")
+        err = _finish(proc)
+        assert f"going back to cut {last}, the newest all of them hold" in err, err[-3000:]
+        assert f"PS shards at checkpoint cut {last}" in err
+        assert json.loads((tmp_path / "m2.json").read_text())["samples"] == 4000  # the cut held them all
+    finally:
+        for s in shards:
+            s.stop()
