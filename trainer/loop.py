@@ -84,6 +84,7 @@ class Trainer:
         self.pipeline = Pipeline(client, model)
         self.submitted = 0  # samples handed to the pipeline (progress lags it by a batch)
         self.report: Callable[[], None] | None = None  # called about once a second (a worker's coordinator)
+        self.control: Callable[[], None] | None = None  # called at every batch boundary (a worker's coordinator)
 
     def train_batch(self, batch: SampleBatch) -> None:
         self.submitted += len(batch)
@@ -105,6 +106,10 @@ class Trainer:
         common cut (and declares the tables again) and `reopen` opens the stream at its
         position."""
         self._reopen, self._recover = reopen, recover
+        self._at(point)
+
+    def start_at(self, point: CutPoint) -> None:
+        """Takes up at a cut's position, samples and metrics (a worker of several)."""
         self._at(point)
 
     def _at(self, point: CutPoint) -> None:
@@ -169,6 +174,8 @@ class Trainer:
                 if self.s.checkpoint_interval_s > 0 and now - last_ckpt >= self.s.checkpoint_interval_s:
                     self.checkpoint()
                     last_ckpt = now
+                if self.control is not None:
+                    self.control()
                 if self.report is not None and now - last_report >= 1.0:
                     self.report()
                     last_report = now
@@ -236,15 +243,20 @@ class Trainer:
         from a thread once they are done; training stalls only for the flush and the
         snapshot."""
         started = time.perf_counter()
-        self.flush()
-        self.model.finish(self.client)
-        self.client.flush_residuals()  # a restart loses the worker's memory, so the cut holds every update
+        self.settle()
         self._wait_commit()  # cuts commit in order
         self.cut += 1
         rows = self.client.prepare(self.cut, encode_offsets(self.position, self.submitted, self.progress))
         stall = time.perf_counter() - started
         metrics.CHECKPOINT_STALL.observe(stall)
         self._commit = self._committer.submit(self._commit_cut, self.cut, rows, stall, time.perf_counter())
+
+    def settle(self) -> None:
+        """Trains what is queued and waits for its pushes; sends what the model and the
+        compressors hold back: the shards then hold everything up to self.position."""
+        self.flush()
+        self.model.finish(self.client)
+        self.client.flush_residuals()  # a restart loses the worker's memory, so the cut holds every update
 
     def _commit_cut(self, cut: int, rows: int, stall: float, prepared: float) -> None:
         try:

@@ -26,24 +26,34 @@ log = logging.getLogger("trainer")
 
 @dataclass(frozen=True)
 class CutPoint:
-    """Where training takes up after a restore."""
+    """Where training takes up after a restore; with several workers, each one's in `parts`."""
 
     cut: int  # 0: empty tables, the start of the stream
     position: Position | None = None
     samples: int = 0
     progress: dict[str, Any] = field(default_factory=dict)
+    parts: tuple[CutPoint, ...] = ()
+
+
+def worker_state(position: Position, samples: int, progress: dict[str, Any]) -> dict[str, Any]:
+    """What a cut records of one worker (JSON-ready): position, samples, metrics."""
+    metrics = {
+        "count": progress["count"],
+        "positives": progress["positives"],
+        "loss_sum": progress["loss_sum"],
+        "labels": base64.b64encode(np.asarray(progress["labels"], dtype="<f4").tobytes()).decode(),
+        "probs": base64.b64encode(np.asarray(progress["probs"], dtype="<f4").tobytes()).decode(),
+    }
+    return {"position": vars(position), "samples": samples, "progress": metrics}
 
 
 def encode_offsets(position: Position, samples: int, progress: ProgressiveMetrics) -> bytes:
-    st = progress.state()
-    metrics = {
-        "count": st["count"],
-        "positives": st["positives"],
-        "loss_sum": st["loss_sum"],
-        "labels": base64.b64encode(np.asarray(st["labels"], dtype="<f4").tobytes()).decode(),
-        "probs": base64.b64encode(np.asarray(st["probs"], dtype="<f4").tobytes()).decode(),
-    }
-    return json.dumps({"position": vars(position), "samples": samples, "progress": metrics}).encode()
+    return json.dumps(worker_state(position, samples, progress.state())).encode()
+
+
+def encode_workers(states: list[dict[str, Any]]) -> bytes:
+    """A cut of several workers: each one's worker_state, in worker order."""
+    return json.dumps({"workers": states}).encode()
 
 
 def decode_offsets(cut: int, blob: bytes) -> CutPoint:
@@ -51,8 +61,14 @@ def decode_offsets(cut: int, blob: bytes) -> CutPoint:
     if not blob:
         return CutPoint(cut)
     d = json.loads(blob)
+    if "workers" in d:
+        return CutPoint(cut, parts=tuple(_part(cut, w) for w in d["workers"]))
     if "position" not in d:
         return CutPoint(cut, Position(**d))
+    return _part(cut, d)
+
+
+def _part(cut: int, d: dict[str, Any]) -> CutPoint:
     progress = dict(d.get("progress") or {})
     for k in ("labels", "probs"):
         if k in progress:

@@ -26,7 +26,7 @@ from trainer.exporter import Exporter
 from trainer.loop import LoopSettings, Trainer
 from trainer.model import TrainableModel, build_model
 from trainer.progressive import ProgressiveMetrics
-from trainer.recovery import restore_and_declare, restore_shards
+from trainer.recovery import CutPoint, restore_and_declare, restore_shards
 from trainer.source import Position, Source, open_source
 from trainer.spec import model_spec
 from trainer.workers import WorkerFailed, WorkerRun, run_workers
@@ -76,10 +76,8 @@ def check_workers(conf: TrainerConfig) -> None:
         raise cfg.ConfigError(
             f"--workers {conf.workers}: the stream is split by files or partitions, so --source must be a folder or a Kafka topic"
         )
-    if conf.checkpoint_interval_s > 0:
-        raise cfg.ConfigError(
-            f"--workers {conf.workers}: checkpoints need one worker for now (a cut across workers' pipelines is not there yet)"
-        )
+    if conf.checkpoint_interval_s > 0 and conf.local_aggregate:
+        raise cfg.ConfigError("--local-aggregate does not take checkpoints yet (the leader's residuals would miss from a cut)")
 
 
 def addresses_of(conf: TrainerConfig) -> list[str]:
@@ -155,12 +153,14 @@ def train_with_workers(
     settings: LoopSettings,
     exporter: Exporter | None,
     stop: Callable[[], bool],
+    start: CutPoint,
 ) -> WorkerRun:
-    """W worker processes; with --ps local this process serves its shards to them over gRPC."""
+    """W worker processes, each taking up at its part of `start`; with --ps local this
+    process serves its shards to them over gRPC."""
     served = client.serve_local() if conf.ps == "local" else None
     addresses = served.addresses if served is not None else addresses_of(conf)
     try:
-        return run_workers(conf, addresses, schema, fields, settings, exporter, stop, client.transport.generation)
+        return run_workers(conf, addresses, schema, fields, settings, exporter, stop, client.transport.generation, client, start)
     except WorkerFailed as e:
         raise SystemExit(f"trainer: {e}") from None
     finally:
@@ -192,6 +192,12 @@ def train(conf: TrainerConfig) -> int:
         signal.signal(sig, lambda *_: stop.set())
     client = connect(conf)
     point = restore_shards(client, conf.from_start)  # exactly once: back to the newest common cut
+    taken = len(point.parts) or 1
+    if point.cut and taken != conf.workers:
+        raise cfg.ConfigError(
+            f"checkpoint cut {point.cut} was taken with {taken} worker(s), whose positions do not map to {conf.workers}:"
+            f" run with --workers {taken}, or start over with --from-start"
+        )
 
     def reopen(position: Position | None) -> Source:
         return open_source(conf.source, conf.follow, stop=stop.is_set, start=position)
@@ -230,7 +236,7 @@ def train(conf: TrainerConfig) -> int:
     )
     daemon.write_ready_file(conf.ready_file, metrics_port=metrics_port)
     if conf.workers > 1:
-        run = train_with_workers(conf, client, schema, fields, settings, exporter, stop.is_set)
+        run = train_with_workers(conf, client, schema, fields, settings, exporter, stop.is_set, point)
         result: dict[str, Any] = dict(run.progress.snapshot())
         elapsed_s, bad_lines, exports = run.elapsed_s, run.bad_lines, run.exports
         fields.dropped = run.dropped

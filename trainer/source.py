@@ -142,7 +142,8 @@ class StreamSource:
         start = self.start
         while not self.stop():
             pending = [f for f in self._files() if str(f) not in done]
-            if start.file:
+            if start.file:  # files before the start were read before it: done, on every pass
+                done.update(str(f) for f in pending if str(f) < start.file)
                 pending = [f for f in pending if str(f) >= start.file]
             if not pending:
                 if not self.follow:

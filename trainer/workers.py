@@ -11,6 +11,7 @@ that fails stops the run, with its exit code.
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import signal
 import threading
@@ -29,8 +30,10 @@ from trainer.fork_server import start_fork_server
 from trainer.loop import LoopSettings, Trainer
 from trainer.model import build_model
 from trainer.progressive import ProgressiveMetrics
+from trainer.recovery import CutPoint, worker_state
 from trainer.source import open_source
 from trainer.spec import model_spec
+from trainer.worker_cuts import WorkerCuts
 
 log = logging.getLogger("trainer")
 
@@ -47,6 +50,9 @@ class WorkerJob:
     settings: LoopSettings
     aggregation: AggregationPlan | None = None  # --local-aggregate
     generation: int = 0  # the coordinator's, which the shards follow since it restored them
+    start: CutPoint | None = None  # this worker's part of the cut the shards were restored to
+    control: Any = None  # a queue of the coordinator's orders: "pause" (for a cut), "resume"
+    coordinator: int = 0  # its pid: a worker whose coordinator died stops (its pushes would be stale)
 
 
 @dataclass
@@ -59,6 +65,8 @@ class WorkerReport:
     push_bytes: int = 0
     pull_bytes: int = 0
     compression: dict[str, float] = field(default_factory=dict)
+    paused: bool = False  # at a batch boundary with every push acknowledged, for a cut
+    state: dict[str, Any] | None = None  # recovery.worker_state, with paused and final reports
 
 
 def share(total: int, index: int, count: int) -> int:
@@ -79,19 +87,24 @@ def worker_main(job: WorkerJob, reports: Any) -> None:
     client.transport.generation = job.generation
     if job.aggregation is not None:
         client.aggregate_locally(job.aggregation, job.index)
-    source = open_source(conf.source, conf.follow, stop=stop.is_set, part=(job.index, conf.workers))
+    start = job.start.position if job.start is not None else None
+    source = open_source(conf.source, conf.follow, stop=stop.is_set, start=start, part=(job.index, conf.workers))
     spec = model_spec(conf, tuple(job.fields.names))
     model = build_model(spec, conf.staleness, conf.dense_codec)  # the coordinator declared the tables
     client.know(spec.tables())
     progress = ProgressiveMetrics(conf.window)
     trainer = Trainer(client, model, job.schema, job.fields, source, job.settings, progress, None, stop.is_set)
+    if job.start is not None:
+        trainer.start_at(job.start)
     trainer.report = lambda: reports.put(WorkerReport(job.index, progress.state()))
+    trainer.control = lambda: _obey(job.control, trainer, reports, job.index, job.coordinator)
     trainer.run()
     reports.put(
         WorkerReport(
             job.index,
             progress.state(),
             final=True,
+            state=worker_state(trainer.position, trainer.submitted, progress.state()),
             bad_lines=trainer.bad_lines,
             dropped=job.fields.dropped,
             push_bytes=client.push_bytes,
@@ -100,6 +113,38 @@ def worker_main(job: WorkerJob, reports: Any) -> None:
         )
     )
     client.close()
+
+
+def _obey(control: Any, trainer: Trainer, reports: Any, index: int, coordinator: int) -> None:
+    """At a batch boundary: on "pause", settles (every push acknowledged), reports where it
+    stands for the coordinator's cut and waits for "resume". A worker whose coordinator is
+    gone exits: a restarted trainer goes back to the last cut without it."""
+    if control is None:
+        return
+    _coordinator_alive(coordinator)
+    try:
+        order = control.get_nowait()
+    except queue.Empty:
+        return
+    if order == "pause":
+        trainer.settle()
+        state = worker_state(trainer.position, trainer.submitted, trainer.progress.state())
+        reports.put(WorkerReport(index, trainer.progress.state(), paused=True, state=state))
+        while True:
+            try:
+                if control.get(timeout=1.0) == "resume":
+                    return
+            except queue.Empty:
+                _coordinator_alive(coordinator)
+
+
+def _coordinator_alive(pid: int) -> None:
+    if pid:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            log.error("the coordinator (pid %d) is gone; this worker stops", pid)
+            os._exit(1)
 
 
 @dataclass
@@ -124,6 +169,12 @@ def _merged(window: int, latest: dict[int, WorkerReport]) -> ProgressiveMetrics:
     return ProgressiveMetrics.merge(window, [r.progress for r in latest.values()])
 
 
+def _check(procs: list[Any]) -> None:
+    for i, p in enumerate(procs):
+        if p.exitcode not in (None, 0):  # a clean exit's final report is in the queue
+            raise WorkerFailed(f"worker {i} exited with code {p.exitcode}; its log is above")
+
+
 def run_workers(
     conf: TrainerConfig,
     addresses: list[str],
@@ -133,23 +184,33 @@ def run_workers(
     exporter: Exporter | None,
     stop: Callable[[], bool],
     generation: int = 0,
+    client: PSClient | None = None,
+    start: CutPoint | None = None,
 ) -> WorkerRun:
+    """client: the coordinator's, for checkpoint cuts; start: the cut the shards were
+    restored to, whose parts say where each worker takes up."""
     ctx = start_fork_server()
     reports = ctx.Queue()
-    procs = []
+    controls = [ctx.Queue() for _ in range(conf.workers)]
+    procs: list[Any] = []
     plan = None
     if conf.local_aggregate:  # the workers' shared memory, removed when they are gone
         plan = AggregationPlan.create(ctx, conf.workers, len(addresses), conf.local_aggregate_mb << 20)
     for i in range(conf.workers):
-        job_settings = LoopSettings(**{**vars(settings), "max_samples": share(settings.max_samples, i, conf.workers)})
-        job = WorkerJob(conf, i, addresses, schema, fields, job_settings, plan, generation)
+        limit = share(settings.max_samples, i, conf.workers)
+        job_settings = LoopSettings(**{**vars(settings), "max_samples": limit, "checkpoint_interval_s": 0.0})  # cuts are ours
+        part = start.parts[i] if start is not None and start.parts else None
+        job = WorkerJob(conf, i, addresses, schema, fields, job_settings, plan, generation, part, controls[i], os.getpid())
         p = ctx.Process(target=worker_main, args=(job, reports), name=f"trainer-w{i}", daemon=True)
         p.start()
         procs.append(p)
     log.info("started %d workers (staleness %d) on %s", conf.workers, conf.staleness, ",".join(addresses))
     latest: dict[int, WorkerReport] = {}
     run = WorkerRun(ProgressiveMetrics(conf.window), 0.0)
-    started = last_export = last_log = time.monotonic()
+    started = last_export = last_log = last_cut = time.monotonic()
+    cuts = None
+    if client is not None and settings.checkpoint_interval_s > 0:
+        cuts = WorkerCuts(client, controls, reports, latest, start.cut if start else 0, lambda: _check(procs))
     if exporter is not None:
         run.exports.append(exporter.export(run.progress.snapshot(), force_full=True))
     stopping = False
@@ -160,15 +221,16 @@ def run_workers(
                 latest[report.index] = report
             except queue.Empty:
                 pass
-            for i, p in enumerate(procs):
-                if p.exitcode not in (None, 0):  # a clean exit's final report is in the queue
-                    raise WorkerFailed(f"worker {i} exited with code {p.exitcode}; its log is above")
+            _check(procs)
             if stop() and not stopping:
                 stopping = True
                 for p in procs:
                     if p.is_alive() and p.pid is not None:
                         p.terminate()  # SIGTERM: the worker finishes its batch and pushes it
             now = time.monotonic()
+            if cuts is not None and not stopping and now - last_cut >= settings.checkpoint_interval_s:
+                cuts.take()
+                last_cut = now
             if exporter is not None and now - last_export >= settings.export_interval_s:
                 run.exports.append(exporter.export(_merged(conf.window, latest).snapshot()))
                 last_export = now
@@ -176,6 +238,8 @@ def run_workers(
                 snap = _merged(conf.window, latest).snapshot()
                 log.info("samples %d  window AUC %.4f  logloss %.4f", snap["samples"], snap["window_auc"], snap["window_logloss"])
                 last_log = now
+        if cuts is not None:
+            cuts.take()  # every worker is done: the last cut holds the whole stream
     except BaseException:
         for p in procs:
             if p.is_alive():

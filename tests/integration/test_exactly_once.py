@@ -179,3 +179,43 @@ def test_shards_holding_different_cuts_go_back_to_the_newest_they_all_hold(data_
     finally:
         for s in shards:
             s.stop()
+
+
+def test_two_workers_killed_with_their_trainer_train_every_sample_once(data_dir, tmp_path):
+    """Two workers (files dealt out) take consistent cuts together; the trainer killed with
+    -9 three times at random moments and restarted, every sample is applied exactly once:
+    each table's samples on every shard count the stream once (the model's bits depend on
+    how the workers interleave, so they are not compared)."""
+    lines = (data_dir / "frappe/frappe.validation.libfm").read_text().splitlines()
+    folder = tmp_path / "stream"
+    folder.mkdir()
+    for i in range(8):
+        (folder / f"part{i}.libfm").write_text("\n".join(lines * 6) + "\n")
+    total = 8 * 6 * len(lines)
+    shards = [_shard(i, tmp_path) for i in range(2)]
+
+    def trainer() -> subprocess.Popen[str]:
+        cmd = [sys.executable, "-m", "boundless", "train", "--source", str(folder), "--no-follow", "--metrics-port", "-1"]
+        cmd += ["--ps", ",".join(s.address for s in shards), "--workers", "2", "--batch-size", "2048"]
+        cmd += ["--checkpoint-interval-s", "0.5", "--metrics-out", str(tmp_path / "m.json")]
+        return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+    rng = random.Random(11)
+    try:
+        kills = 0
+        for _ in range(3):
+            proc = trainer()
+            time.sleep(rng.uniform(2.0, 3.5))  # start-up and the workers' fork take about 1.5 s
+            if proc.poll() is not None:
+                break
+            proc.kill()
+            proc.wait()
+            kills += 1
+        err = _finish(trainer())
+        assert kills >= 2 and "checkpoint cut" in err, err[-3000:]
+        assert json.loads((tmp_path / "m.json").read_text())["samples"] == total
+        model = _model(shards)
+        assert model["w"][2] == [total, total], model  # every sample once, on each shard
+    finally:
+        for s in shards:
+            s.stop()

@@ -75,3 +75,11 @@ def test_the_trainer_goes_back_to_the_newest_cut_every_shard_holds(caplog):
     assert "going back to cut 5" in caplog.text
     with pytest.raises(ConfigError, match="no checkpoint cut in common .*shard 1: none"):
         common_cut([status(0, 6, (6,)), status(1, 0, ())])
+
+
+def test_a_folder_resumed_at_its_second_file_never_reads_the_first_again(tmp_path):
+    for name in ("a", "b", "c"):
+        (tmp_path / f"{name}.txt").write_text("1 x\n0 y\n")
+    source = StreamSource(str(tmp_path), follow=False, start=Position(str(tmp_path / "b.txt"), 4, 1))
+    read = [(b.file, b.data) for b in source.blocks(1 << 20) if b is not None and b.data]
+    assert read == [(str(tmp_path / "b.txt"), b"0 y\n"), (str(tmp_path / "c.txt"), b"1 x\n0 y\n")]
