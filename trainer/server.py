@@ -154,13 +154,15 @@ def train_with_workers(
     exporter: Exporter | None,
     stop: Callable[[], bool],
     start: CutPoint,
+    recover: Callable[[], CutPoint],
 ) -> WorkerRun:
     """W worker processes, each taking up at its part of `start`; with --ps local this
     process serves its shards to them over gRPC."""
     served = client.serve_local() if conf.ps == "local" else None
     addresses = served.addresses if served is not None else addresses_of(conf)
     try:
-        return run_workers(conf, addresses, schema, fields, settings, exporter, stop, client.transport.generation, client, start)
+        generation = client.transport.generation
+        return run_workers(conf, addresses, schema, fields, settings, exporter, stop, generation, client, start, recover)
     except WorkerFailed as e:
         raise SystemExit(f"trainer: {e}") from None
     finally:
@@ -236,7 +238,8 @@ def train(conf: TrainerConfig) -> int:
     )
     daemon.write_ready_file(conf.ready_file, metrics_port=metrics_port)
     if conf.workers > 1:
-        run = train_with_workers(conf, client, schema, fields, settings, exporter, stop.is_set, point)
+        recover = lambda: restore_and_declare(client, model.prepare, False)  # noqa: E731
+        run = train_with_workers(conf, client, schema, fields, settings, exporter, stop.is_set, point, recover)
         result: dict[str, Any] = dict(run.progress.snapshot())
         elapsed_s, bad_lines, exports = run.elapsed_s, run.bad_lines, run.exports
         fields.dropped = run.dropped

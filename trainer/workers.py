@@ -23,7 +23,7 @@ from typing import Any
 from ctr import daemon
 from ctr.fields import FieldIndex
 from ctr.schema import FeatureSchema
-from ps.client import AggregationPlan, PSClient
+from ps.client import AggregationPlan, PSClient, ShardRestarted
 from trainer.config import TrainerConfig
 from trainer.exporter import Exporter
 from trainer.fork_server import start_fork_server
@@ -98,7 +98,11 @@ def worker_main(job: WorkerJob, reports: Any) -> None:
         trainer.start_at(job.start)
     trainer.report = lambda: reports.put(WorkerReport(job.index, progress.state()))
     trainer.control = lambda: _obey(job.control, trainer, reports, job.index, job.coordinator)
-    trainer.run()
+    try:
+        trainer.run()
+    except ShardRestarted as e:
+        log.warning("%s; the coordinator takes every shard back to a cut", e)
+        os._exit(EXIT_SHARD_RESTARTED)
     reports.put(
         WorkerReport(
             job.index,
@@ -113,6 +117,21 @@ def worker_main(job: WorkerJob, reports: Any) -> None:
         )
     )
     client.close()
+
+
+def _stop_all(procs: list[Any], reports: Any) -> None:
+    """Kills every worker and forgets what they reported."""
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+    for p in procs:
+        p.join(timeout=30)
+    procs.clear()
+    while True:
+        try:
+            reports.get(timeout=0.05)
+        except queue.Empty:
+            return
 
 
 def _obey(control: Any, trainer: Trainer, reports: Any, index: int, coordinator: int) -> None:
@@ -169,8 +188,17 @@ def _merged(window: int, latest: dict[int, WorkerReport]) -> ProgressiveMetrics:
     return ProgressiveMetrics.merge(window, [r.progress for r in latest.values()])
 
 
+EXIT_SHARD_RESTARTED = 75  # a worker's exit code: a PS shard restarted (the coordinator recovers)
+
+
+class ShardLost(RuntimeError):
+    pass
+
+
 def _check(procs: list[Any]) -> None:
     for i, p in enumerate(procs):
+        if p.exitcode == EXIT_SHARD_RESTARTED:
+            raise ShardLost(f"worker {i} found a PS shard restarted")
         if p.exitcode not in (None, 0):  # a clean exit's final report is in the queue
             raise WorkerFailed(f"worker {i} exited with code {p.exitcode}; its log is above")
 
@@ -186,25 +214,34 @@ def run_workers(
     generation: int = 0,
     client: PSClient | None = None,
     start: CutPoint | None = None,
+    recover: Callable[[], CutPoint] | None = None,
 ) -> WorkerRun:
     """client: the coordinator's, for checkpoint cuts; start: the cut the shards were
-    restored to, whose parts say where each worker takes up."""
+    restored to, whose parts say where each worker takes up; recover: takes every shard
+    back to a common cut when one restarted, after which the workers start again there."""
     ctx = start_fork_server()
     reports = ctx.Queue()
-    controls = [ctx.Queue() for _ in range(conf.workers)]
     procs: list[Any] = []
-    plan = None
-    if conf.local_aggregate:  # the workers' shared memory, removed when they are gone
-        plan = AggregationPlan.create(ctx, conf.workers, len(addresses), conf.local_aggregate_mb << 20)
-    for i in range(conf.workers):
-        limit = share(settings.max_samples, i, conf.workers)
-        job_settings = LoopSettings(**{**vars(settings), "max_samples": limit, "checkpoint_interval_s": 0.0})  # cuts are ours
-        part = start.parts[i] if start is not None and start.parts else None
-        job = WorkerJob(conf, i, addresses, schema, fields, job_settings, plan, generation, part, controls[i], os.getpid())
-        p = ctx.Process(target=worker_main, args=(job, reports), name=f"trainer-w{i}", daemon=True)
-        p.start()
-        procs.append(p)
-    log.info("started %d workers (staleness %d) on %s", conf.workers, conf.staleness, ",".join(addresses))
+    plans: list[AggregationPlan] = []
+    controls: list[Any] = []
+
+    def spawn(point: CutPoint | None, generation: int) -> None:
+        plan = None
+        if conf.local_aggregate:  # the workers' shared memory, removed when they are gone
+            plan = AggregationPlan.create(ctx, conf.workers, len(addresses), conf.local_aggregate_mb << 20)
+            plans.append(plan)
+        controls[:] = [ctx.Queue() for _ in range(conf.workers)]
+        for i in range(conf.workers):
+            limit = share(settings.max_samples, i, conf.workers)
+            job_settings = LoopSettings(**{**vars(settings), "max_samples": limit, "checkpoint_interval_s": 0.0})  # cuts are ours
+            part = point.parts[i] if point is not None and point.parts else None
+            job = WorkerJob(conf, i, addresses, schema, fields, job_settings, plan, generation, part, controls[i], os.getpid())
+            p = ctx.Process(target=worker_main, args=(job, reports), name=f"trainer-w{i}", daemon=True)
+            p.start()
+            procs.append(p)
+        log.info("started %d workers (staleness %d) on %s", conf.workers, conf.staleness, ",".join(addresses))
+
+    spawn(start, generation)
     latest: dict[int, WorkerReport] = {}
     run = WorkerRun(ProgressiveMetrics(conf.window), 0.0)
     started = last_export = last_log = last_cut = time.monotonic()
@@ -214,23 +251,38 @@ def run_workers(
     if exporter is not None:
         run.exports.append(exporter.export(run.progress.snapshot(), force_full=True))
     stopping = False
+    recoveries = 0
     try:
         while not all(r.final for r in latest.values()) or len(latest) < conf.workers:
             try:
-                report = reports.get(timeout=0.2)
-                latest[report.index] = report
-            except queue.Empty:
-                pass
-            _check(procs)
-            if stop() and not stopping:
-                stopping = True
-                for p in procs:
-                    if p.is_alive() and p.pid is not None:
-                        p.terminate()  # SIGTERM: the worker finishes its batch and pushes it
-            now = time.monotonic()
-            if cuts is not None and not stopping and now - last_cut >= settings.checkpoint_interval_s:
-                cuts.take()
-                last_cut = now
+                try:
+                    report = reports.get(timeout=0.2)
+                    latest[report.index] = report
+                except queue.Empty:
+                    pass
+                _check(procs)
+                if stop() and not stopping:
+                    stopping = True
+                    for p in procs:
+                        if p.is_alive() and p.pid is not None:
+                            p.terminate()  # SIGTERM: the worker finishes its batch and pushes it
+                now = time.monotonic()
+                if cuts is not None and not stopping and now - last_cut >= settings.checkpoint_interval_s:
+                    cuts.take()
+                    last_cut = now
+            except (ShardLost, ShardRestarted) as e:  # a worker found it, or the coordinator's cut did
+                if recover is None or stopping or recoveries >= 10:
+                    raise WorkerFailed(str(e)) from None
+                log.warning("%s; every worker goes back to the last cut every shard holds", e)
+                _stop_all(procs, reports)
+                point = recover()
+                latest.clear()
+                if cuts is not None:
+                    cuts.cut = point.cut
+                assert client is not None
+                spawn(point, client.transport.generation)
+                recoveries += 1
+                continue
             if exporter is not None and now - last_export >= settings.export_interval_s:
                 run.exports.append(exporter.export(_merged(conf.window, latest).snapshot()))
                 last_export = now
@@ -248,7 +300,7 @@ def run_workers(
     finally:
         for p in procs:
             p.join(timeout=30)
-        if plan is not None:
+        for plan in plans:
             plan.release()
     run.elapsed_s = time.monotonic() - started
     run.progress = _merged(conf.window, latest)

@@ -219,3 +219,40 @@ def test_two_workers_killed_with_their_trainer_train_every_sample_once(data_dir,
     finally:
         for s in shards:
             s.stop()
+
+
+def test_two_workers_go_back_to_a_cut_when_a_shard_restarts(data_dir, tmp_path):
+    """A shard killed with -9 under two workers: the coordinator stops them, takes every
+    shard back to the last cut and starts them there; every sample is applied once."""
+    lines = (data_dir / "frappe/frappe.validation.libfm").read_text().splitlines()
+    folder = tmp_path / "stream"
+    folder.mkdir()
+    for i in range(8):
+        (folder / f"part{i}.libfm").write_text("\n".join(lines * 6) + "\n")
+    total = 8 * 6 * len(lines)
+    shards = [_shard(i, tmp_path) for i in range(2)]
+    ports = [s.ready["grpc_port"] for s in shards]
+    cmd = [sys.executable, "-m", "boundless", "train", "--source", str(folder), "--no-follow", "--metrics-port", "-1"]
+    cmd += ["--ps", ",".join(s.address for s in shards), "--workers", "2", "--batch-size", "2048"]
+    cmd += ["--checkpoint-interval-s", "0.5", "--ps-retry-s", "60", "--metrics-out", str(tmp_path / "m.json")]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    rng = random.Random(5)
+    try:
+        kills = 0
+        for _ in range(2):
+            time.sleep(rng.uniform(2.0, 3.0))
+            if proc.poll() is not None:
+                break
+            i = rng.randrange(2)
+            shards[i].kill()
+            shards[i] = _shard(i, tmp_path, ports[i])
+            kills += 1
+        err = _finish(proc)
+        assert kills >= 1 and "every worker goes back to the last cut" in err, err[-3000:]
+        assert json.loads((tmp_path / "m.json").read_text())["samples"] == total
+        assert _model(shards)["w"][2] == [total, total]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for s in shards:
+            s.stop()
