@@ -24,6 +24,7 @@ from ctr.modelspec import TableSpec
 from ctr.routing import dense_range, shard_of
 from ps.compression.compressor import CodecSpec, Compressor, parse_codec
 from ps.compression.payload import VALUE_CODECS, Compressed, encode_rows, value_codec
+from ps.lifecycle import Lifecycle
 from ps.local_aggregate import AggregationPlan, LocalAggregator
 from ps.shard import ExportedFile, Shard
 from ps.tables import DELTA, GRADIENT, MOMENTUM
@@ -38,6 +39,7 @@ __all__ = [
     "MOMENTUM",
     "VALUE_CODECS",
     "AggregationPlan",
+    "Lifecycle",
     "ExportedFile",
     "PSClient",
     "PullSession",
@@ -115,12 +117,17 @@ class PSClient:
         seed: int = 0,
         pull_codec: str = "auto",
         data_dir: Path | None = None,
+        lifecycle: Lifecycle | None = None,
     ) -> PSClient:
         """In-process shards behind the same API (`--ps local`), each with a RocksDB store
-        under data_dir/ps{i} when given (checkpoint cuts, as shard processes keep them)."""
+        under data_dir/ps{i} when given (checkpoint cuts, as shard processes keep them) and
+        the row lifecycle given."""
         from ps.store import ShardStore
 
-        shards = [Shard(i, shard_count, ShardStore(data_dir / f"ps{i}") if data_dir else None) for i in range(shard_count)]
+        shards = [
+            Shard(i, shard_count, ShardStore(data_dir / f"ps{i}") if data_dir else None, lifecycle=lifecycle)
+            for i in range(shard_count)
+        ]
         return cls(LocalTransport(shards), shard_count, push_codec, residual_rows, seed, pull_codec)
 
     def serve_local(self) -> LocalServers:

@@ -97,6 +97,14 @@ class TrainerConfig:
     ps_retry_s: float = field(
         default=120.0, metadata={"help": "how long a call to an unreachable PS shard is retried (with backoff) before failing"}
     )
+    local_admit_after: int = field(
+        default=1, metadata={"help": "with --ps local: a key gets a row from its Nth sighting (boundless ps --admit-after)"}
+    )
+    local_ttl_s: float = field(default=0.0, metadata={"help": "with --ps local: evict rows not updated for this long (0: never)"})
+    local_ttl_updates: int = field(
+        default=0, metadata={"help": "with --ps local: evict rows not updated for this many updates (0: never)"}
+    )
+    local_max_rows: int = field(default=0, metadata={"help": "with --ps local: rows per table and shard (0: no cap)"})
     local_data_dir: str | None = field(
         default=None, metadata={"help": "with --ps local: RocksDB folder of the in-process shards, for checkpoints"}
     )

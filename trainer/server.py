@@ -18,7 +18,7 @@ from ctr.fields import FieldIndex
 from ctr.formats import resolve_fields
 from ctr.modelspec import FIELD_MODELS, ModelSpec
 from ctr.schema import PRESETS, FeatureSchema, detect_schema
-from ps.client import VALUE_CODECS, PSClient, ShardRestarted, parse_codec
+from ps.client import VALUE_CODECS, Lifecycle, PSClient, ShardRestarted, parse_codec
 from trainer import metrics
 from trainer.config import ENV_PREFIX, TrainerConfig
 from trainer.dense_sync import parse_dense_codec
@@ -85,9 +85,15 @@ def addresses_of(conf: TrainerConfig) -> list[str]:
 
 
 def connect(conf: TrainerConfig) -> PSClient:
+    lifecycle = Lifecycle(conf.local_admit_after, 16 << 20, conf.local_ttl_s, conf.local_ttl_updates, conf.local_max_rows)
     if conf.ps == "local":
         data = Path(conf.local_data_dir) if conf.local_data_dir else None
-        return PSClient.local(conf.local_shards, conf.push_codec, conf.residual_rows, conf.seed, conf.pull_codec, data)
+        return PSClient.local(conf.local_shards, conf.push_codec, conf.residual_rows, conf.seed, conf.pull_codec, data, lifecycle)
+    if lifecycle != Lifecycle() or conf.local_data_dir:
+        raise cfg.ConfigError(
+            "--local-admit-after, --local-ttl-*, --local-max-rows and --local-data-dir are for --ps local;"
+            " shard processes take them as boundless ps --admit-after, --ttl-s, --ttl-updates, --max-rows, --data-dir"
+        )
     import grpc  # only for shard processes
 
     addresses = addresses_of(conf)
@@ -255,6 +261,10 @@ def train(conf: TrainerConfig) -> int:
             result["batch_cache_misses"] = float(trainer.reader.cache.misses)
         push_bytes, pull_bytes = client.push_bytes, client.pull_bytes
         result.update(client.compression_stats())
+    sparse = [t for st in client.status() for t in st.tables if t.kind == "sparse"]
+    result["sparse_rows"] = float(sum(t.rows for t in sparse))  # the model's size, after the lifecycle
+    result["not_admitted"] = float(sum(t.not_admitted for t in sparse))
+    result["evicted"] = float(sum(t.evicted for t in sparse))
     result["bad_lines"] = float(bad_lines)
     result["dropped_features"] = float(fields.dropped)
     if fields.dropped:

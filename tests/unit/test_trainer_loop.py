@@ -83,3 +83,21 @@ def test_a_folder_resumed_at_its_second_file_never_reads_the_first_again(tmp_pat
     source = StreamSource(str(tmp_path), follow=False, start=Position(str(tmp_path / "b.txt"), 4, 1))
     read = [(b.file, b.data) for b in source.blocks(1 << 20) if b is not None and b.data]
     assert read == [(str(tmp_path / "b.txt"), b"0 y\n"), (str(tmp_path / "c.txt"), b"1 x\n0 y\n")]
+
+
+def test_in_process_shards_take_the_row_lifecycle_from_the_trainer(tmp_path, data_dir):
+    lines = (data_dir / "frappe/frappe.validation.libfm").read_text().splitlines()[:5000]
+    (tmp_path / "s.libfm").write_text("\n".join(lines) + "\n")
+    out = tmp_path / "m.json"
+    base = [sys.executable, "-m", "boundless", "train", "--source", str(tmp_path / "s.libfm"), "--no-follow"]
+    base += ["--metrics-port", "-1", "--ps", "local", "--batch-size", "256", "--metrics-out", str(out)]
+    results = {}
+    for name, extra in (("none", []), ("admit", ["--local-admit-after", "3"]), ("cap", ["--local-max-rows", "200"])):
+        proc = subprocess.run([*base, *extra], capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        results[name] = json.loads(out.read_text())
+    assert results["none"]["not_admitted"] == results["none"]["evicted"] == 0
+    assert results["admit"]["not_admitted"] > 0 and results["admit"]["sparse_rows"] < results["none"]["sparse_rows"]
+    assert results["cap"]["evicted"] > 0 and results["cap"]["sparse_rows"] <= 210
+    proc = subprocess.run([*base[:-4], "--ps", "127.0.0.1:1", "--local-max-rows", "5"], capture_output=True, text=True)
+    assert proc.returncode != 0 and "are for --ps local" in proc.stderr
