@@ -305,6 +305,16 @@ class PSClient:
         (`--local-aggregate`); worker 0 leads, pushing the sums with this client."""
         self.aggregator = LocalAggregator(plan, index, self.push_merged, self.residual_rows)
 
+    def flush_local_aggregation(self) -> None:
+        """With every worker of the host paused: the leader sends its residuals exactly and
+        the others forget their mirror of them, so the shards hold every update (a cut)."""
+        if self.aggregator is None:
+            return
+        if self.aggregator.leader:
+            self.flush_residuals()
+        else:
+            self.aggregator.forget_residuals()
+
     def leave_local_aggregation(self) -> None:
         """After a worker's last push: joins the remaining rounds until every worker is done
         (the leader sends the others' pushes meanwhile). Nothing without local aggregation."""

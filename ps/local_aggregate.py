@@ -173,6 +173,11 @@ class LocalAggregator:
             mirror = self._mirrors.get(table)
             return None if mirror is None else mirror.take(keys, cols)
 
+    def forget_residuals(self) -> None:
+        """The leader sent its residuals exactly (a checkpoint): the mirror is empty too."""
+        with self._mirror_lock:
+            self._mirrors.clear()
+
     def stats(self) -> dict[str, float]:
         return {"aggregate_rows_in": float(self.rows_in), "aggregate_rows_out": float(self.rows_out)}
 

@@ -76,8 +76,6 @@ def check_workers(conf: TrainerConfig) -> None:
         raise cfg.ConfigError(
             f"--workers {conf.workers}: the stream is split by files or partitions, so --source must be a folder or a Kafka topic"
         )
-    if conf.checkpoint_interval_s > 0 and conf.local_aggregate:
-        raise cfg.ConfigError("--local-aggregate does not take checkpoints yet (the leader's residuals would miss from a cut)")
 
 
 def addresses_of(conf: TrainerConfig) -> list[str]:

@@ -21,14 +21,37 @@ class WorkerCuts:
     worker (updated here too); check: raises when a worker died."""
 
     def __init__(
-        self, client: PSClient, controls: list[Any], reports: Any, latest: dict[int, Any], cut: int, check: Callable[[], None]
+        self,
+        client: PSClient,
+        controls: list[Any],
+        reports: Any,
+        latest: dict[int, Any],
+        cut: int,
+        check: Callable[[], None],
+        aggregated: bool = False,
     ) -> None:
+        self.aggregated = aggregated  # --local-aggregate: the leader's residuals go out once all are paused
         self.client = client
         self.controls = controls
         self.reports = reports
         self.latest = latest
         self.cut = cut
         self.check = check
+
+    def _flush(self, paused: set[int]) -> None:
+        """Every worker paused: the local aggregation's leader sends its residuals (the
+        others' last pushes went through it after it paused) and the others forget theirs."""
+        for i in paused:
+            self.controls[i].put("flush")
+        waiting = set(paused)
+        while waiting:
+            try:
+                r = self.reports.get(timeout=0.2)
+            except queue.Empty:
+                self.check()
+                continue
+            if r.flushed:
+                waiting.discard(r.index)
 
     def take(self) -> None:
         started = time.monotonic()
@@ -48,6 +71,8 @@ class WorkerCuts:
                 waiting.discard(r.index)
                 if r.paused:
                     paused.add(r.index)
+        if self.aggregated and paused:
+            self._flush(paused)
         stalled = time.monotonic() - started
         self.cut += 1
         states = [self.latest[i].state for i in range(workers)]

@@ -66,6 +66,7 @@ class WorkerReport:
     pull_bytes: int = 0
     compression: dict[str, float] = field(default_factory=dict)
     paused: bool = False  # at a batch boundary with every push acknowledged, for a cut
+    flushed: bool = False  # paused, and the local aggregation's residuals sent (--local-aggregate)
     state: dict[str, Any] | None = None  # recovery.worker_state, with paused and final reports
 
 
@@ -151,10 +152,15 @@ def _obey(control: Any, trainer: Trainer, reports: Any, index: int, coordinator:
         reports.put(WorkerReport(index, trainer.progress.state(), paused=True, state=state))
         while True:
             try:
-                if control.get(timeout=1.0) == "resume":
-                    return
+                order = control.get(timeout=1.0)
             except queue.Empty:
                 _coordinator_alive(coordinator)
+                continue
+            if order == "resume":
+                return
+            if order == "flush":  # every worker is paused: the leader's residuals go out now
+                trainer.client.flush_local_aggregation()
+                reports.put(WorkerReport(index, trainer.progress.state(), paused=True, state=state, flushed=True))
 
 
 def _coordinator_alive(pid: int) -> None:
@@ -247,7 +253,9 @@ def run_workers(
     started = last_export = last_log = last_cut = time.monotonic()
     cuts = None
     if client is not None and settings.checkpoint_interval_s > 0:
-        cuts = WorkerCuts(client, controls, reports, latest, start.cut if start else 0, lambda: _check(procs))
+        cuts = WorkerCuts(
+            client, controls, reports, latest, start.cut if start else 0, lambda: _check(procs), conf.local_aggregate
+        )
     if exporter is not None:
         run.exports.append(exporter.export(run.progress.snapshot(), force_full=True))
     stopping = False

@@ -181,7 +181,8 @@ def test_shards_holding_different_cuts_go_back_to_the_newest_they_all_hold(data_
             s.stop()
 
 
-def test_two_workers_killed_with_their_trainer_train_every_sample_once(data_dir, tmp_path):
+@pytest.mark.parametrize("extra", [[], ["--local-aggregate", "--push-codec", "onebit"]], ids=["plain", "summed-onebit"])
+def test_two_workers_killed_with_their_trainer_train_every_sample_once(data_dir, tmp_path, extra):
     """Two workers (files dealt out) take consistent cuts together; the trainer killed with
     -9 three times at random moments and restarted, every sample is applied exactly once:
     each table's samples on every shard count the stream once (the model's bits depend on
@@ -197,7 +198,7 @@ def test_two_workers_killed_with_their_trainer_train_every_sample_once(data_dir,
     def trainer() -> subprocess.Popen[str]:
         cmd = [sys.executable, "-m", "boundless", "train", "--source", str(folder), "--no-follow", "--metrics-port", "-1"]
         cmd += ["--ps", ",".join(s.address for s in shards), "--workers", "2", "--batch-size", "2048"]
-        cmd += ["--checkpoint-interval-s", "0.5", "--metrics-out", str(tmp_path / "m.json")]
+        cmd += ["--checkpoint-interval-s", "0.5", "--metrics-out", str(tmp_path / "m.json"), *extra]
         return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
     rng = random.Random(11)

@@ -91,8 +91,6 @@ def test_worker_settings_that_cannot_work_are_refused(data_dir, tmp_path):
     proc = run_train("--source", str(one_file), "--workers", "2")
     assert proc.returncode != 0 and "--source must be a folder" in proc.stderr
     split_frappe(data_dir, tmp_path / "stream", 2)
-    proc = run_train("--source", str(tmp_path / "stream"), "--workers", "2", "--checkpoint-interval-s", "5", "--local-aggregate")
-    assert proc.returncode != 0 and "--local-aggregate does not take checkpoints yet" in proc.stderr
     proc = run_train("--source", str(tmp_path / "stream"), "--model", "wdl", "--staleness", "1")
     assert proc.returncode != 0 and "--staleness applies to lr, fm and ffm" in proc.stderr
     proc = run_train("--source", str(tmp_path / "stream"), "--local-aggregate")
