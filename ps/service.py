@@ -26,21 +26,23 @@ def _call(method: str, context: grpc.ServicerContext, fn: Callable[[], R], incar
     carries the shard's incarnation (trailing metadata), so a client that reached a shard
     that restarted learns it even from a refusal (an unknown table)."""
     start = time.perf_counter()
-    context.set_trailing_metadata((("incarnation", str(incarnation)),))
     try:
         return fn()
     except SessionExpired as e:
-        metrics.RPC_ERRORS.labels(method, "FAILED_PRECONDITION").inc()
-        context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
+        _abort(context, method, grpc.StatusCode.FAILED_PRECONDITION, str(e), incarnation)
     except StaleGeneration as e:
-        metrics.RPC_ERRORS.labels(method, "ABORTED").inc()
-        context.abort(grpc.StatusCode.ABORTED, f"{method}: {e}")
+        _abort(context, method, grpc.StatusCode.ABORTED, f"{method}: {e}", incarnation)
     except (ShardError, WireError, CodecError, ModelSpecError) as e:
-        metrics.RPC_ERRORS.labels(method, "INVALID_ARGUMENT").inc()
-        context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{method}: {e}")
+        _abort(context, method, grpc.StatusCode.INVALID_ARGUMENT, f"{method}: {e}", incarnation)
     finally:
         metrics.RPC_SECONDS.labels(method).observe(time.perf_counter() - start)
     raise AssertionError("unreachable")  # context.abort raises
+
+
+def _abort(context: grpc.ServicerContext, method: str, code: grpc.StatusCode, message: str, incarnation: int) -> None:
+    metrics.RPC_ERRORS.labels(method, code.name).inc()
+    context.set_trailing_metadata((("incarnation", str(incarnation)),))
+    context.abort(code, message)
 
 
 def _push_kind(value: int) -> str:
