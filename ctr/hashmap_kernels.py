@@ -31,25 +31,29 @@ def home_slot(key: np.uint64, capacity: int) -> int:
     return int(np.int64(((mixed >> np.uint64(32)) * np.uint64(capacity)) >> np.uint64(32)))
 
 
+@nb.njit(cache=True, inline="always")
+def probe(slots: U32, key: np.uint64) -> int:
+    """The slot holding key, -1 when absent (linear probing from its home slot)."""
+    cap = slots.shape[0]
+    i = home_slot(key, cap)
+    for _ in range(cap):
+        k = slot_key(slots, i)
+        if k == key:
+            return i
+        if k == np.uint64(0):
+            return -1
+        i += 1
+        if i == cap:
+            i = 0
+    return -1
+
+
 @nb.njit(cache=True, nogil=True)
 def find_slots(slots: U32, keys: U64) -> I64:
     """Slot index of each key, -1 where absent."""
-    cap = slots.shape[0]
     out = np.empty(keys.shape[0], dtype=np.int64)
     for q in range(keys.shape[0]):
-        key = keys[q]
-        i = home_slot(key, cap)
-        out[q] = -1
-        for _ in range(cap):
-            k = slot_key(slots, i)
-            if k == key:
-                out[q] = i
-                break
-            if k == np.uint64(0):
-                break
-            i += 1
-            if i == cap:
-                i = 0
+        out[q] = probe(slots, keys[q])
     return out
 
 
@@ -90,19 +94,7 @@ def delete_keys(slots: U32, keys: U64) -> int:
     width = slots.shape[1]
     removed = 0
     for q in range(keys.shape[0]):
-        key = keys[q]
-        i = home_slot(key, cap)
-        found = -1
-        for _ in range(cap):
-            k = slot_key(slots, i)
-            if k == key:
-                found = i
-                break
-            if k == np.uint64(0):
-                break
-            i += 1
-            if i == cap:
-                i = 0
+        found = probe(slots, keys[q])
         if found < 0:
             continue
         hole = found
