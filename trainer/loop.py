@@ -106,13 +106,10 @@ class Trainer:
         common cut (and declares the tables again) and `reopen` opens the stream at its
         position."""
         self._reopen, self._recover = reopen, recover
-        self._at(point)
+        self.start_at(point)
 
     def start_at(self, point: CutPoint) -> None:
-        """Takes up at a cut's position, samples and metrics (a worker of several)."""
-        self._at(point)
-
-    def _at(self, point: CutPoint) -> None:
+        """Takes up at a cut's position, samples and metrics."""
         self.cut = point.cut
         self.position = point.position or Position()
         self.submitted = point.samples
@@ -211,7 +208,7 @@ class Trainer:
         self._wait_commit()
         self.model.reset()
         point = self._recover()  # restores the shards and declares the model's tables again
-        self._at(point)
+        self.start_at(point)
         self.bad_lines_before += self.reader.bad_lines
         self.source = self._reopen(point.position)
         self.reader = self._reader()
