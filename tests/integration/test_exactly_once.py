@@ -181,38 +181,44 @@ def test_shards_holding_different_cuts_go_back_to_the_newest_they_all_hold(data_
             s.stop()
 
 
+def _folder(data_dir: Path, tmp_path: Path) -> tuple[Path, int]:
+    """8 files of Frappe repeated 6 times, for two workers; (folder, lines)."""
+    lines = (data_dir / "frappe/frappe.validation.libfm").read_text().splitlines()
+    folder = tmp_path / "stream"
+    folder.mkdir()
+    for i in range(8):
+        (folder / f"part{i}.libfm").write_text("\n".join(lines * 6) + "\n")
+    return folder, 8 * 6 * len(lines)
+
+
+def _two_workers(folder: Path, shards: list[Daemon], out: Path, *extra: str) -> subprocess.Popen[str]:
+    cmd = [sys.executable, "-m", "boundless", "train", "--source", str(folder), "--no-follow", "--metrics-port", "-1"]
+    cmd += ["--ps", ",".join(s.address for s in shards), "--workers", "2", "--batch-size", "2048"]
+    cmd += ["--checkpoint-interval-s", "0.5", "--metrics-out", str(out), *extra]
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
 @pytest.mark.parametrize("extra", [[], ["--local-aggregate", "--push-codec", "onebit"]], ids=["plain", "summed-onebit"])
 def test_two_workers_killed_with_their_trainer_train_every_sample_once(data_dir, tmp_path, extra):
     """Two workers (files dealt out) take consistent cuts together; the trainer killed with
     -9 three times at random moments and restarted, every sample is applied exactly once:
     each table's samples on every shard count the stream once (the model's bits depend on
     how the workers interleave, so they are not compared)."""
-    lines = (data_dir / "frappe/frappe.validation.libfm").read_text().splitlines()
-    folder = tmp_path / "stream"
-    folder.mkdir()
-    for i in range(8):
-        (folder / f"part{i}.libfm").write_text("\n".join(lines * 6) + "\n")
-    total = 8 * 6 * len(lines)
+    folder, total = _folder(data_dir, tmp_path)
     shards = [_shard(i, tmp_path) for i in range(2)]
-
-    def trainer() -> subprocess.Popen[str]:
-        cmd = [sys.executable, "-m", "boundless", "train", "--source", str(folder), "--no-follow", "--metrics-port", "-1"]
-        cmd += ["--ps", ",".join(s.address for s in shards), "--workers", "2", "--batch-size", "2048"]
-        cmd += ["--checkpoint-interval-s", "0.5", "--metrics-out", str(tmp_path / "m.json"), *extra]
-        return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
     rng = random.Random(11)
     try:
         kills = 0
         for _ in range(3):
-            proc = trainer()
+            proc = _two_workers(folder, shards, tmp_path / "m.json", *extra)
             time.sleep(rng.uniform(2.0, 3.5))  # start-up and the workers' fork take about 1.5 s
             if proc.poll() is not None:
                 break
             proc.kill()
             proc.wait()
             kills += 1
-        err = _finish(trainer())
+        err = _finish(_two_workers(folder, shards, tmp_path / "m.json", *extra))
         assert kills >= 2 and "checkpoint cut" in err, err[-3000:]
         assert json.loads((tmp_path / "m.json").read_text())["samples"] == total
         model = _model(shards)
@@ -225,18 +231,10 @@ def test_two_workers_killed_with_their_trainer_train_every_sample_once(data_dir,
 def test_two_workers_go_back_to_a_cut_when_a_shard_restarts(data_dir, tmp_path):
     """A shard killed with -9 under two workers: the coordinator stops them, takes every
     shard back to the last cut and starts them there; every sample is applied once."""
-    lines = (data_dir / "frappe/frappe.validation.libfm").read_text().splitlines()
-    folder = tmp_path / "stream"
-    folder.mkdir()
-    for i in range(8):
-        (folder / f"part{i}.libfm").write_text("\n".join(lines * 6) + "\n")
-    total = 8 * 6 * len(lines)
+    folder, total = _folder(data_dir, tmp_path)
     shards = [_shard(i, tmp_path) for i in range(2)]
     ports = [s.ready["grpc_port"] for s in shards]
-    cmd = [sys.executable, "-m", "boundless", "train", "--source", str(folder), "--no-follow", "--metrics-port", "-1"]
-    cmd += ["--ps", ",".join(s.address for s in shards), "--workers", "2", "--batch-size", "2048"]
-    cmd += ["--checkpoint-interval-s", "0.5", "--ps-retry-s", "60", "--metrics-out", str(tmp_path / "m.json")]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = _two_workers(folder, shards, tmp_path / "m.json", "--ps-retry-s", "60")
     rng = random.Random(5)
     try:
         kills = 0
