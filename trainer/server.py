@@ -83,7 +83,12 @@ def addresses_of(conf: TrainerConfig) -> list[str]:
 
 
 def connect(conf: TrainerConfig) -> PSClient:
-    lifecycle = Lifecycle(conf.local_admit_after, 16 << 20, conf.local_ttl_s, conf.local_ttl_updates, conf.local_max_rows)
+    lifecycle = Lifecycle(
+        admit_after=conf.local_admit_after,
+        ttl_s=conf.local_ttl_s,
+        ttl_updates=conf.local_ttl_updates,
+        max_rows=conf.local_max_rows,
+    )
     if conf.ps == "local":
         data = Path(conf.local_data_dir) if conf.local_data_dir else None
         return PSClient.local(conf.local_shards, conf.push_codec, conf.residual_rows, conf.seed, conf.pull_codec, data, lifecycle)
