@@ -89,6 +89,7 @@ class PSClient:
         self._kinds: dict[str, str] = {}  # what each table's pushes carry
         self.drain_bytes = 0  # push bytes of flush_residuals, counted in push_bytes too
         self._dense_residual: dict[str, npt.NDArray[np.float64]] = {}  # error feedback of 1-bit dense pushes
+        self.rows_may_drop = False  # a shard admits or evicts rows (known from the last status())
         self.pool = ThreadPoolExecutor(max_workers=max(1, shard_count))
         self._dense_len: dict[str, int] = {}
         self.aggregator: LocalAggregator | None = None  # --local-aggregate
@@ -395,6 +396,19 @@ class PSClient:
         )
         self.dense_push_bytes += self.push_bytes - before  # pushes run from one thread, so this is ours
 
+    def dense_residual(self, table: str) -> Rows | None:
+        """The quantization error 1-bit dense pushes of `table` still owe the shards."""
+        r = self._dense_residual.get(table)
+        return None if r is None else r.copy()
+
+    def set_dense_residual(self, table: str, residual: Rows | None) -> None:
+        """Takes up a residual a checkpoint cut recorded (None: none owed)."""
+        if residual is None:
+            self._dense_residual.pop(table, None)
+        else:
+            r = np.array(residual, dtype=np.float64)
+            self._dense_residual[table] = r.reshape(r.shape[0], -1)  # as push_dense keeps it: [n, 1]
+
     def export(self, full: bool, directory: Path) -> tuple[list[ExportedFile], list[int]]:
         results = self._each(lambda s: self.transport.export(s, full, str(directory)))
         return [f for files, _ in results for f in files], [seq for _, seq in results]
@@ -425,7 +439,9 @@ class PSClient:
         self._dense_residual.clear()
 
     def status(self) -> list[ShardStatus]:
-        return self._each(self.transport.status)
+        statuses: list[ShardStatus] = self._each(self.transport.status)
+        self.rows_may_drop = any(s.drops_rows for s in statuses)
+        return statuses
 
 
 def _holding(length: int, n: int) -> list[int]:

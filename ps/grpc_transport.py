@@ -178,6 +178,7 @@ class GrpcTransport(_ByteCounter):
             r.generation,
             r.committed_cut,
             tuple(r.cuts),
+            r.drops_rows,
         )
 
     def close(self) -> None:

@@ -73,16 +73,29 @@ def count_sightings(counters: U8, keys: U64) -> U8:
 
 class CountingBloom:
     def __init__(self, counters: int) -> None:
-        self.counters = np.zeros(max(64, counters), dtype=np.uint8)
+        self.counters = np.zeros(self.size(counters), dtype=np.uint8)
+
+    @staticmethod
+    def size(counters: int) -> int:
+        return max(64, counters)
+
+    @classmethod
+    def of(cls, counters: U8) -> CountingBloom:
+        """A filter with these counters (a checkpoint cut's)."""
+        bloom = cls(0)
+        bloom.counters = np.array(counters, dtype=np.uint8)
+        return bloom
 
     def admitted(self, keys: U64, after: int) -> npt.NDArray[np.bool_]:
         """Counts a sighting of each key; True where it has now been seen `after` times."""
         return count_sightings(self.counters, np.ascontiguousarray(keys, dtype=np.uint64)) >= after  # type: ignore[no-any-return]
 
 
-def to_evict(meta: U32, size: int, now: int, seq: int, policy: Lifecycle, sweep: bool) -> I64:
+def to_evict(meta: U32, keys: U64, size: int, now: int, seq: int, policy: Lifecycle, sweep: bool) -> I64:
     """Row ids to evict: expired ones (when `sweep`), then the least recently updated past
-    the row cap. meta columns: update count, last update time (s), update sequence lo, hi."""
+    the row cap, ties (rows of one push) going by key, so the choice does not depend on the
+    order rows sit in (a restored table's differs). meta columns: update count, last update
+    time (s), update sequence lo, hi."""
     m = meta[:size]
     last_seq = m[:, 2].astype(np.int64) | (m[:, 3].astype(np.int64) << 32)
     gone = np.zeros(size, dtype=np.bool_)
@@ -93,6 +106,10 @@ def to_evict(meta: U32, size: int, now: int, seq: int, policy: Lifecycle, sweep:
     excess = size - int(gone.sum()) - policy.max_rows if policy.max_rows > 0 else 0
     if excess > 0:
         alive = np.flatnonzero(~gone)
-        oldest = alive[np.argpartition(last_seq[alive], excess - 1)[:excess]]
-        gone[oldest] = True
+        seqs = last_seq[alive]
+        cutoff = np.partition(seqs, excess - 1)[excess - 1]
+        older = alive[seqs < cutoff]
+        tied = alive[seqs == cutoff]
+        gone[older] = True
+        gone[tied[np.argsort(keys[tied], kind="stable")[: excess - older.shape[0]]]] = True
     return np.flatnonzero(gone).astype(np.int64)

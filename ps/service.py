@@ -163,6 +163,7 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
                 generation=self.shard.generation,
                 committed_cut=self.shard.committed.cut,
                 cuts=self.shard.cuts(),
+                drops_rows=self.shard.drops_rows,
             )
 
         return self._call("Stats", context, run)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import threading
 import time
@@ -21,6 +22,8 @@ from ctr.routing import dense_range, shard_of
 from ps.lifecycle import CountingBloom, Lifecycle, to_evict
 from ps.store import CutMeta, ShardStore
 from ps.tables import GRADIENT, MOMENTUM, DenseTable, PushRejected, SparseTable
+
+log = logging.getLogger("ps")
 
 
 class ShardError(ValueError):
@@ -109,6 +112,11 @@ class Shard:
             self._load(store.committed())
 
     @property
+    def drops_rows(self) -> bool:
+        """A push may not land on every row it names (admission drops it, eviction follows)."""
+        return self.lifecycle.admit_after > 1 or self.lifecycle.evicts
+
+    @property
     def checkpoint_seq(self) -> int:
         return self.committed.seq
 
@@ -168,12 +176,44 @@ class Shard:
             self._last_full = max(fulls, default=0)
         else:
             self._last_full = 0
+        self._load_lifecycle(cut)
         self._tombstones_cut.clear()
         self._tombstones_export.clear()
-        self.update_seq = max(self.update_seq, self.committed.seq)  # keeps growing: rows loaded are older
+        # the cut's own sequence: rows loaded are older, and a row's age in updates (TTL)
+        # is what it was at the cut
+        self.update_seq = self.committed.seq
         self._persisted_seq = self.update_seq
         self._last_cut = cut
         self.export_seq = -1  # the next export carries every row as loaded
+
+    def _load_lifecycle(self, cut: int) -> None:
+        """The admission filters and eviction clocks as of `cut` (0: fresh ones)."""
+        self._blooms.clear()
+        self._last_sweep = {n: (float(c["sweep_time"]), int(c["sweep_seq"])) for n, c in self.committed.lifecycle.items()}
+        self.not_admitted = {n: int(c["not_admitted"]) for n, c in self.committed.lifecycle.items()}
+        self.evicted = {n: int(c["evicted"]) for n, c in self.committed.lifecycle.items()}
+        if self.store is None or not cut:
+            return
+        for name in self.sparse:
+            counters = self.store.bloom_at(name, cut)
+            if counters is None:
+                continue
+            if counters.shape[0] != CountingBloom.size(self.lifecycle.bloom_counters):
+                log.warning("table %s: the stored admission filter has another size than --bloom-mb; it starts empty", name)
+                continue
+            self._blooms[name] = CountingBloom.of(counters)
+
+    def _lifecycle_clocks(self) -> dict[str, dict[str, float]]:
+        """What a cut records of the lifecycle besides the filters. Caller holds the lock."""
+        return {
+            name: {
+                "sweep_time": self._last_sweep.get(name, (0.0, 0))[0],
+                "sweep_seq": self._last_sweep.get(name, (0.0, 0))[1],
+                "not_admitted": self.not_admitted.get(name, 0),
+                "evicted": self.evicted.get(name, 0),
+            }
+            for name in self.sparse
+        }
 
     def _table(self, name: str) -> SparseTable:
         t = self.sparse.get(name)
@@ -298,7 +338,7 @@ class Shard:
             return
         if sweep:
             self._last_sweep[t.name] = (now, self.update_seq)
-        removed = t.delete_rows(to_evict(t.meta, t.size, int(now), self.update_seq, policy, sweep))
+        removed = t.delete_rows(to_evict(t.meta, t.keys, t.size, int(now), self.update_seq, policy, sweep))
         if removed.shape[0]:
             self.evicted[t.name] = self.evicted.get(t.name, 0) + int(removed.shape[0])
             self._tombstones_cut.setdefault(t.name, []).append(removed)
@@ -397,13 +437,16 @@ class Shard:
                 sparse[name] = (keys, t.raw_rows(ids))  # copies; in row order (a load sorts)
             dense = {name: d.state.copy() for name, d in self.dense.items()}
             deleted = {name: self._gone(self._tombstones_cut.pop(name, []), [t]) for name, t in self.sparse.items()}
-            meta = CutMeta(cut, offsets, self.update_seq, first, dict(self.samples))
+            blooms = {name: b.counters.copy() for name, b in self._blooms.items()}
+            meta = CutMeta(cut, offsets, self.update_seq, first, dict(self.samples), self._lifecycle_clocks())
             self._persisted_seq = self.update_seq
             self._last_cut = cut
             if first or compact:
                 self._last_full = cut
             words = {name: t.row_words for name, t in self.sparse.items()}
-            self._writes[cut] = self._writer.submit(self._write, store, meta, sparse, dense, deleted, words if compact else None)
+            self._writes[cut] = self._writer.submit(
+                self._write, store, meta, sparse, dense, deleted, blooms, words if compact else None
+            )
         return sum(int(k.shape[0]) for k, _ in sparse.values())
 
     @staticmethod
@@ -413,12 +456,13 @@ class Shard:
         sparse: dict[str, tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint32]]],
         dense: dict[str, npt.NDArray[np.float64]],
         deleted: dict[str, npt.NDArray[np.uint64]],
+        blooms: dict[str, npt.NDArray[np.uint8]],
         compact_words: dict[str, int] | None,
     ) -> int:
         """The writer thread: the cut's changed rows and evicted keys, then (every
         full_every cuts) the cut rewritten whole from the store's chain, so a full cut never
         stalls training."""
-        written = store.write_cut(meta, sparse, dense, deleted)
+        written = store.write_cut(meta, sparse, dense, deleted, blooms)
         if compact_words is not None:
             store.make_full(meta.cut, compact_words)
         return written

@@ -13,6 +13,9 @@ trainer (every shard has it) or dropped (`drop_cuts_after`).
     b"x" + table + 0 + cut (u64 BE) + block (u32 BE)
                                            -> keys evicted since the previous cut (u64 LE)
     b"d" + table + 0 + cut (u64 BE)        -> dense state (float64 [n, width])
+    b"f" + table + 0 + cut (u64 BE) + block (u32 BE)
+                                           -> counters of the table's admission Bloom filter
+                                              (u8), the blocks changed since the previous cut
     b"c" + cut (u64 BE)                    -> the cut's metadata (JSON)
     b"m:committed"                         -> the committed cut (u64 LE)
 
@@ -37,7 +40,9 @@ from ctr.modelspec import TableSpec
 
 Keys = npt.NDArray[np.uint64]
 Raw = npt.NDArray[np.uint32]
+Counters = npt.NDArray[np.uint8]
 BLOCK_ROWS = 1 << 16
+BLOOM_BLOCK = 1 << 16  # counters per stored block of an admission Bloom filter
 _COMMITTED = b"m:committed"
 
 
@@ -48,15 +53,17 @@ class CutMeta:
     seq: int  # the shard's update sequence at the cut
     full: bool  # every row, not only those changed since the previous cut
     samples: dict[str, int] = field(default_factory=dict)  # per table, samples applied
+    lifecycle: dict[str, dict[str, float]] = field(default_factory=dict)  # per table, ps.shard's lifecycle clocks
 
     def to_json(self) -> bytes:
         d = {"cut": self.cut, "offsets": self.offsets.decode("latin-1"), "seq": self.seq, "full": self.full}
-        return json.dumps({**d, "samples": self.samples}).encode()
+        return json.dumps({**d, "samples": self.samples, "lifecycle": self.lifecycle}).encode()
 
     @classmethod
     def from_json(cls, raw: bytes) -> CutMeta:
         d = json.loads(raw)
-        return cls(int(d["cut"]), d["offsets"].encode("latin-1"), int(d["seq"]), bool(d["full"]), dict(d["samples"]))
+        lifecycle = dict(d.get("lifecycle") or {})
+        return cls(int(d["cut"]), d["offsets"].encode("latin-1"), int(d["seq"]), bool(d["full"]), dict(d["samples"]), lifecycle)
 
 
 def _cut(cut: int) -> bytes:
@@ -73,6 +80,7 @@ class ShardStore:
         opts = Options(raw_mode=True)
         opts.create_if_missing(True)
         self.db = Rdict(str(path), opts)
+        self._blooms_written: dict[str, tuple[int, Counters]] = {}  # per table: the last cut written, its counters
 
     def close(self) -> None:
         self.db.close()
@@ -83,9 +91,13 @@ class ShardStore:
         sparse: dict[str, tuple[Keys, Raw]],
         dense: dict[str, npt.NDArray[np.float64]],
         deleted: dict[str, Keys] | None = None,
+        blooms: dict[str, Counters] | None = None,
     ) -> int:
         """Writes a cut (not yet committed) in one WriteBatch; returns the rows written."""
         batch = WriteBatch(raw_mode=True)
+        for table, counters in (blooms or {}).items():
+            before = None if meta.full else self._bloom_before(table, meta.cut)
+            self._put_bloom(batch, table, meta.cut, counters, before)
         written = 0
         for table, (keys, rows) in sparse.items():
             self._put_blocks(batch, _table(b"b", table) + _cut(meta.cut), keys, rows)
@@ -99,7 +111,44 @@ class ShardStore:
         batch.put(b"c" + _cut(meta.cut), meta.to_json())
         self.db.write(batch)
         self.db.flush_wal(True)
+        for table, counters in (blooms or {}).items():
+            self._blooms_written[table] = (meta.cut, counters)
         return written
+
+    def _bloom_before(self, table: str, cut: int) -> Counters | None:
+        """The table's counters as of the cut before `cut` (what a new cut's blocks are
+        compared with)."""
+        previous = max((m.cut for m in self.metas() if m.cut < cut), default=0)
+        written = self._blooms_written.get(table)
+        if written is not None and written[0] == previous:
+            return written[1]
+        return self.bloom_at(table, previous) if previous else None
+
+    @staticmethod
+    def _put_bloom(batch: WriteBatch, table: str, cut: int, counters: Counters, before: Counters | None) -> None:
+        """The blocks of `counters` that differ from `before` (all of them, without it)."""
+        same_size = before is not None and before.shape == counters.shape
+        for b, lo in enumerate(range(0, counters.shape[0], BLOOM_BLOCK)):
+            block = counters[lo : lo + BLOOM_BLOCK]
+            if same_size and before is not None and np.array_equal(block, before[lo : lo + BLOOM_BLOCK]):
+                continue
+            batch.put(_table(b"f", table) + _cut(cut) + b.to_bytes(4, "big"), block.tobytes())
+
+    def bloom_at(self, table: str, cut: int) -> Counters | None:
+        """The table's admission Bloom filter counters as of `cut` (None: it kept none)."""
+        base = max((m.cut for m in self.metas() if m.cut <= cut and m.full), default=0)
+        prefix = _table(b"f", table)
+        blocks: dict[int, bytes] = {}
+        for k, v in self.db.items(from_key=prefix + _cut(base)):
+            assert isinstance(k, bytes) and isinstance(v, bytes)  # raw mode
+            if not k.startswith(prefix) or int.from_bytes(k[len(prefix) : len(prefix) + 8], "big") > cut:
+                break
+            blocks[int.from_bytes(k[len(prefix) + 8 :], "big")] = v  # a later cut's block wins
+        if not blocks:
+            return None
+        if sorted(blocks) != list(range(len(blocks))):
+            raise ValueError(f"table {table}: the stored admission filter misses blocks at cut {cut}")
+        return np.frombuffer(b"".join(blocks[b] for b in range(len(blocks))), dtype=np.uint8).copy()
 
     def make_full(self, cut: int, row_words: dict[str, int]) -> None:
         """Rewrites written cut `cut` as a full one: every table's rows as of the cut (read
@@ -114,7 +163,11 @@ class ShardStore:
             batch.delete_range(prefix, _table(b"b", table) + _cut(cut + 1))
             batch.delete_range(_table(b"x", table) + _cut(cut), _table(b"x", table) + _cut(cut + 1))
             self._put_blocks(batch, prefix, keys, rows)
-        full = CutMeta(meta.cut, meta.offsets, meta.seq, True, meta.samples)
+            counters = self.bloom_at(table, cut)
+            if counters is not None:
+                batch.delete_range(_table(b"f", table) + _cut(cut), _table(b"f", table) + _cut(cut + 1))
+                self._put_bloom(batch, table, cut, counters, None)
+        full = CutMeta(meta.cut, meta.offsets, meta.seq, True, meta.samples, meta.lifecycle)
         batch.put(b"c" + _cut(cut), full.to_json())
         self.db.write(batch)
         self.db.flush_wal(True)
@@ -162,6 +215,8 @@ class ShardStore:
     def drop_cuts_after(self, cut: int) -> None:
         """Deletes every cut newer than `cut` (written, never to be committed)."""
         newer = [m.cut for m in self.metas() if m.cut > cut]
+        # a dropped cut's number comes back with other contents: never diff against it
+        self._blooms_written = {t: w for t, w in self._blooms_written.items() if w[0] <= cut}
         if newer:
             batch = WriteBatch(raw_mode=True)
             self._delete_cuts(batch, cut + 1, max(newer) + 1)
@@ -171,7 +226,7 @@ class ShardStore:
     def _delete_cuts(self, batch: WriteBatch, lo: int, hi: int) -> None:
         """Deletes cuts lo <= cut < hi of every table."""
         for name in self.table_names():
-            for prefix in (b"b", b"x", b"d"):
+            for prefix in (b"b", b"x", b"d", b"f"):
                 batch.delete_range(_table(prefix, name) + _cut(lo), _table(prefix, name) + _cut(hi))
         batch.delete_range(b"c" + _cut(lo), b"c" + _cut(hi))
 

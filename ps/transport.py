@@ -50,6 +50,7 @@ class ShardStatus:
     generation: int = 0
     committed_cut: int = 0
     cuts: tuple[int, ...] = ()
+    drops_rows: bool = False  # admission or eviction is on: a push may not land on every row it names
 
 
 class ShardTransport(Protocol):
@@ -205,6 +206,7 @@ class LocalTransport(_ByteCounter):
             s.generation,
             s.committed.cut,
             tuple(s.cuts()),
+            s.drops_rows,
         )
 
     def close(self) -> None:

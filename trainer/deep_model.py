@@ -7,6 +7,8 @@ itself steps once per batch: its mean gradient is pushed and the shard applies A
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import numpy.typing as npt
 import torch
@@ -47,7 +49,13 @@ class DeepModel:
         self.dense.flush(client)
 
     def reset(self) -> None:
-        self.dense = self._dense_sync()  # 1-bit Adam warms up again from the shards' state
+        self.dense = self._dense_sync()
+
+    def state(self, client: PSClient) -> dict[str, Any]:
+        return {"dense_sync": self.dense.state(client)}
+
+    def take_up(self, client: PSClient, state: dict[str, Any]) -> None:
+        self.dense.take_up(client, dict(state.get("dense_sync") or {}))
 
     def train(self, client: PSClient, batch: SampleBatch) -> npt.NDArray[np.float32]:
         uniq, inv = sorted_unique_inverse(batch.keys)

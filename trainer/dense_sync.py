@@ -16,12 +16,13 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from ps.client import GRADIENT, MOMENTUM, PSClient
+from trainer.json_arrays import array_text, text_array
 
 DEFAULT_WARMUP = 100
 # |m / frozen denominator| is capped: a weight whose variance froze near 0 (a unit with no
@@ -42,6 +43,13 @@ class DenseSync(Protocol):
 
     def flush(self, client: PSClient) -> None:
         """Sends the steps kept back, if any."""
+
+    def state(self, client: PSClient) -> dict[str, Any]:
+        """What this worker keeps of the sync, JSON-ready, for a checkpoint cut (its 1-bit
+        residual included): a worker that takes up at the cut goes on as this one would."""
+
+    def take_up(self, client: PSClient, state: dict[str, Any]) -> None:
+        """Goes on from a cut's `state` (empty: from the start)."""
 
 
 def parse_dense_codec(text: str) -> tuple[str, int]:
@@ -82,6 +90,12 @@ class PlainDense:
     def flush(self, client: PSClient) -> None:
         pass  # every step was sent
 
+    def state(self, client: PSClient) -> dict[str, Any]:
+        return {}  # the shards hold it all
+
+    def take_up(self, client: PSClient, state: dict[str, Any]) -> None:
+        pass
+
 
 class OneBitAdam(PlainDense):
     def __init__(self, table: str, warmup: int, beta1: float, beta2: float, eps: float) -> None:
@@ -101,6 +115,15 @@ class OneBitAdam(PlainDense):
         assert self.denominator is not None
         self.momentum = self.beta1 * self.momentum + (1.0 - self.beta1) * np.asarray(grad, dtype=np.float64)
         client.push_dense(self.table, bounded(self.momentum / self.denominator), kind=MOMENTUM, onebit=True, samples=samples)
+
+    def state(self, client: PSClient) -> dict[str, Any]:
+        arrays = {"momentum": self.momentum, "denominator": self.denominator, "residual": client.dense_residual(self.table)}
+        return {"steps": self.steps, **{k: array_text(v) for k, v in arrays.items()}}
+
+    def take_up(self, client: PSClient, state: dict[str, Any]) -> None:
+        self.steps = int(state.get("steps", 0))
+        self.momentum, self.denominator = text_array(state.get("momentum")), text_array(state.get("denominator"))
+        client.set_dense_residual(self.table, text_array(state.get("residual")))
 
 
 def bounded(update: F64) -> F64:
@@ -181,6 +204,19 @@ class ZeroOneAdam(PlainDense):
         self.syncs += 1
         self.since_sync = 0
         self.update_sum = np.zeros_like(self.update_sum)
+
+    def state(self, client: PSClient) -> dict[str, Any]:
+        counts = {k: getattr(self, k) for k in ("steps", "syncs", "since_sync", "unsynced_samples")}
+        arrays = {k: getattr(self, k) for k in ("momentum", "update_sum", "local", "denominator")}
+        arrays["residual"] = client.dense_residual(self.table)
+        return {**counts, **{k: array_text(v) for k, v in arrays.items()}}
+
+    def take_up(self, client: PSClient, state: dict[str, Any]) -> None:
+        for k in ("steps", "syncs", "since_sync", "unsynced_samples"):
+            setattr(self, k, int(state.get(k, 0)))
+        for k in ("momentum", "update_sum", "local", "denominator"):
+            setattr(self, k, text_array(state.get(k)))
+        client.set_dense_residual(self.table, text_array(state.get("residual")))
 
     def _interval(self) -> int:
         return min(MAX_INTERVAL, 1 << (self.syncs // SYNCS_PER_DOUBLING))

@@ -109,7 +109,8 @@ class Trainer:
         self.start_at(point)
 
     def start_at(self, point: CutPoint) -> None:
-        """Takes up at a cut's position, samples and metrics."""
+        """Takes up at a cut's position, samples, metrics and the model's worker state."""
+        self.model.take_up(self.client, point.model)
         self.cut = point.cut
         self.position = point.position or Position()
         self.submitted = point.samples
@@ -243,7 +244,8 @@ class Trainer:
         self.settle()
         self._wait_commit()  # cuts commit in order
         self.cut += 1
-        rows = self.client.prepare(self.cut, encode_offsets(self.position, self.submitted, self.progress))
+        offsets = encode_offsets(self.position, self.submitted, self.progress, self.model.state(self.client))
+        rows = self.client.prepare(self.cut, offsets)
         stall = time.perf_counter() - started
         metrics.CHECKPOINT_STALL.observe(stall)
         self._commit = self._committer.submit(self._commit_cut, self.cut, rows, stall, time.perf_counter())

@@ -69,6 +69,13 @@ class TrainableModel(Protocol):
         """Forgets what it keeps between batches (rows cached for staleness, the MLP sync's
         momentum): the shards went back to a checkpoint cut."""
 
+    def state(self, client: PSClient) -> dict[str, Any]:
+        """What it keeps on the worker past finish() (1-bit Adam's momentum and residual),
+        JSON-ready, for a checkpoint cut."""
+
+    def take_up(self, client: PSClient, state: dict[str, Any]) -> None:
+        """Goes on from what a cut recorded with state() (empty: from the start)."""
+
 
 class FactorizationModel:
     """LR, FM and FFM: sparse tables w (and v) plus the dense bias, numba kernels.
@@ -201,6 +208,12 @@ class FactorizationModel:
 
     def reset(self) -> None:
         self.cache = RowCache(self.cache.staleness, self.sparse)
+
+    def state(self, client: PSClient) -> dict[str, Any]:
+        return {}  # the row cache refills from the shards
+
+    def take_up(self, client: PSClient, state: dict[str, Any]) -> None:
+        pass
 
     def train(self, client: PSClient, batch: SampleBatch) -> npt.NDArray[np.float32]:
         got = self.fetch(client, batch)

@@ -4,7 +4,8 @@ and the push of batch i while batch i+2 is parsed, with one push in flight at mo
 One worker stays exactly the synchronous path: before a batch's pull is issued, every push
 but the last has been acknowledged, and the rows the batch shares with the last pushed
 batch are taken from that batch's result (FactorizationModel.compute), which is what the
-shards hold once its push lands. Models that cannot run so (batch updates, the DNNs, whose
+shards hold once its push lands (unless the shards admit or evict rows: then it does not
+overlap). Models that cannot run so (batch updates, the DNNs, whose
 MLP steps on the shards) train synchronously through the same interface, and so does
 everything with in-process shards, where there is no latency to hide.
 """
@@ -29,8 +30,10 @@ class Pipeline:
     def __init__(self, client: PSClient, model: TrainableModel, overlap: bool | None = None) -> None:
         self.client = client
         self.model = model
-        # in-process shards leave no latency to hide, and the handoffs cost (measured: -14%)
-        wanted = client.remote if overlap is None else overlap
+        # in-process shards leave no latency to hide, and the handoffs cost (measured: -14%);
+        # shards that may drop a push's rows (admission, eviction) would leave the rows taken
+        # from the last batch's result wrong
+        wanted = client.remote and not client.rows_may_drop if overlap is None else overlap
         self._stepwise = model if wanted and isinstance(model, FactorizationModel) and model.pipelined else None
         self._fetcher = ThreadPoolExecutor(1, thread_name_prefix="pull")
         self._pusher = ThreadPoolExecutor(1, thread_name_prefix="push")

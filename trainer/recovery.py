@@ -7,17 +7,15 @@ metrics, so a trainer that goes back to a cut also takes up its metrics from the
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from ctr import config as cfg
 from ps.client import PSClient, ShardRestarted, ShardStatus
+from trainer.json_arrays import array_text, text_array
 from trainer.progressive import ProgressiveMetrics
 from trainer.source import Position
 
@@ -32,23 +30,27 @@ class CutPoint:
     position: Position | None = None
     samples: int = 0
     progress: dict[str, Any] = field(default_factory=dict)
+    model: dict[str, Any] = field(default_factory=dict)  # TrainableModel.state at the cut
     parts: tuple[CutPoint, ...] = ()
 
 
-def worker_state(position: Position, samples: int, progress: dict[str, Any]) -> dict[str, Any]:
-    """What a cut records of one worker (JSON-ready): position, samples, metrics."""
+def worker_state(
+    position: Position, samples: int, progress: dict[str, Any], model: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """What a cut records of one worker (JSON-ready): position, samples, metrics, and what
+    the model keeps on the worker (TrainableModel.state: 1-bit Adam's momentum)."""
     metrics = {
         "count": progress["count"],
         "positives": progress["positives"],
         "loss_sum": progress["loss_sum"],
-        "labels": base64.b64encode(np.asarray(progress["labels"], dtype="<f4").tobytes()).decode(),
-        "probs": base64.b64encode(np.asarray(progress["probs"], dtype="<f4").tobytes()).decode(),
+        "labels": array_text(progress["labels"], "<f4"),
+        "probs": array_text(progress["probs"], "<f4"),
     }
-    return {"position": vars(position), "samples": samples, "progress": metrics}
+    return {"position": vars(position), "samples": samples, "progress": metrics, "model": model or {}}
 
 
-def encode_offsets(position: Position, samples: int, progress: ProgressiveMetrics) -> bytes:
-    return json.dumps(worker_state(position, samples, progress.state())).encode()
+def encode_offsets(position: Position, samples: int, progress: ProgressiveMetrics, model: dict[str, Any] | None = None) -> bytes:
+    return json.dumps(worker_state(position, samples, progress.state(), model)).encode()
 
 
 def encode_workers(states: list[dict[str, Any]]) -> bytes:
@@ -72,8 +74,8 @@ def _part(cut: int, d: dict[str, Any]) -> CutPoint:
     progress = dict(d.get("progress") or {})
     for k in ("labels", "probs"):
         if k in progress:
-            progress[k] = np.frombuffer(base64.b64decode(progress[k]), dtype="<f4").astype(np.float32)
-    return CutPoint(cut, Position(**d["position"]), int(d.get("samples", 0)), progress)
+            progress[k] = text_array(progress[k], "<f4")
+    return CutPoint(cut, Position(**d["position"]), int(d.get("samples", 0)), progress, model=dict(d.get("model") or {}))
 
 
 def load_progress(progress: ProgressiveMetrics, state: dict[str, Any]) -> None:

@@ -86,6 +86,7 @@ def worker_main(job: WorkerJob, reports: Any) -> None:
         signal.signal(sig, lambda *_: stop.set())
     client = PSClient.connect(job.addresses, conf.push_codec, conf.residual_rows, conf.seed, conf.pull_codec, conf.ps_retry_s)
     client.transport.generation = job.generation
+    client.status()  # whether the shards may drop a push's rows: then the pipeline does not overlap
     if job.aggregation is not None:
         client.aggregate_locally(job.aggregation, job.index)
     start = job.start.position if job.start is not None else None
@@ -109,7 +110,7 @@ def worker_main(job: WorkerJob, reports: Any) -> None:
             job.index,
             progress.state(),
             final=True,
-            state=worker_state(trainer.position, trainer.submitted, progress.state()),
+            state=worker_state(trainer.position, trainer.submitted, progress.state(), model.state(client)),
             bad_lines=trainer.bad_lines,
             dropped=job.fields.dropped,
             push_bytes=client.push_bytes,
@@ -148,7 +149,7 @@ def _obey(control: Any, trainer: Trainer, reports: Any, index: int, coordinator:
         return
     if order == "pause":
         trainer.settle()
-        state = worker_state(trainer.position, trainer.submitted, trainer.progress.state())
+        state = worker_state(trainer.position, trainer.submitted, trainer.progress.state(), trainer.model.state(trainer.client))
         reports.put(WorkerReport(index, trainer.progress.state(), paused=True, state=state))
         while True:
             try:

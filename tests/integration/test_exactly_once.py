@@ -27,9 +27,9 @@ def _stream(data_dir: Path, path: Path, repeat: int = 30) -> int:
     return len(lines) * repeat
 
 
-def _shard(i: int, work: Path, port: int = 0) -> Daemon:
+def _shard(i: int, work: Path, port: int = 0, lifecycle: tuple[str, ...] = ()) -> Daemon:
     args = ["ps", "--shard-index", str(i), "--shard-count", "2", "--data-dir", str(work / f"ps{i}"), "--port", str(port)]
-    args += ["--full-checkpoint-every", "4"]
+    args += ["--full-checkpoint-every", "4", *lifecycle]
     d = start(f"ps{i}", args, work)
     d.wait_ready()
     return d
@@ -86,6 +86,48 @@ def test_shards_dying_at_random_moments_change_nothing(uninterrupted, tmp_path, 
             kills += 1
         err = _finish(trainer)
         assert kills >= 3 and "going back to the last checkpoint cut" in err, err[-3000:]  # kills in a recovery coalesce
+        assert _model(shards) == expected
+        assert json.loads((tmp_path / "m.json").read_text())["samples"] == total
+    finally:
+        if trainer.poll() is None:
+            trainer.kill()
+        for s in shards:
+            s.stop()
+
+
+# admission after 2 sightings, eviction by updates and by a row cap: the filters and clocks
+# are in the cuts, so what a shard admits and evicts does not depend on when it died
+LIFECYCLE = ("--admit-after", "2", "--bloom-mb", "1", "--ttl-updates", "400", "--max-rows", "1500")
+
+
+def test_shards_with_admission_and_eviction_dying_change_nothing(data_dir, tmp_path):
+    stream = tmp_path / "stream.libfm"
+    total = _stream(data_dir, stream, repeat=20)
+    shards = [_shard(i, tmp_path / "once", lifecycle=LIFECYCLE) for i in range(2)]
+    try:
+        _finish(_trainer(stream, shards, tmp_path / "once.json"))
+        expected = _model(shards)
+    finally:
+        for s in shards:
+            s.stop()
+    assert all(rows < 1500 * 1.05 * 2 for _, rows, _ in expected.values())
+    rng = random.Random(3)
+    shards = [_shard(i, tmp_path, lifecycle=LIFECYCLE) for i in range(2)]
+    ports = [s.ready["grpc_port"] for s in shards]
+    trainer = _trainer(stream, shards, tmp_path / "m.json")
+    try:
+        kills = 0
+        time.sleep(1.0)  # start-up
+        for _ in range(3):
+            time.sleep(rng.uniform(0.4, 1.0))
+            if trainer.poll() is not None:
+                break
+            i = rng.randrange(2)
+            shards[i].kill()
+            shards[i] = _shard(i, tmp_path, ports[i], LIFECYCLE)
+            kills += 1
+        err = _finish(trainer)
+        assert kills >= 2 and "going back to the last checkpoint cut" in err, err[-3000:]
         assert _model(shards) == expected
         assert json.loads((tmp_path / "m.json").read_text())["samples"] == total
     finally:

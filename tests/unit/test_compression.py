@@ -3,6 +3,8 @@ error-feedback invariant, the residual memory bound, and payloads that must be r
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -309,3 +311,44 @@ def test_a_momentum_push_to_a_sparse_table_is_refused():
     shard.declare(ModelSpec("lr").tables())
     with pytest.raises(ShardError, match="momentum pushes are for dense adam tables"):
         shard.push_width("w", "momentum")
+
+
+@pytest.mark.parametrize("codec", ["onebit-adam:3", "zeroone-adam:3"])
+def test_a_dense_sync_that_takes_up_a_cut_goes_on_as_one_that_never_stopped(tmp_path, codec):
+    """A checkpoint cut records the worker's sync state (momentum, frozen denominator,
+    local steps, 1-bit residual): a worker restarted at the cut, against shards restored
+    to it, leaves the weights an uninterrupted worker leaves, bit for bit."""
+    from ctr.modelspec import TableSpec
+    from ctr.optim import OptimizerSpec
+    from ps.client import PSClient
+    from trainer.dense_sync import dense_sync
+
+    tables = [TableSpec("mlp", "dense", 50, OptimizerSpec("adam", lr=0.01), "batch")]
+    grads = np.random.default_rng(0).normal(size=(60, 50))
+
+    def steps(sync, client, rows) -> None:  # type: ignore[no-untyped-def]
+        for g in rows:
+            sync.weights(client)
+            sync.push(client, g)
+
+    def fresh(path):  # type: ignore[no-untyped-def]
+        client = PSClient.local(2, data_dir=path)
+        client.declare(tables)
+        return client, dense_sync(codec, "mlp", 0.01, 0.9, 0.999, 1e-8)
+
+    client, sync = fresh(tmp_path / "a")
+    steps(sync, client, grads[:37])
+    sync.flush(client)  # a cut: what the worker kept back goes out, the rest is recorded
+    state = json.loads(json.dumps(sync.state(client)))
+    client.prepare(1, b"")
+    client.commit(1)
+    steps(sync, client, grads[37:])
+    sync.flush(client)
+    expected = client.pull_dense("mlp", state=True)
+
+    client.restore(1, generation=1)  # the worker died: the shards go back to the cut
+    _, restarted = fresh(tmp_path / "unused")
+    restarted.take_up(client, state)
+    steps(restarted, client, grads[37:])
+    restarted.flush(client)
+    np.testing.assert_array_equal(client.pull_dense("mlp", state=True), expected)

@@ -14,7 +14,7 @@ from ctr.hashmap import CompactHashMap
 from ctr.modelspec import ModelSpec
 from ps.lifecycle import HASHES, Lifecycle, _slot, count_sightings
 from ps.shard import Shard
-from ps.store import ShardStore
+from ps.store import BLOOM_BLOCK, ShardStore
 from ps.tables import SparseTable
 from serving.model import apply_delta
 
@@ -76,6 +76,58 @@ def test_a_key_gets_a_row_from_its_nth_sighting():
     assert stats.not_admitted == 4 and stats.rows == 2
     _push(shard, keys)  # a key that has a row is not counted again
     assert {t.name: t for t in shard.stats()}["w"].not_admitted == 4
+
+
+def test_admission_counts_and_update_clocks_survive_a_restart_and_a_restore(tmp_path):
+    """A cut holds the admission filter (its changed blocks only) and the eviction clocks:
+    a shard that restarts, or goes back to the cut, admits and evicts as one that never
+    stopped."""
+    policy = Lifecycle(admit_after=3, bloom_counters=1 << 18, ttl_updates=8)
+    shard = Shard(0, 1, ShardStore(tmp_path / "db"), lifecycle=policy)
+    shard.declare(SPEC.tables())
+    twice, once = np.array([11, 22], dtype=np.uint64), np.array([33], dtype=np.uint64)
+    for _ in range(2):
+        _push(shard, twice)
+    _push(shard, once)
+    shard.prepare(1, b"")
+    shard.commit(1)
+    _push(shard, np.array([44], dtype=np.uint64))  # changes one block of the filter
+    shard.prepare(2, b"")
+    shard.commit(2)
+    store = shard.store
+    assert store is not None
+    blocks = [k for k, _ in store.db.items(from_key=b"f") if isinstance(k, bytes) and k.startswith(b"f")]
+    changed = {_slot(np.uint64(44), i, 1 << 18) // BLOOM_BLOCK for i in range(HASHES)}
+    assert len(blocks) == 4 + len(changed)  # cut 1 (full): every block; cut 2: those 44 changed
+    twin = Shard(0, 1, lifecycle=policy)  # never stops
+    twin.declare(SPEC.tables())
+    for keys in (twice, twice, once, np.array([44], dtype=np.uint64)):
+        _push(twin, keys)
+    shard.close()
+    store.close()
+
+    again = Shard(0, 1, ShardStore(tmp_path / "db"), lifecycle=policy)
+    assert again.update_seq == twin.update_seq and {s.name: s.not_admitted for s in again.stats()}["w"] == 6
+    for s in (again, twin):
+        _push(s, twice)  # a third sighting: admitted
+        for _ in range(9):
+            _push(s, np.array([55, 66, 77], dtype=np.uint64))  # 55..77 admitted from the third; 11, 22 age out
+    for s in (again, twin):
+        assert {t.name: (t.rows, t.digest, t.not_admitted, t.evicted) for t in s.stats()} == {
+            t.name: (t.rows, t.digest, t.not_admitted, t.evicted) for t in twin.stats()
+        }
+    assert again.sparse["w"].find(twice).max() < 0 and {t.name: t for t in again.stats()}["w"].evicted == 2
+    again.restore(1, generation=1)  # 44's sighting is undone with cut 2
+    np.testing.assert_array_equal(again._blooms["w"].counters, store_counters_at(tmp_path, 1, policy))
+
+
+def store_counters_at(tmp_path, cut: int, policy: Lifecycle) -> np.ndarray:
+    """The filter a fresh shard that saw the pushes before cut `cut` holds."""
+    fresh = Shard(0, 1, lifecycle=policy)
+    fresh.declare(SPEC.tables())
+    for keys in ([11, 22], [11, 22], [33])[: 3 if cut == 1 else 4]:
+        _push(fresh, np.array(keys, dtype=np.uint64))
+    return fresh._blooms["w"].counters
 
 
 def test_the_row_cap_evicts_the_least_recently_updated(tmp_path):
