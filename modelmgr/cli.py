@@ -41,7 +41,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def watch(conf: ModelMgrConfig) -> int:
     log = daemon.setup_logging("modelmgr", conf.log_level)
     repo = Repository(Path(conf.repo), conf.model)
-    publisher = Publisher(repo, Path(conf.exports), QualityGate(conf.min_auc, conf.max_logloss, conf.min_samples))
+    gate = QualityGate(
+        min_samples=conf.min_samples,
+        max_auc_drop=conf.max_auc_drop,
+        min_auc=conf.min_auc,
+        max_logloss=conf.max_logloss,
+        calibration_low=conf.calibration_low,
+        calibration_high=conf.calibration_high,
+        rollback_auc_drop=conf.rollback_auc_drop,
+    )
+    publisher = Publisher(repo, Path(conf.exports), gate)
     server, port, _ = daemon.grpc_server(conf.host, conf.port, 2, lambda s: None, [])
     metrics_port = daemon.metrics_server(conf.host, conf.metrics_port)
     stop = threading.Event()
@@ -52,7 +61,7 @@ def watch(conf: ModelMgrConfig) -> int:
     while not stop.is_set():
         try:
             publisher.poll()
-        except OSError as e:  # a half-written export or a full disk: retry, never die
+        except Exception as e:  # noqa: BLE001 - a full disk, a damaged repository: retry, never die
             log.error("scan failed: %s", e)
         stop.wait(conf.poll_s)
     server.stop(1)
@@ -78,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
                 if not older:
                     raise RepositoryError("no version older than the served one to roll back to")
                 version = older[-1]
-            repo.set_policy(Policy("pinned", version))
+            repo.set_policy(Policy("pinned", version, "rollback from the CLI"))
     except RepositoryError as e:
         print(f"boundless model {args.action}: error: {e}")
         return 2
@@ -87,32 +96,42 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _list(repo: Repository, as_json: bool) -> int:
-    rows = []
+    rows: list[dict[str, object]] = []
     target = repo.target()
     for v in repo.versions():
-        m = repo.manifest(v)
-        met = m.get("metrics") or {}
+        why = repo.broken(v)
+        if why is not None:
+            rows.append({"version": v, "broken": why, "served": False})
+            continue
+        m = repo.manifest_model(v)
+        cand = (m.evaluation or {}).get("candidate") or {}
         rows.append(
             {
                 "version": v,
-                "kind": m["kind"],
-                "base": m["base_version"],
-                "samples": met.get("samples"),
-                "window_auc": met.get("window_auc"),
-                "created": m["created"],
+                "kind": m.kind,
+                "base": m.base_version,
+                "samples": m.metrics.get("samples"),
+                "holdout_auc": cand.get("auc"),
+                "created": m.created,
                 "served": v == target,
             }
         )
+    policy = repo.policy()
     if as_json:
-        print(json.dumps({"policy": repo.policy().describe(), "versions": rows, "rejected": repo.rejected()}, indent=1))
+        doc = {"policy": policy.describe(), "policy_reason": policy.reason, "versions": rows, "rejected": repo.rejected()}
+        print(json.dumps(doc, indent=1))
         return 0
-    print(f"model {repo.model}  policy: {repo.policy().describe()}")
+    print(f"model {repo.model}  policy: {policy.describe()}" + (f" ({policy.reason})" if policy.reason else ""))
     print(f"{'version':>8} {'kind':>5} {'base':>6} {'samples':>9} {'AUC':>7}  created")
     for r in rows:
-        auc = f"{r['window_auc']:.4f}" if isinstance(r["window_auc"], float) else "-"
-        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["created"]))
+        if "broken" in r:
+            print(f"{r['version']:>8} broken: {r['broken']}")
+            continue
+        auc = f"{r['holdout_auc']:.4f}" if isinstance(r["holdout_auc"], float) else "-"
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(r["created"])))  # type: ignore[arg-type]
         mark = " *" if r["served"] else ""
-        print(f"{r['version']:>8} {r['kind']:>5} {r['base']:>6} {r['samples'] or 0:>9.0f} {auc:>7}  {when}{mark}")
+        samples = r["samples"] if isinstance(r["samples"], int | float) else 0
+        print(f"{r['version']:>8} {r['kind']:>5} {r['base']:>6} {samples:>9.0f} {auc:>7}  {when}{mark}")
     for rej in repo.rejected():
-        print(f"rejected export {rej['export_id']}: {rej['reason']}")
+        print(f"rejected export {rej.get('export_id')}: {rej.get('reason')}")
     return 0

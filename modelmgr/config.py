@@ -11,9 +11,20 @@ class ModelMgrConfig:
     repo: str = field(default="repo", metadata={"help": "model repository folder"})
     model: str = field(default="ctr", metadata={"help": "model name"})
     poll_s: float = field(default=0.5, metadata={"help": "seconds between scans of the exports"})
-    min_auc: float = field(default=0.5, metadata={"help": "quality gate: lowest window AUC"})
-    max_logloss: float = field(default=1.0, metadata={"help": "quality gate: highest window logloss"})
-    min_samples: int = field(default=1000, metadata={"help": "quality gate: window size needed to judge"})
+    min_samples: int = field(default=1000, metadata={"help": "quality gate: holdout samples needed to judge an export"})
+    max_auc_drop: float = field(
+        default=0.02, metadata={"help": "quality gate: how far the candidate's holdout AUC may trail the live version's"}
+    )
+    min_auc: float = field(default=0.5, metadata={"help": "quality gate: lowest holdout AUC"})
+    max_logloss: float = field(default=1.0, metadata={"help": "quality gate: highest holdout logloss"})
+    calibration_low: float = field(default=0.5, metadata={"help": "quality gate: lowest mean prediction / CTR"})
+    calibration_high: float = field(default=2.0, metadata={"help": "quality gate: highest mean prediction / CTR"})
+    rollback_auc_drop: float = field(
+        default=0.01,
+        metadata={
+            "help": "auto-rollback: the live version's holdout AUC trailing its predecessor's by more pins the predecessor"
+        },
+    )
     host: str = field(default="127.0.0.1", metadata={"help": "address for health and metrics"})
     port: int = field(default=0, metadata={"help": "gRPC health port (0 picks a free one)"})
     metrics_port: int = field(default=0, metadata={"help": "Prometheus port (0 picks a free one)"})

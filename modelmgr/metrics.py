@@ -3,5 +3,7 @@
 from prometheus_client import Counter, Gauge
 
 PUBLISHED = Counter("boundless_modelmgr_published_total", "versions published")
-REJECTED = Counter("boundless_modelmgr_rejected_total", "exports rejected (verification or gate)")
+REJECTED = Counter("boundless_modelmgr_rejected_total", "exports rejected, by stage", ["stage"])
 LATEST = Gauge("boundless_modelmgr_latest_version", "newest published version")
+ROLLBACKS = Counter("boundless_modelmgr_auto_rollbacks_total", "live versions rolled back for falling behind their predecessor")
+HOLDOUT_AUC = Gauge("boundless_modelmgr_holdout_auc", "AUC on the newest holdout", ["role"])

@@ -1,12 +1,20 @@
-"""Turns READY exports into published versions, in export order.
+"""Turns READY exports into published versions, in export order, and never stops on one.
 
-A version is assembled in `<model>/.tmp-<version>/`, manifest.json then DONE are written,
-and the folder is renamed into place, so readers never see half a version. A delta whose
-predecessor was rejected cannot be applied and is rejected too until the next full export.
+Each export is validated (modelmgr.schemas), verified (checksums, CRCs, shard coverage,
+finite weights), placed in its lineage (a delta must follow the newest version of its
+chain), copied into `<model>/.tmp-<export>/` (the repository's own copies, checked against
+their sha256), then judged on its holdout against the live version (modelmgr.gate). Only
+then it gets a version number from the persistent counter, and manifest.json and DONE are
+written and the folder renamed into place, so readers never see half a version. A bad
+export is rejected with its reason and counted as handled, never retried.
+
+Each holdout also scores the live version and its predecessor: when the live one falls
+behind, the manager pins the predecessor (auto-rollback) and records the evidence.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -15,19 +23,37 @@ import time
 from pathlib import Path
 from typing import Any
 
-from modelmgr import metrics
+from ctr import holdout as holdouts
+from ctr import modelfile
+from ctr.batch import SampleBatch
+from modelmgr import metrics, schemas
+from modelmgr.evaluate import Evaluation, evaluate
 from modelmgr.gate import QualityGate
-from modelmgr.repository import DONE, MANIFEST, Repository, version_name
+from modelmgr.repository import DONE, MANIFEST, Policy, Repository, RepositoryError, fsync_dir, write_json_atomic
+from modelmgr.schemas import ChainLink, ExportManifest, SchemaError, VersionManifest
 from modelmgr.verify import VerificationError, verify_export
 
 log = logging.getLogger("modelmgr")
+MODELS_KEPT = 4  # loaded versions kept for judging (the live one, its predecessor, the newest)
 
 
-def _link_or_copy(src: Path, dst: Path) -> None:
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copy2(src, dst)
+class Rejected(Exception):
+    def __init__(self, stage: str, reason: str, evidence: Any = None) -> None:
+        super().__init__(reason)
+        self.stage, self.reason, self.evidence = stage, reason, evidence
+
+
+def copy_verified(src: Path, dst: Path, sha256: str) -> None:
+    """Copies src (read once) and checks what was read against the manifest's sha256."""
+    h = hashlib.sha256()
+    with open(src, "rb") as fin, open(dst, "wb") as fout:
+        while chunk := fin.read(1 << 22):
+            h.update(chunk)
+            fout.write(chunk)
+        fout.flush()
+        os.fsync(fout.fileno())
+    if h.hexdigest() != sha256:
+        raise Rejected("verify", f"{src.name}: changed while it was copied (sha256 does not match)")
 
 
 class Publisher:
@@ -35,82 +61,239 @@ class Publisher:
         self.repo = repo
         self.exports = exports
         self.gate = gate
-        self.processed = repo.processed_exports()
+        self._seen: set[str] = set()
+        self._models: dict[int, Any] = {}  # version -> serving.model.ServableModel
+        for name in repo.clean_unfinished():
+            log.warning("removed %s/%s: a version a crash left unfinished", repo.dir, name)
 
     def poll(self) -> list[int]:
         """Processes every new READY export; returns the versions published."""
         if not self.exports.is_dir():
             return []
+        handled = self.repo.counter().handled_through
         published = []
-        for folder in sorted(p for p in self.exports.iterdir() if (p / "READY").exists()):
-            if folder.name in self.processed:
+        for folder in sorted(p for p in self.exports.iterdir() if p.is_dir() and (p / "READY").exists()):
+            if folder.name <= handled or folder.name in self._seen:
                 continue
-            v = self._process(folder)
-            self.processed.add(folder.name)
-            if v is not None:
-                published.append(v)
+            self._seen.add(folder.name)
+            try:
+                v = self._process(folder)
+            except Rejected as e:
+                self._reject(folder, e)
+                continue
+            except Exception as e:  # noqa: BLE001 - an export must never stop the manager
+                log.exception("export %s: unexpected failure", folder.name)
+                self._reject(folder, Rejected("internal", f"{type(e).__name__}: {e}"))
+                continue
+            published.append(v)
         return published
 
-    def _process(self, folder: Path) -> int | None:
-        export_id = folder.name
-        manifest: dict[str, Any] | None = None
+    def _reject(self, folder: Path, e: Rejected) -> None:
+        log.warning("rejected export %s (%s): %s", folder.name, e.stage, e.reason)
+        raw: dict[str, Any] | None = None
         try:
-            try:
-                manifest = json.loads((folder / "export.json").read_text())
-            except (OSError, ValueError) as e:
-                raise VerificationError(f"export.json unreadable: {e}") from None
-            assert manifest is not None
-            verify_export(folder, manifest)
-            base, chain = self._lineage(manifest)
-            reason = self.gate.check(manifest.get("metrics") or {})
-            if reason is not None:
-                raise VerificationError(f"quality gate: {reason}")
+            loaded = json.loads((folder / "export.json").read_text())
+            raw = loaded if isinstance(loaded, dict) else None
+        except (OSError, ValueError):
+            pass
+        shutil.rmtree(self.repo.dir / f".tmp-{folder.name}", ignore_errors=True)
+        self.repo.record_rejection(folder.name, f"{e.stage}: {e.reason}", raw, e.evidence)
+        metrics.REJECTED.labels(e.stage).inc()
+
+    def _process(self, folder: Path) -> int:
+        try:
+            export = schemas.read(ExportManifest, folder / "export.json")
+        except SchemaError as e:
+            raise Rejected("schema", str(e)) from None
+        if export.id != folder.name:
+            raise Rejected("schema", f"export.json: id {export.id} is not its folder's name {folder.name}")
+        try:
+            verify_export(folder, export)
         except VerificationError as e:
-            log.warning("rejected export %s: %s", export_id, e)
-            self.repo.record_rejection(export_id, str(e), manifest)
-            metrics.REJECTED.inc()
-            return None
-        return self._publish(folder, manifest, base, chain)
+            raise Rejected("verify", str(e)) from None
+        base, chain, previous = self._lineage(export)
+        holdout = self._holdout(folder, export)
+        staged = self._stage(folder, export, base, chain, previous)
+        evaluation = self._judge(staged, export, holdout, previous)
+        return self._publish(staged, folder.name, evaluation)
 
-    def _lineage(self, manifest: dict[str, Any]) -> tuple[int | None, list[int]]:
-        """(base version, delta chain before this one) of a delta; (None, []) for a full."""
-        if manifest.get("kind") == "full":
-            return None, []
-        prev = self.repo.version_of_export(str(manifest.get("previous")))
-        if prev is None:
-            raise VerificationError(f"delta follows export {manifest.get('previous')}, which was not published")
-        pm = self.repo.manifest(prev)
-        if pm["kind"] == "full":
-            return prev, []
-        return int(pm["base_version"]), [*pm["delta_chain"]]
+    def _lineage(self, export: ExportManifest) -> tuple[int | None, list[int], int | None]:
+        """(base version, chain before this delta, predecessor) of a delta; (None, [], None)
+        for a full. A delta whose predecessor is missing, or already followed by another
+        delta (a duplicate, or one out of order), is refused."""
+        if export.kind == "full":
+            return None, [], None
+        try:
+            prev = self.repo.version_of_export(str(export.previous))
+            if prev is None:
+                raise Rejected("lineage", f"delta follows export {export.previous}, which was not published")
+            pm = self.repo.manifest_model(prev)
+            base = pm.version if pm.kind == "full" else pm.base_version
+            base_export = self.repo.manifest_model(base).export_id
+            if base_export != export.base:
+                raise Rejected("lineage", f"delta names base export {export.base}; its predecessor's base is {base_export}")
+            for v in self.repo.versions():
+                if v > prev and self.repo.broken(v) is None:
+                    link = self.repo.manifest_model(v).previous
+                    if link is not None and link.version == prev:
+                        raise Rejected(
+                            "lineage", f"version {v} already follows version {prev}: a duplicate or out-of-order delta"
+                        )
+        except RepositoryError as e:
+            raise Rejected("lineage", str(e)) from None
+        return base, ([] if pm.kind == "full" else list(pm.delta_chain)), prev
 
-    def _publish(self, folder: Path, export: dict[str, Any], base: int | None, chain: list[int]) -> int:
-        versions = self.repo.versions()
-        v = (versions[-1] if versions else 0) + 1
-        tmp = self.repo.dir / f".tmp-{version_name(v)}"
-        if tmp.exists():
-            shutil.rmtree(tmp)
+    def _holdout(self, folder: Path, export: ExportManifest) -> SampleBatch:
+        h = export.holdout
+        if h is None:
+            raise Rejected("gate", "the export has no holdout: nothing to judge it on")
+        path = folder / h.name
+        if not path.is_file() or path.stat().st_size != h.size or modelfile.sha256_file(path) != h.sha256:
+            raise Rejected("verify", f"{h.name}: missing, or its size or sha256 does not match export.json")
+        try:
+            batch = holdouts.read(path)
+        except holdouts.HoldoutError as e:
+            raise Rejected("verify", str(e)) from None
+        if len(batch) != h.samples:
+            raise Rejected("verify", f"{h.name}: {len(batch)} samples, export.json says {h.samples}")
+        return batch
+
+    def _stage(self, folder: Path, export: ExportManifest, base: int | None, chain: list[int], previous: int | None) -> Path:
+        """The version's folder, not yet numbered: the manager's own copies and a manifest."""
+        tmp = self.repo.dir / f".tmp-{folder.name}"
+        shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        for f in export["files"]:
-            _link_or_copy(folder / f["name"], tmp / f["name"])
+        for f in export.files:
+            copy_verified(folder / f.name, tmp / f.name, f.sha256)
         manifest = {
             "model": self.repo.model,
-            "version": v,
-            "kind": export["kind"],
-            "base_version": v if base is None else base,
-            "delta_chain": [] if base is None else [*chain, v],
+            "version": 1,  # numbered when published
+            "kind": export.kind,
+            "base_version": 1 if base is None else base,
+            "delta_chain": [] if base is None else chain,
+            "base": None if base is None else self._link(base),
+            "previous": None if previous is None else self._link(previous),
             "export_id": folder.name,
-            "spec": export.get("model"),
-            "schema": export.get("schema"),
-            "shard_count": export["shard_count"],
-            "files": export["files"],
-            "metrics": export.get("metrics"),
+            "spec": export.model,
+            "schema": export.feature_schema,
+            "shard_count": export.shard_count,
+            "files": [schemas.dump(f) for f in export.files],
+            "metrics": export.metrics,
             "created": time.time(),
         }
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
-        (tmp / DONE).write_text(str(v))
-        os.replace(tmp, self.repo.path(v))
+        return tmp
+
+    def _link(self, version: int) -> dict[str, Any]:
+        raw = (self.repo.path(version) / MANIFEST).read_bytes()
+        return schemas.dump(ChainLink(version=version, manifest_sha256=hashlib.sha256(raw).hexdigest()))
+
+    def _model(self, version: int) -> Any:
+        """The published version, loaded as serving loads it (kept for the next holdouts)."""
+        from serving.model import load  # the manager loads serving's scorer only to judge
+
+        if version not in self._models:
+            m = self.repo.manifest(version)
+            chain = [(self.repo.path(v), self.repo.manifest(v)) for v in m["delta_chain"]]
+            base = int(m["base_version"])
+            near = [x for x in self._models.values() if x.base_version == base and x.chain == m["delta_chain"][: len(x.chain)]]
+            current = max(near, key=lambda x: len(x.chain), default=None)
+            self._models[version] = load(
+                self.repo.path(version), m, self.repo.manifest(base), self.repo.path(base), chain, current
+            )
+            while len(self._models) > MODELS_KEPT:
+                del self._models[min(self._models)]
+        return self._models[version]
+
+    def _candidate(self, staged: Path, previous: int | None) -> Any:
+        from serving.model import load
+
+        m = json.loads((staged / MANIFEST).read_text())
+        if m["kind"] == "full":
+            return load(staged, m, m, staged, [], None)
+        base = int(m["base_version"])
+        chain = [(self.repo.path(v), self.repo.manifest(v)) for v in m["delta_chain"]]
+        current = self._model(previous) if previous is not None else None
+        return load(staged, m, self.repo.manifest(base), self.repo.path(base), [*chain, (staged, m)], current)
+
+    def _judge(self, staged: Path, export: ExportManifest, holdout: SampleBatch, previous: int | None) -> dict[str, Any]:
+        """The gate's evidence for the candidate; Rejected when it fails. Rolls back a live
+        version that falls behind its predecessor on this holdout first."""
+        live_v = self.repo.target()
+        live = evaluate(self._model(live_v), holdout, live_v) if live_v is not None else None
+        if live is not None and live_v is not None:
+            metrics.HOLDOUT_AUC.labels("live").set(live.auc)
+            live = self._maybe_roll_back(live, holdout, export.id) or live
+        try:
+            candidate = evaluate(self._candidate(staged, previous), holdout, 0)
+        except (OSError, ValueError, KeyError) as e:
+            raise Rejected("verify", f"the candidate cannot be loaded: {e}") from None
+        metrics.HOLDOUT_AUC.labels("candidate").set(candidate.auc)
+        evidence = {
+            "holdout": {"samples": len(holdout), "seen": export.holdout.seen if export.holdout else 0},
+            "candidate": candidate.to_dict(),
+            "live": None if live is None else live.to_dict(),
+        }
+        reason = self.gate.judge(candidate, live)
+        if reason is not None:
+            raise Rejected("gate", reason, evidence)
+        return evidence
+
+    def _maybe_roll_back(self, live: Evaluation, holdout: SampleBatch, export_id: str) -> Evaluation | None:
+        """Pins the live version's predecessor when the live one falls behind it (only while
+        the policy follows the latest: an operator's pin stands). Returns its evaluation."""
+        if self.repo.policy().mode != "latest":
+            return None
+        older = [v for v in self.repo.versions() if v < live.version and self.repo.broken(v) is None]
+        if not older:
+            return None
+        pred = evaluate(self._model(older[-1]), holdout, older[-1])
+        metrics.HOLDOUT_AUC.labels("predecessor").set(pred.auc)
+        if not self.gate.falls_behind(live, pred):
+            return None
+        reason = (
+            f"auto-rollback: version {live.version} (holdout AUC {live.auc:.4f}) fell behind version "
+            f"{pred.version} ({pred.auc:.4f}) on the holdout of export {export_id}"
+        )
+        self.repo.set_policy(Policy("pinned", pred.version, reason))
+        evidence_dir = self.repo.dir / "rollbacks"
+        evidence_dir.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(
+            evidence_dir / f"{time.time_ns():020d}.json",
+            {"reason": reason, "export_id": export_id, "live": live.to_dict(), "predecessor": pred.to_dict(), "at": time.time()},
+        )
+        metrics.ROLLBACKS.inc()
+        log.warning("%s; serving is pinned to version %d", reason, pred.version)
+        return pred
+
+    def _publish(self, staged: Path, export_id: str, evaluation: dict[str, Any]) -> int:
+        v = self.repo.allocate_version(export_id)
+        m = json.loads((staged / MANIFEST).read_text())
+        m["version"] = v
+        if m["kind"] == "full":
+            m["base_version"] = v
+        else:
+            m["delta_chain"] = [*m["delta_chain"], v]
+        m["evaluation"] = evaluation
+        VersionManifest.model_validate(m)  # what readers will check
+        write_json_atomic(staged / MANIFEST, m)
+        (staged / DONE).write_text(str(v))
+        for f in staged.iterdir():
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
+        fsync_dir(staged)
+        os.replace(staged, self.repo.path(v))
+        fsync_dir(self.repo.dir)
         metrics.PUBLISHED.inc()
         metrics.LATEST.set(v)
-        log.info("published %s version %d (%s) from export %s", self.repo.model, v, export["kind"], folder.name)
+        ev = evaluation["candidate"]
+        log.info(
+            "published %s version %d (%s) from export %s: holdout AUC %s over %d samples",
+            self.repo.model,
+            v,
+            m["kind"],
+            export_id,
+            ev["auc"],
+            ev["samples"],
+        )
         return v

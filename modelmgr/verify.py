@@ -6,55 +6,57 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from safetensors import SafetensorError
 from safetensors.numpy import load_file
 
 from ctr import modelfile
 from ctr.modelspec import ModelSpec, ModelSpecError
+from modelmgr.schemas import ExportManifest
 
 
 class VerificationError(ValueError):
     """An export that must not be published, with the reason."""
 
 
-def verify_export(folder: Path, manifest: dict[str, Any]) -> None:
-    files = manifest.get("files")
-    shards = manifest.get("shard_count")
-    if not isinstance(files, list) or not files or not isinstance(shards, int) or shards < 1:
-        raise VerificationError("export.json lacks files or shard_count")
-    spec = _verify_spec(manifest.get("model"))
+def verify_export(folder: Path, export: ExportManifest) -> None:
+    spec = _verify_spec(export.model)
     seen: dict[tuple[str, str], set[int]] = {}
-    for f in files:
-        name = str(f.get("name", ""))
-        path = folder / name
-        if not name or "/" in name or not path.is_file():
-            raise VerificationError(f"{name or '<unnamed>'}: listed but missing")
+    for f in export.files:
+        path = folder / f.name
+        if not path.is_file():
+            raise VerificationError(f"{f.name}: listed but missing")
         size = path.stat().st_size
-        if size != f.get("size"):
-            raise VerificationError(f"{name}: {size} bytes, manifest says {f.get('size')}")
-        if modelfile.sha256_file(path) != f.get("sha256"):
-            raise VerificationError(f"{name}: sha256 does not match the manifest")
-        if f.get("role") == "dense":
+        if size != f.size:
+            raise VerificationError(f"{f.name}: {size} bytes, export.json says {f.size}")
+        if modelfile.sha256_file(path) != f.sha256:
+            raise VerificationError(f"{f.name}: sha256 does not match export.json")
+        if f.role == "dense":
             _verify_dense(path, spec)
             continue
         try:
             modelfile.verify(path)
+            shard = f.shard if f.shard is not None else modelfile.shard_index(f.name)
+            _finite_rows(path, f.role)
         except modelfile.ModelFileError as e:
             raise VerificationError(str(e)) from None
-        try:
-            shard = modelfile.shard_index(name)
-        except modelfile.ModelFileError as e:
-            raise VerificationError(str(e)) from None
-        seen.setdefault((str(f.get("table")), str(f.get("role"))), set()).add(shard)
+        seen.setdefault((f.table, f.role), set()).add(shard)
     for (table, role), got in seen.items():
-        if got != set(range(shards)):
-            raise VerificationError(f"table {table} ({role}): shards {sorted(got)} of {shards}")
-    if not any(f.get("role") == "dense" for f in files):
+        if got != set(range(export.shard_count)):
+            raise VerificationError(f"table {table} ({role}): shards {sorted(got)} of {export.shard_count}")
+    if not any(f.role == "dense" for f in export.files):
         raise VerificationError("no dense file (bias and MLP weights)")
-    roles = {r for _, r in seen}
-    expected = "sparse_full" if manifest.get("kind") == "full" else "sparse_delta"
-    if expected not in roles:
-        raise VerificationError(f"a {manifest.get('kind')} export without {expected} files")
+    expected = "sparse_full" if export.kind == "full" else "sparse_delta"
+    if expected not in {r for _, r in seen}:
+        raise VerificationError(f"a {export.kind} export without {expected} files")
+
+
+def _finite_rows(path: Path, role: str) -> None:
+    """A NaN or infinite weight is refused: it would score NaN (a poisoned push, say)."""
+    rows = modelfile.load_image(path, mmap=False).rows if role == "sparse_full" else modelfile.read_delta(path).rows
+    bad = int((~np.isfinite(rows)).any(axis=1).sum()) if rows.size else 0
+    if bad:
+        raise VerificationError(f"{path.name}: {bad} rows hold NaN or infinite weights")
 
 
 def _verify_dense(path: Path, spec: ModelSpec) -> None:
@@ -65,6 +67,8 @@ def _verify_dense(path: Path, spec: ModelSpec) -> None:
         raise VerificationError(f"{path.name}: not a readable safetensors file: {e}") from None
     for name, shape in [("bias", (1,)), *spec.mlp_shapes()]:
         got = tensors.get(name)
+        if got is not None and tuple(got.shape) == shape and not np.isfinite(got).all():
+            raise VerificationError(f"{path.name}: tensor {name} holds NaN or infinite weights")
         if got is None or tuple(got.shape) != shape:
             found = "missing" if got is None else f"shaped {tuple(got.shape)}"
             raise VerificationError(f"{path.name}: tensor {name} is {found}, the model spec needs {shape}")

@@ -11,6 +11,7 @@ split is pure, the shard calls go through a thread pool, and the transports are 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -411,7 +412,8 @@ class PSClient:
 
     def export(self, full: bool, directory: Path) -> tuple[list[ExportedFile], list[int]]:
         results = self._each(lambda s: self.transport.export(s, full, str(directory)))
-        return [f for files, _ in results for f in files], [seq for _, seq in results]
+        files = [dataclasses.replace(f, shard=s) for s, (got, _) in enumerate(results) for f in got]
+        return files, [seq for _, seq in results]
 
     def prepare(self, cut: int, offsets: bytes) -> int:
         """Phase one of checkpoint cut `cut` on every shard (each snapshots its changed rows

@@ -47,6 +47,7 @@ class ExportedFile:
     sha256: str
     rows: int
     columns: str = ""  # "table:dim,..." of a combined sparse file, in row order
+    shard: int | None = None  # the shard that wrote it (readers order shard files by this)
 
 
 @dataclass(frozen=True)

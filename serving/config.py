@@ -14,5 +14,8 @@ class ServingConfig:
     port: int = field(default=0, metadata={"help": "gRPC port (0 picks a free one)"})
     metrics_port: int = field(default=0, metadata={"help": "Prometheus port (0 picks a free one)"})
     workers: int = field(default=4, metadata={"help": "gRPC worker threads"})
+    copies_dir: str | None = field(
+        default=None, metadata={"help": "folder for serving's checked copies of the files it maps (default: a temporary one)"}
+    )
     ready_file: str | None = field(default=None, metadata={"help": "write bound ports here as JSON"})
     log_level: str = field(default="INFO", metadata={"help": "logging level"})

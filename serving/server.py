@@ -10,6 +10,7 @@ from ctr import daemon
 from modelmgr.repository import Repository
 from protos import predict_pb2, predict_pb2_grpc
 from serving.config import ServingConfig
+from serving.local_copies import LocalCopies
 from serving.service import PredictorServicer
 from serving.watcher import ModelWatcher
 
@@ -23,7 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     conf = cfg.build(ServingConfig, ENV_PREFIX, args)
     log = daemon.setup_logging("serving", conf.log_level)
-    watcher = ModelWatcher(Repository(Path(conf.repo), conf.model), conf.poll_s)
+    copies = LocalCopies(Path(conf.copies_dir) if conf.copies_dir else None)
+    watcher = ModelWatcher(Repository(Path(conf.repo), conf.model), conf.poll_s, copies)
     watcher.start()
     name = predict_pb2.DESCRIPTOR.services_by_name["Predictor"].full_name
     server, port, _ = daemon.grpc_server(

@@ -57,6 +57,8 @@ class PredictorServicer(predict_pb2_grpc.PredictorServicer):
         if model.spec.needs_fields and not request.fields and not request.tokens:
             _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"Predict: fields: a {model.spec.type} model needs field indices")
         scores = model.score(req)
+        if not np.isfinite(scores).all():  # never an OK answer with NaN scores
+            _abort(context, grpc.StatusCode.INTERNAL, f"version {model.version} gave a non-finite score")
         metrics.REQUESTS.labels("OK").inc()
         metrics.ITEMS.inc(request.item_count)
         metrics.LATENCY.observe(time.perf_counter() - start)

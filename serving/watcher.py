@@ -1,27 +1,36 @@
 """Follows the repository's policy: loads the target version in the background and swaps it
-in with one reference assignment, so in-flight requests finish on the model they started on."""
+in with one reference assignment, so in-flight requests finish on the model they started on.
+
+A version is loaded from serving's own checked copies of its files (serving.local_copies),
+after its chain's manifest checksums are checked; one that fails to load is retried with
+a growing delay (up to a minute) while the current version keeps serving."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
+import time
 
-from ctr import modelfile
-from modelmgr.repository import Repository
+from modelmgr.repository import MANIFEST, Repository
 from serving import metrics
+from serving.local_copies import LocalCopies
 from serving.model import ServableModel, load
+
+MAX_RETRY_S = 60.0
 
 log = logging.getLogger("serving")
 
 
 class ModelWatcher:
-    def __init__(self, repo: Repository, poll_s: float) -> None:
+    def __init__(self, repo: Repository, poll_s: float, copies: LocalCopies | None = None) -> None:
         self.repo = repo
+        self.copies = copies or LocalCopies()
         self.poll_s = poll_s
         self.current: ServableModel | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="model-watcher", daemon=True)
-        self._failed: set[int] = set()
+        self._failed: dict[int, tuple[int, float]] = {}  # version -> (failures, monotonic time of the next try)
 
     def start(self) -> None:
         self.refresh()
@@ -29,6 +38,7 @@ class ModelWatcher:
 
     def stop(self) -> None:
         self._stop.set()
+        self.copies.close()
 
     def _loop(self) -> None:
         while not self._stop.wait(self.poll_s):
@@ -39,19 +49,29 @@ class ModelWatcher:
 
     def refresh(self) -> None:
         target = self.repo.target()
-        if target is None or (self.current is not None and self.current.version == target) or target in self._failed:
+        if target is None or (self.current is not None and self.current.version == target):
+            return
+        failures, next_try = self._failed.get(target, (0, 0.0))
+        if time.monotonic() < next_try:
             return
         try:
             model = self._load(target)
-        except (OSError, ValueError, KeyError) as e:
-            self._failed.add(target)
+        except Exception as e:  # noqa: BLE001 - a damaged version must never stop serving the current one
+            delay = min(MAX_RETRY_S, self.poll_s * 2 ** (failures + 1))
+            self._failed[target] = (failures + 1, time.monotonic() + delay)
             metrics.LOAD_FAILURES.inc()
             log.error(
-                "cannot load version %d: %s; still serving %s", target, e, self.current.version if self.current else "nothing"
+                "cannot load version %d: %s; still serving %s, trying again in %.0f s",
+                target,
+                e,
+                self.current.version if self.current else "nothing",
+                delay,
             )
             return
+        self._failed.pop(target, None)
         previous = self.current
         self.current = model
+        self.copies.keep_only({model.base_version, *model.chain})
         metrics.VERSION.set(model.version)
         metrics.KEYS.set(model.keys)
         log.info(
@@ -67,12 +87,25 @@ class ModelWatcher:
     def _load(self, version: int) -> ServableModel:
         manifest = self.repo.manifest(version)
         base = int(manifest["base_version"])
-        chain = [(self.repo.path(v), self.repo.manifest(v)) for v in manifest["delta_chain"]]
-        for d, m in [(self.repo.path(base), self.repo.manifest(base)), *chain]:
-            for f in m["files"]:
-                if f["role"] == "dense":  # safetensors: no BLMF header; its sha256 is the check
-                    if modelfile.sha256_file(d / f["name"]) != f["sha256"]:
-                        raise ValueError(f"{d / f['name']}: sha256 does not match the manifest")
-                else:
-                    modelfile.verify(d / f["name"])
-        return load(self.repo.path(version), manifest, self.repo.manifest(base), self.repo.path(base), chain, self.current)
+        self._check_links(version)
+        base_manifest = self.repo.manifest(base)
+        base_dir = self.copies.version_dir(self.repo.path(base), base, base_manifest)
+        chain = []
+        for v in manifest["delta_chain"]:
+            m = self.repo.manifest(v)
+            chain.append((self.copies.version_dir(self.repo.path(v), v, m), m))
+        version_dir = base_dir if manifest["kind"] == "full" else chain[-1][0]
+        return load(version_dir, manifest, base_manifest, base_dir, chain, self.current)
+
+    def _check_links(self, version: int) -> None:
+        """Each delta of the chain names its predecessor by the checksum of its manifest: a
+        predecessor replaced or missing is refused (ValueError)."""
+        m = self.repo.manifest(version)
+        while m["kind"] == "delta":
+            link = m.get("previous")
+            if not link:
+                return  # published before deltas named their predecessor
+            raw = (self.repo.path(int(link["version"])) / MANIFEST).read_bytes()
+            if hashlib.sha256(raw).hexdigest() != link["manifest_sha256"]:
+                raise ValueError(f"version {m['version']}: its predecessor {link['version']} is not the one it was built on")
+            m = self.repo.manifest(int(link["version"]))

@@ -86,6 +86,10 @@ class TrainerConfig:
     export_dir: str | None = field(default=None, metadata={"help": "folder for model exports; none disables them"})
     export_interval_s: float = field(default=10.0, metadata={"help": "seconds between delta exports"})
     full_every: int = field(default=10, metadata={"help": "every Nth export is a full one"})
+    holdout_samples: int = field(
+        default=2000,
+        metadata={"help": "samples read after each export, saved with it for the model manager's quality gate (0: none)"},
+    )
     checkpoint_interval_s: float = field(default=0.0, metadata={"help": "seconds between PS checkpoints (0: off)"})
     from_start: bool = field(
         default=False,

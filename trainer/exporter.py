@@ -2,8 +2,15 @@
 
 An export is a folder `<export_dir>/<id>/` with the shards' sparse files, `dense.safetensors`
 (every dense table with its name and shape: the bias, and the MLP's layers for wdl and
-deepfm), `export.json` (kind, base and previous export, files with sizes and sha256, the
-model spec and field list, schema, training metrics) and a `READY` marker written last.
+deepfm), `holdout.npz`, `export.json` (kind, base and previous export, files with sizes and
+sha256, the model spec and field list, schema, training metrics, the holdout) and a `READY`
+marker written last.
+
+The holdout is what the model manager judges the export on: the `holdout` samples the
+trainer reads right after the export, parsed, which the exported model has not trained on.
+So an export becomes READY only once that many samples have come (or the next export is
+taken, or the run ends); when the stream ends first, the most recent samples before the
+export fill it up, and export.json counts them as `seen`.
 """
 
 from __future__ import annotations
@@ -11,13 +18,16 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import asdict
+from collections import deque
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from safetensors.numpy import save_file
 
+from ctr import holdout
+from ctr.batch import SampleBatch
 from ctr.fields import FieldIndex
 from ctr.modelfile import sha256_file
 from ctr.modelspec import ModelSpec
@@ -39,6 +49,18 @@ def dense_tensors(client: PSClient, spec: ModelSpec) -> dict[str, np.ndarray]:
     return out
 
 
+@dataclass
+class _Pending:
+    """An export waiting for its holdout."""
+
+    folder: Path
+    manifest: dict[str, Any]
+    before: list[SampleBatch]  # the samples read before the export (a top-up, when the stream ends)
+    taken_at: float  # wall time
+    fresh: list[SampleBatch] = field(default_factory=list)
+    count: int = 0
+
+
 class Exporter:
     def __init__(
         self,
@@ -49,6 +71,7 @@ class Exporter:
         fields: FieldIndex,
         schema: dict[str, Any],
         full_every: int,
+        holdout: int = 2000,
     ) -> None:
         self.client = client
         self.export_dir = export_dir
@@ -60,11 +83,61 @@ class Exporter:
         self.count = 0
         self.base: str | None = None
         self.previous: str | None = None
+        self.holdout = max(0, holdout)  # samples per holdout
+        self._recent: deque[SampleBatch] = deque()  # the latest samples read, holdout of them at most
+        self._recent_count = 0
+        self._pending: list[_Pending] = []
         export_dir.mkdir(parents=True, exist_ok=True)
+
+    def observe(self, batch: SampleBatch, read_at: float | None = None) -> None:
+        """A batch read and about to be trained: it goes into the holdouts of the exports
+        waiting for samples (the exported models have not trained on it). A worker's batch
+        (`read_at`, wall time) goes only into those of exports taken before it was read."""
+        if not len(batch) or not self.holdout:
+            return
+        for p in self._pending:
+            take = min(len(batch), self.holdout - p.count) if read_at is None or read_at >= p.taken_at else 0
+            if take > 0:
+                p.fresh.append(holdout.head(batch, take))
+                p.count += take
+        while self._pending and self._pending[0].count >= self.holdout:
+            self._finish(self._pending.pop(0))
+        self._recent.append(batch)
+        self._recent_count += len(batch)
+        while self._recent_count - len(self._recent[0]) >= self.holdout:
+            self._recent_count -= len(self._recent.popleft())
+
+    def close(self) -> None:
+        """The run ends: every export waiting for its holdout gets what there is."""
+        while self._pending:
+            self._finish(self._pending.pop(0))
+
+    def _finish(self, p: _Pending) -> None:
+        fresh = holdout.concat(p.fresh)
+        seen = 0
+        if len(fresh) < self.holdout and p.before:
+            older = holdout.concat(p.before)
+            seen = min(len(older), self.holdout - len(fresh))
+            tail = len(older) - seen
+            fresh = holdout.concat([fresh, _tail(older, tail)])
+        path = p.folder / holdout.HOLDOUT_FILE
+        holdout.write(path, fresh)
+        p.manifest["holdout"] = {
+            "name": path.name,
+            "size": path.stat().st_size,
+            "sha256": sha256_file(path),
+            "samples": len(fresh),
+            "seen": seen,
+        }
+        tmp = p.folder / "export.json.tmp"
+        tmp.write_text(json.dumps(p.manifest, indent=1))
+        os.replace(tmp, p.folder / "export.json")
+        (p.folder / "READY").write_text(str(p.manifest["id"]))
 
     def export(self, metrics: dict[str, float], force_full: bool = False) -> str:
         """Writes one export and returns its id; every full_every-th export is a full one."""
         full = force_full or self.base is None or self.count % self.full_every == 0
+        taken = time.time()
         export_id = f"{time.time_ns():020d}"
         folder = self.export_dir / export_id
         files, seqs = self.client.export(full, folder)
@@ -84,12 +157,21 @@ class Exporter:
             "metrics": {k: (None if v != v else v) for k, v in metrics.items()},  # NaN -> null
             "created": time.time(),
         }
+        self.close()  # exports become READY in order: the one before takes what it has
+        self._pending.append(_Pending(folder, manifest, list(self._recent), taken))
         tmp = folder / "export.json.tmp"
         tmp.write_text(json.dumps(manifest, indent=1))
         os.replace(tmp, folder / "export.json")
-        (folder / "READY").write_text(export_id)
+        if not self.holdout:
+            self.close()
         if full:
             self.base = export_id
         self.previous = export_id
         self.count += 1
         return export_id
+
+
+def _tail(batch: SampleBatch, start: int) -> SampleBatch:
+    """The samples from `start` on."""
+    a = int(batch.offsets[start])
+    return SampleBatch(batch.labels[start:], batch.offsets[start:] - a, batch.keys[a:], batch.fields[a:], batch.values[a:])

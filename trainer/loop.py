@@ -63,6 +63,7 @@ class Trainer:
         self.s = settings
         self.progress = progress
         self.exporter = exporter
+        self.observe: Callable[[SampleBatch], None] | None = exporter.observe if exporter is not None else None
         self.stop = stop
         self.schema = schema
         self.cache = None
@@ -87,6 +88,8 @@ class Trainer:
         self.control: Callable[[], None] | None = None  # called at every batch boundary (a worker's coordinator)
 
     def train_batch(self, batch: SampleBatch) -> None:
+        if self.observe is not None:
+            self.observe(batch)  # before training: holdouts hold what exports have not seen
         self.submitted += len(batch)
         self._record(self.pipeline.submit(batch))
 
@@ -126,7 +129,7 @@ class Trainer:
 
     def run(self) -> dict[str, float]:
         started = time.monotonic()
-        if self.exporter is not None:
+        if self.exporter is not None and self.submitted:  # a model taken up from a cut: its base first
             self.exports.append(self.exporter.export(self.progress.snapshot(), force_full=True))
         while True:
             try:
@@ -144,6 +147,7 @@ class Trainer:
         self.elapsed_s = time.monotonic() - started
         if self.exporter is not None:
             self._export()
+            self.exporter.close()
         if self.s.checkpoint_interval_s > 0:
             self.checkpoint()
         self._wait_commit()

@@ -233,7 +233,14 @@ def train(conf: TrainerConfig) -> int:
     exporter = None
     if conf.export_dir:
         exporter = Exporter(
-            client, Path(conf.export_dir), conf.model_name, spec, fields, schema.to_dict() if schema else {}, conf.full_every
+            client,
+            Path(conf.export_dir),
+            conf.model_name,
+            spec,
+            fields,
+            schema.to_dict() if schema else {},
+            conf.full_every,
+            conf.holdout_samples,
         )
     settings = LoopSettings(
         batch_size(conf, spec),

@@ -16,11 +16,13 @@ import queue
 import signal
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ctr import daemon
+from ctr.batch import SampleBatch
 from ctr.fields import FieldIndex
 from ctr.schema import FeatureSchema
 from ps.client import AggregationPlan, PSClient, ShardRestarted
@@ -68,6 +70,31 @@ class WorkerReport:
     paused: bool = False  # at a batch boundary with every push acknowledged, for a cut
     flushed: bool = False  # paused, and the local aggregation's residuals sent (--local-aggregate)
     state: dict[str, Any] | None = None  # recovery.worker_state, with paused and final reports
+    holdout: list[tuple[float, SampleBatch]] = field(default_factory=list)  # worker 0: batches read, with when
+
+
+class HoldoutFeed:
+    """Worker 0's latest batches (`size` samples at most), with the time each was read, for
+    the coordinator's exporter to take its holdouts from."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.batches: deque[tuple[float, SampleBatch]] = deque()
+        self.count = 0
+
+    def add(self, batch: SampleBatch) -> None:
+        if not self.size:
+            return
+        self.batches.append((time.time(), batch))
+        self.count += len(batch)
+        while self.count - len(self.batches[0][1]) >= self.size:
+            self.count -= len(self.batches.popleft()[1])
+
+    def drain(self) -> list[tuple[float, SampleBatch]]:
+        out = list(self.batches)
+        self.batches.clear()
+        self.count = 0
+        return out
 
 
 def share(total: int, index: int, count: int) -> int:
@@ -98,7 +125,9 @@ def worker_main(job: WorkerJob, reports: Any) -> None:
     trainer = Trainer(client, model, job.schema, job.fields, source, job.settings, progress, None, stop.is_set)
     if job.start is not None:
         trainer.start_at(job.start)
-    trainer.report = lambda: reports.put(WorkerReport(job.index, progress.state()))
+    feed = HoldoutFeed(conf.holdout_samples if conf.export_dir and job.index == 0 else 0)
+    trainer.observe = feed.add
+    trainer.report = lambda: reports.put(WorkerReport(job.index, progress.state(), holdout=feed.drain()))
     trainer.control = lambda: _obey(job.control, trainer, reports, job.index, job.coordinator)
     try:
         trainer.run()
@@ -111,6 +140,7 @@ def worker_main(job: WorkerJob, reports: Any) -> None:
             progress.state(),
             final=True,
             state=worker_state(trainer.position, trainer.submitted, progress.state(), model.state(client)),
+            holdout=feed.drain(),
             bad_lines=trainer.bad_lines,
             dropped=job.fields.dropped,
             push_bytes=client.push_bytes,
@@ -257,7 +287,7 @@ def run_workers(
         cuts = WorkerCuts(
             client, controls, reports, latest, start.cut if start else 0, lambda: _check(procs), conf.local_aggregate
         )
-    if exporter is not None:
+    if exporter is not None and start is not None and start.cut:  # a model taken up from a cut: its base first
         run.exports.append(exporter.export(run.progress.snapshot(), force_full=True))
     stopping = False
     recoveries = 0
@@ -267,6 +297,9 @@ def run_workers(
                 try:
                     report = reports.get(timeout=0.2)
                     latest[report.index] = report
+                    if exporter is not None:
+                        for read_at, batch in report.holdout:
+                            exporter.observe(batch, read_at)
                 except queue.Empty:
                     pass
                 _check(procs)
@@ -322,4 +355,5 @@ def run_workers(
             run.compression[k] = run.compression.get(k, 0.0) + v
     if exporter is not None:
         run.exports.append(exporter.export(run.progress.snapshot()))
+        exporter.close()
     return run

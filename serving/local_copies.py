@@ -1,0 +1,60 @@
+"""Serving's private copies of the repository's files, which it memory-maps.
+
+A file in the repository can be damaged while a version built on it is served (truncated
+by a full disk or an operator): a mapped file that shrinks kills the process with SIGBUS.
+Serving therefore maps only its own copies, each checked against the manifest's sha256 as
+it is copied; a copy made for one version is reused by the next (a delta costs its own
+files), and copies no loaded version uses are removed."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from modelmgr.repository import version_name
+
+
+class LocalCopies:
+    def __init__(self, root: Path | None = None) -> None:
+        self._owned = root is None
+        self.root = Path(tempfile.mkdtemp(prefix="boundless-serving-")) if root is None else root
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def version_dir(self, source: Path, version: int, manifest: dict[str, Any]) -> Path:
+        """The version's files copied from `source` (ValueError when one does not match)."""
+        d = self.root / version_name(version)
+        d.mkdir(parents=True, exist_ok=True)
+        for f in manifest["files"]:
+            dst = d / f["name"]
+            if dst.is_file() and dst.stat().st_size == f["size"]:
+                continue  # checked when it was copied
+            _copy_checked(source / f["name"], dst, str(f["sha256"]))
+        return d
+
+    def keep_only(self, versions: set[int]) -> None:
+        for p in self.root.iterdir():
+            if p.is_dir() and p.name.isdigit() and int(p.name) not in versions:
+                shutil.rmtree(p, ignore_errors=True)
+
+    def close(self) -> None:
+        if self._owned:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _copy_checked(src: Path, dst: Path, sha256: str) -> None:
+    tmp = dst.with_name(f".{dst.name}.tmp")
+    h = hashlib.sha256()
+    try:
+        with open(src, "rb") as fin, open(tmp, "wb") as fout:
+            while chunk := fin.read(1 << 22):
+                h.update(chunk)
+                fout.write(chunk)
+        if h.hexdigest() != sha256:
+            raise ValueError(f"{src}: sha256 does not match the manifest (damaged in the repository)")
+        os.replace(tmp, dst)
+    finally:
+        tmp.unlink(missing_ok=True)
