@@ -128,7 +128,10 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
             if not request.directory:
                 raise ShardError("directory: empty")
             files, seq = self.shard.export(request.kind == ps_pb2.EXPORT_FULL, Path(request.directory))
-            return ps_pb2.ExportResponse(files=[ps_pb2.ExportedFile(**vars(f)) for f in files], export_seq=seq)
+            wire = [
+                ps_pb2.ExportedFile(**{k: v for k, v in vars(f).items() if k != "shard"}) for f in files
+            ]  # the caller knows the shard
+            return ps_pb2.ExportResponse(files=wire, export_seq=seq)
 
         return self._call("Export", context, run)
 

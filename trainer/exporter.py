@@ -107,6 +107,12 @@ class Exporter:
         while self._recent_count - len(self._recent[0]) >= self.holdout:
             self._recent_count -= len(self._recent.popleft())
 
+    @property
+    def waiting(self) -> bool:
+        """An export still waits for its holdout: the next one waits too, so no export goes
+        out with less evidence than `holdout` samples while the stream flows."""
+        return bool(self._pending)
+
     def close(self) -> None:
         """The run ends: every export waiting for its holdout gets what there is."""
         while self._pending:

@@ -170,7 +170,8 @@ class Trainer:
                     self.flush()
                 done = 0 < self.s.max_samples <= self.submitted
                 idle = item is None and self.s.idle_exit_s > 0 and now - self.source.idle_since > self.s.idle_exit_s
-                if self.exporter is not None and now - last_export >= self.s.export_interval_s:
+                due = now - last_export >= self.s.export_interval_s
+                if self.exporter is not None and due and not self.exporter.waiting:
                     self._export()
                     last_export = now
                 if self.s.checkpoint_interval_s > 0 and now - last_ckpt >= self.s.checkpoint_interval_s:

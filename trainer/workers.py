@@ -325,7 +325,7 @@ def run_workers(
                 spawn(point, client.transport.generation)
                 recoveries += 1
                 continue
-            if exporter is not None and now - last_export >= settings.export_interval_s:
+            if exporter is not None and now - last_export >= settings.export_interval_s and not exporter.waiting:
                 run.exports.append(exporter.export(_merged(conf.window, latest).snapshot()))
                 last_export = now
             if now - last_log >= 5:

@@ -37,7 +37,7 @@ def _train_and_serve(platform, data_dir: Path, tmp_path: Path, rows: int, *flags
     stream = tmp_path / "frappe.libfm"
     stream.write_text("\n".join(lines) + "\n")
     out = tmp_path / "trainer.json"
-    proc = platform.train(stream, "--metrics-out", str(out), "--window", "5000", "--export-interval-s", "0.5", *flags)
+    proc = platform.train(stream, "--metrics-out", str(out), "--window", "5000", "--export-interval-s", "0.1", *flags)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["samples"] == rows
