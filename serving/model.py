@@ -154,7 +154,12 @@ def apply_delta(overlay: CompactHashMap, path: Path, images: list[CompactHashMap
 
 
 def _sparse_files(manifest: dict[str, Any], role: str) -> list[dict[str, Any]]:
-    return sorted((f for f in manifest["files"] if f["role"] == role), key=lambda f: modelfile.shard_index(f["name"]))
+    """The sparse files of a role in shard order: the manifest's index, never the name."""
+
+    def shard(f: dict[str, Any]) -> int:
+        return int(f["shard"]) if f.get("shard") is not None else modelfile.shard_index(f["name"])
+
+    return sorted((f for f in manifest["files"] if f["role"] == role), key=shard)
 
 
 def load(

@@ -1,0 +1,283 @@
+"""The model path against damaged inputs, with a real manager and serving on loopback: every
+corrupt export is rejected with its reason and counted as handled, damage inside the
+repository never stops a reader, the manager and serving stay up, and serving stays on
+its version. Also: a poisoned (NaN) export never reaches serving, version numbers are never
+reused, and a live version that falls behind its predecessor is rolled back."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from boundless.processes import Daemon, start
+from ctr import hashmap_kernels as hk
+from ctr import modelfile
+from modelmgr.gate import QualityGate
+from modelmgr.publisher import Publisher
+from modelmgr.repository import Repository
+from serving.client import PredictClient
+
+
+@pytest.fixture(scope="module")
+def pristine(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """Exports of a real run (2 in-process shards): a full one, then deltas."""
+    work = tmp_path_factory.mktemp("pristine")
+    lines = (data_dir / "frappe/frappe.validation.libfm").read_text().splitlines()[:30000]
+    (work / "s.libfm").write_text("\n".join(lines) + "\n")
+    cmd = [sys.executable, "-m", "boundless", "train", "--source", str(work / "s.libfm"), "--no-follow", "--metrics-port", "-1"]
+    cmd += ["--ps", "local", "--local-shards", "2", "--export-dir", str(work / "exports"), "--export-interval-s", "0"]
+    cmd += ["--batch-size", "512", "--batch-cache", "off"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    exports = sorted((work / "exports").iterdir())
+    kinds = [json.loads((e / "export.json").read_text())["kind"] for e in exports]
+    assert kinds[0] == "full" and kinds.count("delta") >= 3, kinds
+    return exports
+
+
+class Exports:
+    """Copies of pristine exports under new ids (in time order), damaged on request."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+        self.ids: dict[Path, str] = {}  # pristine export -> the id of its latest good copy
+
+    def add(self, src: Path, damage: Callable[[Path, dict[str, Any]], Any] | None = None, previous: str | None = None) -> str:
+        new = f"{time.time_ns():020d}"
+        dst = self.root / new
+        shutil.copytree(src, dst)
+        (dst / "READY").unlink()
+        m = json.loads((dst / "export.json").read_text())
+        m["id"] = new
+        if m["kind"] == "delta":
+            m["previous"] = previous
+            m["base"] = self.base
+        elif damage is None:
+            self.base = new
+        doc: Any = m
+        if damage is not None:
+            doc = damage(dst, m)
+            doc = m if doc is None else doc
+        (dst / "export.json").write_text(doc if isinstance(doc, str) else json.dumps(doc))
+        (dst / "READY").write_text(new)
+        return new
+
+
+def refresh(folder: Path, m: dict[str, Any], name: str) -> None:
+    """export.json tells the truth about a file changed on purpose."""
+    for f in m["files"]:
+        if f["name"] == name:
+            f["size"] = (folder / name).stat().st_size
+            f["sha256"] = modelfile.sha256_file(folder / name)
+
+
+def sparse_file(m: dict[str, Any], shard: int = 0) -> str:
+    return next(f["name"] for f in m["files"] if f["role"] != "dense" and f["shard"] == shard)
+
+
+def _rewrite_image(folder: Path, m: dict[str, Any], change: Callable[[np.ndarray], np.ndarray]) -> None:
+    name = sparse_file(m)
+    image = modelfile.load_image(folder / name, mmap=False)
+    used = hk.occupied_slots(image.slots)
+    keys = image.slots[used, 0].astype(np.uint64) | (image.slots[used, 1].astype(np.uint64) << np.uint64(32))
+    rows = change(image.rows[used].copy())
+    modelfile.write_image(folder / name, keys, rows)
+    refresh(folder, m, name)
+
+
+def _nan(folder: Path, m: dict[str, Any]) -> None:
+    def poison(rows: np.ndarray) -> np.ndarray:
+        rows[3, 0] = np.nan  # a pushed gradient of 3e38 left a weight NaN
+        return rows
+
+    _rewrite_image(folder, m, poison)
+
+
+def _truncate(folder: Path, m: dict[str, Any]) -> None:
+    p = folder / sparse_file(m)
+    p.write_bytes(p.read_bytes()[:-100])
+
+
+def _flip(folder: Path, m: dict[str, Any]) -> None:
+    p = folder / sparse_file(m)
+    raw = bytearray(p.read_bytes())
+    raw[len(raw) // 2] ^= 0x10
+    p.write_bytes(bytes(raw))
+
+
+def _missing_shard(folder: Path, m: dict[str, Any]) -> None:
+    name = sparse_file(m, 1)
+    (folder / name).unlink()
+    m["files"] = [f for f in m["files"] if f["name"] != name]
+
+
+def _renamed_shard(folder: Path, m: dict[str, Any]) -> None:
+    name = sparse_file(m)
+    (folder / name).rename(folder / "shardX-sparse.image")
+    for f in m["files"]:
+        if f["name"] == name:
+            f["name"], f["shard"] = "shardX-sparse.image", None
+
+
+def _garbage_holdout(folder: Path, m: dict[str, Any]) -> None:
+    (folder / "holdout.npz").write_bytes(b"not a zip at all")
+    m["holdout"].update(size=16, sha256=modelfile.sha256_file(folder / "holdout.npz"))
+
+
+def _no_holdout(folder: Path, m: dict[str, Any]) -> None:
+    m.pop("holdout")
+
+
+BAD_EXPORTS: list[tuple[str, Callable[[Path, dict[str, Any]], Any], str]] = [
+    ("export.json is a list", lambda f, m: [m], "a JSON object is needed"),
+    ("files lists a bare name", lambda f, m: {**m, "files": ["x"]}, "files.0"),
+    ("metrics is a string", lambda f, m: {**m, "metrics": "abc"}, "metrics"),
+    ("garbage export.json", lambda f, m: "{nope", "not JSON"),
+    ("a shard file named shardX", _renamed_shard, "not a shard file name"),
+    ("a truncated file", _truncate, "bytes, export.json says"),
+    ("a flipped byte", _flip, "sha256 does not match"),
+    ("a missing shard", _missing_shard, "shards [0] of 2"),
+    ("a size that disagrees", lambda f, m: m["files"][0].update(size=m["files"][0]["size"] + 1), "export.json says"),
+    ("a NaN weight", _nan, "NaN or infinite"),
+    ("a garbage holdout", _garbage_holdout, "not a holdout file"),
+    ("no holdout", _no_holdout, "no holdout"),
+    ("a folder with a slash in a file name", lambda f, m: m["files"][0].update(name="../x"), "files.0.name"),
+]
+
+
+def _wait(what: str, predicate: Callable[[], bool], daemons: list[Daemon], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        for d in daemons:
+            d.check()  # neither the manager nor serving may die
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout} s")
+        time.sleep(0.05)
+
+
+def _cli(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "boundless", "model", *args, "--repo", str(repo)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+
+
+def test_corrupt_exports_and_a_damaged_repository_never_stop_the_manager_or_serving(pristine, tmp_path):
+    exports, repo_dir = Exports(tmp_path / "exports"), tmp_path / "repo"
+    repo = Repository(repo_dir, "ctr")
+    manager = start(
+        "modelmgr", ["model", "watch", "--exports", str(exports.root), "--repo", str(repo_dir), "--poll-s", "0.1"], tmp_path
+    )
+    serving = start("serving", ["serve", "--repo", str(repo_dir), "--poll-s", "0.1"], tmp_path)
+    daemons = [manager, serving]
+    try:
+        manager.wait_ready()
+        serving.wait_ready()
+        client = PredictClient(serving.address)
+        full = exports.add(pristine[0])
+        _wait("the full export published", lambda: repo.versions() == [1], daemons)
+        _wait("serving version 1", lambda: _served(client) == 1, daemons)
+
+        outcomes = {}
+        for what, damage, reason in BAD_EXPORTS:
+            bad = exports.add(pristine[0], damage)
+            _wait(f"{what}: handled", lambda bad=bad: bad in {r["export_id"] for r in repo.rejected()}, daemons)
+            got = next(r["reason"] for r in repo.rejected() if r["export_id"] == bad)
+            assert reason in got, (what, got)
+            outcomes[what] = got
+        delta = exports.add(pristine[1], previous=full)
+        _wait("a good delta published", lambda: len(repo.versions()) == 2, daemons)
+        dup = exports.add(pristine[2], previous=full)  # follows the full export again
+        stray = exports.add(pristine[2], previous="01000000000000000000")
+        _wait("lineage checked", lambda: {dup, stray} <= {r["export_id"] for r in repo.rejected()}, daemons)
+        reasons = {r["export_id"]: r["reason"] for r in repo.rejected()}
+        assert "already follows" in reasons[dup] and "was not published" in reasons[stray]
+        assert repo.versions() == [1, 2] and not {full, delta} & set(reasons)
+
+        # damage inside the repository
+        (repo_dir / "ctr" / "00000099").mkdir()  # a version folder a crash left without DONE
+        (repo_dir / "ctr" / "POLICY.json").write_text("[garbage")
+        (repo_dir / "ctr" / "COUNTER.json").write_text('{"next_version": "many"}')
+        listing = _cli(repo_dir, "list", "--json")
+        assert listing.returncode == 0 and "ignored" in json.loads(listing.stdout)["policy_reason"], listing.stderr
+        third = exports.add(pristine[2], previous=delta)
+        _wait("publishing goes on", lambda: third in repo.processed_exports() and len(repo.versions()) == 3, daemons)
+        assert repo.versions()[-1] == 100  # never a number a folder on disk ever had
+        _wait("serving the newest", lambda: _served(client) == 100, daemons)
+
+        # a damaged manifest makes its version unservable, never a reader's crash
+        (repo_dir / "ctr" / "00000001" / "manifest.json").write_text('{"version": 1}')
+        listing = _cli(repo_dir, "list")
+        assert listing.returncode == 0 and "broken" in listing.stdout, listing.stdout + listing.stderr
+        assert _cli(repo_dir, "pin", "1").returncode == 2  # refused: version 1 is broken
+        # the image serving maps is its own copy: truncating the repository's does nothing
+        image = repo_dir / "ctr" / "00000100" / "shard0-sparse.delta"
+        image.write_bytes(image.read_bytes()[:80])
+        assert _served(client) == 100
+        # deleted versions are not published again, and their numbers are not reused
+        shutil.rmtree(repo_dir / "ctr" / "00000002")
+        fourth = exports.add(pristine[0])
+        _wait("a new full export published", lambda: fourth in repo.processed_exports(), daemons)
+        assert repo.versions()[-1] == 101 and 2 not in repo.versions()
+        _wait("serving the new full version", lambda: _served(client) == 101, daemons)
+        for d in daemons:
+            d.check()
+        (tmp_path / "outcomes.json").write_text(json.dumps(outcomes, indent=1))
+        client.close()
+    finally:
+        for d in daemons:
+            d.stop()
+
+
+def _served(client: PredictClient) -> int | None:
+    try:
+        return int(client.status().version)
+    except Exception:  # noqa: BLE001 - nothing loaded yet
+        return None
+
+
+def _noise(folder: Path, m: dict[str, Any]) -> None:
+    """A degraded model: the delta's rows replaced by noise (a diverged trainer, say)."""
+    for shard in (0, 1):
+        name = sparse_file(m, shard)
+        d = modelfile.read_delta(folder / name)
+        rows = np.random.default_rng(shard).normal(0, 3, size=d.rows.shape).astype(np.float32)
+        modelfile.write_delta(folder / name, d.keys, rows, d.tombstones)
+        refresh(folder, m, name)
+
+
+def test_the_gate_refuses_a_degraded_model_and_a_live_one_that_falls_behind_is_rolled_back(pristine, tmp_path):
+    exports, repo = Exports(tmp_path / "exports"), Repository(tmp_path / "repo", "ctr")
+    strict = Publisher(repo, exports.root, QualityGate())
+    full = exports.add(pristine[0])
+    good = exports.add(pristine[1], previous=full)
+    assert strict.poll() == [1, 2]
+    noisy = exports.add(pristine[2], _noise, previous=good)
+    assert strict.poll() == []
+    reason = next(r for r in repo.rejected() if r["export_id"] == noisy)
+    evidence = reason["evidence"]
+    assert reason["reason"].startswith("gate: ") and evidence["live"]["version"] == 2
+    assert evidence["candidate"]["auc"] < evidence["live"]["auc"] - 0.02 and evidence["candidate"]["logloss"] > 1
+
+    # a lenient gate lets the noise through; the next holdout shows it behind version 2
+    lenient = Publisher(
+        repo, exports.root, QualityGate(max_auc_drop=1.0, calibration_low=0, calibration_high=1e9, max_logloss=1e9)
+    )
+    noisy = exports.add(pristine[2], _noise, previous=good)
+    assert lenient.poll() == [3] and repo.target() == 3
+    exports.add(pristine[3], previous=noisy)
+    lenient.poll()
+    policy = repo.policy()
+    assert policy.describe() == "pinned 2" and "auto-rollback: version 3" in policy.reason
+    evidence = [json.loads(p.read_text()) for p in (repo.dir / "rollbacks").iterdir()]
+    assert evidence and evidence[0]["live"]["auc"] < evidence[0]["predecessor"]["auc"] - 0.01
+    listing = _cli(repo.root, "list")
+    assert "auto-rollback" in listing.stdout
