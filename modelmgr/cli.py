@@ -28,14 +28,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         ("rollback", "pin serving to VERSION (default: the version before the served one)"),
         ("pin", "pin serving to VERSION"),
         ("unpin", "follow the latest version again"),
+        ("gc", "retention: remove versions outside the newest full ones and their chains"),
+        ("show", "one version's manifest and quality evidence"),
+        ("diff", "rows changed and weight drift between two versions"),
+        ("status", "the version each serving replica reports"),
     ):
         p = sub.add_parser(name, help=help_text, allow_abbrev=False)
         p.add_argument("--repo", default="repo", help="model repository folder")
         p.add_argument("--model", default="ctr", help="model name")
         if name in ("rollback", "pin"):
             p.add_argument("version", type=int, nargs="?" if name == "rollback" else None)
-        if name == "list":
+        if name in ("list", "show", "diff", "status", "gc"):
             p.add_argument("--json", action="store_true", help="print JSON")
+        if name == "show":
+            p.add_argument("version", type=int)
+        if name == "diff":
+            p.add_argument("a", type=int)
+            p.add_argument("b", type=int)
+        if name == "gc":
+            p.add_argument("--keep-full", type=int, default=3, help="full versions kept with their delta chains")
+            p.add_argument("--dry-run", action="store_true", help="list what would go, remove nothing")
+        if name in ("status", "pin", "rollback", "unpin"):
+            p.add_argument(
+                "--serving",
+                default="",
+                help="serving replicas (host:port,...): report them, or wait until they serve the version",
+            )
+            p.add_argument("--wait-s", type=float, default=10.0, help="how long to wait for the replicas")
 
 
 def watch(conf: ModelMgrConfig) -> int:
@@ -50,7 +69,7 @@ def watch(conf: ModelMgrConfig) -> int:
         calibration_high=conf.calibration_high,
         rollback_auc_drop=conf.rollback_auc_drop,
     )
-    publisher = Publisher(repo, Path(conf.exports), gate)
+    publisher = Publisher(repo, Path(conf.exports), gate, conf.compact_after, conf.keep_full)
     server, port, _ = daemon.grpc_server(conf.host, conf.port, 2, lambda s: None, [])
     metrics_port = daemon.metrics_server(conf.host, conf.metrics_port)
     stop = threading.Event()
@@ -75,6 +94,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.action == "list":
             return _list(repo, args.json)
+        if args.action in ("gc", "show", "diff", "status"):
+            from modelmgr import inspect_cli
+
+            return inspect_cli.run(repo, args)
         if args.action == "pin":
             repo.set_policy(Policy("pinned", args.version))
         elif args.action == "unpin":
@@ -91,7 +114,12 @@ def run(args: argparse.Namespace) -> int:
     except RepositoryError as e:
         print(f"boundless model {args.action}: error: {e}")
         return 2
-    print(f"{args.model}: policy {repo.policy().describe()}, serving version {repo.target()}")
+    target = repo.target()
+    print(f"{args.model}: policy {repo.policy().describe()}, serving should load version {target}")
+    if args.serving:
+        from modelmgr import inspect_cli
+
+        return inspect_cli.wait_for(args.serving, target, args.wait_s)
     return 0
 
 

@@ -25,6 +25,10 @@ class ModelMgrConfig:
             "help": "auto-rollback: the live version's holdout AUC trailing its predecessor's by more pins the predecessor"
         },
     )
+    compact_after: int = field(
+        default=20, metadata={"help": "a delta chain this long is folded into a new full version (0: never)"}
+    )
+    keep_full: int = field(default=3, metadata={"help": "retention: full versions kept with their delta chains (0: keep all)"})
     host: str = field(default="127.0.0.1", metadata={"help": "address for health and metrics"})
     port: int = field(default=0, metadata={"help": "gRPC health port (0 picks a free one)"})
     metrics_port: int = field(default=0, metadata={"help": "Prometheus port (0 picks a free one)"})

@@ -27,6 +27,7 @@ from ctr import holdout as holdouts
 from ctr import modelfile
 from ctr.batch import SampleBatch
 from modelmgr import metrics, schemas
+from modelmgr.compact import stage_compacted
 from modelmgr.evaluate import Evaluation, evaluate
 from modelmgr.gate import QualityGate
 from modelmgr.repository import DONE, MANIFEST, Policy, Repository, RepositoryError, fsync_dir, write_json_atomic
@@ -57,10 +58,12 @@ def copy_verified(src: Path, dst: Path, sha256: str) -> None:
 
 
 class Publisher:
-    def __init__(self, repo: Repository, exports: Path, gate: QualityGate) -> None:
+    def __init__(self, repo: Repository, exports: Path, gate: QualityGate, compact_after: int = 20, keep_full: int = 3) -> None:
         self.repo = repo
         self.exports = exports
         self.gate = gate
+        self.compact_after = compact_after  # a chain this many deltas long is folded into a full version (0: never)
+        self.keep_full = keep_full  # retention: full versions kept with their chains (0: keep everything)
         self._seen: set[str] = set()
         self._models: dict[int, Any] = {}  # version -> serving.model.ServableModel
         for name in repo.clean_unfinished():
@@ -86,7 +89,26 @@ class Publisher:
                 self._reject(folder, Rejected("internal", f"{type(e).__name__}: {e}"))
                 continue
             published.append(v)
+            published += self._maintain(v)
         return published
+
+    def _maintain(self, version: int) -> list[int]:
+        """Compacts a chain grown long and applies retention; returns a version published."""
+        out = []
+        try:
+            m = self.repo.manifest_model(version)
+            if self.compact_after and m.kind == "delta" and len(m.delta_chain) >= self.compact_after:
+                staged = self.repo.dir / f".tmp-compact-{version}"
+                stage_compacted(self.repo, version, staged)
+                out.append(self._finalize(staged, m.export_id))
+                log.info("compacted versions %d..%d into version %d", m.base_version, version, out[-1])
+            if self.keep_full:
+                for v in self.repo.gc(self.keep_full):
+                    self._models.pop(v, None)
+                    log.info("retention: removed version %d", v)
+        except Exception:  # noqa: BLE001 - upkeep that fails is tried again after the next version
+            log.exception("compaction or retention after version %d failed", version)
+        return out
 
     def _reject(self, folder: Path, e: Rejected) -> None:
         log.warning("rejected export %s (%s): %s", folder.name, e.stage, e.reason)
@@ -129,7 +151,8 @@ class Publisher:
                 raise Rejected("lineage", f"delta follows export {export.previous}, which was not published")
             pm = self.repo.manifest_model(prev)
             base = pm.version if pm.kind == "full" else pm.base_version
-            base_export = self.repo.manifest_model(base).export_id
+            bm = self.repo.manifest_model(base)
+            base_export = bm.lineage_base_export or bm.export_id
             if base_export != export.base:
                 raise Rejected("lineage", f"delta names base export {export.base}; its predecessor's base is {base_export}")
             for v in self.repo.versions():
@@ -174,6 +197,7 @@ class Publisher:
             "base": None if base is None else self._link(base),
             "previous": None if previous is None else self._link(previous),
             "export_id": folder.name,
+            "lineage_base_export": folder.name if export.kind == "full" else export.base,
             "spec": export.model,
             "schema": export.feature_schema,
             "shard_count": export.shard_count,
@@ -267,6 +291,24 @@ class Publisher:
         return pred
 
     def _publish(self, staged: Path, export_id: str, evaluation: dict[str, Any]) -> int:
+        m = json.loads((staged / MANIFEST).read_text())
+        m["evaluation"] = evaluation
+        (staged / MANIFEST).write_text(json.dumps(m, indent=1))
+        v = self._finalize(staged, export_id)
+        ev = evaluation["candidate"]
+        log.info(
+            "published %s version %d (%s) from export %s: holdout AUC %s over %d samples",
+            self.repo.model,
+            v,
+            m["kind"],
+            export_id,
+            ev["auc"],
+            ev["samples"],
+        )
+        return v
+
+    def _finalize(self, staged: Path, export_id: str) -> int:
+        """Numbers a staged version and moves it into place: manifest, DONE, fsync, rename."""
         v = self.repo.allocate_version(export_id)
         m = json.loads((staged / MANIFEST).read_text())
         m["version"] = v
@@ -274,7 +316,6 @@ class Publisher:
             m["base_version"] = v
         else:
             m["delta_chain"] = [*m["delta_chain"], v]
-        m["evaluation"] = evaluation
         VersionManifest.model_validate(m)  # what readers will check
         write_json_atomic(staged / MANIFEST, m)
         (staged / DONE).write_text(str(v))
@@ -286,14 +327,4 @@ class Publisher:
         fsync_dir(self.repo.dir)
         metrics.PUBLISHED.inc()
         metrics.LATEST.set(v)
-        ev = evaluation["candidate"]
-        log.info(
-            "published %s version %d (%s) from export %s: holdout AUC %s over %d samples",
-            self.repo.model,
-            v,
-            m["kind"],
-            export_id,
-            ev["auc"],
-            ev["samples"],
-        )
         return v

@@ -199,6 +199,33 @@ class Repository:
                 gone.append(p.name)
         return gone
 
+    def gc(self, keep_full: int, dry_run: bool = False) -> list[int]:
+        """Retention: keeps the newest `keep_full` full versions with their delta chains, the
+        newest version, and whatever the policy's version and serving's target need; removes
+        the rest (their folders) and returns them."""
+        versions = self.versions()
+        if not versions or keep_full < 1:
+            return []
+        ok = {}
+        for v in versions:
+            try:
+                ok[v] = self.manifest_model(v)
+            except RepositoryError:
+                continue  # broken: kept only while it is newer than the kept full versions
+        fulls = [v for v, m in ok.items() if m.kind == "full"]
+        bases = set(fulls[-keep_full:])
+        keep = {v for v, m in ok.items() if (m.version if m.kind == "full" else m.base_version) in bases}
+        keep.add(versions[-1])
+        for needed in (self.policy().version, self.target()):
+            if needed is not None and needed in ok:
+                keep |= {needed, ok[needed].base_version, *ok[needed].delta_chain}
+        oldest_kept = min(keep)
+        gone = [v for v in versions if v not in keep and (v in ok or v < oldest_kept)]
+        if not dry_run:
+            for v in gone:
+                shutil.rmtree(self.path(v), ignore_errors=True)
+        return gone
+
     def rejected(self) -> list[dict[str, Any]]:
         d = self.dir / REJECTED
         if not d.is_dir():

@@ -106,6 +106,8 @@ class VersionManifest(BaseModel):
     files: list[ExportedFileEntry] = Field(min_length=1)
     metrics: Metrics = {}
     evaluation: dict[str, Any] = {}  # the quality gate's evidence
+    lineage_base_export: str = ""  # the trainer's full export the lineage started from
+    compacts: list[int] = []  # a compacted full version: the chain it folds (base first)
     created: float
 
     @model_validator(mode="after")

@@ -23,7 +23,7 @@ from ctr import hashmap_kernels as hk
 from ctr import modelfile
 from modelmgr.gate import QualityGate
 from modelmgr.publisher import Publisher
-from modelmgr.repository import Repository
+from modelmgr.repository import Policy, Repository
 from serving.client import PredictClient
 
 
@@ -212,6 +212,16 @@ def test_corrupt_exports_and_a_damaged_repository_never_stop_the_manager_or_serv
         _wait("publishing goes on", lambda: third in repo.processed_exports() and len(repo.versions()) == 3, daemons)
         assert repo.versions()[-1] == 100  # never a number a folder on disk ever had
         _wait("serving the newest", lambda: _served(client) == 100, daemons)
+        # a rollback reports what serving loaded, not what the policy says
+        back = _cli(repo_dir, "rollback", "--serving", serving.address)
+        assert back.returncode == 0 and "every replica serves version 2" in back.stdout, back.stdout + back.stderr
+        status = _cli(repo_dir, "status", "--serving", serving.address, "--json")
+        assert json.loads(status.stdout)["replicas"][0]["version"] == 2
+        assert _cli(repo_dir, "unpin", "--serving", serving.address).returncode == 0 and _served(client) == 100
+        shown = json.loads(_cli(repo_dir, "show", "100", "--json").stdout)
+        assert shown["served"] and shown["evaluation"]["candidate"]["samples"] >= 1000
+        drift = json.loads(_cli(repo_dir, "diff", "2", "100", "--json").stdout)
+        assert drift["rows_changed"] > 0 and drift["weight_drift_l2"] > 0
 
         # a damaged manifest makes its version unservable, never a reader's crash
         (repo_dir / "ctr" / "00000001" / "manifest.json").write_text('{"version": 1}')
@@ -281,3 +291,52 @@ def test_the_gate_refuses_a_degraded_model_and_a_live_one_that_falls_behind_is_r
     assert evidence and evidence[0]["live"]["auc"] < evidence[0]["predecessor"]["auc"] - 0.01
     listing = _cli(repo.root, "list")
     assert "auto-rollback" in listing.stdout
+
+
+def test_compaction_is_bit_exact_and_retention_keeps_what_serving_needs(pristine, tmp_path):
+    from modelmgr.evaluate import scores
+    from serving.model import load
+
+    exports, repo = Exports(tmp_path / "exports"), Repository(tmp_path / "repo", "ctr")
+    publisher = Publisher(repo, exports.root, QualityGate(max_auc_drop=1.0), compact_after=3, keep_full=0)
+    previous = exports.add(pristine[0])
+    for src in pristine[1:4]:
+        previous = exports.add(src, previous=previous)
+    assert publisher.poll() == [1, 2, 3, 4, 5]  # 5: versions 1..4 compacted
+    compacted = repo.manifest(5)
+    assert compacted["kind"] == "full" and compacted["compacts"] == [1, 2, 3, 4]
+
+    def servable(v: int):  # type: ignore[no-untyped-def]
+        m = repo.manifest(v)
+        chain = [(repo.path(c), repo.manifest(c)) for c in m["delta_chain"]]
+        base = repo.manifest(m["base_version"])
+        return load(repo.path(v), m, base, repo.path(base["version"]), chain, None)
+
+    replayed, folded = servable(4), servable(5)
+    from ctr.holdout import read
+
+    batch = read(pristine[4] / "holdout.npz")
+    np.testing.assert_array_equal(scores(folded, batch), scores(replayed, batch))
+    keys = np.unique(batch.keys)
+    np.testing.assert_array_equal(folded.rows(keys), replayed.rows(keys))
+    assert folded.keys == replayed.overlay.size + sum(i.size for i in replayed.images) - _shared(replayed)
+
+    # the next delta follows the compacted version; retention (one full version) then
+    # removes the folded chain, never the version served
+    exports.add(pristine[4], previous=previous)
+    assert publisher.poll() == [6] and repo.manifest(6)["base_version"] == 5
+    repo.set_policy(Policy("pinned", 2))
+    gc = _cli(repo.root, "gc", "--keep-full", "1")
+    assert gc.returncode == 0 and repo.versions() == [1, 2, 5, 6], gc.stdout + gc.stderr  # 2 is pinned: its chain stays
+    repo.set_policy(Policy("latest"))
+    assert _cli(repo.root, "gc", "--keep-full", "1").returncode == 0 and repo.versions() == [5, 6]
+    assert repo.target() == 6
+
+
+def _shared(model) -> int:  # type: ignore[no-untyped-def]
+    """Keys both the overlay and an image hold (counted twice by a sum of sizes)."""
+    from ctr import hashmap_kernels as hkn
+
+    used = hkn.occupied_slots(model.overlay.slots)
+    keys = model.overlay.slots[used, 0].astype(np.uint64) | (model.overlay.slots[used, 1].astype(np.uint64) << np.uint64(32))
+    return int(sum((image.find(keys) >= 0).sum() for image in model.images))
