@@ -42,8 +42,11 @@ def grpc_server(
     register: Callable[[grpc.Server], None],
     service_names: Sequence[str],
     max_message_bytes: int = MAX_MESSAGE_BYTES,
+    max_concurrent: int | None = None,
 ) -> tuple[grpc.Server, int, health.HealthServicer]:
-    """A started server with health and reflection; returns (server, bound port, health)."""
+    """A started server with health and reflection; returns (server, bound port, health).
+    Calls past `max_concurrent` in flight are refused with RESOURCE_EXHAUSTED, and so are
+    messages over `max_message_bytes`: what a flood of requests can hold stays bounded."""
     import grpc
     from grpc_health.v1 import health, health_pb2, health_pb2_grpc
     from grpc_reflection.v1alpha import reflection
@@ -54,6 +57,7 @@ def grpc_server(
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", max_message_bytes),
         ],
+        maximum_concurrent_rpcs=max_concurrent,
     )
     register(server)
     health_servicer = health.HealthServicer()

@@ -14,6 +14,11 @@ class ServingConfig:
     port: int = field(default=0, metadata={"help": "gRPC port (0 picks a free one)"})
     metrics_port: int = field(default=0, metadata={"help": "Prometheus port (0 picks a free one)"})
     workers: int = field(default=4, metadata={"help": "gRPC worker threads"})
+    max_concurrent: int = field(
+        default=16, metadata={"help": "requests in flight at once; more are refused with RESOURCE_EXHAUSTED"}
+    )
+    max_request_mb: float = field(default=32.0, metadata={"help": "largest request accepted, MiB (RESOURCE_EXHAUSTED above)"})
+    max_items: int = field(default=20000, metadata={"help": "most items in one request (RESOURCE_EXHAUSTED above)"})
     copies_dir: str | None = field(
         default=None, metadata={"help": "folder for serving's checked copies of the files it maps (default: a temporary one)"}
     )

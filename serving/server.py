@@ -32,8 +32,10 @@ def run(args: argparse.Namespace) -> int:
         conf.host,
         conf.port,
         conf.workers,
-        lambda s: predict_pb2_grpc.add_PredictorServicer_to_server(PredictorServicer(watcher), s),
+        lambda s: predict_pb2_grpc.add_PredictorServicer_to_server(PredictorServicer(watcher, conf.max_items), s),
         [name],
+        max_message_bytes=int(conf.max_request_mb * (1 << 20)),
+        max_concurrent=conf.max_concurrent,
     )
     metrics_port = daemon.metrics_server(conf.host, conf.metrics_port)
     log.info("serving %s from %s on %s:%d, metrics on :%d", conf.model, conf.repo, conf.host, port, metrics_port)

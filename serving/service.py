@@ -30,14 +30,21 @@ def field_hash_ids(names: tuple[str, ...]) -> npt.NDArray[np.uint32]:
 
 
 class PredictorServicer(predict_pb2_grpc.PredictorServicer):
-    def __init__(self, watcher: ModelWatcher) -> None:
+    def __init__(self, watcher: ModelWatcher, max_items: int = 20000) -> None:
         self.watcher = watcher
+        self.max_items = max_items
 
     def Predict(self, request: predict_pb2.PredictRequest, context: grpc.ServicerContext) -> predict_pb2.PredictResponse:
         start = time.perf_counter()
         model = self.watcher.current  # one read: the whole request uses this version
         if model is None:
             _abort(context, grpc.StatusCode.UNAVAILABLE, "no model version is loaded yet")
+        if request.item_count > self.max_items:
+            _abort(
+                context,
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"Predict: item_count {request.item_count} above this server's {self.max_items}",
+            )
         if request.model and request.model != model.name:
             _abort(context, grpc.StatusCode.NOT_FOUND, f"model: {request.model!r} is not served here (serving {model.name!r})")
         try:

@@ -70,6 +70,15 @@ def test_bad_predict_requests_get_invalid_argument_and_server_keeps_serving(plat
             client.stub.Predict(req, timeout=5)
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert "Predict:" in err.value.details()
+    # past the server's bounds (items, message size): RESOURCE_EXHAUSTED, memory stays bounded
+    huge_count = client.to_proto(good)
+    huge_count.item_count = 10**6
+    huge_body = client.to_proto(good)
+    huge_body.items = bytes(33 << 20)
+    for req in (huge_count, huge_body):
+        with pytest.raises(grpc.RpcError) as err:
+            client.stub.Predict(req, timeout=20)
+        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, err.value.details()
     assert client.predict_encoded(good).scores.shape == (2,)
     assert client.stub.Predict(columnar, timeout=5).scores[1] == pytest.approx(client.predict_encoded(good).scores[1], abs=1e-6)
     client.close()
@@ -82,6 +91,8 @@ def test_corrupted_export_is_rejected_and_never_served(platform, tmp_path, data_
     bad = exports / f"{int(src.name) + 10**15:020d}"  # sorts after every real export
     shutil.copytree(src, bad)
     (bad / "READY").unlink()
+    manifest = json.loads((bad / "export.json").read_text())
+    (bad / "export.json").write_text(json.dumps({**manifest, "id": bad.name}))
     image = next(bad.glob("*.image"))
     raw = bytearray(image.read_bytes())
     raw[len(raw) // 2] ^= 0x10  # one flipped byte
@@ -153,10 +164,12 @@ def test_an_export_whose_dense_file_does_not_fit_its_spec_is_rejected(tmp_path):
     write_image(tmp_path / "shard0-sparse.image", np.array([5], np.uint64), np.ones((1, 3), np.float32))
     wrong = {"bias": np.zeros(1, np.float32), "mlp.0.weight": np.zeros((4, 3), np.float32)}  # input is F*k = 4
     save_file(wrong, str(tmp_path / "dense.safetensors"))
+    from modelmgr.schemas import ExportManifest
+
     files = [
-        {"name": n, "table": t, "role": r, "size": (tmp_path / n).stat().st_size, "sha256": sha256_file(tmp_path / n)}
+        {"name": n, "table": t, "role": r, "size": (tmp_path / n).stat().st_size, "sha256": sha256_file(tmp_path / n), "rows": 1}
         for n, t, r in (("shard0-sparse.image", "sparse", "sparse_full"), ("dense.safetensors", "dense", "dense"))
     ]
-    manifest = {"kind": "full", "shard_count": 1, "files": files, "model": {"name": "ctr", **spec.to_dict()}}
+    manifest = {"id": "x1", "kind": "full", "shard_count": 1, "files": files, "model": {"name": "ctr", **spec.to_dict()}}
     with pytest.raises(VerificationError, match="mlp.0.weight is shaped \\(4, 3\\), the model spec needs \\(4, 4\\)"):
-        verify_export(tmp_path, manifest)
+        verify_export(tmp_path, ExportManifest.model_validate({**manifest, "created": 0.0}))
