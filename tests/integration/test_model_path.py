@@ -340,3 +340,39 @@ def _shared(model) -> int:  # type: ignore[no-untyped-def]
     used = hkn.occupied_slots(model.overlay.slots)
     keys = model.overlay.slots[used, 0].astype(np.uint64) | (model.overlay.slots[used, 1].astype(np.uint64) << np.uint64(32))
     return int(sum((image.find(keys) >= 0).sum() for image in model.images))
+
+
+def test_twelve_shards_serve_the_scores_computed_offline(data_dir, tmp_path):
+    """Shard files ordered by the manifest's index, not by name (shard10 sorts before shard2)."""
+    from ctr.holdout import read
+    from modelmgr.evaluate import scores
+    from serving.model import load
+    from tests.integration.offline import offline_scores
+
+    lines = (data_dir / "frappe/frappe.validation.libfm").read_text().splitlines()[:8000]
+    (tmp_path / "s.libfm").write_text("\n".join(lines) + "\n")
+    cmd = [
+        sys.executable,
+        "-m",
+        "boundless",
+        "train",
+        "--source",
+        str(tmp_path / "s.libfm"),
+        "--no-follow",
+        "--metrics-port",
+        "-1",
+    ]
+    cmd += ["--ps", "local", "--local-shards", "12", "--export-dir", str(tmp_path / "exports"), "--export-interval-s", "0"]
+    cmd += ["--model", "fm", "--k", "4", "--batch-cache", "off"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    repo = Repository(tmp_path / "repo", "ctr")
+    published = Publisher(repo, tmp_path / "exports", QualityGate(max_auc_drop=1.0)).poll()
+    v = published[-1]
+    m = repo.manifest(v)
+    assert m["shard_count"] == 12
+    base = repo.manifest(m["base_version"])
+    chain = [(repo.path(c), repo.manifest(c)) for c in m["delta_chain"]]
+    model = load(repo.path(v), m, base, repo.path(base["version"]), chain, None)
+    batch = read(sorted((tmp_path / "exports").iterdir())[-1] / "holdout.npz")
+    np.testing.assert_allclose(scores(model, batch), offline_scores(repo, v, batch), atol=1e-5)
