@@ -35,7 +35,7 @@ def test_two_workers_on_two_shard_processes_converge_and_publish(platform, data_
         "--metrics-out",
         str(out),
         "--export-interval-s",
-        "0.5",
+        "0.2",
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "started 2 workers (staleness 2)" in proc.stderr
