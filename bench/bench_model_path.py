@@ -28,7 +28,7 @@ from boundless.processes import start
 from ctr import modelfile
 from ctr.modelspec import ModelSpec
 from ctr.routing import shard_of
-from modelmgr.repository import DONE, MANIFEST, Policy, Repository, write_json_atomic
+from modelmgr.repository import DONE, MANIFEST, Policy, Repository
 from serving.client import PredictClient
 from serving.local_copies import LocalCopies
 from serving.watcher import ModelWatcher
@@ -69,7 +69,7 @@ def _version(repo: Repository, v: int, kind: str, base: int, chain: list[int], f
         "metrics": {},
         "created": time.time(),
     }
-    write_json_atomic(d / MANIFEST, m)
+    (d / MANIFEST).write_text(json.dumps(m, indent=1))
     (d / DONE).write_text(str(v))
 
 

@@ -59,7 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def watch(conf: ModelMgrConfig) -> int:
     log = daemon.setup_logging("modelmgr", conf.log_level)
-    repo = Repository(Path(conf.repo), conf.model)
+    repo = Repository(conf.repo, conf.model)
     gate = QualityGate(
         min_samples=conf.min_samples,
         max_auc_drop=conf.max_auc_drop,
@@ -90,7 +90,7 @@ def watch(conf: ModelMgrConfig) -> int:
 def run(args: argparse.Namespace) -> int:
     if args.action == "watch":
         return watch(cfg.build(ModelMgrConfig, ENV_PREFIX, args))
-    repo = Repository(Path(args.repo), args.model)
+    repo = Repository(args.repo, args.model)
     try:
         if args.action == "list":
             return _list(repo, args.json)

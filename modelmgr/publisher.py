@@ -30,7 +30,7 @@ from modelmgr import metrics, schemas
 from modelmgr.compact import stage_compacted
 from modelmgr.evaluate import Evaluation, evaluate
 from modelmgr.gate import QualityGate
-from modelmgr.repository import DONE, MANIFEST, Policy, Repository, RepositoryError, fsync_dir, write_json_atomic
+from modelmgr.repository import DONE, MANIFEST, Policy, Repository, RepositoryError
 from modelmgr.schemas import ChainLink, ExportManifest, SchemaError, VersionManifest
 from modelmgr.verify import VerificationError, verify_export
 
@@ -185,7 +185,7 @@ class Publisher:
         """The version's folder, not yet numbered: the manager's own copies and a manifest."""
         tmp = self.repo.dir / f".tmp-{folder.name}"
         shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
+        tmp.mkdir(parents=True)  # on the repository's file system (a local one): the publish is a rename
         for f in export.files:
             copy_verified(folder / f.name, tmp / f.name, f.sha256)
         manifest = {
@@ -209,7 +209,7 @@ class Publisher:
         return tmp
 
     def _link(self, version: int) -> dict[str, Any]:
-        raw = (self.repo.path(version) / MANIFEST).read_bytes()
+        raw = self.repo.manifest_bytes(version)
         return schemas.dump(ChainLink(version=version, manifest_sha256=hashlib.sha256(raw).hexdigest()))
 
     def _model(self, version: int) -> Any:
@@ -280,10 +280,9 @@ class Publisher:
             f"{pred.version} ({pred.auc:.4f}) on the holdout of export {export_id}"
         )
         self.repo.set_policy(Policy("pinned", pred.version, reason))
-        evidence_dir = self.repo.dir / "rollbacks"
-        evidence_dir.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(
-            evidence_dir / f"{time.time_ns():020d}.json",
+        self.repo.write_evidence(
+            "rollbacks",
+            f"{time.time_ns():020d}.json",
             {"reason": reason, "export_id": export_id, "live": live.to_dict(), "predecessor": pred.to_dict(), "at": time.time()},
         )
         metrics.ROLLBACKS.inc()
@@ -317,14 +316,9 @@ class Publisher:
         else:
             m["delta_chain"] = [*m["delta_chain"], v]
         VersionManifest.model_validate(m)  # what readers will check
-        write_json_atomic(staged / MANIFEST, m)
+        (staged / MANIFEST).write_text(json.dumps(m, indent=1))
         (staged / DONE).write_text(str(v))
-        for f in staged.iterdir():
-            with open(f, "rb") as fh:
-                os.fsync(fh.fileno())
-        fsync_dir(staged)
-        os.replace(staged, self.repo.path(v))
-        fsync_dir(self.repo.dir)
+        self.repo.publish_staged(staged, v)
         metrics.PUBLISHED.inc()
         metrics.LATEST.set(v)
         return v

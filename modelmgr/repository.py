@@ -1,6 +1,6 @@
 """The model repository: `<root>/<model>/<version>/` folders with manifest.json and DONE,
 rejected exports with their reasons, the version policy (latest or pinned) and the version
-counter.
+counter, in a local folder or an S3 bucket (`modelmgr.storage`).
 
 This module is the reader API that serving uses, and the writer the publisher uses. Every
 file is validated when read (modelmgr.schemas): a damaged one never crashes a reader. A bad
@@ -10,10 +10,12 @@ version unservable (`broken`), and every write is atomic (a temporary file, fsyn
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
 import shutil
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +23,7 @@ from typing import Any
 
 from modelmgr import schemas
 from modelmgr.schemas import CounterFile, PolicyFile, SchemaError, VersionManifest
+from modelmgr.storage import Storage, fsync_dir, open_storage
 
 POLICY_FILE = "POLICY.json"
 COUNTER_FILE = "COUNTER.json"
@@ -49,58 +52,80 @@ def version_name(v: int) -> str:
     return f"{v:08d}"
 
 
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_bytes_atomic(path: Path, data: bytes) -> None:
-    """Readers see the old file or the whole new one, also across a power cut."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
-
-
-def write_json_atomic(path: Path, obj: Any) -> None:
-    write_bytes_atomic(path, json.dumps(obj, indent=1).encode())
-
-
 class Repository:
-    def __init__(self, root: Path, model: str) -> None:
+    """`root`: a folder or `s3://bucket/prefix`. `dir` is the local folder the manager works
+    in (staging, evidence of a local repository), and `path(v)` a local folder holding
+    version v's files: the repository's own folder, or for S3 a cache the files are
+    downloaded into, each checked against the manifest's sha256."""
+
+    def __init__(self, root: str | Path, model: str, cache: Path | None = None) -> None:
         self.root = root
         self.model = model
-        self.dir = root / model
+        self.storage: Storage = open_storage(root)
+        local = self.storage.local_root
+        if local is not None:
+            self.dir = local / model
+        else:
+            base = cache or Path(tempfile.gettempdir()) / "boundless-s3-cache"
+            self.dir = base / hashlib.sha256(self.storage.url.encode()).hexdigest()[:16] / model
+        self._manifests: dict[int, VersionManifest] = {}  # S3 only: published manifests do not change
+
+    def _key(self, *parts: str) -> str:
+        return "/".join((self.model, *parts))
 
     def versions(self) -> list[int]:
         """Published versions (folders with DONE), ascending; a broken one included."""
-        if not self.dir.is_dir():
-            return []
         out = []
-        for p in self.dir.iterdir():
-            if p.name.isdigit() and (p / DONE).exists():
-                out.append(int(p.name))
+        for name in self.storage.children(self.model):
+            if name.isdigit() and self.storage.exists(self._key(name, DONE)):
+                out.append(int(name))
         return sorted(out)
 
     def path(self, version: int) -> Path:
-        return self.dir / version_name(version)
+        """A local folder with the version's files (downloaded and checked, for S3)."""
+        if self.storage.local_root is not None:
+            return self.dir / version_name(version)
+        d = self.dir / "cache" / version_name(version)
+        if not (d / DONE).exists():
+            m = self.manifest_model(version)
+            d.mkdir(parents=True, exist_ok=True)
+            for f in m.files:
+                if not (d / f.name).exists():
+                    self._download_checked(version, f.name, f.sha256, d / f.name)
+            (d / MANIFEST).write_bytes(self.storage.read_bytes(self._key(version_name(version), MANIFEST)))
+            (d / DONE).write_text(str(version))
+        return d
+
+    def _download_checked(self, version: int, name: str, sha256: str, dst: Path) -> None:
+        tmp = dst.with_name(f".{dst.name}.part")
+        self.storage.get_file(self._key(version_name(version), name), tmp)
+        h = hashlib.sha256()
+        with open(tmp, "rb") as f:
+            while chunk := f.read(1 << 22):
+                h.update(chunk)
+        if h.hexdigest() != sha256:
+            tmp.unlink(missing_ok=True)
+            raise RepositoryError(f"version {version}: {name} in {self.storage.url} does not match its sha256")
+        os.replace(tmp, dst)
+
+    def manifest_bytes(self, version: int) -> bytes:
+        return self.storage.read_bytes(self._key(version_name(version), MANIFEST))
 
     def manifest_model(self, version: int) -> VersionManifest:
-        p = self.path(version)
-        if not (p / DONE).exists():
+        cached = self._manifests.get(version)
+        if cached is not None:
+            return cached
+        name = version_name(version)
+        if not self.storage.exists(self._key(name, DONE)):
             raise RepositoryError(f"model {self.model} has no published version {version}")
         try:
-            m = schemas.read(VersionManifest, p / MANIFEST)
-        except SchemaError as e:
+            m = schemas.parse(VersionManifest, self.manifest_bytes(version), f"{self.storage.url}/{self._key(name, MANIFEST)}")
+        except (SchemaError, OSError) as e:
             raise RepositoryError(f"version {version} is broken: {e}") from None
         if m.version != version:
             raise RepositoryError(f"version {version} is broken: its manifest says version {m.version}")
+        if self.storage.local_root is None:
+            self._manifests[version] = m
         return m
 
     def manifest(self, version: int) -> dict[str, Any]:
@@ -117,12 +142,21 @@ class Repository:
             return str(e)
         return None
 
+    def _read(self, name: str) -> bytes | None:
+        try:
+            return self.storage.read_bytes(self._key(name))
+        except FileNotFoundError:
+            return None
+
+    def _write_json(self, name: str, obj: Any) -> None:
+        self.storage.write_bytes(self._key(name), json.dumps(obj, indent=1).encode())
+
     def policy(self) -> Policy:
-        p = self.dir / POLICY_FILE
-        if not p.exists():
+        raw = self._read(POLICY_FILE)
+        if raw is None:
             return Policy("latest")
         try:
-            d = schemas.read(PolicyFile, p)
+            d = schemas.parse(PolicyFile, raw, f"{self.storage.url}/{self._key(POLICY_FILE)}")
         except SchemaError as e:
             log.warning("%s; following the latest version", e)
             return Policy("latest", None, f"ignored: {e}")
@@ -141,9 +175,8 @@ class Repository:
                 raise RepositoryError(f"cannot pin {self.model} to {policy.version}: {why}")
         elif policy.mode != "latest":
             raise RepositoryError(f"unknown policy mode {policy.mode!r}")
-        self.dir.mkdir(parents=True, exist_ok=True)
         body = PolicyFile(mode=policy.mode, version=policy.version, set_at=time.time(), reason=policy.reason)  # type: ignore[arg-type]
-        write_json_atomic(self.dir / POLICY_FILE, schemas.dump(body))
+        self._write_json(POLICY_FILE, schemas.dump(body))
 
     def target(self) -> int | None:
         """The version serving should load under the policy: the pinned one, else the newest
@@ -161,12 +194,12 @@ class Repository:
 
     def counter(self) -> CounterFile:
         """The version counter; rebuilt from what is on disk when the file is bad or absent."""
-        p = self.dir / COUNTER_FILE
-        on_disk = max([int(x.name) for x in self.dir.iterdir() if x.name.isdigit()], default=0) if self.dir.is_dir() else 0
+        on_disk = max([int(x) for x in self.storage.children(self.model) if x.isdigit()], default=0)
         stored = CounterFile()
-        if p.exists():
+        raw = self._read(COUNTER_FILE)
+        if raw is not None:
             try:
-                stored = schemas.read(CounterFile, p)
+                stored = schemas.parse(CounterFile, raw, f"{self.storage.url}/{self._key(COUNTER_FILE)}")
             except SchemaError as e:
                 log.warning("%s; the counter goes on from the versions on disk", e)
         handled = max([stored.handled_through, *(str(r.get("export_id", "")) for r in self.rejected())])
@@ -176,28 +209,61 @@ class Repository:
         """A version number never used before (a deleted version's is not reused), and the
         export counted as handled."""
         c = self.counter()
-        self.dir.mkdir(parents=True, exist_ok=True)
         body = CounterFile(next_version=c.next_version + 1, handled_through=max(c.handled_through, export_id))
-        write_json_atomic(self.dir / COUNTER_FILE, schemas.dump(body))
+        self._write_json(COUNTER_FILE, schemas.dump(body))
         return c.next_version
 
     def mark_handled(self, export_id: str) -> None:
         c = self.counter()
         if export_id > c.handled_through:
-            self.dir.mkdir(parents=True, exist_ok=True)
-            body = CounterFile(next_version=c.next_version, handled_through=export_id)
-            write_json_atomic(self.dir / COUNTER_FILE, schemas.dump(body))
+            self._write_json(COUNTER_FILE, schemas.dump(CounterFile(next_version=c.next_version, handled_through=export_id)))
 
     def clean_unfinished(self) -> list[str]:
-        """Removes version folders a crash left without DONE (and temporary folders)."""
-        if not self.dir.is_dir():
-            return []
+        """Removes version folders a crash left without DONE (and local temporary folders)."""
         gone = []
-        for p in self.dir.iterdir():
-            if p.is_dir() and (p.name.startswith(".tmp-") or (p.name.isdigit() and not (p / DONE).exists())):
-                shutil.rmtree(p, ignore_errors=True)
-                gone.append(p.name)
+        for name in self.storage.children(self.model):
+            if name.isdigit() and not self.storage.exists(self._key(name, DONE)):
+                self.storage.delete_tree(self._key(name))
+                gone.append(name)
+        if self.dir.is_dir():
+            for p in self.dir.iterdir():
+                if p.is_dir() and p.name.startswith(".tmp-"):
+                    shutil.rmtree(p, ignore_errors=True)
+                    gone.append(p.name)
         return gone
+
+    def publish_staged(self, staged: Path, version: int) -> None:
+        """Moves a staged version (files, manifest.json, DONE) into place: a rename locally;
+        on S3 every file is uploaded and checked, and DONE goes last."""
+        name = version_name(version)
+        if self.storage.local_root is not None:
+            for f in staged.iterdir():
+                with open(f, "rb") as fh:
+                    os.fsync(fh.fileno())
+            fsync_dir(staged)
+            os.replace(staged, self.path(version))
+            fsync_dir(self.dir)
+            return
+        for f in sorted(staged.iterdir()):
+            if f.name != DONE:
+                self.storage.put_file(self._key(name, f.name), f)
+        self.storage.write_bytes(self._key(name, DONE), (staged / DONE).read_bytes())
+        cached = self.dir / "cache" / name
+        shutil.rmtree(cached, ignore_errors=True)
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(staged, cached)  # the staged files are the version's, checked: the local cache
+
+    def write_evidence(self, folder: str, name: str, obj: Any) -> None:
+        self._write_json(f"{folder}/{name}", obj)
+
+    def evidence(self, folder: str) -> list[dict[str, Any]]:
+        out = []
+        for name in self.storage.files(self._key(folder)):
+            try:
+                out.append(json.loads(self.storage.read_bytes(self._key(folder, name))))
+            except (OSError, ValueError):
+                continue
+        return out
 
     def gc(self, keep_full: int, dry_run: bool = False) -> list[int]:
         """Retention: keeps the newest `keep_full` full versions with their delta chains, the
@@ -223,30 +289,28 @@ class Repository:
         gone = [v for v in versions if v not in keep and (v in ok or v < oldest_kept)]
         if not dry_run:
             for v in gone:
-                shutil.rmtree(self.path(v), ignore_errors=True)
+                self.storage.delete_tree(self._key(version_name(v)))
+                self._manifests.pop(v, None)
         return gone
 
     def rejected(self) -> list[dict[str, Any]]:
-        d = self.dir / REJECTED
-        if not d.is_dir():
-            return []
         out = []
-        for p in sorted(d.glob("*.json")):
+        for name in self.storage.files(self._key(REJECTED)):
+            if not name.endswith(".json"):
+                continue
             try:
-                r = json.loads(p.read_text())
+                r = json.loads(self.storage.read_bytes(self._key(REJECTED, name)))
             except (OSError, ValueError) as e:
-                r = {"export_id": p.stem, "reason": f"(the rejection record is unreadable: {e})"}
-            out.append(r if isinstance(r, dict) else {"export_id": p.stem, "reason": "(a bad rejection record)"})
+                r = {"export_id": name[:-5], "reason": f"(the rejection record is unreadable: {e})"}
+            out.append(r if isinstance(r, dict) else {"export_id": name[:-5], "reason": "(a bad rejection record)"})
         return out
 
     def record_rejection(self, export_id: str, reason: str, manifest: dict[str, Any] | None, evidence: Any = None) -> None:
-        d = self.dir / REJECTED
-        d.mkdir(parents=True, exist_ok=True)
         kind = manifest.get("kind") if isinstance(manifest, dict) else None
         metrics = manifest.get("metrics") if isinstance(manifest, dict) else None
         record = {"export_id": export_id, "reason": reason, "rejected_at": time.time(), "kind": kind}
         record |= {"metrics": metrics if isinstance(metrics, dict) else None, "evidence": evidence}
-        write_json_atomic(d / f"{export_id}.json", record)
+        self._write_json(f"{REJECTED}/{export_id}.json", record)
         self.mark_handled(export_id)
 
     def processed_exports(self) -> set[str]:

@@ -25,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
     conf = cfg.build(ServingConfig, ENV_PREFIX, args)
     log = daemon.setup_logging("serving", conf.log_level)
     copies = LocalCopies(Path(conf.copies_dir) if conf.copies_dir else None)
-    watcher = ModelWatcher(Repository(Path(conf.repo), conf.model), conf.poll_s, copies)
+    watcher = ModelWatcher(Repository(conf.repo, conf.model), conf.poll_s, copies)
     watcher.start()
     name = predict_pb2.DESCRIPTOR.services_by_name["Predictor"].full_name
     server, port, _ = daemon.grpc_server(

@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 
-from modelmgr.repository import MANIFEST, Repository
+from modelmgr.repository import Repository
 from serving import metrics
 from serving.local_copies import LocalCopies
 from serving.model import ServableModel, load
@@ -105,7 +105,7 @@ class ModelWatcher:
             link = m.get("previous")
             if not link:
                 return  # published before deltas named their predecessor
-            raw = (self.repo.path(int(link["version"])) / MANIFEST).read_bytes()
+            raw = self.repo.manifest_bytes(int(link["version"]))
             if hashlib.sha256(raw).hexdigest() != link["manifest_sha256"]:
                 raise ValueError(f"version {m['version']}: its predecessor {link['version']} is not the one it was built on")
             m = self.repo.manifest(int(link["version"]))
