@@ -7,6 +7,7 @@ reused, and a live version that falls behind its predecessor is rolled back."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -376,3 +377,59 @@ def test_twelve_shards_serve_the_scores_computed_offline(data_dir, tmp_path):
     model = load(repo.path(v), m, base, repo.path(base["version"]), chain, None)
     batch = read(sorted((tmp_path / "exports").iterdir())[-1] / "holdout.npz")
     np.testing.assert_allclose(scores(model, batch), offline_scores(repo, v, batch), atol=1e-5)
+
+
+def test_an_s3_repository_publishes_serves_rolls_back_and_collects(pristine, tmp_path):
+    """The manager, serving and the CLI on `s3://models/prod` (a real SeaweedFS server)."""
+    from tests.integration.s3_server import s3_server
+
+    with s3_server(tmp_path / "weed") as env:
+        url = "s3://models/prod"
+        exports = Exports(tmp_path / "exports")
+        repo = Repository(url, "ctr", cache=tmp_path / "reader-cache")
+        watch = [
+            "model",
+            "watch",
+            "--exports",
+            str(exports.root),
+            "--repo",
+            url,
+            "--poll-s",
+            "0.1",
+            "--keep-full",
+            "1",
+            "--max-auc-drop",
+            "1",
+        ]
+        manager = start("modelmgr", watch, tmp_path, env)
+        serving = start("serving", ["serve", "--repo", url, "--poll-s", "0.1"], tmp_path, env)
+        daemons = [manager, serving]
+        try:
+            manager.wait_ready()
+            serving.wait_ready()
+            client = PredictClient(serving.address)
+            full = exports.add(pristine[0])
+            delta = exports.add(pristine[1], previous=full)
+            _wait("two versions published on S3", lambda: repo.versions() == [1, 2], daemons)
+            _wait("serving version 2 from S3", lambda: _served(client) == 2, daemons)
+            # a version without DONE (an upload cut short) is invisible to every reader
+            repo.storage.write_bytes("ctr/00000050/manifest.json", b"{}")
+            assert repo.versions() == [1, 2] and repo.target() == 2
+
+            def cli(*args: str) -> subprocess.CompletedProcess[str]:
+                cmd = [sys.executable, "-m", "boundless", "model", *args, "--repo", url]
+                return subprocess.run(cmd, capture_output=True, text=True, timeout=60, env={**os.environ, **env})
+
+            back = cli("rollback", "--serving", serving.address)
+            assert back.returncode == 0 and "every replica serves version 1" in back.stdout, back.stdout + back.stderr
+            assert cli("unpin", "--serving", serving.address).returncode == 0
+            listing = json.loads(cli("list", "--json").stdout)
+            assert [r["version"] for r in listing["versions"]] == [1, 2]
+            exports.add(pristine[0])  # a new full export: retention (one full version) drops 1 and 2
+            _wait("the new full version, and retention", lambda: repo.versions() == [51], daemons)
+            _wait("serving version 51", lambda: _served(client) == 51, daemons)
+            assert not repo.storage.exists("ctr/00000001/DONE")
+            client.close()
+        finally:
+            for d in daemons:
+                d.stop()
