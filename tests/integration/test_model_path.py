@@ -409,7 +409,7 @@ def test_an_s3_repository_publishes_serves_rolls_back_and_collects(pristine, tmp
             serving.wait_ready()
             client = PredictClient(serving.address)
             full = exports.add(pristine[0])
-            delta = exports.add(pristine[1], previous=full)
+            exports.add(pristine[1], previous=full)
             _wait("two versions published on S3", lambda: repo.versions() == [1, 2], daemons)
             _wait("serving version 2 from S3", lambda: _served(client) == 2, daemons)
             # a version without DONE (an upload cut short) is invisible to every reader
