@@ -57,6 +57,7 @@ class ServableModel:
     keys: int
     net: Any = None  # ctr.deep.DeepCTR for wdl and deepfm
     loaded_at: float = field(default_factory=time.time)
+    active: int = 0  # requests scoring with it now (serving.watcher.ModelWatcher.use)
 
     @property
     def bias(self) -> float:
@@ -162,6 +163,11 @@ def _sparse_files(manifest: dict[str, Any], role: str) -> list[dict[str, Any]]:
     return sorted((f for f in manifest["files"] if f["role"] == role), key=shard)
 
 
+def extends(chain: list[int], manifest: dict[str, Any], model: ServableModel) -> bool:
+    """`chain` (of `manifest`'s base) starts with `model`'s delta chain."""
+    return model.base_version == manifest["base_version"] and chain[: len(model.chain)] == model.chain
+
+
 def load(
     version_dir: Path,
     manifest: dict[str, Any],
@@ -169,15 +175,23 @@ def load(
     base_dir: Path,
     chain_dirs: list[tuple[Path, dict[str, Any]]],
     current: ServableModel | None,
+    spare: ServableModel | None = None,
 ) -> ServableModel:
-    """Builds the servable of a version; reuses current's images and overlay when the new
-    version extends current's delta chain, so a delta costs only its own rows."""
+    """Builds the servable of a version; reuses current's images when the new version
+    extends current's delta chain. Its overlay is then `spare`'s (a retired version of the
+    same chain that no request uses any more: a double buffer, brought up to date with the
+    deltas it lacks, so a delta costs its own rows and the one before), or else a copy of
+    current's."""
     spec = spec_of(manifest)
     chain = list(manifest["delta_chain"])
-    if current is not None and current.base_version == manifest["base_version"] and chain[: len(current.chain)] == current.chain:
+    if current is not None and extends(chain, manifest, current):
         images, columns = current.images, current.columns
-        overlay = CompactHashMap(current.overlay.row_words, slots=current.overlay.slots.copy(), size=current.overlay.size)
-        todo = chain_dirs[len(current.chain) :]
+        if spare is not None and extends(current.chain, manifest, spare) and spare.images is current.images:
+            overlay, todo = spare.overlay, chain_dirs[len(spare.chain) :]
+            spare.overlay = CompactHashMap(overlay.row_words, capacity=8)  # it is the new version's now
+        else:
+            overlay = CompactHashMap(current.overlay.row_words, slots=current.overlay.slots.copy(), size=current.overlay.size)
+            todo = chain_dirs[len(current.chain) :]
     else:
         shard_files = _sparse_files(base_manifest, "sparse_full")
         columns = parse_columns(shard_files[0].get("columns", "w:1")) if shard_files else {"w": (0, 1)}

@@ -14,6 +14,7 @@ from ctr.hashing import field_id
 from protos import predict_pb2, predict_pb2_grpc
 from serving import metrics
 from serving.encoding import EncodedRequest, EncodingError, decode
+from serving.model import ServableModel
 from serving.watcher import ModelWatcher
 
 
@@ -36,7 +37,12 @@ class PredictorServicer(predict_pb2_grpc.PredictorServicer):
 
     def Predict(self, request: predict_pb2.PredictRequest, context: grpc.ServicerContext) -> predict_pb2.PredictResponse:
         start = time.perf_counter()
-        model = self.watcher.current  # one read: the whole request uses this version
+        with self.watcher.use() as model:  # the whole request uses this version
+            return self._predict(request, context, model, start)
+
+    def _predict(
+        self, request: predict_pb2.PredictRequest, context: grpc.ServicerContext, model: ServableModel | None, start: float
+    ) -> predict_pb2.PredictResponse:
         if model is None:
             _abort(context, grpc.StatusCode.UNAVAILABLE, "no model version is loaded yet")
         if request.item_count > self.max_items:

@@ -11,6 +11,8 @@ import hashlib
 import logging
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from modelmgr.repository import Repository
 from serving import metrics
@@ -18,6 +20,7 @@ from serving.local_copies import LocalCopies
 from serving.model import ServableModel, load
 
 MAX_RETRY_S = 60.0
+SPARE_WAIT_S = 0.05  # how long a load waits for the last request on the retired version
 
 log = logging.getLogger("serving")
 
@@ -28,9 +31,38 @@ class ModelWatcher:
         self.copies = copies or LocalCopies()
         self.poll_s = poll_s
         self.current: ServableModel | None = None
+        self._retired: ServableModel | None = None  # the version current replaced: its overlay is the spare
+        self._use_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="model-watcher", daemon=True)
         self._failed: dict[int, tuple[int, float]] = {}  # version -> (failures, monotonic time of the next try)
+
+    @contextmanager
+    def use(self) -> Iterator[ServableModel | None]:
+        """The current version, counted as in use until the block ends (a retired version's
+        overlay is reused only once no request holds it)."""
+        with self._use_lock:
+            model = self.current
+            if model is not None:
+                model.active += 1
+        try:
+            yield model
+        finally:
+            if model is not None:
+                with self._use_lock:
+                    model.active -= 1
+
+    def _spare(self) -> ServableModel | None:
+        """The retired version, once no request uses it (waits a little; None if it stays busy)."""
+        retired = self._retired
+        deadline = time.monotonic() + SPARE_WAIT_S
+        while retired is not None and time.monotonic() < deadline:
+            with self._use_lock:
+                if retired.active == 0:
+                    self._retired = None
+                    return retired
+            time.sleep(0.001)
+        return None
 
     def start(self) -> None:
         self.refresh()
@@ -70,7 +102,9 @@ class ModelWatcher:
             return
         self._failed.pop(target, None)
         previous = self.current
-        self.current = model
+        with self._use_lock:
+            self.current = model
+        self._retired = previous
         self.copies.keep_only({model.base_version, *model.chain})
         metrics.VERSION.set(model.version)
         metrics.KEYS.set(model.keys)
@@ -95,7 +129,7 @@ class ModelWatcher:
             m = self.repo.manifest(v)
             chain.append((self.copies.version_dir(self.repo.path(v), v, m), m))
         version_dir = base_dir if manifest["kind"] == "full" else chain[-1][0]
-        return load(version_dir, manifest, base_manifest, base_dir, chain, self.current)
+        return load(version_dir, manifest, base_manifest, base_dir, chain, self.current, self._spare())
 
     def _check_links(self, version: int) -> None:
         """Each delta of the chain names its predecessor by the checksum of its manifest: a

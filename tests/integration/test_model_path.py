@@ -433,3 +433,42 @@ def test_an_s3_repository_publishes_serves_rolls_back_and_collects(pristine, tmp
         finally:
             for d in daemons:
                 d.stop()
+
+
+def test_serving_applies_deltas_into_a_double_buffered_overlay(pristine, tmp_path):
+    """Each delta lands in the overlay of the version before the current one (no request
+    uses it any more): the same rows as a version built from scratch, without copying."""
+    from ctr.holdout import read
+    from serving.model import load
+    from serving.watcher import ModelWatcher
+
+    exports, repo = Exports(tmp_path / "exports"), Repository(tmp_path / "repo", "ctr")
+    previous = exports.add(pristine[0])
+    for src in pristine[1:4]:
+        previous = exports.add(src, previous=previous)
+    assert Publisher(repo, exports.root, QualityGate(max_auc_drop=1.0)).poll() == [1, 2, 3, 4]
+    keys = np.unique(np.concatenate([read(p / "holdout.npz").keys for p in pristine[:5]]))
+    watcher = ModelWatcher(repo, 1.0)
+    overlays = []
+    for v in (1, 2, 3, 4):
+        repo.set_policy(Policy("pinned", v))
+        if v == 4:  # a request still scores with version 2 (retired): its overlay is not touched
+            retired = watcher._retired
+            assert retired is not None and retired.version == 2
+            retired.active += 1
+            watcher.refresh()
+            assert retired.overlay is overlays[1]
+        else:
+            with watcher.use() as using:  # requests on the current version do not hold the spare back
+                watcher.refresh()
+            assert using is None or using.version == v - 1
+        model = watcher.current
+        assert model is not None and model.version == v
+        overlays.append(model.overlay)
+        m = repo.manifest(v)
+        base = repo.manifest(m["base_version"])
+        fresh = load(repo.path(v), m, base, repo.path(1), [(repo.path(c), repo.manifest(c)) for c in m["delta_chain"]], None)
+        np.testing.assert_array_equal(model.rows(keys), fresh.rows(keys))
+    assert overlays[2] is overlays[0]  # version 3 took version 1's overlay: a double buffer
+    assert all(overlays[3] is not o for o in overlays[:3])  # version 4 got a copy instead
+    watcher.stop()
