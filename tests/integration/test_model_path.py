@@ -6,6 +6,7 @@ reused, and a live version that falls behind its predecessor is rolled back."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -51,7 +52,7 @@ class Exports:
     def __init__(self, root: Path) -> None:
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
-        self.ids: dict[Path, str] = {}  # pristine export -> the id of its latest good copy
+        self.base = ""  # the id of the last good full export
 
     def add(self, src: Path, damage: Callable[[Path, dict[str, Any]], Any] | None = None, previous: str | None = None) -> str:
         new = f"{time.time_ns():020d}"
@@ -166,7 +167,7 @@ def _wait(what: str, predicate: Callable[[], bool], daemons: list[Daemon], timeo
         time.sleep(0.05)
 
 
-def _cli(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _cli(repo: Path | str, *args: str) -> subprocess.CompletedProcess[str]:
     cmd = [sys.executable, "-m", "boundless", "model", *args, "--repo", str(repo)]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
 
@@ -190,7 +191,7 @@ def test_corrupt_exports_and_a_damaged_repository_never_stop_the_manager_or_serv
         outcomes = {}
         for what, damage, reason in BAD_EXPORTS:
             bad = exports.add(pristine[0], damage)
-            _wait(f"{what}: handled", lambda bad=bad: bad in {r["export_id"] for r in repo.rejected()}, daemons)
+            _wait(f"{what}: handled", functools.partial(_handled, repo, bad), daemons)
             got = next(r["reason"] for r in repo.rejected() if r["export_id"] == bad)
             assert reason in got, (what, got)
             outcomes[what] = got
@@ -246,6 +247,10 @@ def test_corrupt_exports_and_a_damaged_repository_never_stop_the_manager_or_serv
     finally:
         for d in daemons:
             d.stop()
+
+
+def _handled(repo: Repository, export_id: str) -> bool:
+    return export_id in {r["export_id"] for r in repo.rejected()}
 
 
 def _served(client: PredictClient) -> int | None:
@@ -449,7 +454,7 @@ def test_serving_applies_deltas_into_a_double_buffered_overlay(pristine, tmp_pat
     assert Publisher(repo, exports.root, QualityGate(max_auc_drop=1.0)).poll() == [1, 2, 3, 4]
     keys = np.unique(np.concatenate([read(p / "holdout.npz").keys for p in pristine[:5]]))
     watcher = ModelWatcher(repo, 1.0)
-    overlays = []
+    overlays: list[Any] = []
     for v in (1, 2, 3, 4):
         repo.set_policy(Policy("pinned", v))
         if v == 4:  # a request still scores with version 2 (retired): its overlay is not touched
