@@ -13,6 +13,7 @@ from ctr import config as cfg
 from ctr import daemon
 from modelmgr.config import ModelMgrConfig
 from modelmgr.gate import QualityGate
+from modelmgr.notify import Notifier
 from modelmgr.publisher import Publisher
 from modelmgr.repository import Policy, Repository, RepositoryError
 
@@ -70,6 +71,7 @@ def watch(conf: ModelMgrConfig) -> int:
         rollback_auc_drop=conf.rollback_auc_drop,
     )
     publisher = Publisher(repo, Path(conf.exports), gate, conf.compact_after, conf.keep_full)
+    notifier = Notifier(conf.notify, conf.model)
     server, port, _ = daemon.grpc_server(conf.host, conf.port, 2, lambda s: None, [])
     metrics_port = daemon.metrics_server(conf.host, conf.metrics_port)
     stop = threading.Event()
@@ -80,6 +82,9 @@ def watch(conf: ModelMgrConfig) -> int:
     while not stop.is_set():
         try:
             publisher.poll()
+            if publisher.changed:
+                publisher.changed = False
+                notifier.notify()
         except Exception as e:  # noqa: BLE001 - a full disk, a damaged repository: retry, never die
             log.error("scan failed: %s", e)
         stop.wait(conf.poll_s)
@@ -119,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     if args.serving:
         from modelmgr import inspect_cli
 
-        return inspect_cli.wait_for(args.serving, target, args.wait_s)
+        return inspect_cli.wait_for(args.serving, target, args.wait_s, args.model)
     return 0
 
 

@@ -10,7 +10,7 @@ class ModelMgrConfig:
     exports: str = field(default="exports", metadata={"help": "folder the trainer exports into"})
     repo: str = field(default="repo", metadata={"help": "model repository folder"})
     model: str = field(default="ctr", metadata={"help": "model name"})
-    poll_s: float = field(default=0.5, metadata={"help": "seconds between scans of the exports"})
+    poll_s: float = field(default=0.2, metadata={"help": "seconds between scans of the exports"})
     min_samples: int = field(default=1000, metadata={"help": "quality gate: holdout samples needed to judge an export"})
     max_auc_drop: float = field(
         default=0.02, metadata={"help": "quality gate: how far the candidate's holdout AUC may trail the live version's"}
@@ -29,6 +29,10 @@ class ModelMgrConfig:
         default=20, metadata={"help": "a delta chain this long is folded into a new full version (0: never)"}
     )
     keep_full: int = field(default=3, metadata={"help": "retention: full versions kept with their delta chains (0: keep all)"})
+    notify: str = field(
+        default="",
+        metadata={"help": "serving replicas (host:port,...) told at once when a version is published or rolled back"},
+    )
     host: str = field(default="127.0.0.1", metadata={"help": "address for health and metrics"})
     port: int = field(default=0, metadata={"help": "gRPC health port (0 picks a free one)"})
     metrics_port: int = field(default=0, metadata={"help": "Prometheus port (0 picks a free one)"})

@@ -73,8 +73,11 @@ def replica_status(address: str) -> dict[str, Any]:
         client.close()
 
 
-def wait_for(serving: str, version: int | None, wait_s: float) -> int:
+def wait_for(serving: str, version: int | None, wait_s: float, model: str = "ctr") -> int:
     """Waits until every replica reports `version`; 1 (naming the laggards) if not in time."""
+    from modelmgr.notify import Notifier
+
+    Notifier(serving, model).notify()  # look now, not at the next poll
     deadline = time.monotonic() + wait_s
     while True:
         rows = [replica_status(a) for a in _addresses(serving)]

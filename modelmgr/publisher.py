@@ -65,6 +65,7 @@ class Publisher:
         self.compact_after = compact_after  # a chain this many deltas long is folded into a full version (0: never)
         self.keep_full = keep_full  # retention: full versions kept with their chains (0: keep everything)
         self._seen: set[str] = set()
+        self.changed = False  # a version was published or the policy set since the caller last looked
         self._models: dict[int, Any] = {}  # version -> serving.model.ServableModel
         for name in repo.clean_unfinished():
             log.warning("removed %s/%s: a version a crash left unfinished", repo.dir, name)
@@ -280,6 +281,7 @@ class Publisher:
             f"{pred.version} ({pred.auc:.4f}) on the holdout of export {export_id}"
         )
         self.repo.set_policy(Policy("pinned", pred.version, reason))
+        self.changed = True
         self.repo.write_evidence(
             "rollbacks",
             f"{time.time_ns():020d}.json",
@@ -319,6 +321,7 @@ class Publisher:
         (staged / MANIFEST).write_text(json.dumps(m, indent=1))
         (staged / DONE).write_text(str(v))
         self.repo.publish_staged(staged, v)
+        self.changed = True
         metrics.PUBLISHED.inc()
         metrics.LATEST.set(v)
         return v

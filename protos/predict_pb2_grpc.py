@@ -44,6 +44,11 @@ class PredictorStub:
                 request_serializer=predict__pb2.ModelStatusRequest.SerializeToString,
                 response_deserializer=predict__pb2.ModelStatusResponse.FromString,
                 _registered_method=True)
+        self.Refresh = channel.unary_unary(
+                '/boundless.predict.Predictor/Refresh',
+                request_serializer=predict__pb2.RefreshRequest.SerializeToString,
+                response_deserializer=predict__pb2.RefreshResponse.FromString,
+                _registered_method=True)
 
 
 class PredictorServicer:
@@ -61,6 +66,12 @@ class PredictorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Refresh(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PredictorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -73,6 +84,11 @@ def add_PredictorServicer_to_server(servicer, server):
                     servicer.ModelStatus,
                     request_deserializer=predict__pb2.ModelStatusRequest.FromString,
                     response_serializer=predict__pb2.ModelStatusResponse.SerializeToString,
+            ),
+            'Refresh': grpc.unary_unary_rpc_method_handler(
+                    servicer.Refresh,
+                    request_deserializer=predict__pb2.RefreshRequest.FromString,
+                    response_serializer=predict__pb2.RefreshResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -129,6 +145,33 @@ class Predictor:
             '/boundless.predict.Predictor/ModelStatus',
             predict__pb2.ModelStatusRequest.SerializeToString,
             predict__pb2.ModelStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Refresh(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/boundless.predict.Predictor/Refresh',
+            predict__pb2.RefreshRequest.SerializeToString,
+            predict__pb2.RefreshResponse.FromString,
             options,
             channel_credentials,
             insecure,

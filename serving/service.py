@@ -77,6 +77,11 @@ class PredictorServicer(predict_pb2_grpc.PredictorServicer):
         metrics.LATENCY.observe(time.perf_counter() - start)
         return predict_pb2.PredictResponse(scores=scores.tolist(), model=model.name, version=model.version)
 
+    def Refresh(self, request: predict_pb2.RefreshRequest, context: grpc.ServicerContext) -> predict_pb2.RefreshResponse:
+        self.watcher.wake()
+        current = self.watcher.current
+        return predict_pb2.RefreshResponse(version=current.version if current is not None else 0)
+
     def ModelStatus(
         self, request: predict_pb2.ModelStatusRequest, context: grpc.ServicerContext
     ) -> predict_pb2.ModelStatusResponse:

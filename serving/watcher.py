@@ -34,6 +34,7 @@ class ModelWatcher:
         self._retired: ServableModel | None = None  # the version current replaced: its overlay is the spare
         self._use_lock = threading.Lock()
         self._stop = threading.Event()
+        self._wake = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="model-watcher", daemon=True)
         self._failed: dict[int, tuple[int, float]] = {}  # version -> (failures, monotonic time of the next try)
 
@@ -70,10 +71,19 @@ class ModelWatcher:
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         self.copies.close()
 
+    def wake(self) -> None:
+        """Looks at the policy now (the manager says something changed)."""
+        self._wake.set()
+
     def _loop(self) -> None:
-        while not self._stop.wait(self.poll_s):
+        while not self._stop.is_set():
+            self._wake.wait(self.poll_s)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
             try:
                 self.refresh()
             except Exception:  # a bad version must not stop the watcher; keep serving the old one
