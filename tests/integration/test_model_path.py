@@ -477,3 +477,24 @@ def test_serving_applies_deltas_into_a_double_buffered_overlay(pristine, tmp_pat
     assert overlays[2] is overlays[0]  # version 3 took version 1's overlay: a double buffer
     assert all(overlays[3] is not o for o in overlays[:3])  # version 4 got a copy instead
     watcher.stop()
+
+
+def test_the_manager_tells_serving_at_once_when_it_publishes(pristine, tmp_path):
+    """Serving polls every 60 s here: only the manager's Refresh can make it switch sooner."""
+    exports, repo_dir = Exports(tmp_path / "exports"), tmp_path / "repo"
+    serving = start("serving", ["serve", "--repo", str(repo_dir), "--poll-s", "60"], tmp_path)
+    serving.wait_ready()
+    watch = ["model", "watch", "--exports", str(exports.root), "--repo", str(repo_dir), "--poll-s", "0.1"]
+    manager = start("modelmgr", [*watch, "--notify", serving.address, "--max-auc-drop", "1"], tmp_path)
+    daemons = [manager, serving]
+    try:
+        manager.wait_ready()
+        client = PredictClient(serving.address)
+        full = exports.add(pristine[0])
+        _wait("serving version 1 without polling", lambda: _served(client) == 1, daemons, timeout=20)
+        exports.add(pristine[1], previous=full)
+        _wait("serving version 2 without polling", lambda: _served(client) == 2, daemons, timeout=20)
+        client.close()
+    finally:
+        for d in daemons:
+            d.stop()
