@@ -17,6 +17,7 @@ from typing import BinaryIO, Protocol
 import numpy as np
 
 BLOCK_BYTES = 1 << 20
+FLOWING_POLL_S = 0.01  # the wait for more data while a stream flows
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,7 +150,7 @@ class StreamSource:
                 if not self.follow:
                     return
                 yield None
-                time.sleep(self.poll_s)
+                time.sleep(self._nap())
                 continue
             for i, f in enumerate(pending):
                 is_start = str(f) == start.file
@@ -217,5 +218,11 @@ class StreamSource:
                     yield Block(name, offset, line_no, partial, final=True)
                 return True
             yield None
-            time.sleep(self.poll_s)
+            time.sleep(self._nap())
         return False
+
+    def _nap(self) -> float:
+        """How long to wait for more data: briefly while it flows (the next file often lands
+        right after the last one ended; a full poll per file would cap a stream of small
+        files at one file per poll), the full poll once the stream has been idle a second."""
+        return self.poll_s if time.monotonic() - self.idle_since > 1.0 else min(self.poll_s, FLOWING_POLL_S)
