@@ -7,6 +7,7 @@ the stream stands. A line longer than the limit is skipped without being held in
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Callable, Generator, Iterator
@@ -99,15 +100,23 @@ class StreamSource:
         self.stop = stop
         self.start = start or Position()
         self.idle_since = time.monotonic()
+        self._listed: tuple[int, float, list[Path]] = (-1, 0.0, [])  # folder mtime, when listed, files
         # asked before a finished file is read from its start: True skips reading it (the
         # reader replays its parsed batches from the batch cache)
         self.cached: Callable[[str], bool] | None = None
 
     def _all_files(self) -> list[Path]:
         p = Path(self.source)
-        if p.is_dir():
-            return sorted(f for f in p.iterdir() if f.is_file() and not f.name.startswith("."))
-        return [p]
+        if not p.is_dir():
+            return [p]
+        # this runs every few ms while following: the listing is reused while the folder's
+        # mtime stays the same, for at most one poll (a file may land in the same mtime tick)
+        stamp, now = p.stat().st_mtime_ns, time.monotonic()
+        if stamp != self._listed[0] or now - self._listed[1] > self.poll_s:
+            with os.scandir(p) as entries:  # entries know their type: no stat per file
+                names = sorted(e.name for e in entries if e.is_file() and not e.name.startswith("."))
+            self._listed = (stamp, now, [p / n for n in names])
+        return self._listed[2]
 
     def _files(self) -> list[Path]:
         """This worker's files."""
