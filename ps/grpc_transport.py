@@ -22,10 +22,16 @@ log = logging.getLogger("ps.client")
 _PUSH_KINDS = {"gradient": ps_pb2.PUSH_GRADIENT, "delta": ps_pb2.PUSH_STATE_DELTA, "momentum": ps_pb2.PUSH_MOMENTUM}
 
 
+# a shard that cannot be reached (down, restarting), or that cancelled the call as it
+# stopped (SIGTERM): the call is retried, after checking which process answers
+RETRIED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
+
+
 class GrpcTransport(_ByteCounter):
     """One channel per shard address; protobuf stays inside this class. A call to a shard
-    that cannot be reached (UNAVAILABLE: down, or restarting) is retried with backoff for up
-    to `retry_s`; every answer's incarnation is checked (ShardRestarted)."""
+    that cannot be reached (UNAVAILABLE: down, or restarting; CANCELLED: it was stopping) is
+    retried with backoff for up to `retry_s`, each retry after the first checking the
+    incarnation of the process that answers (ShardRestarted when it changed)."""
 
     def __init__(
         self, addresses: list[str], key_encoding: int = KEYS_DELTA_VARINT, timeout: float = 60.0, retry_s: float = 0.0
@@ -51,7 +57,7 @@ class GrpcTransport(_ByteCounter):
                     self.saw(shard, self.stubs[shard].Stats(ps_pb2.StatsRequest(), timeout=self.timeout).incarnation)
                 return getattr(self.stubs[shard], method)(req, timeout=timeout or self.timeout)
             except grpc.RpcError as e:
-                if e.code() != grpc.StatusCode.UNAVAILABLE:
+                if e.code() not in RETRIED:
                     self._saw_in(shard, e)  # a refusal from a process that restarted says so
                     raise
                 if time.monotonic() + delay > deadline:
