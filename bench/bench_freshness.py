@@ -67,7 +67,7 @@ def main() -> None:
         trainer = subprocess.Popen(
             [sys.executable, "-m", "boundless", "train", "--source", str(folder), "--ps", "local", "--metrics-port", "-1"]
             + ["--export-dir", str(exports), "--export-interval-s", str(args.export_interval_s)]
-            + ["--holdout-samples", str(args.holdout), "--batch-size", "1024", "--batch-cache", "off"],
+            + ["--holdout-samples", str(args.holdout), "--batch-size", "1024"],
             stdout=subprocess.DEVNULL,
             stderr=open(work / "trainer.log", "wb"),  # noqa: SIM115 - lives as long as the run
         )

@@ -75,7 +75,10 @@ class TrainerConfig:
     )
     batch_cache: str | None = field(
         default=None,
-        metadata={"help": "folder for a cache of parsed batches: a re-run over the same files reads them instead of parsing"},
+        metadata={
+            "help": "folder for a cache of parsed batches: a re-run over the same files reads them instead of parsing"
+            " ('off' or 'none': no cache; ./off for a folder of that name)"
+        },
     )
     batch_cache_max_gb: float = field(default=20.0, metadata={"help": "size cap of --batch-cache (least recently used go first)"})
     max_line_bytes: int = field(default=1 << 20, metadata={"help": "longer lines are skipped and reported as bad"})

@@ -249,7 +249,7 @@ def train(conf: TrainerConfig) -> int:
         conf.export_interval_s,
         conf.checkpoint_interval_s,
         max_line_bytes=conf.max_line_bytes,
-        batch_cache=conf.batch_cache,
+        batch_cache=None if (conf.batch_cache or "").lower() in ("", "off", "none") else conf.batch_cache,
         batch_cache_max_bytes=int(conf.batch_cache_max_gb * 1e9),
     )
     daemon.write_ready_file(conf.ready_file, metrics_port=metrics_port)

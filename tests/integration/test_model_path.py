@@ -37,7 +37,7 @@ def pristine(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> list[P
     (work / "s.libfm").write_text("\n".join(lines) + "\n")
     cmd = [sys.executable, "-m", "boundless", "train", "--source", str(work / "s.libfm"), "--no-follow", "--metrics-port", "-1"]
     cmd += ["--ps", "local", "--local-shards", "2", "--export-dir", str(work / "exports"), "--export-interval-s", "0"]
-    cmd += ["--batch-size", "512", "--batch-cache", "off"]
+    cmd += ["--batch-size", "512"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     exports = sorted((work / "exports").iterdir())
@@ -369,7 +369,7 @@ def test_twelve_shards_serve_the_scores_computed_offline(data_dir, tmp_path):
         "-1",
     ]
     cmd += ["--ps", "local", "--local-shards", "12", "--export-dir", str(tmp_path / "exports"), "--export-interval-s", "0"]
-    cmd += ["--model", "fm", "--k", "4", "--batch-cache", "off"]
+    cmd += ["--model", "fm", "--k", "4"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     repo = Repository(tmp_path / "repo", "ctr")
