@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import signal
 import statistics
 import subprocess
 import sys
@@ -42,6 +43,7 @@ def main() -> None:
     ap.add_argument("--holdout", type=int, default=1000)
     ap.add_argument("--work", help="keep the run's folders and logs here (default: a temporary folder)")
     args = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # a killed run still stops its daemons (finally below)
     lines = DATA.read_text().splitlines()
     with tempfile.TemporaryDirectory(prefix="bench-freshness-") as tmp:
         work = Path(args.work or tmp)
