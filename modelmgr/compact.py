@@ -13,7 +13,6 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ctr import hashmap_kernels as hk
 from ctr import modelfile
 from modelmgr.repository import MANIFEST, Repository
 
@@ -24,9 +23,8 @@ Rows = npt.NDArray[np.float32]
 def image_rows(path: Path) -> tuple[Keys, Rows]:
     """Every key of an image with its row (keys in slot order)."""
     image = modelfile.load_image(path, mmap=False)
-    used = hk.occupied_slots(image.slots)
-    keys = image.slots[used, 0].astype(np.uint64) | (image.slots[used, 1].astype(np.uint64) << np.uint64(32))
-    return keys, np.ascontiguousarray(image.rows[used])
+    keys, slots = image.items()
+    return keys, np.ascontiguousarray(image.rows[slots])
 
 
 def fold(base: tuple[Keys, Rows], deltas: list[modelfile.Delta]) -> tuple[Keys, Rows]:

@@ -10,7 +10,6 @@ from typing import Any
 
 import numpy as np
 
-from ctr import hashmap_kernels as hk
 from modelmgr.repository import Repository
 
 
@@ -93,11 +92,7 @@ def wait_for(serving: str, version: int | None, wait_s: float, model: str = "ctr
 
 
 def _keys(model: Any) -> np.ndarray:
-    parts = []
-    for m in [*model.images, model.overlay]:
-        used = hk.occupied_slots(m.slots)
-        parts.append(m.slots[used, 0].astype(np.uint64) | (m.slots[used, 1].astype(np.uint64) << np.uint64(32)))
-    return np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.uint64)
+    return np.unique(np.concatenate([m.items()[0] for m in [*model.images, model.overlay]]))
 
 
 def diff(repo: Repository, a: int, b: int) -> dict[str, Any]:

@@ -21,7 +21,6 @@ import numpy as np
 import pytest
 
 from boundless.processes import Daemon, start
-from ctr import hashmap_kernels as hk
 from ctr import modelfile
 from modelmgr.gate import QualityGate
 from modelmgr.publisher import Publisher
@@ -90,9 +89,8 @@ def sparse_file(m: dict[str, Any], shard: int = 0) -> str:
 def _rewrite_image(folder: Path, m: dict[str, Any], change: Callable[[np.ndarray], np.ndarray]) -> None:
     name = sparse_file(m)
     image = modelfile.load_image(folder / name, mmap=False)
-    used = hk.occupied_slots(image.slots)
-    keys = image.slots[used, 0].astype(np.uint64) | (image.slots[used, 1].astype(np.uint64) << np.uint64(32))
-    rows = change(image.rows[used].copy())
+    keys, slots = image.items()
+    rows = change(image.rows[slots].copy())
     modelfile.write_image(folder / name, keys, rows)
     refresh(folder, m, name)
 
@@ -341,10 +339,7 @@ def test_compaction_is_bit_exact_and_retention_keeps_what_serving_needs(pristine
 
 def _shared(model) -> int:  # type: ignore[no-untyped-def]
     """Keys both the overlay and an image hold (counted twice by a sum of sizes)."""
-    from ctr import hashmap_kernels as hkn
-
-    used = hkn.occupied_slots(model.overlay.slots)
-    keys = model.overlay.slots[used, 0].astype(np.uint64) | (model.overlay.slots[used, 1].astype(np.uint64) << np.uint64(32))
+    keys, _ = model.overlay.items()
     return int(sum((image.find(keys) >= 0).sum() for image in model.images))
 
 
