@@ -119,6 +119,32 @@ def sha256_file(path: Path) -> str:
     return d.hexdigest()
 
 
+def copy_checked(src: Path, dst: Path, size: int, sha256: str, listed_in: str = "the manifest") -> None:
+    """Copies src to dst reading it once, checking its size and sha256 against what
+    `listed_in` says on the way; dst appears whole (a rename) and only when both match.
+    ModelFileError names what did not."""
+    if not src.is_file():
+        raise ModelFileError(f"{src.name}: listed but missing")
+    tmp = dst.with_name(f".{dst.name}.part")
+    d = hashlib.sha256()
+    copied = 0
+    try:
+        with open(src, "rb") as fin, open(tmp, "wb") as fout:
+            while chunk := fin.read(1 << 22):
+                d.update(chunk)
+                fout.write(chunk)
+                copied += len(chunk)
+            fout.flush()
+            os.fsync(fout.fileno())
+        if copied != size:
+            raise ModelFileError(f"{src.name}: {copied} bytes, {listed_in} says {size}")
+        if d.hexdigest() != sha256:
+            raise ModelFileError(f"{src.name}: sha256 does not match {listed_in}")
+        os.replace(tmp, dst)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def write_image(path: Path, keys: npt.NDArray[np.uint64], rows: npt.NDArray[np.float32]) -> None:
     """A full snapshot: keys with float32 rows, as a hashmap image sized for mmap lookups."""
     dim = rows.shape[1] if rows.ndim == 2 else 1

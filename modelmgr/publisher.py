@@ -1,11 +1,12 @@
 """Turns READY exports into published versions, in export order, and never stops on one.
 
-Each export is validated (modelmgr.schemas), verified (checksums, CRCs, shard coverage,
-finite weights), placed in its lineage (a delta must follow the newest version of its
-chain), copied into `<model>/.tmp-<export>/` (the repository's own copies, checked against
-their sha256), then judged on its holdout against the live version (modelmgr.gate). Only
-then it gets a version number from the persistent counter, and manifest.json and DONE are
-written and the folder renamed into place, so readers never see half a version. A bad
+Each export is validated (modelmgr.schemas), placed in its lineage (a delta must follow
+the newest version of its chain), copied into `<model>/.tmp-<export>/` (the repository's
+own copies, each file read once and checked against its size and sha256 on the way),
+verified there (CRCs, shard coverage, finite weights, the model spec), then judged on its
+holdout against the live version (modelmgr.gate). Only then it gets a version number from
+the persistent counter, and manifest.json and DONE are written and the folder renamed
+into place, so readers never see half a version. A bad
 export is rejected with its reason and counted as handled, never retried.
 
 Each holdout also scores the live version and its predecessor: when the live one falls
@@ -17,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import shutil
 import time
 from pathlib import Path
@@ -42,19 +42,6 @@ class Rejected(Exception):
     def __init__(self, stage: str, reason: str, evidence: Any = None) -> None:
         super().__init__(reason)
         self.stage, self.reason, self.evidence = stage, reason, evidence
-
-
-def copy_verified(src: Path, dst: Path, sha256: str) -> None:
-    """Copies src (read once) and checks what was read against the manifest's sha256."""
-    h = hashlib.sha256()
-    with open(src, "rb") as fin, open(dst, "wb") as fout:
-        while chunk := fin.read(1 << 22):
-            h.update(chunk)
-            fout.write(chunk)
-        fout.flush()
-        os.fsync(fout.fileno())
-    if h.hexdigest() != sha256:
-        raise Rejected("verify", f"{src.name}: changed while it was copied (sha256 does not match)")
 
 
 class Publisher:
@@ -130,13 +117,13 @@ class Publisher:
             raise Rejected("schema", str(e)) from None
         if export.id != folder.name:
             raise Rejected("schema", f"export.json: id {export.id} is not its folder's name {folder.name}")
-        try:
-            verify_export(folder, export)
-        except VerificationError as e:
-            raise Rejected("verify", str(e)) from None
         base, chain, previous = self._lineage(export)
         holdout = self._holdout(folder, export)
-        staged = self._stage(folder, export, base, chain, previous)
+        staged = self._stage(folder, export, base, chain, previous)  # the copies' sizes and sha256 checked
+        try:
+            verify_export(staged, export, checked=True)
+        except VerificationError as e:
+            raise Rejected("verify", str(e)) from None
         evaluation = self._judge(staged, export, holdout, previous)
         return self._publish(staged, folder.name, evaluation)
 
@@ -188,7 +175,10 @@ class Publisher:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)  # on the repository's file system (a local one): the publish is a rename
         for f in export.files:
-            copy_verified(folder / f.name, tmp / f.name, f.sha256)
+            try:
+                modelfile.copy_checked(folder / f.name, tmp / f.name, f.size, f.sha256, "export.json")
+            except modelfile.ModelFileError as e:
+                raise Rejected("verify", str(e)) from None
         manifest = {
             "model": self.repo.model,
             "version": 1,  # numbered when published

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ctr import modelfile
 from modelmgr import schemas
 from modelmgr.schemas import CounterFile, PolicyFile, SchemaError, VersionManifest
 from modelmgr.storage import Storage, fsync_dir, open_storage
@@ -99,11 +100,7 @@ class Repository:
     def _download_checked(self, version: int, name: str, sha256: str, dst: Path) -> None:
         tmp = dst.with_name(f".{dst.name}.part")
         self.storage.get_file(self._key(version_name(version), name), tmp)
-        h = hashlib.sha256()
-        with open(tmp, "rb") as f:
-            while chunk := f.read(1 << 22):
-                h.update(chunk)
-        if h.hexdigest() != sha256:
+        if modelfile.sha256_file(tmp) != sha256:
             tmp.unlink(missing_ok=True)
             raise RepositoryError(f"version {version}: {name} in {self.storage.url} does not match its sha256")
         os.replace(tmp, dst)

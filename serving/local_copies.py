@@ -8,13 +8,12 @@ files), and copies no loaded version uses are removed."""
 
 from __future__ import annotations
 
-import hashlib
-import os
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from ctr import modelfile
 from modelmgr.repository import version_name
 
 
@@ -32,7 +31,7 @@ class LocalCopies:
             dst = d / f["name"]
             if dst.is_file() and dst.stat().st_size == f["size"]:
                 continue  # checked when it was copied
-            _copy_checked(source / f["name"], dst, str(f["sha256"]))
+            modelfile.copy_checked(source / f["name"], dst, int(f["size"]), str(f["sha256"]))
         return d
 
     def keep_only(self, versions: set[int]) -> None:
@@ -43,18 +42,3 @@ class LocalCopies:
     def close(self) -> None:
         if self._owned:
             shutil.rmtree(self.root, ignore_errors=True)
-
-
-def _copy_checked(src: Path, dst: Path, sha256: str) -> None:
-    tmp = dst.with_name(f".{dst.name}.tmp")
-    h = hashlib.sha256()
-    try:
-        with open(src, "rb") as fin, open(tmp, "wb") as fout:
-            while chunk := fin.read(1 << 22):
-                h.update(chunk)
-                fout.write(chunk)
-        if h.hexdigest() != sha256:
-            raise ValueError(f"{src}: sha256 does not match the manifest (damaged in the repository)")
-        os.replace(tmp, dst)
-    finally:
-        tmp.unlink(missing_ok=True)
