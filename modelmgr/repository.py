@@ -4,7 +4,7 @@ counter, in a local folder or an S3 bucket (`modelmgr.storage`).
 
 This module is the reader API that serving uses, and the writer the publisher uses. Every
 file is validated when read (modelmgr.schemas): a damaged one never crashes a reader. A bad
-policy reads as "latest" (with the reason in `policy_error`), a bad manifest makes its
+policy reads as "latest" (with the reason in `Policy.reason`), a bad manifest makes its
 version unservable (`broken`), and every write is atomic (a temporary file, fsync, rename).
 """
 
@@ -159,10 +159,6 @@ class Repository:
             return Policy("latest", None, f"ignored: {e}")
         return Policy(d.mode, d.version, d.reason)
 
-    def policy_error(self) -> str | None:
-        reason = self.policy().reason
-        return reason if reason.startswith("ignored: ") else None
-
     def set_policy(self, policy: Policy) -> None:
         if policy.mode == "pinned":
             if policy.version is None or policy.version not in self.versions():
@@ -252,15 +248,6 @@ class Repository:
 
     def write_evidence(self, folder: str, name: str, obj: Any) -> None:
         self._write_json(f"{folder}/{name}", obj)
-
-    def evidence(self, folder: str) -> list[dict[str, Any]]:
-        out = []
-        for name in self.storage.files(self._key(folder)):
-            try:
-                out.append(json.loads(self.storage.read_bytes(self._key(folder, name))))
-            except (OSError, ValueError):
-                continue
-        return out
 
     def gc(self, keep_full: int, dry_run: bool = False) -> list[int]:
         """Retention: keeps the newest `keep_full` full versions with their delta chains, the
