@@ -235,7 +235,7 @@ class Publisher:
         """The gate's evidence for the candidate; Rejected when it fails. Rolls back a live
         version that falls behind its predecessor on this holdout first."""
         live_v = self.repo.target()
-        live = evaluate(self._model(live_v), holdout, live_v) if live_v is not None else None
+        live = self._evaluate_published(live_v, holdout) if live_v is not None else None
         if live is not None and live_v is not None:
             metrics.HOLDOUT_AUC.labels("live").set(live.auc)
             live = self._maybe_roll_back(live, holdout, export.id) or live
@@ -254,6 +254,15 @@ class Publisher:
             raise Rejected("gate", reason, evidence)
         return evidence
 
+    def _evaluate_published(self, version: int, holdout: SampleBatch) -> Evaluation | None:
+        """A published version's scores on the holdout; None (logged) when its files in the
+        repository no longer load: a damaged old version must not hold new ones back."""
+        try:
+            return evaluate(self._model(version), holdout, version)
+        except (OSError, ValueError, KeyError) as e:
+            log.warning("version %d cannot be loaded to compare with: %s", version, e)
+            return None
+
     def _maybe_roll_back(self, live: Evaluation, holdout: SampleBatch, export_id: str) -> Evaluation | None:
         """Pins the live version's predecessor when the live one falls behind it (only while
         the policy follows the latest: an operator's pin stands). Returns its evaluation."""
@@ -262,7 +271,9 @@ class Publisher:
         older = [v for v in self.repo.versions() if v < live.version and self.repo.broken(v) is None]
         if not older:
             return None
-        pred = evaluate(self._model(older[-1]), holdout, older[-1])
+        pred = self._evaluate_published(older[-1], holdout)
+        if pred is None:
+            return None
         metrics.HOLDOUT_AUC.labels("predecessor").set(pred.auc)
         if not self.gate.falls_behind(live, pred):
             return None
