@@ -4,6 +4,8 @@ stored beside the export (`holdout.npz`), on which the model manager judges the 
 from __future__ import annotations
 
 import io
+import time
+from collections import deque
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +41,39 @@ def head(batch: SampleBatch, n: int) -> SampleBatch:
     """The first n samples."""
     end = int(batch.offsets[n])
     return SampleBatch(batch.labels[:n], batch.offsets[: n + 1], batch.keys[:end], batch.fields[:end], batch.values[:end])
+
+
+def tail(batch: SampleBatch, start: int) -> SampleBatch:
+    """The samples from `start` on."""
+    a = int(batch.offsets[start])
+    return SampleBatch(batch.labels[start:], batch.offsets[start:] - a, batch.keys[a:], batch.fields[a:], batch.values[a:])
+
+
+class RecentBatches:
+    """The latest batches read, `size` samples at most (whole batches), each with the wall
+    time it was added: what holdouts are filled from."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.timed: deque[tuple[float, SampleBatch]] = deque()
+        self.count = 0
+
+    def add(self, batch: SampleBatch) -> None:
+        if not self.size or not len(batch):
+            return
+        self.timed.append((time.time(), batch))
+        self.count += len(batch)
+        while self.count - len(self.timed[0][1]) >= self.size:
+            self.count -= len(self.timed.popleft()[1])
+
+    def batches(self) -> list[SampleBatch]:
+        return [b for _, b in self.timed]
+
+    def drain(self) -> list[tuple[float, SampleBatch]]:
+        out = list(self.timed)
+        self.timed.clear()
+        self.count = 0
+        return out
 
 
 def write(path: Path, batch: SampleBatch) -> None:

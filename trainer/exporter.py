@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections import deque
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from safetensors.numpy import save_file
 from ctr import holdout
 from ctr.batch import SampleBatch
 from ctr.fields import FieldIndex
+from ctr.holdout import RecentBatches
 from ctr.modelfile import sha256_file
 from ctr.modelspec import ModelSpec
 from ps.client import ExportedFile, PSClient
@@ -84,8 +84,7 @@ class Exporter:
         self.base: str | None = None
         self.previous: str | None = None
         self.holdout = max(0, holdout)  # samples per holdout
-        self._recent: deque[SampleBatch] = deque()  # the latest samples read, holdout of them at most
-        self._recent_count = 0
+        self._recent = RecentBatches(self.holdout)  # the latest samples read
         self._pending: list[_Pending] = []
         export_dir.mkdir(parents=True, exist_ok=True)
 
@@ -102,10 +101,7 @@ class Exporter:
                 p.count += take
         while self._pending and self._pending[0].count >= self.holdout:
             self._finish(self._pending.pop(0))
-        self._recent.append(batch)
-        self._recent_count += len(batch)
-        while self._recent_count - len(self._recent[0]) >= self.holdout:
-            self._recent_count -= len(self._recent.popleft())
+        self._recent.add(batch)
 
     @property
     def waiting(self) -> bool:
@@ -125,7 +121,7 @@ class Exporter:
             older = holdout.concat(p.before)
             seen = min(len(older), self.holdout - len(fresh))
             tail = len(older) - seen
-            fresh = holdout.concat([fresh, _tail(older, tail)])
+            fresh = holdout.concat([fresh, holdout.tail(older, tail)])
         path = p.folder / holdout.HOLDOUT_FILE
         holdout.write(path, fresh)
         p.manifest["holdout"] = {
@@ -164,7 +160,7 @@ class Exporter:
             "created": time.time(),
         }
         self.close()  # exports become READY in order: the one before takes what it has
-        self._pending.append(_Pending(folder, manifest, list(self._recent), taken))
+        self._pending.append(_Pending(folder, manifest, self._recent.batches(), taken))
         tmp = folder / "export.json.tmp"
         tmp.write_text(json.dumps(manifest, indent=1))
         os.replace(tmp, folder / "export.json")
@@ -175,9 +171,3 @@ class Exporter:
         self.previous = export_id
         self.count += 1
         return export_id
-
-
-def _tail(batch: SampleBatch, start: int) -> SampleBatch:
-    """The samples from `start` on."""
-    a = int(batch.offsets[start])
-    return SampleBatch(batch.labels[start:], batch.offsets[start:] - a, batch.keys[a:], batch.fields[a:], batch.values[a:])

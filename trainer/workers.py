@@ -16,7 +16,6 @@ import queue
 import signal
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +23,7 @@ from typing import Any
 from ctr import daemon
 from ctr.batch import SampleBatch
 from ctr.fields import FieldIndex
+from ctr.holdout import RecentBatches
 from ctr.schema import FeatureSchema
 from ps.client import AggregationPlan, PSClient, ShardRestarted
 from trainer.config import TrainerConfig
@@ -73,30 +73,6 @@ class WorkerReport:
     holdout: list[tuple[float, SampleBatch]] = field(default_factory=list)  # worker 0: batches read, with when
 
 
-class HoldoutFeed:
-    """Worker 0's latest batches (`size` samples at most), with the time each was read, for
-    the coordinator's exporter to take its holdouts from."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self.batches: deque[tuple[float, SampleBatch]] = deque()
-        self.count = 0
-
-    def add(self, batch: SampleBatch) -> None:
-        if not self.size:
-            return
-        self.batches.append((time.time(), batch))
-        self.count += len(batch)
-        while self.count - len(self.batches[0][1]) >= self.size:
-            self.count -= len(self.batches.popleft()[1])
-
-    def drain(self) -> list[tuple[float, SampleBatch]]:
-        out = list(self.batches)
-        self.batches.clear()
-        self.count = 0
-        return out
-
-
 def share(total: int, index: int, count: int) -> int:
     """Worker `index`'s part of a sample limit (0: no limit)."""
     if total <= 0:
@@ -125,7 +101,7 @@ def worker_main(job: WorkerJob, reports: Any) -> None:
     trainer = Trainer(client, model, job.schema, job.fields, source, job.settings, progress, None, stop.is_set)
     if job.start is not None:
         trainer.start_at(job.start)
-    feed = HoldoutFeed(conf.holdout_samples if conf.export_dir and job.index == 0 else 0)
+    feed = RecentBatches(conf.holdout_samples if conf.export_dir and job.index == 0 else 0)  # the exporter's holdouts
     trainer.observe = feed.add
     trainer.report = lambda: reports.put(WorkerReport(job.index, progress.state(), holdout=feed.drain()))
     trainer.control = lambda: _obey(job.control, trainer, reports, job.index, job.coordinator)
