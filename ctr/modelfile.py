@@ -20,9 +20,11 @@ import hashlib
 import os
 import struct
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -206,3 +208,8 @@ def shard_index(name: str) -> int:
     if not name.startswith("shard") or not head.isdigit():
         raise ModelFileError(f"{name}: not a shard file name (shard<index>-...)")
     return int(head)
+
+
+def file_shard(entry: Mapping[str, Any]) -> int:
+    """The shard of a manifest's file entry: its `shard` index, else its name's."""
+    return int(entry["shard"]) if entry.get("shard") is not None else shard_index(str(entry["name"]))

@@ -53,10 +53,6 @@ def fold(base: tuple[Keys, Rows], deltas: list[modelfile.Delta]) -> tuple[Keys, 
     return uniq[alive], out_rows[alive]
 
 
-def _shard_of(f: dict[str, Any]) -> int:
-    return int(f["shard"]) if f.get("shard") is not None else modelfile.shard_index(str(f["name"]))
-
-
 def stage_compacted(repo: Repository, version: int, staged: Path) -> dict[str, Any]:
     """Writes into `staged` the full version equal to delta `version` with its chain, and
     returns its manifest (numbered when published)."""
@@ -69,12 +65,12 @@ def stage_compacted(repo: Repository, version: int, staged: Path) -> dict[str, A
     for f in base["files"]:
         if f["role"] != "sparse_full":
             continue
-        shard = _shard_of(f)
+        shard = modelfile.file_shard(f)
         deltas = [
             modelfile.read_delta(d / g["name"])
             for d, dm in chain
             for g in dm["files"]
-            if g["role"] == "sparse_delta" and _shard_of(g) == shard
+            if g["role"] == "sparse_delta" and modelfile.file_shard(g) == shard
         ]
         keys, rows = fold(image_rows(repo.path(base["version"]) / f["name"]), deltas)
         path = staged / f["name"]

@@ -156,11 +156,7 @@ def apply_delta(overlay: CompactHashMap, path: Path, images: list[CompactHashMap
 
 def _sparse_files(manifest: dict[str, Any], role: str) -> list[dict[str, Any]]:
     """The sparse files of a role in shard order: the manifest's index, never the name."""
-
-    def shard(f: dict[str, Any]) -> int:
-        return int(f["shard"]) if f.get("shard") is not None else modelfile.shard_index(f["name"])
-
-    return sorted((f for f in manifest["files"] if f["role"] == role), key=shard)
+    return sorted((f for f in manifest["files"] if f["role"] == role), key=modelfile.file_shard)
 
 
 def extends(chain: list[int], manifest: dict[str, Any], model: ServableModel) -> bool:
