@@ -11,8 +11,9 @@ import numpy as np
 
 from ctr.batch import SampleBatch
 from ctr.metrics import auc, logloss
+from modelmgr.repository import Repository
 from serving.encoding import DecodedRequest
-from serving.model import ServableModel
+from serving.model import ServableModel, load
 
 CHUNK = 4096  # samples scored at once: bounds the memory a big holdout takes
 
@@ -28,6 +29,15 @@ class Evaluation:
 
     def to_dict(self) -> dict[str, Any]:
         return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(self).items()}
+
+
+def load_published(repo: Repository, version: int, current: ServableModel | None = None) -> ServableModel:
+    """A published version, loaded as serving loads it (with `current`'s images and overlay
+    when the version extends its delta chain)."""
+    m = repo.manifest(version)
+    base = int(m["base_version"])
+    chain = [(repo.path(v), repo.manifest(v)) for v in m["delta_chain"]]
+    return load(repo.path(version), m, repo.manifest(base), repo.path(base), chain, current)
 
 
 def scores(model: ServableModel, batch: SampleBatch) -> np.ndarray:

@@ -97,15 +97,9 @@ def _keys(model: Any) -> np.ndarray:
 
 def diff(repo: Repository, a: int, b: int) -> dict[str, Any]:
     """Rows changed between two versions and how far the weights moved."""
-    from serving.model import load
+    from modelmgr.evaluate import load_published  # serving's loader, only for a diff
 
-    def servable(v: int) -> Any:
-        m = repo.manifest(v)
-        base = repo.manifest(int(m["base_version"]))
-        chain = [(repo.path(c), repo.manifest(c)) for c in m["delta_chain"]]
-        return load(repo.path(v), m, base, repo.path(base["version"]), chain, None)
-
-    ma, mb = servable(a), servable(b)
+    ma, mb = load_published(repo, a), load_published(repo, b)
     keys = np.unique(np.concatenate([_keys(ma), _keys(mb)]))
     ra, rb = ma.rows(keys), mb.rows(keys)
     present_a, present_b = np.abs(ra).sum(axis=1) > 0, np.abs(rb).sum(axis=1) > 0

@@ -28,11 +28,12 @@ from ctr import modelfile
 from ctr.batch import SampleBatch
 from modelmgr import metrics, schemas
 from modelmgr.compact import stage_compacted
-from modelmgr.evaluate import Evaluation, evaluate
+from modelmgr.evaluate import Evaluation, evaluate, load_published
 from modelmgr.gate import QualityGate
 from modelmgr.repository import DONE, MANIFEST, Policy, Repository, RepositoryError
 from modelmgr.schemas import ChainLink, ExportManifest, SchemaError, VersionManifest
 from modelmgr.verify import VerificationError, verify_export
+from serving.model import extends, load
 
 log = logging.getLogger("modelmgr")
 MODELS_KEPT = 4  # loaded versions kept for judging (the live one, its predecessor, the newest)
@@ -205,24 +206,16 @@ class Publisher:
 
     def _model(self, version: int) -> Any:
         """The published version, loaded as serving loads it (kept for the next holdouts)."""
-        from serving.model import load  # the manager loads serving's scorer only to judge
-
         if version not in self._models:
             m = self.repo.manifest(version)
-            chain = [(self.repo.path(v), self.repo.manifest(v)) for v in m["delta_chain"]]
-            base = int(m["base_version"])
-            near = [x for x in self._models.values() if x.base_version == base and x.chain == m["delta_chain"][: len(x.chain)]]
+            near = [x for x in self._models.values() if extends(m["delta_chain"], m, x)]
             current = max(near, key=lambda x: len(x.chain), default=None)
-            self._models[version] = load(
-                self.repo.path(version), m, self.repo.manifest(base), self.repo.path(base), chain, current
-            )
+            self._models[version] = load_published(self.repo, version, current)
             while len(self._models) > MODELS_KEPT:
                 del self._models[min(self._models)]
         return self._models[version]
 
     def _candidate(self, staged: Path, previous: int | None) -> Any:
-        from serving.model import load
-
         m = json.loads((staged / MANIFEST).read_text())
         if m["kind"] == "full":
             return load(staged, m, m, staged, [], None)

@@ -298,8 +298,7 @@ def test_the_gate_refuses_a_degraded_model_and_a_live_one_that_falls_behind_is_r
 
 
 def test_compaction_is_bit_exact_and_retention_keeps_what_serving_needs(pristine, tmp_path):
-    from modelmgr.evaluate import scores
-    from serving.model import load
+    from modelmgr.evaluate import load_published, scores
 
     exports, repo = Exports(tmp_path / "exports"), Repository(tmp_path / "repo", "ctr")
     publisher = Publisher(repo, exports.root, QualityGate(max_auc_drop=1.0), compact_after=3, keep_full=0)
@@ -310,13 +309,7 @@ def test_compaction_is_bit_exact_and_retention_keeps_what_serving_needs(pristine
     compacted = repo.manifest(5)
     assert compacted["kind"] == "full" and compacted["compacts"] == [1, 2, 3, 4]
 
-    def servable(v: int):  # type: ignore[no-untyped-def]
-        m = repo.manifest(v)
-        chain = [(repo.path(c), repo.manifest(c)) for c in m["delta_chain"]]
-        base = repo.manifest(m["base_version"])
-        return load(repo.path(v), m, base, repo.path(base["version"]), chain, None)
-
-    replayed, folded = servable(4), servable(5)
+    replayed, folded = load_published(repo, 4), load_published(repo, 5)
     from ctr.holdout import read
 
     batch = read(pristine[4] / "holdout.npz")
@@ -346,8 +339,7 @@ def _shared(model) -> int:  # type: ignore[no-untyped-def]
 def test_twelve_shards_serve_the_scores_computed_offline(data_dir, tmp_path):
     """Shard files ordered by the manifest's index, not by name (shard10 sorts before shard2)."""
     from ctr.holdout import read
-    from modelmgr.evaluate import scores
-    from serving.model import load
+    from modelmgr.evaluate import load_published, scores
     from tests.integration.offline import offline_scores
 
     lines = (data_dir / "frappe/frappe.validation.libfm").read_text().splitlines()[:8000]
@@ -370,11 +362,8 @@ def test_twelve_shards_serve_the_scores_computed_offline(data_dir, tmp_path):
     repo = Repository(tmp_path / "repo", "ctr")
     published = Publisher(repo, tmp_path / "exports", QualityGate(max_auc_drop=1.0)).poll()
     v = published[-1]
-    m = repo.manifest(v)
-    assert m["shard_count"] == 12
-    base = repo.manifest(m["base_version"])
-    chain = [(repo.path(c), repo.manifest(c)) for c in m["delta_chain"]]
-    model = load(repo.path(v), m, base, repo.path(base["version"]), chain, None)
+    assert repo.manifest(v)["shard_count"] == 12
+    model = load_published(repo, v)
     batch = read(sorted((tmp_path / "exports").iterdir())[-1] / "holdout.npz")
     np.testing.assert_allclose(scores(model, batch), offline_scores(repo, v, batch), atol=1e-5)
 
@@ -439,7 +428,7 @@ def test_serving_applies_deltas_into_a_double_buffered_overlay(pristine, tmp_pat
     """Each delta lands in the overlay of the version before the current one (no request
     uses it any more): the same rows as a version built from scratch, without copying."""
     from ctr.holdout import read
-    from serving.model import load
+    from modelmgr.evaluate import load_published
     from serving.watcher import ModelWatcher
 
     exports, repo = Exports(tmp_path / "exports"), Repository(tmp_path / "repo", "ctr")
@@ -465,9 +454,7 @@ def test_serving_applies_deltas_into_a_double_buffered_overlay(pristine, tmp_pat
         model = watcher.current
         assert model is not None and model.version == v
         overlays.append(model.overlay)
-        m = repo.manifest(v)
-        base = repo.manifest(m["base_version"])
-        fresh = load(repo.path(v), m, base, repo.path(1), [(repo.path(c), repo.manifest(c)) for c in m["delta_chain"]], None)
+        fresh = load_published(repo, v)
         np.testing.assert_array_equal(model.rows(keys), fresh.rows(keys))
     assert overlays[2] is overlays[0]  # version 3 took version 1's overlay: a double buffer
     assert all(overlays[3] is not o for o in overlays[:3])  # version 4 got a copy instead
