@@ -54,45 +54,66 @@ def _finish(proc: subprocess.Popen[str], timeout: float = 240) -> str:
     return err
 
 
-@pytest.fixture(scope="module")
-def uninterrupted(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any], int]:
-    work = tmp_path_factory.mktemp("uninterrupted")
-    total = _stream(data_dir, work / "stream.libfm")
-    shards = [_shard(i, work) for i in range(2)]
+def _once(stream: Path, work: Path, lifecycle: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The model an uninterrupted run of the stream leaves on fresh shards."""
+    shards = [_shard(i, work, lifecycle=lifecycle) for i in range(2)]
     try:
-        _finish(_trainer(work / "stream.libfm", shards, work / "m.json"))
-        return work / "stream.libfm", _model(shards), total
+        _finish(_trainer(stream, shards, work / "m.json"))
+        return _model(shards)
     finally:
         for s in shards:
             s.stop()
 
 
-@pytest.mark.parametrize("how", ["kill -9", "SIGTERM"])
-def test_shards_dying_at_random_moments_change_nothing(uninterrupted, tmp_path, how):
-    stream, expected, total = uninterrupted
-    rng = random.Random(len(how))
-    shards = [_shard(i, tmp_path) for i in range(2)]
+def _shards_dying(
+    stream: Path,
+    work: Path,
+    rng: random.Random,
+    how: str,
+    times: int,
+    gap: tuple[float, float],
+    lifecycle: tuple[str, ...] = (),
+    start_s: float = 0.0,
+) -> tuple[int, str, dict[str, Any], int]:
+    """Trains the stream while a shard dies (`how`) `times` times at random moments, each
+    restarted on its port; returns (kills, the trainer's log, the model, samples trained)."""
+    shards = [_shard(i, work, lifecycle=lifecycle) for i in range(2)]
     ports = [s.ready["grpc_port"] for s in shards]
-    trainer = _trainer(stream, shards, tmp_path / "m.json")
+    trainer = _trainer(stream, shards, work / "m.json")
     try:
         kills = 0
-        for _ in range(KILLS):
-            time.sleep(rng.uniform(0.4, 1.2))
+        time.sleep(start_s)
+        for _ in range(times):
+            time.sleep(rng.uniform(*gap))
             if trainer.poll() is not None:
                 break
             i = rng.randrange(2)
             shards[i].kill() if how == "kill -9" else shards[i].stop()
-            shards[i] = _shard(i, tmp_path, ports[i])
+            shards[i] = _shard(i, work, ports[i], lifecycle)
             kills += 1
         err = _finish(trainer)
-        assert kills >= 3 and "going back to the last checkpoint cut" in err, err[-3000:]  # kills in a recovery coalesce
-        assert _model(shards) == expected
-        assert json.loads((tmp_path / "m.json").read_text())["samples"] == total
+        return kills, err, _model(shards), json.loads((work / "m.json").read_text())["samples"]
     finally:
         if trainer.poll() is None:
             trainer.kill()
         for s in shards:
             s.stop()
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any], int]:
+    work = tmp_path_factory.mktemp("uninterrupted")
+    total = _stream(data_dir, work / "stream.libfm")
+    return work / "stream.libfm", _once(work / "stream.libfm", work), total
+
+
+@pytest.mark.parametrize("how", ["kill -9", "SIGTERM"])
+def test_shards_dying_at_random_moments_change_nothing(uninterrupted, tmp_path, how):
+    stream, expected, total = uninterrupted
+    kills, err, model, samples = _shards_dying(stream, tmp_path, random.Random(len(how)), how, KILLS, (0.4, 1.2))
+    assert kills >= 3 and "going back to the last checkpoint cut" in err, err[-3000:]  # kills in a recovery coalesce
+    assert model == expected
+    assert samples == total
 
 
 # admission after 2 sightings, eviction by updates and by a row cap: the filters and clocks
@@ -103,38 +124,13 @@ LIFECYCLE = ("--admit-after", "2", "--bloom-mb", "1", "--ttl-updates", "400", "-
 def test_shards_with_admission_and_eviction_dying_change_nothing(data_dir, tmp_path):
     stream = tmp_path / "stream.libfm"
     total = _stream(data_dir, stream, repeat=20)
-    shards = [_shard(i, tmp_path / "once", lifecycle=LIFECYCLE) for i in range(2)]
-    try:
-        _finish(_trainer(stream, shards, tmp_path / "once.json"))
-        expected = _model(shards)
-    finally:
-        for s in shards:
-            s.stop()
+    expected = _once(stream, tmp_path / "once", LIFECYCLE)
     assert all(rows < 1500 * 1.05 * 2 for _, rows, _ in expected.values())
     rng = random.Random(3)
-    shards = [_shard(i, tmp_path, lifecycle=LIFECYCLE) for i in range(2)]
-    ports = [s.ready["grpc_port"] for s in shards]
-    trainer = _trainer(stream, shards, tmp_path / "m.json")
-    try:
-        kills = 0
-        time.sleep(1.0)  # start-up
-        for _ in range(3):
-            time.sleep(rng.uniform(0.4, 1.0))
-            if trainer.poll() is not None:
-                break
-            i = rng.randrange(2)
-            shards[i].kill()
-            shards[i] = _shard(i, tmp_path, ports[i], LIFECYCLE)
-            kills += 1
-        err = _finish(trainer)
-        assert kills >= 2 and "going back to the last checkpoint cut" in err, err[-3000:]
-        assert _model(shards) == expected
-        assert json.loads((tmp_path / "m.json").read_text())["samples"] == total
-    finally:
-        if trainer.poll() is None:
-            trainer.kill()
-        for s in shards:
-            s.stop()
+    kills, err, model, samples = _shards_dying(stream, tmp_path, rng, "kill -9", 3, (0.4, 1.0), LIFECYCLE, start_s=1.0)
+    assert kills >= 2 and "going back to the last checkpoint cut" in err, err[-3000:]
+    assert model == expected
+    assert samples == total
 
 
 def test_a_trainer_killed_at_random_moments_changes_nothing(uninterrupted, tmp_path):
