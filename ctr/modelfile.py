@@ -5,8 +5,10 @@ Every file is a 64-byte header followed by a payload (see docs/model-format.md):
     magic "BLMF" | u16 format version | u16 kind | u32 dim | u64 count | u64 extra
     | u64 payload bytes | u32 crc32(payload) | zero padding to 64 bytes
 
-kind 1 IMAGE: payload = hashmap slots uint32[extra=capacity, 2 + dim]; count = entries.
-    Serving mmaps the payload as a CompactHashMap without copying.
+kind 4 BUCKETS: payload = bucketized cuckoo table uint32[extra=buckets, 8 * (2 + dim)]
+    (ctr.bucket_kernels); count = entries. Serving mmaps it as a BucketMap without copying.
+kind 1 IMAGE (older): linear-probing slots uint32[extra=capacity, 2 + dim]; still read,
+    rebuilt into a BucketMap in memory.
 kind 2 DELTA: payload = keys uint64[count] sorted | rows float32[count, dim]
     | tombstones uint64[extra] sorted.
 kind 3 (DENSE ranges) is retired: dense weights travel as safetensors (trainer.exporter).
@@ -29,6 +31,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ctr import bucket_kernels
+from ctr.bucket_map import BucketMap
 from ctr.hashmap import KEY_WORDS, CompactHashMap
 
 MAGIC = b"BLMF"
@@ -38,8 +42,9 @@ HEADER_SIZE = 64
 
 
 class Kind(IntEnum):
-    IMAGE = 1
+    IMAGE = 1  # linear probing (ctr.hashmap), written before bucketized images
     DELTA = 2
+    BUCKETS = 4
 
 
 class ModelFileError(ValueError):
@@ -148,27 +153,42 @@ def copy_checked(src: Path, dst: Path, size: int, sha256: str, listed_in: str = 
 
 
 def write_image(path: Path, keys: npt.NDArray[np.uint64], rows: npt.NDArray[np.float32]) -> None:
-    """A full snapshot: keys with float32 rows, as a hashmap image sized for mmap lookups."""
+    """A full snapshot: keys with float32 rows, as a bucketized table sized for mmap lookups."""
     dim = rows.shape[1] if rows.ndim == 2 else 1
     rows2 = np.ascontiguousarray(rows, dtype=np.float32).reshape(keys.shape[0], dim)
-    m = CompactHashMap.from_rows(keys, rows2.view(np.uint32))
-    _write(path, Kind.IMAGE, rows2.shape[1], m.size, m.capacity, [m.slots.tobytes()])
+    m = BucketMap.from_rows(keys, rows2.view(np.uint32))
+    _write(path, Kind.BUCKETS, dim, m.size, m.buckets, [m.table.tobytes()])
 
 
-def load_image(path: Path, mmap: bool = True) -> CompactHashMap:
-    """The image as a read-only CompactHashMap (memory-mapped unless mmap=False)."""
+def load_image(path: Path, mmap: bool = True) -> BucketMap:
+    """The image as a read-only BucketMap (memory-mapped unless mmap=False, or when the
+    file is an older linear-probing image, which is rebuilt in memory)."""
     h = read_header(path)
-    if h.kind != Kind.IMAGE:
-        raise ModelFileError(f"{path}: kind {h.kind.name}, expected IMAGE")
+    if h.kind == Kind.IMAGE:
+        return _legacy_image(path, h)
+    if h.kind != Kind.BUCKETS:
+        raise ModelFileError(f"{path}: kind {h.kind.name}, expected an image")
+    shape = (h.extra, bucket_kernels.B * (2 + h.dim))
+    if h.extra < 2 or h.payload_bytes != shape[0] * shape[1] * 4:
+        raise ModelFileError(f"{path}: payload size does not match {h.extra} buckets of dim {h.dim}")
+    table: npt.NDArray[np.uint32]
+    if mmap:
+        table = np.memmap(path, dtype=np.uint32, mode="r", offset=HEADER_SIZE, shape=shape)
+    else:
+        table = np.fromfile(path, dtype=np.uint32, offset=HEADER_SIZE).reshape(shape)
+        table.flags.writeable = False
+    return BucketMap(h.dim, table=table, size=h.count)
+
+
+def _legacy_image(path: Path, h: Header) -> BucketMap:
     shape = (h.extra, KEY_WORDS + h.dim)
     if h.payload_bytes != shape[0] * shape[1] * 4:
         raise ModelFileError(f"{path}: payload size does not match capacity {h.extra} x dim {h.dim}")
-    slots: npt.NDArray[np.uint32]
-    if mmap:
-        slots = np.memmap(path, dtype=np.uint32, mode="r", offset=HEADER_SIZE, shape=shape)
-    else:
-        slots = np.fromfile(path, dtype=np.uint32, offset=HEADER_SIZE).reshape(shape)
-    return CompactHashMap(h.dim, slots=slots, size=h.count)
+    old = CompactHashMap(h.dim, slots=np.fromfile(path, dtype=np.uint32, offset=HEADER_SIZE).reshape(shape), size=h.count)
+    keys, slots = old.items()
+    m = BucketMap.from_rows(keys, np.ascontiguousarray(old.words[slots]))
+    m.table.flags.writeable = False
+    return m
 
 
 def write_delta(

@@ -11,13 +11,18 @@ import numpy.typing as npt
 _ROUTE_MIX = np.uint64(0xFF51AFD7ED558CCD)
 
 
+@nb.njit(cache=True, inline="always")
+def owner(key: np.uint64, n: int) -> int:
+    """The shard of n that owns key."""
+    k = (key ^ (key >> np.uint64(33))) * _ROUTE_MIX
+    return int(np.int64((k >> np.uint64(32)) % np.uint64(n)))
+
+
 @nb.njit(cache=True, nogil=True)
 def shard_of(keys: npt.NDArray[np.uint64], n: int) -> npt.NDArray[np.int64]:
     out = np.empty(keys.shape[0], dtype=np.int64)
     for i in range(keys.shape[0]):
-        k = keys[i]
-        k = (k ^ (k >> np.uint64(33))) * _ROUTE_MIX
-        out[i] = np.int64((k >> np.uint64(32)) % np.uint64(n))
+        out[i] = owner(keys[i], n)
     return out
 
 

@@ -24,7 +24,7 @@ def image_rows(path: Path) -> tuple[Keys, Rows]:
     """Every key of an image with its row (keys in slot order)."""
     image = modelfile.load_image(path, mmap=False)
     keys, slots = image.items()
-    return keys, np.ascontiguousarray(image.rows[slots])
+    return keys, image.gather(slots)
 
 
 def fold(base: tuple[Keys, Rows], deltas: list[modelfile.Delta]) -> tuple[Keys, Rows]:

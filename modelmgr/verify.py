@@ -56,7 +56,11 @@ def verify_export(folder: Path, export: ExportManifest, checked: bool = False) -
 
 def _finite_rows(path: Path, role: str) -> None:
     """A NaN or infinite weight is refused: it would score NaN (a poisoned push, say)."""
-    rows = modelfile.load_image(path, mmap=False).rows if role == "sparse_full" else modelfile.read_delta(path).rows
+    if role == "sparse_full":
+        image = modelfile.load_image(path, mmap=False)
+        rows = image.gather(image.items()[1])
+    else:
+        rows = modelfile.read_delta(path).rows
     bad = int((~np.isfinite(rows)).any(axis=1).sum()) if rows.size else 0
     if bad:
         raise VerificationError(f"{path.name}: {bad} rows hold NaN or infinite weights")

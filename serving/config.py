@@ -14,6 +14,9 @@ class ServingConfig:
     port: int = field(default=0, metadata={"help": "gRPC port (0 picks a free one)"})
     metrics_port: int = field(default=0, metadata={"help": "Prometheus port (0 picks a free one)"})
     workers: int = field(default=4, metadata={"help": "gRPC worker threads"})
+    score_threads: int = field(
+        default=0, metadata={"help": "threads one request's lookups and scoring may use (0: one per core)"}
+    )
     max_concurrent: int = field(
         default=16, metadata={"help": "requests in flight at once; more are refused with RESOURCE_EXHAUSTED"}
     )

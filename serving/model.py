@@ -4,11 +4,14 @@ the dense weights, and the model rebuilt from the manifest alone (spec, fields, 
 Each sparse row holds every sparse table's weights side by side (`columns` of the shard
 files, e.g. `w:1,v:8`): a request's unique keys are looked up once, then scored by the
 model's kernel (serving.kernels); wdl and deepfm run their MLP in torch (CUDA when present).
+Lookups and the LR/FM/FFM kernels release the GIL, and a large request's keys and items are
+split across the scoring threads (serving.parallel).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,12 +21,16 @@ import numpy.typing as npt
 from safetensors.numpy import load_file
 
 from ctr import modelfile
-from ctr.hashmap import CompactHashMap
-from ctr.hashmap_kernels import gather_rows
+from ctr.bucket_kernels import lookup_rows
+from ctr.bucket_map import BucketMap
 from ctr.modelspec import ModelSpec
-from ctr.routing import shard_of
 from serving.encoding import DecodedRequest
 from serving.kernels import deep_inputs, ffm_score_items, fm_score_items, lr_score_items
+from serving.overlay import Overlay
+from serving.parallel import SERIAL, Splitter
+
+NO_FILTER = np.zeros(0, dtype=np.uint64)
+PART_WORK = 1 << 18  # multiply-adds worth a range of items on another thread
 
 
 def parse_columns(text: str) -> dict[str, tuple[int, int]]:
@@ -51,11 +58,12 @@ class ServableModel:
     chain: list[int]
     spec: ModelSpec
     columns: dict[str, tuple[int, int]]
-    images: list[CompactHashMap]
-    overlay: CompactHashMap
+    images: list[BucketMap]
+    overlay: Overlay
     dense: dict[str, npt.NDArray[np.float32]]
     keys: int
     net: Any = None  # ctr.deep.DeepCTR for wdl and deepfm
+    splitter: Splitter = SERIAL
     loaded_at: float = field(default_factory=time.time)
     active: int = 0  # requests scoring with it now (serving.watcher.ModelWatcher.use)
 
@@ -64,19 +72,23 @@ class ServableModel:
         return float(self.dense["bias"][0])
 
     def rows(self, keys: npt.NDArray[np.uint64]) -> npt.NDArray[np.float32]:
-        """Rows for keys: overlay first (newest deltas), then the owning shard's image."""
-        slots = self.overlay.find(keys)
-        out: npt.NDArray[np.float32] = gather_rows(self.overlay.rows, slots)
-        rest = np.flatnonzero(slots < 0)
-        if rest.shape[0] == 0:
-            return out
-        rk = keys[rest]
-        owner = shard_of(rk, len(self.images)) if len(self.images) > 1 else np.zeros(rk.shape[0], np.int64)
-        for s, image in enumerate(self.images):
-            sel = np.flatnonzero(owner == s)
-            if sel.shape[0]:
-                out[rest[sel]] = gather_rows(image.rows, image.find(rk[sel]))
-        return out
+        """Rows for keys (zero rows for absent ones): one probe per key. A key the overlay's
+        filter may hold is looked up there first (newest deltas); the rest go to the image
+        of the shard that owns them."""
+        keys = np.ascontiguousarray(keys, dtype=np.uint64)
+        n = keys.shape[0]
+        out = np.zeros((n, self.overlay.row_words), dtype=np.uint32)
+        found = np.zeros(n, dtype=np.bool_)
+        overlay, images = self.overlay, self.images
+
+        def part(lo: int, hi: int) -> None:
+            if overlay.size:
+                lookup_rows(overlay.map.table, keys, lo, hi, 1, 0, overlay.bits, out, found)
+            for s, image in enumerate(images):
+                lookup_rows(image.table, keys, lo, hi, len(images), s, NO_FILTER, out, found)
+
+        self.splitter.run(part, n)
+        return out.view(np.float32)
 
     def score(self, req: DecodedRequest) -> npt.NDArray[np.float32]:
         rows = self.rows(req.keys)
@@ -88,21 +100,29 @@ class ServableModel:
         v_at = self.columns[emb][0]
         k = self.spec.k
         if t == "fm":
-            return fm_score_items(
-                req.context, req.item_offsets, req.item_indices, req.values, rows, v_at, k, self.bias, self.spec.pair_norm
-            )  # type: ignore[no-any-return]
-        if t == "ffm":
-            return ffm_score_items(  # type: ignore[no-any-return]
-                req.context,
-                req.item_offsets,
-                req.item_indices,
-                req.values,
-                req.fields,
-                rows,
-                v_at,
+            return self._per_items(
+                req,
                 k,
-                self.bias,
-                self.spec.pair_norm,
+                lambda offsets: fm_score_items(
+                    req.context, offsets, req.item_indices, req.values, rows, v_at, k, self.bias, self.spec.pair_norm
+                ),
+            )
+        if t == "ffm":
+            return self._per_items(
+                req,
+                k * max(1, self.spec.field_count),
+                lambda offsets: ffm_score_items(
+                    req.context,
+                    offsets,
+                    req.item_indices,
+                    req.values,
+                    req.fields,
+                    rows,
+                    v_at,
+                    k,
+                    self.bias,
+                    self.spec.pair_norm,
+                ),
             )
         pooled, partial = deep_inputs(
             req.context,
@@ -120,6 +140,23 @@ class ServableModel:
         )
         return self.net.predict(pooled, partial)  # type: ignore[no-any-return]
 
+    def _per_items(
+        self, req: DecodedRequest, work_per_feature: int, kernel: Callable[[npt.NDArray[np.int64]], npt.NDArray[np.float32]]
+    ) -> npt.NDArray[np.float32]:
+        """kernel(item offsets) over ranges of items, split across the scoring threads when
+        the request is large enough to repay the hand-off (the context part is recomputed
+        per range: it is small)."""
+        offsets = req.item_offsets
+        n = offsets.shape[0] - 1
+        out = np.empty(n, dtype=np.float32)
+
+        def part(lo: int, hi: int) -> None:
+            out[lo:hi] = kernel(offsets[lo : hi + 1])
+
+        per_item = max(1, req.item_indices.shape[0] // max(1, n)) * work_per_feature
+        self.splitter.run(part, n, min_part=max(1, PART_WORK // per_item))
+        return out
+
 
 def _dense(folder: Path, files: list[dict[str, Any]]) -> dict[str, npt.NDArray[np.float32]]:
     names = [f["name"] for f in files if f["role"] == "dense"]
@@ -136,22 +173,21 @@ def _net(spec: ModelSpec, dense: dict[str, npt.NDArray[np.float32]]) -> Any:
     return DeepScorer(spec, dense)
 
 
-def apply_delta(overlay: CompactHashMap, path: Path, images: list[CompactHashMap]) -> None:
+def apply_delta(overlay: Overlay, path: Path, images: list[BucketMap]) -> None:
     """Applies a delta's rows, then its tombstones (keys the PS evicted): they leave the
     overlay; one that a base image also holds keeps a zero row there, which masks the
     image's (mmapped, read-only) row until the next full version drops it."""
     d = modelfile.read_delta(path)
     if d.keys.shape[0]:
-        slots = overlay.insert(d.keys)
-        overlay.rows[slots] = d.rows
+        overlay.put(d.keys, d.rows)
     if d.tombstones.shape[0]:
         overlay.delete(d.tombstones)
         in_image = np.zeros(d.tombstones.shape[0], dtype=np.bool_)
         for image in images:
             in_image |= image.find(d.tombstones) >= 0
         if in_image.any():
-            slots = overlay.insert(d.tombstones[in_image])
-            overlay.rows[slots] = 0.0  # reads as an absent key does
+            masked = d.tombstones[in_image]
+            overlay.put(masked, np.zeros((masked.shape[0], overlay.row_words), dtype=np.float32))  # reads as absent
 
 
 def _sparse_files(manifest: dict[str, Any], role: str) -> list[dict[str, Any]]:
@@ -172,6 +208,7 @@ def load(
     chain_dirs: list[tuple[Path, dict[str, Any]]],
     current: ServableModel | None,
     spare: ServableModel | None = None,
+    splitter: Splitter = SERIAL,
 ) -> ServableModel:
     """Builds the servable of a version; reuses current's images when the new version
     extends current's delta chain. Its overlay is then `spare`'s (a retired version of the
@@ -184,9 +221,9 @@ def load(
         images, columns = current.images, current.columns
         if spare is not None and extends(current.chain, manifest, spare) and spare.images is current.images:
             overlay, todo = spare.overlay, chain_dirs[len(spare.chain) :]
-            spare.overlay = CompactHashMap(overlay.row_words, capacity=8)  # it is the new version's now
+            spare.overlay = Overlay(overlay.row_words)  # it is the new version's now
         else:
-            overlay = CompactHashMap(current.overlay.row_words, slots=current.overlay.slots.copy(), size=current.overlay.size)
+            overlay = current.overlay.copy()
             todo = chain_dirs[len(current.chain) :]
     else:
         shard_files = _sparse_files(base_manifest, "sparse_full")
@@ -195,7 +232,7 @@ def load(
         width = sum(d for _, d in columns.values())
         if any(i.row_words != width for i in images):
             raise ValueError(f"an image's rows do not hold the {width} columns its manifest lists")
-        overlay = CompactHashMap(width, capacity=1024)
+        overlay = Overlay(width)
         todo = chain_dirs
     for d, m in todo:
         for f in _sparse_files(m, "sparse_delta"):
@@ -213,4 +250,5 @@ def load(
         dense=dense,
         keys=sum(i.size for i in images) + overlay.size,
         net=_net(spec, dense),
+        splitter=splitter,
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from ctr import config as cfg
@@ -11,6 +12,7 @@ from modelmgr.repository import Repository
 from protos import predict_pb2, predict_pb2_grpc
 from serving.config import ServingConfig
 from serving.local_copies import LocalCopies
+from serving.parallel import Splitter
 from serving.service import PredictorServicer
 from serving.watcher import ModelWatcher
 
@@ -25,7 +27,8 @@ def run(args: argparse.Namespace) -> int:
     conf = cfg.build(ServingConfig, ENV_PREFIX, args)
     log = daemon.setup_logging("serving", conf.log_level)
     copies = LocalCopies(Path(conf.copies_dir) if conf.copies_dir else None)
-    watcher = ModelWatcher(Repository(conf.repo, conf.model), conf.poll_s, copies)
+    splitter = Splitter(conf.score_threads or os.cpu_count() or 1)
+    watcher = ModelWatcher(Repository(conf.repo, conf.model), conf.poll_s, copies, splitter)
     watcher.start()
     name = predict_pb2.DESCRIPTOR.services_by_name["Predictor"].full_name
     server, port, _ = daemon.grpc_server(
@@ -43,4 +46,5 @@ def run(args: argparse.Namespace) -> int:
     daemon.wait_for_stop_signal()
     watcher.stop()
     server.stop(grace=2).wait()
+    splitter.close()
     return 0

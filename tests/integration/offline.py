@@ -31,9 +31,10 @@ def version_rows(repo: Repository, version: int) -> tuple[dict[int, np.ndarray],
             columns = _columns(f["columns"])
             width = sum(d for _, d in columns.values())
             raw = (repo.path(base["version"]) / f["name"]).read_bytes()
-            slots = np.frombuffer(raw[64:], dtype=np.uint32).reshape(-1, 2 + width)
-            keys = slots[:, 0].astype(np.uint64) | (slots[:, 1].astype(np.uint64) << np.uint64(32))
-            vals = slots[:, 2:].copy().view(np.float32)
+            # docs/model-format.md: buckets of 8 uint64 keys, then their 8 rows
+            buckets = np.frombuffer(raw[64:], dtype=np.uint32).reshape(-1, 8 * (2 + width))
+            keys = buckets[:, :16].copy().view(np.uint64).reshape(-1)
+            vals = buckets[:, 16:].copy().view(np.float32).reshape(-1, width)
             rows.update({int(k): vals[i] for i, k in enumerate(keys) if k})
     width = sum(d for _, d in columns.values())
     for v in m["delta_chain"]:

@@ -90,7 +90,7 @@ def _rewrite_image(folder: Path, m: dict[str, Any], change: Callable[[np.ndarray
     name = sparse_file(m)
     image = modelfile.load_image(folder / name, mmap=False)
     keys, slots = image.items()
-    rows = change(image.rows[slots].copy())
+    rows = change(image.gather(slots).copy())
     modelfile.write_image(folder / name, keys, rows)
     refresh(folder, m, name)
 

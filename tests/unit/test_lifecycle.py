@@ -10,13 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ctr import modelfile
-from ctr.hashmap import CompactHashMap
 from ctr.modelspec import ModelSpec
 from ps.lifecycle import HASHES, Lifecycle, _slot, count_sightings
 from ps.shard import Shard
 from ps.store import BLOOM_BLOCK, ShardStore
 from ps.tables import SparseTable
 from serving.model import apply_delta
+from serving.overlay import Overlay
 
 SPEC = ModelSpec("lr")
 
@@ -177,10 +177,10 @@ def test_tombstones_reach_serving_and_evicted_keys_score_as_absent(tmp_path):
     files, _ = shard.export(False, tmp_path / "v2")
     delta = modelfile.read_delta(tmp_path / "v2" / files[0].name)
     np.testing.assert_array_equal(np.sort(delta.tombstones), np.arange(1, 11, dtype=np.uint64))
-    overlay = CompactHashMap(image.row_words, capacity=64)
-    overlay.insert(np.array([5, 25], dtype=np.uint64))  # rows an earlier delta left
+    overlay = Overlay(image.row_words)
+    overlay.put(np.array([5, 25], dtype=np.uint64), np.ones((2, image.row_words), np.float32))  # an earlier delta's
     apply_delta(overlay, tmp_path / "v2" / files[0].name, [image])
     evicted = np.arange(1, 11, dtype=np.uint64)
     slots = overlay.find(evicted)
-    assert (slots >= 0).all() and not overlay.rows[slots].any()  # masks the image's rows: absent
+    assert (slots >= 0).all() and not overlay.get(evicted).any()  # masks the image's rows: absent
     assert overlay.find(np.array([25], dtype=np.uint64))[0] >= 0  # written again by the delta

@@ -1,0 +1,335 @@
+"""numba kernels of the bucketized cuckoo map (ctr.bucket_map), each a pure function over
+arrays with a plain-Python reference in the tests.
+
+A table is `uint32[buckets, 2*B + B*R]`: bucket b holds B uint64 keys (the first 2*B words,
+little-endian halves) and then their B rows of R words. Key 0 marks an empty slot. A key
+lives in one of two buckets, `first_bucket` or `second_bucket`, both from one 64-bit mix;
+inserts fill the first when it has room, so most hits read one 64-byte line of keys and
+the row beside it. With two choices of 8 slots the table fills to 0.95 and more, which
+keeps memory within 1.06x the raw key and row bytes; a lookup still reads at most two
+buckets, hit or miss.
+
+Slots are numbered `b * B + j`. Lookups go in groups: the first pass reads the first key
+of every group member's bucket, so those cache misses are in flight together, before the
+second pass compares.
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+import numpy.typing as npt
+
+from ctr.key_filter import may_contain
+from ctr.routing import owner
+
+U32 = npt.NDArray[np.uint32]
+U64 = npt.NDArray[np.uint64]
+I64 = npt.NDArray[np.int64]
+F32 = npt.NDArray[np.float32]
+BOOL = npt.NDArray[np.bool_]
+
+B = 8  # slots per bucket: 8 keys fill one 64-byte cache line
+GROUP = 16  # lookups whose first cache miss is issued together
+MAX_KICKS = 500
+
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_LO = np.uint64(0xFFFFFFFF)
+
+
+@nb.njit(cache=True, inline="always")
+def mix(key: np.uint64) -> np.uint64:
+    """splitmix64's finalizer: every key bit moves both bucket choices."""
+    z = (key ^ (key >> np.uint64(30))) * _M1
+    z = (z ^ (z >> np.uint64(27))) * _M2
+    return z ^ (z >> np.uint64(31))
+
+
+@nb.njit(cache=True, inline="always")
+def first_bucket(m: np.uint64, buckets: int) -> int:
+    return int(np.int64(((m >> np.uint64(32)) * np.uint64(buckets)) >> np.uint64(32)))
+
+
+@nb.njit(cache=True, inline="always")
+def second_bucket(m: np.uint64, buckets: int) -> int:
+    b = int(np.int64(((m & _LO) * np.uint64(buckets)) >> np.uint64(32)))
+    if b == first_bucket(m, buckets):
+        b += 1
+        if b == buckets:
+            b = 0
+    return b
+
+
+@nb.njit(cache=True, inline="always")
+def _key_at(table: U32, b: int, j: int) -> np.uint64:
+    return np.uint64(table[b, 2 * j]) | (np.uint64(table[b, 2 * j + 1]) << np.uint64(32))
+
+
+@nb.njit(cache=True, inline="always")
+def _in_bucket(table: U32, b: int, lo: np.uint32, hi: np.uint32) -> int:
+    """The slot of key (lo, hi) in bucket b, -1 when it is not there. No early exit: the
+    eight compares run without a branch the predictor could miss."""
+    found = -1
+    for j in range(B):
+        if table[b, 2 * j] == lo and table[b, 2 * j + 1] == hi:
+            found = b * B + j
+    return found
+
+
+@nb.njit(cache=True, inline="always")
+def _halves(key: np.uint64) -> tuple[np.uint32, np.uint32]:
+    return np.uint32(key & _LO), np.uint32(key >> np.uint64(32))
+
+
+@nb.njit(cache=True, inline="always")
+def find_one(table: U32, key: np.uint64) -> int:
+    """The slot of key, -1 when absent."""
+    buckets = table.shape[0]
+    m = mix(key)
+    lo, hi = _halves(key)
+    s = _in_bucket(table, first_bucket(m, buckets), lo, hi)
+    if s < 0:
+        s = _in_bucket(table, second_bucket(m, buckets), lo, hi)
+    return s
+
+
+@nb.njit(cache=True, inline="always")
+def _find_group(table: U32, keys: U64, start: int, stop: int, want: BOOL, mixed: U64, first: I64, out: I64, sink: U32) -> None:
+    """out[g] = slot of keys[start + g] for the group's wanted keys (-1: absent or not
+    wanted). The first pass only loads each first bucket's opening word: independent loads,
+    so their cache misses are in flight together; the compares then find them cached."""
+    buckets = table.shape[0]
+    touched = np.uint32(0)
+    for q in range(start, stop):
+        g = q - start
+        if want[g]:
+            m = mix(keys[q])
+            mixed[g] = m
+            first[g] = first_bucket(m, buckets)
+            touched |= table[first[g], 0]
+    for q in range(start, stop):
+        g = q - start
+        if not want[g]:
+            out[g] = -1
+            continue
+        lo, hi = _halves(keys[q])
+        s = _in_bucket(table, first[g], lo, hi)
+        if s < 0:
+            s = _in_bucket(table, second_bucket(mixed[g], buckets), lo, hi)
+        out[g] = s
+    sink[0] |= touched  # a use of the first pass's loads, so the compiler keeps them
+
+
+@nb.njit(cache=True, nogil=True)
+def find_slots(table: U32, keys: U64) -> I64:
+    """Slot of each key, -1 where absent, in groups of GROUP (see _find_group)."""
+    n = keys.shape[0]
+    out = np.empty(n, dtype=np.int64)
+    mixed = np.empty(GROUP, dtype=np.uint64)
+    first = np.empty(GROUP, dtype=np.int64)
+    slots = np.empty(GROUP, dtype=np.int64)
+    want = np.ones(GROUP, dtype=np.bool_)
+    sink = np.zeros(1, dtype=np.uint32)
+    for start in range(0, n, GROUP):
+        stop = min(n, start + GROUP)
+        _find_group(table, keys, start, stop, want, mixed, first, slots, sink)
+        out[start:stop] = slots[: stop - start]
+    return out
+
+
+@nb.njit(cache=True, nogil=True)
+def gather_into(table: U32, slots: I64, out: U32, rows_at: int) -> None:
+    """out[i] = the row of slots[i] (R = out.shape[1] words); leaves out[i] where slots[i] < 0."""
+    width = out.shape[1]
+    for i in range(slots.shape[0]):
+        s = slots[i]
+        if s >= 0:
+            b = s // B
+            at = rows_at + (s - b * B) * width
+            for w in range(width):
+                out[i, w] = table[b, at + w]
+
+
+@nb.njit(cache=True, nogil=True)
+def lookup_rows(table: U32, keys: U64, lo: int, hi: int, shards: int, shard: int, bits: U64, out: U32, found: BOOL) -> None:
+    """Looks up keys[lo:hi] that are not found yet, that `shard` of `shards` owns (every
+    key when shards <= 1) and that the filter `bits` may hold (every key when it is empty):
+    out[q] = the row and found[q] = True where the table holds keys[q]."""
+    width = out.shape[1]
+    mixed = np.empty(GROUP, dtype=np.uint64)
+    first = np.empty(GROUP, dtype=np.int64)
+    slots = np.empty(GROUP, dtype=np.int64)
+    want = np.empty(GROUP, dtype=np.bool_)
+    sink = np.zeros(1, dtype=np.uint32)
+    for start in range(lo, hi, GROUP):
+        stop = min(hi, start + GROUP)
+        for q in range(start, stop):
+            w = not found[q]
+            if w and shards > 1:
+                w = owner(keys[q], shards) == shard
+            if w and bits.shape[0]:
+                w = may_contain(bits, keys[q])
+            want[q - start] = w
+        _find_group(table, keys, start, stop, want, mixed, first, slots, sink)
+        for q in range(start, stop):
+            s = slots[q - start]
+            if s >= 0:
+                b = s // B
+                at = 2 * B + (s - b * B) * width
+                for c in range(width):
+                    out[q, c] = table[b, at + c]
+                found[q] = True
+
+
+@nb.njit(cache=True, inline="always")
+def _free_in(table: U32, b: int) -> int:
+    for j in range(B):
+        if table[b, 2 * j] == 0 and table[b, 2 * j + 1] == 0:
+            return j
+    return -1
+
+
+@nb.njit(cache=True, inline="always")
+def _place(table: U32, b: int, j: int, key: np.uint64, row: U32) -> None:
+    table[b, 2 * j] = np.uint32(key & _LO)
+    table[b, 2 * j + 1] = np.uint32(key >> np.uint64(32))
+    width = row.shape[0]
+    at = 2 * B + j * width
+    for w in range(width):
+        table[b, at + w] = row[w]
+
+
+@nb.njit(cache=True, nogil=True)
+def put_rows(table: U32, keys: U64, rows: U32, seed: int, homeless: U32) -> tuple[int, int, np.uint64]:
+    """Upserts keys[i] -> rows[i] in order (a later duplicate wins).
+
+    Returns (done, added, homeless_key). When an insert finds no room within MAX_KICKS
+    displacements, the walk stops holding one entry that has no slot: its key is returned
+    (its row is left in `homeless`), done is the count of keys handled, and the caller grows
+    the table, puts the homeless entry back and then keys[done:]. Otherwise done is
+    len(keys) and the homeless key 0. Key 0 is invalid (the caller rejects it)."""
+    buckets = table.shape[0]
+    width = rows.shape[1]
+    added = 0
+    state = np.uint64(seed) | np.uint64(1)
+    evicted = np.empty(width, dtype=np.uint32)
+    for i in range(keys.shape[0]):
+        key = keys[i]
+        s = find_one(table, key)
+        if s >= 0:
+            b = s // B
+            _place(table, b, s - b * B, key, rows[i])
+            continue
+        added += 1
+        m = mix(key)
+        b1 = first_bucket(m, buckets)
+        j = _free_in(table, b1)
+        if j >= 0:
+            _place(table, b1, j, key, rows[i])
+            continue
+        b2 = second_bucket(m, buckets)
+        j = _free_in(table, b2)
+        if j >= 0:
+            _place(table, b2, j, key, rows[i])
+            continue
+        # random walk: displace a resident of b into its other bucket, until one fits
+        for w in range(width):
+            homeless[w] = rows[i, w]
+        cur = key
+        b = b2
+        for _ in range(MAX_KICKS):
+            state ^= state << np.uint64(13)
+            state ^= state >> np.uint64(7)
+            state ^= state << np.uint64(17)
+            j = int(state % np.uint64(B))
+            victim = _key_at(table, b, j)
+            at = 2 * B + j * width
+            for w in range(width):
+                evicted[w] = table[b, at + w]
+            _place(table, b, j, cur, homeless)
+            vm = mix(victim)
+            vb = first_bucket(vm, buckets)
+            if vb == b:
+                vb = second_bucket(vm, buckets)
+            cur = victim
+            for w in range(width):
+                homeless[w] = evicted[w]
+            jj = _free_in(table, vb)
+            if jj >= 0:
+                _place(table, vb, jj, cur, homeless)
+                cur = np.uint64(0)
+                break
+            b = vb
+        if cur != np.uint64(0):
+            return i + 1, added, cur
+    return keys.shape[0], added, np.uint64(0)
+
+
+@nb.njit(cache=True, nogil=True)
+def delete_keys(table: U32, keys: U64) -> int:
+    """Clears the slots of keys (absent ones are skipped); returns how many went."""
+    removed = 0
+    width = table.shape[1]
+    for q in range(keys.shape[0]):
+        s = find_one(table, keys[q])
+        if s < 0:
+            continue
+        b = s // B
+        j = s - b * B
+        table[b, 2 * j] = 0
+        table[b, 2 * j + 1] = 0
+        row_width = (width - 2 * B) // B
+        at = 2 * B + j * row_width
+        for w in range(row_width):
+            table[b, at + w] = 0
+        removed += 1
+    return removed
+
+
+@nb.njit(cache=True, nogil=True)
+def occupied_slots(table: U32) -> I64:
+    """Slot numbers of every entry, in slot order."""
+    n = 0
+    for b in range(table.shape[0]):
+        for j in range(B):
+            if table[b, 2 * j] != 0 or table[b, 2 * j + 1] != 0:
+                n += 1
+    out = np.empty(n, dtype=np.int64)
+    n = 0
+    for b in range(table.shape[0]):
+        for j in range(B):
+            if table[b, 2 * j] != 0 or table[b, 2 * j + 1] != 0:
+                out[n] = b * B + j
+                n += 1
+    return out
+
+
+@nb.njit(cache=True, nogil=True)
+def keys_of(table: U32, slots: I64) -> U64:
+    out = np.empty(slots.shape[0], dtype=np.uint64)
+    for i in range(slots.shape[0]):
+        b = slots[i] // B
+        out[i] = _key_at(table, b, slots[i] - b * B)
+    return out
+
+
+def mix_reference(key: int) -> int:
+    z = ((key ^ (key >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    return z ^ (z >> 31)
+
+
+def find_slot_reference(table: U32, key: int) -> int:
+    """Plain-Python find_one: the key's two buckets, scanned in order."""
+    buckets = table.shape[0]
+    m = mix_reference(key)
+    b1 = ((m >> 32) * buckets) >> 32
+    b2 = ((m & 0xFFFFFFFF) * buckets) >> 32
+    if b2 == b1:
+        b2 = (b1 + 1) % buckets
+    for b in (b1, b2):
+        for j in range(B):
+            if int(table[b, 2 * j]) | (int(table[b, 2 * j + 1]) << 32) == key:
+                return b * B + j
+    return -1

@@ -1,0 +1,161 @@
+"""The bucketized cuckoo map of model images and serving's overlay, against a dict and
+against the plain-Python references of its kernels."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ctr import bucket_kernels as bk
+from ctr import key_filter
+from ctr.bucket_map import BucketMap
+from serving.overlay import Overlay
+
+keys_st = st.one_of(st.integers(1, 40), st.integers(1, 2**64 - 1))  # small ids collide often
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["put", "lookup", "delete"]), st.lists(keys_st, max_size=60), st.floats(-5, 5, width=32)),
+        max_size=30,
+    )
+)
+def test_agrees_with_dict(ops):
+    """Inserts, updates (put of a present key), lookups and deletes against a dict; the map
+    starts at 2 buckets, so it grows and walks cuckoo displacements on the way."""
+    m = BucketMap(row_words=2)
+    ref: dict[int, float] = {}
+    for op, keys, value in ops:
+        arr = np.array(keys, dtype=np.uint64)
+        if op == "delete":
+            assert m.delete(arr) == len({k for k in keys if k in ref})
+            for k in keys:
+                ref.pop(k, None)
+        if op == "put":
+            rows = np.stack([np.full(len(keys), value, np.float32), np.arange(len(keys), dtype=np.float32)], axis=1)
+            m.put(arr, rows)
+            for i, k in enumerate(keys):
+                ref[k] = i  # the last duplicate wins
+        got = m.get(arr).reshape(-1, 2)
+        for i, k in enumerate(keys):
+            if k in ref:
+                assert got[i, 1] == ref[k]
+            else:
+                assert not got[i].any() and m.find(arr[i : i + 1])[0] == -1
+        assert m.size == len(ref)
+    listed, _ = m.items()
+    assert sorted(listed.tolist()) == sorted(ref)
+
+
+def test_a_full_table_grows_and_keeps_every_row():
+    keys = np.arange(1, 20_001, dtype=np.uint64)
+    m = BucketMap(row_words=1)
+    m.put(keys, keys.astype(np.float32).reshape(-1, 1))
+    assert m.size == 20_000 and np.array_equal(m.get(keys)[:, 0], keys.astype(np.float32))
+
+
+def test_images_fill_to_0_95_and_find_every_key():
+    rng = np.random.default_rng(1)
+    keys = np.unique(rng.integers(1, 2**64 - 1, 200_000, dtype=np.uint64))
+    m = BucketMap.from_rows(keys, np.arange(keys.shape[0], dtype=np.uint32).reshape(-1, 1))
+    assert m.nbytes / (keys.shape[0] * 12) <= 1.06
+    slots = m.find(keys)
+    assert np.array_equal(m.gather_words(slots)[:, 0], np.arange(keys.shape[0], dtype=np.uint32))
+    assert (m.find(rng.integers(1, 2**64 - 1, 1000, dtype=np.uint64)) < 0).all()
+
+
+def test_find_matches_the_python_reference():
+    rng = np.random.default_rng(2)
+    keys = np.unique(rng.integers(1, 2**64 - 1, 3000, dtype=np.uint64))
+    m = BucketMap.from_rows(keys, np.zeros((keys.shape[0], 3), np.uint32))
+    probe = np.concatenate([keys[:500], rng.integers(1, 2**64 - 1, 100, dtype=np.uint64), np.arange(1, 50, dtype=np.uint64)])
+    assert m.find(probe).tolist() == [bk.find_slot_reference(m.table, int(k)) for k in probe]
+    assert [int(bk.mix(np.uint64(k))) for k in probe[:20]] == [bk.mix_reference(int(k)) for k in probe[:20]]
+
+
+def test_lookup_rows_honours_found_owner_and_filter():
+    """The serving kernel: skips found keys and other shards' keys; a filter that rules a
+    key out stops the probe."""
+    from ctr.routing import shard_of
+
+    keys = np.arange(1, 1001, dtype=np.uint64)
+    m = BucketMap.from_rows(keys, keys.astype(np.uint32).reshape(-1, 1))
+    out = np.zeros((1000, 1), np.uint32)
+    found = np.zeros(1000, np.bool_)
+    found[:10] = True
+    bk.lookup_rows(m.table, keys, 0, 1000, 2, 1, np.zeros(0, np.uint64), out, found)
+    mine = shard_of(keys, 2) == 1
+    assert np.array_equal(found[10:], mine[10:]) and np.array_equal(out[10:, 0][mine[10:]], keys[10:][mine[10:]])
+    bits = np.zeros(key_filter.words_for(10), np.uint64)
+    key_filter.add_keys(bits, keys[:10])
+    out[:] = 0
+    found[:] = False
+    bk.lookup_rows(m.table, keys, 0, 1000, 1, 0, bits, out, found)
+    assert found[:10].all() and found.sum() < 40  # the rest only by the filter's rare false positives
+
+
+def test_filter_matches_reference_and_never_misses():
+    rng = np.random.default_rng(3)
+    keys = rng.integers(1, 2**64 - 1, 5000, dtype=np.uint64)
+    bits = np.zeros(key_filter.words_for(keys.shape[0]), np.uint64)
+    key_filter.add_keys(bits, keys)
+    assert key_filter.may_contain_keys(bits, keys).all()
+    other = rng.integers(1, 2**64 - 1, 20_000, dtype=np.uint64)
+    maybe = key_filter.may_contain_keys(bits, other)
+    assert maybe.mean() < 0.03
+    assert maybe[:200].tolist() == [key_filter.may_contain_reference(bits, int(k)) for k in other[:200]]
+
+
+def test_overlay_filter_grows_with_the_overlay():
+    o = Overlay(1)
+    keys = np.arange(1, 50_001, dtype=np.uint64)
+    o.put(keys, np.ones((keys.shape[0], 1), np.float32))
+    assert key_filter.may_contain_keys(o.bits, keys).all() and o.bits.shape[0] * 64 >= 16 * 50_000
+    twin = o.copy()
+    twin.put(np.array([99_999], np.uint64), np.full((1, 1), 2.0, np.float32))
+    assert o.find(np.array([99_999], np.uint64))[0] == -1 and twin.get(np.array([99_999], np.uint64))[0, 0] == 2.0
+
+
+def test_key_zero_and_wrong_shapes_are_refused():
+    m = BucketMap(row_words=1)
+    with pytest.raises(ValueError, match="key 0"):
+        m.put(np.array([0], np.uint64), np.zeros((1, 1), np.float32))
+    with pytest.raises(ValueError, match="does not fit"):
+        BucketMap(row_words=2, table=np.zeros((4, 8), np.uint32))
+
+
+def test_servable_rows_split_across_threads_equal_a_dict():
+    """ServableModel.rows: overlay first (with masks of evicted keys), then the owning
+    shard's image, one range of keys per thread."""
+    from ctr.modelspec import ModelSpec
+    from ctr.routing import shard_of
+    from serving.model import ServableModel
+    from serving.parallel import Splitter
+
+    rng = np.random.default_rng(4)
+    keys = np.unique(rng.integers(1, 2**64 - 1, 60_000, dtype=np.uint64))
+    rows = rng.random((keys.shape[0], 3), dtype=np.float32)
+    owner = shard_of(keys, 3)
+    images = [BucketMap.from_rows(keys[owner == s], rows[owner == s].view(np.uint32)) for s in range(3)]
+    overlay = Overlay(3)
+    changed = keys[::7]
+    overlay.put(changed, np.full((changed.shape[0], 3), -1.0, np.float32))
+    evicted = keys[1::11]
+    overlay.put(evicted, np.zeros((evicted.shape[0], 3), np.float32))
+    expect = {int(k): r for k, r in zip(keys, rows, strict=True)}
+    expect.update({int(k): np.full(3, -1.0, np.float32) for k in changed})
+    expect.update({int(k): np.zeros(3, np.float32) for k in evicted})
+    probe = np.concatenate([keys, rng.integers(1, 2**64 - 1, 500, dtype=np.uint64)])
+    rng.shuffle(probe)
+    model = ServableModel(
+        "m", 1, 1, [], ModelSpec("lr"), {"w": (0, 3)}, images, overlay, {"bias": np.zeros(1, np.float32)}, keys.shape[0]
+    )
+    serial = model.rows(probe)
+    model.splitter = Splitter(3)
+    split = model.rows(probe)
+    want = np.stack([expect.get(int(k), np.zeros(3, np.float32)) for k in probe])
+    assert np.array_equal(serial, want) and np.array_equal(split, want)
+    model.splitter.close()
