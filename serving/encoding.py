@@ -10,7 +10,7 @@ the field runs are few.
 
 from __future__ import annotations
 
-import functools
+import threading
 from dataclasses import dataclass
 
 import numba as nb
@@ -140,14 +140,19 @@ def encode_tokens(features: TokenFeatures, item_count: int, compress: bool = Tru
     return EncodedRequest(item_count, b"", b"", parts[1], parts[2], b"", parts[0], 1 if compress else 0)
 
 
-@functools.cache
+_ZSTD = threading.local()  # zstandard's (de)compressor objects must not be shared by threads
+
+
 def _compressor() -> zstandard.ZstdCompressor:
-    return zstandard.ZstdCompressor(level=1)
+    if not hasattr(_ZSTD, "compressor"):
+        _ZSTD.compressor = zstandard.ZstdCompressor(level=1)
+    return _ZSTD.compressor  # type: ignore[no-any-return]
 
 
-@functools.cache
 def _decompressor() -> zstandard.ZstdDecompressor:
-    return zstandard.ZstdDecompressor()
+    if not hasattr(_ZSTD, "decompressor"):
+        _ZSTD.decompressor = zstandard.ZstdDecompressor()
+    return _ZSTD.decompressor  # type: ignore[no-any-return]
 
 
 def decompress(req: EncodedRequest, max_bytes: int) -> EncodedRequest:

@@ -44,3 +44,27 @@ def _req():
 def test_inconsistent_requests_are_rejected_with_the_field(mutate, field):
     with pytest.raises(EncodingError, match=field):
         decode(mutate(_req()))
+
+
+def test_compressed_requests_decode_concurrently():
+    """zstandard's decompressor objects are not thread-safe: one shared by the gRPC worker
+    threads crashed the server (SIGSEGV) under 4 concurrent clients."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import numpy as np
+
+    fields = [f"f{i}" for i in range(8)]
+    enc = RequestEncoder(None, fields)
+    rng = np.random.default_rng(0)
+    req = enc.encode_columns({f: rng.integers(1, 1 << 30, (200, 5)) for f in fields})
+    assert req.compression == 1
+    from serving.service import field_hash_ids
+
+    hashes = field_hash_ids(tuple(fields))
+    want = decode(req, len(fields), hashes).keys
+
+    def many(_: int) -> bool:
+        return all(np.array_equal(decode(req, len(fields), hashes).keys, want) for _ in range(200))
+
+    with ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(many, range(4)))

@@ -1,0 +1,142 @@
+"""Serving at scale: 200 items x 500 features over gRPC loopback against a `boundless serve`
+process, for LR, FM, FFM and DeepFM, with 1 and 4 concurrent clients (each with its own
+channel), cycling through 8 distinct requests whose keys the model holds.
+
+Reports p50/p99/p999 latency (ms, the client's round trip, encoding excluded: it is
+measured in bench_client.py), requests/s, and the server's CPU use (cores busy, from
+/proc). Writes bench/results/serving.json; asserts nothing about speed.
+
+    .venv/bin/python bench/bench_serving.py [--models lr,fm,ffm,deepfm] [--keys 10000000]
+        [--requests 400] [--clients 1,4] [--score-threads 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.serving_model import publish, requests, spec_for  # noqa: E402
+from boundless.processes import start  # noqa: E402
+from modelmgr.repository import Repository  # noqa: E402
+from serving.client import PredictClient  # noqa: E402
+from serving.encoding import EncodedRequest  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+KEYS_FOR = {"lr": 10_000_000, "fm": 10_000_000, "ffm": 1_000_000, "deepfm": 10_000_000}
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def load(address: str, reqs: list[EncodedRequest], clients: int, total: int) -> tuple[list[float], float]:
+    """Latencies (s) of `total` requests spread over `clients` threads, and the wall time."""
+    per = total // clients
+    lat: list[list[float]] = [[] for _ in range(clients)]
+    go = threading.Barrier(clients + 1)
+
+    def run(i: int) -> None:
+        client = PredictClient(address)
+        protos = [client.to_proto(r) for r in reqs]
+        for p in protos[:2]:
+            client.stub.Predict(p, timeout=30)
+        go.wait()
+        for j in range(per):
+            t = time.perf_counter()
+            client.stub.Predict(protos[(i + j) % len(protos)], timeout=30)
+            lat[i].append(time.perf_counter() - t)
+        client.close()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(clients)]
+    for t in threads:
+        t.start()
+    go.wait()
+    t0 = time.perf_counter()
+    for t in threads:
+        t.join()
+    return [x for part in lat for x in part], time.perf_counter() - t0
+
+
+def bench_model(model: str, keys: int, clients: list[int], total: int, score_threads: int, work: Path) -> dict[str, Any]:
+    spec = spec_for(model, k=8 if model != "ffm" else 4, hidden=(256, 128))
+    reqs = requests(8)
+    repo = Repository(work / model, "ctr")
+    held = publish(repo, 1, spec, reqs, keys, shards=2)
+    serving = start(
+        f"serving-{model}",
+        ["serve", "--repo", str(repo.root), "--score-threads", str(score_threads), "--max-concurrent", "64"],
+        work,
+    )
+    try:
+        serving.wait_ready()
+        client = PredictClient(serving.address)
+        deadline = time.monotonic() + 300
+        while True:
+            try:
+                client.status()
+                break
+            except Exception:  # noqa: BLE001 - loading
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        client.close()
+        out: dict[str, Any] = {"keys": held, "request_bytes": int(np.mean([r.nbytes for r in reqs]))}
+        for c in clients:
+            load(serving.address, reqs, c, 4 * c)  # warm-up
+            cpu0 = cpu_seconds(serving.proc.pid)
+            lat, wall = load(serving.address, reqs, c, total if model != "ffm" else max(40, total // 10))
+            busy = (cpu_seconds(serving.proc.pid) - cpu0) / wall
+            ms = np.array(lat) * 1e3
+            out[f"clients_{c}"] = {
+                "p50_ms": float(np.percentile(ms, 50)),
+                "p99_ms": float(np.percentile(ms, 99)),
+                "p999_ms": float(np.percentile(ms, 99.9)),
+                "requests_per_s": len(lat) / wall,
+                "items_per_s": len(lat) * 200 / wall,
+                "server_cores_busy": busy,
+                "requests": len(lat),
+            }
+            print(model, c, json.dumps(out[f"clients_{c}"]), flush=True)
+        return out
+    finally:
+        serving.stop()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(allow_abbrev=False)
+    ap.add_argument("--models", default="lr,fm,ffm,deepfm")
+    ap.add_argument("--keys", type=int, default=0, help="keys per model (0: 10M, 1M for FFM's wide rows)")
+    ap.add_argument("--requests", type=int, default=400)
+    ap.add_argument("--clients", default="1,4")
+    ap.add_argument("--score-threads", type=int, default=0)
+    args = ap.parse_args()
+    results: dict[str, Any] = {"cores": os.cpu_count()}
+    with tempfile.TemporaryDirectory(prefix="bench-serving-") as tmp:
+        for model in args.models.split(","):
+            results[model] = bench_model(
+                model,
+                args.keys or KEYS_FOR[model],
+                [int(c) for c in args.clients.split(",")],
+                args.requests,
+                args.score_threads,
+                Path(tmp),
+            )
+    out = ROOT / "bench" / "results" / "serving.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(results, indent=1))
+    print(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
