@@ -152,9 +152,8 @@ def gather_into(table: U32, slots: I64, out: U32, rows_at: int) -> None:
 
 
 @nb.njit(cache=True, nogil=True)
-def lookup_rows(table: U32, keys: U64, lo: int, hi: int, shards: int, shard: int, bits: U64, out: U32, found: BOOL) -> None:
-    """Looks up keys[lo:hi] that are not found yet, that `shard` of `shards` owns (every
-    key when shards <= 1) and that the filter `bits` may hold (every key when it is empty):
+def lookup_rows(table: U32, keys: U64, lo: int, hi: int, bits: U64, out: U32, found: BOOL) -> None:
+    """Looks up keys[lo:hi] that the filter `bits` may hold (every key when it is empty):
     out[q] = the row and found[q] = True where the table holds keys[q]."""
     width = out.shape[1]
     mixed = np.empty(GROUP, dtype=np.uint64)
@@ -165,12 +164,7 @@ def lookup_rows(table: U32, keys: U64, lo: int, hi: int, shards: int, shard: int
     for start in range(lo, hi, GROUP):
         stop = min(hi, start + GROUP)
         for q in range(start, stop):
-            w = not found[q]
-            if w and shards > 1:
-                w = owner(keys[q], shards) == shard
-            if w and bits.shape[0]:
-                w = may_contain(bits, keys[q])
-            want[q - start] = w
+            want[q - start] = bits.shape[0] == 0 or may_contain(bits, keys[q])
         _find_group(table, keys, start, stop, want, mixed, first, slots, sink)
         for q in range(start, stop):
             s = slots[q - start]
@@ -180,6 +174,64 @@ def lookup_rows(table: U32, keys: U64, lo: int, hi: int, shards: int, shard: int
                 for c in range(width):
                     out[q, c] = table[b, at + c]
                 found[q] = True
+
+
+@nb.njit(cache=True, nogil=True)
+def by_owner(keys: U64, lo: int, hi: int, shards: int) -> tuple[I64, I64]:
+    """The positions lo..hi-1 grouped by the shard owning their key (ctr.routing.owner),
+    in order within a shard, and each shard's start in that list (shards + 1 bounds)."""
+    owners = np.empty(hi - lo, dtype=np.int64)
+    bounds = np.zeros(shards + 1, dtype=np.int64)
+    for q in range(lo, hi):
+        t = owner(keys[q], shards) if shards > 1 else 0
+        owners[q - lo] = t
+        bounds[t + 1] += 1
+    for t in range(shards):
+        bounds[t + 1] += bounds[t]
+    fill = bounds[:-1].copy()
+    order = np.empty(hi - lo, dtype=np.int64)
+    for q in range(lo, hi):
+        t = owners[q - lo]
+        order[fill[t]] = q
+        fill[t] += 1
+    return order, bounds
+
+
+@nb.njit(cache=True, nogil=True)
+def lookup_at(table: U32, keys: U64, at: I64, out: U32, found: BOOL) -> None:
+    """For each position q in `at` whose key is not found yet: out[q] = its row and
+    found[q] = True where the table holds keys[q]."""
+    width = out.shape[1]
+    buckets = table.shape[0]
+    first = np.empty(GROUP, dtype=np.int64)
+    mixed = np.empty(GROUP, dtype=np.uint64)
+    touched = np.uint32(0)
+    n = at.shape[0]
+    last = table.shape[1] - 1
+    for start in range(0, n, GROUP):
+        stop = min(n, start + GROUP)
+        for i in range(start, stop):  # the first pass: every first bucket's miss in flight
+            m = mix(keys[at[i]])
+            mixed[i - start] = m
+            first[i - start] = first_bucket(m, buckets)
+            # a bucket spans up to three cache lines (keys, then rows): touch each
+            touched |= table[first[i - start], 0] ^ table[first[i - start], 2 * B - 1] ^ table[first[i - start], last]
+        for i in range(start, stop):
+            q = at[i]
+            if found[q]:
+                continue
+            lo32, hi32 = _halves(keys[q])
+            s = _in_bucket(table, first[i - start], lo32, hi32)
+            if s < 0:
+                s = _in_bucket(table, second_bucket(mixed[i - start], buckets), lo32, hi32)
+            if s >= 0:
+                b = s // B
+                row = 2 * B + (s - b * B) * width
+                for c in range(width):
+                    out[q, c] = table[b, row + c]
+                found[q] = True
+    if touched == np.uint32(0x9E3779B9) and n < 0:  # never: a use of the first pass's loads
+        found[0] = True
 
 
 @nb.njit(cache=True, inline="always")

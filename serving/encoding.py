@@ -11,7 +11,9 @@ the field runs are few.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numba as nb
 import numpy as np
@@ -155,31 +157,6 @@ def _decompressor() -> zstandard.ZstdDecompressor:
     return _ZSTD.decompressor  # type: ignore[no-any-return]
 
 
-def decompress(req: EncodedRequest, max_bytes: int) -> EncodedRequest:
-    """The request with its zstd frames expanded; each may expand to max_bytes at most."""
-    if req.compression == 0:
-        return req
-    if req.compression != 1:
-        raise EncodingError(f"compression: unknown code {req.compression}")
-    out = {}
-    for name in ("dictionary", "values", "context", "items", "fields", "tokens"):
-        data = getattr(req, name)
-        if not data:
-            out[name] = data
-            continue
-        try:
-            # a declared size is checked before anything is allocated; an undeclared one is
-            # bounded while decompressing
-            if zstandard.frame_content_size(data) > max_bytes:
-                raise zstandard.ZstdError(f"the frame declares {zstandard.frame_content_size(data)} bytes")
-            out[name] = _decompressor().decompress(data, max_output_size=max_bytes)
-        except zstandard.ZstdError as e:
-            raise EncodingError(f"{name}: not a zstd frame of at most {max_bytes} bytes: {e}") from None
-    return EncodedRequest(
-        req.item_count, out["dictionary"], out["values"], out["context"], out["items"], out["fields"], out["tokens"], 0
-    )
-
-
 def _unique_pairs(
     keys: npt.NDArray[np.uint64], values: npt.NDArray[np.float32]
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
@@ -257,53 +234,101 @@ def decode(
     field_count: int = 1 << 16,
     field_hash_ids: npt.NDArray[np.uint32] | None = None,
     max_bytes: int = MAX_EXPANDED_BYTES,
+    both: Callable[[Callable[[], Any], Callable[[], Any]], tuple[Any, Any]] | None = None,
 ) -> DecodedRequest:
     """Validates and expands a request; field indices must be < field_count. A token
-    dictionary is hashed with the model's field hash ids."""
+    dictionary is hashed with the model's field hash ids. With `both` (run two calls at
+    once, serving.parallel.Splitter.both), the dictionary and the item lists are decoded on
+    two threads: neither needs the other until the indices are checked against it."""
     if req.item_count > MAX_ITEMS:
         raise EncodingError(f"item_count: {req.item_count} exceeds the limit of {MAX_ITEMS}")
-    req = decompress(req, max_bytes)
+    if req.compression not in (0, 1):
+        raise EncodingError(f"compression: unknown code {req.compression}")
+    run = both or (lambda a, b: (a(), b()))
+    (keys, values, fields), (ctx, offsets, indices) = run(
+        lambda: _dictionary(req, field_count, field_hash_ids, max_bytes),
+        lambda: _lists(req, max_bytes),
+    )
+    n = keys.shape[0]
+    for name, idx in (("context", ctx), ("items", indices)):
+        if idx.shape[0] and int(idx.max()) >= n:
+            raise EncodingError(f"{name}: index out of the dictionary's range")
+    return DecodedRequest(keys, values, fields, ctx, offsets, indices)
+
+
+def _expanded(req: EncodedRequest, name: str, max_bytes: int) -> bytes:
+    """One bytes field of the request, its zstd frame expanded when compressed."""
+    data: bytes = getattr(req, name)
+    if req.compression == 0 or not data:
+        return data
+    try:
+        # a declared size is checked before anything is allocated; an undeclared one is
+        # bounded while decompressing
+        if zstandard.frame_content_size(data) > max_bytes:
+            raise zstandard.ZstdError(f"the frame declares {zstandard.frame_content_size(data)} bytes")
+        return _decompressor().decompress(data, max_output_size=max_bytes)  # type: ignore[no-any-return]
+    except zstandard.ZstdError as e:
+        raise EncodingError(f"{name}: not a zstd frame of at most {max_bytes} bytes: {e}") from None
+
+
+def _dictionary(
+    req: EncodedRequest, field_count: int, field_hash_ids: npt.NDArray[np.uint32] | None, max_bytes: int
+) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.float32], npt.NDArray[np.int32]]:
+    """keys, values and fields of the dictionary entries."""
+    tokens = _expanded(req, "tokens", max_bytes)
     token_fields = None
-    if req.tokens:
+    if tokens:
         if req.dictionary or req.fields:
             raise EncodingError("tokens: a request carries either tokens or dictionary and fields, not both")
         if field_hash_ids is None or field_hash_ids.shape[0] == 0:
             raise EncodingError("tokens: this model has no field list to hash tokens with; send hashed keys")
         try:
-            blocks = decode_blocks(np.frombuffer(req.tokens, dtype=np.uint8), max_bytes)
+            blocks = decode_blocks(np.frombuffer(tokens, dtype=np.uint8), max_bytes)
             keys, token_fields = keys_of_blocks(*blocks, field_hash_ids[:field_count])
         except ValueError as e:
             raise EncodingError(f"tokens: {e}") from None
     else:
-        if len(req.dictionary) % 8:
-            raise EncodingError(f"dictionary: {len(req.dictionary)} bytes is not a whole number of uint64 keys")
-        keys = np.frombuffer(req.dictionary, dtype="<u8").astype(np.uint64, copy=False)
+        dictionary = _expanded(req, "dictionary", max_bytes)
+        if len(dictionary) % 8:
+            raise EncodingError(f"dictionary: {len(dictionary)} bytes is not a whole number of uint64 keys")
+        keys = np.frombuffer(dictionary, dtype="<u8").astype(np.uint64, copy=False)
     n = keys.shape[0]
-    if req.values:
-        if len(req.values) != 4 * n:
-            raise EncodingError(f"values: {len(req.values)} bytes for {n} dictionary entries")
-        values = np.frombuffer(req.values, dtype="<f4").astype(np.float32, copy=False)
+    raw_values = _expanded(req, "values", max_bytes)
+    if raw_values:
+        if len(raw_values) != 4 * n:
+            raise EncodingError(f"values: {len(raw_values)} bytes for {n} dictionary entries")
+        values = np.frombuffer(raw_values, dtype="<f4").astype(np.float32, copy=False)
         if not np.isfinite(values).all():
             raise EncodingError("values: non-finite feature value")
     else:
         values = np.ones(n, dtype=np.float32)
-    try:
-        _, ctx = (
-            decode_index_lists(np.frombuffer(req.context, dtype=np.uint8), 1, n) if req.context else (None, np.zeros(0, np.int64))
-        )
-    except ValueError as e:
-        raise EncodingError(f"context: {e}") from None
-    try:
-        offsets, indices = decode_index_lists(np.frombuffer(req.items, dtype=np.uint8), req.item_count, n)
-    except ValueError as e:
-        raise EncodingError(f"items: {e}") from None
+    raw_fields = _expanded(req, "fields", max_bytes)
     if token_fields is not None:
         fields = token_fields
-    elif req.fields:
+    elif raw_fields:
         try:
-            fields = decode_runs(np.frombuffer(req.fields, dtype=np.uint8), n, field_count)
+            fields = decode_runs(np.frombuffer(raw_fields, dtype=np.uint8), n, field_count)
         except ValueError as e:
             raise EncodingError(f"fields: {e}") from None
     else:
         fields = np.zeros(n, dtype=np.int32)
-    return DecodedRequest(keys, values, fields, ctx, offsets, indices)
+    return keys, values, fields
+
+
+def _lists(req: EncodedRequest, max_bytes: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The context's and the items' index lists (checked against the dictionary later)."""
+    unbounded = 1 << 62
+    context = _expanded(req, "context", max_bytes)
+    try:
+        _, ctx = (
+            decode_index_lists(np.frombuffer(context, dtype=np.uint8), 1, unbounded) if context else (None, np.zeros(0, np.int64))
+        )
+    except ValueError as e:
+        raise EncodingError(f"context: {e}") from None
+    try:
+        offsets, indices = decode_index_lists(
+            np.frombuffer(_expanded(req, "items", max_bytes), dtype=np.uint8), req.item_count, unbounded
+        )
+    except ValueError as e:
+        raise EncodingError(f"items: {e}") from None
+    return ctx, offsets, indices

@@ -10,6 +10,7 @@ split across the scoring threads (serving.parallel).
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ import numpy.typing as npt
 from safetensors.numpy import load_file
 
 from ctr import modelfile
-from ctr.bucket_kernels import lookup_rows
+from ctr.bucket_kernels import by_owner, lookup_at, lookup_rows
 from ctr.bucket_map import BucketMap
 from ctr.modelspec import ModelSpec
 from serving.encoding import DecodedRequest
@@ -29,7 +30,6 @@ from serving.kernels import deep_inputs, ffm_score_items, fm_score_items, lr_sco
 from serving.overlay import Overlay
 from serving.parallel import SERIAL, Splitter
 
-NO_FILTER = np.zeros(0, dtype=np.uint64)
 PART_WORK = 1 << 18  # multiply-adds worth a range of items on another thread
 
 
@@ -67,6 +67,17 @@ class ServableModel:
     loaded_at: float = field(default_factory=time.time)
     active: int = 0  # requests scoring with it now (serving.watcher.ModelWatcher.use)
 
+    @functools.cached_property
+    def tables(self) -> tuple[npt.NDArray[np.uint32], ...]:
+        """The images' tables, read-only alike (one compiled lookup for mmapped and copied)."""
+        out = []
+        for image in self.images:
+            view = image.table.view(np.ndarray) if isinstance(image.table, np.memmap) else image.table
+            view = view.view()
+            view.flags.writeable = False
+            out.append(view)
+        return tuple(out)
+
     @property
     def bias(self) -> float:
         return float(self.dense["bias"][0])
@@ -79,13 +90,14 @@ class ServableModel:
         n = keys.shape[0]
         out = np.zeros((n, self.overlay.row_words), dtype=np.uint32)
         found = np.zeros(n, dtype=np.bool_)
-        overlay, images = self.overlay, self.images
+        overlay, tables = self.overlay, self.tables
 
         def part(lo: int, hi: int) -> None:
             if overlay.size:
-                lookup_rows(overlay.map.table, keys, lo, hi, 1, 0, overlay.bits, out, found)
-            for s, image in enumerate(images):
-                lookup_rows(image.table, keys, lo, hi, len(images), s, NO_FILTER, out, found)
+                lookup_rows(overlay.map.table, keys, lo, hi, overlay.bits, out, found)
+            order, bounds = by_owner(keys, lo, hi, len(tables))
+            for s, table in enumerate(tables):
+                lookup_at(table, keys, order[bounds[s] : bounds[s + 1]], out, found)
 
         self.splitter.run(part, n)
         return out.view(np.float32)

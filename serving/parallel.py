@@ -7,6 +7,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TypeVar
+
+T = TypeVar("T")
+U = TypeVar("U")
 
 MIN_PART = 8192  # smallest range worth a hand-off to another thread
 
@@ -34,6 +38,17 @@ class Splitter:
         finally:
             for f in futures:
                 f.result()
+
+    def both(self, first: Callable[[], T], second: Callable[[], U]) -> tuple[T, U]:
+        """first() here and second() on the pool at the same time (in turn when serial)."""
+        if self.threads == 1:
+            return first(), second()
+        later = self._executor().submit(second)
+        try:
+            a = first()
+        finally:
+            b = later.result()
+        return a, b
 
     def _executor(self) -> ThreadPoolExecutor:
         with self._lock:

@@ -64,7 +64,9 @@ class PredictorServicer(predict_pb2_grpc.PredictorServicer):
                 request.tokens,
                 request.compression,
             )
-            req = decode(encoded, max(1, model.spec.field_count), field_hash_ids(tuple(model.spec.fields)))
+            req = decode(
+                encoded, max(1, model.spec.field_count), field_hash_ids(tuple(model.spec.fields)), both=model.splitter.both
+            )
         except EncodingError as e:
             _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"Predict: {e}")
         if model.spec.needs_fields and not request.fields and not request.tokens:

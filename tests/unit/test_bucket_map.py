@@ -76,9 +76,9 @@ def test_find_matches_the_python_reference():
     assert [int(bk.mix(np.uint64(k))) for k in probe[:20]] == [bk.mix_reference(int(k)) for k in probe[:20]]
 
 
-def test_lookup_rows_honours_found_owner_and_filter():
-    """The serving kernel: skips found keys and other shards' keys; a filter that rules a
-    key out stops the probe."""
+def test_serving_lookups_honour_found_owner_and_filter():
+    """The serving kernels: by_owner groups positions by shard, lookup_at skips found keys;
+    a filter that rules a key out stops lookup_rows."""
     from ctr.routing import shard_of
 
     keys = np.arange(1, 1001, dtype=np.uint64)
@@ -86,14 +86,17 @@ def test_lookup_rows_honours_found_owner_and_filter():
     out = np.zeros((1000, 1), np.uint32)
     found = np.zeros(1000, np.bool_)
     found[:10] = True
-    bk.lookup_rows(m.table, keys, 0, 1000, 2, 1, np.zeros(0, np.uint64), out, found)
+    order, bounds = bk.by_owner(keys, 0, 1000, 2)
+    assert sorted(order.tolist()) == list(range(1000)) and bounds.tolist() == [0, int((shard_of(keys, 2) == 0).sum()), 1000]
+    assert (shard_of(keys[order[: bounds[1]]], 2) == 0).all() and (np.diff(order[: bounds[1]]) > 0).all()
+    bk.lookup_at(m.table, keys, order[bounds[1] :], out, found)  # shard 1's positions only
     mine = shard_of(keys, 2) == 1
     assert np.array_equal(found[10:], mine[10:]) and np.array_equal(out[10:, 0][mine[10:]], keys[10:][mine[10:]])
     bits = np.zeros(key_filter.words_for(10), np.uint64)
     key_filter.add_keys(bits, keys[:10])
     out[:] = 0
     found[:] = False
-    bk.lookup_rows(m.table, keys, 0, 1000, 1, 0, bits, out, found)
+    bk.lookup_rows(m.table, keys, 0, 1000, bits, out, found)
     assert found[:10].all() and found.sum() < 40  # the rest only by the filter's rare false positives
 
 
