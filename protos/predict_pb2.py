@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\rpredict.proto\x12\x11\x62oundless.predict\"\xac\x01\n\x0ePredictRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x12\n\nitem_count\x18\x02 \x01(\r\x12\x12\n\ndictionary\x18\x03 \x01(\x0c\x12\x0e\n\x06values\x18\x04 \x01(\x0c\x12\x0f\n\x07\x63ontext\x18\x05 \x01(\x0c\x12\r\n\x05items\x18\x06 \x01(\x0c\x12\x0e\n\x06\x66ields\x18\x07 \x01(\x0c\x12\x0e\n\x06tokens\x18\x08 \x01(\x0c\x12\x13\n\x0b\x63ompression\x18\t \x01(\r\"A\n\x0fPredictResponse\x12\x0e\n\x06scores\x18\x01 \x03(\x02\x12\r\n\x05model\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\x04\"#\n\x12ModelStatusRequest\x12\r\n\x05model\x18\x01 \x01(\t\"\xa0\x01\n\x13ModelStatusResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x04\x12\x14\n\x0c\x62\x61se_version\x18\x03 \x01(\x04\x12\x0e\n\x06policy\x18\x04 \x01(\t\x12\x0c\n\x04keys\x18\x05 \x01(\x04\x12\x11\n\tloaded_at\x18\x06 \x01(\x01\x12\x12\n\nmodel_type\x18\x07 \x01(\t\x12\x0e\n\x06\x66ields\x18\x08 \x03(\t\"\x1f\n\x0eRefreshRequest\x12\r\n\x05model\x18\x01 \x01(\t\"\"\n\x0fRefreshResponse\x12\x0f\n\x07version\x18\x01 \x01(\x04\x32\x8d\x02\n\tPredictor\x12P\n\x07Predict\x12!.boundless.predict.PredictRequest\x1a\".boundless.predict.PredictResponse\x12\\\n\x0bModelStatus\x12%.boundless.predict.ModelStatusRequest\x1a&.boundless.predict.ModelStatusResponse\x12P\n\x07Refresh\x12!.boundless.predict.RefreshRequest\x1a\".boundless.predict.RefreshResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\rpredict.proto\x12\x11\x62oundless.predict\"\xac\x01\n\x0ePredictRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x12\n\nitem_count\x18\x02 \x01(\r\x12\x12\n\ndictionary\x18\x03 \x01(\x0c\x12\x0e\n\x06values\x18\x04 \x01(\x0c\x12\x0f\n\x07\x63ontext\x18\x05 \x01(\x0c\x12\r\n\x05items\x18\x06 \x01(\x0c\x12\x0e\n\x06\x66ields\x18\x07 \x01(\x0c\x12\x0e\n\x06tokens\x18\x08 \x01(\x0c\x12\x13\n\x0b\x63ompression\x18\t \x01(\r\"A\n\x0fPredictResponse\x12\x0e\n\x06scores\x18\x01 \x03(\x02\x12\r\n\x05model\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\x04\"#\n\x12ModelStatusRequest\x12\r\n\x05model\x18\x01 \x01(\t\"\xa0\x01\n\x13ModelStatusResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x04\x12\x14\n\x0c\x62\x61se_version\x18\x03 \x01(\x04\x12\x0e\n\x06policy\x18\x04 \x01(\t\x12\x0c\n\x04keys\x18\x05 \x01(\x04\x12\x11\n\tloaded_at\x18\x06 \x01(\x01\x12\x12\n\nmodel_type\x18\x07 \x01(\t\x12\x0e\n\x06\x66ields\x18\x08 \x03(\t\"\x1f\n\x0eRefreshRequest\x12\r\n\x05model\x18\x01 \x01(\t\"\"\n\x0fRefreshResponse\x12\x0f\n\x07version\x18\x01 \x01(\x04\",\n\rLookupRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0c\n\x04keys\x18\x02 \x01(\x0c\">\n\x0eLookupResponse\x12\x0c\n\x04rows\x18\x01 \x01(\x0c\x12\r\n\x05width\x18\x02 \x01(\r\x12\x0f\n\x07version\x18\x03 \x01(\x04\"\x84\x01\n\x0ePartialRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x12\n\nitem_count\x18\x02 \x01(\r\x12\x0c\n\x04keys\x18\x03 \x01(\x0c\x12\x0e\n\x06values\x18\x04 \x01(\x0c\x12\x0f\n\x07\x63ontext\x18\x05 \x01(\x0c\x12\x0f\n\x07offsets\x18\x06 \x01(\x0c\x12\x0f\n\x07indices\x18\x07 \x01(\x0c\"?\n\x0fPartialResponse\x12\x0c\n\x04sums\x18\x01 \x01(\x0c\x12\r\n\x05width\x18\x02 \x01(\r\x12\x0f\n\x07version\x18\x03 \x01(\x04\x32\x8d\x02\n\tPredictor\x12P\n\x07Predict\x12!.boundless.predict.PredictRequest\x1a\".boundless.predict.PredictResponse\x12\\\n\x0bModelStatus\x12%.boundless.predict.ModelStatusRequest\x1a&.boundless.predict.ModelStatusResponse\x12P\n\x07Refresh\x12!.boundless.predict.RefreshRequest\x1a\".boundless.predict.RefreshResponse2\xae\x01\n\x0bShardScorer\x12M\n\x06Lookup\x12 .boundless.predict.LookupRequest\x1a!.boundless.predict.LookupResponse\x12P\n\x07Partial\x12!.boundless.predict.PartialRequest\x1a\".boundless.predict.PartialResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -43,6 +43,16 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_REFRESHREQUEST']._serialized_end=509
   _globals['_REFRESHRESPONSE']._serialized_start=511
   _globals['_REFRESHRESPONSE']._serialized_end=545
-  _globals['_PREDICTOR']._serialized_start=548
-  _globals['_PREDICTOR']._serialized_end=817
+  _globals['_LOOKUPREQUEST']._serialized_start=547
+  _globals['_LOOKUPREQUEST']._serialized_end=591
+  _globals['_LOOKUPRESPONSE']._serialized_start=593
+  _globals['_LOOKUPRESPONSE']._serialized_end=655
+  _globals['_PARTIALREQUEST']._serialized_start=658
+  _globals['_PARTIALREQUEST']._serialized_end=790
+  _globals['_PARTIALRESPONSE']._serialized_start=792
+  _globals['_PARTIALRESPONSE']._serialized_end=855
+  _globals['_PREDICTOR']._serialized_start=858
+  _globals['_PREDICTOR']._serialized_end=1127
+  _globals['_SHARDSCORER']._serialized_start=1130
+  _globals['_SHARDSCORER']._serialized_end=1304
 # @@protoc_insertion_point(module_scope)

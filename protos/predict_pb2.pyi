@@ -207,3 +207,126 @@ class RefreshResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RefreshResponse: _TypeAlias = RefreshResponse  # noqa: Y015
+
+@_typing.final
+class LookupRequest(_message.Message):
+    """Sharded serving (serving/router.py): a front end fans a request's unique keys out to the
+    shard replicas (`boundless serve --shard i/N`), each holding only the keys it owns.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MODEL_FIELD_NUMBER: _builtins.int
+    KEYS_FIELD_NUMBER: _builtins.int
+    model: _builtins.str
+    keys: _builtins.bytes
+    """uint64 little-endian, each owned by this shard"""
+    def __init__(
+        self,
+        *,
+        model: _builtins.str = ...,
+        keys: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["keys", b"keys", "model", b"model"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LookupRequest: _TypeAlias = LookupRequest  # noqa: Y015
+
+@_typing.final
+class LookupResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ROWS_FIELD_NUMBER: _builtins.int
+    WIDTH_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
+    rows: _builtins.bytes
+    """float32 [keys, width] little-endian; zeros for absent keys"""
+    width: _builtins.int
+    version: _builtins.int
+    def __init__(
+        self,
+        *,
+        rows: _builtins.bytes = ...,
+        width: _builtins.int = ...,
+        version: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["rows", b"rows", "version", b"version", "width", b"width"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LookupResponse: _TypeAlias = LookupResponse  # noqa: Y015
+
+@_typing.final
+class PartialRequest(_message.Message):
+    """Per-item partial sums of LR and FM over this shard's keys: the front end adds them up."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MODEL_FIELD_NUMBER: _builtins.int
+    ITEM_COUNT_FIELD_NUMBER: _builtins.int
+    KEYS_FIELD_NUMBER: _builtins.int
+    VALUES_FIELD_NUMBER: _builtins.int
+    CONTEXT_FIELD_NUMBER: _builtins.int
+    OFFSETS_FIELD_NUMBER: _builtins.int
+    INDICES_FIELD_NUMBER: _builtins.int
+    model: _builtins.str
+    item_count: _builtins.int
+    keys: _builtins.bytes
+    """uint64 little-endian, each owned by this shard"""
+    values: _builtins.bytes
+    """float32 per key"""
+    context: _builtins.bytes
+    """int32 indices into keys: the shared context's features here"""
+    offsets: _builtins.bytes
+    """int32 [item_count + 1]: item i's features are indices[offsets[i]:offsets[i+1]]"""
+    indices: _builtins.bytes
+    """int32 indices into keys"""
+    def __init__(
+        self,
+        *,
+        model: _builtins.str = ...,
+        item_count: _builtins.int = ...,
+        keys: _builtins.bytes = ...,
+        values: _builtins.bytes = ...,
+        context: _builtins.bytes = ...,
+        offsets: _builtins.bytes = ...,
+        indices: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["context", b"context", "indices", b"indices", "item_count", b"item_count", "keys", b"keys", "model", b"model", "offsets", b"offsets", "values", b"values"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PartialRequest: _TypeAlias = PartialRequest  # noqa: Y015
+
+@_typing.final
+class PartialResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SUMS_FIELD_NUMBER: _builtins.int
+    WIDTH_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
+    sums: _builtins.bytes
+    """float32 [item_count, width]: sum w x, then per factor sum v x and sum (v x)^2"""
+    width: _builtins.int
+    version: _builtins.int
+    def __init__(
+        self,
+        *,
+        sums: _builtins.bytes = ...,
+        width: _builtins.int = ...,
+        version: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["sums", b"sums", "version", b"version", "width", b"width"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PartialResponse: _TypeAlias = PartialResponse  # noqa: Y015

@@ -181,3 +181,118 @@ class Predictor:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class ShardScorerStub:
+    """Missing associated documentation comment in .proto file."""
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.Lookup = channel.unary_unary(
+                '/boundless.predict.ShardScorer/Lookup',
+                request_serializer=predict__pb2.LookupRequest.SerializeToString,
+                response_deserializer=predict__pb2.LookupResponse.FromString,
+                _registered_method=True)
+        self.Partial = channel.unary_unary(
+                '/boundless.predict.ShardScorer/Partial',
+                request_serializer=predict__pb2.PartialRequest.SerializeToString,
+                response_deserializer=predict__pb2.PartialResponse.FromString,
+                _registered_method=True)
+
+
+class ShardScorerServicer:
+    """Missing associated documentation comment in .proto file."""
+
+    def Lookup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Partial(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_ShardScorerServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'Lookup': grpc.unary_unary_rpc_method_handler(
+                    servicer.Lookup,
+                    request_deserializer=predict__pb2.LookupRequest.FromString,
+                    response_serializer=predict__pb2.LookupResponse.SerializeToString,
+            ),
+            'Partial': grpc.unary_unary_rpc_method_handler(
+                    servicer.Partial,
+                    request_deserializer=predict__pb2.PartialRequest.FromString,
+                    response_serializer=predict__pb2.PartialResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'boundless.predict.ShardScorer', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('boundless.predict.ShardScorer', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class ShardScorer:
+    """Missing associated documentation comment in .proto file."""
+
+    @staticmethod
+    def Lookup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/boundless.predict.ShardScorer/Lookup',
+            predict__pb2.LookupRequest.SerializeToString,
+            predict__pb2.LookupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Partial(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/boundless.predict.ShardScorer/Partial',
+            predict__pb2.PartialRequest.SerializeToString,
+            predict__pb2.PartialResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

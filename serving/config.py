@@ -17,6 +17,17 @@ class ServingConfig:
     score_threads: int = field(
         default=0, metadata={"help": "threads one request's lookups and scoring may use (0: one per core)"}
     )
+    shard: str = field(
+        default="", metadata={"help": "serve part i/N of the model (the shard files s with s mod N == i) to a router"}
+    )
+    router: bool = field(default=False, metadata={"help": "be the front end of sharded serving (needs --shards)"})
+    shards: str = field(
+        default="", metadata={"help": "the router's serving shards: replicas of a shard split by |, shards by comma"}
+    )
+    fanout_deadline_ms: float = field(default=200.0, metadata={"help": "the router's deadline for every shard's answer"})
+    hedge_min_ms: float = field(
+        default=2.0, metadata={"help": "the least wait before a hedged request to a shard's next replica"}
+    )
     max_concurrent: int = field(
         default=16, metadata={"help": "requests in flight at once; more are refused with RESOURCE_EXHAUSTED"}
     )

@@ -176,3 +176,64 @@ def lr_score_items_reference(context: I64, offsets: I64, indices: I64, contrib: 
     base = bias + float(contrib[context].astype(np.float64).sum())
     z = np.array([base + contrib[indices[a:b]].astype(np.float64).sum() for a, b in zip(offsets[:-1], offsets[1:], strict=True)])
     return (1.0 / (1.0 + np.exp(-z))).astype(np.float32)
+
+
+@nb.njit(cache=True, nogil=True)
+def partial_sums(context: I64, offsets: I64, indices: I64, x: F32, rows: F32, v_at: int, k: int) -> F32:
+    """Per item, over the features given (one shard's share of a request; the context's
+    share included in every item): [sum w x, then per factor t: sum v_t x, sum (v_t x)^2].
+    A router adds these up across shards and finishes LR and FM exactly (finish_fm)."""
+    width = 1 + 2 * k
+    ctx = np.zeros(width, dtype=np.float64)
+    for c in range(context.shape[0]):
+        j = context[c]
+        ctx[0] += rows[j, 0] * x[j]
+        for t in range(k):
+            vx = rows[j, v_at + t] * x[j]
+            ctx[1 + t] += vx
+            ctx[1 + k + t] += vx * vx
+    n = offsets.shape[0] - 1
+    out = np.empty((n, width), dtype=np.float32)
+    acc = np.empty(width, dtype=np.float64)
+    for i in range(n):
+        acc[:] = ctx
+        for a in range(offsets[i], offsets[i + 1]):
+            j = indices[a]
+            acc[0] += rows[j, 0] * x[j]
+            for t in range(k):
+                vx = rows[j, v_at + t] * x[j]
+                acc[1 + t] += vx
+                acc[1 + k + t] += vx * vx
+        for c in range(width):
+            out[i, c] = acc[c]
+    return out
+
+
+def finish_fm(sums: npt.NDArray[np.float64], k: int, bias: float, scale: npt.NDArray[np.float64]) -> F32:
+    """Scores from partial sums added over every shard: sigmoid(bias + sum w x + scale *
+    sum_t (S_t^2 - Q_t) / 2); k = 0 is LR."""
+    z = bias + sums[:, 0]
+    if k:
+        s, q = sums[:, 1 : 1 + k], sums[:, 1 + k : 1 + 2 * k]
+        z = z + scale * 0.5 * (s * s - q).sum(axis=1)
+    return (1.0 / (1.0 + np.exp(-z))).astype(np.float32)
+
+
+def sum_squares_per_item(context: I64, offsets: I64, indices: I64, x: F32) -> npt.NDArray[np.float64]:
+    """sum x^2 over the context and each item's features (FM's instance normalization)."""
+    sq = x.astype(np.float64) ** 2
+    ctx = float(sq[context].sum())
+    per = np.add.reduceat(sq[indices], offsets[:-1]) if indices.shape[0] else np.zeros(offsets.shape[0] - 1)
+    per = np.where(np.diff(offsets) > 0, per, 0.0)  # reduceat repeats a value for empty items
+    return ctx + per  # type: ignore[no-any-return]
+
+
+def partial_sums_reference(context: I64, offsets: I64, indices: I64, x: F32, rows: F32, v_at: int, k: int) -> F32:
+    out = []
+    for a, b in zip(offsets[:-1], offsets[1:], strict=True):
+        feats = np.concatenate([context, indices[a:b]])
+        xs = x[feats].astype(np.float64)
+        lin = float((rows[feats, 0] * xs).sum())
+        vx = rows[feats, v_at : v_at + k].astype(np.float64) * xs[:, None]
+        out.append(np.concatenate([[lin], vx.sum(axis=0), (vx * vx).sum(axis=0)]))
+    return np.array(out, dtype=np.float32).reshape(-1, 1 + 2 * k)

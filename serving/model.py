@@ -26,9 +26,10 @@ from ctr.bucket_kernels import by_owner, lookup_at, lookup_rows
 from ctr.bucket_map import BucketMap
 from ctr.modelspec import ModelSpec
 from serving.encoding import DecodedRequest
-from serving.kernels import deep_inputs, ffm_score_items, fm_score_items, lr_score_items
+from serving.kernels import deep_inputs, ffm_score_items, fm_score_items, lr_score_items, partial_sums
 from serving.overlay import Overlay
 from serving.parallel import SERIAL, Splitter
+from serving.shard_part import WHOLE, ShardPart
 
 PART_WORK = 1 << 18  # multiply-adds worth a range of items on another thread
 
@@ -64,6 +65,9 @@ class ServableModel:
     keys: int
     net: Any = None  # ctr.deep.DeepCTR for wdl and deepfm
     splitter: Splitter = SERIAL
+    shard_count: int = 1  # the version's shard files: keys are routed over these
+    held: tuple[int, ...] = (0,)  # which of them `images` holds, in order (serving.shard_part)
+    part: ShardPart = WHOLE
     loaded_at: float = field(default_factory=time.time)
     active: int = 0  # requests scoring with it now (serving.watcher.ModelWatcher.use)
 
@@ -95,15 +99,20 @@ class ServableModel:
         def part(lo: int, hi: int) -> None:
             if overlay.size:
                 lookup_rows(overlay.map.table, keys, lo, hi, overlay.bits, out, found)
-            order, bounds = by_owner(keys, lo, hi, len(tables))
-            for s, table in enumerate(tables):
+            if not tables:
+                return
+            order, bounds = by_owner(keys, lo, hi, self.shard_count)
+            for s, table in zip(self.held, tables, strict=True):
                 lookup_at(table, keys, order[bounds[s] : bounds[s + 1]], out, found)
 
         self.splitter.run(part, n)
         return out.view(np.float32)
 
-    def score(self, req: DecodedRequest) -> npt.NDArray[np.float32]:
-        rows = self.rows(req.keys)
+    def score(self, req: DecodedRequest, rows: npt.NDArray[np.float32] | None = None) -> npt.NDArray[np.float32]:
+        """Scores the request's items; `rows` are its dictionary's rows when a router
+        fetched them from the shards (else they are looked up here)."""
+        if rows is None:
+            rows = self.rows(req.keys)
         t = self.spec.type
         if t == "lr":
             contrib = np.ascontiguousarray(rows[:, 0]) * req.values
@@ -151,6 +160,13 @@ class ServableModel:
             self.spec.pair_norm,
         )
         return self.net.predict(pooled, partial)  # type: ignore[no-any-return]
+
+    def partial(self, req: DecodedRequest) -> npt.NDArray[np.float32]:
+        """LR and FM partial sums per item over the request's features (serving.kernels)."""
+        rows = self.rows(req.keys)
+        k = self.spec.k if self.spec.type == "fm" else 0
+        v_at = self.columns[self.spec.embedding_table() or "v"][0] if k else 0
+        return partial_sums(req.context, req.item_offsets, req.item_indices, req.values, rows, v_at, k)  # type: ignore[no-any-return]
 
     def _per_items(
         self, req: DecodedRequest, work_per_feature: int, kernel: Callable[[npt.NDArray[np.int64]], npt.NDArray[np.float32]]
@@ -221,15 +237,20 @@ def load(
     current: ServableModel | None,
     spare: ServableModel | None = None,
     splitter: Splitter = SERIAL,
+    part: ShardPart = WHOLE,
 ) -> ServableModel:
     """Builds the servable of a version; reuses current's images when the new version
     extends current's delta chain. Its overlay is then `spare`'s (a retired version of the
     same chain that no request uses any more: a double buffer, brought up to date with the
     deltas it lacks, so a delta costs its own rows and the one before), or else a copy of
-    current's."""
+    current's. With a `part`, only the shard files it holds are loaded."""
     spec = spec_of(manifest)
     chain = list(manifest["delta_chain"])
-    if current is not None and extends(chain, manifest, current):
+    all_files = _sparse_files(base_manifest, "sparse_full")
+    shard_count = int(base_manifest.get("shard_count") or len(all_files) or 1)
+    part.check(shard_count)
+    held = tuple(modelfile.file_shard(f) for f in all_files if part.holds(modelfile.file_shard(f)))
+    if current is not None and extends(chain, manifest, current) and current.held == held:
         images, columns = current.images, current.columns
         if spare is not None and extends(current.chain, manifest, spare) and spare.images is current.images:
             overlay, todo = spare.overlay, chain_dirs[len(spare.chain) :]
@@ -238,9 +259,8 @@ def load(
             overlay = current.overlay.copy()
             todo = chain_dirs[len(current.chain) :]
     else:
-        shard_files = _sparse_files(base_manifest, "sparse_full")
-        columns = parse_columns(shard_files[0].get("columns", "w:1")) if shard_files else {"w": (0, 1)}
-        images = [modelfile.load_image(base_dir / f["name"]) for f in shard_files]
+        columns = parse_columns(all_files[0].get("columns", "w:1")) if all_files else {"w": (0, 1)}
+        images = [modelfile.load_image(base_dir / f["name"]) for f in all_files if modelfile.file_shard(f) in held]
         width = sum(d for _, d in columns.values())
         if any(i.row_words != width for i in images):
             raise ValueError(f"an image's rows do not hold the {width} columns its manifest lists")
@@ -248,7 +268,8 @@ def load(
         todo = chain_dirs
     for d, m in todo:
         for f in _sparse_files(m, "sparse_delta"):
-            apply_delta(overlay, d / f["name"], images)
+            if modelfile.file_shard(f) in held:
+                apply_delta(overlay, d / f["name"], images)
     dense = _dense(version_dir, manifest["files"])
     return ServableModel(
         name=str(manifest["model"]),
@@ -263,4 +284,7 @@ def load(
         keys=sum(i.size for i in images) + overlay.size,
         net=_net(spec, dense),
         splitter=splitter,
+        shard_count=shard_count,
+        held=held,
+        part=part,
     )

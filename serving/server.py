@@ -6,14 +6,20 @@ import argparse
 import os
 from pathlib import Path
 
+import grpc
+
 from ctr import config as cfg
 from ctr import daemon
 from modelmgr.repository import Repository
 from protos import predict_pb2, predict_pb2_grpc
 from serving.config import ServingConfig
+from serving.fanout import FanOut, parse_shards
 from serving.local_copies import LocalCopies
 from serving.parallel import Splitter
+from serving.router import Router
 from serving.service import PredictorServicer
+from serving.shard_part import ROUTER, WHOLE, ShardPart
+from serving.shard_service import ShardScorerServicer
 from serving.watcher import ModelWatcher
 
 ENV_PREFIX = "BOUNDLESS_SERVING_"
@@ -28,23 +34,51 @@ def run(args: argparse.Namespace) -> int:
     log = daemon.setup_logging("serving", conf.log_level)
     copies = LocalCopies(Path(conf.copies_dir) if conf.copies_dir else None)
     splitter = Splitter(conf.score_threads or os.cpu_count() or 1)
-    watcher = ModelWatcher(Repository(conf.repo, conf.model), conf.poll_s, copies, splitter)
+    if conf.router and conf.shard:
+        raise SystemExit("serve: --router and --shard exclude each other")
+    part = ROUTER if conf.router else ShardPart.parse(conf.shard)
+    max_bytes = int(conf.max_request_mb * (1 << 20))
+    fanout = (
+        FanOut(parse_shards(conf.shards), conf.fanout_deadline_ms / 1e3, conf.hedge_min_ms / 1e3, max_bytes)
+        if conf.router
+        else None
+    )
+    watcher = ModelWatcher(Repository(conf.repo, conf.model), conf.poll_s, copies, splitter, part)
     watcher.start()
-    name = predict_pb2.DESCRIPTOR.services_by_name["Predictor"].full_name
+    router = Router(fanout, watcher) if fanout is not None else None
+    names = [predict_pb2.DESCRIPTOR.services_by_name["Predictor"].full_name]
+    if part not in (WHOLE, ROUTER):
+        names.append(predict_pb2.DESCRIPTOR.services_by_name["ShardScorer"].full_name)
+
+    def register(s: grpc.Server) -> None:
+        predict_pb2_grpc.add_PredictorServicer_to_server(PredictorServicer(watcher, conf.max_items, router), s)
+        if part not in (WHOLE, ROUTER):
+            predict_pb2_grpc.add_ShardScorerServicer_to_server(ShardScorerServicer(watcher), s)
+
     server, port, _ = daemon.grpc_server(
         conf.host,
         conf.port,
         conf.workers,
-        lambda s: predict_pb2_grpc.add_PredictorServicer_to_server(PredictorServicer(watcher, conf.max_items), s),
-        [name],
-        max_message_bytes=int(conf.max_request_mb * (1 << 20)),
+        register,
+        names,
+        max_message_bytes=max_bytes,
         max_concurrent=conf.max_concurrent,
     )
     metrics_port = daemon.metrics_server(conf.host, conf.metrics_port)
-    log.info("serving %s from %s on %s:%d, metrics on :%d", conf.model, conf.repo, conf.host, port, metrics_port)
+    log.info(
+        "serving %s from %s on %s:%d (%s), metrics on :%d",
+        conf.model,
+        conf.repo,
+        conf.host,
+        port,
+        "whole model" if part == WHOLE else f"shard {part}",
+        metrics_port,
+    )
     daemon.write_ready_file(conf.ready_file, grpc_port=port, metrics_port=metrics_port)
     daemon.wait_for_stop_signal()
     watcher.stop()
     server.stop(grace=2).wait()
     splitter.close()
+    if fanout is not None:
+        fanout.close()
     return 0

@@ -14,7 +14,10 @@ from ctr.hashing import field_id
 from protos import predict_pb2, predict_pb2_grpc
 from serving import metrics
 from serving.encoding import EncodedRequest, EncodingError, decode
+from serving.fanout import FanOutError
 from serving.model import ServableModel
+from serving.router import Router
+from serving.shard_part import WHOLE
 from serving.watcher import ModelWatcher
 
 
@@ -31,9 +34,10 @@ def field_hash_ids(names: tuple[str, ...]) -> npt.NDArray[np.uint32]:
 
 
 class PredictorServicer(predict_pb2_grpc.PredictorServicer):
-    def __init__(self, watcher: ModelWatcher, max_items: int = 20000) -> None:
+    def __init__(self, watcher: ModelWatcher, max_items: int = 20000, router: Router | None = None) -> None:
         self.watcher = watcher
         self.max_items = max_items
+        self.router = router  # sharded serving: the shards hold the rows
 
     def Predict(self, request: predict_pb2.PredictRequest, context: grpc.ServicerContext) -> predict_pb2.PredictResponse:
         start = time.perf_counter()
@@ -71,13 +75,24 @@ class PredictorServicer(predict_pb2_grpc.PredictorServicer):
             _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"Predict: {e}")
         if model.spec.needs_fields and not request.fields and not request.tokens:
             _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"Predict: fields: a {model.spec.type} model needs field indices")
-        scores = model.score(req)
+        version = model.version
+        if self.router is not None:
+            try:
+                scores, version = self.router.score(model, req)
+            except FanOutError as e:
+                _abort(context, e.code, f"Predict: {e}")
+        elif model.part != WHOLE:
+            _abort(
+                context, grpc.StatusCode.FAILED_PRECONDITION, f"this is serving shard {model.part}: send Predict to the router"
+            )
+        else:
+            scores = model.score(req)
         if not np.isfinite(scores).all():  # never an OK answer with NaN scores
-            _abort(context, grpc.StatusCode.INTERNAL, f"version {model.version} gave a non-finite score")
+            _abort(context, grpc.StatusCode.INTERNAL, f"version {version} gave a non-finite score")
         metrics.REQUESTS.labels("OK").inc()
         metrics.ITEMS.inc(request.item_count)
         metrics.LATENCY.observe(time.perf_counter() - start)
-        return predict_pb2.PredictResponse(scores=scores.tolist(), model=model.name, version=model.version)
+        return predict_pb2.PredictResponse(scores=scores.tolist(), model=model.name, version=version)
 
     def Refresh(self, request: predict_pb2.RefreshRequest, context: grpc.ServicerContext) -> predict_pb2.RefreshResponse:
         self.watcher.wake()

@@ -19,6 +19,7 @@ from serving import metrics
 from serving.local_copies import LocalCopies
 from serving.model import ServableModel, load
 from serving.parallel import SERIAL, Splitter
+from serving.shard_part import WHOLE, ShardPart
 
 MAX_RETRY_S = 60.0
 SPARE_WAIT_S = 0.05  # how long a load waits for the last request on the retired version
@@ -27,9 +28,17 @@ log = logging.getLogger("serving")
 
 
 class ModelWatcher:
-    def __init__(self, repo: Repository, poll_s: float, copies: LocalCopies | None = None, splitter: Splitter = SERIAL) -> None:
+    def __init__(
+        self,
+        repo: Repository,
+        poll_s: float,
+        copies: LocalCopies | None = None,
+        splitter: Splitter = SERIAL,
+        part: ShardPart = WHOLE,
+    ) -> None:
         self.repo = repo
         self.splitter = splitter
+        self.part = part
         self.copies = copies or LocalCopies()
         self.poll_s = poll_s
         self.current: ServableModel | None = None
@@ -141,7 +150,7 @@ class ModelWatcher:
             m = self.repo.manifest(v)
             chain.append((self.copies.version_dir(self.repo.path(v), v, m), m))
         version_dir = base_dir if manifest["kind"] == "full" else chain[-1][0]
-        return load(version_dir, manifest, base_manifest, base_dir, chain, self.current, self._spare(), self.splitter)
+        return load(version_dir, manifest, base_manifest, base_dir, chain, self.current, self._spare(), self.splitter, self.part)
 
     def _check_links(self, version: int) -> None:
         """Each delta of the chain names its predecessor by the checksum of its manifest: a

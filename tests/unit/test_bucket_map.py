@@ -154,7 +154,18 @@ def test_servable_rows_split_across_threads_equal_a_dict():
     probe = np.concatenate([keys, rng.integers(1, 2**64 - 1, 500, dtype=np.uint64)])
     rng.shuffle(probe)
     model = ServableModel(
-        "m", 1, 1, [], ModelSpec("lr"), {"w": (0, 3)}, images, overlay, {"bias": np.zeros(1, np.float32)}, keys.shape[0]
+        "m",
+        1,
+        1,
+        [],
+        ModelSpec("lr"),
+        {"w": (0, 3)},
+        images,
+        overlay,
+        {"bias": np.zeros(1, np.float32)},
+        keys.shape[0],
+        shard_count=3,
+        held=(0, 1, 2),
     )
     serial = model.rows(probe)
     model.splitter = Splitter(3)
