@@ -32,7 +32,7 @@ def _ready(d: Daemon) -> None:
             time.sleep(0.05)
 
 
-def _serve(name: str, repo: Path, run: Path, *extra: str) -> Daemon:
+def _serve(name: str, repo: str | Path, run: Path, *extra: str) -> Daemon:
     return start(name, ["serve", "--repo", str(repo), "--poll-s", "0.2", *extra], run)
 
 
