@@ -87,6 +87,7 @@ class PredictorServicer(predict_pb2_grpc.PredictorServicer):
             )
         else:
             scores = model.score(req)
+        self.watcher.remember(req)
         if not np.isfinite(scores).all():  # never an OK answer with NaN scores
             _abort(context, grpc.StatusCode.INTERNAL, f"version {version} gave a non-finite score")
         metrics.REQUESTS.labels("OK").inc()

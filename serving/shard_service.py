@@ -28,6 +28,9 @@ def _array(context: grpc.ServicerContext, raw: bytes, dtype: str, name: str) -> 
     return np.frombuffer(raw, dtype=dtype)
 
 
+EMPTY_LISTS = (np.zeros(0, np.int64), np.zeros(1, np.int64), np.zeros(0, np.int64))  # no context, no items
+
+
 class ShardScorerServicer(predict_pb2_grpc.ShardScorerServicer):
     def __init__(self, watcher: ModelWatcher) -> None:
         self.watcher = watcher
@@ -38,6 +41,7 @@ class ShardScorerServicer(predict_pb2_grpc.ShardScorerServicer):
                 _abort(context, grpc.StatusCode.UNAVAILABLE, "no model version is loaded yet")
             keys = _array(context, request.keys, "<u8", "keys").astype(np.uint64)
             rows = model.rows(keys)
+            self.watcher.remember(DecodedRequest(keys, np.ones(0, np.float32), np.zeros(0, np.int32), *EMPTY_LISTS))
             metrics.REQUESTS.labels("OK").inc()
             return predict_pb2.LookupResponse(rows=rows.tobytes(), width=rows.shape[1], version=model.version)
 
@@ -64,5 +68,6 @@ class ShardScorerServicer(predict_pb2_grpc.ShardScorerServicer):
                     _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"{name}: an index outside the {n} keys")
             req = DecodedRequest(keys, values, np.zeros(n, np.int32), ctx, offsets, indices)
             sums = model.partial(req)
+            self.watcher.remember(req)
             metrics.REQUESTS.labels("OK").inc()
             return predict_pb2.PartialResponse(sums=sums.tobytes(), width=sums.shape[1], version=model.version)

@@ -7,6 +7,7 @@ a growing delay (up to a minute) while the current version keeps serving."""
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import logging
 import threading
@@ -16,12 +17,14 @@ from contextlib import contextmanager
 
 from modelmgr.repository import Repository
 from serving import metrics
+from serving.encoding import DecodedRequest
 from serving.local_copies import LocalCopies
 from serving.model import ServableModel, load
 from serving.parallel import SERIAL, Splitter
 from serving.shard_part import WHOLE, ShardPart
 
 MAX_RETRY_S = 60.0
+WARM_REQUESTS = 8  # recent requests a new version scores before it takes over
 SPARE_WAIT_S = 0.05  # how long a load waits for the last request on the retired version
 
 log = logging.getLogger("serving")
@@ -48,6 +51,26 @@ class ModelWatcher:
         self._wake = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="model-watcher", daemon=True)
         self._failed: dict[int, tuple[int, float]] = {}  # version -> (failures, monotonic time of the next try)
+        self._recent: collections.deque[DecodedRequest] = collections.deque(maxlen=WARM_REQUESTS)
+
+    def remember(self, req: DecodedRequest) -> None:
+        """Keeps a recent request, to warm the next version with before it takes over."""
+        self._recent.append(req)
+
+    def warm(self, model: ServableModel) -> int:
+        """Scores the recent requests on a version not yet serving: its kernels compile and the
+        pages of the keys in demand come in before the first request, not during it."""
+        warmed = 0
+        for req in list(self._recent):
+            try:
+                if model.part == WHOLE:
+                    model.score(req)
+                else:
+                    model.rows(req.keys)
+                warmed += 1
+            except Exception:  # noqa: BLE001 - a request the new version cannot score just does not warm it
+                log.debug("a recent request did not warm version %d", model.version, exc_info=True)
+        return warmed
 
     @contextmanager
     def use(self) -> Iterator[ServableModel | None]:
@@ -122,6 +145,7 @@ class ModelWatcher:
             )
             return
         self._failed.pop(target, None)
+        self.warm(model)
         previous = self.current
         with self._use_lock:
             self.current = model
