@@ -6,6 +6,18 @@ from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
+class DnnBatching:
+    """When wdl and deepfm batch concurrent requests' items (serving.batcher)."""
+
+    mode: str = "auto"  # auto: with CUDA only; on; off
+    wait_s: float = 0.0005
+    max_items: int = 16384
+
+    def enabled(self, cuda: bool) -> bool:
+        return self.mode == "on" or (self.mode == "auto" and cuda)
+
+
+@dataclass(frozen=True)
 class ServingConfig:
     repo: str = field(default="repo", metadata={"help": "model repository folder"})
     model: str = field(default="ctr", metadata={"help": "model name"})
@@ -28,6 +40,12 @@ class ServingConfig:
     hedge_min_ms: float = field(
         default=2.0, metadata={"help": "the least wait before a hedged request to a shard's next replica"}
     )
+    dnn_batching: str = field(
+        default="auto",
+        metadata={"help": "batch concurrent wdl/deepfm requests into one MLP pass: auto (with a GPU), on, off"},
+    )
+    dnn_batch_wait_ms: float = field(default=0.5, metadata={"help": "longest wait for a batch to fill"})
+    dnn_batch_items: int = field(default=16384, metadata={"help": "most items in one MLP batch"})
     max_concurrent: int = field(
         default=16, metadata={"help": "requests in flight at once; more are refused with RESOURCE_EXHAUSTED"}
     )

@@ -8,10 +8,12 @@ import torch
 
 from ctr.deep import DeepCTR, device
 from ctr.modelspec import ModelSpec
+from serving.batcher import DynamicBatcher
 
 
 class DeepScorer:
-    def __init__(self, spec: ModelSpec, dense: dict[str, npt.NDArray[np.float32]]) -> None:
+    def __init__(self, spec: ModelSpec, dense: dict[str, npt.NDArray[np.float32]], batcher: DynamicBatcher | None = None) -> None:
+        self.batcher = batcher
         self.net = DeepCTR(spec).to(device()).eval()
         missing = [n for n, _ in spec.mlp_shapes() if n not in dense]
         if missing:
@@ -23,7 +25,9 @@ class DeepScorer:
                 p.copy_(torch.from_numpy(dense[name]))
 
     def predict(self, pooled: npt.NDArray[np.float32], partial: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
-        """sigmoid(partial logit + MLP(pooled)) per item."""
+        """sigmoid(partial logit + MLP(pooled)) per item (in a shared batch with a batcher)."""
+        if self.batcher is not None:
+            return self.batcher.predict(self.net, pooled, partial)
         with torch.inference_mode():
             dev = self.net.device
             z = self.net(torch.from_numpy(pooled).to(dev)) + torch.from_numpy(partial).to(dev)

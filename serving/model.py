@@ -25,12 +25,14 @@ from ctr import modelfile
 from ctr.bucket_kernels import by_owner, lookup_at, lookup_rows
 from ctr.bucket_map import BucketMap
 from ctr.modelspec import ModelSpec
+from serving.config import DnnBatching
 from serving.encoding import DecodedRequest
 from serving.kernels import deep_inputs, ffm_score_items, fm_score_items, lr_score_items, partial_sums
 from serving.overlay import Overlay
 from serving.parallel import SERIAL, Splitter
 from serving.shard_part import WHOLE, ShardPart
 
+NO_BATCHING = DnnBatching("off")
 PART_WORK = 1 << 18  # multiply-adds worth a range of items on another thread
 
 
@@ -193,12 +195,16 @@ def _dense(folder: Path, files: list[dict[str, Any]]) -> dict[str, npt.NDArray[n
     return {k: np.asarray(v, dtype=np.float32) for k, v in load_file(str(folder / names[0])).items()}
 
 
-def _net(spec: ModelSpec, dense: dict[str, npt.NDArray[np.float32]]) -> Any:
+def _net(spec: ModelSpec, dense: dict[str, npt.NDArray[np.float32]], batching: DnnBatching) -> Any:
     if not spec.is_dnn:
         return None
-    from serving.deep import DeepScorer  # torch loads only for DNN models
+    import torch  # torch loads only for DNN models
 
-    return DeepScorer(spec, dense)
+    from serving import batcher
+    from serving.deep import DeepScorer
+
+    on = batching.enabled(torch.cuda.is_available())
+    return DeepScorer(spec, dense, batcher.shared(batching.wait_s, batching.max_items) if on else None)
 
 
 def apply_delta(overlay: Overlay, path: Path, images: list[BucketMap]) -> None:
@@ -238,12 +244,14 @@ def load(
     spare: ServableModel | None = None,
     splitter: Splitter = SERIAL,
     part: ShardPart = WHOLE,
+    batching: DnnBatching = NO_BATCHING,
 ) -> ServableModel:
     """Builds the servable of a version; reuses current's images when the new version
     extends current's delta chain. Its overlay is then `spare`'s (a retired version of the
     same chain that no request uses any more: a double buffer, brought up to date with the
     deltas it lacks, so a delta costs its own rows and the one before), or else a copy of
-    current's. With a `part`, only the shard files it holds are loaded."""
+    current's. With a `part`, only the shard files it holds are loaded; `batching` says
+    whether a wdl or deepfm version runs its MLP through the process's dynamic batcher."""
     spec = spec_of(manifest)
     chain = list(manifest["delta_chain"])
     all_files = _sparse_files(base_manifest, "sparse_full")
@@ -282,7 +290,7 @@ def load(
         overlay=overlay,
         dense=dense,
         keys=sum(i.size for i in images) + overlay.size,
-        net=_net(spec, dense),
+        net=_net(spec, dense, batching),
         splitter=splitter,
         shard_count=shard_count,
         held=held,

@@ -12,7 +12,7 @@ from ctr import config as cfg
 from ctr import daemon
 from modelmgr.repository import Repository
 from protos import predict_pb2, predict_pb2_grpc
-from serving.config import ServingConfig
+from serving.config import DnnBatching, ServingConfig
 from serving.fanout import FanOut, parse_shards
 from serving.local_copies import LocalCopies
 from serving.parallel import Splitter
@@ -43,7 +43,10 @@ def run(args: argparse.Namespace) -> int:
         if conf.router
         else None
     )
-    watcher = ModelWatcher(Repository(conf.repo, conf.model), conf.poll_s, copies, splitter, part)
+    if conf.dnn_batching not in ("auto", "on", "off"):
+        raise SystemExit(f"serve: --dnn-batching {conf.dnn_batching!r} is not auto, on or off")
+    batching = DnnBatching(conf.dnn_batching, conf.dnn_batch_wait_ms / 1e3, conf.dnn_batch_items)
+    watcher = ModelWatcher(Repository(conf.repo, conf.model), conf.poll_s, copies, splitter, part, batching)
     watcher.start()
     router = Router(fanout, watcher) if fanout is not None else None
     names = [predict_pb2.DESCRIPTOR.services_by_name["Predictor"].full_name]

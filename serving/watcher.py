@@ -17,9 +17,10 @@ from contextlib import contextmanager
 
 from modelmgr.repository import Repository
 from serving import metrics
+from serving.config import DnnBatching
 from serving.encoding import DecodedRequest
 from serving.local_copies import LocalCopies
-from serving.model import ServableModel, load
+from serving.model import NO_BATCHING, ServableModel, load
 from serving.parallel import SERIAL, Splitter
 from serving.shard_part import WHOLE, ShardPart
 
@@ -38,8 +39,10 @@ class ModelWatcher:
         copies: LocalCopies | None = None,
         splitter: Splitter = SERIAL,
         part: ShardPart = WHOLE,
+        batching: DnnBatching = NO_BATCHING,
     ) -> None:
         self.repo = repo
+        self.batching = batching
         self.splitter = splitter
         self.part = part
         self.copies = copies or LocalCopies()
@@ -174,7 +177,18 @@ class ModelWatcher:
             m = self.repo.manifest(v)
             chain.append((self.copies.version_dir(self.repo.path(v), v, m), m))
         version_dir = base_dir if manifest["kind"] == "full" else chain[-1][0]
-        return load(version_dir, manifest, base_manifest, base_dir, chain, self.current, self._spare(), self.splitter, self.part)
+        return load(
+            version_dir,
+            manifest,
+            base_manifest,
+            base_dir,
+            chain,
+            self.current,
+            self._spare(),
+            self.splitter,
+            self.part,
+            self.batching,
+        )
 
     def _check_links(self, version: int) -> None:
         """Each delta of the chain names its predecessor by the checksum of its manifest: a

@@ -1,6 +1,7 @@
 """Sharded serving with real processes: two serving shards (`serve --shard i/2`) behind a
 router give the scores of one process holding the whole model, for every model type; a
-slow replica is hedged around; a dead shard fails the request in time, never hangs."""
+slow replica is hedged around; a dead shard fails the request in time, never hangs. The
+whole-model process batches deepfm's MLP (serving.batcher), the router does not."""
 
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ def test_two_shards_behind_a_router_score_as_one_process(tmp_path, model):
     repo = Repository(tmp_path / "repo", "ctr")
     publish(repo, 1, spec, reqs, keys=40_000, shards=4)
     shards = [_serve(f"shard{i}", repo.root, tmp_path, "--shard", f"{i}/2") for i in range(2)]
-    whole = _serve("whole", repo.root, tmp_path)
+    whole = _serve("whole", repo.root, tmp_path, "--dnn-batching", "on")  # batched MLP on the CPU for deepfm
     daemons = [*shards, whole]
     try:
         for d in shards:

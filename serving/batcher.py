@@ -1,0 +1,135 @@
+"""Dynamic batching of the MLP forward pass (wdl, deepfm): concurrent requests' items wait
+up to `max_wait_s` after the first of them arrives, or until `max_items` are queued, and
+then run as one batch. On a GPU one large kernel launch replaces many small ones, and the
+host side is staged through pinned memory so the copy is asynchronous. Only items of the
+same version's network share a batch. Without CUDA it runs the same way on the CPU (the
+code path the tests cover), though it is only switched on there when asked for."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import torch
+
+
+@dataclass
+class _Job:
+    net: Any  # ctr.deep.DeepCTR
+    pooled: npt.NDArray[np.float32]
+    partial: npt.NDArray[np.float32]
+    done: threading.Event = field(default_factory=threading.Event)
+    scores: npt.NDArray[np.float32] | None = None
+    error: BaseException | None = None
+
+
+class DynamicBatcher:
+    def __init__(self, max_wait_s: float, max_items: int) -> None:
+        self.max_wait_s = max_wait_s
+        self.max_items = max_items
+        self.batches = 0
+        self.items = 0
+        self._jobs: list[_Job] = []
+        self._cv = threading.Condition()
+        self._stop = False
+        self._pinned: torch.Tensor | None = None
+        self._thread = threading.Thread(target=self._run, name="dnn-batcher", daemon=True)
+        self._thread.start()
+
+    def predict(self, net: Any, pooled: npt.NDArray[np.float32], partial: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        """sigmoid(partial + MLP(pooled)) per item, computed in a shared batch."""
+        job = _Job(net, pooled, partial)
+        with self._cv:
+            self._jobs.append(job)
+            self._cv.notify_all()
+        job.done.wait()
+        if job.error is not None:
+            raise job.error
+        assert job.scores is not None
+        return job.scores
+
+    def close(self) -> None:
+        with self._cv:
+            self._stop = True
+            self._cv.notify_all()
+
+    def _take(self) -> list[_Job]:
+        """The jobs of one batch: the oldest job's network, once the wait is over or full."""
+        with self._cv:
+            while not self._jobs and not self._stop:
+                self._cv.wait()
+            if self._stop:
+                return []
+            until = time.monotonic() + self.max_wait_s
+            while sum(j.pooled.shape[0] for j in self._jobs) < self.max_items and not self._stop:
+                left = until - time.monotonic()
+                if left <= 0:
+                    break
+                self._cv.wait(left)
+            net = self._jobs[0].net
+            batch: list[_Job] = []
+            rest: list[_Job] = []
+            size = 0
+            for j in self._jobs:
+                if j.net is net and (not batch or size + j.pooled.shape[0] <= self.max_items):
+                    batch.append(j)
+                    size += j.pooled.shape[0]
+                else:
+                    rest.append(j)
+            self._jobs = rest
+            return batch
+
+    def _run(self) -> None:
+        while True:
+            batch = self._take()
+            if not batch:
+                return
+            try:
+                scores = self._forward(batch[0].net, batch)
+                at = 0
+                for j in batch:
+                    j.scores = scores[at : at + j.pooled.shape[0]]
+                    at += j.pooled.shape[0]
+                self.batches += 1
+                self.items += at
+            except BaseException as e:  # noqa: BLE001 - handed to every waiting request
+                for j in batch:
+                    j.error = e
+            for j in batch:
+                j.done.set()
+
+    def _forward(self, net: Any, batch: list[_Job]) -> npt.NDArray[np.float32]:
+        pooled = np.concatenate([j.pooled for j in batch]) if len(batch) > 1 else batch[0].pooled
+        partial = np.concatenate([j.partial for j in batch]) if len(batch) > 1 else batch[0].partial
+        dev = net.device
+        with torch.inference_mode():
+            host = torch.from_numpy(np.ascontiguousarray(pooled))
+            if dev.type == "cuda":
+                host = self._stage(host)
+            z = net(host.to(dev, non_blocking=True)) + torch.from_numpy(partial).to(dev, non_blocking=True)
+            return torch.sigmoid(z).cpu().numpy().astype(np.float32)  # type: ignore[no-any-return]
+
+    def _stage(self, host: torch.Tensor) -> torch.Tensor:
+        """host's values in page-locked memory (reused, grown as needed): an async copy."""
+        if self._pinned is None or self._pinned.numel() < host.numel():
+            self._pinned = torch.empty(max(host.numel(), 1 << 20), dtype=torch.float32, pin_memory=True)
+        view = self._pinned[: host.numel()].view(host.shape)
+        view.copy_(host)
+        return view
+
+
+_SHARED: DynamicBatcher | None = None
+_SHARED_LOCK = threading.Lock()
+
+
+def shared(max_wait_s: float, max_items: int) -> DynamicBatcher:
+    """The process's batcher (one worker thread for every version)."""
+    global _SHARED
+    with _SHARED_LOCK:
+        if _SHARED is None:
+            _SHARED = DynamicBatcher(max_wait_s, max_items)
+        return _SHARED
