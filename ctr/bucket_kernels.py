@@ -30,7 +30,7 @@ F32 = npt.NDArray[np.float32]
 BOOL = npt.NDArray[np.bool_]
 
 B = 8  # slots per bucket: 8 keys fill one 64-byte cache line
-GROUP = 16  # lookups whose first cache miss is issued together
+GROUP = 128  # lookups whose first cache misses are issued together (bench_lookups: 16 -> 128 gave +10%)
 MAX_KICKS = 500
 
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -100,6 +100,7 @@ def _find_group(table: U32, keys: U64, start: int, stop: int, want: BOOL, mixed:
     wanted). The first pass only loads each first bucket's opening word: independent loads,
     so their cache misses are in flight together; the compares then find them cached."""
     buckets = table.shape[0]
+    last = table.shape[1] - 1
     touched = np.uint32(0)
     for q in range(start, stop):
         g = q - start
@@ -107,7 +108,8 @@ def _find_group(table: U32, keys: U64, start: int, stop: int, want: BOOL, mixed:
             m = mix(keys[q])
             mixed[g] = m
             first[g] = first_bucket(m, buckets)
-            touched |= table[first[g], 0]
+            # a bucket spans up to three cache lines (keys, then rows): touch each
+            touched |= table[first[g], 0] ^ table[first[g], 2 * B - 1] ^ table[first[g], last]
     for q in range(start, stop):
         g = q - start
         if not want[g]:
