@@ -21,6 +21,7 @@ from typing import Any
 import grpc
 
 from protos import predict_pb2_grpc
+from serving import metrics
 
 RECENT = 50  # answers per shard that the hedge delay looks back on
 
@@ -58,7 +59,6 @@ class FanOut:
             self.shards.append(Shard(list(addresses), stubs, channels))
         self.deadline_s = deadline_s
         self.hedge_min_s = hedge_min_s
-        self.hedged = 0  # second requests sent (a metric)
 
     def __len__(self) -> int:
         return len(self.shards)
@@ -94,7 +94,9 @@ class FanOut:
                 err = fut.exception()
                 if err is None and answers[j] is None:
                     answers[j] = fut.result()
-                    self.shards[j].recent.append(time.monotonic() - sent)
+                    took = time.monotonic() - sent
+                    self.shards[j].recent.append(took)
+                    metrics.SHARD_SECONDS.observe(took)
                 elif err is not None:
                     failures[j].append(err)  # type: ignore[arg-type]
                 lock.notify_all()
@@ -130,7 +132,7 @@ class FanOut:
                         hedge_at = start + self.hedge_delay(shard)
                         if tried[j] < len(shard.stubs) and tried[j] == 1:
                             if now >= hedge_at:
-                                self.hedged += 1
+                                metrics.HEDGED.inc()
                                 launch(j)
                             else:
                                 wake = min(wake, hedge_at)

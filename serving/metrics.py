@@ -12,3 +12,10 @@ LATENCY = Histogram(
 VERSION = Gauge("boundless_serving_model_version", "version being served")
 KEYS = Gauge("boundless_serving_model_keys", "keys in the served version")
 LOAD_FAILURES = Counter("boundless_serving_load_failures_total", "versions that failed to load")
+HEDGED = Counter("boundless_serving_hedged_requests_total", "second requests the router sent to a slow shard's next replica")
+FANOUT_FAILURES = Counter("boundless_serving_fanout_failures_total", "router fan-outs that failed", ["code"])
+SHARD_SECONDS = Histogram(
+    "boundless_serving_shard_call_seconds",
+    "router to shard answer time",
+    buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5),
+)

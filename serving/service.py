@@ -80,6 +80,7 @@ class PredictorServicer(predict_pb2_grpc.PredictorServicer):
             try:
                 scores, version = self.router.score(model, req)
             except FanOutError as e:
+                metrics.FANOUT_FAILURES.labels(e.code.name).inc()
                 _abort(context, e.code, f"Predict: {e}")
         elif model.part != WHOLE:
             _abort(
