@@ -246,7 +246,7 @@ def decode(
         raise EncodingError(f"compression: unknown code {req.compression}")
     run = both or (lambda a, b: (a(), b()))
     (keys, values, fields), (ctx, offsets, indices) = run(
-        lambda: _dictionary(req, field_count, field_hash_ids, max_bytes),
+        lambda: _dictionary(req, field_count, field_hash_ids, max_bytes, both),
         lambda: _lists(req, max_bytes),
     )
     n = keys.shape[0]
@@ -272,9 +272,14 @@ def _expanded(req: EncodedRequest, name: str, max_bytes: int) -> bytes:
 
 
 def _dictionary(
-    req: EncodedRequest, field_count: int, field_hash_ids: npt.NDArray[np.uint32] | None, max_bytes: int
+    req: EncodedRequest,
+    field_count: int,
+    field_hash_ids: npt.NDArray[np.uint32] | None,
+    max_bytes: int,
+    both: Callable[[Callable[[], Any], Callable[[], Any]], tuple[Any, Any]] | None = None,
 ) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.float32], npt.NDArray[np.int32]]:
-    """keys, values and fields of the dictionary entries."""
+    """keys, values and fields of the dictionary entries; with `both`, the tokens are
+    hashed on two threads (the item lists are decoded by then, or nearly)."""
     tokens = _expanded(req, "tokens", max_bytes)
     token_fields = None
     if tokens:
@@ -284,7 +289,7 @@ def _dictionary(
             raise EncodingError("tokens: this model has no field list to hash tokens with; send hashed keys")
         try:
             blocks = decode_blocks(np.frombuffer(tokens, dtype=np.uint8), max_bytes)
-            keys, token_fields = keys_of_blocks(*blocks, field_hash_ids[:field_count])
+            keys, token_fields = keys_of_blocks(*blocks, field_hash_ids[:field_count], both)
         except ValueError as e:
             raise EncodingError(f"tokens: {e}") from None
     else:

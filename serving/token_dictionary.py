@@ -14,6 +14,9 @@ An entry's dictionary index is its position over the blocks in order.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numba as nb
 import numpy as np
 import numpy.typing as npt
@@ -103,21 +106,56 @@ def decode_blocks(buf: U8, max_entries: int) -> tuple[I64, I64, I64, I64, U64]:
 
 
 def keys_of_blocks(
-    field: I64, kind: I64, prefix: I64, bounds: I64, values: U64, field_hash_ids: npt.NDArray[np.uint32]
+    field: I64,
+    kind: I64,
+    prefix: I64,
+    bounds: I64,
+    values: U64,
+    field_hash_ids: npt.NDArray[np.uint32],
+    both: Callable[[Callable[[], Any], Callable[[], Any]], tuple[Any, Any]] | None = None,
 ) -> tuple[U64, npt.NDArray[np.int32]]:
-    """Each entry's key (integer tokens hashed as the trainer hashes their text) and field."""
-    keys = np.empty(values.shape[0], dtype=np.uint64)
-    fields = np.empty(values.shape[0], dtype=np.int32)
+    """Each entry's key (integer tokens hashed as the trainer hashes their text) and field.
+    With `both` (run two calls at once), the blocks are hashed in two halves of about as
+    many entries each."""
     for b in range(field.shape[0]):
-        lo, hi = bounds[b], bounds[b + 1]
         if field[b] >= field_hash_ids.shape[0]:
             raise ValueError(f"block {b}: field index {field[b]} is not below the model's {field_hash_ids.shape[0]} fields")
+    keys = np.empty(values.shape[0], dtype=np.uint64)
+    fields = np.empty(values.shape[0], dtype=np.int32)
+    n_blocks = field.shape[0]
+    if both is None or n_blocks < 2:
+        hash_blocks(field, kind, prefix, bounds, values, field_hash_ids, 0, n_blocks, keys, fields)
+        return keys, fields
+    mid = int(np.searchsorted(bounds, bounds[-1] // 2))  # the block where half the entries are
+    mid = min(max(mid, 1), n_blocks - 1)
+    both(
+        lambda: hash_blocks(field, kind, prefix, bounds, values, field_hash_ids, 0, mid, keys, fields),
+        lambda: hash_blocks(field, kind, prefix, bounds, values, field_hash_ids, mid, n_blocks, keys, fields),
+    )
+    return keys, fields
+
+
+@nb.njit(cache=True, nogil=True)
+def hash_blocks(
+    field: I64,
+    kind: I64,
+    prefix: I64,
+    bounds: I64,
+    values: U64,
+    field_hash_ids: npt.NDArray[np.uint32],
+    first: int,
+    last: int,
+    keys: U64,
+    fields: npt.NDArray[np.int32],
+) -> None:
+    """keys and fields of the entries of blocks first..last-1 (field indices checked)."""
+    for b in range(first, last):
+        lo, hi = bounds[b], bounds[b + 1]
         fields[lo:hi] = field[b]
         if kind[b] == KIND_INTS:
             keys[lo:hi] = hash_int_tokens(unzigzag(values[lo:hi]), int(prefix[b]), field_hash_ids[field[b]])
         else:
             keys[lo:hi] = values[lo:hi]
-    return keys, fields
 
 
 def encode_blocks_reference(blocks: list[tuple[int, int, int, list[int]]]) -> bytes:

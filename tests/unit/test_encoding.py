@@ -68,3 +68,22 @@ def test_compressed_requests_decode_concurrently():
 
     with ThreadPoolExecutor(4) as pool:
         assert all(pool.map(many, range(4)))
+
+
+def test_token_hashing_split_over_two_threads_gives_the_same_keys():
+    import numpy as np
+
+    from serving.parallel import Splitter
+    from serving.service import field_hash_ids
+
+    fields = [f"f{i}" for i in range(9)]
+    enc = RequestEncoder(None, fields)
+    rng = np.random.default_rng(1)
+    req = enc.encode_columns({f: rng.integers(1, 1 << 30, (50, 3)) for f in fields})
+    hashes = field_hash_ids(tuple(fields))
+    alone = decode(req, len(fields), hashes)
+    pair = Splitter(2)
+    split = decode(req, len(fields), hashes, both=pair.both)
+    pair.close()
+    assert np.array_equal(alone.keys, split.keys) and np.array_equal(alone.fields, split.fields)
+    assert np.array_equal(alone.item_indices, split.item_indices) and np.array_equal(alone.context, split.context)
