@@ -1,4 +1,5 @@
-"""Process plumbing shared by the daemons: logging, gRPC server with health and reflection,
+"""Process plumbing shared by the daemons: logging, gRPC server with health (and reflection
+when enabled),
 Prometheus endpoint, the ready file that reports bound ports, and graceful stop on signals."""
 
 from __future__ import annotations
@@ -43,13 +44,15 @@ def grpc_server(
     service_names: Sequence[str],
     max_message_bytes: int = MAX_MESSAGE_BYTES,
     max_concurrent: int | None = None,
+    reflection: bool = False,
 ) -> tuple[grpc.Server, int, health.HealthServicer]:
-    """A started server with health and reflection; returns (server, bound port, health).
+    """A started server with a health service, and reflection only when asked for (it
+    lists every service to whoever connects); returns (server, bound port, health).
     Calls past `max_concurrent` in flight are refused with RESOURCE_EXHAUSTED, and so are
     messages over `max_message_bytes`: what a flood of requests can hold stays bounded."""
     import grpc
     from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-    from grpc_reflection.v1alpha import reflection
+    from grpc_reflection.v1alpha import reflection as grpc_reflection
 
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=workers),
@@ -62,7 +65,8 @@ def grpc_server(
     register(server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection((*service_names, reflection.SERVICE_NAME, health.SERVICE_NAME), server)
+    if reflection:
+        grpc_reflection.enable_server_reflection((*service_names, grpc_reflection.SERVICE_NAME, health.SERVICE_NAME), server)
     bound = server.add_insecure_port(f"{host}:{port}")
     if bound == 0:
         raise OSError(f"cannot bind gRPC server to {host}:{port}")

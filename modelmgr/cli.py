@@ -72,7 +72,7 @@ def watch(conf: ModelMgrConfig) -> int:
     )
     publisher = Publisher(repo, Path(conf.exports), gate, conf.compact_after, conf.keep_full)
     notifier = Notifier(conf.notify, conf.model)
-    server, port, _ = daemon.grpc_server(conf.host, conf.port, 2, lambda s: None, [])
+    server, port, _ = daemon.grpc_server(conf.host, conf.port, 2, lambda s: None, [], reflection=conf.reflection)
     metrics_port = daemon.metrics_server(conf.host, conf.metrics_port)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

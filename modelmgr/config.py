@@ -35,6 +35,7 @@ class ModelMgrConfig:
     )
     host: str = field(default="127.0.0.1", metadata={"help": "address for health and metrics"})
     port: int = field(default=0, metadata={"help": "gRPC health port (0 picks a free one)"})
+    reflection: bool = field(default=False, metadata={"help": "enable gRPC server reflection (lists the services to any client)"})
     metrics_port: int = field(default=0, metadata={"help": "Prometheus port (0 picks a free one)"})
     ready_file: str | None = field(default=None, metadata={"help": "write bound ports here as JSON"})
     log_level: str = field(default="INFO", metadata={"help": "logging level"})

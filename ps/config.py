@@ -29,6 +29,7 @@ class PSConfig:
     full_checkpoint_every: int = field(
         default=10, metadata={"help": "every Nth checkpoint cut holds every row (the others: rows changed since the last)"}
     )
+    reflection: bool = field(default=False, metadata={"help": "enable gRPC server reflection (lists the services to any client)"})
     workers: int = field(default=8, metadata={"help": "gRPC worker threads"})
     ready_file: str | None = field(default=None, metadata={"help": "write bound ports here as JSON"})
     log_level: str = field(default="INFO", metadata={"help": "logging level"})

@@ -52,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
         lambda s: ps_pb2_grpc.add_ParameterServerServicer_to_server(PSServicer(shard), s),
         [service_name],
         daemon.PS_MAX_MESSAGE_BYTES,
+        reflection=conf.reflection,
     )
     metrics_port = daemon.metrics_server(conf.host, conf.metrics_port)
     log.info("shard %d/%d serving on %s:%d, metrics on :%d", conf.shard_index, conf.shard_count, conf.host, port, metrics_port)

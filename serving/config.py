@@ -25,6 +25,7 @@ class ServingConfig:
     host: str = field(default="127.0.0.1", metadata={"help": "address to bind"})
     port: int = field(default=0, metadata={"help": "gRPC port (0 picks a free one)"})
     metrics_port: int = field(default=0, metadata={"help": "Prometheus port (0 picks a free one)"})
+    reflection: bool = field(default=False, metadata={"help": "enable gRPC server reflection (lists the services to any client)"})
     workers: int = field(default=4, metadata={"help": "gRPC worker threads"})
     score_threads: int = field(
         default=0, metadata={"help": "threads one request's lookups and scoring may use (0: one per core)"}

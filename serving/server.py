@@ -66,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
         names,
         max_message_bytes=max_bytes,
         max_concurrent=conf.max_concurrent,
+        reflection=conf.reflection,
     )
     metrics_port = daemon.metrics_server(conf.host, conf.metrics_port)
     log.info(

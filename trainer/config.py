@@ -120,6 +120,9 @@ class TrainerConfig:
         default=60.0, metadata={"help": "how long to wait for the first data when the field list comes from it"}
     )
     metrics_out: str | None = field(default=None, metadata={"help": "write final metrics JSON here"})
+    host: str = field(default="127.0.0.1", metadata={"help": "address for the health service and metrics"})
+    port: int = field(default=0, metadata={"help": "gRPC health port (0 picks a free one; -1 disables)"})
     metrics_port: int = field(default=0, metadata={"help": "Prometheus port (0 picks a free one; -1 disables)"})
+    reflection: bool = field(default=False, metadata={"help": "enable gRPC server reflection (lists the services to any client)"})
     ready_file: str | None = field(default=None, metadata={"help": "write bound ports here as JSON"})
     log_level: str = field(default="INFO", metadata={"help": "logging level"})

@@ -229,7 +229,12 @@ def train(conf: TrainerConfig) -> int:
     log.info(
         "model %s, %d fields, tables %s", spec.type, len(fields), ", ".join(f"{t.name}:{t.optimizer.kind}" for t in spec.tables())
     )
-    metrics_port = daemon.metrics_server("127.0.0.1", conf.metrics_port) if conf.metrics_port >= 0 else -1
+    metrics_port = daemon.metrics_server(conf.host, conf.metrics_port) if conf.metrics_port >= 0 else -1
+    health_server, health, grpc_port = None, None, -1
+    if conf.port >= 0:  # health only: the trainer is a client of the PS and serves nothing else
+        health_server, grpc_port, health = daemon.grpc_server(
+            conf.host, conf.port, 1, lambda s: None, [], reflection=conf.reflection
+        )
     exporter = None
     if conf.export_dir:
         exporter = Exporter(
@@ -252,7 +257,7 @@ def train(conf: TrainerConfig) -> int:
         batch_cache=None if (conf.batch_cache or "").lower() in ("", "off", "none") else conf.batch_cache,
         batch_cache_max_bytes=int(conf.batch_cache_max_gb * 1e9),
     )
-    daemon.write_ready_file(conf.ready_file, metrics_port=metrics_port)
+    daemon.write_ready_file(conf.ready_file, grpc_port=grpc_port, metrics_port=metrics_port)
     if conf.workers > 1:
         recover = lambda: restore_and_declare(client, model.prepare, False)  # noqa: E731
         run = train_with_workers(conf, client, schema, fields, settings, exporter, stop.is_set, point, recover)
@@ -301,4 +306,7 @@ def train(conf: TrainerConfig) -> int:
     if conf.metrics_out:
         Path(conf.metrics_out).write_text(json.dumps(result, indent=1))
     client.close()
+    if health_server is not None and health is not None:
+        health.enter_graceful_shutdown()  # NOT_SERVING first, so a probe sees the end
+        health_server.stop(grace=1).wait()
     return 0
