@@ -24,29 +24,18 @@ from typing import Any
 import numpy as np
 from safetensors.numpy import save_file
 
-from boundless.processes import start
-from ctr import modelfile
-from ctr.modelspec import ModelSpec
-from ctr.routing import shard_of
-from modelmgr.repository import DONE, MANIFEST, Policy, Repository
-from serving.client import PredictClient
-from serving.local_copies import LocalCopies
-from serving.watcher import ModelWatcher
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.serving_model import file_entry  # noqa: E402
+from boundless.processes import start  # noqa: E402
+from ctr import modelfile  # noqa: E402
+from ctr.modelspec import ModelSpec  # noqa: E402
+from ctr.routing import shard_of  # noqa: E402
+from modelmgr.repository import DONE, MANIFEST, Policy, Repository  # noqa: E402
+from serving.client import PredictClient  # noqa: E402
+from serving.local_copies import LocalCopies  # noqa: E402
+from serving.watcher import ModelWatcher  # noqa: E402
 
 SHARDS = 2
-
-
-def _file(path: Path, role: str, shard: int | None, rows: int) -> dict[str, Any]:
-    return {
-        "name": path.name,
-        "table": "sparse" if shard is not None else "dense",
-        "role": role,
-        "size": path.stat().st_size,
-        "sha256": modelfile.sha256_file(path),
-        "rows": rows,
-        "columns": "w:1" if shard is not None else "",
-        "shard": shard,
-    }
 
 
 def _version(repo: Repository, v: int, kind: str, base: int, chain: list[int], files: list[dict[str, Any]]) -> None:
@@ -83,9 +72,9 @@ def full_version(repo: Repository, v: int, keys: np.ndarray, seed: int) -> None:
         w = np.random.default_rng(seed + s).normal(0, 0.1, size=(k.shape[0], 1)).astype(np.float32)
         path = d / f"shard{s}-sparse.image"
         modelfile.write_image(path, k, w)
-        files.append(_file(path, "sparse_full", s, int(k.shape[0])))
+        files.append(file_entry(path, "sparse_full", s, int(k.shape[0]), "w:1"))
     save_file({"bias": np.zeros(1, np.float32)}, str(d / "dense.safetensors"))
-    files.append(_file(d / "dense.safetensors", "dense", None, 1))
+    files.append(file_entry(d / "dense.safetensors", "dense", None, 1, ""))
     _version(repo, v, "full", v, [], files)
 
 
@@ -100,9 +89,9 @@ def delta_version(repo: Repository, v: int, base: int, chain: list[int], keys: n
         k = picked[owner == s]
         path = d / f"shard{s}-sparse.delta"
         modelfile.write_delta(path, k, rng.normal(0, 0.1, size=(k.shape[0], 1)).astype(np.float32), np.zeros(0, np.uint64))
-        files.append(_file(path, "sparse_delta", s, int(k.shape[0])))
+        files.append(file_entry(path, "sparse_delta", s, int(k.shape[0]), "w:1"))
     save_file({"bias": np.zeros(1, np.float32)}, str(d / "dense.safetensors"))
-    files.append(_file(d / "dense.safetensors", "dense", None, 1))
+    files.append(file_entry(d / "dense.safetensors", "dense", None, 1, ""))
     _version(repo, v, "delta", base, [*chain, v], files)
 
 

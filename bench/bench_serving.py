@@ -81,15 +81,7 @@ def bench_model(model: str, keys: int, clients: list[int], total: int, score_thr
     try:
         serving.wait_ready()
         client = PredictClient(serving.address)
-        deadline = time.monotonic() + 300
-        while True:
-            try:
-                client.status()
-                break
-            except Exception:  # noqa: BLE001 - loading
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+        client.wait_for_model(300)
         client.close()
         out: dict[str, Any] = {"keys": held, "request_bytes": int(np.mean([r.nbytes for r in reqs]))}
         for c in clients:

@@ -16,7 +16,6 @@ import argparse
 import json
 import sys
 import tempfile
-import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -36,16 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def ready(d: Daemon) -> None:
     d.wait_ready()
-    client = PredictClient(d.address)
-    deadline = time.monotonic() + 300
-    while True:
-        try:
-            client.status()
-            return
-        except Exception:  # noqa: BLE001 - loading
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
+    PredictClient(d.address).wait_for_model(300)
 
 
 def run(repo: str | Path, work: Path, shards: int, replicas: int, delay_s: float, total: int) -> dict[str, Any]:

@@ -41,7 +41,8 @@ def spec_for(model: str, k: int, hidden: tuple[int, ...]) -> ModelSpec:
     return ModelSpec(model, k=k if model != "lr" else 8, fields=tuple(FIELDS), hidden=hidden if model == "deepfm" else ())
 
 
-def _file(path: Path, role: str, shard: int | None, rows: int, columns: str) -> dict[str, Any]:
+def file_entry(path: Path, role: str, shard: int | None, rows: int, columns: str) -> dict[str, Any]:
+    """A manifest's entry for a file written by hand (benchmarks and tests)."""
     return {
         "name": path.name,
         "table": "sparse" if shard is not None else "dense",
@@ -75,12 +76,12 @@ def publish(
         rows = rng.normal(0, 0.05, size=(k.shape[0], width)).astype(np.float32)
         path = d / f"shard{s}-sparse.image"
         modelfile.write_image(path, k, rows)
-        files.append(_file(path, "sparse_full", s, int(k.shape[0]), columns))
+        files.append(file_entry(path, "sparse_full", s, int(k.shape[0]), columns))
     dense = {"bias": np.zeros(1, np.float32)}
     for name, shape in spec.mlp_shapes():
         dense[name] = rng.normal(0, 0.05, size=shape).astype(np.float32)
     save_file(dense, str(d / "dense.safetensors"))
-    files.append(_file(d / "dense.safetensors", "dense", None, 1, ""))
+    files.append(file_entry(d / "dense.safetensors", "dense", None, 1, ""))
     manifest = {
         "model": repo.model,
         "version": version,

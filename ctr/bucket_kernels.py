@@ -153,11 +153,19 @@ def gather_into(table: U32, slots: I64, out: U32, rows_at: int) -> None:
                 out[i, w] = table[b, at + w]
 
 
+@nb.njit(cache=True, inline="always")
+def _copy_row(table: U32, s: int, out: U32, q: int) -> None:
+    """out[q] = the row in slot s."""
+    b = s // B
+    at = 2 * B + (s - b * B) * out.shape[1]
+    for c in range(out.shape[1]):
+        out[q, c] = table[b, at + c]
+
+
 @nb.njit(cache=True, nogil=True)
 def lookup_rows(table: U32, keys: U64, lo: int, hi: int, bits: U64, out: U32, found: BOOL) -> None:
     """Looks up keys[lo:hi] that the filter `bits` may hold (every key when it is empty):
     out[q] = the row and found[q] = True where the table holds keys[q]."""
-    width = out.shape[1]
     mixed = np.empty(GROUP, dtype=np.uint64)
     first = np.empty(GROUP, dtype=np.int64)
     slots = np.empty(GROUP, dtype=np.int64)
@@ -169,12 +177,8 @@ def lookup_rows(table: U32, keys: U64, lo: int, hi: int, bits: U64, out: U32, fo
             want[q - start] = bits.shape[0] == 0 or may_contain(bits, keys[q])
         _find_group(table, keys, start, stop, want, mixed, first, slots, sink)
         for q in range(start, stop):
-            s = slots[q - start]
-            if s >= 0:
-                b = s // B
-                at = 2 * B + (s - b * B) * width
-                for c in range(width):
-                    out[q, c] = table[b, at + c]
+            if slots[q - start] >= 0:
+                _copy_row(table, slots[q - start], out, q)
                 found[q] = True
 
 
@@ -203,7 +207,6 @@ def by_owner(keys: U64, lo: int, hi: int, shards: int) -> tuple[I64, I64]:
 def lookup_at(table: U32, keys: U64, at: I64, out: U32, found: BOOL) -> None:
     """For each position q in `at` whose key is not found yet: out[q] = its row and
     found[q] = True where the table holds keys[q]."""
-    width = out.shape[1]
     buckets = table.shape[0]
     first = np.empty(GROUP, dtype=np.int64)
     mixed = np.empty(GROUP, dtype=np.uint64)
@@ -227,10 +230,7 @@ def lookup_at(table: U32, keys: U64, at: I64, out: U32, found: BOOL) -> None:
             if s < 0:
                 s = _in_bucket(table, second_bucket(mixed[i - start], buckets), lo32, hi32)
             if s >= 0:
-                b = s // B
-                row = 2 * B + (s - b * B) * width
-                for c in range(width):
-                    out[q, c] = table[b, row + c]
+                _copy_row(table, s, out, q)
                 found[q] = True
     if touched == np.uint32(0x9E3779B9) and n < 0:  # never: a use of the first pass's loads
         found[0] = True

@@ -8,6 +8,7 @@ for the model's field list on first use unless it is given one.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -119,6 +120,18 @@ class PredictClient:
 
     def wait_ready(self, timeout: float = 30.0) -> None:
         grpc.channel_ready_future(self.channel).result(timeout=timeout)
+
+    def wait_for_model(self, timeout: float = 60.0) -> predict_pb2.ModelStatusResponse:
+        """Waits until serving has loaded a version (it answers UNAVAILABLE before); returns
+        its status. Raises the last RpcError after `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return self.status()
+            except grpc.RpcError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
 
     def predict(self, items: Sequence[Mapping[str, Value]], context: Mapping[str, Value] | None = None) -> Prediction:
         return self.predict_encoded(self.encoder.encode(items, context))

@@ -185,28 +185,28 @@ def partial_sums(context: I64, offsets: I64, indices: I64, x: F32, rows: F32, v_
     A router adds these up across shards and finishes LR and FM exactly (finish_fm)."""
     width = 1 + 2 * k
     ctx = np.zeros(width, dtype=np.float64)
-    for c in range(context.shape[0]):
-        j = context[c]
-        ctx[0] += rows[j, 0] * x[j]
-        for t in range(k):
-            vx = rows[j, v_at + t] * x[j]
-            ctx[1 + t] += vx
-            ctx[1 + k + t] += vx * vx
+    _add_sums(ctx, context, rows, x, v_at, k)
     n = offsets.shape[0] - 1
     out = np.empty((n, width), dtype=np.float32)
     acc = np.empty(width, dtype=np.float64)
     for i in range(n):
         acc[:] = ctx
-        for a in range(offsets[i], offsets[i + 1]):
-            j = indices[a]
-            acc[0] += rows[j, 0] * x[j]
-            for t in range(k):
-                vx = rows[j, v_at + t] * x[j]
-                acc[1 + t] += vx
-                acc[1 + k + t] += vx * vx
+        _add_sums(acc, indices[offsets[i] : offsets[i + 1]], rows, x, v_at, k)
         for c in range(width):
             out[i, c] = acc[c]
     return out
+
+
+@nb.njit(cache=True, inline="always")
+def _add_sums(acc: npt.NDArray[np.float64], features: I64, rows: F32, x: F32, v_at: int, k: int) -> None:
+    """acc += [w x, v_t x ..., (v_t x)^2 ...] over the features."""
+    for a in range(features.shape[0]):
+        j = features[a]
+        acc[0] += rows[j, 0] * x[j]
+        for t in range(k):
+            vx = rows[j, v_at + t] * x[j]
+            acc[1 + t] += vx
+            acc[1 + k + t] += vx * vx
 
 
 def finish_fm(sums: npt.NDArray[np.float64], k: int, bias: float, scale: npt.NDArray[np.float64]) -> F32:

@@ -33,15 +33,7 @@ def test_concurrent_predict_during_swaps_never_fails_and_matches_the_reported_ve
     seen: dict[int, int] = {1: 0, 2: 0}
     try:
         serving.wait_ready()
-        probe = PredictClient(serving.address)
-        deadline = time.monotonic() + 60
-        while True:  # the first version is loaded
-            try:
-                probe.status()
-                break
-            except Exception:  # noqa: BLE001 - still loading
-                assert time.monotonic() < deadline
-                time.sleep(0.05)
+        PredictClient(serving.address).wait_for_model()
 
         def client(i: int) -> None:
             c = PredictClient(serving.address)

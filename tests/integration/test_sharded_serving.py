@@ -21,16 +21,7 @@ from serving.client import PredictClient
 
 def _ready(d: Daemon) -> None:
     d.wait_ready()
-    client = PredictClient(d.address)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            client.status()
-            return
-        except grpc.RpcError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
+    PredictClient(d.address).wait_for_model()
 
 
 def _serve(name: str, repo: str | Path, run: Path, *extra: str) -> Daemon:

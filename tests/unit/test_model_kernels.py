@@ -215,3 +215,41 @@ def _pool64(offsets, uidx, fields, x, emb):
     sample = np.repeat(np.arange(offsets.shape[0] - 1), np.diff(offsets))
     np.add.at(out, (sample, fields), emb[uidx] * x[:, None].astype(np.float64))
     return out
+
+
+def test_partial_sums_match_their_reference_and_add_up_to_fm_across_shards():
+    """serving.kernels.partial_sums over two shards' shares of a request, added up by the
+    router (finish_fm), equal fm_score_items over the whole request."""
+    import numpy as np
+
+    from serving.kernels import (
+        finish_fm,
+        fm_score_items,
+        partial_sums,
+        partial_sums_reference,
+        sum_squares_per_item,
+    )
+
+    rng = np.random.default_rng(3)
+    n_keys, k = 60, 4
+    rows = rng.normal(0, 0.3, size=(n_keys, 1 + k)).astype(np.float32)
+    x = rng.uniform(0.5, 2.0, n_keys).astype(np.float32)
+    context = np.arange(0, 8, dtype=np.int64)
+    offsets = np.array([0, 5, 5, 12, 20], dtype=np.int64)
+    indices = rng.choice(np.arange(8, n_keys), 20, replace=False).astype(np.int64)
+    whole = partial_sums(context, offsets, indices, x, rows, 1, k)
+    np.testing.assert_allclose(whole, partial_sums_reference(context, offsets, indices, x, rows, 1, k), rtol=1e-5, atol=1e-6)
+    shard = rng.integers(0, 2, n_keys)
+    total = np.zeros((4, 1 + 2 * k))
+    for s in (0, 1):  # each shard sees only its own features, renumbered locally
+        mine = np.flatnonzero(shard == s)
+        local = np.full(n_keys, -1)
+        local[mine] = np.arange(mine.shape[0])
+        item_of = np.repeat(np.arange(4), np.diff(offsets))
+        sel = shard[indices] == s
+        offs = np.concatenate([[0], np.cumsum(np.bincount(item_of[sel], minlength=4))])
+        ctx = local[context[shard[context] == s]]
+        total += partial_sums(ctx, offs, local[indices[sel]], x[mine], rows[mine], 1, k)
+    sq = sum_squares_per_item(context, offsets, indices, x)
+    got = finish_fm(total, k, 0.1, 1.0 / sq)
+    np.testing.assert_allclose(got, fm_score_items(context, offsets, indices, x, rows, 1, k, 0.1, True), atol=1e-5)
