@@ -95,32 +95,64 @@ def find_one(table: U32, key: np.uint64) -> int:
 
 
 @nb.njit(cache=True, inline="always")
-def _find_group(table: U32, keys: U64, start: int, stop: int, want: BOOL, mixed: U64, first: I64, out: I64, sink: U32) -> None:
-    """out[g] = slot of keys[start + g] for the group's wanted keys (-1: absent or not
-    wanted). The first pass only loads each first bucket's opening word: independent loads,
-    so their cache misses are in flight together; the compares then find them cached."""
+def _find_group(table: U32, group: U64, n: int, want: BOOL, mixed: U64, first: I64, out: I64, sink: U32) -> None:
+    """out[g] = slot of group[g] for g < n where want[g] (-1: absent or not wanted). The
+    first pass only loads each first bucket's lines: independent loads, so their cache
+    misses are in flight together; the compares then find them cached."""
     buckets = table.shape[0]
     last = table.shape[1] - 1
     touched = np.uint32(0)
-    for q in range(start, stop):
-        g = q - start
+    for g in range(n):
         if want[g]:
-            m = mix(keys[q])
+            m = mix(group[g])
             mixed[g] = m
             first[g] = first_bucket(m, buckets)
             # a bucket spans up to three cache lines (keys, then rows): touch each
             touched |= table[first[g], 0] ^ table[first[g], 2 * B - 1] ^ table[first[g], last]
-    for q in range(start, stop):
-        g = q - start
+    for g in range(n):
         if not want[g]:
             out[g] = -1
             continue
-        lo, hi = _halves(keys[q])
+        lo, hi = _halves(group[g])
         s = _in_bucket(table, first[g], lo, hi)
         if s < 0:
             s = _in_bucket(table, second_bucket(mixed[g], buckets), lo, hi)
         out[g] = s
     sink[0] |= touched  # a use of the first pass's loads, so the compiler keeps them
+
+
+@nb.njit(cache=True, inline="always")
+def _copy_row(table: U32, s: int, out: U32, q: int) -> None:
+    """out[q] = the row in slot s."""
+    b = s // B
+    at = 2 * B + (s - b * B) * out.shape[1]
+    for c in range(out.shape[1]):
+        out[q, c] = table[b, at + c]
+
+
+@nb.njit(cache=True, nogil=True)
+def _lookup(table: U32, keys: U64, at: I64, lo: int, hi: int, bits: U64, out: U32, found: BOOL) -> None:
+    """For positions q = at[i] (or q = i when `at` is empty), i in [lo, hi), whose key is
+    not found yet and that the filter `bits` may hold (every key when it is empty):
+    out[q] = the row and found[q] = True where the table holds keys[q]."""
+    group = np.empty(GROUP, dtype=np.uint64)
+    pos = np.empty(GROUP, dtype=np.int64)
+    want = np.empty(GROUP, dtype=np.bool_)
+    mixed = np.empty(GROUP, dtype=np.uint64)
+    first = np.empty(GROUP, dtype=np.int64)
+    slots = np.empty(GROUP, dtype=np.int64)
+    sink = np.zeros(1, dtype=np.uint32)
+    for start in range(lo, hi, GROUP):
+        n = min(hi, start + GROUP) - start
+        for g in range(n):
+            q = at[start + g] if at.shape[0] else start + g
+            pos[g], group[g] = q, keys[q]
+            want[g] = not found[q] and (bits.shape[0] == 0 or may_contain(bits, keys[q]))
+        _find_group(table, group, n, want, mixed, first, slots, sink)
+        for g in range(n):
+            if slots[g] >= 0:
+                _copy_row(table, slots[g], out, pos[g])
+                found[pos[g]] = True
 
 
 @nb.njit(cache=True, nogil=True)
@@ -135,51 +167,34 @@ def find_slots(table: U32, keys: U64) -> I64:
     sink = np.zeros(1, dtype=np.uint32)
     for start in range(0, n, GROUP):
         stop = min(n, start + GROUP)
-        _find_group(table, keys, start, stop, want, mixed, first, slots, sink)
+        _find_group(table, keys[start:stop], stop - start, want, mixed, first, slots, sink)
         out[start:stop] = slots[: stop - start]
     return out
 
 
 @nb.njit(cache=True, nogil=True)
-def gather_into(table: U32, slots: I64, out: U32, rows_at: int) -> None:
+def gather_into(table: U32, slots: I64, out: U32) -> None:
     """out[i] = the row of slots[i] (R = out.shape[1] words); leaves out[i] where slots[i] < 0."""
-    width = out.shape[1]
     for i in range(slots.shape[0]):
-        s = slots[i]
-        if s >= 0:
-            b = s // B
-            at = rows_at + (s - b * B) * width
-            for w in range(width):
-                out[i, w] = table[b, at + w]
+        if slots[i] >= 0:
+            _copy_row(table, slots[i], out, i)
 
 
-@nb.njit(cache=True, inline="always")
-def _copy_row(table: U32, s: int, out: U32, q: int) -> None:
-    """out[q] = the row in slot s."""
-    b = s // B
-    at = 2 * B + (s - b * B) * out.shape[1]
-    for c in range(out.shape[1]):
-        out[q, c] = table[b, at + c]
+NO_POSITIONS = np.zeros(0, dtype=np.int64)
 
 
 @nb.njit(cache=True, nogil=True)
 def lookup_rows(table: U32, keys: U64, lo: int, hi: int, bits: U64, out: U32, found: BOOL) -> None:
-    """Looks up keys[lo:hi] that the filter `bits` may hold (every key when it is empty):
-    out[q] = the row and found[q] = True where the table holds keys[q]."""
-    mixed = np.empty(GROUP, dtype=np.uint64)
-    first = np.empty(GROUP, dtype=np.int64)
-    slots = np.empty(GROUP, dtype=np.int64)
-    want = np.empty(GROUP, dtype=np.bool_)
-    sink = np.zeros(1, dtype=np.uint32)
-    for start in range(lo, hi, GROUP):
-        stop = min(hi, start + GROUP)
-        for q in range(start, stop):
-            want[q - start] = bits.shape[0] == 0 or may_contain(bits, keys[q])
-        _find_group(table, keys, start, stop, want, mixed, first, slots, sink)
-        for q in range(start, stop):
-            if slots[q - start] >= 0:
-                _copy_row(table, slots[q - start], out, q)
-                found[q] = True
+    """Looks up keys[lo:hi] not found yet that the filter `bits` may hold (every key when
+    it is empty): out[q] = the row and found[q] = True where the table holds keys[q]."""
+    _lookup(table, keys, NO_POSITIONS, lo, hi, bits, out, found)
+
+
+@nb.njit(cache=True, nogil=True)
+def lookup_at(table: U32, keys: U64, at: I64, out: U32, found: BOOL) -> None:
+    """For each position q in `at` whose key is not found yet: out[q] = its row and
+    found[q] = True where the table holds keys[q]."""
+    _lookup(table, keys, at, 0, at.shape[0], np.zeros(0, dtype=np.uint64), out, found)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -201,39 +216,6 @@ def by_owner(keys: U64, lo: int, hi: int, shards: int) -> tuple[I64, I64]:
         order[fill[t]] = q
         fill[t] += 1
     return order, bounds
-
-
-@nb.njit(cache=True, nogil=True)
-def lookup_at(table: U32, keys: U64, at: I64, out: U32, found: BOOL) -> None:
-    """For each position q in `at` whose key is not found yet: out[q] = its row and
-    found[q] = True where the table holds keys[q]."""
-    buckets = table.shape[0]
-    first = np.empty(GROUP, dtype=np.int64)
-    mixed = np.empty(GROUP, dtype=np.uint64)
-    touched = np.uint32(0)
-    n = at.shape[0]
-    last = table.shape[1] - 1
-    for start in range(0, n, GROUP):
-        stop = min(n, start + GROUP)
-        for i in range(start, stop):  # the first pass: every first bucket's miss in flight
-            m = mix(keys[at[i]])
-            mixed[i - start] = m
-            first[i - start] = first_bucket(m, buckets)
-            # a bucket spans up to three cache lines (keys, then rows): touch each
-            touched |= table[first[i - start], 0] ^ table[first[i - start], 2 * B - 1] ^ table[first[i - start], last]
-        for i in range(start, stop):
-            q = at[i]
-            if found[q]:
-                continue
-            lo32, hi32 = _halves(keys[q])
-            s = _in_bucket(table, first[i - start], lo32, hi32)
-            if s < 0:
-                s = _in_bucket(table, second_bucket(mixed[i - start], buckets), lo32, hi32)
-            if s >= 0:
-                _copy_row(table, s, out, q)
-                found[q] = True
-    if touched == np.uint32(0x9E3779B9) and n < 0:  # never: a use of the first pass's loads
-        found[0] = True
 
 
 @nb.njit(cache=True, inline="always")

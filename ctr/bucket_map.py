@@ -50,11 +50,6 @@ class BucketMap:
     def nbytes(self) -> int:
         return int(self.table.nbytes)
 
-    @property
-    def rows_at(self) -> int:
-        """The table word where a bucket's rows begin."""
-        return 2 * B
-
     def find(self, keys: npt.NDArray[np.uint64]) -> npt.NDArray[np.int64]:
         """Slot of each key (b * B + j), -1 where absent."""
         return bk.find_slots(self.table, np.ascontiguousarray(keys, dtype=np.uint64))  # type: ignore[no-any-return]
@@ -62,7 +57,7 @@ class BucketMap:
     def gather_words(self, slots: npt.NDArray[np.int64]) -> npt.NDArray[np.uint32]:
         """Rows of slots as uint32 words (zero rows where a slot is -1)."""
         out = np.zeros((slots.shape[0], self.row_words), dtype=np.uint32)
-        bk.gather_into(self.table, np.ascontiguousarray(slots, dtype=np.int64), out, self.rows_at)
+        bk.gather_into(self.table, np.ascontiguousarray(slots, dtype=np.int64), out)
         return out
 
     def gather(self, slots: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
