@@ -10,7 +10,6 @@ split across the scoring threads (serving.parallel).
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -73,17 +72,6 @@ class ServableModel:
     loaded_at: float = field(default_factory=time.time)
     active: int = 0  # requests scoring with it now (serving.watcher.ModelWatcher.use)
 
-    @functools.cached_property
-    def tables(self) -> tuple[npt.NDArray[np.uint32], ...]:
-        """The images' tables, read-only alike (one compiled lookup for mmapped and copied)."""
-        out = []
-        for image in self.images:
-            view = image.table.view(np.ndarray) if isinstance(image.table, np.memmap) else image.table
-            view = view.view()
-            view.flags.writeable = False
-            out.append(view)
-        return tuple(out)
-
     @property
     def bias(self) -> float:
         return float(self.dense["bias"][0])
@@ -96,16 +84,16 @@ class ServableModel:
         n = keys.shape[0]
         out = np.zeros((n, self.overlay.row_words), dtype=np.uint32)
         found = np.zeros(n, dtype=np.bool_)
-        overlay, tables = self.overlay, self.tables
+        overlay, images = self.overlay, self.images
 
         def part(lo: int, hi: int) -> None:
             if overlay.size:
                 lookup_rows(overlay.map.table, keys, lo, hi, overlay.bits, out, found)
-            if not tables:
+            if not images:
                 return
             order, bounds = by_owner(keys, lo, hi, self.shard_count)
-            for s, table in zip(self.held, tables, strict=True):
-                lookup_at(table, keys, order[bounds[s] : bounds[s + 1]], out, found)
+            for s, image in zip(self.held, images, strict=True):
+                lookup_at(image.table, keys, order[bounds[s] : bounds[s + 1]], out, found)
 
         self.splitter.run(part, n)
         return out.view(np.float32)

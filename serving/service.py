@@ -55,6 +55,10 @@ class PredictorServicer(predict_pb2_grpc.PredictorServicer):
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"Predict: item_count {request.item_count} above this server's {self.max_items}",
             )
+        if self.router is None and model.part != WHOLE:
+            _abort(
+                context, grpc.StatusCode.FAILED_PRECONDITION, f"this is serving shard {model.part}: send Predict to the router"
+            )
         if request.model and request.model != model.name:
             _abort(context, grpc.StatusCode.NOT_FOUND, f"model: {request.model!r} is not served here (serving {model.name!r})")
         try:
@@ -82,13 +86,9 @@ class PredictorServicer(predict_pb2_grpc.PredictorServicer):
             except FanOutError as e:
                 metrics.FANOUT_FAILURES.labels(e.code.name).inc()
                 _abort(context, e.code, f"Predict: {e}")
-        elif model.part != WHOLE:
-            _abort(
-                context, grpc.StatusCode.FAILED_PRECONDITION, f"this is serving shard {model.part}: send Predict to the router"
-            )
         else:
             scores = model.score(req)
-        self.watcher.remember(req)
+            self.watcher.remember(req)  # the router holds no rows to warm
         if not np.isfinite(scores).all():  # never an OK answer with NaN scores
             _abort(context, grpc.StatusCode.INTERNAL, f"version {version} gave a non-finite score")
         metrics.REQUESTS.labels("OK").inc()

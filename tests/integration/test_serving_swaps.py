@@ -65,3 +65,21 @@ def test_concurrent_predict_during_swaps_never_fails_and_matches_the_reported_ve
     finally:
         stop.set()
         serving.stop()
+
+
+def test_a_new_version_is_warmed_with_the_requests_served_last(tmp_path):
+    from serving.watcher import WARM_REQUESTS, ModelWatcher
+
+    spec = spec_for("lr", k=4, hidden=())
+    reqs = requests(2, seed=9, items=10)
+    repo = Repository(tmp_path / "repo", "ctr")
+    publish(repo, 1, spec, reqs, keys=5_000, shards=2)
+    watcher = ModelWatcher(repo, 1.0)
+    model = watcher._load(1)
+    assert watcher.warm(model) == 0  # nothing served yet
+    hashes = field_hash_ids(tuple(spec.fields))
+    for _ in range(WARM_REQUESTS + 3):
+        for r in reqs:
+            watcher.remember(decode(r, spec.field_count, hashes))
+    assert watcher.warm(model) == WARM_REQUESTS  # the most recent ones only
+    watcher.stop()
