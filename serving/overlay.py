@@ -15,9 +15,13 @@ from ctr.bucket_map import BucketMap
 
 
 class Overlay:
-    def __init__(self, row_words: int, table: BucketMap | None = None) -> None:
-        self.map = table if table is not None else BucketMap(row_words)
-        self.bits = np.zeros(key_filter.words_for(max(1024, self.map.size)), dtype=np.uint64)
+    def __init__(self, row_words: int) -> None:
+        self.map = BucketMap(row_words)
+        self._refilter()
+
+    def _refilter(self) -> None:
+        """A filter of every key, with room for as many again."""
+        self.bits = np.zeros(key_filter.words_for(max(1024, 2 * self.map.size)), dtype=np.uint64)
         self._capacity = self.bits.shape[0] * 64 // key_filter.BITS_PER_KEY
         if self.map.size:
             key_filter.add_keys(self.bits, self.map.items()[0])
@@ -33,8 +37,7 @@ class Overlay:
     def put(self, keys: npt.NDArray[np.uint64], rows: npt.NDArray[np.float32]) -> None:
         self.map.put(keys, rows)
         if self.map.size > self._capacity:  # past 16 bits per key: a wider filter
-            fresh = Overlay(self.row_words, self.map)
-            self.bits, self._capacity = fresh.bits, fresh._capacity
+            self._refilter()
         else:
             key_filter.add_keys(self.bits, np.ascontiguousarray(keys, dtype=np.uint64))
 
