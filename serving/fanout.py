@@ -71,17 +71,16 @@ class FanOut:
         lock = threading.Condition()
         answers: list[Any] = [None] * len(self.shards)
         failures: list[list[grpc.RpcError]] = [[] for _ in self.shards]
-        in_flight: list[list[grpc.Future]] = [[] for _ in self.shards]
-        tried = [0] * len(self.shards)
+        in_flight: list[list[grpc.Future]] = [[] for _ in self.shards]  # every call made, per shard
+        first_replica = [0] * len(self.shards)
         start = time.monotonic()
         deadline = start + self.deadline_s
 
         def launch(j: int) -> None:
-            shard = self.shards[j]
-            replica = (next(shard.turn) if tried[j] == 0 else first_replica[j] + tried[j]) % len(shard.stubs)
-            if tried[j] == 0:
-                first_replica[j] = replica
-            tried[j] += 1
+            shard, tried = self.shards[j], len(in_flight[j])
+            if tried == 0:
+                first_replica[j] = next(shard.turn) % len(shard.stubs)  # round robin
+            replica = (first_replica[j] + tried) % len(shard.stubs)
             sent = time.monotonic()
             fut = getattr(shard.stubs[replica], method).future(requests[j], timeout=max(0.001, deadline - sent))
             in_flight[j].append(fut)
@@ -101,7 +100,6 @@ class FanOut:
                     failures[j].append(err)  # type: ignore[arg-type]
                 lock.notify_all()
 
-        first_replica = [0] * len(self.shards)
         with lock:
             for j in range(len(self.shards)):
                 launch(j)
@@ -121,7 +119,7 @@ class FanOut:
                         shard = self.shards[j]
                         live = len(in_flight[j]) - len(failures[j])
                         if live <= 0:  # every call so far failed: the next replica, or give up
-                            if tried[j] < len(shard.stubs):
+                            if len(in_flight[j]) < len(shard.stubs):
                                 launch(j)
                                 continue
                             last = failures[j][-1]
@@ -130,7 +128,7 @@ class FanOut:
                                 f"every replica of shard {j} failed: {last}",
                             )
                         hedge_at = start + self.hedge_delay(shard)
-                        if tried[j] < len(shard.stubs) and tried[j] == 1:
+                        if len(in_flight[j]) == 1 < len(shard.stubs):
                             if now >= hedge_at:
                                 metrics.HEDGED.inc()
                                 launch(j)
