@@ -11,9 +11,7 @@ the field runs are few.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import numba as nb
 import numpy as np
@@ -23,6 +21,7 @@ import zstandard
 from ctr.unique import first_occurrence, unique_inverse
 from ctr.varint import decode_index_lists, decode_runs, encode_index_lists, encode_varints
 from serving.columns import PREFIX_OF_SUB, TokenFeatures
+from serving.parallel import Both
 from serving.token_dictionary import KIND_INTS, KIND_KEYS, decode_blocks, encode_blocks, keys_of_blocks
 from serving.token_kernels import expand_columns, ordered_unique, sorted_groups
 
@@ -234,7 +233,7 @@ def decode(
     field_count: int = 1 << 16,
     field_hash_ids: npt.NDArray[np.uint32] | None = None,
     max_bytes: int = MAX_EXPANDED_BYTES,
-    both: Callable[[Callable[[], Any], Callable[[], Any]], tuple[Any, Any]] | None = None,
+    both: Both | None = None,
 ) -> DecodedRequest:
     """Validates and expands a request; field indices must be < field_count. A token
     dictionary is hashed with the model's field hash ids. With `both` (run two calls at
@@ -276,7 +275,7 @@ def _dictionary(
     field_count: int,
     field_hash_ids: npt.NDArray[np.uint32] | None,
     max_bytes: int,
-    both: Callable[[Callable[[], Any], Callable[[], Any]], tuple[Any, Any]] | None = None,
+    both: Both | None = None,
 ) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.float32], npt.NDArray[np.int32]]:
     """keys, values and fields of the dictionary entries; with `both`, the tokens are
     hashed on two threads (the item lists are decoded by then, or nearly)."""

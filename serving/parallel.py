@@ -7,10 +7,11 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 U = TypeVar("U")
+Both = Callable[[Callable[[], Any], Callable[[], Any]], tuple[Any, Any]]  # Splitter.both's shape
 
 MIN_PART = 8192  # smallest range worth a hand-off to another thread
 

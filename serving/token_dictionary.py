@@ -14,15 +14,13 @@ An entry's dictionary index is its position over the blocks in order.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 import numba as nb
 import numpy as np
 import numpy.typing as npt
 
 from ctr.varint import _get, _put, read_increasing, unzigzag
 from serving.columns import hash_int_tokens
+from serving.parallel import Both
 
 KIND_KEYS = 0
 KIND_INTS = 1
@@ -112,7 +110,7 @@ def keys_of_blocks(
     bounds: I64,
     values: U64,
     field_hash_ids: npt.NDArray[np.uint32],
-    both: Callable[[Callable[[], Any], Callable[[], Any]], tuple[Any, Any]] | None = None,
+    both: Both | None = None,
 ) -> tuple[U64, npt.NDArray[np.int32]]:
     """Each entry's key (integer tokens hashed as the trainer hashes their text) and field.
     With `both` (run two calls at once), the blocks are hashed in two halves of about as
