@@ -21,7 +21,8 @@ from serving.shard_part import WHOLE
 from serving.watcher import ModelWatcher
 
 
-def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, message: str) -> NoReturn:
+def abort(context: grpc.ServicerContext, code: grpc.StatusCode, message: str) -> NoReturn:
+    """Ends the call with `code`, counted in the request metrics (by code)."""
     metrics.REQUESTS.labels(code.name).inc()
     context.abort(code, message)
     raise AssertionError("unreachable")  # context.abort raises
@@ -48,19 +49,17 @@ class PredictorServicer(predict_pb2_grpc.PredictorServicer):
         self, request: predict_pb2.PredictRequest, context: grpc.ServicerContext, model: ServableModel | None, start: float
     ) -> predict_pb2.PredictResponse:
         if model is None:
-            _abort(context, grpc.StatusCode.UNAVAILABLE, "no model version is loaded yet")
+            abort(context, grpc.StatusCode.UNAVAILABLE, "no model version is loaded yet")
         if request.item_count > self.max_items:
-            _abort(
+            abort(
                 context,
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"Predict: item_count {request.item_count} above this server's {self.max_items}",
             )
         if self.router is None and model.part != WHOLE:
-            _abort(
-                context, grpc.StatusCode.FAILED_PRECONDITION, f"this is serving shard {model.part}: send Predict to the router"
-            )
+            abort(context, grpc.StatusCode.FAILED_PRECONDITION, f"this is serving shard {model.part}: send Predict to the router")
         if request.model and request.model != model.name:
-            _abort(context, grpc.StatusCode.NOT_FOUND, f"model: {request.model!r} is not served here (serving {model.name!r})")
+            abort(context, grpc.StatusCode.NOT_FOUND, f"model: {request.model!r} is not served here (serving {model.name!r})")
         try:
             encoded = EncodedRequest(
                 request.item_count,
@@ -76,21 +75,21 @@ class PredictorServicer(predict_pb2_grpc.PredictorServicer):
                 encoded, max(1, model.spec.field_count), field_hash_ids(tuple(model.spec.fields)), both=model.splitter.both
             )
         except EncodingError as e:
-            _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"Predict: {e}")
+            abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"Predict: {e}")
         if model.spec.needs_fields and not request.fields and not request.tokens:
-            _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"Predict: fields: a {model.spec.type} model needs field indices")
+            abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"Predict: fields: a {model.spec.type} model needs field indices")
         version = model.version
         if self.router is not None:
             try:
                 scores, version = self.router.score(model, req)
             except FanOutError as e:
                 metrics.FANOUT_FAILURES.labels(e.code.name).inc()
-                _abort(context, e.code, f"Predict: {e}")
+                abort(context, e.code, f"Predict: {e}")
         else:
             scores = model.score(req)
             self.watcher.remember(req)  # the router holds no rows to warm
         if not np.isfinite(scores).all():  # never an OK answer with NaN scores
-            _abort(context, grpc.StatusCode.INTERNAL, f"version {version} gave a non-finite score")
+            abort(context, grpc.StatusCode.INTERNAL, f"version {version} gave a non-finite score")
         metrics.REQUESTS.labels("OK").inc()
         metrics.ITEMS.inc(request.item_count)
         metrics.LATENCY.observe(time.perf_counter() - start)
@@ -106,7 +105,7 @@ class PredictorServicer(predict_pb2_grpc.PredictorServicer):
     ) -> predict_pb2.ModelStatusResponse:
         model = self.watcher.current
         if model is None:
-            _abort(context, grpc.StatusCode.UNAVAILABLE, "no model version is loaded yet")
+            abort(context, grpc.StatusCode.UNAVAILABLE, "no model version is loaded yet")
         return predict_pb2.ModelStatusResponse(
             model=model.name,
             version=model.version,
