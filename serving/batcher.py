@@ -16,6 +16,8 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
+from serving.deep import mlp_scores
+
 
 @dataclass
 class _Job:
@@ -105,13 +107,7 @@ class DynamicBatcher:
     def _forward(self, net: Any, batch: list[_Job]) -> npt.NDArray[np.float32]:
         pooled = np.concatenate([j.pooled for j in batch]) if len(batch) > 1 else batch[0].pooled
         partial = np.concatenate([j.partial for j in batch]) if len(batch) > 1 else batch[0].partial
-        dev = net.device
-        with torch.inference_mode():
-            host = torch.from_numpy(np.ascontiguousarray(pooled))
-            if dev.type == "cuda":
-                host = self._stage(host)
-            z = net(host.to(dev, non_blocking=True)) + torch.from_numpy(partial).to(dev, non_blocking=True)
-            return torch.sigmoid(z).cpu().numpy().astype(np.float32)  # type: ignore[no-any-return]
+        return mlp_scores(net, pooled, partial, self._stage if net.device.type == "cuda" else None)
 
     def _stage(self, host: torch.Tensor) -> torch.Tensor:
         """host's values in page-locked memory (reused, grown as needed): an async copy."""

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
 import numpy as np
 import numpy.typing as npt
 import torch
 
 from ctr.deep import DeepCTR, device
 from ctr.modelspec import ModelSpec
-from serving.batcher import DynamicBatcher
+
+if TYPE_CHECKING:
+    from serving.batcher import DynamicBatcher
 
 
 class DeepScorer:
@@ -28,7 +33,21 @@ class DeepScorer:
         """sigmoid(partial logit + MLP(pooled)) per item (in a shared batch with a batcher)."""
         if self.batcher is not None:
             return self.batcher.predict(self.net, pooled, partial)
-        with torch.inference_mode():
-            dev = self.net.device
-            z = self.net(torch.from_numpy(pooled).to(dev)) + torch.from_numpy(partial).to(dev)
-            return torch.sigmoid(z).cpu().numpy().astype(np.float32)  # type: ignore[no-any-return]
+        return mlp_scores(self.net, pooled, partial)
+
+
+def mlp_scores(
+    net: DeepCTR,
+    pooled: npt.NDArray[np.float32],
+    partial: npt.NDArray[np.float32],
+    stage: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> npt.NDArray[np.float32]:
+    """sigmoid(partial + MLP(pooled)) on the net's device; `stage` may first place the host
+    tensor (in pinned memory, say) so the copy to the device is asynchronous."""
+    dev = net.device
+    with torch.inference_mode():
+        host = torch.from_numpy(np.ascontiguousarray(pooled))
+        if stage is not None:
+            host = stage(host)
+        z = net(host.to(dev, non_blocking=True)) + torch.from_numpy(partial).to(dev, non_blocking=True)
+        return torch.sigmoid(z).cpu().numpy().astype(np.float32)  # type: ignore[no-any-return]
