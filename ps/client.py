@@ -317,11 +317,12 @@ class PSClient:
         else:
             self.aggregator.forget_residuals()
 
-    def leave_local_aggregation(self) -> None:
+    def leave_local_aggregation(self, waiting: Callable[[], None] | None = None) -> None:
         """After a worker's last push: joins the remaining rounds until every worker is done
-        (the leader sends the others' pushes meanwhile). Nothing without local aggregation."""
+        (the leader sends the others' pushes meanwhile), calling `waiting` now and then.
+        Nothing without local aggregation."""
         if self.aggregator is not None:
-            self.aggregator.leave()
+            self.aggregator.leave(waiting)
 
     def _compressor(self, table: str, kind: str) -> Compressor:
         if table not in self.compressors:

@@ -156,10 +156,15 @@ class LocalAggregator:
                     if self._error is not None:
                         raise RuntimeError(f"local aggregation failed: {self._error}") from None
 
-    def leave(self) -> None:
-        """Ends this worker's pushes; returns once every worker has left (the rounds end)."""
+    def leave(self, waiting: Callable[[], None] | None = None) -> None:
+        """Ends this worker's pushes; returns once every worker has left (the rounds end).
+        waiting: called about every 0.1 s meanwhile, so a worker that is done still obeys its
+        coordinator (a cut pauses every worker; one that never answered would hang the run)."""
         self._leaving.set()
-        self._thread.join()
+        while self._thread.is_alive():
+            self._thread.join(timeout=0.1)
+            if waiting is not None and self._thread.is_alive():
+                waiting()
         for slot in self._slots:
             with contextlib.suppress(BufferError):  # a failed round's traceback may hold a view
                 slot.close()

@@ -140,7 +140,8 @@ class Trainer:
                     raise
                 self._recover_from(e)
         self.pipeline.close()
-        self.client.leave_local_aggregation()  # the other workers' last pushes go out meanwhile
+        # the other workers' last pushes go out meanwhile; a cut may pause this worker too
+        self.client.leave_local_aggregation(self.control)
         self.model.finish(self.client)
         self.client.flush_residuals()  # the shards end with every update, exactly
         self._count_bytes()

@@ -293,3 +293,26 @@ def test_two_workers_go_back_to_a_cut_when_a_shard_restarts(data_dir, tmp_path):
             proc.kill()
         for s in shards:
             s.stop()
+
+
+def test_a_worker_done_before_the_other_still_takes_part_in_cuts(data_dir, tmp_path):
+    """With --local-aggregate a worker that has read its share waits for the others in the
+    aggregation rounds. Cuts pause every worker, so it must answer them there: worker 0 (the
+    leader) gets a small file and worker 1 a large one, and the run ends with every sample
+    trained once (it used to hang at the first cut after worker 0 was done)."""
+    lines = (data_dir / "frappe/frappe.validation.libfm").read_text().splitlines()
+    folder = tmp_path / "stream"
+    folder.mkdir()
+    (folder / "part0.libfm").write_text("\n".join(lines[:2000]) + "\n")
+    (folder / "part1.libfm").write_text("\n".join(lines * 8) + "\n")
+    total = 2000 + 8 * len(lines)
+    shards = [_shard(i, tmp_path) for i in range(2)]
+    try:
+        proc = _two_workers(folder, shards, tmp_path / "m.json", "--local-aggregate", "--push-codec", "onebit")
+        err = _finish(proc, timeout=120)
+        assert "checkpoint cut" in err, err[-3000:]
+        assert json.loads((tmp_path / "m.json").read_text())["samples"] == total
+        assert _model(shards)["w"][2] == [total, total]
+    finally:
+        for s in shards:
+            s.stop()
