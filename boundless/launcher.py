@@ -85,7 +85,8 @@ class Demo:
         shards = [
             start(
                 f"ps{i}",
-                ["ps", "--shard-index", str(i), "--shard-count", str(self.args.shards), "--data-dir", str(d / f"ps{i}")],
+                ["ps", "--shard-index", str(i), "--shard-count", str(self.args.shards), "--data-dir", str(d / f"ps{i}")]
+                + ["--export-root", str(d / "exports")],
                 d,
             )
             for i in range(self.args.shards)

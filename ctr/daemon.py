@@ -13,13 +13,16 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent import futures
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import start_http_server
 
 if TYPE_CHECKING:  # gRPC loads only in processes that serve it (not `train --ps local`)
     import grpc
     from grpc_health.v1 import health
+
+    from ctr.auth import Policy
+    from ctr.security import Identity, SecurityConfig
 
 MAX_MESSAGE_BYTES = 64 << 20
 # a PS pull of a wide table (FFM on Criteo: 5 KB of state per key) at the default batch of
@@ -45,17 +48,26 @@ def grpc_server(
     max_message_bytes: int = MAX_MESSAGE_BYTES,
     max_concurrent: int | None = None,
     reflection: bool = False,
+    identity: Identity | None = None,
+    tokens: dict[str, str] | None = None,
+    policy: Policy | None = None,
 ) -> tuple[grpc.Server, int, health.HealthServicer]:
     """A started server with a health service, and reflection only when asked for (it
     lists every service to whoever connects); returns (server, bound port, health).
     Calls past `max_concurrent` in flight are refused with RESOURCE_EXHAUSTED, and so are
-    messages over `max_message_bytes`: what a flood of requests can hold stays bounded."""
+    messages over `max_message_bytes`: what a flood of requests can hold stays bounded.
+    identity: TLS with its certificate (mutual under client_auth); tokens and policy: the
+    bearer tokens the policy's methods need (ctr.auth)."""
     import grpc
     from grpc_health.v1 import health, health_pb2, health_pb2_grpc
     from grpc_reflection.v1alpha import reflection as grpc_reflection
 
+    from ctr.auth import TokenAuth
+
+    interceptors = [TokenAuth(tokens, policy)] if tokens is not None and policy is not None else []
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=workers),
+        interceptors=interceptors,
         options=[
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", max_message_bytes),
@@ -67,13 +79,29 @@ def grpc_server(
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     if reflection:
         grpc_reflection.enable_server_reflection((*service_names, grpc_reflection.SERVICE_NAME, health.SERVICE_NAME), server)
-    bound = server.add_insecure_port(f"{host}:{port}")
+    creds = identity.server_credentials() if identity is not None else None
+    address = f"{host}:{port}"
+    bound = server.add_secure_port(address, creds) if creds is not None else server.add_insecure_port(address)
     if bound == 0:
         raise OSError(f"cannot bind gRPC server to {host}:{port}")
     server.start()
     for name in (*service_names, ""):
         health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     return server, bound, health_servicer
+
+
+def guard(conf: SecurityConfig, host: str, policy: Policy | None = None) -> dict[str, Any]:
+    """Installs this process's identity for every channel it opens, and returns what
+    grpc_server takes to serve with it: TLS, and the tokens `policy`'s methods need."""
+    from ctr.auth import load_tokens
+    from ctr.security import Identity, install
+
+    identity = Identity.of(conf)
+    install(identity)
+    tokens = load_tokens(conf.tokens_file) if policy is not None else None
+    if tokens is not None and identity.cert is None and host not in ("127.0.0.1", "localhost", "::1"):
+        logging.getLogger("auth").warning("bearer tokens travel in the clear: %s serves without TLS", host)
+    return {"identity": identity, "tokens": tokens, "policy": policy}
 
 
 def metrics_server(host: str, port: int) -> int:

@@ -71,8 +71,9 @@ def watch(conf: ModelMgrConfig) -> int:
         rollback_auc_drop=conf.rollback_auc_drop,
     )
     publisher = Publisher(repo, Path(conf.exports), gate, conf.compact_after, conf.keep_full)
+    guarded = daemon.guard(conf, conf.host)  # its identity for the serving notifications
     notifier = Notifier(conf.notify, conf.model)
-    server, port, _ = daemon.grpc_server(conf.host, conf.port, 2, lambda s: None, [], reflection=conf.reflection)
+    server, port, _ = daemon.grpc_server(conf.host, conf.port, 2, lambda s: None, [], reflection=conf.reflection, **guarded)
     metrics_port = daemon.metrics_server(conf.host, conf.metrics_port)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

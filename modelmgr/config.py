@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ctr.security import SecurityConfig
+
 
 @dataclass(frozen=True)
-class ModelMgrConfig:
+class ModelMgrConfig(SecurityConfig):
     exports: str = field(default="exports", metadata={"help": "folder the trainer exports into"})
     repo: str = field(default="repo", metadata={"help": "model repository folder"})
     model: str = field(default="ctr", metadata={"help": "model name"})

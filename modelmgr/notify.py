@@ -25,13 +25,14 @@ class Notifier:
             return 0
         import grpc
 
+        from ctr.security import open_channel
         from protos import predict_pb2, predict_pb2_grpc
 
         answered = 0
         for address in self.addresses:
             stub = self._stubs.get(address)
             if stub is None:
-                stub = self._stubs[address] = predict_pb2_grpc.PredictorStub(grpc.insecure_channel(address))
+                stub = self._stubs[address] = predict_pb2_grpc.PredictorStub(open_channel(address))
             try:
                 stub.Refresh(predict_pb2.RefreshRequest(model=self.model), timeout=TIMEOUT_S)
                 answered += 1

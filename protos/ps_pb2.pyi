@@ -502,7 +502,7 @@ class ExportRequest(_message.Message):
     DIRECTORY_FIELD_NUMBER: _builtins.int
     kind: Global___ExportKind.ValueType
     directory: _builtins.str
-    """folder the shard writes its files into"""
+    """the export's folder name (no path): the shard writes under its --export-root"""
     def __init__(
         self,
         *,

@@ -120,16 +120,15 @@ class PSClient:
         pull_codec: str = "auto",
         data_dir: Path | None = None,
         lifecycle: Lifecycle | None = None,
+        export_root: Path | None = None,
     ) -> PSClient:
         """In-process shards behind the same API (`--ps local`), each with a RocksDB store
         under data_dir/ps{i} when given (checkpoint cuts, as shard processes keep them) and
         the row lifecycle given."""
         from ps.store import ShardStore
 
-        shards = [
-            Shard(i, shard_count, ShardStore(data_dir / f"ps{i}") if data_dir else None, lifecycle=lifecycle)
-            for i in range(shard_count)
-        ]
+        stores = [ShardStore(data_dir / f"ps{i}") if data_dir else None for i in range(shard_count)]
+        shards = [Shard(i, shard_count, stores[i], lifecycle=lifecycle, export_root=export_root) for i in range(shard_count)]
         return cls(LocalTransport(shards), shard_count, push_codec, residual_rows, seed, pull_codec)
 
     def serve_local(self) -> LocalServers:
@@ -411,8 +410,10 @@ class PSClient:
             r = np.array(residual, dtype=np.float64)
             self._dense_residual[table] = r.reshape(r.shape[0], -1)  # as push_dense keeps it: [n, 1]
 
-    def export(self, full: bool, directory: Path) -> tuple[list[ExportedFile], list[int]]:
-        results = self._each(lambda s: self.transport.export(s, full, str(directory)))
+    def export(self, full: bool, name: str) -> tuple[list[ExportedFile], list[int]]:
+        """Every shard writes export `name`, a folder under its export root (the trainer's
+        export folder, shared with the shards)."""
+        results = self._each(lambda s: self.transport.export(s, full, name))
         files = [dataclasses.replace(f, shard=s) for s, (got, _) in enumerate(results) for f in got]
         return files, [seq for _, seq in results]
 

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ctr.security import SecurityConfig
+
 
 @dataclass(frozen=True)
-class PSConfig:
+class PSConfig(SecurityConfig):
     shard_index: int = field(default=0, metadata={"help": "this shard's index"})
     shard_count: int = field(default=1, metadata={"help": "number of shards"})
     host: str = field(default="127.0.0.1", metadata={"help": "address to bind"})
@@ -28,6 +30,10 @@ class PSConfig:
     )
     full_checkpoint_every: int = field(
         default=10, metadata={"help": "every Nth checkpoint cut holds every row (the others: rows changed since the last)"}
+    )
+    export_root: str | None = field(
+        default=None,
+        metadata={"help": "folder the trainer's exports land in (its --export-dir, shared): Export writes only under it"},
     )
     reflection: bool = field(default=False, metadata={"help": "enable gRPC server reflection (lists the services to any client)"})
     workers: int = field(default=8, metadata={"help": "gRPC worker threads"})

@@ -12,6 +12,7 @@ import numpy.typing as npt
 
 from ctr.daemon import PS_MAX_MESSAGE_BYTES
 from ctr.modelspec import TableSpec
+from ctr.security import open_channel
 from protos import ps_pb2, ps_pb2_grpc
 from ps.compression.payload import decode_payload
 from ps.shard import ExportedFile, TableStats
@@ -41,7 +42,7 @@ class GrpcTransport(_ByteCounter):
             ("grpc.max_receive_message_length", PS_MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", PS_MAX_MESSAGE_BYTES),
         ]
-        self.channels = [grpc.insecure_channel(a, options=opts) for a in addresses]
+        self.channels = [open_channel(a, opts) for a in addresses]
         self.stubs = [ps_pb2_grpc.ParameterServerStub(c) for c in self.channels]
         self.key_encoding = key_encoding
         self.timeout = timeout
@@ -151,9 +152,9 @@ class GrpcTransport(_ByteCounter):
         self.count(push=req.ByteSize())
         self.saw(shard, self._rpc(shard, "PushDense", req).incarnation)
 
-    def export(self, shard: int, full: bool, directory: str) -> tuple[list[ExportedFile], int]:
+    def export(self, shard: int, full: bool, name: str) -> tuple[list[ExportedFile], int]:
         kind = ps_pb2.EXPORT_FULL if full else ps_pb2.EXPORT_DELTA
-        resp = self._rpc(shard, "Export", ps_pb2.ExportRequest(kind=kind, directory=directory), timeout=600)
+        resp = self._rpc(shard, "Export", ps_pb2.ExportRequest(kind=kind, directory=name), timeout=600)
         files = [ExportedFile(f.name, f.table, f.role, f.size, f.sha256, f.rows, f.columns) for f in resp.files]
         return files, resp.export_seq
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ctr import config as cfg
 from ctr import daemon
+from ctr.auth import service_policy
 from protos import ps_pb2, ps_pb2_grpc
 from ps.config import PSConfig
 from ps.lifecycle import Lifecycle
@@ -38,13 +39,17 @@ def run(args: argparse.Namespace) -> int:
     if conf.admit_after < 1 or conf.bloom_mb < 1 or conf.ttl_s < 0 or conf.ttl_updates < 0 or conf.max_rows < 0:
         raise cfg.ConfigError("--admit-after and --bloom-mb must be >= 1; --ttl-s, --ttl-updates and --max-rows >= 0")
     lifecycle = Lifecycle(conf.admit_after, conf.bloom_mb << 20, conf.ttl_s, conf.ttl_updates, conf.max_rows)
-    shard = Shard(conf.shard_index, conf.shard_count, store, full_every=conf.full_checkpoint_every, lifecycle=lifecycle)
+    exports = Path(conf.export_root) if conf.export_root else None
+    shard = Shard(
+        conf.shard_index, conf.shard_count, store, full_every=conf.full_checkpoint_every, lifecycle=lifecycle, export_root=exports
+    )
     if store is not None:
         rows = sum(t.rows for t in shard.stats())
         log.info(
             "loaded committed cut %d from %s: %d rows in %d tables", shard.committed.cut, conf.data_dir, rows, len(shard.stats())
         )
     service_name = ps_pb2.DESCRIPTOR.services_by_name["ParameterServer"].full_name
+    guarded = daemon.guard(conf, conf.host, service_policy({f"/{service_name}/": "trainer"}))
     server, port, _ = daemon.grpc_server(
         conf.host,
         conf.port,
@@ -53,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
         [service_name],
         daemon.PS_MAX_MESSAGE_BYTES,
         reflection=conf.reflection,
+        **guarded,
     )
     metrics_port = daemon.metrics_server(conf.host, conf.metrics_port)
     log.info("shard %d/%d serving on %s:%d, metrics on :%d", conf.shard_index, conf.shard_count, conf.host, port, metrics_port)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
@@ -125,9 +124,7 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
 
     def Export(self, request: ps_pb2.ExportRequest, context: grpc.ServicerContext) -> ps_pb2.ExportResponse:
         def run() -> ps_pb2.ExportResponse:
-            if not request.directory:
-                raise ShardError("directory: empty")
-            files, seq = self.shard.export(request.kind == ps_pb2.EXPORT_FULL, Path(request.directory))
+            files, seq = self.shard.export(request.kind == ps_pb2.EXPORT_FULL, request.directory)
             wire = [
                 ps_pb2.ExportedFile(**{k: v for k, v in vars(f).items() if k != "shard"}) for f in files
             ]  # the caller knows the shard

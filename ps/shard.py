@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import re
 import threading
 import time
 from collections import OrderedDict
@@ -24,6 +25,9 @@ from ps.store import CutMeta, ShardStore
 from ps.tables import GRADIENT, MOMENTUM, DenseTable, PushRejected, SparseTable
 
 log = logging.getLogger("ps")
+
+
+EXPORT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # one folder name, never a path
 
 
 class ShardError(ValueError):
@@ -76,6 +80,7 @@ class Shard:
         max_sessions: int = 1024,
         full_every: int = 10,
         lifecycle: Lifecycle | None = None,
+        export_root: Path | None = None,
     ) -> None:
         if not 0 <= index < count:
             raise ValueError(f"shard index {index} outside 0..{count - 1}")
@@ -84,6 +89,7 @@ class Shard:
         self.sparse: dict[str, SparseTable] = {}
         self.dense: dict[str, DenseTable] = {}
         self.store = store
+        self.export_root = export_root  # exports land only in folders under it (none: no exports)
         self.lock = threading.Lock()
         self.update_seq = 0
         self.export_seq = -1  # no export yet: the first delta holds everything
@@ -370,9 +376,20 @@ class Shard:
             self.update_seq += 1
             self.samples[table] = self.samples.get(table, 0) + samples
 
-    def export(self, full: bool, directory: Path) -> tuple[list[ExportedFile], int]:
+    def export_folder(self, name: str) -> Path:
+        """The folder of export `name` under the export root: the caller names a folder, it
+        never gives a path, so a caller cannot make the shard write anywhere else."""
+        if self.export_root is None:
+            raise ShardError("this shard has no export root (--export-root): it writes no exports")
+        if not EXPORT_NAME.fullmatch(name):
+            raise ShardError(f"directory: {name[:80]!r} is not an export name (letters, digits, '.', '_', '-'; no path)")
+        return self.export_root / name
+
+    def export(self, full: bool, name: str) -> tuple[list[ExportedFile], int]:
         """Writes this shard's sparse weights as one file whose rows hold every sparse table's
-        weights side by side (full image or delta of rows changed since the last export)."""
+        weights side by side (full image or delta of rows changed since the last export),
+        into the folder `name` under the export root."""
+        directory = self.export_folder(name)
         directory.mkdir(parents=True, exist_ok=True)
         with self.lock:
             since = -1 if full else self.export_seq

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -88,7 +87,9 @@ class ShardTransport(Protocol):
 
     def push_dense(self, shard: int, table: str, payload: bytes, kind: str, steps: int = 1, samples: int = 0) -> None: ...
 
-    def export(self, shard: int, full: bool, directory: str) -> tuple[list[ExportedFile], int]: ...
+    def export(self, shard: int, full: bool, name: str) -> tuple[list[ExportedFile], int]:
+        """Shard writes export `name`: a folder under its export root."""
+        ...
 
     def prepare(self, shard: int, cut: int, offsets: bytes) -> int: ...
 
@@ -180,8 +181,8 @@ class LocalTransport(_ByteCounter):
         _, values = decode_payload(payload, *s.dense_push_shape(table, kind))
         s.push_dense(table, values, kind, steps, samples, self.generation)
 
-    def export(self, shard: int, full: bool, directory: str) -> tuple[list[ExportedFile], int]:
-        return self.shards[shard].export(full, Path(directory))
+    def export(self, shard: int, full: bool, name: str) -> tuple[list[ExportedFile], int]:
+        return self.shards[shard].export(full, name)
 
     def prepare(self, shard: int, cut: int, offsets: bytes) -> int:
         return self.shards[shard].prepare(cut, offsets)

@@ -21,6 +21,7 @@ from ctr.fields import FieldIndex
 from ctr.formats import FieldEncoder, ParsedSample
 from ctr.hashing import hash_tokens, pack_tokens
 from ctr.schema import FeatureSchema
+from ctr.security import Identity, open_channel
 from protos import predict_pb2, predict_pb2_grpc
 from serving.columns import ColumnValues, flatten_columns, flatten_token_columns
 from serving.encoding import EncodedRequest, encode, encode_tokens
@@ -103,8 +104,10 @@ class PredictClient:
         schema: FeatureSchema | None = None,
         fields: Sequence[str] | None = None,
         timeout: float = 10.0,
+        identity: Identity | None = None,
     ) -> None:
-        self.channel = grpc.insecure_channel(address)
+        """identity: TLS and token to call with (default: the process's, ctr.security)."""
+        self.channel = open_channel(address, identity=identity)
         self.stub = predict_pb2_grpc.PredictorStub(self.channel)
         self.model = model
         self.schema = schema

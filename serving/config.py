@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ctr.security import SecurityConfig
+
 
 @dataclass(frozen=True)
 class DnnBatching:
@@ -18,7 +20,7 @@ class DnnBatching:
 
 
 @dataclass(frozen=True)
-class ServingConfig:
+class ServingConfig(SecurityConfig):
     repo: str = field(default="repo", metadata={"help": "model repository folder"})
     model: str = field(default="ctr", metadata={"help": "model name"})
     poll_s: float = field(default=0.5, metadata={"help": "seconds between policy checks"})

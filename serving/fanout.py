@@ -20,6 +20,7 @@ from typing import Any
 
 import grpc
 
+from ctr.security import open_channel
 from protos import predict_pb2_grpc
 from serving import metrics
 
@@ -54,7 +55,7 @@ class FanOut:
         opts = [("grpc.max_receive_message_length", max_message_bytes), ("grpc.max_send_message_length", max_message_bytes)]
         self.shards = []
         for addresses in shards:
-            channels = [grpc.insecure_channel(a, options=opts) for a in addresses]
+            channels = [open_channel(a, opts) for a in addresses]
             stubs = [predict_pb2_grpc.ShardScorerStub(c) for c in channels]
             self.shards.append(Shard(list(addresses), stubs, channels))
         self.deadline_s = deadline_s

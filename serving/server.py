@@ -10,6 +10,7 @@ import grpc
 
 from ctr import config as cfg
 from ctr import daemon
+from ctr.auth import service_policy
 from modelmgr.repository import Repository
 from protos import predict_pb2, predict_pb2_grpc
 from serving.config import DnnBatching, ServingConfig
@@ -38,6 +39,10 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit("serve: --router and --shard exclude each other")
     part = ROUTER if conf.router else ShardPart.parse(conf.shard)
     max_bytes = int(conf.max_request_mb * (1 << 20))
+    predictor, scorer = (predict_pb2.DESCRIPTOR.services_by_name[n].full_name for n in ("Predictor", "ShardScorer"))
+    # Refresh only makes serving read the repository again; the model path calls it
+    needs = {f"/{predictor}/": "predict", f"/{predictor}/Refresh": "trainer", f"/{scorer}/": "predict"}
+    guarded = daemon.guard(conf, conf.host, service_policy(needs))  # before the router opens its channels
     fanout = (
         FanOut(parse_shards(conf.shards), conf.fanout_deadline_ms / 1e3, conf.hedge_min_ms / 1e3, max_bytes)
         if conf.router
@@ -67,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
         max_message_bytes=max_bytes,
         max_concurrent=conf.max_concurrent,
         reflection=conf.reflection,
+        **guarded,
     )
     metrics_port = daemon.metrics_server(conf.host, conf.metrics_port)
     log.info(

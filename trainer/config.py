@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ctr.security import SecurityConfig
+
 ENV_PREFIX = "BOUNDLESS_TRAINER_"
 
 
 @dataclass(frozen=True)
-class TrainerConfig:
+class TrainerConfig(SecurityConfig):
     source: str = field(default="-", metadata={"help": "file or folder to stream ('-' is stdin), or kafka://HOST:PORT/TOPIC"})
     format: str = field(default="auto", metadata={"help": "schema preset (criteo, avazu, libsvm, libffm, kv...) or auto"})
     schema: str | None = field(default=None, metadata={"help": "YAML feature schema; overrides --format"})

@@ -142,7 +142,7 @@ class Exporter:
         taken = time.time()
         export_id = f"{time.time_ns():020d}"
         folder = self.export_dir / export_id
-        files, seqs = self.client.export(full, folder)
+        files, seqs = self.client.export(full, export_id)  # the shards write under the same export folder
         dense_path = folder / DENSE_FILE
         save_file(dense_tensors(self.client, self.spec), str(dense_path))
         files.append(ExportedFile(DENSE_FILE, "dense", "dense", dense_path.stat().st_size, sha256_file(dense_path), 1))

@@ -91,7 +91,10 @@ def connect(conf: TrainerConfig) -> PSClient:
     )
     if conf.ps == "local":
         data = Path(conf.local_data_dir) if conf.local_data_dir else None
-        return PSClient.local(conf.local_shards, conf.push_codec, conf.residual_rows, conf.seed, conf.pull_codec, data, lifecycle)
+        exports = Path(conf.export_dir) if conf.export_dir else None
+        return PSClient.local(
+            conf.local_shards, conf.push_codec, conf.residual_rows, conf.seed, conf.pull_codec, data, lifecycle, exports
+        )
     if lifecycle != Lifecycle() or conf.local_data_dir:
         raise cfg.ConfigError(
             "--local-admit-after, --local-ttl-*, --local-max-rows and --local-data-dir are for --ps local;"
@@ -201,6 +204,7 @@ def train(conf: TrainerConfig) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
+    guarded = daemon.guard(conf, conf.host)  # its identity for the PS channels; it serves health only
     client = connect(conf)
     point = restore_shards(client, conf.from_start)  # exactly once: back to the newest common cut
     taken = len(point.parts) or 1
@@ -233,7 +237,7 @@ def train(conf: TrainerConfig) -> int:
     health_server, health, grpc_port = None, None, -1
     if conf.port >= 0:  # health only: the trainer is a client of the PS and serves nothing else
         health_server, grpc_port, health = daemon.grpc_server(
-            conf.host, conf.port, 1, lambda s: None, [], reflection=conf.reflection
+            conf.host, conf.port, 1, lambda s: None, [], reflection=conf.reflection, **guarded
         )
     exporter = None
     if conf.export_dir:

@@ -25,6 +25,7 @@ from ctr.batch import SampleBatch
 from ctr.fields import FieldIndex
 from ctr.holdout import RecentBatches
 from ctr.schema import FeatureSchema
+from ctr.security import Identity, install
 from ps.client import AggregationPlan, PSClient, ShardRestarted
 from trainer.config import TrainerConfig
 from trainer.exporter import Exporter
@@ -84,6 +85,7 @@ def worker_main(job: WorkerJob, reports: Any) -> None:
     """A worker process: trains its part of the stream and reports to the coordinator."""
     conf = job.conf
     daemon.setup_logging(f"trainer-w{job.index}", conf.log_level)
+    install(Identity.of(conf))  # a fresh process: the coordinator's identity for the PS channels
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

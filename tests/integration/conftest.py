@@ -54,7 +54,8 @@ class Platform:
 def platform(tmp_path: Path) -> Iterator[Platform]:
     daemons: list[Daemon] = []
     try:
-        shards = [start(f"ps{i}", ["ps", "--shard-index", str(i), "--shard-count", "2"], tmp_path) for i in range(2)]
+        ps_args = ["ps", "--shard-count", "2", "--export-root", str(tmp_path / "exports")]
+        shards = [start(f"ps{i}", [*ps_args, "--shard-index", str(i)], tmp_path) for i in range(2)]
         daemons += shards
         manager = start(
             "modelmgr",

@@ -75,6 +75,8 @@ def test_a_slow_replica_is_hedged_and_a_dead_shard_fails_in_time(tmp_path):
         daemons.append(router)
         _ready(router)
         client = PredictClient(router.address)
+        for i in range(2):  # the first calls compile the router's kernels: not what is timed
+            client.predict_encoded(reqs[i])
         times = []
         for i in range(12):
             t = time.perf_counter()

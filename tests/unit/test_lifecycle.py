@@ -168,13 +168,13 @@ def test_ttl_in_updates_evicts_rows_left_alone():
 
 
 def test_tombstones_reach_serving_and_evicted_keys_score_as_absent(tmp_path):
-    shard = Shard(0, 1, lifecycle=Lifecycle(max_rows=20))
+    shard = Shard(0, 1, lifecycle=Lifecycle(max_rows=20), export_root=tmp_path)
     shard.declare(SPEC.tables())
     _push(shard, np.arange(1, 21, dtype=np.uint64))
-    files, _ = shard.export(True, tmp_path / "v1")  # a full image with keys 1..20
+    files, _ = shard.export(True, "v1")  # a full image with keys 1..20
     image = modelfile.load_image(tmp_path / "v1" / files[0].name)
     _push(shard, np.arange(21, 31, dtype=np.uint64))  # 30 > 21: back to 20, keys 1..10 go
-    files, _ = shard.export(False, tmp_path / "v2")
+    files, _ = shard.export(False, "v2")
     delta = modelfile.read_delta(tmp_path / "v2" / files[0].name)
     np.testing.assert_array_equal(np.sort(delta.tombstones), np.arange(1, 11, dtype=np.uint64))
     overlay = Overlay(image.row_words)

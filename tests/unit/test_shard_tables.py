@@ -87,11 +87,11 @@ def test_one_worker_stepping_its_copy_ends_with_the_shard_holding_its_state():
 
 
 def test_export_writes_one_row_per_key_with_every_sparse_table(tmp_path):
-    s = Shard(0, 1)
+    s = Shard(0, 1, export_root=tmp_path)
     s.declare(ModelSpec("fm", k=4).tables())
     s.push("w", KEYS[:2], np.ones(2), "gradient")
     s.push("v", KEYS[1:], np.ones((3, 4)), "gradient")
-    files, _ = s.export(True, tmp_path)
+    files, _ = s.export(True, "e1")
     (f,) = files
     assert f.columns == "w:1,v:4" and f.rows == 4
     assert (shard_of(KEYS, 1) == 0).all()
@@ -155,3 +155,15 @@ def test_dense_calls_reach_only_the_shards_that_hold_part_of_the_vector():
     assert called == [2] and bias.shape == (1, 2)  # a 1-long vector lives on the last shard
     client.push_dense("bias", np.ones((1, 2)), kind="delta")
     np.testing.assert_array_equal(client.pull_dense("bias", state=True), bias + 1)
+
+
+def test_export_takes_a_folder_name_never_a_path(tmp_path):
+    """A caller names the export's folder; the shard writes only under its export root."""
+    s = Shard(0, 1, export_root=tmp_path / "exports")
+    s.declare(ModelSpec("lr").tables())
+    for bad in ("/etc", "../out", "a/b", "", ".hidden", "x" * 200):
+        with pytest.raises(ShardError, match="not an export name"):
+            s.export(True, bad)
+    with pytest.raises(ShardError, match="no export root"):
+        Shard(0, 1).export(True, "e1")
+    assert not (tmp_path / "out").exists() and list(tmp_path.iterdir()) == []
