@@ -18,9 +18,11 @@ from typing import Any
 
 import numpy as np
 
+from boundless.certs import make as make_certs
 from boundless.kafka_broker import BrokerUnavailable, KafkaBroker, produce_lines
 from boundless.processes import Daemon, DaemonDied, start
 from ctr.metrics import auc
+from ctr.security import Identity, install
 from ctr.synthetic import SyntheticSpec, SyntheticStream
 from modelmgr.repository import Repository
 from serving.client import PredictClient
@@ -41,6 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--requests", type=int, default=300, help="Predict requests for the latency figure")
     parser.add_argument("--items", type=int, default=200, help="items per Predict request")
     parser.add_argument("--workdir", type=Path, default=None, help="run folder (default runs/demo-<time>)")
+    parser.add_argument(
+        "--tls", action="store_true", help="every process over mutual TLS with bearer tokens (certificates from boundless certs)"
+    )
     parser.add_argument(
         "--source",
         default="files",
@@ -71,6 +76,20 @@ class Demo:
         self.oracle: list[tuple[np.ndarray, np.ndarray]] = []  # (labels, planted logits) of the last parts
         self.broker: KafkaBroker | None = None
         self.producer: Any = None
+        self.guarded: list[str] = []  # a server's TLS and tokens flags (--tls)
+        self.caller: dict[str, list[str]] = {}  # per role, a calling daemon's TLS and token flags
+        if args.tls:
+            self.secure()
+
+    def secure(self) -> None:
+        """A CA, certificates and tokens for this run; the servers ask for client certificates
+        and tokens, and this process calls serving with the client certificate and the predict token."""
+        paths = make_certs(self.dir / "certs", ["localhost", "127.0.0.1"])
+        tls = ["--tls-cert", str(paths["node"]), "--tls-key", str(paths["node_key"]), "--tls-ca", str(paths["ca"])]
+        self.guarded = [*tls, "--tls-client-auth", "--tokens-file", str(paths["tokens"])]
+        self.caller = {role: [*tls, "--token-file", str(paths[f"{role}_token"])] for role in ("trainer", "admin")}
+        token = paths["predict_token"].read_text().strip()
+        install(Identity(paths["client"].read_bytes(), paths["client_key"].read_bytes(), paths["ca"].read_bytes(), token=token))
 
     def say(self, msg: str) -> None:
         print(msg, flush=True)
@@ -86,19 +105,21 @@ class Demo:
             start(
                 f"ps{i}",
                 ["ps", "--shard-index", str(i), "--shard-count", str(self.args.shards), "--data-dir", str(d / f"ps{i}")]
-                + ["--export-root", str(d / "exports")],
+                + ["--export-root", str(d / "exports"), *self.guarded],
                 d,
             )
             for i in range(self.args.shards)
         ]
-        mgr = start("modelmgr", ["model", "watch", "--exports", str(d / "exports"), "--repo", str(d / "repo")], d)
-        serving = start("serving", ["serve", "--repo", str(d / "repo")], d)
+        serving = start("serving", ["serve", "--repo", str(d / "repo"), *self.guarded], d)
+        serving.wait_ready()
+        mgr_args = ["model", "watch", "--exports", str(d / "exports"), "--repo", str(d / "repo"), "--notify", serving.address]
+        mgr = start("modelmgr", [*mgr_args, *self.caller.get("trainer", [])], d)
         self.daemons += [*shards, mgr, serving]
         for x in self.daemons:
             x.wait_ready()
         self.say(
             f"started {len(shards)} PS shards ({', '.join(s.address for s in shards)}), "
-            f"model manager, serving ({serving.address}); logs in {d}"
+            f"model manager, serving ({serving.address}){' over mutual TLS with tokens' if self.args.tls else ''}; logs in {d}"
         )
         return shards, mgr, serving
 
@@ -149,6 +170,7 @@ class Demo:
                     str(self.dir / "trainer.json"),
                     "--checkpoint-interval-s",
                     "20",
+                    *self.caller.get("trainer", []),
                     *([] if self.args.data else ["--follow"]),
                     *(["--no-follow"] if self.args.data else []),
                 ],
