@@ -1,40 +1,92 @@
+"""The chart lints, renders for the default values and for a Kafka + S3 + TLS values file,
+and every rendered manifest validates against the Kubernetes schemas. Its containers'
+arguments parse with boundless's own parser, every mount names a volume, every pod runs as
+a non-root user, and the trainer reads only what is mounted."""
+
 import shlex
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from boundless.cli import build_parser
 
 CHART = Path(__file__).resolve().parents[2] / "helm" / "boundless"
+VALUES = {"default": None, "kafka-s3-tls": CHART / "ci" / "kafka-s3-tls-values.yaml"}
+KUBERNETES = "1.33.0"
+CRDS = {"ServiceMonitor"}  # the Prometheus Operator's: no schema in kubernetes-validate
 
 
-def test_helm_lint_and_template():
+def _helm() -> str:
     helm = shutil.which("helm")
     assert helm, "helm not on PATH: `make test` installs it into .tools/bin"
-    lint = subprocess.run([helm, "lint", str(CHART)], capture_output=True, text=True, timeout=120)
-    assert lint.returncode == 0, lint.stdout + lint.stderr
-    out = subprocess.run([helm, "template", "demo", str(CHART)], capture_output=True, text=True, timeout=120)
+    return helm
+
+
+def _render(values: Path | None) -> list[dict[str, Any]]:
+    cmd = [_helm(), "template", "demo", str(CHART), *(["-f", str(values)] if values else [])]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    for kind in ("StatefulSet", "Deployment", "HorizontalPodAutoscaler", "Service"):
-        assert f"kind: {kind}" in out.stdout
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
 
 
-def test_every_daemon_the_chart_runs_takes_its_arguments():
-    """The chart's container args parse with boundless's own parser (a renamed or removed
-    flag would crash the pod at start)."""
-    import yaml
+def _pods(docs: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    return [(d["metadata"]["name"], d["spec"]["template"]["spec"]) for d in docs if d["kind"] in ("Deployment", "StatefulSet")]
 
-    from boundless.cli import build_parser
 
-    helm = shutil.which("helm")
-    assert helm
-    out = subprocess.run([helm, "template", "demo", str(CHART)], capture_output=True, text=True, timeout=120, check=True)
-    commands = []
-    for doc in yaml.safe_load_all(out.stdout):
-        spec = ((doc or {}).get("spec") or {}).get("template", {}).get("spec", {})
-        for container in spec.get("containers", []):
-            args = [str(a) for a in container.get("args", [])]
-            if len(args) == 1 and "exec boundless " in args[0]:  # a shell line (the ordinal from HOSTNAME)
-                args = shlex.split(args[0].split("exec boundless ", 1)[1].replace('"${HOSTNAME##*-}"', "0"))
-            if args:
-                build_parser(args[0]).parse_args(args)  # SystemExit on an unknown flag
-                commands.append(args[0])
-    assert {"ps", "train", "serve"} <= set(commands), commands
+def _args(container: dict[str, Any]) -> list[str]:
+    args = [str(a) for a in container.get("args", [])]
+    if len(args) == 1 and "exec boundless " in args[0]:  # a shell line (the ordinal from HOSTNAME)
+        args = shlex.split(args[0].split("exec boundless ", 1)[1].replace('"${HOSTNAME##*-}"', "0"))
+    return args
+
+
+def test_helm_lint():
+    lint = subprocess.run([_helm(), "lint", str(CHART)], capture_output=True, text=True, timeout=120)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+
+
+@pytest.mark.parametrize("values", list(VALUES), ids=list(VALUES))
+def test_every_manifest_validates_against_the_kubernetes_schemas(values):
+    docs = _render(VALUES[values])
+    kinds = {d["kind"] for d in docs}
+    assert {"StatefulSet", "Deployment", "HorizontalPodAutoscaler", "PodDisruptionBudget", "Service"} <= kinds
+    for doc in docs:
+        if doc["kind"] in CRDS:
+            assert doc["apiVersion"] == "monitoring.coreos.com/v1" and doc["spec"]["endpoints"]
+            continue
+        kubernetes_validate.validate(doc, KUBERNETES, strict=True)  # raises on any error
+
+
+@pytest.mark.parametrize("values", list(VALUES), ids=list(VALUES))
+def test_every_daemon_the_chart_runs_takes_its_arguments_and_its_mounts_exist(values):
+    """A renamed flag, a mount of a volume that is not there or a path that is not mounted
+    would crash the pod at start."""
+    commands = {}
+    for name, pod in _pods(_render(VALUES[values])):
+        assert pod["securityContext"]["runAsNonRoot"] is True, name
+        volumes = {v["name"] for v in pod.get("volumes", [])}
+        for container in pod["containers"]:
+            mounts = container.get("volumeMounts", [])
+            assert {m["name"] for m in mounts} <= volumes | {"state"}, name  # state: the StatefulSet's claim
+            args = _args(container)
+            build_parser(args[0]).parse_args(args)  # SystemExit on an unknown flag
+            commands[args[0]] = (args, [m["mountPath"] for m in mounts])
+            env = {e["name"] for e in container.get("env", [])}
+            assert "NUMBA_CACHE_DIR" in env and "/cache" in [m["mountPath"] for m in mounts], name
+            for i, a in enumerate(args):
+                if a.startswith("/etc/boundless/") or (i and args[i - 1] in ("--export-dir", "--export-root", "--exports")):
+                    assert any(a.startswith(p + "/") for p in commands[args[0]][1]), f"{name}: {a} is not mounted"
+    assert set(commands) == {"ps", "train", "serve", "model"}, commands
+    train, mounts = commands["train"]
+    source = train[train.index("--source") + 1]
+    assert source.startswith("kafka://") or any(source.startswith(p + "/") for p in mounts), source
+    if values == "kafka-s3-tls":
+        for args, _ in commands.values():
+            assert "--tls-cert" in args and "--tls-ca" in args
+        assert "--tls-client-auth" in commands["serve"][0] and "--tokens-file" in commands["ps"][0]
+        assert "--token-file" in train
