@@ -32,6 +32,7 @@ from ctr.holdout import RecentBatches
 from ctr.modelfile import sha256_file
 from ctr.modelspec import ModelSpec
 from ps.client import ExportedFile, PSClient
+from trainer.metrics import EXPORT_SECONDS
 
 DENSE_FILE = "dense.safetensors"
 
@@ -139,6 +140,7 @@ class Exporter:
     def export(self, metrics: dict[str, float], force_full: bool = False) -> str:
         """Writes one export and returns its id; every full_every-th export is a full one."""
         full = force_full or self.base is None or self.count % self.full_every == 0
+        started = time.perf_counter()
         taken = time.time()
         export_id = f"{time.time_ns():020d}"
         folder = self.export_dir / export_id
@@ -170,4 +172,5 @@ class Exporter:
             self.base = export_id
         self.previous = export_id
         self.count += 1
+        EXPORT_SECONDS.observe(time.perf_counter() - started)
         return export_id

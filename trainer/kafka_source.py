@@ -173,6 +173,21 @@ class KafkaSource:
             yield Block(label, first, first, b"".join(run), newlines=len(run))
             self.next[p] = first + len(run)
 
+    def backlog(self, position: Position) -> tuple[str, int] | None:
+        """Messages of this worker's partitions past `position`: up to the high watermarks
+        its fetches last saw, or, for a partition not fetched yet, the broker's answer."""
+        from confluent_kafka import TopicPartition
+
+        at = position.partitions or {}
+        total = 0
+        for p in self.partitions:
+            tp = TopicPartition(self.topic, p)
+            low, high = self._consumer.get_watermark_offsets(tp, cached=True)
+            if high < 0:  # nothing fetched from it yet
+                low, high = self._consumer.get_watermark_offsets(tp, timeout=2.0)
+            total += max(0, high - max(low, int(at.get(str(p), -1))))
+        return "messages", total
+
     def position_after(self, position: Position) -> Position:
         """The stream position once the batch ending at `position` is trained: every
         partition's next offset, with the batch's own partition at its end."""

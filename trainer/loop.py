@@ -196,6 +196,7 @@ class Trainer:
         snap = self.progress.snapshot()
         per = max(1.0, snap["samples"])
         self._count_bytes()
+        self._measure_backlog()
         log.info(
             "samples %d  window AUC %.4f  logloss %.4f  push %.1f B/sample  pull %.1f B/sample",
             snap["samples"],
@@ -204,6 +205,15 @@ class Trainer:
             self.client.push_bytes / per,
             self.client.pull_bytes / per,
         )
+
+    def _measure_backlog(self) -> None:
+        try:
+            found = self.source.backlog(self.position)
+        except Exception as e:  # noqa: BLE001 - a broker that does not answer: the gauge waits
+            log.debug("backlog unknown: %s", e)
+            return
+        if found is not None:
+            metrics.BACKLOG[found[0]].set(found[1])
 
     def _recover_from(self, e: ShardRestarted) -> None:
         """A shard restarted: drops what is in flight, takes every shard back to a common cut
@@ -269,6 +279,7 @@ class Trainer:
         except Exception as e:  # noqa: BLE001 - a shard that died recovers through the training path
             log.warning("checkpoint cut %d not committed: %s", cut, e)
             return
+        metrics.CHECKPOINT_WRITE_SECONDS.observe(time.perf_counter() - prepared)
         log.info(
             "checkpoint cut %d committed: %d rows at %s, %.0f ms of training stalled, written in %.0f ms",
             cut,

@@ -10,6 +10,20 @@ WINDOW_LOGLOSS = Gauge("boundless_trainer_window_logloss", "progressive logloss 
 PUSH_BYTES = Counter("boundless_trainer_push_bytes_total", "bytes this trainer put on the wire for pushes (headers, keys)")
 PULL_BYTES = Counter("boundless_trainer_pull_bytes_total", "bytes of pull requests and replies (headers, keys, rows)")
 RECOVERIES = Counter("boundless_trainer_recoveries_total", "times a PS shard restarted and every shard went back to a common cut")
+BACKLOG = {  # what the stream holds past the trained position (the trainer's lag)
+    "bytes": Gauge("boundless_trainer_backlog_bytes", "bytes of the source's files past the trained position"),
+    "messages": Gauge("boundless_trainer_backlog_messages", "messages of the topic's partitions past the trained position"),
+}
+EXPORT_SECONDS = Histogram(
+    "boundless_trainer_export_seconds",
+    "one export: the shards' files, the dense weights and the manifest",
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+)
+CHECKPOINT_WRITE_SECONDS = Histogram(
+    "boundless_trainer_checkpoint_write_seconds",
+    "from a cut's snapshot to its commit on every shard (written in the background)",
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+)
 CHECKPOINT_STALL = Histogram(
     "boundless_trainer_checkpoint_stall_seconds",
     "training stalled per checkpoint (flush and snapshot; the write runs in the background)",

@@ -65,6 +65,10 @@ class Source(Protocol):
 
     def position_after(self, position: Position) -> Position: ...
 
+    def backlog(self, position: Position) -> tuple[str, int] | None:
+        """What the stream holds past `position`, as (unit, amount); None if unknown."""
+        ...
+
 
 def open_source(
     source: str,
@@ -142,6 +146,22 @@ class StreamSource:
 
     def position_after(self, position: Position) -> Position:
         return position
+
+    def backlog(self, position: Position) -> tuple[str, int] | None:
+        """Bytes of this worker's files past `position` (None for stdin)."""
+        if self.source == "-":
+            return None
+        total = 0
+        for f in self._files():
+            name = str(f)
+            if position.file and name < position.file:
+                continue
+            try:
+                size = f.stat().st_size
+            except OSError:  # rolled away meanwhile
+                continue
+            total += max(0, size - (position.offset if name == position.file else 0))
+        return "bytes", total
 
     def blocks(self, max_line_bytes: int, block_bytes: int = BLOCK_BYTES) -> Iterator[Block | None]:
         """Blocks in stream order; yields None while waiting for data (so callers can flush)."""

@@ -76,3 +76,21 @@ def test_a_missing_topic_or_a_bad_url_is_a_clear_error(broker, tmp_path):
     assert proc.returncode != 0 and "expected kafka://HOST:PORT/TOPIC" in proc.stderr
     proc = subprocess.run([*cmd, "--source", f"kafka://{broker.bootstrap}/absent"], capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and "topic 'absent' cannot be read" in proc.stderr
+
+
+def test_the_backlog_of_a_topic_is_the_messages_past_the_position(broker, tmp_path):
+    """The trainer's lag on a topic: messages of its partitions past the trained offsets."""
+    from trainer.kafka_source import KafkaSource
+    from trainer.source import Position
+
+    source = broker.create_topic(TOPIC, 2)
+    produce_lines(broker.producer(), TOPIC, [f"1 {i}:1" for i in range(300)], 2)
+    for part, partitions in (((0, 1), (0, 1)), ((1, 2), (1,))):  # every partition, then worker 1 of 2's
+        src = KafkaSource(source, follow=False, part=part)
+        read, blocks = 0, src.blocks(1 << 20)
+        while read < 150 * len(partitions):  # the fetches see the watermarks; the consumer stays open
+            block = next(blocks)
+            read += block.newline_count() if block is not None else 0
+        assert src.backlog(Position(partitions={"0": 150, "1": 150})) == ("messages", 0)
+        behind = {"0": 100, "1": 20}
+        assert src.backlog(Position(partitions=behind)) == ("messages", sum(150 - behind[str(p)] for p in partitions))
