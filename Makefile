@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install lint protos helm-tool clean
+.PHONY: demo test reliability install lint protos helm-tool clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -30,6 +30,15 @@ test: install helm-tool
 	$(BIN)/mypy .
 	PATH="$(CURDIR)/.tools/bin:$$PATH" $(BIN)/python -m pytest -q; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
+
+# The reliability suite alone (docs/reliability.md): fuzzed requests and a full disk
+# (tests/reliability), and the crash, swap, corruption and token tests it builds on.
+RELIABILITY := tests/reliability tests/integration/test_exactly_once.py tests/integration/test_ps_recovery.py \
+	tests/integration/test_serving_swaps.py tests/integration/test_bad_input.py tests/integration/test_security.py \
+	tests/integration/test_sharded_serving.py tests/integration/test_model_path.py
+
+reliability: install
+	PATH="$(CURDIR)/.tools/bin:$$PATH" $(BIN)/python -m pytest -q --durations=0 $(RELIABILITY)
 
 lint: install
 	$(BIN)/ruff check .

@@ -15,6 +15,7 @@ behind, the manager pins the predecessor (auto-rollback) and records the evidenc
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -36,6 +37,8 @@ from modelmgr.verify import VerificationError, verify_export
 from serving.model import extends, load
 
 log = logging.getLogger("modelmgr")
+# the repository's disk, not the export: full, over quota or read-only; the export waits
+STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
 MODELS_KEPT = 4  # loaded versions kept for judging (the live one, its predecessor, the newest)
 
 
@@ -68,18 +71,39 @@ class Publisher:
             if folder.name <= handled or folder.name in self._seen:
                 continue
             self._seen.add(folder.name)
+            done = self._published_as(folder.name)
+            if done is not None:  # published before the counter could say so (a full disk)
+                self.repo.record_published(done, folder.name)
+                continue
             try:
                 v = self._process(folder)
             except Rejected as e:
                 self._reject(folder, e)
                 continue
             except Exception as e:  # noqa: BLE001 - an export must never stop the manager
+                if isinstance(e, OSError) and e.errno in STORAGE_ERRNOS:
+                    self._seen.discard(folder.name)  # the disk, not the export: tried again at the next scan
+                    shutil.rmtree(self.repo.dir / f".tmp-{folder.name}", ignore_errors=True)
+                    metrics.STORAGE_FAILURES.inc()
+                    log.error("export %s not published, the repository cannot be written: %s; trying again", folder.name, e)
+                    break  # the exports after it may be its deltas
                 log.exception("export %s: unexpected failure", folder.name)
                 self._reject(folder, Rejected("internal", f"{type(e).__name__}: {e}"))
                 continue
             published.append(v)
             published += self._maintain(v)
         return published
+
+    def _published_as(self, export_id: str) -> int | None:
+        """The newest versions (a publish and its compaction) checked for the export: one
+        the counter missed is the newest."""
+        for v in reversed(self.repo.versions()[-2:]):
+            try:
+                if self.repo.manifest_model(v).export_id == export_id:
+                    return v
+            except RepositoryError:
+                continue
+        return None
 
     def _maintain(self, version: int) -> list[int]:
         """Compacts a chain grown long and applies retention; returns a version published."""
@@ -304,7 +328,7 @@ class Publisher:
 
     def _finalize(self, staged: Path, export_id: str) -> int:
         """Numbers a staged version and moves it into place: manifest, DONE, fsync, rename."""
-        v = self.repo.allocate_version(export_id)
+        v = self.repo.next_version()
         m = json.loads((staged / MANIFEST).read_text())
         m["version"] = v
         if m["kind"] == "full":
@@ -316,6 +340,7 @@ class Publisher:
         (staged / DONE).write_text(str(v))
         self.repo.publish_staged(staged, v)
         self.changed = True
+        self.repo.record_published(v, export_id)  # a failure here: the retry finds the version in place
         metrics.PUBLISHED.inc()
         metrics.LATEST.set(v)
         return v

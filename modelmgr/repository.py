@@ -198,13 +198,17 @@ class Repository:
         handled = max([stored.handled_through, *(str(r.get("export_id", "")) for r in self.rejected())])
         return CounterFile(next_version=max(stored.next_version, on_disk + 1), handled_through=handled)
 
-    def allocate_version(self, export_id: str) -> int:
-        """A version number never used before (a deleted version's is not reused), and the
-        export counted as handled."""
+    def next_version(self) -> int:
+        """The number the next version takes: never one used before (a deleted version's is
+        not reused)."""
+        return self.counter().next_version
+
+    def record_published(self, version: int, export_id: str) -> None:
+        """Counts `version` as used and its export as handled (after it is in place, so a
+        failure before leaves the export to be tried again)."""
         c = self.counter()
-        body = CounterFile(next_version=c.next_version + 1, handled_through=max(c.handled_through, export_id))
+        body = CounterFile(next_version=max(c.next_version, version + 1), handled_through=max(c.handled_through, export_id))
         self._write_json(COUNTER_FILE, schemas.dump(body))
-        return c.next_version
 
     def mark_handled(self, export_id: str) -> None:
         c = self.counter()
