@@ -38,7 +38,7 @@ RELIABILITY := tests/reliability tests/integration/test_exactly_once.py tests/in
 	tests/integration/test_sharded_serving.py tests/integration/test_model_path.py
 
 reliability: install
-	PATH="$(CURDIR)/.tools/bin:$$PATH" $(BIN)/python -m pytest -q --durations=0 $(RELIABILITY)
+	BOUNDLESS_FUZZ_RANDOM=1 PATH="$(CURDIR)/.tools/bin:$$PATH" $(BIN)/python -m pytest -q --durations=0 $(RELIABILITY)
 
 lint: install
 	$(BIN)/ruff check .

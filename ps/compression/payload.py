@@ -198,7 +198,8 @@ class Compressed:
 def encode_rows(rows: npt.NDArray[np.floating], codec_name: str, rng: np.random.Generator) -> bytes:
     """A payload of every row in a value codec (a pull reply, a dense push)."""
     codec = value_codec(codec_name)
-    x = np.ascontiguousarray(rows, dtype=np.float64).reshape(rows.shape[0], -1)
+    cols = rows.shape[1] if rows.ndim == 2 else 1  # an empty pull has no size to infer it from
+    x = np.ascontiguousarray(rows, dtype=np.float64).reshape(rows.shape[0], cols)
     return Compressed(codec, x.shape[0], x.shape[1], None, codec.encode(x, rng)[0]).payload(with_subset=False)
 
 

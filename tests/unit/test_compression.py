@@ -14,7 +14,7 @@ from hypothesis.extra.numpy import arrays
 from ps.compression.bits import pack_bits, packed_bytes, unpack_bits
 from ps.compression.compressor import CodecSpec, Compressor, parse_codec
 from ps.compression.minifloat import column_shifts, decode_minifloat, encode_minifloat
-from ps.compression.payload import VALUE_CODECS, CodecError, decode_payload
+from ps.compression.payload import VALUE_CODECS, CodecError, decode_payload, encode_rows
 from ps.compression.quantize import decode_int8, decode_onebit, encode_int8, encode_onebit, uniforms
 from ps.compression.reference import (
     int8_reference,
@@ -352,3 +352,12 @@ def test_a_dense_sync_that_takes_up_a_cut_goes_on_as_one_that_never_stopped(tmp_
     steps(restarted, client, grads[37:])
     restarted.flush(client)
     np.testing.assert_array_equal(client.pull_dense("mlp", state=True), expected)
+
+
+@pytest.mark.parametrize("codec", sorted(VALUE_CODECS))
+@pytest.mark.parametrize("shape", [(0,), (0, 4)])
+def test_an_empty_pull_reply_encodes_in_every_value_codec(codec, shape):
+    """A pull of no keys (a fuzzed request found it) replies with an empty payload, not an error."""
+    cols = shape[1] if len(shape) == 2 else 1
+    subset, values = decode_payload(encode_rows(np.zeros(shape), codec, np.random.default_rng(0)), 0, cols)
+    assert subset is None and values.shape == (0, cols)
