@@ -71,10 +71,6 @@ class Publisher:
             if folder.name <= handled or folder.name in self._seen:
                 continue
             self._seen.add(folder.name)
-            done = self._published_as(folder.name)
-            if done is not None:  # published before the counter could say so (a full disk)
-                self.repo.record_published(done, folder.name)
-                continue
             try:
                 v = self._process(folder)
             except Rejected as e:
@@ -93,17 +89,6 @@ class Publisher:
             published.append(v)
             published += self._maintain(v)
         return published
-
-    def _published_as(self, export_id: str) -> int | None:
-        """The newest versions (a publish and its compaction) checked for the export: one
-        the counter missed is the newest."""
-        for v in reversed(self.repo.versions()[-2:]):
-            try:
-                if self.repo.manifest_model(v).export_id == export_id:
-                    return v
-            except RepositoryError:
-                continue
-        return None
 
     def _maintain(self, version: int) -> list[int]:
         """Compacts a chain grown long and applies retention; returns a version published."""
@@ -340,7 +325,7 @@ class Publisher:
         (staged / DONE).write_text(str(v))
         self.repo.publish_staged(staged, v)
         self.changed = True
-        self.repo.record_published(v, export_id)  # a failure here: the retry finds the version in place
+        self.repo.record_published(v, export_id)  # a failure here: counter() finds the version in place
         metrics.PUBLISHED.inc()
         metrics.LATEST.set(v)
         return v

@@ -187,7 +187,8 @@ class Repository:
 
     def counter(self) -> CounterFile:
         """The version counter; rebuilt from what is on disk when the file is bad or absent."""
-        on_disk = max([int(x) for x in self.storage.children(self.model) if x.isdigit()], default=0)
+        numbered = sorted((int(x) for x in self.storage.children(self.model) if x.isdigit()), reverse=True)
+        on_disk = numbered[0] if numbered else 0
         stored = CounterFile()
         raw = self._read(COUNTER_FILE)
         if raw is not None:
@@ -195,8 +196,14 @@ class Repository:
                 stored = schemas.parse(CounterFile, raw, f"{self.storage.url}/{self._key(COUNTER_FILE)}")
             except SchemaError as e:
                 log.warning("%s; the counter goes on from the versions on disk", e)
-        handled = max([stored.handled_through, *(str(r.get("export_id", "")) for r in self.rejected())])
-        return CounterFile(next_version=max(stored.next_version, on_disk + 1), handled_through=handled)
+        handled = [stored.handled_through, *(str(r.get("export_id", "")) for r in self.rejected())]
+        for v in numbered:  # the newest version's export, in place before the file could say so (a full disk)
+            try:
+                handled.append(self.manifest_model(v).export_id)
+                break
+            except RepositoryError:  # unfinished (no DONE yet) or damaged: the one before
+                continue
+        return CounterFile(next_version=max(stored.next_version, on_disk + 1), handled_through=max(handled))
 
     def next_version(self) -> int:
         """The number the next version takes: never one used before (a deleted version's is
