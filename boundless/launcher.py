@@ -77,7 +77,7 @@ class Demo:
         self.broker: KafkaBroker | None = None
         self.producer: Any = None
         self.guarded: list[str] = []  # a server's TLS and tokens flags (--tls)
-        self.caller: dict[str, list[str]] = {}  # per role, a calling daemon's TLS and token flags
+        self.caller: list[str] = []  # the trainer's and the manager's TLS and token flags (--tls)
         if args.tls:
             self.secure()
 
@@ -87,7 +87,7 @@ class Demo:
         paths = make_certs(self.dir / "certs", ["localhost", "127.0.0.1"])
         tls = ["--tls-cert", str(paths["node"]), "--tls-key", str(paths["node_key"]), "--tls-ca", str(paths["ca"])]
         self.guarded = [*tls, "--tls-client-auth", "--tokens-file", str(paths["tokens"])]
-        self.caller = {role: [*tls, "--token-file", str(paths[f"{role}_token"])] for role in ("trainer", "admin")}
+        self.caller = [*tls, "--token-file", str(paths["trainer_token"])]
         token = paths["predict_token"].read_text().strip()
         install(Identity(paths["client"].read_bytes(), paths["client_key"].read_bytes(), paths["ca"].read_bytes(), token=token))
 
@@ -113,7 +113,7 @@ class Demo:
         serving = start("serving", ["serve", "--repo", str(d / "repo"), *self.guarded], d)
         serving.wait_ready()
         mgr_args = ["model", "watch", "--exports", str(d / "exports"), "--repo", str(d / "repo"), "--notify", serving.address]
-        mgr = start("modelmgr", [*mgr_args, *self.caller.get("trainer", [])], d)
+        mgr = start("modelmgr", [*mgr_args, *self.caller], d)
         self.daemons += [*shards, mgr, serving]
         for x in self.daemons:
             x.wait_ready()
@@ -170,7 +170,7 @@ class Demo:
                     str(self.dir / "trainer.json"),
                     "--checkpoint-interval-s",
                     "20",
-                    *self.caller.get("trainer", []),
+                    *self.caller,
                     *([] if self.args.data else ["--follow"]),
                     *(["--no-follow"] if self.args.data else []),
                 ],
