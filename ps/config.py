@@ -37,5 +37,9 @@ class PSConfig(SecurityConfig):
     )
     reflection: bool = field(default=False, metadata={"help": "enable gRPC server reflection (lists the services to any client)"})
     workers: int = field(default=8, metadata={"help": "gRPC worker threads"})
+    max_concurrent: int = field(
+        default=64,
+        metadata={"help": "calls in flight at once; more are refused with RESOURCE_EXHAUSTED (trainers back off and retry)"},
+    )
     ready_file: str | None = field(default=None, metadata={"help": "write bound ports here as JSON"})
     log_level: str = field(default="INFO", metadata={"help": "logging level"})

@@ -26,6 +26,13 @@ _PUSH_KINDS = {"gradient": ps_pb2.PUSH_GRADIENT, "delta": ps_pb2.PUSH_STATE_DELT
 # a shard that cannot be reached (down, restarting), or that cancelled the call as it
 # stopped (SIGTERM): the call is retried, after checking which process answers
 RETRIED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
+# what gRPC answers past a server's --max-concurrent, before any handler ran: the call is
+# backed off and sent again (never applied twice), for up to the call's own timeout
+BUSY_DETAILS = "Concurrent RPC limit exceeded"
+
+
+def _busy(e: grpc.RpcError) -> bool:
+    return e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and BUSY_DETAILS in (e.details() or "")  # type: ignore[attr-defined]
 
 
 class GrpcTransport(_ByteCounter):
@@ -51,13 +58,21 @@ class GrpcTransport(_ByteCounter):
 
     def _rpc(self, shard: int, method: str, req: Any, timeout: float | None = None) -> Any:
         deadline = time.monotonic() + self.retry_s
+        busy_until = time.monotonic() + (timeout or self.timeout)
         delay = 0.05
+        busy_delay = 0.01
         while True:
             try:
                 if delay > 0.05 and method != "Stats":  # back after an outage: the same process?
                     self.saw(shard, self.stubs[shard].Stats(ps_pb2.StatsRequest(), timeout=self.timeout).incarnation)
                 return getattr(self.stubs[shard], method)(req, timeout=timeout or self.timeout)
             except grpc.RpcError as e:
+                if _busy(e) and time.monotonic() + busy_delay < busy_until:
+                    if busy_delay == 0.01:
+                        log.warning("PS shard %d at %s is at its call limit; backing off", shard, self.addresses[shard])
+                    time.sleep(busy_delay)
+                    busy_delay = min(0.2, busy_delay * 2)
+                    continue
                 if e.code() not in RETRIED:
                     self._saw_in(shard, e)  # a refusal from a process that restarted says so
                     raise

@@ -38,6 +38,8 @@ def run(args: argparse.Namespace) -> int:
         raise cfg.ConfigError(f"--full-checkpoint-every {conf.full_checkpoint_every}: must be >= 1")
     if conf.admit_after < 1 or conf.bloom_mb < 1 or conf.ttl_s < 0 or conf.ttl_updates < 0 or conf.max_rows < 0:
         raise cfg.ConfigError("--admit-after and --bloom-mb must be >= 1; --ttl-s, --ttl-updates and --max-rows >= 0")
+    if conf.max_concurrent < 1 or conf.workers < 1:
+        raise cfg.ConfigError(f"--max-concurrent {conf.max_concurrent} and --workers {conf.workers}: must be >= 1")
     lifecycle = Lifecycle(conf.admit_after, conf.bloom_mb << 20, conf.ttl_s, conf.ttl_updates, conf.max_rows)
     exports = Path(conf.export_root) if conf.export_root else None
     shard = Shard(
@@ -57,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
         lambda s: ps_pb2_grpc.add_ParameterServerServicer_to_server(PSServicer(shard), s),
         [service_name],
         daemon.PS_MAX_MESSAGE_BYTES,
+        max_concurrent=conf.max_concurrent,
         reflection=conf.reflection,
         **guarded,
     )
