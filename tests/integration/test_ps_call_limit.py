@@ -22,7 +22,10 @@ KEYS = np.arange(1, 200_001, dtype=np.uint64)  # a pull of 200k rows keeps a cal
 def _raw_pull(address: str) -> grpc.StatusCode:
     channel = grpc.insecure_channel(address, options=[("grpc.max_receive_message_length", 1 << 30)])
     req = ps_pb2.PullRequest(
-        table="v", keys=encode_keys(KEYS, KEYS_DELTA_VARINT), key_count=KEYS.shape[0], key_encoding=KEYS_DELTA_VARINT
+        table="v",
+        keys=encode_keys(KEYS, KEYS_DELTA_VARINT),
+        key_count=KEYS.shape[0],
+        key_encoding=KEYS_DELTA_VARINT,  # type: ignore[arg-type]
     )
     try:
         ps_pb2_grpc.ParameterServerStub(channel).Pull(req, timeout=60)
