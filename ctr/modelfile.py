@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import struct
 import zlib
 from collections.abc import Mapping
@@ -35,6 +36,8 @@ from ctr import bucket_kernels
 from ctr.bucket_map import BucketMap
 from ctr.hashmap import KEY_WORDS, CompactHashMap
 
+# an export's folder, named by a caller (PS Export, manager Publish): one name, never a path
+EXPORT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 MAGIC = b"BLMF"
 FORMAT_VERSION = 1
 HEADER = struct.Struct("<4sHHIQQQI")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import threading
 import time
@@ -11,13 +12,28 @@ from pathlib import Path
 
 from ctr import config as cfg
 from ctr import daemon
+from ctr.auth import service_policy
+from modelmgr import actions
+from modelmgr.admin_service import ModelAdminServicer
 from modelmgr.config import ModelMgrConfig
 from modelmgr.gate import QualityGate
+from modelmgr.manager import Manager
 from modelmgr.notify import Notifier
 from modelmgr.publisher import Publisher
-from modelmgr.repository import Policy, Repository, RepositoryError
+from modelmgr.repository import Repository, RepositoryError
+from protos import modelmgr_pb2, modelmgr_pb2_grpc
 
 ENV_PREFIX = "BOUNDLESS_MODELMGR_"
+
+
+# who may call what on the manager's admin service (ctr.auth roles)
+ADMIN_SERVICE = modelmgr_pb2.DESCRIPTOR.services_by_name["ModelAdmin"].full_name
+ADMIN_ROLES = {
+    f"/{ADMIN_SERVICE}/": "admin",  # pin, unpin, rollback, gc
+    f"/{ADMIN_SERVICE}/Publish": "trainer",
+    f"/{ADMIN_SERVICE}/Describe": "predict",
+}
+REMOTE = ("pin", "unpin", "rollback", "gc", "publish")  # what --manager sends to the daemon
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,15 +46,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         ("pin", "pin serving to VERSION"),
         ("unpin", "follow the latest version again"),
         ("gc", "retention: remove versions outside the newest full ones and their chains"),
+        ("publish", "have the manager daemon publish READY exports now (needs --manager)"),
         ("show", "one version's manifest and quality evidence"),
         ("diff", "rows changed and weight drift between two versions"),
         ("status", "the version each serving replica reports"),
     ):
         p = sub.add_parser(name, help=help_text, allow_abbrev=False)
-        p.add_argument("--repo", default="repo", help="model repository folder")
+        p.add_argument("--repo", default="repo", help="model repository folder (or s3://bucket/prefix)")
         p.add_argument("--model", default="ctr", help="model name")
+        if name in REMOTE:
+            p.add_argument(
+                "--manager",
+                default=os.environ.get("BOUNDLESS_MANAGER", ""),
+                help="send the command to this manager daemon (host:port; identity from BOUNDLESS_TLS_* and "
+                "BOUNDLESS_TOKEN) instead of writing --repo directly; env BOUNDLESS_MANAGER",
+            )
         if name in ("rollback", "pin"):
             p.add_argument("version", type=int, nargs="?" if name == "rollback" else None)
+            p.add_argument("--reason", default="", help="why, kept in the policy and shown by list")
+        if name == "publish":
+            p.add_argument("export_id", nargs="?", default="", help="the export folder to report on (default: all READY)")
         if name in ("list", "show", "diff", "status", "gc"):
             p.add_argument("--json", action="store_true", help="print JSON")
         if name == "show":
@@ -60,6 +87,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def watch(conf: ModelMgrConfig) -> int:
     log = daemon.setup_logging("modelmgr", conf.log_level)
+    if conf.max_concurrent < 1 or conf.workers < 1:
+        raise cfg.ConfigError(f"--max-concurrent {conf.max_concurrent} and --workers {conf.workers}: must be >= 1")
     repo = Repository(conf.repo, conf.model)
     gate = QualityGate(
         min_samples=conf.min_samples,
@@ -71,21 +100,27 @@ def watch(conf: ModelMgrConfig) -> int:
         rollback_auc_drop=conf.rollback_auc_drop,
     )
     publisher = Publisher(repo, Path(conf.exports), gate, conf.compact_after, conf.keep_full)
-    guarded = daemon.guard(conf, conf.host)  # its identity for the serving notifications
-    notifier = Notifier(conf.notify, conf.model)
-    server, port, _ = daemon.grpc_server(conf.host, conf.port, 2, lambda s: None, [], reflection=conf.reflection, **guarded)
+    guarded = daemon.guard(conf, conf.host, service_policy(ADMIN_ROLES))  # also its identity for the notifications
+    manager = Manager(repo, publisher, Notifier(conf.notify, conf.model))
+    server, port, _ = daemon.grpc_server(
+        conf.host,
+        conf.port,
+        conf.workers,
+        lambda s: modelmgr_pb2_grpc.add_ModelAdminServicer_to_server(ModelAdminServicer(manager), s),
+        [ADMIN_SERVICE],
+        max_concurrent=conf.max_concurrent,
+        reflection=conf.reflection,
+        **guarded,
+    )
     metrics_port = daemon.metrics_server(conf.host, conf.metrics_port)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    log.info("watching %s, publishing into %s/%s", conf.exports, conf.repo, conf.model)
+    log.info("watching %s, publishing into %s/%s; admin service on %s:%d", conf.exports, conf.repo, conf.model, conf.host, port)
     daemon.write_ready_file(conf.ready_file, grpc_port=port, metrics_port=metrics_port)
     while not stop.is_set():
         try:
-            publisher.poll()
-            if publisher.changed:
-                publisher.changed = False
-                notifier.notify()
+            manager.scan()
         except Exception as e:  # noqa: BLE001 - a full disk, a damaged repository: retry, never die
             log.error("scan failed: %s", e)
         stop.wait(conf.poll_s)
@@ -96,6 +131,11 @@ def watch(conf: ModelMgrConfig) -> int:
 def run(args: argparse.Namespace) -> int:
     if args.action == "watch":
         return watch(cfg.build(ModelMgrConfig, ENV_PREFIX, args))
+    if args.action in REMOTE and args.manager:
+        return _remote(args)
+    if args.action == "publish":
+        print("boundless model publish: error: --manager (or BOUNDLESS_MANAGER) names the manager daemon to publish")
+        return 2
     repo = Repository(args.repo, args.model)
     try:
         if args.action == "list":
@@ -105,28 +145,67 @@ def run(args: argparse.Namespace) -> int:
 
             return inspect_cli.run(repo, args)
         if args.action == "pin":
-            repo.set_policy(Policy("pinned", args.version))
+            actions.pin(repo, args.version, args.reason)
         elif args.action == "unpin":
-            repo.set_policy(Policy("latest"))
+            actions.unpin(repo)
         elif args.action == "rollback":
-            version = args.version
-            if version is None:
-                current = repo.target()
-                older = [v for v in repo.versions() if current is not None and v < current]
-                if not older:
-                    raise RepositoryError("no version older than the served one to roll back to")
-                version = older[-1]
-            repo.set_policy(Policy("pinned", version, "rollback from the CLI"))
+            actions.rollback(repo, args.version, args.reason or "rollback from the CLI")
     except RepositoryError as e:
         print(f"boundless model {args.action}: error: {e}")
         return 2
     target = repo.target()
     print(f"{args.model}: policy {repo.policy().describe()}, serving should load version {target}")
-    if args.serving:
-        from modelmgr import inspect_cli
+    return _wait(args, target)
 
-        return inspect_cli.wait_for(args.serving, target, args.wait_s, args.model)
-    return 0
+
+def _wait(args: argparse.Namespace, target: int | None) -> int:
+    if not args.serving:
+        return 0
+    from modelmgr import inspect_cli
+
+    return inspect_cli.wait_for(args.serving, target, args.wait_s, args.model)
+
+
+def _remote(args: argparse.Namespace) -> int:
+    """The command through the manager daemon's admin service."""
+    import grpc
+
+    from modelmgr.admin_client import AdminClient
+
+    client = AdminClient(args.manager, args.model)
+    try:
+        if args.action == "gc":
+            from modelmgr.inspect_cli import report_gc
+
+            return report_gc(client.gc(args.keep_full, args.dry_run), args.dry_run, args.json)
+        if args.action == "publish":
+            done = client.publish(args.export_id)
+            print(f"published versions {done.versions or 'none'}")
+            if args.export_id:
+                if done.rejected:
+                    print(f"export {args.export_id} was rejected: {done.rejected}")
+                    return 1
+                if done.version is None:
+                    print(f"export {args.export_id} is not published yet (the manager's log says why)")
+                    return 1
+                print(f"export {args.export_id} is version {done.version}")
+            return 0
+        if args.action == "pin":
+            state = client.pin(args.version, args.reason)
+        elif args.action == "unpin":
+            state = client.unpin()
+        else:
+            state = client.rollback(args.version, args.reason or "rollback from the CLI")
+    except grpc.RpcError as e:
+        print(f"boundless model {args.action}: error: {e.code().name}: {e.details()}")  # type: ignore[attr-defined]
+        return 2
+    finally:
+        client.close()
+    print(
+        f"{state.model}: policy {state.policy}, serving should load version {state.target} "
+        f"({state.replicas_notified} replicas notified)"
+    )
+    return _wait(args, state.target)
 
 
 def _list(repo: Repository, as_json: bool) -> int:

@@ -35,8 +35,12 @@ class ModelMgrConfig(SecurityConfig):
         default="",
         metadata={"help": "serving replicas (host:port,...) told at once when a version is published or rolled back"},
     )
-    host: str = field(default="127.0.0.1", metadata={"help": "address for health and metrics"})
-    port: int = field(default=0, metadata={"help": "gRPC health port (0 picks a free one)"})
+    host: str = field(default="127.0.0.1", metadata={"help": "address for the admin service, health and metrics"})
+    port: int = field(default=0, metadata={"help": "gRPC port of the admin and health services (0 picks a free one)"})
+    workers: int = field(default=4, metadata={"help": "gRPC worker threads"})
+    max_concurrent: int = field(
+        default=16, metadata={"help": "calls in flight at once; more are refused with RESOURCE_EXHAUSTED"}
+    )
     reflection: bool = field(default=False, metadata={"help": "enable gRPC server reflection (lists the services to any client)"})
     metrics_port: int = field(default=0, metadata={"help": "Prometheus port (0 picks a free one)"})
     ready_file: str | None = field(default=None, metadata={"help": "write bound ports here as JSON"})

@@ -10,15 +10,13 @@ from typing import Any
 
 import numpy as np
 
+from modelmgr import actions
 from modelmgr.repository import Repository
 
 
 def run(repo: Repository, args: argparse.Namespace) -> int:
     if args.action == "gc":
-        gone = repo.gc(args.keep_full, dry_run=args.dry_run)
-        verb = "would remove" if args.dry_run else "removed"
-        print(json.dumps({"removed": gone, "dry_run": args.dry_run}) if args.json else f"{verb} versions {gone or 'none'}")
-        return 0
+        return report_gc(actions.gc(repo, args.keep_full, dry_run=args.dry_run), args.dry_run, args.json)
     if args.action == "show":
         m = repo.manifest(args.version)
         why = repo.broken(args.version)
@@ -40,6 +38,12 @@ def run(repo: Repository, args: argparse.Namespace) -> int:
                 print(f"{r['address']}: " + (f"version {r['version']} ({r['keys']} keys)" if "version" in r else r["error"]))
         return 0 if all("version" in r for r in rows) else 1
     raise ValueError(args.action)
+
+
+def report_gc(gone: list[int], dry_run: bool, as_json: bool) -> int:
+    verb = "would remove" if dry_run else "removed"
+    print(json.dumps({"removed": gone, "dry_run": dry_run}) if as_json else f"{verb} versions {gone or 'none'}")
+    return 0
 
 
 def _show(doc: dict[str, Any]) -> str:

@@ -90,6 +90,11 @@ class Publisher:
             published += self._maintain(v)
         return published
 
+    def forget(self, versions: list[int]) -> None:
+        """Drops removed versions from the models kept for judging."""
+        for v in versions:
+            self._models.pop(v, None)
+
     def _maintain(self, version: int) -> list[int]:
         """Compacts a chain grown long and applies retention; returns a version published."""
         out = []
@@ -101,8 +106,9 @@ class Publisher:
                 out.append(self._finalize(staged, m.export_id))
                 log.info("compacted versions %d..%d into version %d", m.base_version, version, out[-1])
             if self.keep_full:
-                for v in self.repo.gc(self.keep_full):
-                    self._models.pop(v, None)
+                gone = self.repo.gc(self.keep_full)
+                self.forget(gone)
+                for v in gone:
                     log.info("retention: removed version %d", v)
         except Exception:  # noqa: BLE001 - upkeep that fails is tried again after the next version
             log.exception("compaction or retention after version %d failed", version)

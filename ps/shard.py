@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-import re
 import threading
 import time
 from collections import OrderedDict
@@ -25,9 +24,6 @@ from ps.store import CutMeta, ShardStore
 from ps.tables import GRADIENT, MOMENTUM, DenseTable, PushRejected, SparseTable
 
 log = logging.getLogger("ps")
-
-
-EXPORT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # one folder name, never a path
 
 
 class ShardError(ValueError):
@@ -381,7 +377,7 @@ class Shard:
         never gives a path, so a caller cannot make the shard write anywhere else."""
         if self.export_root is None:
             raise ShardError("this shard has no export root (--export-root): it writes no exports")
-        if not EXPORT_NAME.fullmatch(name):
+        if not modelfile.EXPORT_NAME.fullmatch(name):
             raise ShardError(f"directory: {name[:80]!r} is not an export name (letters, digits, '.', '_', '-'; no path)")
         return self.export_root / name
 

@@ -98,4 +98,21 @@ def test_frappe_train_publish_serve_rollback(platform, data_dir: Path, tmp_path:
     assert json.loads(listing.stdout)["policy"] == f"pinned {previous}"
     assert platform.model_cli("unpin").returncode == 0
     _wait(lambda: client.status().version == latest, 5, "unpin back to latest")
+
+    # the same through the manager daemon's admin service
+    manager = ("--manager", platform.manager.address)
+    cli = platform.model_cli("rollback", *manager, "--reason", "remote test", "--serving", platform.serving.address)
+    assert cli.returncode == 0 and "every replica serves" in cli.stdout, cli.stdout + cli.stderr
+    assert client.status().version == previous and repo.policy().reason == "remote test"
+    cli = platform.model_cli("pin", str(latest + 100), *manager)
+    assert cli.returncode == 2 and "NOT_FOUND" in cli.stdout, cli.stdout
+    cli = platform.model_cli("gc", "--keep-full", "1", "--dry-run", "--json", *manager)
+    assert cli.returncode == 0 and json.loads(cli.stdout)["dry_run"], cli.stdout
+    assert platform.model_cli("unpin", *manager, "--serving", platform.serving.address).returncode == 0
+    assert client.status().version == latest
+    published = platform.model_cli("publish", repo.manifest_model(latest).export_id, *manager)
+    assert published.returncode == 0 and f"is version {latest}" in published.stdout, published.stdout
+    for name, code in (("no-such-export", "NOT_FOUND"), ("../exports", "INVALID_ARGUMENT")):
+        cli = platform.model_cli("publish", name, *manager)
+        assert cli.returncode == 2 and code in cli.stdout, cli.stdout
     client.close()

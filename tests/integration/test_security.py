@@ -1,7 +1,8 @@
 """The whole path over mutual TLS with bearer tokens, real processes on loopback: a PS
 shard, the trainer, the model manager and serving, with certificates from `boundless
 certs`. The trainer trains and exports, the manager publishes and notifies serving, and
-`boundless predict` scores with the predict token. Then every refusal: a client with no
+`boundless predict` scores with the predict token, and an admin pins a version through the
+manager's admin service. Then every refusal: a client with no
 certificate or no TLS, a missing or forged token, a role too weak for the method; each is
 counted in boundless_auth_refusals_total. Health checks stay open to TLS clients."""
 
@@ -21,7 +22,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from boundless.certs import make
 from boundless.processes import Daemon, start
 from ctr.security import Identity, open_channel
-from protos import predict_pb2, predict_pb2_grpc, ps_pb2, ps_pb2_grpc
+from protos import modelmgr_pb2, modelmgr_pb2_grpc, predict_pb2, predict_pb2_grpc, ps_pb2, ps_pb2_grpc
 from serving.client import PredictClient
 
 
@@ -66,7 +67,8 @@ def test_the_whole_path_runs_over_mutual_tls_with_tokens_and_refuses_the_rest(tm
         for d in daemons:
             d.wait_ready()
         manager_args = ["model", "watch", "--exports", str(exports), "--repo", str(repo), "--poll-s", "0.2"]
-        manager_args += ["--notify", serving.address, "--min-samples", "100", *tls, "--token-file", str(paths["trainer_token"])]
+        manager_args += ["--notify", serving.address, "--min-samples", "100", *guarded]
+        manager_args += ["--token-file", str(paths["trainer_token"])]  # its identity for the notifications
         manager = start("modelmgr", manager_args, tmp_path)
         daemons.append(manager)
         manager.wait_ready()
@@ -131,6 +133,32 @@ def test_the_whole_path_runs_over_mutual_tls_with_tokens_and_refuses_the_rest(tm
         health = health_pb2_grpc.HealthStub(open_channel(ps.address, identity=_identity(paths)))
         assert health.Check(health_pb2.HealthCheckRequest(), timeout=10).status == health_pb2.HealthCheckResponse.SERVING
 
+        # the manager's admin service: reads for predict, publishing for trainer, the rest for admin
+        def admin(role: str) -> modelmgr_pb2_grpc.ModelAdminStub:
+            return modelmgr_pb2_grpc.ModelAdminStub(open_channel(manager.address, identity=_identity(paths, token=role)))
+
+        described = admin("predict").Describe(modelmgr_pb2.DescribeRequest(), timeout=10)
+        assert described.HasField("target") and described.versions
+        rollback = modelmgr_pb2.RollbackRequest(reason="forged")
+        assert _code(lambda: admin("predict").Rollback(rollback, timeout=10)) == grpc.StatusCode.PERMISSION_DENIED
+        assert _code(lambda: admin("trainer").Rollback(rollback, timeout=10)) == grpc.StatusCode.PERMISSION_DENIED
+        gc = modelmgr_pb2.GcRequest(keep_full=1)
+        assert _code(lambda: admin("trainer").Gc(gc, timeout=10)) == grpc.StatusCode.PERMISSION_DENIED
+        assert not admin("trainer").Publish(modelmgr_pb2.PublishRequest(), timeout=30).published  # all published already
+        model_cmd = [sys.executable, "-m", "boundless", "model", "pin", str(described.versions[0]), "--manager", manager.address]
+        model_cmd += ["--serving", serving.address, "--reason", "test"]
+        env["BOUNDLESS_TOKEN_FILE"] = str(paths["trainer_token"])
+        as_trainer = subprocess.run(model_cmd, capture_output=True, text=True, timeout=60, env=env)
+        assert as_trainer.returncode == 2 and "PERMISSION_DENIED" in as_trainer.stdout, as_trainer.stdout
+        env["BOUNDLESS_TOKEN_FILE"] = str(paths["admin_token"])
+        as_admin = subprocess.run(model_cmd, capture_output=True, text=True, timeout=60, env=env)
+        assert as_admin.returncode == 0 and "every replica serves" in as_admin.stdout, as_admin.stdout + as_admin.stderr
+        pinned = PredictClient(serving.address, identity=_identity(paths, token="predict")).status().version
+        assert pinned == described.versions[0]
+
+        managed = _refusals(manager)
+        assert managed[("/boundless.modelmgr.ModelAdmin/Rollback", "role")] >= 2
+        assert managed[("/boundless.modelmgr.ModelAdmin/Pin", "role")] >= 1
         served = _refusals(serving)
         assert served[("/boundless.predict.Predictor/ModelStatus", "missing")] >= 1
         assert served[("/boundless.predict.Predictor/ModelStatus", "unknown")] >= 1
