@@ -77,7 +77,8 @@ class Demo:
         self.broker: KafkaBroker | None = None
         self.producer: Any = None
         self.guarded: list[str] = []  # a server's TLS and tokens flags (--tls)
-        self.caller: list[str] = []  # the trainer's and the manager's TLS and token flags (--tls)
+        self.caller: list[str] = []  # the trainer's TLS and token flags (--tls)
+        self.token: list[str] = []  # the trainer's token, which the manager also calls serving with
         if args.tls:
             self.secure()
 
@@ -87,7 +88,8 @@ class Demo:
         paths = make_certs(self.dir / "certs", ["localhost", "127.0.0.1"])
         tls = ["--tls-cert", str(paths["node"]), "--tls-key", str(paths["node_key"]), "--tls-ca", str(paths["ca"])]
         self.guarded = [*tls, "--tls-client-auth", "--tokens-file", str(paths["tokens"])]
-        self.caller = [*tls, "--token-file", str(paths["trainer_token"])]
+        self.token = ["--token-file", str(paths["trainer_token"])]
+        self.caller = [*tls, *self.token]
         token = paths["predict_token"].read_text().strip()
         install(Identity(paths["client"].read_bytes(), paths["client_key"].read_bytes(), paths["ca"].read_bytes(), token=token))
 
@@ -113,7 +115,8 @@ class Demo:
         serving = start("serving", ["serve", "--repo", str(d / "repo"), *self.guarded], d)
         serving.wait_ready()
         mgr_args = ["model", "watch", "--exports", str(d / "exports"), "--repo", str(d / "repo"), "--notify", serving.address]
-        mgr = start("modelmgr", [*mgr_args, *self.caller], d)
+        # a server (its admin service) that calls serving with the trainer's token
+        mgr = start("modelmgr", [*mgr_args, *self.guarded, *self.token], d)
         self.daemons += [*shards, mgr, serving]
         for x in self.daemons:
             x.wait_ready()

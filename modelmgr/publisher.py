@@ -4,7 +4,8 @@ Each export is validated (modelmgr.schemas), placed in its lineage (a delta must
 the newest version of its chain), copied into `<model>/.tmp-<export>/` (the repository's
 own copies, each file read once and checked against its size and sha256 on the way),
 verified there (CRCs, shard coverage, finite weights, the model spec), then judged on its
-holdout against the live version (modelmgr.gate). Only then it gets a version number from
+holdout, topped up with earlier exports' (modelmgr.holdout_pool), against the live version
+(modelmgr.gate). Only then it gets a version number from
 the persistent counter, and manifest.json and DONE are written and the folder renamed
 into place, so readers never see half a version. A bad
 export is rejected with its reason and counted as handled, never retried.
@@ -31,6 +32,7 @@ from modelmgr import metrics, schemas
 from modelmgr.compact import stage_compacted
 from modelmgr.evaluate import Evaluation, evaluate, load_published
 from modelmgr.gate import QualityGate
+from modelmgr.holdout_pool import HoldoutPool
 from modelmgr.repository import DONE, MANIFEST, Policy, Repository, RepositoryError
 from modelmgr.schemas import ChainLink, ExportManifest, SchemaError, VersionManifest
 from modelmgr.verify import VerificationError, verify_export
@@ -49,8 +51,17 @@ class Rejected(Exception):
 
 
 class Publisher:
-    def __init__(self, repo: Repository, exports: Path, gate: QualityGate, compact_after: int = 20, keep_full: int = 3) -> None:
+    def __init__(
+        self,
+        repo: Repository,
+        exports: Path,
+        gate: QualityGate,
+        compact_after: int = 20,
+        keep_full: int = 3,
+        holdout_pool: int = 20000,
+    ) -> None:
         self.repo = repo
+        self.pool = HoldoutPool(holdout_pool)
         self.exports = exports
         self.gate = gate
         self.compact_after = compact_after  # a chain this many deltas long is folded into a full version (0: never)
@@ -134,13 +145,14 @@ class Publisher:
         if export.id != folder.name:
             raise Rejected("schema", f"export.json: id {export.id} is not its folder's name {folder.name}")
         base, chain, previous = self._lineage(export)
-        holdout = self._holdout(folder, export)
+        own = self._holdout(folder, export)
+        holdout = self.pool.judging(own, export)  # topped up with earlier exports' holdouts
         staged = self._stage(folder, export, base, chain, previous)  # the copies' sizes and sha256 checked
         try:
             verify_export(staged, export, checked=True)
         except VerificationError as e:
             raise Rejected("verify", str(e)) from None
-        evaluation = self._judge(staged, export, holdout, previous)
+        evaluation = self._judge(staged, export, holdout, previous, len(own))
         return self._publish(staged, folder.name, evaluation)
 
     def _lineage(self, export: ExportManifest) -> tuple[int | None, list[int], int | None]:
@@ -239,7 +251,9 @@ class Publisher:
         current = self._model(previous) if previous is not None else None
         return load(staged, m, self.repo.manifest(base), self.repo.path(base), [*chain, (staged, m)], current)
 
-    def _judge(self, staged: Path, export: ExportManifest, holdout: SampleBatch, previous: int | None) -> dict[str, Any]:
+    def _judge(
+        self, staged: Path, export: ExportManifest, holdout: SampleBatch, previous: int | None, own: int
+    ) -> dict[str, Any]:
         """The gate's evidence for the candidate; Rejected when it fails. Rolls back a live
         version that falls behind its predecessor on this holdout first."""
         live_v = self.repo.target()
@@ -253,7 +267,7 @@ class Publisher:
             raise Rejected("verify", f"the candidate cannot be loaded: {e}") from None
         metrics.HOLDOUT_AUC.labels("candidate").set(candidate.auc)
         evidence = {
-            "holdout": {"samples": len(holdout), "seen": export.holdout.seen if export.holdout else 0},
+            "holdout": {"samples": len(holdout), "own": own, "seen": export.holdout.seen if export.holdout else 0},
             "candidate": candidate.to_dict(),
             "live": None if live is None else live.to_dict(),
         }

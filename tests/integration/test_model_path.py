@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from boundless.processes import Daemon, start
+from ctr import holdout as holdouts
 from ctr import modelfile
 from modelmgr.gate import QualityGate
 from modelmgr.publisher import Publisher
@@ -295,6 +296,36 @@ def test_the_gate_refuses_a_degraded_model_and_a_live_one_that_falls_behind_is_r
     assert evidence and evidence[0]["live"]["auc"] < evidence[0]["predecessor"]["auc"] - 0.01
     listing = _cli(repo.root, "list")
     assert "auto-rollback" in listing.stdout
+
+
+def _no_holdout(folder: Path, m: dict[str, Any]) -> None:
+    """The export's own holdout holds no samples (the last export of a stream, a short interval)."""
+    empty = holdouts.head(holdouts.read(folder / m["holdout"]["name"]), 0)
+    holdouts.write(folder / m["holdout"]["name"], empty)
+    h = m["holdout"]
+    h["samples"] = h["seen"] = 0
+    h["size"] = (folder / h["name"]).stat().st_size
+    h["sha256"] = modelfile.sha256_file(folder / h["name"])
+
+
+def test_an_export_with_a_small_holdout_is_judged_on_earlier_exports_holdouts_too(pristine, tmp_path):
+    exports, repo = Exports(tmp_path / "exports"), Repository(tmp_path / "repo", "ctr")
+    full = exports.add(pristine[0])
+    own_only = Publisher(repo, exports.root, QualityGate(), holdout_pool=0)
+    assert own_only.poll() == [1]
+    exports.add(pristine[1], _no_holdout, previous=full)
+    assert own_only.poll() == []  # nothing to judge on
+    assert "0 holdout samples" in repo.rejected()[0]["reason"]
+
+    exports, repo = Exports(tmp_path / "exports2"), Repository(tmp_path / "repo2", "ctr")
+    pooled = Publisher(repo, exports.root, QualityGate())
+    full = exports.add(pristine[0])
+    empty = exports.add(pristine[1], _no_holdout, previous=full)
+    assert pooled.poll() == [1, 2] and not repo.rejected()
+    evidence = repo.manifest(2)["evaluation"]["holdout"]
+    assert evidence["own"] == 0 and evidence["samples"] >= 1000  # the full export's holdout
+    exports.add(pristine[2], previous=empty)
+    assert pooled.poll() == [3]
 
 
 def test_compaction_is_bit_exact_and_retention_keeps_what_serving_needs(pristine, tmp_path):
