@@ -298,7 +298,7 @@ def test_the_gate_refuses_a_degraded_model_and_a_live_one_that_falls_behind_is_r
     assert "auto-rollback" in listing.stdout
 
 
-def _no_holdout(folder: Path, m: dict[str, Any]) -> None:
+def _empty_holdout(folder: Path, m: dict[str, Any]) -> None:
     """The export's own holdout holds no samples (the last export of a stream, a short interval)."""
     empty = holdouts.head(holdouts.read(folder / m["holdout"]["name"]), 0)
     holdouts.write(folder / m["holdout"]["name"], empty)
@@ -313,14 +313,14 @@ def test_an_export_with_a_small_holdout_is_judged_on_earlier_exports_holdouts_to
     full = exports.add(pristine[0])
     own_only = Publisher(repo, exports.root, QualityGate(), holdout_pool=0)
     assert own_only.poll() == [1]
-    exports.add(pristine[1], _no_holdout, previous=full)
+    exports.add(pristine[1], _empty_holdout, previous=full)
     assert own_only.poll() == []  # nothing to judge on
     assert "0 holdout samples" in repo.rejected()[0]["reason"]
 
     exports, repo = Exports(tmp_path / "exports2"), Repository(tmp_path / "repo2", "ctr")
     pooled = Publisher(repo, exports.root, QualityGate())
     full = exports.add(pristine[0])
-    empty = exports.add(pristine[1], _no_holdout, previous=full)
+    empty = exports.add(pristine[1], _empty_holdout, previous=full)
     assert pooled.poll() == [1, 2] and not repo.rejected()
     evidence = repo.manifest(2)["evaluation"]["holdout"]
     assert evidence["own"] == 0 and evidence["samples"] >= 1000  # the full export's holdout
