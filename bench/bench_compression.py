@@ -5,7 +5,7 @@ gRPC with one worker: push and pull bytes per sample, progressive logloss and wi
 as the mean over seeds with the spread (seeds vary the compressors' stochastic rounding and
 the embedding and MLP initialisation). Also encode and decode speed of every value codec in
 millions of values per second on one core, and a plot of push bytes per sample against
-dAUC (docs/compression.png; matplotlib: pip install -e '.[bench]'). DeepFM also runs
+dAUC (docs/compression.png). DeepFM also runs
 with 1-bit Adam on its MLP (codec "PUSH|onebit-adam:100").
 
 Push bytes count every byte of the push requests (headers, keys, subsets, values) while
@@ -164,14 +164,11 @@ def codec_speed(reps: int) -> list[dict[str, float | str]]:
 
 
 def plot(results: dict[str, list[dict[str, Any]]], path: Path) -> None:
-    try:
-        import matplotlib
+    import matplotlib
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("no plot: matplotlib is a benchmark-only dependency (pip install -e '.[bench]')")
-        return
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(figsize=(9, 6))
     markers = {"lr": "o", "ffm": "s", "deepfm": "^"}
     colors = {c: plt.get_cmap("tab20")(i) for i, c in enumerate(CODECS + DNN_EXTRA)}

@@ -1,4 +1,4 @@
-"""`boundless` command line: ps, train, model, serve, predict, demo, certs."""
+"""`boundless` command line: ps, train, model, serve, predict, demo, report, certs."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("serving.server", "run the gRPC prediction service"),
     "predict": ("serving.predict_cli", "score samples from a file through a serving process"),
     "demo": ("boundless.launcher", "run the whole platform on one machine on a synthetic stream"),
+    "report": ("boundless.report", "draw a run's training curves, latency histograms and versions as PNGs"),
     "certs": ("boundless.certs", "make a local CA, TLS certificates and bearer tokens for a test deployment"),
 }
 

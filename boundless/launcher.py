@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from boundless import report
 from boundless.certs import make as make_certs
 from boundless.kafka_broker import BrokerUnavailable, KafkaBroker, produce_lines
 from boundless.processes import Daemon, DaemonDied, start
@@ -171,6 +172,10 @@ class Demo:
                     "4",
                     "--metrics-out",
                     str(self.dir / "trainer.json"),
+                    "--curve-out",
+                    str(self.dir / report.CURVE),
+                    "--progress-interval-s",
+                    "1",
                     "--checkpoint-interval-s",
                     "20",
                     *self.caller,
@@ -189,8 +194,10 @@ class Demo:
             repo = Repository(self.dir / "repo", "ctr")
             self.wait_published(repo, int(result["exports"]), serving)
             latency = self.measure(serving, synth)
+            self.save_serving_metrics(serving)
             baseline = None if self.args.data or self.args.model == "lr" else self.lr_baseline(source)
             self.report(result, repo, latency, baseline)
+            self.draw()
             return 0
         except (DaemonDied, BrokerUnavailable) as e:
             print(f"demo failed: {e}", file=sys.stderr)
@@ -283,7 +290,27 @@ class Demo:
                 self.check_all()
         client.close()
         ms = np.array(lat[len(lat) // 10 :]) * 1000  # the first requests warm the path up
+        doc = {"predict_ms": ms.tolist(), "items": self.args.items, "request_bytes": size, "warm_up_requests": len(lat) // 10}
+        (self.dir / report.LATENCY).write_text(json.dumps(doc))
         return {"p50": float(np.percentile(ms, 50)), "p99": float(np.percentile(ms, 99)), "bytes": float(size)}
+
+    def save_serving_metrics(self, serving: Daemon) -> None:
+        """Serving's Prometheus exposition, for the report's server-side latency histogram."""
+        port = serving.ready.get("metrics_port")
+        try:
+            text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        except OSError as e:
+            self.say(f"  (serving's metrics could not be read: {e})")
+            return
+        (self.dir / report.SERVING_METRICS).write_text(text)
+
+    def draw(self) -> None:
+        try:
+            pngs = report.make(self.dir)
+        except report.ReportError as e:
+            self.say(f"  no report: {e}")
+            return
+        self.say(f"  report                    {', '.join(str(p) for p in pngs)} (boundless report {self.dir})")
 
     def report(
         self, result: dict[str, float], repo: Repository, latency: dict[str, float], baseline: dict[str, float] | None

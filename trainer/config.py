@@ -122,6 +122,13 @@ class TrainerConfig(SecurityConfig):
         default=60.0, metadata={"help": "how long to wait for the first data when the field list comes from it"}
     )
     metrics_out: str | None = field(default=None, metadata={"help": "write final metrics JSON here"})
+    curve_out: str | None = field(
+        default=None,
+        metadata={"help": "append the progressive metrics here as JSON lines at every progress record (boundless report)"},
+    )
+    progress_interval_s: float = field(
+        default=5.0, metadata={"help": "seconds between progress records: the log line, the AUC gauges, --curve-out"}
+    )
     host: str = field(default="127.0.0.1", metadata={"help": "address for the health service and metrics"})
     port: int = field(default=0, metadata={"help": "gRPC health port (0 picks a free one; -1 disables)"})
     metrics_port: int = field(default=0, metadata={"help": "Prometheus port (0 picks a free one; -1 disables)"})

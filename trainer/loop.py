@@ -20,6 +20,7 @@ from trainer.batch_cache import BatchCache
 from trainer.exporter import Exporter
 from trainer.model import TrainableModel
 from trainer.pipeline import Pipeline, Result
+from trainer.progress_log import ProgressLog
 from trainer.progressive import ProgressiveMetrics
 from trainer.reader import BatchReader, ThreadedReader
 from trainer.recovery import CutPoint, encode_offsets, load_progress
@@ -39,6 +40,7 @@ class LoopSettings:
     queue_depth: int = 8  # parsed batches waiting for the trainer
     batch_cache: str | None = None  # folder of the parsed-batch cache
     batch_cache_max_bytes: int = 20 << 30
+    progress_interval_s: float = 5.0  # the log line, the gauges and the curve
 
 
 class Trainer:
@@ -86,6 +88,7 @@ class Trainer:
         self.submitted = 0  # samples handed to the pipeline (progress lags it by a batch)
         self.report: Callable[[], None] | None = None  # called about once a second (a worker's coordinator)
         self.control: Callable[[], None] | None = None  # called at every batch boundary (a worker's coordinator)
+        self.progress_log: ProgressLog | None = None  # None in a worker: its coordinator records the merged progress
 
     def train_batch(self, batch: SampleBatch) -> None:
         if self.observe is not None:
@@ -153,7 +156,10 @@ class Trainer:
             self.checkpoint()
         self._wait_commit()
         self._committer.shutdown()
-        return self.progress.snapshot()
+        final = self.progress.snapshot()
+        if self.progress_log is not None:
+            self.progress_log.record(final, self.client.push_bytes, self.client.pull_bytes)
+        return final
 
     def _stream(self) -> None:
         """Trains the stream until it ends (or the sample limit, idleness, a stop)."""
@@ -183,7 +189,7 @@ class Trainer:
                 if self.report is not None and now - last_report >= 1.0:
                     self.report()
                     last_report = now
-                if now - last_log >= 5 or (tty and now - last_log >= 1):
+                if now - last_log >= self.s.progress_interval_s or (tty and now - last_log >= 1):
                     self._log_progress()
                     last_log = now
                 if done or idle or self.stop():
@@ -205,6 +211,8 @@ class Trainer:
             self.client.push_bytes / per,
             self.client.pull_bytes / per,
         )
+        if self.progress_log is not None:
+            self.progress_log.record(snap, self.client.push_bytes, self.client.pull_bytes)
 
     def _measure_backlog(self) -> None:
         try:

@@ -7,6 +7,7 @@ BAD_LINES = Counter("boundless_trainer_bad_lines_total", "input lines rejected b
 EXPORTS = Counter("boundless_trainer_exports_total", "exports requested")
 WINDOW_AUC = Gauge("boundless_trainer_window_auc", "progressive AUC over the window")
 WINDOW_LOGLOSS = Gauge("boundless_trainer_window_logloss", "progressive logloss over the window")
+PROGRESSIVE_LOGLOSS = Gauge("boundless_trainer_progressive_logloss", "progressive logloss over every sample trained")
 PUSH_BYTES = Counter("boundless_trainer_push_bytes_total", "bytes this trainer put on the wire for pushes (headers, keys)")
 PULL_BYTES = Counter("boundless_trainer_pull_bytes_total", "bytes of pull requests and replies (headers, keys, rows)")
 RECOVERIES = Counter("boundless_trainer_recoveries_total", "times a PS shard restarted and every shard went back to a common cut")

@@ -19,12 +19,12 @@ from ctr.formats import resolve_fields
 from ctr.modelspec import FIELD_MODELS, ModelSpec
 from ctr.schema import PRESETS, FeatureSchema, detect_schema
 from ps.client import VALUE_CODECS, Lifecycle, PSClient, ShardRestarted, parse_codec
-from trainer import metrics
 from trainer.config import ENV_PREFIX, TrainerConfig
 from trainer.dense_sync import parse_dense_codec
 from trainer.exporter import Exporter
 from trainer.loop import LoopSettings, Trainer
 from trainer.model import TrainableModel, build_model
+from trainer.progress_log import ProgressLog
 from trainer.progressive import ProgressiveMetrics
 from trainer.recovery import CutPoint, restore_and_declare, restore_shards
 from trainer.source import Position, Source, open_source
@@ -167,6 +167,7 @@ def train_with_workers(
     stop: Callable[[], bool],
     start: CutPoint,
     recover: Callable[[], CutPoint],
+    progress_log: ProgressLog | None = None,
 ) -> WorkerRun:
     """W worker processes, each taking up at its part of `start`; with --ps local this
     process serves its shards to them over gRPC."""
@@ -174,7 +175,9 @@ def train_with_workers(
     addresses = served.addresses if served is not None else addresses_of(conf)
     try:
         generation = client.transport.generation
-        return run_workers(conf, addresses, schema, fields, settings, exporter, stop, generation, client, start, recover)
+        return run_workers(
+            conf, addresses, schema, fields, settings, exporter, stop, generation, client, start, recover, progress_log
+        )
     except WorkerFailed as e:
         raise SystemExit(f"trainer: {e}") from None
     finally:
@@ -260,11 +263,13 @@ def train(conf: TrainerConfig) -> int:
         max_line_bytes=conf.max_line_bytes,
         batch_cache=None if (conf.batch_cache or "").lower() in ("", "off", "none") else conf.batch_cache,
         batch_cache_max_bytes=int(conf.batch_cache_max_gb * 1e9),
+        progress_interval_s=conf.progress_interval_s,
     )
+    progress_log = ProgressLog(conf.curve_out, count_samples=conf.workers > 1)
     daemon.write_ready_file(conf.ready_file, grpc_port=grpc_port, metrics_port=metrics_port)
     if conf.workers > 1:
         recover = lambda: restore_and_declare(client, model.prepare, False)  # noqa: E731
-        run = train_with_workers(conf, client, schema, fields, settings, exporter, stop.is_set, point, recover)
+        run = train_with_workers(conf, client, schema, fields, settings, exporter, stop.is_set, point, recover, progress_log)
         result: dict[str, Any] = dict(run.progress.snapshot())
         elapsed_s, bad_lines, exports = run.elapsed_s, run.bad_lines, run.exports
         fields.dropped = run.dropped
@@ -272,6 +277,7 @@ def train(conf: TrainerConfig) -> int:
         result.update(run.compression)
     else:
         trainer = Trainer(client, model, schema, fields, source, settings, ProgressiveMetrics(conf.window), exporter, stop.is_set)
+        trainer.progress_log = progress_log
         trainer.take_up(point, reopen, lambda: restore_and_declare(client, model.prepare, False))
         result = dict(trainer.run())
         elapsed_s, bad_lines, exports = trainer.elapsed_s, trainer.bad_lines, trainer.exports
@@ -303,8 +309,6 @@ def train(conf: TrainerConfig) -> int:
     result["workers"] = float(conf.workers)
     result["staleness"] = float(conf.staleness)
     result["model"] = {**spec.to_dict(), "fields": list(fields.names)}
-    metrics.WINDOW_AUC.set(result["window_auc"])
-    metrics.WINDOW_LOGLOSS.set(result["window_logloss"])
     summary = {k: v for k, v in result.items() if k != "model"}
     log.info("done: %s", json.dumps(summary))
     if conf.metrics_out:

@@ -32,6 +32,7 @@ from trainer.exporter import Exporter
 from trainer.fork_server import start_fork_server
 from trainer.loop import LoopSettings, Trainer
 from trainer.model import build_model
+from trainer.progress_log import ProgressLog
 from trainer.progressive import ProgressiveMetrics
 from trainer.recovery import CutPoint, worker_state
 from trainer.source import open_source
@@ -230,6 +231,7 @@ def run_workers(
     client: PSClient | None = None,
     start: CutPoint | None = None,
     recover: Callable[[], CutPoint] | None = None,
+    progress_log: ProgressLog | None = None,
 ) -> WorkerRun:
     """client: the coordinator's, for checkpoint cuts; start: the cut the shards were
     restored to, whose parts say where each worker takes up; recover: takes every shard
@@ -306,9 +308,11 @@ def run_workers(
             if exporter is not None and now - last_export >= settings.export_interval_s and not exporter.waiting:
                 run.exports.append(exporter.export(_merged(conf.window, latest).snapshot()))
                 last_export = now
-            if now - last_log >= 5:
+            if now - last_log >= settings.progress_interval_s:
                 snap = _merged(conf.window, latest).snapshot()
                 log.info("samples %d  window AUC %.4f  logloss %.4f", snap["samples"], snap["window_auc"], snap["window_logloss"])
+                if progress_log is not None:
+                    progress_log.record(snap)
                 last_log = now
         if cuts is not None:
             cuts.take()  # every worker is done: the last cut holds the whole stream
@@ -331,6 +335,8 @@ def run_workers(
         run.pull_bytes += r.pull_bytes
         for k, v in r.compression.items():
             run.compression[k] = run.compression.get(k, 0.0) + v
+    if progress_log is not None:
+        progress_log.record(run.progress.snapshot(), run.push_bytes, run.pull_bytes)
     if exporter is not None:
         run.exports.append(exporter.export(run.progress.snapshot()))
         exporter.close()

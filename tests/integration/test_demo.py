@@ -1,4 +1,5 @@
-"""`boundless demo --source kafka`: the synthetic stream through a local Kafka broker."""
+"""`boundless demo --source kafka`: the synthetic stream through a local Kafka broker, and
+the report it draws at the end."""
 
 from __future__ import annotations
 
@@ -15,3 +16,5 @@ def test_demo_trains_from_a_kafka_topic(tmp_path):
     summary = json.loads((tmp_path / "demo.json").read_text())
     assert summary["samples"] >= 6 * 15000 and summary["bad_lines"] == 0
     assert summary["versions"] >= 2 and summary["window_auc"] > 0.65
+    for png in ("training.png", "latency.png", "versions.png"):  # the report it draws
+        assert (tmp_path / "report" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png

@@ -1,0 +1,224 @@
+"""`boundless report RUN_DIR`: a run's training curves, latency histograms and versions as
+PNGs, from what the run left in its folder:
+
+- `trainer-curve.jsonl`: the trainer's progress records (`train --curve-out`);
+- `latency.json`: Predict latencies measured by a client, in ms (the demo writes it);
+- `serving-metrics.txt`: serving's Prometheus exposition, whose Predict histogram is the
+  latency inside the server (the demo scrapes it at the end);
+- `repo/<model>`: the published versions with their holdout AUC, and the rejected exports.
+
+Each figure is drawn when its input is there; a folder with none of them is an error."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+CURVE = "trainer-curve.jsonl"
+LATENCY = "latency.json"
+SERVING_METRICS = "serving-metrics.txt"
+PREDICT_HISTOGRAM = "boundless_serving_predict_seconds"
+
+
+class ReportError(ValueError):
+    pass
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dir", type=Path, help="the run's folder (a demo's runs/demo-<time>, or any with the files above)")
+    parser.add_argument("--out", type=Path, default=None, help="where the PNGs go (default RUN_DIR/report)")
+    parser.add_argument("--model", default="ctr", help="model name in RUN_DIR/repo")
+
+
+def read_curve(path: Path) -> list[dict[str, Any]]:
+    """The progress records; a line cut short by a crash ends the curve, a bad one names itself."""
+    rows = []
+    lines = path.read_text().splitlines()
+    for n, line in enumerate(lines, 1):
+        try:
+            row = json.loads(line)
+        except ValueError:
+            if n == len(lines):
+                break  # the last line, half written when the trainer died
+            raise ReportError(f"{path}:{n}: not a JSON progress record") from None
+        if not isinstance(row, dict) or not isinstance(row.get("samples"), int | float):
+            raise ReportError(f"{path}:{n}: a progress record needs a number in 'samples'")
+        rows.append(row)
+    return rows
+
+
+def _series(rows: list[dict[str, Any]], key: str) -> np.ndarray:
+    return np.array([float(r[key]) if isinstance(r.get(key), int | float) else math.nan for r in rows])
+
+
+def read_latency(path: Path) -> tuple[np.ndarray, dict[str, Any]]:
+    try:
+        doc = json.loads(path.read_text())
+        ms = np.asarray(doc["predict_ms"], dtype=np.float64)
+    except (ValueError, KeyError, TypeError) as e:
+        raise ReportError(f"{path}: expected {{'predict_ms': [numbers...]}}: {e}") from None
+    if ms.ndim != 1 or not ms.size:
+        raise ReportError(f"{path}: predict_ms holds no latencies")
+    return ms, doc
+
+
+def server_histogram(path: Path) -> tuple[np.ndarray, np.ndarray] | None:
+    """(upper bounds in ms, count per bucket) of serving's Predict histogram, or None."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for family in text_string_to_metric_families(path.read_text()):
+        if family.name != PREDICT_HISTOGRAM:
+            continue
+        buckets = sorted(
+            (float(s.labels["le"]), s.value) for s in family.samples if s.name.endswith("_bucket") and "le" in s.labels
+        )
+        if not buckets:
+            return None
+        bounds = np.array([b for b, _ in buckets]) * 1000
+        cumulative = np.array([c for _, c in buckets])
+        return bounds, np.diff(cumulative, prepend=0.0)
+    return None
+
+
+def draw_training(rows: list[dict[str, Any]], out: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    samples = _series(rows, "samples")
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7))
+    ax = axes[0, 0]
+    ax.plot(samples, _series(rows, "window_auc"), marker=".")
+    ax.set(title="progressive AUC (window)", xlabel="samples trained", ylabel="AUC")
+    ax = axes[0, 1]
+    ax.plot(samples, _series(rows, "window_logloss"), marker=".", label="window")
+    ax.plot(samples, _series(rows, "progressive_logloss"), marker=".", label="all samples")
+    ax.set(title="progressive logloss", xlabel="samples trained", ylabel="logloss")
+    ax.legend()
+    ax = axes[1, 0]
+    elapsed = _series(rows, "elapsed_s")
+    if len(rows) > 1:
+        rate = np.diff(samples) / np.maximum(np.diff(elapsed), 1e-9)
+        ax.plot(elapsed[1:], rate, marker=".")
+    ax.set(title="throughput", xlabel="seconds", ylabel="samples/s")
+    ax = axes[1, 1]
+    per = np.maximum(samples, 1)
+    ax.plot(samples, _series(rows, "push_bytes") / per, marker=".", label="push")
+    ax.plot(samples, _series(rows, "pull_bytes") / per, marker=".", label="pull")
+    ax.set(title="bytes on the wire per sample", xlabel="samples trained", ylabel="bytes/sample")
+    ax.legend()
+    fig.tight_layout()
+    path = out / "training.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def draw_latency(
+    client_ms: np.ndarray | None, meta: dict[str, Any], server: tuple[np.ndarray, np.ndarray] | None, out: Path
+) -> Path:
+    import matplotlib.pyplot as plt
+
+    panels = [p for p in (client_ms is not None, server is not None) if p]
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.5), squeeze=False)
+    at = 0
+    if client_ms is not None:
+        ax = axes[0, at]
+        at += 1
+        ax.hist(client_ms, bins=min(60, max(10, client_ms.size // 5)))
+        for q, style in ((50, "--"), (99, ":")):
+            v = float(np.percentile(client_ms, q))
+            ax.axvline(v, color="k", linestyle=style, label=f"p{q} {v:.2f} ms")
+        items = f", {meta['items']} items" if "items" in meta else ""
+        ax.set(title=f"Predict at the client ({client_ms.size} requests{items})", xlabel="ms", ylabel="requests")
+        ax.legend()
+    if server is not None:
+        bounds, counts = server
+        ax = axes[0, at]
+        finite = np.isfinite(bounds)
+        labels = [f"≤{b:g}" for b in bounds[finite]] + (["more"] if not finite.all() else [])
+        ax.bar(range(len(counts)), counts, tick_label=labels)
+        ax.tick_params(axis="x", labelrotation=60)
+        ax.set(title="Predict inside serving (Prometheus buckets)", xlabel="ms", ylabel="requests")
+    fig.tight_layout()
+    path = out / "latency.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def draw_versions(repo_root: Path, model: str, out: Path) -> Path | None:
+    import matplotlib.pyplot as plt
+
+    from modelmgr.repository import Repository, RepositoryError
+
+    repo = Repository(repo_root, model)
+    points = []
+    for v in repo.versions():
+        try:
+            m = repo.manifest_model(v)
+        except RepositoryError:
+            continue
+        cand = (m.evaluation or {}).get("candidate") or {}
+        if isinstance(cand.get("auc"), int | float):
+            points.append((m.created, float(cand["auc"]), m.kind, v))
+    rejected = [r for r in repo.rejected() if isinstance(r.get("rejected_at"), int | float)]
+    if not points and not rejected:
+        return None
+    start = min([p[0] for p in points] + [float(r["rejected_at"]) for r in rejected])
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    for kind, marker in (("full", "s"), ("delta", "o")):
+        chosen = [p for p in points if p[2] == kind]
+        ax.scatter([p[0] - start for p in chosen], [p[1] for p in chosen], marker=marker, label=f"{kind} version")
+    for r in rejected:
+        ax.axvline(float(r["rejected_at"]) - start, color="r", alpha=0.3)
+    if rejected:
+        ax.plot([], [], color="r", alpha=0.3, label=f"rejected export ({len(rejected)})")
+    ax.set(title=f"published versions of {model}: holdout AUC", xlabel="seconds since the first", ylabel="holdout AUC")
+    ax.legend()
+    fig.tight_layout()
+    path = out / "versions.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def make(run_dir: Path, out: Path | None = None, model: str = "ctr") -> list[Path]:
+    """Draws what the run folder holds; returns the PNGs written."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    if not run_dir.is_dir():
+        raise ReportError(f"{run_dir}: no such folder")
+    out = out or run_dir / "report"
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    if (run_dir / CURVE).is_file():
+        rows = read_curve(run_dir / CURVE)
+        if rows:
+            written.append(draw_training(rows, out))
+    client_ms, meta = read_latency(run_dir / LATENCY) if (run_dir / LATENCY).is_file() else (None, {})
+    server = server_histogram(run_dir / SERVING_METRICS) if (run_dir / SERVING_METRICS).is_file() else None
+    if client_ms is not None or server is not None:
+        written.append(draw_latency(client_ms, meta, server, out))
+    if (run_dir / "repo" / model).is_dir():
+        drawn = draw_versions(run_dir / "repo", model, out)
+        if drawn is not None:
+            written.append(drawn)
+    if not written:
+        raise ReportError(f"{run_dir}: nothing to draw (no {CURVE}, {LATENCY}, {SERVING_METRICS} or repo/{model})")
+    return written
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        written = make(args.run_dir, args.out, args.model)
+    except ReportError as e:
+        print(f"boundless report: error: {e}")
+        return 2
+    for p in written:
+        print(p)
+    return 0

@@ -1,0 +1,45 @@
+"""Where the trainer's progress goes while it runs: the window AUC and logloss gauges an
+operator's dashboard reads, and with `--curve-out` one JSON line per record, which
+`boundless report` draws as training curves."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+from trainer import metrics
+
+
+class ProgressLog:
+    def __init__(self, curve_out: str | None = None, count_samples: bool = False) -> None:
+        self.path = Path(curve_out) if curve_out else None
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.count_samples = count_samples  # a coordinator counts its workers' samples here
+        self._samples = 0.0
+        self._started = time.monotonic()
+
+    def record(self, snap: dict[str, float], push_bytes: int = 0, pull_bytes: int = 0) -> None:
+        for gauge, key in (
+            (metrics.WINDOW_AUC, "window_auc"),
+            (metrics.WINDOW_LOGLOSS, "window_logloss"),
+            (metrics.PROGRESSIVE_LOGLOSS, "progressive_logloss"),
+        ):
+            if math.isfinite(snap.get(key, math.nan)):
+                gauge.set(snap[key])
+        if self.count_samples and snap["samples"] > self._samples:
+            metrics.SAMPLES.inc(snap["samples"] - self._samples)
+            self._samples = snap["samples"]
+        if self.path is None:
+            return
+        line = {
+            "time": time.time(),
+            "elapsed_s": time.monotonic() - self._started,
+            **{k: (v if math.isfinite(v) else None) for k, v in snap.items()},
+            "push_bytes": push_bytes,
+            "pull_bytes": pull_bytes,
+        }
+        with self.path.open("a") as f:  # one line per record: a reader never sees half of one
+            f.write(json.dumps(line) + "\n")
