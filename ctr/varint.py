@@ -70,10 +70,27 @@ def encode_sorted_keys(keys: U64) -> U8:
 @nb.njit(cache=True, inline="always")
 def read_increasing(buf: U8, pos: int, out: U64, at: int, count: int) -> int:
     """Reads `count` strictly increasing values, the first then gaps, each a varint, into
-    out[at:]; returns the position after them. Raises ValueError naming what is wrong."""
+    out[at:]; returns the position after them. Raises ValueError naming what is wrong.
+    The varint loop is written out here rather than calling _get: numba compiles the call
+    (a tuple out of a loop that can raise) about 3x slower, 13 ns a varint instead of 4."""
     prev = np.uint64(0)
+    n = buf.shape[0]
     for i in range(count):
-        gap, pos = _get(buf, pos)
+        gap = np.uint64(0)
+        shift = np.uint64(0)
+        while True:
+            if pos >= n:
+                raise ValueError("truncated varint")
+            b = np.uint64(buf[pos])
+            pos += 1
+            if shift == np.uint64(63) and b > np.uint64(1):
+                raise ValueError("varint overflows 64 bits")
+            gap |= (b & np.uint64(0x7F)) << shift
+            if b < np.uint64(0x80):
+                break
+            shift += np.uint64(7)
+            if shift > np.uint64(63):
+                raise ValueError("varint longer than 10 bytes")
         if i > 0 and gap == np.uint64(0):
             raise ValueError("values are not strictly increasing")
         nxt = prev + gap
@@ -123,7 +140,21 @@ def decode_index_lists(buf: U8, lists: int, limit: int) -> tuple[I64, I64]:
             raise ValueError("list count exceeds the remaining bytes")
         prev = np.uint64(0)
         for _ in range(int(count)):
-            gap, pos = _get(buf, pos)
+            gap = np.uint64(0)  # _get written out, as in read_increasing
+            shift = np.uint64(0)
+            while True:
+                if pos >= buf.shape[0]:
+                    raise ValueError("truncated varint")
+                b = np.uint64(buf[pos])
+                pos += 1
+                if shift == np.uint64(63) and b > np.uint64(1):
+                    raise ValueError("varint overflows 64 bits")
+                gap |= (b & np.uint64(0x7F)) << shift
+                if b < np.uint64(0x80):
+                    break
+                shift += np.uint64(7)
+                if shift > np.uint64(63):
+                    raise ValueError("varint longer than 10 bytes")
             idx = prev + gap
             if idx < prev or idx >= np.uint64(limit):
                 raise ValueError("index out of the dictionary's range")
