@@ -35,6 +35,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="ctr", help="model name in RUN_DIR/repo")
 
 
+def _save(fig: Any, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
 def read_curve(path: Path) -> list[dict[str, Any]]:
     """The progress records; a line cut short by a crash ends the curve, a bad one names itself."""
     rows = []
@@ -110,11 +119,7 @@ def draw_training(rows: list[dict[str, Any]], out: Path) -> Path:
     ax.plot(samples, _series(rows, "pull_bytes") / per, marker=".", label="pull")
     ax.set(title="bytes on the wire per sample", xlabel="samples trained", ylabel="bytes/sample")
     ax.legend()
-    fig.tight_layout()
-    path = out / "training.png"
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _save(fig, out / "training.png")
 
 
 def draw_latency(
@@ -122,8 +127,8 @@ def draw_latency(
 ) -> Path:
     import matplotlib.pyplot as plt
 
-    panels = [p for p in (client_ms is not None, server is not None) if p]
-    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.5), squeeze=False)
+    panels = (client_ms is not None) + (server is not None)
+    fig, axes = plt.subplots(1, panels, figsize=(6 * panels, 4.5), squeeze=False)
     at = 0
     if client_ms is not None:
         ax = axes[0, at]
@@ -143,11 +148,7 @@ def draw_latency(
         ax.bar(range(len(counts)), counts, tick_label=labels)
         ax.tick_params(axis="x", labelrotation=60)
         ax.set(title="Predict inside serving (Prometheus buckets)", xlabel="ms", ylabel="requests")
-    fig.tight_layout()
-    path = out / "latency.png"
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _save(fig, out / "latency.png")
 
 
 def draw_versions(repo_root: Path, model: str, out: Path) -> Path | None:
@@ -179,11 +180,7 @@ def draw_versions(repo_root: Path, model: str, out: Path) -> Path | None:
         ax.plot([], [], color="r", alpha=0.3, label=f"rejected export ({len(rejected)})")
     ax.set(title=f"published versions of {model}: holdout AUC", xlabel="seconds since the first", ylabel="holdout AUC")
     ax.legend()
-    fig.tight_layout()
-    path = out / "versions.png"
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _save(fig, out / "versions.png")
 
 
 def make(run_dir: Path, out: Path | None = None, model: str = "ctr") -> list[Path]:

@@ -27,7 +27,7 @@ def rollback(repo: Repository, version: int | None = None, reason: str = "") -> 
     """Pins `version`, or the newest version older than the one served now."""
     if version is None:
         current = repo.target()
-        older = [v for v in repo.versions() if current is not None and v < current and repo.broken(v) is None]
+        older = [] if current is None else [v for v in repo.versions() if v < current and repo.broken(v) is None]
         if not older:
             raise RepositoryError("no version older than the served one to roll back to")
         version = older[-1]
