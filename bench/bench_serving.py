@@ -7,7 +7,8 @@ measured in bench_client.py), requests/s, and the server's CPU use (cores busy, 
 /proc). Writes bench/results/serving.json; asserts nothing about speed.
 
     .venv/bin/python bench/bench_serving.py [--models lr,fm,ffm,deepfm] [--keys 10000000]
-        [--requests 400] [--clients 1,4] [--score-threads 0]
+        [--requests 400] [--clients 1,4] [--score-threads 0] [--serve-args "--no-dnn-cuda-graphs"]
+        [--out serving.json]
 """
 
 from __future__ import annotations
@@ -68,14 +69,16 @@ def load(address: str, reqs: list[EncodedRequest], clients: int, total: int) -> 
     return [x for part in lat for x in part], time.perf_counter() - t0
 
 
-def bench_model(model: str, keys: int, clients: list[int], total: int, score_threads: int, work: Path) -> dict[str, Any]:
+def bench_model(
+    model: str, keys: int, clients: list[int], total: int, score_threads: int, work: Path, extra: list[str]
+) -> dict[str, Any]:
     spec = spec_for(model, k=8 if model != "ffm" else 4, hidden=(256, 128))
     reqs = requests(8)
     repo = Repository(work / model, "ctr")
     held = publish(repo, 1, spec, reqs, keys, shards=2)
     serving = start(
         f"serving-{model}",
-        ["serve", "--repo", str(repo.root), "--score-threads", str(score_threads), "--max-concurrent", "64"],
+        ["serve", "--repo", str(repo.root), "--score-threads", str(score_threads), "--max-concurrent", "64", *extra],
         work,
     )
     try:
@@ -112,8 +115,10 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=400)
     ap.add_argument("--clients", default="1,4")
     ap.add_argument("--score-threads", type=int, default=0)
+    ap.add_argument("--serve-args", default="", help="more `boundless serve` flags, space-separated")
+    ap.add_argument("--out", default="serving.json", help="file name under bench/results")
     args = ap.parse_args()
-    results: dict[str, Any] = {"cores": os.cpu_count()}
+    results: dict[str, Any] = {"cores": os.cpu_count(), "serve_args": args.serve_args}
     with tempfile.TemporaryDirectory(prefix="bench-serving-") as tmp:
         for model in args.models.split(","):
             results[model] = bench_model(
@@ -123,8 +128,9 @@ def main() -> None:
                 args.requests,
                 args.score_threads,
                 Path(tmp),
+                args.serve_args.split(),
             )
-    out = ROOT / "bench" / "results" / "serving.json"
+    out = ROOT / "bench" / "results" / args.out
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(results, indent=1))
     print(json.dumps(results, indent=1))

@@ -1,9 +1,10 @@
 """Dynamic batching of the MLP forward pass (wdl, deepfm): concurrent requests' items wait
 up to `max_wait_s` after the first of them arrives, or until `max_items` are queued, and
-then run as one batch. On a GPU one large kernel launch replaces many small ones, and the
-host side is staged through pinned memory so the copy is asynchronous. Only items of the
-same version's network share a batch. Without CUDA it runs the same way on the CPU (the
-code path the tests cover), though it is only switched on there when asked for."""
+then run as one batch. On a GPU one pass (a replayed CUDA graph, serving.cuda_mlp) replaces
+one per request; each request's rows are copied straight into the pinned staging buffer.
+Only items of the same version's scorer share a batch. Without CUDA it runs the same way
+on the CPU (the code path the CPU-only tests cover), though it is only switched on there
+when asked for."""
 
 from __future__ import annotations
 
@@ -14,14 +15,11 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import torch
-
-from serving.deep import mlp_scores
 
 
 @dataclass
 class _Job:
-    net: Any  # ctr.deep.DeepCTR
+    scorer: Any  # serving.deep.DeepScorer
     pooled: npt.NDArray[np.float32]
     partial: npt.NDArray[np.float32]
     done: threading.Event = field(default_factory=threading.Event)
@@ -38,13 +36,12 @@ class DynamicBatcher:
         self._jobs: list[_Job] = []
         self._cv = threading.Condition()
         self._stop = False
-        self._pinned: torch.Tensor | None = None
         self._thread = threading.Thread(target=self._run, name="dnn-batcher", daemon=True)
         self._thread.start()
 
-    def predict(self, net: Any, pooled: npt.NDArray[np.float32], partial: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
-        """sigmoid(partial + MLP(pooled)) per item, computed in a shared batch."""
-        job = _Job(net, pooled, partial)
+    def predict(self, scorer: Any, pooled: npt.NDArray[np.float32], partial: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        """scorer's sigmoid(partial + MLP(pooled)) per item, computed in a shared batch."""
+        job = _Job(scorer, pooled, partial)
         with self._cv:
             self._jobs.append(job)
             self._cv.notify_all()
@@ -60,7 +57,7 @@ class DynamicBatcher:
             self._cv.notify_all()
 
     def _take(self) -> list[_Job]:
-        """The jobs of one batch: the oldest job's network, once the wait is over or full."""
+        """The jobs of one batch: the oldest job's scorer, once the wait is over or full."""
         with self._cv:
             while not self._jobs and not self._stop:
                 self._cv.wait()
@@ -72,12 +69,12 @@ class DynamicBatcher:
                 if left <= 0:
                     break
                 self._cv.wait(left)
-            net = self._jobs[0].net
+            scorer = self._jobs[0].scorer
             batch: list[_Job] = []
             rest: list[_Job] = []
             size = 0
             for j in self._jobs:
-                if j.net is net and (not batch or size + j.pooled.shape[0] <= self.max_items):
+                if j.scorer is scorer and (not batch or size + j.pooled.shape[0] <= self.max_items):
                     batch.append(j)
                     size += j.pooled.shape[0]
                 else:
@@ -91,7 +88,7 @@ class DynamicBatcher:
             if not batch:
                 return
             try:
-                scores = self._forward(batch[0].net, batch)
+                scores = batch[0].scorer.run([j.pooled for j in batch], [j.partial for j in batch])
                 at = 0
                 for j in batch:
                     j.scores = scores[at : at + j.pooled.shape[0]]
@@ -103,19 +100,6 @@ class DynamicBatcher:
                     j.error = e
             for j in batch:
                 j.done.set()
-
-    def _forward(self, net: Any, batch: list[_Job]) -> npt.NDArray[np.float32]:
-        pooled = np.concatenate([j.pooled for j in batch]) if len(batch) > 1 else batch[0].pooled
-        partial = np.concatenate([j.partial for j in batch]) if len(batch) > 1 else batch[0].partial
-        return mlp_scores(net, pooled, partial, self._stage if net.device.type == "cuda" else None)
-
-    def _stage(self, host: torch.Tensor) -> torch.Tensor:
-        """host's values in page-locked memory (reused, grown as needed): an async copy."""
-        if self._pinned is None or self._pinned.numel() < host.numel():
-            self._pinned = torch.empty(max(host.numel(), 1 << 20), dtype=torch.float32, pin_memory=True)
-        view = self._pinned[: host.numel()].view(host.shape)
-        view.copy_(host)
-        return view
 
 
 _SHARED: DynamicBatcher | None = None

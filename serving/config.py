@@ -14,6 +14,7 @@ class DnnBatching:
     mode: str = "auto"  # auto: with CUDA only; on; off
     wait_s: float = 0.0005
     max_items: int = 16384
+    cuda_graphs: bool = True  # replay captured CUDA graphs of the MLP (serving.cuda_mlp)
 
     def enabled(self, cuda: bool) -> bool:
         return self.mode == "on" or (self.mode == "auto" and cuda)
@@ -49,6 +50,9 @@ class ServingConfig(SecurityConfig):
     )
     dnn_batch_wait_ms: float = field(default=0.5, metadata={"help": "longest wait for a batch to fill"})
     dnn_batch_items: int = field(default=16384, metadata={"help": "most items in one MLP batch"})
+    dnn_cuda_graphs: bool = field(
+        default=True, metadata={"help": "on a GPU, run the MLP as CUDA graphs captured when a version loads"}
+    )
     max_concurrent: int = field(
         default=16, metadata={"help": "requests in flight at once; more are refused with RESOURCE_EXHAUSTED"}
     )

@@ -1,8 +1,9 @@
-"""The MLP of a served wdl or deepfm version, in torch inference mode (CUDA when present)."""
+"""The MLP of a served wdl or deepfm version, in torch inference mode: on a CUDA device
+through serving.cuda_mlp (pinned buffers, CUDA graphs) when one is present, else on the CPU."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -15,11 +16,21 @@ from ctr.modelspec import ModelSpec
 if TYPE_CHECKING:
     from serving.batcher import DynamicBatcher
 
+DEFAULT_CAPACITY = 16384  # most items in one pass on the device (serving.config.DnnBatching)
+
 
 class DeepScorer:
-    def __init__(self, spec: ModelSpec, dense: dict[str, npt.NDArray[np.float32]], batcher: DynamicBatcher | None = None) -> None:
+    def __init__(
+        self,
+        spec: ModelSpec,
+        dense: dict[str, npt.NDArray[np.float32]],
+        batcher: DynamicBatcher | None = None,
+        cuda_graphs: bool = True,
+        capacity: int = DEFAULT_CAPACITY,
+        on: torch.device | None = None,
+    ) -> None:
         self.batcher = batcher
-        self.net = DeepCTR(spec).to(device()).eval()
+        self.net = DeepCTR(spec).to(on or device()).eval()
         missing = [n for n, _ in spec.mlp_shapes() if n not in dense]
         if missing:
             raise ValueError(f"dense file lacks MLP tensors {missing}")
@@ -28,26 +39,40 @@ class DeepScorer:
                 if dense[name].shape != shape:
                     raise ValueError(f"dense tensor {name} has shape {dense[name].shape}, the spec says {shape}")
                 p.copy_(torch.from_numpy(dense[name]))
+        self.cuda = None
+        if self.net.device.type == "cuda":
+            from serving.cuda_mlp import CudaMLP
+
+            self.cuda = CudaMLP(self.net, capacity, cuda_graphs)
 
     def predict(self, pooled: npt.NDArray[np.float32], partial: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
         """sigmoid(partial logit + MLP(pooled)) per item (in a shared batch with a batcher)."""
         if self.batcher is not None:
-            return self.batcher.predict(self.net, pooled, partial)
-        return mlp_scores(self.net, pooled, partial)
+            return self.batcher.predict(self, pooled, partial)
+        return self.run([pooled], [partial])
+
+    def run(
+        self, pooled: Sequence[npt.NDArray[np.float32]], partial: Sequence[npt.NDArray[np.float32]]
+    ) -> npt.NDArray[np.float32]:
+        """The scores of several requests' items in one pass (in order), in passes of at
+        most the device's capacity."""
+        if self.cuda is None:
+            return mlp_scores(self.net, _joined(pooled), _joined(partial))
+        n = sum(p.shape[0] for p in pooled)
+        if n <= self.cuda.capacity:
+            return self.cuda.scores(pooled, partial)
+        x, z, cap = _joined(pooled), _joined(partial), self.cuda.capacity
+        return np.concatenate([self.cuda.scores([x[i : i + cap]], [z[i : i + cap]]) for i in range(0, n, cap)])
 
 
-def mlp_scores(
-    net: DeepCTR,
-    pooled: npt.NDArray[np.float32],
-    partial: npt.NDArray[np.float32],
-    stage: Callable[[torch.Tensor], torch.Tensor] | None = None,
-) -> npt.NDArray[np.float32]:
-    """sigmoid(partial + MLP(pooled)) on the net's device; `stage` may first place the host
-    tensor (in pinned memory, say) so the copy to the device is asynchronous."""
+def _joined(parts: Sequence[npt.NDArray[np.float32]]) -> npt.NDArray[np.float32]:
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def mlp_scores(net: DeepCTR, pooled: npt.NDArray[np.float32], partial: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    """sigmoid(partial + MLP(pooled)) on the net's device, eagerly (the CPU path, and the
+    reference the CUDA path is tested against)."""
     dev = net.device
     with torch.inference_mode():
-        host = torch.from_numpy(np.ascontiguousarray(pooled))
-        if stage is not None:
-            host = stage(host)
-        z = net(host.to(dev, non_blocking=True)) + torch.from_numpy(partial).to(dev, non_blocking=True)
+        z = net(torch.from_numpy(np.ascontiguousarray(pooled)).to(dev)) + torch.from_numpy(partial).to(dev)
         return torch.sigmoid(z).cpu().numpy().astype(np.float32)  # type: ignore[no-any-return]

@@ -192,7 +192,8 @@ def _net(spec: ModelSpec, dense: dict[str, npt.NDArray[np.float32]], batching: D
     from serving.deep import DeepScorer
 
     on = batching.enabled(torch.cuda.is_available())
-    return DeepScorer(spec, dense, batcher.shared(batching.wait_s, batching.max_items) if on else None)
+    shared = batcher.shared(batching.wait_s, batching.max_items) if on else None
+    return DeepScorer(spec, dense, shared, batching.cuda_graphs, batching.max_items)
 
 
 def apply_delta(overlay: Overlay, path: Path, images: list[BucketMap]) -> None:

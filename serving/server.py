@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     )
     if conf.dnn_batching not in ("auto", "on", "off"):
         raise SystemExit(f"serve: --dnn-batching {conf.dnn_batching!r} is not auto, on or off")
-    batching = DnnBatching(conf.dnn_batching, conf.dnn_batch_wait_ms / 1e3, conf.dnn_batch_items)
+    batching = DnnBatching(conf.dnn_batching, conf.dnn_batch_wait_ms / 1e3, conf.dnn_batch_items, conf.dnn_cuda_graphs)
     watcher = ModelWatcher(Repository(conf.repo, conf.model), conf.poll_s, copies, splitter, part, batching)
     watcher.start()
     router = Router(fanout, watcher) if fanout is not None else None
