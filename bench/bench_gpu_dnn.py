@@ -1,7 +1,7 @@
 """DeepFM's MLP in serving on a GPU (serving.cuda_mlp, serving.batcher), in process:
 
 1. one pass of n items (pinned copy in, MLP, copy out): eager kernels against replayed
-   CUDA graphs, and torch on the CPU, in ms and items/s;
+   CUDA graphs, and torch on the CPU, in ms and items/s; and the host copy alone;
 2. the dynamic batcher under T threads that each submit 200-item requests in a loop:
    items/s and each request's wait (p50/p99);
 3. the stages of a whole 200 x 500 request (decode, lookups, pooling, MLP) on a published
@@ -75,6 +75,10 @@ def one_pass(dense: dict[str, np.ndarray], cpu: DeepScorer, rng: np.random.Gener
         pooled, partial = inputs(n, rng)
         ref = cpu.predict(pooled, partial)
         row: dict[str, Any] = {"items": n}
+        pinned = torch.empty((n, SPEC.field_count * SPEC.k), dtype=torch.float32, pin_memory=True).numpy()
+        row["host_copy_min_ms"], row["host_copy_median_ms"] = timed_ms(
+            lambda p=pooled, dst=pinned: np.copyto(dst, p.reshape(p.shape[0], -1)), 100
+        )
         for label, scorer, reps in (("graphs", graphed, 300), ("eager", eager, 300), ("cpu", cpu, 20)):
             got = scorer.predict(pooled, partial)
             worst.append(float(np.abs(got - ref).max()))

@@ -34,6 +34,7 @@ class DynamicBatcher:
         self.batches = 0
         self.items = 0
         self._jobs: list[_Job] = []
+        self._queued = 0  # items in _jobs
         self._cv = threading.Condition()
         self._stop = False
         self._thread = threading.Thread(target=self._run, name="dnn-batcher", daemon=True)
@@ -44,7 +45,11 @@ class DynamicBatcher:
         job = _Job(scorer, pooled, partial)
         with self._cv:
             self._jobs.append(job)
-            self._cv.notify_all()
+            self._queued += pooled.shape[0]
+            # wake the batch thread only when it has something to do: a first job starts
+            # its wait, a full batch ends it (a wake per job costs a GIL hand-off each)
+            if len(self._jobs) == 1 or self._queued >= self.max_items:
+                self._cv.notify()
         job.done.wait()
         if job.error is not None:
             raise job.error
@@ -64,7 +69,7 @@ class DynamicBatcher:
             if self._stop:
                 return []
             until = time.monotonic() + self.max_wait_s
-            while sum(j.pooled.shape[0] for j in self._jobs) < self.max_items and not self._stop:
+            while self._queued < self.max_items and not self._stop:
                 left = until - time.monotonic()
                 if left <= 0:
                     break
@@ -80,6 +85,7 @@ class DynamicBatcher:
                 else:
                     rest.append(j)
             self._jobs = rest
+            self._queued -= size
             return batch
 
     def _run(self) -> None:

@@ -4,7 +4,8 @@ A request's pooled embeddings are copied into page-locked host buffers (one nump
 torch CPU op: torch's would wake its OpenMP pool, which then spins on every core), sent to
 the device asynchronously on a stream of its own, and scored by a replayed CUDA graph of
 the smallest captured batch size that holds them (a graph launches the ~8 kernels of a
-small MLP at once; padded rows are computed and ignored). The graphs are captured when the
+small MLP at once; padded rows are computed and ignored). A large batch goes in chunks, so
+filling the host buffer overlaps the device's copies and kernels. The graphs are captured when the
 version loads, never while serving. One lock per process orders every CUDA call of
 serving: a capture must see no other work on the device, and the GPU runs one batch at a
 time anyway.
@@ -23,6 +24,7 @@ from ctr.deep import DeepCTR
 
 CUDA_LOCK = threading.Lock()
 SMALLEST_BUCKET = 64
+CHUNK = 4096  # items per copy-and-score step of a large batch
 
 
 def bucket_sizes(max_items: int) -> list[int]:
@@ -69,29 +71,42 @@ class CudaMLP:
         self, pooled: Sequence[npt.NDArray[np.float32]], partial: Sequence[npt.NDArray[np.float32]]
     ) -> npt.NDArray[np.float32]:
         """sigmoid(partial + MLP(pooled)) of the parts' items, in order: pooled[i] is
-        [n_i, F, k], partial[i] is [n_i]; at most `capacity` items in all."""
+        [n_i, F, k], partial[i] is [n_i]; at most `capacity` items in all. The items go to
+        the device in chunks: the host fills chunk c+1 while the device copies and scores
+        chunk c (the stream orders each chunk's copies after the last one's graph)."""
         n = sum(p.shape[0] for p in pooled)
         if n > self.capacity:
             raise ValueError(f"{n} items exceed the batch capacity {self.capacity}")
-        host_in = self.host_in.numpy()
-        host_partial = self.host_partial.numpy()
-        with CUDA_LOCK:
-            at = 0
+        host_in, host_partial = self.host_in.numpy(), self.host_partial.numpy()
+        chunk = min(CHUNK, self.capacity)
+        with CUDA_LOCK, torch.inference_mode(), torch.cuda.stream(self.stream):
+            at = launched = 0
             for p, z in zip(pooled, partial, strict=True):
-                host_in[at : at + p.shape[0]] = p.reshape(p.shape[0], -1)
-                host_partial[at : at + p.shape[0]] = z
-                at += p.shape[0]
-            with torch.inference_mode(), torch.cuda.stream(self.stream):
-                self.dev_in[:n].copy_(self.host_in[:n], non_blocking=True)
-                self.dev_partial[:n].copy_(self.host_partial[:n], non_blocking=True)
-                if self.graphs:
-                    graph, out = self.graphs[bucket_for(n, self.sizes)]
-                    graph.replay()
-                else:
-                    out = self._forward(n)
-                self.host_out[:n].copy_(out[:n], non_blocking=True)
+                m, off, src = p.shape[0], 0, p.reshape(p.shape[0], -1)
+                while off < m:
+                    take = min(m - off, launched + chunk - at)
+                    host_in[at : at + take] = src[off : off + take]
+                    host_partial[at : at + take] = z[off : off + take]
+                    at, off = at + take, off + take
+                    if at - launched == chunk:
+                        self._launch(launched, at)
+                        launched = at
+            if at > launched:
+                self._launch(launched, at)
             self.stream.synchronize()
             return self.host_out.numpy()[:n].copy()
+
+    def _launch(self, lo: int, hi: int) -> None:
+        """Queues items [lo, hi) of the host buffers: copy in, score, copy out."""
+        m = hi - lo
+        self.dev_in[:m].copy_(self.host_in[lo:hi], non_blocking=True)
+        self.dev_partial[:m].copy_(self.host_partial[lo:hi], non_blocking=True)
+        if self.graphs:
+            graph, out = self.graphs[bucket_for(m, self.sizes)]
+            graph.replay()
+        else:
+            out = self._forward(m)
+        self.host_out[lo:hi].copy_(out[:m], non_blocking=True)
 
     def _forward(self, n: int) -> torch.Tensor:
         return torch.sigmoid(self.net(self.dev_in[:n]) + self.dev_partial[:n])

@@ -114,7 +114,7 @@ class ServableModel:
             return self._per_items(
                 req,
                 k,
-                lambda offsets: fm_score_items(
+                lambda offsets, _: fm_score_items(
                     req.context, offsets, req.item_indices, req.values, rows, v_at, k, self.bias, self.spec.pair_norm
                 ),
             )
@@ -122,7 +122,7 @@ class ServableModel:
             return self._per_items(
                 req,
                 k * max(1, self.spec.field_count),
-                lambda offsets: ffm_score_items(
+                lambda offsets, _: ffm_score_items(
                     req.context,
                     offsets,
                     req.item_indices,
@@ -135,20 +135,20 @@ class ServableModel:
                     self.spec.pair_norm,
                 ),
             )
-        pooled, partial = deep_inputs(
-            req.context,
-            req.item_offsets,
-            req.item_indices,
-            req.values,
-            req.fields,
-            rows,
-            v_at,
-            k,
-            self.spec.field_count,
-            self.bias,
-            t == "deepfm",
-            self.spec.pair_norm,
-        )
+        n_fields, with_fm = self.spec.field_count, t == "deepfm"
+        n = req.item_offsets.shape[0] - 1
+        pooled = np.empty((n, n_fields, k), dtype=np.float32)
+        partial = self._per_items(
+            req,
+            k * (2 if with_fm else 1),
+            lambda offsets, lo: _pooled_into(
+                pooled[lo : lo + offsets.shape[0] - 1],
+                deep_inputs(
+                    req.context, offsets, req.item_indices, req.values, req.fields, rows,
+                    v_at, k, n_fields, self.bias, with_fm, self.spec.pair_norm,
+                ),
+            ),
+        )  # fmt: skip
         return self.net.predict(pooled, partial)  # type: ignore[no-any-return]
 
     def partial(self, req: DecodedRequest) -> npt.NDArray[np.float32]:
@@ -159,21 +159,32 @@ class ServableModel:
         return partial_sums(req.context, req.item_offsets, req.item_indices, req.values, rows, v_at, k)  # type: ignore[no-any-return]
 
     def _per_items(
-        self, req: DecodedRequest, work_per_feature: int, kernel: Callable[[npt.NDArray[np.int64]], npt.NDArray[np.float32]]
+        self,
+        req: DecodedRequest,
+        work_per_feature: int,
+        kernel: Callable[[npt.NDArray[np.int64], int], npt.NDArray[np.float32]],
     ) -> npt.NDArray[np.float32]:
-        """kernel(item offsets) over ranges of items, split across the scoring threads when
-        the request is large enough to repay the hand-off (the context part is recomputed
-        per range: it is small)."""
+        """kernel(item offsets, first item) over ranges of items, split across the scoring
+        threads when the request is large enough to repay the hand-off (the context part
+        is recomputed per range: it is small)."""
         offsets = req.item_offsets
         n = offsets.shape[0] - 1
         out = np.empty(n, dtype=np.float32)
 
         def part(lo: int, hi: int) -> None:
-            out[lo:hi] = kernel(offsets[lo : hi + 1])
+            out[lo:hi] = kernel(offsets[lo : hi + 1], lo)
 
         per_item = max(1, req.item_indices.shape[0] // max(1, n)) * work_per_feature
         self.splitter.run(part, n, min_part=max(1, PART_WORK // per_item))
         return out
+
+
+def _pooled_into(
+    out: npt.NDArray[np.float32], pooled_and_partial: tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]
+) -> npt.NDArray[np.float32]:
+    """Stores a range's pooled embeddings in the request's array; returns its partial logits."""
+    out[:] = pooled_and_partial[0]
+    return pooled_and_partial[1]
 
 
 def _dense(folder: Path, files: list[dict[str, Any]]) -> dict[str, npt.NDArray[np.float32]]:
