@@ -35,11 +35,31 @@ def _shard(i: int, work: Path, port: int = 0, lifecycle: tuple[str, ...] = ()) -
     return d
 
 
-def _trainer(stream: Path, shards: list[Daemon], out: Path) -> subprocess.Popen[str]:
+def _trainer(stream: Path, shards: list[Daemon], out: Path, log: Path | None = None) -> subprocess.Popen[str]:
+    """The trainer, its log piped (read by _finish) or, with `log`, written there."""
     cmd = [sys.executable, "-m", "boundless", "train", "--source", str(stream), "--no-follow", "--metrics-port", "-1"]
     cmd += ["--ps", ",".join(s.address for s in shards), "--batch-size", "1024", "--checkpoint-interval-s", "0.3"]
     cmd += ["--ps-retry-s", "60", "--metrics-out", str(out)]
-    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if log is None:
+        return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    with open(log, "w") as err:
+        return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, text=True)
+
+
+def _training(proc: subprocess.Popen[str], log: Path, timeout: float = 120) -> None:
+    """Returns once the trainer has committed a checkpoint cut (it trains, past its start-up,
+    which compiling kernels on a busy machine can stretch to many seconds) or has ended."""
+    until = time.monotonic() + timeout
+    while "committed" not in log.read_text() and proc.poll() is None:
+        assert time.monotonic() < until, f"no checkpoint cut within {timeout} s: {log.read_text()[-2000:]}"
+        time.sleep(0.05)
+
+
+def _finish_logged(proc: subprocess.Popen[str], log: Path, timeout: float = 240) -> str:
+    proc.wait(timeout)
+    err = log.read_text()
+    assert proc.returncode == 0, err[-3000:]
+    return err
 
 
 def _model(shards: list[Daemon]) -> dict[str, Any]:
@@ -79,9 +99,11 @@ def _shards_dying(
     restarted on its port; returns (kills, the trainer's log, the model, samples trained)."""
     shards = [_shard(i, work, lifecycle=lifecycle) for i in range(2)]
     ports = [s.ready["grpc_port"] for s in shards]
-    trainer = _trainer(stream, shards, work / "m.json")
+    log = work / "trainer.log"
+    trainer = _trainer(stream, shards, work / "m.json", log)
     try:
         kills = 0
+        _training(trainer, log)  # kills during its start-up would test nothing
         time.sleep(start_s)
         for _ in range(times):
             time.sleep(rng.uniform(*gap))
@@ -91,7 +113,7 @@ def _shards_dying(
             shards[i].kill() if how == "kill -9" else shards[i].stop()
             shards[i] = _shard(i, work, ports[i], lifecycle)
             kills += 1
-        err = _finish(trainer)
+        err = _finish_logged(trainer, log)
         return kills, err, _model(shards), json.loads((work / "m.json").read_text())["samples"]
     finally:
         if trainer.poll() is None:
@@ -139,9 +161,11 @@ def test_a_trainer_killed_at_random_moments_changes_nothing(uninterrupted, tmp_p
     shards = [_shard(i, tmp_path) for i in range(2)]
     try:
         kills = 0
-        for _ in range(KILLS):
-            trainer = _trainer(stream, shards, tmp_path / "m.json")
-            time.sleep(rng.uniform(1.5, 3.0))  # start-up takes about a second
+        for run in range(KILLS):
+            log = tmp_path / f"trainer{run}.log"
+            trainer = _trainer(stream, shards, tmp_path / "m.json", log)
+            _training(trainer, log)  # past its start-up: a kill there would test nothing
+            time.sleep(rng.uniform(0.1, 1.5))
             if trainer.poll() is not None:
                 break
             trainer.kill()
