@@ -7,7 +7,7 @@ measured in bench_client.py), requests/s, and the server's CPU use (cores busy, 
 /proc). Writes bench/results/serving.json; asserts nothing about speed.
 
     .venv/bin/python bench/bench_serving.py [--models lr,fm,ffm,deepfm] [--keys 10000000]
-        [--requests 400] [--clients 1,4] [--score-threads 0] [--serve-args "--no-dnn-cuda-graphs"]
+        [--requests 400] [--clients 1,4] [--score-threads 0] [--serve-args=--no-dnn-cuda-graphs]
         [--out serving.json]
 """
 
