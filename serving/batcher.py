@@ -17,12 +17,20 @@ import numpy as np
 import numpy.typing as npt
 
 
+def _held_lock() -> threading.Lock:
+    """A latch: acquired here, released once by the batch thread. A lock's wait is one C
+    call, an Event's several Python-level steps: this is paid once per request."""
+    lock = threading.Lock()
+    lock.acquire()
+    return lock
+
+
 @dataclass
 class _Job:
     scorer: Any  # serving.deep.DeepScorer
     pooled: npt.NDArray[np.float32]
     partial: npt.NDArray[np.float32]
-    done: threading.Event = field(default_factory=threading.Event)
+    done: threading.Lock = field(default_factory=_held_lock)  # released when scored
     scores: npt.NDArray[np.float32] | None = None
     error: BaseException | None = None
 
@@ -50,7 +58,7 @@ class DynamicBatcher:
             # its wait, a full batch ends it (a wake per job costs a GIL hand-off each)
             if len(self._jobs) == 1 or self._queued >= self.max_items:
                 self._cv.notify()
-        job.done.wait()
+        job.done.acquire()
         if job.error is not None:
             raise job.error
         assert job.scores is not None
@@ -105,7 +113,7 @@ class DynamicBatcher:
                 for j in batch:
                     j.error = e
             for j in batch:
-                j.done.set()
+                j.done.release()
 
 
 _SHARED: DynamicBatcher | None = None
