@@ -5,10 +5,10 @@ torch CPU op: torch's would wake its OpenMP pool, which then spins on every core
 the device asynchronously on a stream of its own, and scored by a replayed CUDA graph of
 the smallest captured batch size that holds them (a graph launches the ~8 kernels of a
 small MLP at once; padded rows are computed and ignored). A large batch goes in chunks, so
-filling the host buffer overlaps the device's copies and kernels. The graphs are captured when the
-version loads, never while serving. One lock per process orders every CUDA call of
-serving: a capture must see no other work on the device, and the GPU runs one batch at a
-time anyway.
+filling the host buffer overlaps the device's copies and kernels. The graphs are captured
+when the version loads, never while serving. One lock per process orders every CUDA call
+of serving: a capture must see no other work on the device, and the GPU runs one batch at
+a time anyway.
 """
 
 from __future__ import annotations
@@ -48,14 +48,12 @@ class CudaMLP:
         if net.device.type != "cuda":
             raise ValueError(f"CudaMLP needs a CUDA net, not one on {net.device}")
         self.net = net
-        self.width = net.spec.field_count * net.spec.k
         self.sizes = bucket_sizes(max_items)
-        top = self.sizes[-1]
-        dev = net.device
-        self.host_in = torch.zeros((top, self.width), dtype=torch.float32, pin_memory=True)
+        top, width, dev = self.sizes[-1], net.spec.field_count * net.spec.k, net.device
+        self.host_in = torch.zeros((top, width), dtype=torch.float32, pin_memory=True)
         self.host_partial = torch.zeros(top, dtype=torch.float32, pin_memory=True)
         self.host_out = torch.zeros(top, dtype=torch.float32, pin_memory=True)
-        self.dev_in = torch.zeros((top, self.width), dtype=torch.float32, device=dev)
+        self.dev_in = torch.zeros((top, width), dtype=torch.float32, device=dev)
         self.dev_partial = torch.zeros(top, dtype=torch.float32, device=dev)
         self.stream = torch.cuda.Stream(dev)
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}

@@ -12,11 +12,10 @@ import torch
 
 from ctr.deep import DeepCTR, device
 from ctr.modelspec import ModelSpec
+from serving.config import DnnBatching
 
 if TYPE_CHECKING:
     from serving.batcher import DynamicBatcher
-
-DEFAULT_CAPACITY = 16384  # most items in one pass on the device (serving.config.DnnBatching)
 
 
 class DeepScorer:
@@ -26,7 +25,7 @@ class DeepScorer:
         dense: dict[str, npt.NDArray[np.float32]],
         batcher: DynamicBatcher | None = None,
         cuda_graphs: bool = True,
-        capacity: int = DEFAULT_CAPACITY,
+        capacity: int = DnnBatching.max_items,  # most items in one pass on the device
         on: torch.device | None = None,
     ) -> None:
         self.batcher = batcher

@@ -136,19 +136,18 @@ class ServableModel:
                 ),
             )
         n_fields, with_fm = self.spec.field_count, t == "deepfm"
-        n = req.item_offsets.shape[0] - 1
-        pooled = np.empty((n, n_fields, k), dtype=np.float32)
-        partial = self._per_items(
-            req,
-            k * (2 if with_fm else 1),
-            lambda offsets, lo: _pooled_into(
-                pooled[lo : lo + offsets.shape[0] - 1],
-                deep_inputs(
-                    req.context, offsets, req.item_indices, req.values, req.fields, rows,
-                    v_at, k, n_fields, self.bias, with_fm, self.spec.pair_norm,
-                ),
-            ),
-        )  # fmt: skip
+        pooled = np.empty((req.item_offsets.shape[0] - 1, n_fields, k), dtype=np.float32)
+
+        def pooled_range(offsets: npt.NDArray[np.int64], lo: int) -> npt.NDArray[np.float32]:
+            """Pools the range's items into `pooled`; returns their logits without the MLP."""
+            p, z = deep_inputs(
+                req.context, offsets, req.item_indices, req.values, req.fields, rows,
+                v_at, k, n_fields, self.bias, with_fm, self.spec.pair_norm,
+            )  # fmt: skip
+            pooled[lo : lo + p.shape[0]] = p
+            return z  # type: ignore[no-any-return]
+
+        partial = self._per_items(req, k * (2 if with_fm else 1), pooled_range)
         return self.net.predict(pooled, partial)  # type: ignore[no-any-return]
 
     def partial(self, req: DecodedRequest) -> npt.NDArray[np.float32]:
@@ -177,14 +176,6 @@ class ServableModel:
         per_item = max(1, req.item_indices.shape[0] // max(1, n)) * work_per_feature
         self.splitter.run(part, n, min_part=max(1, PART_WORK // per_item))
         return out
-
-
-def _pooled_into(
-    out: npt.NDArray[np.float32], pooled_and_partial: tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]
-) -> npt.NDArray[np.float32]:
-    """Stores a range's pooled embeddings in the request's array; returns its partial logits."""
-    out[:] = pooled_and_partial[0]
-    return pooled_and_partial[1]
 
 
 def _dense(folder: Path, files: list[dict[str, Any]]) -> dict[str, npt.NDArray[np.float32]]:
