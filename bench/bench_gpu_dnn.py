@@ -29,7 +29,8 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.serving_model import publish, requests, spec_for  # noqa: E402
+from bench.bench_client import timed  # noqa: E402
+from bench.serving_model import dense_weights, publish, requests, spec_for  # noqa: E402
 from modelmgr.repository import MANIFEST, Repository  # noqa: E402
 from serving import batcher as batching  # noqa: E402
 from serving.config import DnnBatching  # noqa: E402
@@ -44,27 +45,15 @@ ROOT = Path(__file__).resolve().parents[1]
 SPEC = spec_for("deepfm", k=8, hidden=(256, 128))
 
 
-def dense_weights(seed: int = 1) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    out = {"bias": np.zeros(1, np.float32)}
-    for name, shape in SPEC.mlp_shapes():
-        out[name] = rng.normal(0, 0.05, size=shape).astype(np.float32)
-    return out
-
-
 def inputs(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     pooled = rng.normal(0, 0.3, size=(n, SPEC.field_count, SPEC.k)).astype(np.float32)
     return pooled, rng.normal(0, 0.5, size=n).astype(np.float32)
 
 
 def timed_ms(fn: Any, reps: int) -> tuple[float, float]:
+    """(min, median) ms of `reps` calls after one to warm up (kernels, graphs, caches)."""
     fn()
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t) * 1e3)
-    return float(np.min(times)), float(np.median(times))
+    return timed(fn, reps)
 
 
 def one_pass(dense: dict[str, np.ndarray], cpu: DeepScorer, rng: np.random.Generator, worst: list[float]) -> list[dict[str, Any]]:
@@ -201,7 +190,7 @@ def main() -> None:
     args = ap.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("bench_gpu_dnn: no CUDA device")
-    dense = dense_weights()
+    dense = dense_weights(SPEC, np.random.default_rng(1))
     cpu = DeepScorer(SPEC, dense, on=torch.device("cpu"))
     rng = np.random.default_rng(0)
     worst: list[float] = []

@@ -41,6 +41,14 @@ def spec_for(model: str, k: int, hidden: tuple[int, ...]) -> ModelSpec:
     return ModelSpec(model, k=k if model != "lr" else 8, fields=tuple(FIELDS), hidden=hidden if model == "deepfm" else ())
 
 
+def dense_weights(spec: ModelSpec, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """A zero bias and random MLP weights (none for LR, FM, FFM), as a version's dense file holds."""
+    dense = {"bias": np.zeros(1, np.float32)}
+    for name, shape in spec.mlp_shapes():
+        dense[name] = rng.normal(0, 0.05, size=shape).astype(np.float32)
+    return dense
+
+
 def file_entry(path: Path, role: str, shard: int | None, rows: int, columns: str) -> dict[str, Any]:
     """A manifest's entry for a file written by hand (benchmarks and tests)."""
     return {
@@ -77,10 +85,7 @@ def publish(
         path = d / f"shard{s}-sparse.image"
         modelfile.write_image(path, k, rows)
         files.append(file_entry(path, "sparse_full", s, int(k.shape[0]), columns))
-    dense = {"bias": np.zeros(1, np.float32)}
-    for name, shape in spec.mlp_shapes():
-        dense[name] = rng.normal(0, 0.05, size=shape).astype(np.float32)
-    save_file(dense, str(d / "dense.safetensors"))
+    save_file(dense_weights(spec, rng), str(d / "dense.safetensors"))
     files.append(file_entry(d / "dense.safetensors", "dense", None, 1, ""))
     manifest = {
         "model": repo.model,
