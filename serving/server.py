@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 from pathlib import Path
 
@@ -84,6 +85,9 @@ def run(args: argparse.Namespace) -> int:
         "whole model" if part == WHOLE else f"shard {part}",
         metrics_port,
     )
+    # every object of start-up (imports, the first version) out of the collector's reach: a
+    # full collection then walks only what came after, not 250k objects for tens of ms
+    gc.freeze()
     daemon.write_ready_file(conf.ready_file, grpc_port=port, metrics_port=metrics_port)
     daemon.wait_for_stop_signal()
     watcher.stop()

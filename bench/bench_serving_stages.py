@@ -1,0 +1,95 @@
+"""The stages of one 200 x 500 request inside the prediction service, in process (no gRPC):
+the protobuf parse of the request's bytes, decoding (zstd, varints, token hashing), the
+80k key lookups, scoring, and the whole servicer path from bytes to scores. Min / median
+ms over --reps calls after a warm-up, on 1 and 2 scoring threads; the model is
+bench_serving's (10M keys, two shard images). Asserts nothing; writes
+bench/results/serving_stages.json.
+
+    .venv/bin/python bench/bench_serving_stages.py [--models lr,fm] [--keys 10000000] [--reps 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from itertools import count
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.bench_client import timed  # noqa: E402
+from bench.serving_model import publish, requests, spec_for  # noqa: E402
+from modelmgr.repository import MANIFEST, Repository  # noqa: E402
+from protos import predict_pb2  # noqa: E402
+from serving.encoding import EncodedRequest, decode  # noqa: E402
+from serving.model import ServableModel, load  # noqa: E402
+from serving.parallel import Splitter  # noqa: E402
+from serving.service import field_hash_ids  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def stage_times(model: ServableModel, reqs: list[EncodedRequest], reps: int) -> dict[str, Any]:
+    spec = model.spec
+    hashes = field_hash_ids(tuple(spec.fields))
+    wire = [
+        predict_pb2.PredictRequest(
+            item_count=r.item_count, context=r.context, items=r.items, tokens=r.tokens, compression=r.compression
+        ).SerializeToString()
+        for r in reqs
+    ]
+    decoded = [decode(r, max(1, spec.field_count), hashes, both=model.splitter.both) for r in reqs]
+    cyc = count()
+
+    def whole() -> Any:
+        p = predict_pb2.PredictRequest.FromString(wire[next(cyc) % 8])
+        enc = EncodedRequest(p.item_count, p.dictionary, p.values, p.context, p.items, p.fields, p.tokens, p.compression)
+        scores = model.score(decode(enc, max(1, spec.field_count), hashes, both=model.splitter.both))
+        return predict_pb2.PredictResponse(scores=scores.tolist(), model=model.name, version=model.version)
+
+    stages = {
+        "parse": lambda: predict_pb2.PredictRequest.FromString(wire[next(cyc) % 8]),
+        "decode": lambda: decode(reqs[next(cyc) % 8], max(1, spec.field_count), hashes, both=model.splitter.both),
+        "lookups": lambda: model.rows(decoded[next(cyc) % 8].keys),
+        "lookups_and_score": lambda: model.score(decoded[next(cyc) % 8]),
+        "whole": whole,
+    }
+    out: dict[str, Any] = {}
+    for name, fn in stages.items():
+        for _ in range(8):
+            fn()
+        best, median = timed(fn, reps)
+        out[name] = {"min_ms": best, "median_ms": median}
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(allow_abbrev=False)
+    ap.add_argument("--models", default="lr,fm")
+    ap.add_argument("--keys", type=int, default=10_000_000)
+    ap.add_argument("--reps", type=int, default=60)
+    ap.add_argument("--threads", default="1,2")
+    args = ap.parse_args()
+    results: dict[str, Any] = {}
+    reqs = requests(8)
+    with tempfile.TemporaryDirectory(prefix="bench-stages-") as tmp:
+        for name in args.models.split(","):
+            spec = spec_for(name, k=8, hidden=(256, 128))
+            repo = Repository(Path(tmp) / name, "ctr")
+            publish(repo, 1, spec, reqs, args.keys, shards=2)
+            d = repo.path(1)
+            manifest = json.loads((d / MANIFEST).read_text())
+            for threads in [int(t) for t in args.threads.split(",")]:
+                model = load(d, manifest, manifest, d, [], None, splitter=Splitter(threads))
+                results[f"{name}_threads_{threads}"] = row = stage_times(model, reqs, args.reps)
+                model.splitter.close()
+                print(name, threads, json.dumps({k: round(v["median_ms"], 2) for k, v in row.items()}), flush=True)
+    out = ROOT / "bench" / "results" / "serving_stages.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
