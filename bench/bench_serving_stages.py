@@ -5,7 +5,7 @@ ms over --reps calls after a warm-up, on 1 and 2 scoring threads; the model is
 bench_serving's (10M keys, two shard images). Asserts nothing; writes
 bench/results/serving_stages.json.
 
-    .venv/bin/python bench/bench_serving_stages.py [--models lr,fm] [--keys 10000000] [--reps 60]
+    .venv/bin/python bench/bench_serving_stages.py [--models lr,fm] [--keys 10000000] [--reps 60] [--threads 1,2]
 """
 
 from __future__ import annotations
