@@ -76,6 +76,29 @@ def test_find_matches_the_python_reference():
     assert [int(bk.mix(np.uint64(k))) for k in probe[:20]] == [bk.mix_reference(int(k)) for k in probe[:20]]
 
 
+def test_wide_rows_are_copied_through_the_pipeline():
+    """Rows wider than a narrow bucket (FM: 9 words) are prefetched when found and copied
+    AHEAD lookups later: every hit gets its own row, at request sizes around the depth."""
+    rng = np.random.default_rng(4)
+    keys = np.unique(rng.integers(1, 2**64 - 1, 4000, dtype=np.uint64))
+    rows = rng.integers(0, 2**32 - 1, (keys.shape[0], 9), dtype=np.uint32)
+    m = BucketMap.from_rows(keys, rows)
+    assert m.table.shape[1] > 3 * 16  # not narrow
+    absent = rng.integers(1, 2**64 - 1, 300, dtype=np.uint64)
+    for n in (1, bk.AHEAD, 2 * bk.AHEAD + 1, 3000):
+        pick = rng.integers(0, keys.shape[0], n)
+        probe = np.concatenate([keys[pick], absent[: n // 3]])
+        order = rng.permutation(probe.shape[0])
+        got = m.get(probe[order]).view(np.uint32)
+        want = np.concatenate([rows[pick], np.zeros((n // 3, 9), np.uint32)])[order]
+        assert np.array_equal(got, want), n
+    out = np.zeros((keys.shape[0], 9), np.uint32)
+    found = np.zeros(keys.shape[0], np.bool_)
+    found[::2] = True  # found before: left as they are
+    bk.lookup_at(m.table, keys, np.arange(keys.shape[0] - 1, -1, -1), out, found)
+    assert found.all() and np.array_equal(out[1::2], rows[1::2]) and not out[::2].any()
+
+
 def test_serving_lookups_honour_found_owner_and_filter():
     """The serving kernels: by_owner groups positions by shard, lookup_at skips found keys;
     a filter that rules a key out stops lookup_rows."""
