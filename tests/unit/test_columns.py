@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import zstandard
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from ctr.formats import bucket_numeric
@@ -86,8 +86,12 @@ def test_dict_requests_decode_back_to_each_items_exact_features():
         assert got == sorted(want)
 
 
+EDGE_VALUES = [0, 1, 9, 10, 9999, 10000, 99999999, 100000000, 10**16, 2**63 - 1, -1, -9999, -10000, -(2**63)]
+
+
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.integers(-(2**62), 2**62), max_size=50), st.sampled_from([0, 98, 118]))
+@given(st.lists(st.integers(-(2**63), 2**63 - 1) | st.sampled_from(EDGE_VALUES), max_size=50), st.sampled_from([0, 98, 118]))
+@example(EDGE_VALUES, 0)
 def test_int_token_hash_equals_the_reference(values, prefix):
     keys = hash_int_tokens(np.asarray(values, dtype=np.int64), prefix, np.uint32(field_id("f")))
     head = chr(prefix) if prefix else ""
