@@ -10,9 +10,9 @@ keeps memory within 1.06x the raw key and row bytes; a lookup still reads at mos
 buckets, hit or miss.
 
 Slots are numbered `b * B + j`. Lookups run as a software pipeline (`_lookup`): a key's
-buckets are prefetched AHEAD lookups before they are probed, and a wide row before it is
-copied, so many cache misses are in flight together (bench_lookups, 10M keys: 20-25 M
-hits/s on one thread, against 13-14 for groups whose first pass loaded the buckets).
+first bucket is prefetched AHEAD lookups before it is probed, its second bucket only when
+the key is not in the first, and a wide row before it is copied, so many cache misses are
+in flight together and few lines are fetched for nothing (bench_lookups, 10M keys).
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ BOOL = npt.NDArray[np.bool_]
 
 B = 8  # slots per bucket: 8 keys fill one 64-byte cache line
 AHEAD = 24  # lookups between a bucket's prefetch and its probe (80k hits: 8 -> 24 gave +13%)
-RING = 64  # the probe -> copy ring: a power of two > AHEAD (step i writes entry i - AHEAD, reads i - 2 * AHEAD)
-assert RING & (RING - 1) == 0 and RING > AHEAD
+RING = 128  # lookups in flight: a power of two > 2 * AHEAD (step i writes entry i - AHEAD, reads i - 3 * AHEAD)
+assert RING & (RING - 1) == 0 and RING > 2 * AHEAD
 MAX_KICKS = 500
 
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -126,43 +126,62 @@ def _lookup(table: U32, keys: U64, at: I64, lo: int, hi: int, bits: U64, out: U3
     out[q] = the row and found[q] = True where the table holds keys[q].
 
     A software pipeline, so that many lookups' cache misses are in flight at once instead
-    of one at a time: step i prefetches the keys of both buckets of lookup i; it probes
-    those of lookup i - AHEAD, which have arrived by then, and copies the row found, or,
-    when the rows are wide, prefetches it and copies it at step i + AHEAD."""
+    of one at a time. Step i prefetches the first bucket of lookup i. Lookup i - AHEAD,
+    whose lines have arrived, probes it; only when the key is not there (a fifth of hits
+    at load 0.95, and every miss) is the second bucket prefetched, and probed by lookup
+    i - 2 * AHEAD: prefetching both buckets up front fetched 4 lines per LR hit instead of
+    2.4, and those fetches were the limit (80k LR hits, 10M keys, one thread: 3.6 -> 2.8
+    ms; 9-word rows: 5.5 -> 4.2 ms, in one process, alternating). A narrow row is copied
+    when its key is found; a wide one is prefetched then and copied by lookup i - 3 * AHEAD."""
     keys64 = table.view(np.uint64)
     buckets = table.shape[0]
     width = out.shape[1]
     narrow = _narrow(table)
     mask = RING - 1
-    pos = np.empty(RING, dtype=np.int64)  # probe -> copy: the position, and the slot of a hit (-1: none)
-    slot = np.empty(RING, dtype=np.int64)
-    for i in range(lo, hi + 2 * AHEAD):
+    pos = np.empty(RING, dtype=np.int64)  # the position of each lookup in flight
+    second = np.empty(RING, dtype=np.int64)  # the bucket to probe next (-1: none)
+    slot = np.empty(RING, dtype=np.int64)  # a wide hit's slot, to copy (-1: none)
+    for i in range(lo, hi + 3 * AHEAD):
         if i < hi:
             q = at[i] if at.shape[0] else i
             if not found[q] and (bits.shape[0] == 0 or may_contain(bits, keys[q])):
-                m = mix(keys[q])
-                _prefetch_keys(table, first_bucket(m, buckets))
-                _prefetch_keys(table, second_bucket(m, buckets))
+                _prefetch_keys(table, first_bucket(mix(keys[q]), buckets))
         j = i - AHEAD
         if lo <= j < hi:
             q = at[j] if at.shape[0] else j
-            s = -1
+            b2, s = -1, -1
             # the same test as above, written out: folded into helpers, the loop ran 10% slower
             if not found[q] and (bits.shape[0] == 0 or may_contain(bits, keys[q])):
-                s = _probe(keys64, buckets, keys[q])
-                if s >= 0 and narrow:
+                m = mix(keys[q])
+                s = _slot_in(keys64, first_bucket(m, buckets), keys[q])
+                if s < 0:
+                    b2 = second_bucket(m, buckets)
+                    _prefetch_keys(table, b2)
+                elif narrow:
                     _copy_row(table, s, out, q)
                     found[q] = True
                     s = -1
-                elif s >= 0:
+                else:
                     b = s // B
                     row_at = 2 * B + (s - b * B) * width
                     prefetch_span(table, b, row_at, row_at + width - 1)
-            pos[j & mask], slot[j & mask] = q, s
+            pos[j & mask], second[j & mask], slot[j & mask] = q, b2, s
         k = i - 2 * AHEAD
-        if lo <= k and slot[k & mask] >= 0:
-            _copy_row(table, slot[k & mask], out, pos[k & mask])
-            found[pos[k & mask]] = True
+        if lo <= k < hi and second[k & mask] >= 0:
+            q = pos[k & mask]
+            s = _slot_in(keys64, second[k & mask], keys[q])
+            if s >= 0 and narrow:
+                _copy_row(table, s, out, q)
+                found[q] = True
+            elif s >= 0:
+                b = s // B
+                row_at = 2 * B + (s - b * B) * width
+                prefetch_span(table, b, row_at, row_at + width - 1)
+                slot[k & mask] = s
+        c = i - 3 * AHEAD
+        if lo <= c and slot[c & mask] >= 0:
+            _copy_row(table, slot[c & mask], out, pos[c & mask])
+            found[pos[c & mask]] = True
 
 
 @nb.njit(cache=True, nogil=True)
