@@ -36,6 +36,7 @@ AHEAD = 24  # lookups between a bucket's prefetch and its probe (80k hits: 8 -> 
 RING = 128  # lookups in flight: a power of two > 2 * AHEAD (step i writes entry i - AHEAD, reads i - 3 * AHEAD)
 assert RING & (RING - 1) == 0 and RING > 2 * AHEAD
 MAX_KICKS = 500
+MAX_SHARDS = 1 << 16  # by_owner keeps owners as uint16
 
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
@@ -226,8 +227,12 @@ def lookup_at(table: U32, keys: U64, at: I64, out: U32, found: BOOL) -> None:
 @nb.njit(cache=True, nogil=True)
 def by_owner(keys: U64, lo: int, hi: int, shards: int) -> tuple[I64, I64]:
     """The positions lo..hi-1 grouped by the shard owning their key (ctr.routing.owner),
-    in order within a shard, and each shard's start in that list (shards + 1 bounds)."""
-    owners = np.empty(hi - lo, dtype=np.int64)
+    in order within a shard, and each shard's start in that list (shards + 1 bounds).
+    Owners are kept as uint16 (shards <= 65536): an int64 array of them, freshly
+    allocated, page-faulted for most of this kernel's time."""
+    if shards > MAX_SHARDS:
+        raise ValueError("more shards than by_owner can group")
+    owners = np.empty(hi - lo, dtype=np.uint16)
     bounds = np.zeros(shards + 1, dtype=np.int64)
     for q in range(lo, hi):
         t = owner(keys[q], shards) if shards > 1 else 0

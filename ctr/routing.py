@@ -13,9 +13,18 @@ _ROUTE_MIX = np.uint64(0xFF51AFD7ED558CCD)
 
 @nb.njit(cache=True, inline="always")
 def owner(key: np.uint64, n: int) -> int:
-    """The shard of n that owns key."""
-    k = (key ^ (key >> np.uint64(33))) * _ROUTE_MIX
-    return int(np.int64((k >> np.uint64(32)) % np.uint64(n)))
+    """The shard of n that owns key: the high half of a mix, modulo n (for a power of two
+    as a mask, the same value without a 64-bit division, which cost 6 ns a key)."""
+    k = ((key ^ (key >> np.uint64(33))) * _ROUTE_MIX) >> np.uint64(32)
+    if n & (n - 1) == 0:
+        return int(np.int64(k & np.uint64(n - 1)))
+    return int(np.int64(k % np.uint64(n)))
+
+
+def owner_reference(key: int, n: int) -> int:
+    """Plain-Python owner, for the tests: shard assignment is part of the model format."""
+    k = ((key ^ (key >> 33)) * 0xFF51AFD7ED558CCD) & ((1 << 64) - 1)
+    return (k >> 32) % n
 
 
 @nb.njit(cache=True, nogil=True)

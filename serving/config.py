@@ -33,6 +33,10 @@ class ServingConfig(SecurityConfig):
     score_threads: int = field(
         default=0, metadata={"help": "threads one request's lookups and scoring may use (0: one per core)"}
     )
+    score_spin_us: float = field(
+        default=200.0,
+        metadata={"help": "how long an idle scoring thread spins for the next hand-off before it sleeps (0: never spins)"},
+    )
     shard: str = field(
         default="", metadata={"help": "serve part i/N of the model (the shard files s with s mod N == i) to a router"}
     )

@@ -21,7 +21,7 @@ import numpy.typing as npt
 from safetensors.numpy import load_file
 
 from ctr import modelfile
-from ctr.bucket_kernels import by_owner, lookup_at, lookup_rows
+from ctr.bucket_kernels import MAX_SHARDS, by_owner, lookup_at, lookup_rows
 from ctr.bucket_map import BucketMap
 from ctr.modelspec import ModelSpec
 from serving.config import DnnBatching
@@ -247,6 +247,8 @@ def load(
     chain = list(manifest["delta_chain"])
     all_files = _sparse_files(base_manifest, "sparse_full")
     shard_count = int(base_manifest.get("shard_count") or len(all_files) or 1)
+    if not 1 <= shard_count <= MAX_SHARDS:
+        raise ValueError(f"manifest: shard_count {shard_count} is not in 1..{MAX_SHARDS}")
     part.check(shard_count)
     held = tuple(modelfile.file_shard(f) for f in all_files if part.holds(modelfile.file_shard(f)))
     if current is not None and extends(chain, manifest, current) and current.held == held:

@@ -1,27 +1,128 @@
-"""Splits one request's work into ranges run on a small thread pool: the kernels release
+"""Splits one request's work into ranges run on a few scoring threads: the kernels release
 the GIL, so one large request uses every core, while small ones stay on the caller's
-thread (a hand-off costs tens of microseconds)."""
+thread.
+
+A request hands work to another thread several times (decoding, hashing, lookups,
+scoring). Waking a sleeping thread costs 50-150 us on a VM, so both sides spin first
+(serving.spin_wait, GIL released): a worker that has just finished a task watches for
+the next one for `spin_s`, and a caller waiting for a worker's part watches its task's
+flag as long, before either falls back to sleeping on a condition.
+"""
 
 from __future__ import annotations
 
+import functools
 import threading
+from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from serving.spin_wait import finish_then_spin, spin_while, spins_for, swap_if
 
 T = TypeVar("T")
 U = TypeVar("U")
 Both = Callable[[Callable[[], Any], Callable[[], Any]], tuple[Any, Any]]  # Splitter.both's shape
 
 MIN_PART = 8192  # smallest range worth a hand-off to another thread
+SPIN_S = 200e-6  # how long a waiting thread spins before it sleeps
+
+
+RUNNING, DONE, WAITER_SLEEPS = 0, 1, 2  # a task's state
+
+
+class _Task:
+    """One call handed to a worker; its caller waits for `state` to leave RUNNING."""
+
+    __slots__ = ("fn", "result", "error", "state", "sleeper")
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self.fn = fn
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.state = np.zeros(1, dtype=np.int64)
+        self.sleeper: threading.Event | None = None
+
+    def run(self, posted: npt.NDArray[np.int64], seen: int, spins: int) -> int:
+        """Calls fn, marks the task done and spins for the next one (serving.spin_wait
+        .finish_then_spin); returns the count of tasks posted by then."""
+        try:
+            self.result = self.fn()
+        except BaseException as e:  # handed to the caller, which raises it
+            self.error = e
+        old, now = finish_then_spin(self.state, DONE, posted, seen, spins)
+        if old == WAITER_SLEEPS and self.sleeper is not None:  # the caller stopped spinning
+            self.sleeper.set()
+        return now
+
+    def wait(self, spins: int) -> Any:
+        if spin_while(self.state, 0, RUNNING, spins) == RUNNING:
+            self.sleeper = threading.Event()  # made before the swap that lets run() see it
+            if swap_if(self.state, 0, RUNNING, WAITER_SLEEPS) == RUNNING:
+                self.sleeper.wait()
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
+class _Workers:
+    """Threads taking tasks from one queue; idle ones spin on the count of tasks posted."""
+
+    def __init__(self, count: int, spins: int) -> None:
+        self._spins = spins
+        self._tasks: deque[_Task] = deque()
+        self._posted = np.zeros(1, dtype=np.int64)
+        self._cond = threading.Condition()
+        self._sleeping = 0
+        self._closed = False
+        for i in range(count):
+            threading.Thread(target=self._loop, name=f"score-{i + 1}", daemon=True).start()
+
+    def post(self, task: _Task) -> None:
+        with self._cond:
+            self._tasks.append(task)
+            self._posted[0] += 1
+            if self._sleeping:
+                self._cond.notify()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._posted[0] += 1
+            self._cond.notify_all()
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                if self._closed:
+                    return
+                task = self._tasks.popleft() if self._tasks else None
+                seen = int(self._posted[0])
+            if task is not None:
+                now = task.run(self._posted, seen, self._spins)
+            else:
+                now = spin_while(self._posted, 0, seen, self._spins)
+            if now != seen:
+                continue
+            with self._cond:
+                self._sleeping += 1
+                while not self._tasks and not self._closed:
+                    self._cond.wait()
+                self._sleeping -= 1
 
 
 class Splitter:
-    def __init__(self, threads: int) -> None:
+    def __init__(self, threads: int, spin_s: float = SPIN_S) -> None:
         if threads < 1:
             raise ValueError(f"threads {threads} must be at least 1")
+        if spin_s < 0:
+            raise ValueError(f"spin_s {spin_s} must not be negative")
         self.threads = threads
-        self._pool: ThreadPoolExecutor | None = None
+        self.spin_s = spin_s
+        self._workers: _Workers | None = None
+        self._spins = 0
         self._lock = threading.Lock()
 
     def run(self, part: Callable[[int, int], None], n: int, min_part: int = MIN_PART) -> None:
@@ -32,34 +133,36 @@ class Splitter:
             part(0, n)
             return
         bounds = [n * i // parts for i in range(parts + 1)]
-        pool = self._executor()
-        futures: list[Future[None]] = [pool.submit(part, bounds[i], bounds[i + 1]) for i in range(1, parts)]
+        tasks = [self._post(functools.partial(part, bounds[i], bounds[i + 1])) for i in range(1, parts)]
         try:
             part(bounds[0], bounds[1])
         finally:
-            for f in futures:
-                f.result()
+            for t in tasks:
+                t.wait(self._spins)
 
     def both(self, first: Callable[[], T], second: Callable[[], U]) -> tuple[T, U]:
-        """first() here and second() on the pool at the same time (in turn when serial)."""
+        """first() here and second() on a worker at the same time (in turn when serial)."""
         if self.threads == 1:
             return first(), second()
-        later = self._executor().submit(second)
+        later = self._post(second)
         try:
             a = first()
         finally:
-            b = later.result()
+            b = later.wait(self._spins)
         return a, b
 
-    def _executor(self) -> ThreadPoolExecutor:
+    def _post(self, fn: Callable[[], Any]) -> _Task:
         with self._lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.threads - 1, thread_name_prefix="score")
-            return self._pool
+            if self._workers is None:
+                self._spins = spins_for(self.spin_s)
+                self._workers = _Workers(self.threads - 1, self._spins)
+        task = _Task(fn)
+        self._workers.post(task)
+        return task
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=False)
+        if self._workers is not None:
+            self._workers.close()
 
 
 SERIAL = Splitter(1)

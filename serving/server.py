@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     conf = cfg.build(ServingConfig, ENV_PREFIX, args)
     log = daemon.setup_logging("serving", conf.log_level)
     copies = LocalCopies(Path(conf.copies_dir) if conf.copies_dir else None)
-    splitter = Splitter(conf.score_threads or os.cpu_count() or 1)
+    splitter = Splitter(conf.score_threads or os.cpu_count() or 1, conf.score_spin_us * 1e-6)
     if conf.router and conf.shard:
         raise SystemExit("serve: --router and --shard exclude each other")
     part = ROUTER if conf.router else ShardPart.parse(conf.shard)
