@@ -120,6 +120,14 @@ def _prefetch_keys(table: U32, b: int) -> None:
     prefetch_span(table, b, 0, table.shape[1] - 1 if _narrow(table) else 2 * B - 1)
 
 
+@nb.njit(cache=True, inline="always")
+def _prefetch_row(table: U32, s: int, width: int) -> None:
+    """The lines of the row in slot s (`width` words)."""
+    b = s // B
+    at = 2 * B + (s - b * B) * width
+    prefetch_span(table, b, at, at + width - 1)
+
+
 @nb.njit(cache=True, nogil=True)
 def _lookup(table: U32, keys: U64, at: I64, lo: int, hi: int, bits: U64, out: U32, found: BOOL) -> None:
     """For positions q = at[i] (or q = i when `at` is empty), i in [lo, hi), whose key is
@@ -163,9 +171,7 @@ def _lookup(table: U32, keys: U64, at: I64, lo: int, hi: int, bits: U64, out: U3
                     found[q] = True
                     s = -1
                 else:
-                    b = s // B
-                    row_at = 2 * B + (s - b * B) * width
-                    prefetch_span(table, b, row_at, row_at + width - 1)
+                    _prefetch_row(table, s, width)
             pos[j & mask], second[j & mask], slot[j & mask] = q, b2, s
         k = i - 2 * AHEAD
         if lo <= k < hi and second[k & mask] >= 0:
@@ -175,9 +181,7 @@ def _lookup(table: U32, keys: U64, at: I64, lo: int, hi: int, bits: U64, out: U3
                 _copy_row(table, s, out, q)
                 found[q] = True
             elif s >= 0:
-                b = s // B
-                row_at = 2 * B + (s - b * B) * width
-                prefetch_span(table, b, row_at, row_at + width - 1)
+                _prefetch_row(table, s, width)
                 slot[k & mask] = s
         c = i - 3 * AHEAD
         if lo <= c and slot[c & mask] >= 0:
@@ -187,7 +191,8 @@ def _lookup(table: U32, keys: U64, at: I64, lo: int, hi: int, bits: U64, out: U3
 
 @nb.njit(cache=True, nogil=True)
 def find_slots(table: U32, keys: U64) -> I64:
-    """Slot of each key, -1 where absent (pipelined as in _lookup)."""
+    """Slot of each key, -1 where absent: both buckets prefetched AHEAD keys before the
+    probe (not _lookup's lazy second bucket: this serves writes and deltas, not requests)."""
     keys64 = table.view(np.uint64)
     buckets = table.shape[0]
     n = keys.shape[0]
