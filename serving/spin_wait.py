@@ -10,6 +10,7 @@ CPU's spin-loop hint (x86 `pause`), which leaves the core's resources to its sib
 
 from __future__ import annotations
 
+import functools
 import platform
 import time
 from typing import Any
@@ -25,20 +26,26 @@ from numba.extending import intrinsic
 _X86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
 
 
+def _int64_vector(flags: Any) -> bool:
+    return isinstance(flags, types.Array) and flags.ndim == 1 and flags.dtype == types.int64
+
+
+def _item_pointer(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+    """The address of flags[i], for an intrinsic whose first two arguments are flags, i."""
+    arrty = signature.args[0]
+    arr = context.make_array(arrty)(context, builder, args[0])
+    at = context.cast(builder, args[1], signature.args[1], types.intp)
+    return cgutils.get_item_pointer(context, builder, arrty, arr, [at], wraparound=False)
+
+
 @intrinsic
 def load_acquire(typingctx: Any, flags: Any, i: Any) -> Any:
     """flags[i] of an int64 array, read with acquire ordering on every call."""
-    if not (isinstance(flags, types.Array) and flags.ndim == 1 and flags.dtype == types.int64):
-        return None
-    if not isinstance(i, types.Integer):
+    if not (_int64_vector(flags) and isinstance(i, types.Integer)):
         return None
 
     def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        arrty = signature.args[0]
-        arr = context.make_array(arrty)(context, builder, args[0])
-        at = context.cast(builder, args[1], signature.args[1], types.intp)
-        ptr = cgutils.get_item_pointer(context, builder, arrty, arr, [at], wraparound=False)
-        return builder.load_atomic(ptr, "acquire", 8)
+        return builder.load_atomic(_item_pointer(context, builder, signature, args), "acquire", 8)
 
     return types.int64(flags, i), codegen
 
@@ -46,16 +53,11 @@ def load_acquire(typingctx: Any, flags: Any, i: Any) -> Any:
 @intrinsic
 def compare_exchange(typingctx: Any, flags: Any, i: Any, expected: Any, new: Any) -> Any:
     """Atomically: if flags[i] == expected, flags[i] = new; returns the old flags[i]."""
-    if not (isinstance(flags, types.Array) and flags.ndim == 1 and flags.dtype == types.int64):
-        return None
-    if not all(isinstance(a, types.Integer) for a in (i, expected, new)):
+    if not (_int64_vector(flags) and all(isinstance(a, types.Integer) for a in (i, expected, new))):
         return None
 
     def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        arrty = signature.args[0]
-        arr = context.make_array(arrty)(context, builder, args[0])
-        at = context.cast(builder, args[1], signature.args[1], types.intp)
-        ptr = cgutils.get_item_pointer(context, builder, arrty, arr, [at], wraparound=False)
+        ptr = _item_pointer(context, builder, signature, args)
         want = context.cast(builder, args[2], signature.args[2], types.int64)
         put = context.cast(builder, args[3], signature.args[3], types.int64)
         pair = builder.cmpxchg(ptr, want, put, "acq_rel", "acquire")
@@ -116,17 +118,18 @@ def spin_while_reference(flags: npt.NDArray[np.int64], i: int, value: int, spins
     return int(flags[i])
 
 
-_NS_PER_SPIN: list[float] = []
+@functools.cache
+def _ns_per_spin() -> float:
+    """One spin_while read's time, measured once per process."""
+    flags = np.zeros(1, dtype=np.int64)
+    spin_while(flags, 0, 0, 1000)  # compiled and warm
+    start = time.perf_counter()
+    spin_while(flags, 0, 0, 100_000)
+    return max(1.0, (time.perf_counter() - start) * 1e9 / 100_000)
 
 
 def spins_for(seconds: float) -> int:
-    """How many spin_while reads last about `seconds` (measured once per process)."""
+    """How many spin_while reads last about `seconds`."""
     if seconds <= 0:
         return 0
-    if not _NS_PER_SPIN:
-        flags = np.zeros(1, dtype=np.int64)
-        spin_while(flags, 0, 0, 1000)  # compiled and warm
-        start = time.perf_counter()
-        spin_while(flags, 0, 0, 100_000)
-        _NS_PER_SPIN.append(max(1.0, (time.perf_counter() - start) * 1e9 / 100_000))
-    return max(1, int(seconds * 1e9 / _NS_PER_SPIN[0]))
+    return max(1, int(seconds * 1e9 / _ns_per_spin()))
