@@ -23,47 +23,83 @@ ColumnValues = npt.ArrayLike
 
 GROUP_DIGITS = 4
 GROUP = 10**GROUP_DIGITS
-# the decimal text of 0..9999, four digits each with leading zeros (40 KB): a value's
-# digits come four at a time from here instead of one division each
-DIGIT_GROUPS = np.frombuffer(b"".join(b"%04d" % i for i in range(GROUP)), dtype=np.uint8).copy()
-POWERS_OF_TEN = np.array([10**i for i in range(GROUP_DIGITS + 1)], dtype=np.int64)
+GROUP_U64 = np.uint64(GROUP)
+# the decimal text of 0..9999, four digits each with leading zeros, as one little-endian
+# uint32 per group (40 KB): a value's digits come four at a time from here instead of one
+# division each, and one load brings all four
+DIGIT_WORDS = np.frombuffer(b"".join(b"%04d" % i for i in range(GROUP)), dtype="<u4").astype(np.uint32)
+BYTE = np.uint32(0xFF)
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _fnv_digits(h: np.uint64, word: np.uint32, skip: int) -> np.uint64:
+    """FNV-1a steps over a group's four digit bytes (lowest byte first), after `skip`
+    leading ones; written out, so a full group has no loop or branch."""
+    if skip == 0:
+        h = (h ^ np.uint64(word & BYTE)) * FNV64_PRIME
+    if skip <= 1:
+        h = (h ^ np.uint64((word >> np.uint32(8)) & BYTE)) * FNV64_PRIME
+    if skip <= 2:
+        h = (h ^ np.uint64((word >> np.uint32(16)) & BYTE)) * FNV64_PRIME
+    return (h ^ np.uint64(word >> np.uint32(24))) * FNV64_PRIME
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def token_start(prefix: int) -> np.uint64:
+    """The FNV-1a state after a token's one-byte prefix (none when prefix is 0)."""
+    return (FNV64_OFFSET ^ np.uint64(prefix)) * FNV64_PRIME if prefix > 0 else FNV64_OFFSET
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def int_token_key(v: np.int64, start: np.uint64, fid: np.uint32) -> np.uint64:
+    """ctr.hashing's key of v's decimal text, hashed on from state `start`, in the field with
+    hash id fid. v splits into groups of four digits (a 64-bit value has at most five),
+    least significant first; the top group's leading zeros are skipped (not its last
+    digit). The groups are unrolled so the common sizes cost no mispredicted branch."""
+    h = start
+    if v < 0:
+        h = (h ^ np.uint64(45)) * FNV64_PRIME  # '-'
+        u = np.uint64(-v)  # -(-2**63) wraps to 2**63, its magnitude
+    else:
+        u = np.uint64(v)
+    g = GROUP_U64
+    g0 = g1 = g2 = g3 = np.uint64(0)
+    n = 0
+    if u >= g:
+        q = u // g
+        g0, u, n = u - q * g, q, 1
+        if u >= g:
+            q = u // g
+            g1, u, n = u - q * g, q, 2
+            if u >= g:
+                q = u // g
+                g2, u, n = u - q * g, q, 3
+                if u >= g:
+                    q = u // g
+                    g3, u, n = u - q * g, q, 4
+    skip = 0 if u >= np.uint64(1000) else 1 if u >= np.uint64(100) else 2 if u >= np.uint64(10) else 3
+    h = _fnv_digits(h, DIGIT_WORDS[u], skip)
+    if n >= 4:
+        h = _fnv_digits(h, DIGIT_WORDS[g3], 0)
+    if n >= 3:
+        h = _fnv_digits(h, DIGIT_WORDS[g2], 0)
+    if n >= 2:
+        h = _fnv_digits(h, DIGIT_WORDS[g1], 0)
+    if n >= 1:
+        h = _fnv_digits(h, DIGIT_WORDS[g0], 0)
+    return finish_key(h, fid)
 
 
 @nb.njit(cache=True, nogil=True)
 def hash_int_tokens(values: npt.NDArray[np.int64], prefix: int, fid: np.uint32) -> npt.NDArray[np.uint64]:
     """ctr.hashing's key of each value's decimal text (after a one-byte prefix when
-    prefix > 0) in the field with hash id fid. The value is split into groups of four
-    digits (a 64-bit value has at most five), whose text comes from DIGIT_GROUPS: one
-    division per group instead of one per digit (0.63 instead of 1.0 ms for 80k values
-    below 2**30; the FNV-1a steps, one per digit, are the rest)."""
-    n = values.shape[0]
-    out = np.empty(n, dtype=np.uint64)
-    groups = np.empty(5, dtype=np.int64)  # the low groups, least significant first
-    start = FNV64_OFFSET
-    if prefix > 0:
-        start = (start ^ np.uint64(prefix)) * FNV64_PRIME
-    negative_start = (start ^ np.uint64(45)) * FNV64_PRIME  # '-'
-    for i in range(n):
-        v = values[i]
-        h = negative_start if v < 0 else start
-        u = np.uint64(-v) if v < 0 else np.uint64(v)  # -(-2**63) wraps to 2**63, its magnitude
-        g = 0
-        while u >= np.uint64(GROUP):
-            q = u // np.uint64(GROUP)
-            groups[g] = np.int64(u - q * np.uint64(GROUP))
-            g += 1
-            u = q
-        top = np.int64(u)
-        skip = GROUP_DIGITS - 1  # the top group's leading zeros, keeping at least its last digit
-        while skip > 0 and top >= POWERS_OF_TEN[GROUP_DIGITS - skip]:
-            skip -= 1
-        for j in range(top * GROUP_DIGITS + skip, (top + 1) * GROUP_DIGITS):
-            h = (h ^ np.uint64(DIGIT_GROUPS[j])) * FNV64_PRIME
-        for k in range(g - 1, -1, -1):
-            at = groups[k] * GROUP_DIGITS
-            for j in range(at, at + GROUP_DIGITS):
-                h = (h ^ np.uint64(DIGIT_GROUPS[j])) * FNV64_PRIME
-        out[i] = finish_key(h, fid)
+    prefix > 0) in the field with hash id fid (int_token_key: 0.68 ms for 80k values below
+    2**30, against 0.88 with a loop per digit and 1.0 with a division per digit; the ten
+    or so multiplications of FNV-1a per token are most of it)."""
+    out = np.empty(values.shape[0], dtype=np.uint64)
+    start = token_start(prefix)
+    for i in range(values.shape[0]):
+        out[i] = int_token_key(values[i], start, fid)
     return out
 
 

@@ -18,8 +18,8 @@ import numba as nb
 import numpy as np
 import numpy.typing as npt
 
-from ctr.varint import _get, _put, read_increasing, unzigzag
-from serving.columns import hash_int_tokens
+from ctr.varint import _get, _put, read_increasing, unzigzag_one
+from serving.columns import int_token_key, token_start
 from serving.parallel import Both
 
 KIND_KEYS = 0
@@ -100,7 +100,7 @@ def decode_blocks(buf: U8, max_entries: int) -> tuple[I64, I64, I64, I64, U64]:
         bounds[b + 1] = total
     if pos != buf.shape[0]:
         raise ValueError("trailing bytes")
-    return field, kind, prefix, bounds, values[:total].copy()
+    return field, kind, prefix, bounds, values[:total]  # a view: a copy costs more than the spare bytes
 
 
 def keys_of_blocks(
@@ -151,7 +151,9 @@ def hash_blocks(
         lo, hi = bounds[b], bounds[b + 1]
         fields[lo:hi] = field[b]
         if kind[b] == KIND_INTS:
-            keys[lo:hi] = hash_int_tokens(unzigzag(values[lo:hi]), int(prefix[b]), field_hash_ids[field[b]])
+            start, fid = token_start(int(prefix[b])), field_hash_ids[field[b]]
+            for i in range(lo, hi):  # no array per block
+                keys[i] = int_token_key(unzigzag_one(values[i]), start, fid)
         else:
             keys[lo:hi] = values[lo:hi]
 

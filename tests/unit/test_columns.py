@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numba as nb
 import numpy as np
 import pytest
 import zstandard
@@ -10,7 +11,7 @@ from hypothesis import strategies as st
 
 from ctr.formats import bucket_numeric
 from ctr.hashing import field_id, hash_tokens_reference
-from ctr.varint import unzigzag
+from ctr.varint import unzigzag_one
 from serving.client import RequestEncoder, Value
 from serving.columns import hash_int_tokens
 from serving.encoding import decode, group_indices, group_indices_reference
@@ -86,7 +87,8 @@ def test_dict_requests_decode_back_to_each_items_exact_features():
         assert got == sorted(want)
 
 
-EDGE_VALUES = [0, 1, 9, 10, 9999, 10000, 99999999, 100000000, 10**16, 2**63 - 1, -1, -9999, -10000, -(2**63)]
+EDGE_VALUES = [0, 1, 9, 10, 99, 100, 999, 1000, 9999, 10000, 99999999, 100000000, 10**12 - 1, 10**12, 10**16, 10**18]
+EDGE_VALUES += [2**63 - 1, -1, -9, -10, -999, -1000, -9999, -10000, -(10**16), -(2**63)]
 
 
 @settings(max_examples=200, deadline=None)
@@ -224,11 +226,19 @@ def test_sorted_groups_equal_unique_then_grouping(cols, items):
     np.testing.assert_array_equal(got[3], want_grouped)
 
 
+@nb.njit
+def _unzigzag(z):
+    out = np.empty(z.shape[0], dtype=np.int64)
+    for i in range(z.shape[0]):
+        out[i] = unzigzag_one(z[i])
+    return out
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.integers(0, 2**64 - 1), max_size=50))
 def test_unzigzag_inverts_zigzag(values):
     z = np.asarray(values, dtype=np.uint64)
-    t = unzigzag(z)
+    t = _unzigzag(z)
     np.testing.assert_array_equal(((t << 1) ^ (t >> 63)).astype(np.uint64), z)
     np.testing.assert_array_equal(t, (z >> np.uint64(1)).astype(np.int64) ^ -(z & np.uint64(1)).astype(np.int64))
 

@@ -67,6 +67,7 @@ def test_a_workers_error_reaches_the_caller():
 
 def test_waits_longer_than_the_spin_sleep_and_wake():
     """A worker's part that outlasts the caller's spin: the caller sleeps, and is woken."""
+
     def slow() -> int:
         time.sleep(0.005)
         return 2
