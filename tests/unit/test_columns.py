@@ -14,7 +14,7 @@ from ctr.hashing import field_id, hash_tokens_reference
 from ctr.varint import unzigzag_one
 from serving.client import RequestEncoder, Value
 from serving.columns import hash_int_tokens
-from serving.encoding import decode, group_indices, group_indices_reference
+from serving.encoding import MIN_ZSTD_SAVING, decode, group_indices, group_indices_reference
 from serving.token_dictionary import decode_blocks, encode_blocks, encode_blocks_reference
 from serving.token_kernels import (
     expand_columns,
@@ -73,6 +73,23 @@ def test_columns_decode_back_to_each_items_exact_features(tokens, compress, top,
             want.append(expected("brand", items["brand"][i], False))
         got = features_of(d, d.item_indices[d.item_offsets[i] : d.item_offsets[i + 1]])
         assert got == sorted(want), i  # repeats count twice, as in training
+
+
+def test_requests_go_compressed_by_default_only_when_zstd_saves_an_eighth():
+    """Ids from small vocabularies repeat their gaps and compress; unique random ids in
+    varint gaps barely do, and go raw. Both decode to the same features as forced zstd."""
+    rng = np.random.default_rng(5)
+    enc = RequestEncoder(None, FIELDS)
+    shapes = {"item": (200,), "tags": (200, 8)}
+    for vocab, compressed in ((50, True), (2**62, False)):
+        items = {f: rng.integers(0, vocab, shape) for f, shape in shapes.items()}
+        auto, forced = enc.encode_columns(items, {"hour": 3}), enc.encode_columns(items, {"hour": 3}, compress=True)
+        raw = enc.encode_columns(items, {"hour": 3}, compress=False)
+        assert auto.compression == int(compressed) and forced.compression == 1 and raw.compression == 0
+        assert (forced.nbytes < (1 - MIN_ZSTD_SAVING) * raw.nbytes) == compressed
+        a, b = decode(auto, len(FIELDS), FIELD_IDS), decode(forced, len(FIELDS), FIELD_IDS)
+        np.testing.assert_array_equal(a.keys, b.keys)
+        np.testing.assert_array_equal(a.item_indices, b.item_indices)
 
 
 def test_dict_requests_decode_back_to_each_items_exact_features():

@@ -56,7 +56,7 @@ def test_compressed_requests_decode_concurrently():
     fields = [f"f{i}" for i in range(8)]
     enc = RequestEncoder(None, fields)
     rng = np.random.default_rng(0)
-    req = enc.encode_columns({f: rng.integers(1, 1 << 30, (200, 5)) for f in fields})
+    req = enc.encode_columns({f: rng.integers(1, 1 << 30, (200, 5)) for f in fields}, compress=True)
     assert req.compression == 1
     from serving.service import field_hash_ids
 
