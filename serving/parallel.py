@@ -7,6 +7,14 @@ scoring). Waking a sleeping thread costs 50-150 us on a VM, so both sides spin f
 (serving.spin_wait, GIL released): a worker that has just finished a task watches for
 the next one for `spin_s`, and a caller waiting for a worker's part watches its task's
 flag as long, before either falls back to sleeping on a condition.
+
+A woken worker can also wait milliseconds for a core (another thread holds it for its
+time slice): on two cores that made about one request in twenty take twice as long. So
+a task is claimed by whoever starts it, and a caller that has finished its own part
+runs the parts no worker has claimed yet (the last posted first, while workers take
+the first): a late worker costs the overlap, never a wait. (Two ranges per thread,
+so that a caller could take over part of a late worker's share, made lookups 20%
+slower: the caller took back ranges the worker was about to claim.)
 """
 
 from __future__ import annotations
@@ -30,11 +38,13 @@ MIN_PART = 8192  # smallest range worth a hand-off to another thread
 SPIN_S = 200e-6  # how long a waiting thread spins before it sleeps
 
 
-RUNNING, DONE, WAITER_SLEEPS = 0, 1, 2  # a task's state
+POSTED, DONE, WAITER_SLEEPS, RUNNING, TAKEN_BACK = 0, 1, 2, 3, 4  # a task's state
 
 
 class _Task:
-    """One call handed to a worker; its caller waits for `state` to leave RUNNING."""
+    """One call handed to a worker. Whoever moves `state` from POSTED runs it: a worker
+    (RUNNING, then DONE) or its caller (TAKEN_BACK). A caller waits for a worker's
+    RUNNING task to finish."""
 
     __slots__ = ("fn", "result", "error", "state", "sleeper")
 
@@ -45,20 +55,34 @@ class _Task:
         self.state = np.zeros(1, dtype=np.int64)
         self.sleeper: threading.Event | None = None
 
-    def run(self, posted: npt.NDArray[np.int64], seen: int, spins: int) -> int:
-        """Calls fn, marks the task done and spins for the next one (serving.spin_wait
-        .finish_then_spin); returns the count of tasks posted by then."""
+    def _call(self) -> None:
         try:
             self.result = self.fn()
         except BaseException as e:  # handed to the caller, which raises it
             self.error = e
-        old, now = finish_then_spin(self.state, DONE, posted, seen, spins)
+
+    def run(self, posted: npt.NDArray[np.int64], seen: int, spins: int) -> int | None:
+        """A worker's turn: unless the caller has taken the task back, calls fn, marks the
+        task done and spins for the next one (serving.spin_wait.finish_then_spin);
+        returns the count of tasks posted by then (None when the task was taken back)."""
+        if swap_if(self.state, 0, POSTED, RUNNING) != POSTED:
+            return None
+        self._call()
+        old, now = finish_then_spin(self.state, RUNNING, DONE, posted, seen, spins)
         if old == WAITER_SLEEPS and self.sleeper is not None:  # the caller stopped spinning
             self.sleeper.set()
         return now
 
+    def take_back(self) -> bool:
+        """Runs the task on the caller's thread if no worker has started it."""
+        if swap_if(self.state, 0, POSTED, TAKEN_BACK) != POSTED:
+            return False
+        self._call()
+        return True
+
     def wait(self, spins: int) -> Any:
-        if spin_while(self.state, 0, RUNNING, spins) == RUNNING:
+        """The task's result (or error), once it is done: here, unless a worker runs it."""
+        if not self.take_back() and spin_while(self.state, 0, RUNNING, spins) == RUNNING:
             self.sleeper = threading.Event()  # made before the swap that lets run() see it
             if swap_if(self.state, 0, RUNNING, WAITER_SLEEPS) == RUNNING:
                 self.sleeper.wait()
@@ -100,10 +124,9 @@ class _Workers:
                     return
                 task = self._tasks.popleft() if self._tasks else None
                 seen = int(self._posted[0])
-            if task is not None:
-                now = task.run(self._posted, seen, self._spins)
-            else:
-                now = spin_while(self._posted, 0, seen, self._spins)
+            now = task.run(self._posted, seen, self._spins) if task is not None else None
+            if now is None:  # no task, or one its caller took back
+                now = seen if self._tasks else spin_while(self._posted, 0, seen, self._spins)
             if now != seen:
                 continue
             with self._cond:
@@ -129,13 +152,15 @@ class Splitter:
         """Calls part(lo, hi) over [0, n) in up to `threads` ranges, one of them on this
         thread; returns when all are done, raising the first error."""
         parts = max(1, min(self.threads, n // max(1, min_part)))
-        if parts == 1:
+        if self.threads == 1 or parts == 1:
             part(0, n)
             return
         bounds = [n * i // parts for i in range(parts + 1)]
         tasks = [self._post(functools.partial(part, bounds[i], bounds[i + 1])) for i in range(1, parts)]
         try:
             part(bounds[0], bounds[1])
+            for t in reversed(tasks):  # from the last: the workers take the first ones
+                t.take_back()
         finally:
             for t in tasks:
                 t.wait(self._spins)

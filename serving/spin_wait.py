@@ -98,14 +98,14 @@ def swap_if(flags: npt.NDArray[np.int64], i: int, expected: int, new: int) -> in
 
 @nb.njit(cache=True, nogil=True)
 def finish_then_spin(
-    state: npt.NDArray[np.int64], done: int, posted: npt.NDArray[np.int64], seen: int, spins: int
+    state: npt.NDArray[np.int64], running: int, done: int, posted: npt.NDArray[np.int64], seen: int, spins: int
 ) -> tuple[int, int]:
-    """A worker's end of a task: state[0] 0 -> done (unless a waiter has changed it), then
-    spin_while(posted, 0, seen, spins) unless it had. Returns (the old state[0], posted[0]).
-    The GIL is released before the waiter can see `done`, so the waiter never has to sleep
-    on the GIL while this thread goes back to its loop."""
-    old: int = compare_exchange(state, 0, 0, done)  # type: ignore[call-arg]
-    if old != 0:
+    """A worker's end of a task: state[0] running -> done (unless a waiter has changed it),
+    then spin_while(posted, 0, seen, spins) unless it had. Returns (the old state[0],
+    posted[0]). The GIL is released before the waiter can see `done`, so the waiter never
+    has to sleep on the GIL while this thread goes back to its loop."""
+    old: int = compare_exchange(state, 0, running, done)  # type: ignore[call-arg]
+    if old != running:
         return old, load_acquire(posted, 0)  # type: ignore[call-arg]
     return old, spin_while(posted, 0, seen, spins)
 

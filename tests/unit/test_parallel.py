@@ -29,9 +29,9 @@ def test_swap_if_and_finish_then_spin():
     assert swap_if(state, 0, 1, 5) == 0 and state[0] == 0  # not 1: unchanged
     assert swap_if(state, 0, 0, 2) == 0 and state[0] == 2
     posted = np.array([3], dtype=np.int64)
-    assert finish_then_spin(state, 1, posted, 3, 10) == (2, 3) and state[0] == 2  # a waiter sleeps: left as it is
-    state[0] = 0
-    assert finish_then_spin(state, 1, posted, 2, 10) == (0, 3) and state[0] == 1  # posted moved on: no spinning
+    assert finish_then_spin(state, 3, 1, posted, 3, 10) == (2, 3) and state[0] == 2  # a waiter sleeps: left as it is
+    state[0] = 3
+    assert finish_then_spin(state, 3, 1, posted, 2, 10) == (3, 3) and state[0] == 1  # posted moved on: no spinning
 
 
 @pytest.mark.parametrize("threads,spin_s", [(1, 0.0), (2, 0.0), (2, 200e-6), (3, 50e-6)])
@@ -66,19 +66,62 @@ def test_a_workers_error_reaches_the_caller():
 
 
 def test_waits_longer_than_the_spin_sleep_and_wake():
-    """A worker's part that outlasts the caller's spin: the caller sleeps, and is woken."""
-
-    def slow() -> int:
-        time.sleep(0.005)
-        return 2
-
+    """A worker's part that outlasts the caller's spin: the caller sleeps, and is woken.
+    The caller's own part returns only once the worker has started, so the caller cannot
+    take the slow part back."""
     splitter = Splitter(2, 20e-6)
     try:
         for _ in range(5):
-            assert splitter.both(lambda: 1, slow) == (1, 2)
+            started = threading.Event()
+
+            def slow(started: threading.Event = started) -> int:
+                started.set()
+                time.sleep(0.005)
+                return 2
+
+            def first(started: threading.Event = started) -> int:
+                return int(started.wait(10))
+
+            assert splitter.both(first, slow) == (1, 2)
             time.sleep(0.002)  # the worker stops spinning and sleeps between calls
     finally:
         splitter.close()
+
+
+def test_a_caller_takes_back_parts_no_worker_has_started():
+    """With the only worker held by another caller's part, both() and run() still finish:
+    the caller runs its posted parts itself instead of waiting for the worker."""
+    splitter = Splitter(2, 50e-6)
+    started, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        started.set()
+        release.wait(30)
+
+    holder = threading.Thread(target=lambda: splitter.both(lambda: started.wait(10), hold))
+    holder.start()
+    try:
+        assert started.wait(10)  # the worker is inside hold()
+        done: list[object] = []
+
+        def caller() -> None:
+            hits = np.zeros(100_000, dtype=np.int64)
+
+            def part(lo: int, hi: int) -> None:
+                hits[lo:hi] += 1
+
+            splitter.run(part, hits.shape[0])
+            done.append((splitter.both(lambda: "a", lambda: "b"), bool((hits == 1).all())))
+
+        t = threading.Thread(target=caller)
+        t.start()
+        t.join(timeout=20)
+        assert done == [(("a", "b"), True)]
+    finally:
+        release.set()
+        holder.join(timeout=20)
+        splitter.close()
+    assert not holder.is_alive()
 
 
 def test_callers_in_several_threads_share_the_workers():
