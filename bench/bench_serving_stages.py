@@ -76,7 +76,7 @@ def main() -> None:
     reqs = requests(8)
     with tempfile.TemporaryDirectory(prefix="bench-stages-") as tmp:
         for name in args.models.split(","):
-            spec = spec_for(name, k=8, hidden=(256, 128))
+            spec = spec_for(name, k=8 if name != "ffm" else 4, hidden=(256, 128))  # as bench_serving
             repo = Repository(Path(tmp) / name, "ctr")
             publish(repo, 1, spec, reqs, args.keys, shards=2)
             d = repo.path(1)

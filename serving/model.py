@@ -48,6 +48,18 @@ def parse_columns(text: str) -> dict[str, tuple[int, int]]:
     return out
 
 
+def check_columns(columns: dict[str, tuple[int, int]], spec: ModelSpec) -> None:
+    """The shard files' columns hold every sparse table of the spec at its width: the
+    kernels index rows by the spec's k and fields, so a mismatch must stop the load."""
+    for table in spec.tables():
+        if table.kind != "sparse":
+            continue
+        if table.name not in columns:
+            raise ValueError(f"columns: the {spec.type} model's table {table.name!r} is not in the shard files")
+        if columns[table.name][1] != table.dim:
+            raise ValueError(f"columns: table {table.name!r} is {columns[table.name][1]} wide; the spec needs {table.dim}")
+
+
 def spec_of(manifest: dict[str, Any]) -> ModelSpec:
     return ModelSpec.from_dict(manifest.get("spec") or {"type": "lr"})
 
@@ -262,6 +274,7 @@ def load(
     else:
         columns = parse_columns(all_files[0].get("columns", "w:1")) if all_files else {"w": (0, 1)}
         images = [modelfile.load_image(base_dir / f["name"]) for f in all_files if modelfile.file_shard(f) in held]
+        check_columns(columns, spec)
         width = sum(d for _, d in columns.values())
         if any(i.row_words != width for i in images):
             raise ValueError(f"an image's rows do not hold the {width} columns its manifest lists")
