@@ -38,7 +38,8 @@ def requests(count: int, seed: int = 0, items: int = ITEMS) -> list[EncodedReque
 
 
 def spec_for(model: str, k: int, hidden: tuple[int, ...]) -> ModelSpec:
-    return ModelSpec(model, k=k if model != "lr" else 8, fields=tuple(FIELDS), hidden=hidden if model == "deepfm" else ())
+    dnn = model in ("wdl", "deepfm")
+    return ModelSpec(model, k=k if model != "lr" else 8, fields=tuple(FIELDS), hidden=hidden if dnn else ())
 
 
 def dense_weights(spec: ModelSpec, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -73,8 +74,9 @@ def publish(
     wanted = np.unique(np.concatenate([decode(r, spec.field_count, hashes).keys for r in reqs]))
     filler = rng.integers(1, 2**64 - 1, max(0, keys - wanted.shape[0]), dtype=np.uint64)
     all_keys = np.unique(np.concatenate([wanted, filler]))
-    width = 1 if spec.type == "lr" else 1 + (spec.k * spec.field_count if spec.type == "ffm" else spec.k)
-    columns = "w:1" if spec.type == "lr" else f"w:1,v:{width - 1}"
+    sparse = [t for t in spec.tables() if t.kind == "sparse"]  # as a PS export lays them out
+    width = sum(t.dim for t in sparse)
+    columns = ",".join(f"{t.name}:{t.dim}" for t in sparse)
     d = repo.path(version)
     d.mkdir(parents=True)
     owner = shard_of(all_keys, shards)

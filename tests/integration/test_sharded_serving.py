@@ -28,14 +28,14 @@ def _serve(name: str, repo: str | Path, run: Path, *extra: str) -> Daemon:
     return start(name, ["serve", "--repo", str(repo), "--poll-s", "0.2", *extra], run)
 
 
-@pytest.mark.parametrize("model", ["lr", "fm", "ffm", "deepfm"])
+@pytest.mark.parametrize("model", ["lr", "fm", "ffm", "wdl", "deepfm"])
 def test_two_shards_behind_a_router_score_as_one_process(tmp_path, model):
     spec = spec_for(model, k=4, hidden=(16, 8))
     reqs = requests(3, seed=7, items=20)
     repo = Repository(tmp_path / "repo", "ctr")
     publish(repo, 1, spec, reqs, keys=40_000, shards=4)
     shards = [_serve(f"shard{i}", repo.root, tmp_path, "--shard", f"{i}/2") for i in range(2)]
-    whole = _serve("whole", repo.root, tmp_path, "--dnn-batching", "on")  # batched MLP on the CPU for deepfm
+    whole = _serve("whole", repo.root, tmp_path, "--dnn-batching", "on")  # batched MLP on the CPU for wdl, deepfm
     daemons = [*shards, whole]
     try:
         for d in shards:
