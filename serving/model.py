@@ -202,6 +202,11 @@ def _net(spec: ModelSpec, dense: dict[str, npt.NDArray[np.float32]], batching: D
         return None
     import torch  # torch loads only for DNN models
 
+    # one torch thread: torch's OpenMP pool spins after every call, taking the cores from
+    # the scoring threads' decoding and lookups (a 200 x 500 DeepFM request on two cores:
+    # 9.1 ms in process, 5.7-6.4 ms with one torch thread, whose MLP takes 0.65 ms instead
+    # of 0.36; splitting the MLP across the scoring threads gained nothing)
+    torch.set_num_threads(1)
     from serving import batcher
     from serving.deep import DeepScorer
 
