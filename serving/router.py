@@ -54,11 +54,11 @@ class Router:
         answers = self.fanout.call(
             "Lookup", [predict_pb2.LookupRequest(model=model.name, keys=req.keys[w].tobytes()) for w in where]
         )
-        width = int(answers[0].width)
+        width = sum(d for _, d in model.columns.values())  # the kernels index rows by it
         rows = np.zeros((req.keys.shape[0], width), dtype=np.float32)
         for w, a in zip(where, answers, strict=True):
             if int(a.width) != width or len(a.rows) != 4 * width * w.shape[0]:
-                raise FanOutError(grpc.StatusCode.INTERNAL, "a shard answered rows of another shape")
+                raise FanOutError(grpc.StatusCode.INTERNAL, f"a shard answered rows {a.width} wide; this version's are {width}")
             rows[w] = np.frombuffer(a.rows, dtype="<f4").reshape(-1, width)
         return model.score(req, rows), [int(a.version) for a in answers]
 
