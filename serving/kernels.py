@@ -3,7 +3,8 @@
 A request's features index its dictionary; `rows[n, R]` are the dictionary entries'
 looked-up weights (w in column 0, the k- or F*k-vector from column v_at). The shared
 context's share is computed once per request: its linear sum, for FM its sum and sum of
-squares of v x, for FFM the context-by-context pairs, for the DNNs its pooled fields.
+squares of v x, for FFM its per-field sums (and their pairs), for the DNNs its pooled
+fields.
 """
 
 from __future__ import annotations
