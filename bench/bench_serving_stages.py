@@ -1,6 +1,6 @@
 """The stages of one 200 x 500 request inside the prediction service, in process (no gRPC):
 the protobuf parse of the request's bytes, decoding (zstd, varints, token hashing), the
-80k key lookups, scoring, and the whole servicer path from bytes to scores. Min / median
+80k key lookups (for FFM, locating its rows), scoring, and the whole servicer path from bytes to scores. Min / median
 ms over --reps calls after a warm-up, on 1 and 2 scoring threads; the model is
 bench_serving's (10M keys, two shard images). Asserts nothing; writes
 bench/results/serving_stages.json.
@@ -52,7 +52,8 @@ def stage_times(model: ServableModel, reqs: list[EncodedRequest], reps: int) -> 
     stages = {
         "parse": lambda: predict_pb2.PredictRequest.FromString(wire[next(cyc) % 8]),
         "decode": lambda: decode(reqs[next(cyc) % 8], max(1, spec.field_count), hashes, both=model.splitter.both),
-        "lookups": lambda: model.rows(decoded[next(cyc) % 8].keys),
+        # FFM scores its wide rows where they sit: its lookups only locate them
+        "lookups": lambda: (model.locate if spec.type == "ffm" else model.rows)(decoded[next(cyc) % 8].keys),
         "lookups_and_score": lambda: model.score(decoded[next(cyc) % 8]),
         "whole": whole,
     }

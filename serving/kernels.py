@@ -9,6 +9,8 @@ fields.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numba as nb
 import numpy as np
 import numpy.typing as npt
@@ -21,6 +23,7 @@ F64 = npt.NDArray[np.float64]
 I32 = npt.NDArray[np.int32]
 I64 = npt.NDArray[np.int64]
 AHEAD = 8  # features ahead whose row is prefetched (16: the same, 32: slower)
+ROW_AHEAD = 2  # the same for FFM's rows of F k-vectors (15 lines each for F = 60, k = 4)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -99,6 +102,37 @@ def _scale(sq_ctx: float, item: I64, x: F32, norm: bool) -> float:
 
 
 @nb.njit(cache=True, inline="always")
+def row_at(tables: Any, src: I64, slot: I64, shift: int, head: int, j: int) -> F32:
+    """The row of dictionary entry j where it sits: in table src[j], slot slot[j] (bucket
+    slot >> shift, the row after the bucket's `head` words); rows of plain [n, R] arrays
+    are shift 0, head 0. The caller skips entries with src[j] < 0 (absent: zero rows)."""
+    t = tables[src[j]]
+    width = (t.shape[1] - head) >> shift
+    b = slot[j] >> shift
+    at = head + (slot[j] - (b << shift)) * width
+    return t[b, at : at + width]  # type: ignore[no-any-return]
+
+
+@nb.njit(cache=True, inline="always")
+def prefetch_row(tables: Any, src: I64, slot: I64, shift: int, head: int, j: int) -> None:
+    """Every cache line of entry j's row (row_at), when present."""
+    if src[j] >= 0:
+        t = tables[src[j]]
+        width = (t.shape[1] - head) >> shift
+        b = slot[j] >> shift
+        at = head + (slot[j] - (b << shift)) * width
+        prefetch_span(t, b, at, at + width - 1)
+
+
+def rows_as_tables(rows: F32) -> tuple[tuple[F32], I64, I64, int, int]:
+    """Plain rows [n, R] as the located rows of serving.kernels' FFM kernel."""
+    n = rows.shape[0]
+    view = rows.view()
+    view.flags.writeable = False  # the type of the images' read-only tables
+    return (view,), np.zeros(n, dtype=np.int64), np.arange(n, dtype=np.int64), 0, 0
+
+
+@nb.njit(cache=True, inline="always")
 def _add_field_sums(
     sums: F64,
     mark: npt.NDArray[np.bool_],
@@ -107,30 +141,39 @@ def _add_field_sums(
     features: I64,
     x: F32,
     fields: I32,
-    rows: F32,
+    tables: Any,
+    src: I64,
+    slot: I64,
+    shift: int,
+    head: int,
     v_at: int,
     k: int,
 ) -> tuple[float, float, int]:
-    """sums[g] += x_a v_a (all F k-vectors of the row) over the features a of field g, a
-    field's first feature noting it in `touched`; returns (sum of w x, sum of x_a^2
-    |v_{a, f(a)}|^2, fields touched)."""
+    """sums[g] += x_a v_a (all F k-vectors of the row) over the features a of field g
+    (absent ones add nothing), a field's first feature noting it in `touched`; returns
+    (sum of w x, sum of x_a^2 |v_{a, f(a)}|^2, fields touched)."""
     span = sums.shape[1]
     lin = 0.0
     own = 0.0
     for a in range(features.shape[0]):
+        if a + ROW_AHEAD < features.shape[0]:
+            prefetch_row(tables, src, slot, shift, head, features[a + ROW_AHEAD])
         j = features[a]
+        if src[j] < 0:
+            continue
         g = fields[j]
         xj = x[j]
-        lin += rows[j, 0] * xj
+        row = row_at(tables, src, slot, shift, head, j)
+        lin += row[0] * xj
         if not mark[g]:
             mark[g] = True
             touched[n_touched] = g
             n_touched += 1
-        into, row = sums[g], rows[j, v_at : v_at + span]  # 1-d views: the loop vectorizes (3x)
+        into, v = sums[g], row[v_at : v_at + span]  # 1-d views: the loop vectorizes (3x)
         for u in range(span):
-            into[u] += row[u] * xj
+            into[u] += v[u] * xj
         for t in range(k):
-            vx = rows[j, v_at + g * k + t] * xj
+            vx = v[g * k + t] * xj
             own += vx * vx
     return lin, own, n_touched
 
@@ -153,20 +196,34 @@ def _pairs_within(sums: F64, touched: I64, n: int, k: int) -> float:
 
 @nb.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})  # sums vectorize; NaN and inf still propagate
 def ffm_score_items(
-    context: I64, offsets: I64, indices: I64, x: F32, fields: I32, rows: F32, v_at: int, k: int, bias: float, norm: bool
+    context: I64,
+    offsets: I64,
+    indices: I64,
+    x: F32,
+    fields: I32,
+    tables: Any,
+    src: I64,
+    slot: I64,
+    shift: int,
+    head: int,
+    v_at: int,
+    k: int,
+    bias: float,
+    norm: bool,
 ) -> F32:
     """FFM's pairs grouped by field: with S[g, h] = sum over the features a of field g of
     x_a v_{a, h}, the pairs of a feature set are sum_{g<h} <S[g, h], S[h, g]> + 1/2 sum_g
     (|S[g, g]|^2 - sum_{a in g} x_a^2 |v_{a, g}|^2). An item costs its features times F k
     adds, not its features times the instance's features k (each pair apart: 400 x 500
     pairs for a 200 x 500 request's item), and reads each row once, in order. The context's
-    S is summed once; an item adds its own pairs and <C[h, g], I[g, h]> across the two."""
-    n_fields = (rows.shape[1] - v_at) // k
+    S is summed once; an item adds its own pairs and <C[h, g], I[g, h]> across the two.
+    Rows are read where they sit (row_at: a version's tables, or rows_as_tables)."""
+    n_fields = (((tables[0].shape[1] - head) >> shift) - v_at) // k
     span = n_fields * k
     ctx = np.zeros((n_fields, span), dtype=np.float64)
     ctx_mark = np.zeros(n_fields, dtype=np.bool_)
     ctx_fields = np.empty(n_fields, dtype=np.int64)
-    lin, own, n_ctx = _add_field_sums(ctx, ctx_mark, ctx_fields, 0, context, x, fields, rows, v_at, k)
+    lin, own, n_ctx = _add_field_sums(ctx, ctx_mark, ctx_fields, 0, context, x, fields, tables, src, slot, shift, head, v_at, k)
     base = bias + lin
     ctx_pairs = _pairs_within(ctx, ctx_fields, n_ctx, k) - 0.5 * own
     sq_ctx = _sum_sq(context, x)
@@ -181,7 +238,7 @@ def ffm_score_items(
     out = np.empty(offsets.shape[0] - 1, dtype=np.float32)
     for i in range(out.shape[0]):
         lo, hi = offsets[i], offsets[i + 1]
-        lin, own, n = _add_field_sums(item, mark, touched, 0, indices[lo:hi], x, fields, rows, v_at, k)
+        lin, own, n = _add_field_sums(item, mark, touched, 0, indices[lo:hi], x, fields, tables, src, slot, shift, head, v_at, k)
         pairs = ctx_pairs + _pairs_within(item, touched, n, k) - 0.5 * own
         for p in range(n):  # context x item: <C[h, g], I[g, h]> over g (the item's), h
             g = touched[p]

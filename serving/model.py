@@ -22,16 +22,18 @@ from safetensors.numpy import load_file
 
 from ctr import modelfile
 from ctr.bucket_kernels import MAX_SHARDS, by_owner, lookup_at, lookup_rows
-from ctr.bucket_map import BucketMap
+from ctr.bucket_locate import ROWS_AT, SLOT_SHIFT, locate
+from ctr.bucket_map import NO_FILTER, BucketMap
 from ctr.modelspec import ModelSpec
 from serving.config import DnnBatching
 from serving.encoding import DecodedRequest
-from serving.kernels import deep_inputs, ffm_score_items, fm_score_items, lr_score_items, partial_sums
+from serving.kernels import deep_inputs, ffm_score_items, fm_score_items, lr_score_items, partial_sums, rows_as_tables
 from serving.overlay import Overlay
 from serving.parallel import SERIAL, Splitter
 from serving.shard_part import WHOLE, ShardPart
 
 NO_BATCHING = DnnBatching("off")
+Located = tuple[tuple[npt.NDArray[np.float32], ...], npt.NDArray[np.int64], npt.NDArray[np.int64], int, int]
 PART_WORK = 1 << 18  # multiply-adds worth a range of items on another thread
 
 
@@ -110,12 +112,38 @@ class ServableModel:
         self.splitter.run(part, n)
         return out.view(np.float32)
 
+    def locate(self, keys: npt.NDArray[np.uint64]) -> Located:
+        """Where each key's row sits, rows not copied (serving.kernels.row_at): table 0 is
+        the overlay (its filter first, the newest deltas), then the images, each for the
+        keys its shard owns that the overlay does not hold; src -1 where absent."""
+        keys = np.ascontiguousarray(keys, dtype=np.uint64)
+        n = keys.shape[0]
+        src = np.full(n, -1, dtype=np.int64)
+        slot = np.empty(n, dtype=np.int64)
+        overlay, images, none = self.overlay, self.images, np.empty(0, dtype=np.int64)
+
+        def part(lo: int, hi: int) -> None:
+            if overlay.size:
+                locate(overlay.map.table, keys, none, lo, hi, overlay.bits, 0, src, slot)
+            if not images:
+                return
+            order, bounds = by_owner(keys, lo, hi, self.shard_count)
+            for tag, (s, image) in enumerate(zip(self.held, images, strict=True), start=1):
+                at = order[bounds[s] : bounds[s + 1]]
+                locate(image.table, keys, at, 0, at.shape[0], NO_FILTER, tag, src, slot)
+
+        self.splitter.run(part, n)
+        tables = tuple(_float_rows(t) for t in (overlay.map.table, *(i.table for i in images)))
+        return tables, src, slot, SLOT_SHIFT, ROWS_AT
+
     def score(self, req: DecodedRequest, rows: npt.NDArray[np.float32] | None = None) -> npt.NDArray[np.float32]:
         """Scores the request's items; `rows` are its dictionary's rows when a router
         fetched them from the shards (else they are looked up here)."""
+        t = self.spec.type
+        if t == "ffm":  # its wide rows are read where they sit, not copied
+            return self._ffm(req, self.locate(req.keys) if rows is None else rows_as_tables(rows))
         if rows is None:
             rows = self.rows(req.keys)
-        t = self.spec.type
         if t == "lr":
             contrib = np.ascontiguousarray(rows[:, 0]) * req.values
             return lr_score_items(req.context, req.item_offsets, req.item_indices, contrib, self.bias)  # type: ignore[no-any-return]
@@ -128,23 +156,6 @@ class ServableModel:
                 k,
                 lambda offsets, _: fm_score_items(
                     req.context, offsets, req.item_indices, req.values, rows, v_at, k, self.bias, self.spec.pair_norm
-                ),
-            )
-        if t == "ffm":
-            return self._per_items(
-                req,
-                k * max(1, self.spec.field_count),
-                lambda offsets, _: ffm_score_items(
-                    req.context,
-                    offsets,
-                    req.item_indices,
-                    req.values,
-                    req.fields,
-                    rows,
-                    v_at,
-                    k,
-                    self.bias,
-                    self.spec.pair_norm,
                 ),
             )
         n_fields, with_fm = self.spec.field_count, t == "deepfm"
@@ -161,6 +172,30 @@ class ServableModel:
 
         partial = self._per_items(req, k * (2 if with_fm else 1), pooled_range)
         return self.net.predict(pooled, partial)  # type: ignore[no-any-return]
+
+    def _ffm(self, req: DecodedRequest, located: Located) -> npt.NDArray[np.float32]:
+        tables, src, slot, shift, head = located
+        k = self.spec.k
+        return self._per_items(
+            req,
+            k * max(1, self.spec.field_count),
+            lambda offsets, _: ffm_score_items(
+                req.context,
+                offsets,
+                req.item_indices,
+                req.values,
+                req.fields,
+                tables,
+                src,
+                slot,
+                shift,
+                head,
+                self.columns["v"][0],
+                k,
+                self.bias,
+                self.spec.pair_norm,
+            ),  # fmt: skip
+        )
 
     def partial(self, req: DecodedRequest) -> npt.NDArray[np.float32]:
         """LR and FM partial sums per item over the request's features (serving.kernels)."""
@@ -188,6 +223,14 @@ class ServableModel:
         per_item = max(1, req.item_indices.shape[0] // max(1, n)) * work_per_feature
         self.splitter.run(part, n, min_part=max(1, PART_WORK // per_item))
         return out
+
+
+def _float_rows(table: npt.NDArray[np.uint32]) -> npt.NDArray[np.float32]:
+    """A bucket table's words as float32, read-only: one array type for the overlay's
+    table and the mmapped images', so the kernels take them as one tuple."""
+    view = np.asarray(table).view(np.float32)
+    view.flags.writeable = False
+    return view
 
 
 def _dense(folder: Path, files: list[dict[str, Any]]) -> dict[str, npt.NDArray[np.float32]]:
