@@ -35,6 +35,9 @@ from serving.shard_part import WHOLE, ShardPart
 NO_BATCHING = DnnBatching("off")
 Located = tuple[tuple[npt.NDArray[np.float32], ...], npt.NDArray[np.int64], npt.NDArray[np.int64], int, int]
 PART_WORK = 1 << 18  # multiply-adds worth a range of items on another thread
+# the FFM kernel takes the located tables as one tuple, compiled per length: past this many
+# shard files held, rows are copied instead (one table) rather than compiling a huge switch
+MAX_LOCATED_TABLES = 32
 
 
 def parse_columns(text: str) -> dict[str, tuple[int, int]]:
@@ -141,7 +144,9 @@ class ServableModel:
         fetched them from the shards (else they are looked up here)."""
         t = self.spec.type
         if t == "ffm":  # its wide rows are read where they sit, not copied
-            return self._ffm(req, self.locate(req.keys) if rows is None else rows_as_tables(rows))
+            if rows is None and len(self.images) < MAX_LOCATED_TABLES:
+                return self._ffm(req, self.locate(req.keys))
+            return self._ffm(req, rows_as_tables(self.rows(req.keys) if rows is None else rows))
         if rows is None:
             rows = self.rows(req.keys)
         if t == "lr":

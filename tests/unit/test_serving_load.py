@@ -1,5 +1,6 @@
-"""Loading a version for serving: shard files whose columns do not match the spec's
-tables (the kernels index rows by the spec's k and fields) are refused with the reason."""
+"""Loading and scoring a version: shard files whose columns do not match the spec's
+tables (the kernels index rows by the spec's k and fields) are refused with the reason;
+FFM scores the same whether its rows are read in place or copied."""
 
 from __future__ import annotations
 
@@ -43,3 +44,29 @@ def test_columns_that_do_not_fit_the_spec_are_refused(tmp_path, model, columns, 
             f["columns"] = columns
     with pytest.raises(ValueError, match=reason.replace("(", r"\(")):
         load(d, bad, bad, d, [], None)
+
+
+def test_ffm_scores_rows_in_place_as_it_scores_copied_rows(tmp_path, monkeypatch):
+    """FFM reads rows where the images hold them (serving.model.locate); a version with
+    more shard files than MAX_LOCATED_TABLES copies them instead: the same scores."""
+    import numpy as np
+
+    from serving import model as served
+    from serving.encoding import decode
+    from serving.service import field_hash_ids
+
+    repo = Repository(tmp_path / "repo", "ctr")
+    spec = spec_for("ffm", k=3, hidden=())
+    reqs = requests(2, items=7)
+    publish(repo, 1, spec, reqs, keys=2000, shards=3)
+    d = repo.path(1)
+    m = json.loads((d / MANIFEST).read_text())
+    version = load(d, m, m, d, [], None)
+    for r in reqs:
+        req = decode(r, spec.field_count, field_hash_ids(spec.fields))
+        in_place = version.score(req)
+        monkeypatch.setattr(served, "MAX_LOCATED_TABLES", 2)
+        copied = version.score(req)
+        monkeypatch.undo()
+        np.testing.assert_array_equal(in_place, copied)  # the same kernel over the same rows
+        assert np.ptp(in_place) > 0  # the rows matter
