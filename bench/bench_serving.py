@@ -4,11 +4,14 @@ channel), cycling through 8 distinct requests whose keys the model holds.
 
 Reports p50/p99/p999 latency (ms, the client's round trip, encoding excluded: it is
 measured in bench_client.py), requests/s, and the server's CPU use (cores busy, from
-/proc). Writes bench/results/serving.json; asserts nothing about speed.
+/proc), each over --reps rounds of --requests (a tenth for FFM) against the same server:
+the median round's figure, and the min and max across rounds, since this machine is
+noisy (p999 needs 1,000 requests a round to mean more than the slowest). Writes
+bench/results/serving.json; asserts nothing about speed.
 
     .venv/bin/python bench/bench_serving.py [--models lr,fm,ffm,deepfm] [--keys 10000000]
-        [--requests 400] [--clients 1,4] [--score-threads 0] [--serve-args=--no-dnn-cuda-graphs]
-        [--out serving.json]
+        [--requests 1000] [--reps 3] [--clients 1,4] [--score-threads 0]
+        [--serve-args=--no-dnn-cuda-graphs] [--out serving.json]
 """
 
 from __future__ import annotations
@@ -69,8 +72,38 @@ def load(address: str, reqs: list[EncodedRequest], clients: int, total: int) -> 
     return [x for part in lat for x in part], time.perf_counter() - t0
 
 
+FIGURES = ("p50_ms", "p99_ms", "p999_ms", "requests_per_s", "server_cores_busy")
+
+
+def one_round(address: str, pid: int, reqs: list[EncodedRequest], clients: int, total: int) -> dict[str, float]:
+    cpu0 = cpu_seconds(pid)
+    lat, wall = load(address, reqs, clients, total)
+    busy = (cpu_seconds(pid) - cpu0) / wall
+    ms = np.array(lat) * 1e3
+    return {
+        "p50_ms": float(np.percentile(ms, 50)),
+        "p99_ms": float(np.percentile(ms, 99)),
+        "p999_ms": float(np.percentile(ms, 99.9)),
+        "requests_per_s": len(lat) / wall,
+        "server_cores_busy": busy,
+        "requests": len(lat),
+    }
+
+
+def summary(rounds: list[dict[str, float]]) -> dict[str, Any]:
+    """Each figure's median over the rounds, with its min and max, and the rounds."""
+    out: dict[str, Any] = {}
+    for f in FIGURES:
+        values = [r[f] for r in rounds]
+        out[f] = float(np.median(values))
+        out[f"{f}_min"], out[f"{f}_max"] = min(values), max(values)
+    out["requests_per_round"] = int(rounds[0]["requests"])
+    out["rounds"] = rounds
+    return out
+
+
 def bench_model(
-    model: str, keys: int, clients: list[int], total: int, score_threads: int, work: Path, extra: list[str]
+    model: str, keys: int, clients: list[int], total: int, reps: int, score_threads: int, work: Path, extra: list[str]
 ) -> dict[str, Any]:
     spec = spec_for(model, k=8 if model != "ffm" else 4, hidden=(256, 128))
     reqs = requests(8)
@@ -89,20 +122,14 @@ def bench_model(
         out: dict[str, Any] = {"keys": held, "request_bytes": int(np.mean([r.nbytes for r in reqs]))}
         for c in clients:
             load(serving.address, reqs, c, 4 * c)  # warm-up
-            cpu0 = cpu_seconds(serving.proc.pid)
-            lat, wall = load(serving.address, reqs, c, total if model != "ffm" else max(40, total // 10))
-            busy = (cpu_seconds(serving.proc.pid) - cpu0) / wall
-            ms = np.array(lat) * 1e3
-            out[f"clients_{c}"] = {
-                "p50_ms": float(np.percentile(ms, 50)),
-                "p99_ms": float(np.percentile(ms, 99)),
-                "p999_ms": float(np.percentile(ms, 99.9)),
-                "requests_per_s": len(lat) / wall,
-                "items_per_s": len(lat) * 200 / wall,
-                "server_cores_busy": busy,
-                "requests": len(lat),
-            }
-            print(model, c, json.dumps(out[f"clients_{c}"]), flush=True)
+            n = total if model != "ffm" else max(40, total // 10)
+            rounds = [one_round(serving.address, serving.proc.pid, reqs, c, n) for _ in range(reps)]
+            out[f"clients_{c}"] = row = summary(rounds)
+            print(
+                f"{model} clients={c} ({reps} x {n} requests; median [min-max]): "
+                + ", ".join(f"{f} {row[f]:.2f} [{row[f + '_min']:.2f}-{row[f + '_max']:.2f}]" for f in FIGURES),
+                flush=True,
+            )
         return out
     finally:
         serving.stop()
@@ -112,7 +139,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(allow_abbrev=False)
     ap.add_argument("--models", default="lr,fm,ffm,deepfm")
     ap.add_argument("--keys", type=int, default=0, help="keys per model (0: 10M, 1M for FFM's wide rows)")
-    ap.add_argument("--requests", type=int, default=400)
+    ap.add_argument("--requests", type=int, default=1000, help="requests a round (FFM: a tenth)")
+    ap.add_argument("--reps", type=int, default=3, help="rounds per model and client count")
     ap.add_argument("--clients", default="1,4")
     ap.add_argument("--score-threads", type=int, default=0)
     ap.add_argument("--serve-args", default="", help="more `boundless serve` flags, space-separated")
@@ -126,6 +154,7 @@ def main() -> None:
                 args.keys or KEYS_FOR[model],
                 [int(c) for c in args.clients.split(",")],
                 args.requests,
+                args.reps,
                 args.score_threads,
                 Path(tmp),
                 args.serve_args.split(),
@@ -133,7 +162,6 @@ def main() -> None:
     out = ROOT / "bench" / "results" / args.out
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(results, indent=1))
-    print(json.dumps(results, indent=1))
 
 
 if __name__ == "__main__":
