@@ -102,10 +102,12 @@ def _scale(sq_ctx: float, item: I64, x: F32, norm: bool) -> float:
 
 
 @nb.njit(cache=True, inline="always")
-def row_at(tables: Any, src: I64, slot: I64, shift: int, head: int, j: int) -> F32:
-    """The row of dictionary entry j where it sits: in table src[j], slot slot[j] (bucket
-    slot >> shift, the row after the bucket's `head` words); rows of plain [n, R] arrays
-    are shift 0, head 0. The caller skips entries with src[j] < 0 (absent: zero rows)."""
+def row_at(located: Any, j: int) -> F32:
+    """The row of dictionary entry j where it sits. `located` is (tables, src, slot,
+    shift, head): the row is in table src[j], slot slot[j] (bucket slot >> shift, after
+    the bucket's `head` words); rows of a plain [n, R] array are shift 0, head 0. The
+    caller skips entries with src[j] < 0 (absent: zero rows)."""
+    tables, src, slot, shift, head = located
     t = tables[src[j]]
     width = (t.shape[1] - head) >> shift
     b = slot[j] >> shift
@@ -114,8 +116,9 @@ def row_at(tables: Any, src: I64, slot: I64, shift: int, head: int, j: int) -> F
 
 
 @nb.njit(cache=True, inline="always")
-def prefetch_row(tables: Any, src: I64, slot: I64, shift: int, head: int, j: int) -> None:
+def prefetch_row(located: Any, j: int) -> None:
     """Every cache line of entry j's row (row_at), when present."""
+    tables, src, slot, shift, head = located
     if src[j] >= 0:
         t = tables[src[j]]
         width = (t.shape[1] - head) >> shift
@@ -125,7 +128,7 @@ def prefetch_row(tables: Any, src: I64, slot: I64, shift: int, head: int, j: int
 
 
 def rows_as_tables(rows: F32) -> tuple[tuple[F32], I64, I64, int, int]:
-    """Plain rows [n, R] as the located rows of serving.kernels' FFM kernel."""
+    """Plain rows [n, R] as located rows (row_at)."""
     n = rows.shape[0]
     view = rows.view()
     view.flags.writeable = False  # the type of the images' read-only tables
@@ -141,11 +144,7 @@ def _add_field_sums(
     features: I64,
     x: F32,
     fields: I32,
-    tables: Any,
-    src: I64,
-    slot: I64,
-    shift: int,
-    head: int,
+    located: Any,
     v_at: int,
     k: int,
 ) -> tuple[float, float, int]:
@@ -157,13 +156,13 @@ def _add_field_sums(
     own = 0.0
     for a in range(features.shape[0]):
         if a + ROW_AHEAD < features.shape[0]:
-            prefetch_row(tables, src, slot, shift, head, features[a + ROW_AHEAD])
+            prefetch_row(located, features[a + ROW_AHEAD])
         j = features[a]
-        if src[j] < 0:
+        if located[1][j] < 0:  # absent
             continue
         g = fields[j]
         xj = x[j]
-        row = row_at(tables, src, slot, shift, head, j)
+        row = row_at(located, j)
         lin += row[0] * xj
         if not mark[g]:
             mark[g] = True
@@ -201,11 +200,7 @@ def ffm_score_items(
     indices: I64,
     x: F32,
     fields: I32,
-    tables: Any,
-    src: I64,
-    slot: I64,
-    shift: int,
-    head: int,
+    located: Any,
     v_at: int,
     k: int,
     bias: float,
@@ -218,12 +213,13 @@ def ffm_score_items(
     pairs for a 200 x 500 request's item), and reads each row once, in order. The context's
     S is summed once; an item adds its own pairs and <C[h, g], I[g, h]> across the two.
     Rows are read where they sit (row_at: a version's tables, or rows_as_tables)."""
+    tables, _, _, shift, head = located
     n_fields = (((tables[0].shape[1] - head) >> shift) - v_at) // k
     span = n_fields * k
     ctx = np.zeros((n_fields, span), dtype=np.float64)
     ctx_mark = np.zeros(n_fields, dtype=np.bool_)
     ctx_fields = np.empty(n_fields, dtype=np.int64)
-    lin, own, n_ctx = _add_field_sums(ctx, ctx_mark, ctx_fields, 0, context, x, fields, tables, src, slot, shift, head, v_at, k)
+    lin, own, n_ctx = _add_field_sums(ctx, ctx_mark, ctx_fields, 0, context, x, fields, located, v_at, k)
     base = bias + lin
     ctx_pairs = _pairs_within(ctx, ctx_fields, n_ctx, k) - 0.5 * own
     sq_ctx = _sum_sq(context, x)
@@ -238,7 +234,7 @@ def ffm_score_items(
     out = np.empty(offsets.shape[0] - 1, dtype=np.float32)
     for i in range(out.shape[0]):
         lo, hi = offsets[i], offsets[i + 1]
-        lin, own, n = _add_field_sums(item, mark, touched, 0, indices[lo:hi], x, fields, tables, src, slot, shift, head, v_at, k)
+        lin, own, n = _add_field_sums(item, mark, touched, 0, indices[lo:hi], x, fields, located, v_at, k)
         pairs = ctx_pairs + _pairs_within(item, touched, n, k) - 0.5 * own
         for p in range(n):  # context x item: <C[h, g], I[g, h]> over g (the item's), h
             g = touched[p]

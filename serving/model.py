@@ -179,27 +179,13 @@ class ServableModel:
         return self.net.predict(pooled, partial)  # type: ignore[no-any-return]
 
     def _ffm(self, req: DecodedRequest, located: Located) -> npt.NDArray[np.float32]:
-        tables, src, slot, shift, head = located
-        k = self.spec.k
+        k, v_at = self.spec.k, self.columns["v"][0]
         return self._per_items(
             req,
             k * max(1, self.spec.field_count),
             lambda offsets, _: ffm_score_items(
-                req.context,
-                offsets,
-                req.item_indices,
-                req.values,
-                req.fields,
-                tables,
-                src,
-                slot,
-                shift,
-                head,
-                self.columns["v"][0],
-                k,
-                self.bias,
-                self.spec.pair_norm,
-            ),  # fmt: skip
+                req.context, offsets, req.item_indices, req.values, req.fields, located, v_at, k, self.bias, self.spec.pair_norm
+            ),
         )
 
     def partial(self, req: DecodedRequest) -> npt.NDArray[np.float32]:

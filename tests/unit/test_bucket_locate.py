@@ -63,5 +63,5 @@ def test_locate_equals_its_reference_and_row_at_reads_the_rows(seed, n_overlay, 
     tables = tuple(m.table.view(np.float32) for m in [overlay, *(i for i, _ in images)])
     for h in np.flatnonzero(hit).tolist():
         table = [overlay, *(i for i, _ in images)][src[h]]
-        got = row_at(tables, src, slot, SLOT_SHIFT, ROWS_AT, h)
+        got = row_at((tables, src, slot, SLOT_SHIFT, ROWS_AT), h)
         np.testing.assert_array_equal(got, table.get(probe[h : h + 1])[0])

@@ -42,7 +42,7 @@ def a_request(seed: int, n_fields: int, width: int, items: int):
 def test_ffm_grouped_by_field_equals_the_pairwise_formula(seed: int, norm: bool) -> None:
     n_fields, k = 7, 3
     context, offsets, indices, x, fields, rows = a_request(seed, n_fields, n_fields * k, items=25)
-    got = ffm_score_items(context, offsets, indices, x, fields, *rows_as_tables(rows), 1, k, -0.2, norm)
+    got = ffm_score_items(context, offsets, indices, x, fields, rows_as_tables(rows), 1, k, -0.2, norm)
     want = reference_scores("ffm", context, offsets, indices, x, fields, rows, k, -0.2, norm)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
@@ -52,7 +52,7 @@ def test_ffm_without_context_and_with_one_field() -> None:
     context, offsets, indices, x, fields, rows = a_request(9, 1, k, items=10)
     fields[:] = 0
     empty = np.zeros(0, dtype=np.int64)
-    got = ffm_score_items(empty, offsets, indices, x, fields, *rows_as_tables(rows), 1, k, 0.3, True)
+    got = ffm_score_items(empty, offsets, indices, x, fields, rows_as_tables(rows), 1, k, 0.3, True)
     want = reference_scores("ffm", empty, offsets, indices, x, fields, rows, k, 0.3, True)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
