@@ -1,7 +1,8 @@
 """The stages of one 200 x 500 request inside the prediction service, in process (no gRPC):
 the protobuf parse of the request's bytes, decoding (zstd, varints, token hashing), the
-80k key lookups (for FFM, locating its rows), scoring, and the whole servicer path from bytes to scores. Min / median
-ms over --reps calls after a warm-up, on 1 and 2 scoring threads; the model is
+80k key lookups (for FFM, locating its rows), scoring, and the whole servicer path from
+bytes to scores. Min / median ms over --reps calls after a warm-up, on 1 and 2 scoring
+threads; the model is
 bench_serving's (10M keys, two shard images). Asserts nothing; writes
 bench/results/serving_stages.json.
 

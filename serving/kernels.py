@@ -102,28 +102,30 @@ def _scale(sq_ctx: float, item: I64, x: F32, norm: bool) -> float:
 
 
 @nb.njit(cache=True, inline="always")
+def _row_place(located: Any, j: int) -> tuple[Any, int, int, int]:
+    """(table, bucket, first word, width) of entry j's row: see row_at."""
+    tables, src, slot, shift, head = located
+    t = tables[src[j]]
+    width = (t.shape[1] - head) >> shift
+    b = slot[j] >> shift
+    return t, b, head + (slot[j] - (b << shift)) * width, width
+
+
+@nb.njit(cache=True, inline="always")
 def row_at(located: Any, j: int) -> F32:
     """The row of dictionary entry j where it sits. `located` is (tables, src, slot,
     shift, head): the row is in table src[j], slot slot[j] (bucket slot >> shift, after
     the bucket's `head` words); rows of a plain [n, R] array are shift 0, head 0. The
     caller skips entries with src[j] < 0 (absent: zero rows)."""
-    tables, src, slot, shift, head = located
-    t = tables[src[j]]
-    width = (t.shape[1] - head) >> shift
-    b = slot[j] >> shift
-    at = head + (slot[j] - (b << shift)) * width
+    t, b, at, width = _row_place(located, j)
     return t[b, at : at + width]  # type: ignore[no-any-return]
 
 
 @nb.njit(cache=True, inline="always")
 def prefetch_row(located: Any, j: int) -> None:
     """Every cache line of entry j's row (row_at), when present."""
-    tables, src, slot, shift, head = located
-    if src[j] >= 0:
-        t = tables[src[j]]
-        width = (t.shape[1] - head) >> shift
-        b = slot[j] >> shift
-        at = head + (slot[j] - (b << shift)) * width
+    if located[1][j] >= 0:
+        t, b, at, width = _row_place(located, j)
         prefetch_span(t, b, at, at + width - 1)
 
 
@@ -140,7 +142,6 @@ def _add_field_sums(
     sums: F64,
     mark: npt.NDArray[np.bool_],
     touched: I64,
-    n_touched: int,
     features: I64,
     x: F32,
     fields: I32,
@@ -154,6 +155,7 @@ def _add_field_sums(
     span = sums.shape[1]
     lin = 0.0
     own = 0.0
+    n_touched = 0
     for a in range(features.shape[0]):
         if a + ROW_AHEAD < features.shape[0]:
             prefetch_row(located, features[a + ROW_AHEAD])
@@ -219,7 +221,7 @@ def ffm_score_items(
     ctx = np.zeros((n_fields, span), dtype=np.float64)
     ctx_mark = np.zeros(n_fields, dtype=np.bool_)
     ctx_fields = np.empty(n_fields, dtype=np.int64)
-    lin, own, n_ctx = _add_field_sums(ctx, ctx_mark, ctx_fields, 0, context, x, fields, located, v_at, k)
+    lin, own, n_ctx = _add_field_sums(ctx, ctx_mark, ctx_fields, context, x, fields, located, v_at, k)
     base = bias + lin
     ctx_pairs = _pairs_within(ctx, ctx_fields, n_ctx, k) - 0.5 * own
     sq_ctx = _sum_sq(context, x)
@@ -234,7 +236,7 @@ def ffm_score_items(
     out = np.empty(offsets.shape[0] - 1, dtype=np.float32)
     for i in range(out.shape[0]):
         lo, hi = offsets[i], offsets[i + 1]
-        lin, own, n = _add_field_sums(item, mark, touched, 0, indices[lo:hi], x, fields, located, v_at, k)
+        lin, own, n = _add_field_sums(item, mark, touched, indices[lo:hi], x, fields, located, v_at, k)
         pairs = ctx_pairs + _pairs_within(item, touched, n, k) - 0.5 * own
         for p in range(n):  # context x item: <C[h, g], I[g, h]> over g (the item's), h
             g = touched[p]

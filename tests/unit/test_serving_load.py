@@ -7,11 +7,15 @@ from __future__ import annotations
 import copy
 import json
 
+import numpy as np
 import pytest
 
 from bench.serving_model import publish, requests, spec_for
 from modelmgr.repository import MANIFEST, Repository
+from serving import model as served
+from serving.encoding import decode
 from serving.model import load
+from serving.service import field_hash_ids
 
 
 def _manifest(tmp_path, model: str):
@@ -24,8 +28,8 @@ def _manifest(tmp_path, model: str):
 @pytest.mark.parametrize("model", ["fm", "ffm", "wdl"])
 def test_a_version_loads_when_its_columns_fit_the_spec(tmp_path, model):
     d, m = _manifest(tmp_path, model)
-    served = load(d, m, m, d, [], None)
-    assert served.keys > 0 and served.spec.type == model
+    version = load(d, m, m, d, [], None)
+    assert version.keys > 0 and version.spec.type == model
 
 
 @pytest.mark.parametrize(
@@ -49,12 +53,6 @@ def test_columns_that_do_not_fit_the_spec_are_refused(tmp_path, model, columns, 
 def test_ffm_scores_rows_in_place_as_it_scores_copied_rows(tmp_path, monkeypatch):
     """FFM reads rows where the images hold them (serving.model.locate); a version with
     more shard files than MAX_LOCATED_TABLES copies them instead: the same scores."""
-    import numpy as np
-
-    from serving import model as served
-    from serving.encoding import decode
-    from serving.service import field_hash_ids
-
     repo = Repository(tmp_path / "repo", "ctr")
     spec = spec_for("ffm", k=3, hidden=())
     reqs = requests(2, items=7)
