@@ -69,22 +69,24 @@ def test_a_slow_replica_is_hedged_and_a_dead_shard_fails_in_time(tmp_path):
     try:
         for d in daemons:
             _ready(d)
-        proxy = SlowProxy(replicas[0][0].address, 0.5)  # shard 0's first replica answers 0.5 s late
+        # shard 0's first replica answers 3 s late, past the router's 2 s fan-out deadline:
+        # a call that waited for it would fail, so every success below was hedged
+        proxy = SlowProxy(replicas[0][0].address, 3.0)
         shards = f"{proxy.address}|{replicas[0][1].address},{replicas[1][0].address}|{replicas[1][1].address}"
         router = _serve("router", repo.root, tmp_path, "--router", "--shards", shards, "--fanout-deadline-ms", "2000")
         daemons.append(router)
         _ready(router)
         client = PredictClient(router.address)
-        for i in range(2):  # the first calls compile the router's kernels: not what is timed
-            client.predict_encoded(reqs[i])
+        for i in range(4):  # the first calls load every replica's kernels: not what is timed
+            client.predict_encoded(reqs[i % 2])
         times = []
         for i in range(12):
             t = time.perf_counter()
             assert client.predict_encoded(reqs[i % 2]).version == 1
             times.append(time.perf_counter() - t)
-        # calls alternate between the replicas: unhedged, half would wait 0.5 s for the slow one.
-        # One stall of this loaded machine is forgiven, not a wait for the 2 s deadline.
-        assert sorted(times)[-2] < 0.45 and max(times) < 1.9, times
+        # calls alternate between the replicas; hedged ones take milliseconds. One stall of
+        # this loaded machine is forgiven, not a wait for the deadline.
+        assert sorted(times)[-2] < 1.0 and max(times) < 1.9, times
         for d in replicas[1]:
             d.kill()  # shard 1 is gone: every request fails within the deadline, none hangs
         t = time.perf_counter()
