@@ -1,6 +1,9 @@
 """Serving at scale: 200 items x 500 features over gRPC loopback against a `boundless serve`
 process, for LR, FM, FFM and DeepFM, with 1 and 4 concurrent clients (each with its own
-channel), cycling through 8 distinct requests whose keys the model holds.
+channel), cycling through 8 distinct requests whose keys the model holds. First the
+transport floor ("floor", bench.grpc_floor): the same requests against a Predictor served
+as `boundless serve` serves but scoring nothing, so what gRPC costs reads apart from what
+decoding, lookups and scoring cost.
 
 Reports p50/p99/p999 latency (ms, the client's round trip, encoding excluded: it is
 measured in bench_client.py), requests/s, and the server's CPU use (cores busy, from
@@ -9,7 +12,7 @@ the median round's figure, and the min and max across rounds, since this machine
 noisy (p999 needs 1,000 requests a round to mean more than the slowest). Writes
 bench/results/serving.json; asserts nothing about speed.
 
-    .venv/bin/python bench/bench_serving.py [--models lr,fm,ffm,deepfm] [--keys 10000000]
+    .venv/bin/python bench/bench_serving.py [--models floor,lr,fm,ffm,deepfm] [--keys 10000000]
         [--requests 1000] [--reps 3] [--clients 1,4] [--score-threads 0]
         [--serve-args=--no-dnn-cuda-graphs] [--out serving.json]
 """
@@ -29,6 +32,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.grpc_floor import MAX_CONCURRENT, start_floor  # noqa: E402
 from bench.serving_model import publish, requests, spec_for  # noqa: E402
 from boundless.processes import start  # noqa: E402
 from modelmgr.repository import Repository  # noqa: E402
@@ -102,6 +106,36 @@ def summary(rounds: list[dict[str, float]]) -> dict[str, Any]:
     return out
 
 
+def rounds_by_clients(
+    name: str, address: str, pid: int, reqs: list[EncodedRequest], clients: list[int], n: int, reps: int
+) -> dict[str, Any]:
+    """`reps` rounds of n requests for each client count, summarized (and printed)."""
+    out: dict[str, Any] = {}
+    for c in clients:
+        load(address, reqs, c, 4 * c)  # warm-up
+        rounds = [one_round(address, pid, reqs, c, n) for _ in range(reps)]
+        out[f"clients_{c}"] = row = summary(rounds)
+        print(
+            f"{name} clients={c} ({reps} x {n} requests; median [min-max]): "
+            + ", ".join(f"{f} {row[f]:.2f} [{row[f + '_min']:.2f}-{row[f + '_max']:.2f}]" for f in FIGURES),
+            flush=True,
+        )
+    return out
+
+
+def bench_floor(clients: list[int], total: int, reps: int) -> dict[str, Any]:
+    """The same requests against a Predictor that scores nothing (bench.grpc_floor): what
+    gRPC, the loopback and protobuf cost before any decoding, lookup or scoring."""
+    reqs = requests(8)
+    floor = start_floor()
+    try:
+        out: dict[str, Any] = {"request_bytes": int(np.mean([r.nbytes for r in reqs]))}
+        out.update(rounds_by_clients("floor", floor.address, floor.proc.pid, reqs, clients, total, reps))
+        return out
+    finally:
+        floor.stop()
+
+
 def bench_model(
     model: str, keys: int, clients: list[int], total: int, reps: int, score_threads: int, work: Path, extra: list[str]
 ) -> dict[str, Any]:
@@ -111,7 +145,8 @@ def bench_model(
     held = publish(repo, 1, spec, reqs, keys, shards=2)
     serving = start(
         f"serving-{model}",
-        ["serve", "--repo", str(repo.root), "--score-threads", str(score_threads), "--max-concurrent", "64", *extra],
+        ["serve", "--repo", str(repo.root), "--score-threads", str(score_threads), "--max-concurrent", str(MAX_CONCURRENT)]
+        + extra,
         work,
     )
     try:
@@ -120,16 +155,8 @@ def bench_model(
         client.wait_for_model(300)
         client.close()
         out: dict[str, Any] = {"keys": held, "request_bytes": int(np.mean([r.nbytes for r in reqs]))}
-        for c in clients:
-            load(serving.address, reqs, c, 4 * c)  # warm-up
-            n = total if model != "ffm" else max(40, total // 10)
-            rounds = [one_round(serving.address, serving.proc.pid, reqs, c, n) for _ in range(reps)]
-            out[f"clients_{c}"] = row = summary(rounds)
-            print(
-                f"{model} clients={c} ({reps} x {n} requests; median [min-max]): "
-                + ", ".join(f"{f} {row[f]:.2f} [{row[f + '_min']:.2f}-{row[f + '_max']:.2f}]" for f in FIGURES),
-                flush=True,
-            )
+        n = total if model != "ffm" else max(40, total // 10)
+        out.update(rounds_by_clients(model, serving.address, serving.proc.pid, reqs, clients, n, reps))
         return out
     finally:
         serving.stop()
@@ -137,7 +164,7 @@ def bench_model(
 
 def main() -> None:
     ap = argparse.ArgumentParser(allow_abbrev=False)
-    ap.add_argument("--models", default="lr,fm,ffm,deepfm")
+    ap.add_argument("--models", default="floor,lr,fm,ffm,deepfm", help="floor: gRPC alone (bench.grpc_floor)")
     ap.add_argument("--keys", type=int, default=0, help="keys per model (0: 10M, 1M for FFM's wide rows)")
     ap.add_argument("--requests", type=int, default=1000, help="requests a round (FFM: a tenth)")
     ap.add_argument("--reps", type=int, default=3, help="rounds per model and client count")
@@ -149,6 +176,9 @@ def main() -> None:
     results: dict[str, Any] = {"cores": os.cpu_count(), "serve_args": args.serve_args}
     with tempfile.TemporaryDirectory(prefix="bench-serving-") as tmp:
         for model in args.models.split(","):
+            if model == "floor":
+                results[model] = bench_floor([int(c) for c in args.clients.split(",")], args.requests, args.reps)
+                continue
             results[model] = bench_model(
                 model,
                 args.keys or KEYS_FOR[model],
