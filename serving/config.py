@@ -31,7 +31,8 @@ class ServingConfig(SecurityConfig):
     reflection: bool = field(default=False, metadata={"help": "enable gRPC server reflection (lists the services to any client)"})
     workers: int = field(default=4, metadata={"help": "gRPC worker threads"})
     score_threads: int = field(
-        default=0, metadata={"help": "threads one request's lookups and scoring may use (0: one per core)"}
+        default=0,
+        metadata={"help": "threads for one request's lookups and scoring, shared by the requests in flight (0: one per core)"},
     )
     score_spin_us: float = field(
         default=200.0,

@@ -78,13 +78,15 @@ class ModelWatcher:
     @contextmanager
     def use(self) -> Iterator[ServableModel | None]:
         """The current version, counted as in use until the block ends (a retired version's
-        overlay is reused only once no request holds it)."""
+        overlay is reused only once no request holds it); the request counts as in flight
+        for the scoring threads (serving.parallel.Splitter.request)."""
         with self._use_lock:
             model = self.current
             if model is not None:
                 model.active += 1
         try:
-            yield model
+            with self.splitter.request():
+                yield model
         finally:
             if model is not None:
                 with self._use_lock:

@@ -164,3 +164,37 @@ def test_close_ends_the_workers():
     for t in mine:
         t.join(timeout=5)
     assert not any(t.is_alive() for t in mine)
+
+
+def test_requests_in_flight_share_the_threads():
+    splitter = Splitter(2, 0.0)
+    me = threading.get_ident()
+    ranges: list[tuple[int, int]] = []
+
+    def part(lo: int, hi: int) -> None:
+        ranges.append((lo, hi))
+
+    try:
+        with splitter.request():  # alone: two ranges, one for each thread
+            assert splitter.share() == 2
+            splitter.run(part, 100_000)
+        assert sorted(ranges) == [(0, 50_000), (50_000, 100_000)]
+        ranges.clear()
+        with splitter.request(), splitter.request():  # another request in flight: this one runs alone
+            assert splitter.in_flight == 2 and splitter.share() == 1
+            splitter.run(part, 100_000)
+            assert splitter.both(threading.get_ident, threading.get_ident) == (me, me)
+        assert ranges == [(0, 100_000)]
+        with pytest.raises(KeyError), splitter.request():  # an error still ends the count
+            raise KeyError("in the request")
+        assert splitter.in_flight == 0 and splitter.share() == 2
+    finally:
+        splitter.close()
+
+
+def test_more_threads_are_shared_out_among_the_requests():
+    splitter = Splitter(8, 0.0)
+    with splitter.request(), splitter.request(), splitter.request():
+        assert splitter.share() == 2
+    assert splitter.share() == 8  # none in flight: the watcher warming a version gets them all
+    splitter.close()
