@@ -10,6 +10,7 @@ server, so what gRPC costs and what scoring costs read apart. Not part of the pr
 from __future__ import annotations
 
 import json
+import select
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -60,16 +61,18 @@ class FloorServer:
         self.proc.wait(timeout=10)
 
 
-def start_floor() -> FloorServer:
+def start_floor(timeout_s: float = 60.0) -> FloorServer:
     """The constant Predictor in a child process, once it listens."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "bench.grpc_floor"], cwd=ROOT, stdout=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL
     )
     assert proc.stdout is not None
-    line = proc.stdout.readline()
+    ready, _, _ = select.select([proc.stdout], [], [], timeout_s)  # its one line comes at once, or never
+    line = proc.stdout.readline() if ready else ""
     if not line:
+        proc.kill()
         proc.wait(timeout=10)
-        raise RuntimeError(f"bench.grpc_floor exited with {proc.returncode} before listening")
+        raise RuntimeError(f"bench.grpc_floor did not listen within {timeout_s:.0f} s (exit code {proc.returncode})")
     return FloorServer(proc, f"127.0.0.1:{json.loads(line)['grpc_port']}")
 
 
