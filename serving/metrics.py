@@ -7,7 +7,13 @@ ITEMS = Counter("boundless_serving_items_total", "items scored")
 LATENCY = Histogram(
     "boundless_serving_predict_seconds",
     "Predict latency inside the server",
-    buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5),
+    # fine around the few milliseconds a 200-item request takes, so a p99 near a 5 ms
+    # objective reads from the buckets instead of between 2 and 5 ms
+    buckets=(0.0005, 0.001, 0.0015, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.02, 0.05, 0.1, 0.5),
+)
+IN_FLIGHT = Gauge(
+    "boundless_serving_requests_in_flight",
+    "requests holding a model version now; they share the scoring threads (--score-threads)",
 )
 VERSION = Gauge("boundless_serving_model_version", "version being served")
 KEYS = Gauge("boundless_serving_model_keys", "keys in the served version")

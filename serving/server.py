@@ -14,6 +14,7 @@ from ctr import daemon
 from ctr.auth import service_policy
 from modelmgr.repository import Repository
 from protos import predict_pb2, predict_pb2_grpc
+from serving import metrics
 from serving.config import DnnBatching, ServingConfig
 from serving.fanout import FanOut, parse_shards
 from serving.local_copies import LocalCopies
@@ -53,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"serve: --dnn-batching {conf.dnn_batching!r} is not auto, on or off")
     batching = DnnBatching(conf.dnn_batching, conf.dnn_batch_wait_ms / 1e3, conf.dnn_batch_items, conf.dnn_cuda_graphs)
     watcher = ModelWatcher(Repository(conf.repo, conf.model), conf.poll_s, copies, splitter, part, batching)
+    metrics.IN_FLIGHT.set_function(lambda: splitter.in_flight)  # read when scraped
     watcher.start()
     router = Router(fanout, watcher) if fanout is not None else None
     names = [predict_pb2.DESCRIPTOR.services_by_name["Predictor"].full_name]
