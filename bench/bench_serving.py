@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.grpc_floor import MAX_CONCURRENT, start_floor  # noqa: E402
+from bench.grpc_floor import MAX_CONCURRENT  # noqa: E402
 from bench.serving_model import publish, requests, spec_for  # noqa: E402
 from boundless.processes import start  # noqa: E402
 from modelmgr.repository import Repository  # noqa: E402
@@ -123,12 +123,13 @@ def rounds_by_clients(
     return out
 
 
-def bench_floor(clients: list[int], total: int, reps: int) -> dict[str, Any]:
+def bench_floor(clients: list[int], total: int, reps: int, work: Path) -> dict[str, Any]:
     """The same requests against a Predictor that scores nothing (bench.grpc_floor): what
     gRPC, the loopback and protobuf cost before any decoding, lookup or scoring."""
     reqs = requests(8)
-    floor = start_floor()
+    floor = start("grpc-floor", [], work, env={"PYTHONPATH": str(ROOT)}, module="bench.grpc_floor")
     try:
+        floor.wait_ready()
         out: dict[str, Any] = {"request_bytes": int(np.mean([r.nbytes for r in reqs]))}
         out.update(rounds_by_clients("floor", floor.address, floor.proc.pid, reqs, clients, total, reps))
         return out
@@ -177,7 +178,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-serving-") as tmp:
         for model in args.models.split(","):
             if model == "floor":
-                results[model] = bench_floor([int(c) for c in args.clients.split(",")], args.requests, args.reps)
+                results[model] = bench_floor([int(c) for c in args.clients.split(",")], args.requests, args.reps, Path(tmp))
                 continue
             results[model] = bench_model(
                 model,

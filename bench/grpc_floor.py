@@ -1,28 +1,22 @@
 """The transport floor of a Predict call: a Predictor that parses the request and answers
 one constant score per item, served exactly as `boundless serve` serves (ctr.daemon's
 gRPC server: its options, thread pool and health service), in its own process on
-127.0.0.1, port 0. bench_serving times the same requests against it and against the real
-server, so what gRPC costs and what scoring costs read apart. Not part of the product.
+127.0.0.1, port 0. bench_serving starts it with boundless.processes.start and times the
+same requests against it and against the real server, so what gRPC costs and what
+scoring costs read apart. Not part of the product.
 
-    .venv/bin/python -m bench.grpc_floor   # prints {"pid": ..., "grpc_port": ...}, stops on SIGTERM
+    .venv/bin/python -m bench.grpc_floor --ready-file F   # writes {"pid": ..., "grpc_port": ...}, stops on SIGTERM
 """
 
 from __future__ import annotations
 
-import json
-import select
-import subprocess
-import sys
-from dataclasses import dataclass
-from pathlib import Path
+import argparse
 
 import grpc
 
 from ctr import daemon
 from protos import predict_pb2, predict_pb2_grpc
 from serving.config import ServingConfig
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 class ConstantPredictor(predict_pb2_grpc.PredictorServicer):
@@ -36,6 +30,9 @@ MAX_CONCURRENT = 64  # as bench_serving starts `boundless serve`
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(allow_abbrev=False)
+    ap.add_argument("--ready-file", default=None)
+    args = ap.parse_args()
     conf = ServingConfig()
     server, port, _ = daemon.grpc_server(
         "127.0.0.1",
@@ -46,34 +43,9 @@ def main() -> None:
         max_message_bytes=int(conf.max_request_mb * (1 << 20)),
         max_concurrent=MAX_CONCURRENT,
     )
-    daemon.write_ready_file(None, grpc_port=port)
+    daemon.write_ready_file(args.ready_file, grpc_port=port)
     daemon.wait_for_stop_signal()
     server.stop(grace=1).wait()
-
-
-@dataclass
-class FloorServer:
-    proc: subprocess.Popen[str]
-    address: str
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=10)
-
-
-def start_floor(timeout_s: float = 60.0) -> FloorServer:
-    """The constant Predictor in a child process, once it listens."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "bench.grpc_floor"], cwd=ROOT, stdout=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL
-    )
-    assert proc.stdout is not None
-    ready, _, _ = select.select([proc.stdout], [], [], timeout_s)  # its one line comes at once, or never
-    line = proc.stdout.readline() if ready else ""
-    if not line:
-        proc.kill()
-        proc.wait(timeout=10)
-        raise RuntimeError(f"bench.grpc_floor did not listen within {timeout_s:.0f} s (exit code {proc.returncode})")
-    return FloorServer(proc, f"127.0.0.1:{json.loads(line)['grpc_port']}")
 
 
 if __name__ == "__main__":

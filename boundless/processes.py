@@ -69,15 +69,15 @@ class Daemon:
             self.proc.wait()
 
 
-def start(name: str, args: list[str], run_dir: Path, env: dict[str, str] | None = None) -> Daemon:
-    """Runs `python -m boundless ARGS --ready-file ...` with its output in run_dir/NAME.log."""
+def start(name: str, args: list[str], run_dir: Path, env: dict[str, str] | None = None, module: str = "boundless") -> Daemon:
+    """Runs `python -m MODULE ARGS --ready-file ...` with its output in run_dir/NAME.log."""
     run_dir.mkdir(parents=True, exist_ok=True)
     ready = run_dir / f"{name}.ready.json"
     ready.unlink(missing_ok=True)
     log = run_dir / f"{name}.log"
     with open(log, "ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "boundless", *args, "--ready-file", str(ready)],
+            [sys.executable, "-m", module, *args, "--ready-file", str(ready)],
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
