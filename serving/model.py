@@ -98,21 +98,15 @@ class ServableModel:
         filter may hold is looked up there first (newest deltas); the rest go to the image
         of the shard that owns them."""
         keys = np.ascontiguousarray(keys, dtype=np.uint64)
-        n = keys.shape[0]
-        out = np.zeros((n, self.overlay.row_words), dtype=np.uint32)
-        found = np.zeros(n, dtype=np.bool_)
-        overlay, images = self.overlay, self.images
-
-        def part(lo: int, hi: int) -> None:
-            if overlay.size:
-                lookup_rows(overlay.map.table, keys, lo, hi, overlay.bits, out, found)
-            if not images:
-                return
-            order, bounds = by_owner(keys, lo, hi, self.shard_count)
-            for s, image in zip(self.held, images, strict=True):
-                lookup_at(image.table, keys, order[bounds[s] : bounds[s + 1]], out, found)
-
-        self.splitter.run(part, n)
+        overlay = self.overlay
+        out = np.zeros((keys.shape[0], overlay.row_words), dtype=np.uint32)
+        found = np.zeros(keys.shape[0], dtype=np.bool_)
+        self._search(
+            keys,
+            overlay,
+            lambda lo, hi: lookup_rows(overlay.map.table, keys, lo, hi, overlay.bits, out, found),
+            lambda _, image, at: lookup_at(image.table, keys, at, out, found),
+        )
         return out.view(np.float32)
 
     def locate(self, keys: npt.NDArray[np.uint64]) -> Located:
@@ -120,24 +114,41 @@ class ServableModel:
         the overlay (its filter first, the newest deltas), then the images, each for the
         keys its shard owns that the overlay does not hold; src -1 where absent."""
         keys = np.ascontiguousarray(keys, dtype=np.uint64)
-        n = keys.shape[0]
-        src = np.full(n, -1, dtype=np.int64)
-        slot = np.empty(n, dtype=np.int64)
-        overlay, images, none = self.overlay, self.images, np.empty(0, dtype=np.int64)
+        overlay = self.overlay
+        src = np.full(keys.shape[0], -1, dtype=np.int64)
+        slot = np.empty(keys.shape[0], dtype=np.int64)
+        everywhere = np.empty(0, dtype=np.int64)  # `at` empty: positions lo..hi
+        self._search(
+            keys,
+            overlay,
+            lambda lo, hi: locate(overlay.map.table, keys, everywhere, lo, hi, overlay.bits, 0, src, slot),
+            lambda tag, image, at: locate(image.table, keys, at, 0, at.shape[0], NO_FILTER, tag, src, slot),
+        )
+        tables = tuple(_float_rows(t) for t in (overlay.map.table, *(i.table for i in self.images)))
+        return tables, src, slot, SLOT_SHIFT, ROWS_AT
+
+    def _search(
+        self,
+        keys: npt.NDArray[np.uint64],
+        overlay: Overlay,
+        in_overlay: Callable[[int, int], None],
+        in_image: Callable[[int, BucketMap, npt.NDArray[np.int64]], None],
+    ) -> None:
+        """The order every key is searched in, over ranges of keys split across the scoring
+        threads: in_overlay(lo, hi) first (the newest deltas, when `overlay` holds any), then
+        in_image(tag, image, positions) for each image held (tag 1, 2, ...) with the
+        positions in [lo, hi) of the keys its shard owns."""
 
         def part(lo: int, hi: int) -> None:
             if overlay.size:
-                locate(overlay.map.table, keys, none, lo, hi, overlay.bits, 0, src, slot)
-            if not images:
+                in_overlay(lo, hi)
+            if not self.images:
                 return
             order, bounds = by_owner(keys, lo, hi, self.shard_count)
-            for tag, (s, image) in enumerate(zip(self.held, images, strict=True), start=1):
-                at = order[bounds[s] : bounds[s + 1]]
-                locate(image.table, keys, at, 0, at.shape[0], NO_FILTER, tag, src, slot)
+            for tag, (s, image) in enumerate(zip(self.held, self.images, strict=True), start=1):
+                in_image(tag, image, order[bounds[s] : bounds[s + 1]])
 
-        self.splitter.run(part, n)
-        tables = tuple(_float_rows(t) for t in (overlay.map.table, *(i.table for i in images)))
-        return tables, src, slot, SLOT_SHIFT, ROWS_AT
+        self.splitter.run(part, keys.shape[0])
 
     def score(self, req: DecodedRequest, rows: npt.NDArray[np.float32] | None = None) -> npt.NDArray[np.float32]:
         """Scores the request's items; `rows` are its dictionary's rows when a router
