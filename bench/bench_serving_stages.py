@@ -2,9 +2,8 @@
 the protobuf parse of the request's bytes, decoding (zstd, varints, token hashing), the
 80k key lookups (for FFM, locating its rows), scoring, and the whole servicer path from
 bytes to scores. Min / median ms over --reps calls after a warm-up, on 1 and 2 scoring
-threads; the model is
-bench_serving's (10M keys, two shard images). Asserts nothing; writes
-bench/results/serving_stages.json.
+threads; the model is bench_serving's (10M keys, two shard images). Asserts nothing;
+writes bench/results/serving_stages.json.
 
     .venv/bin/python bench/bench_serving_stages.py [--models lr,fm] [--keys 10000000] [--reps 60] [--threads 1,2]
 """
