@@ -4,10 +4,17 @@ A file in the repository can be damaged while a version built on it is served (t
 by a full disk or an operator): a mapped file that shrinks kills the process with SIGBUS.
 Serving therefore maps only its own copies, each checked against the manifest's sha256 as
 it is copied; a copy made for one version is reused by the next (a delta costs its own
-files), and copies no loaded version uses are removed."""
+files), and copies no loaded version uses are removed.
+
+Without a folder given, the copies go to a temporary one named after the process. A server
+killed with SIGKILL (or by the OOM killer) cannot remove its folder, which holds a whole
+model; the next server to start removes every such folder whose process is gone.
+"""
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -16,11 +23,39 @@ from typing import Any
 from ctr import modelfile
 from modelmgr.repository import version_name
 
+PREFIX = "boundless-serving-"
+_OWNED_NAME = re.compile(re.escape(PREFIX) + r"(\d+)-")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
+
+
+def remove_orphans(parent: Path) -> list[Path]:
+    """Removes the temporary copy folders in `parent` whose server process has exited;
+    returns them. A reused pid keeps its folder until that process exits too."""
+    removed = []
+    for p in parent.glob(PREFIX + "*"):
+        m = _OWNED_NAME.match(p.name)
+        if m and p.is_dir() and not _alive(int(m.group(1))):
+            shutil.rmtree(p, ignore_errors=True)
+            removed.append(p)
+    return removed
+
 
 class LocalCopies:
     def __init__(self, root: Path | None = None) -> None:
         self._owned = root is None
-        self.root = Path(tempfile.mkdtemp(prefix="boundless-serving-")) if root is None else root
+        if root is None:
+            remove_orphans(Path(tempfile.gettempdir()))
+            root = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-"))
+        self.root = root
         self.root.mkdir(parents=True, exist_ok=True)
 
     def version_dir(self, source: Path, version: int, manifest: dict[str, Any]) -> Path:
