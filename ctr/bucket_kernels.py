@@ -1,15 +1,22 @@
 """numba kernels of the bucketized cuckoo map (ctr.bucket_map), each a pure function over
 arrays with a plain-Python reference in the tests.
 
-A table is `uint32[buckets, 2*B + B*R]`: bucket b holds B uint64 keys (the first 2*B words,
-little-endian halves) and then their B rows of R words. Key 0 marks an empty slot. A key
+A table is `uint32[buckets, 2*S + S*R]`: bucket b holds S uint64 keys (the first 2*S words,
+little-endian halves) and then their S rows of R words. Key 0 marks an empty slot. A key
 lives in one of two buckets, `first_bucket` or `second_bucket`, both from one 64-bit mix;
-inserts fill the first when it has room, so most hits read one 64-byte line of keys and
-the row beside it. With two choices of 8 slots the table fills to 0.95 and more, which
-keeps memory within 1.06x the raw key and row bytes; a lookup still reads at most two
-buckets, hit or miss.
+inserts fill the first when it has room. A lookup reads at most two buckets, hit or miss.
+Two layouts, told apart by the table's width (`slots_of`):
 
-Slots are numbered `b * B + j`. Lookups run as a software pipeline (`_lookup`): a key's
+- wide (S = B = 8, any R): 8 keys fill one 64-byte line, the rows follow. Two choices of 8
+  slots fill to 0.95 and more: within 1.06x the raw key and row bytes. A hit reads the
+  keys' line and its row's.
+- line (S = LINE_SLOTS = 5, R = 1, LR's rows): 5 keys, their 5 words and one spare word
+  make one 64-byte bucket, so a hit in its first bucket reads one line instead of two.
+  Two choices of 5 slots fill to 0.98: 1.09x the raw bytes. 80k LR hits in a 10M-key
+  table, one thread: 1.64-1.72 ms against 3.08 with the wide layout. A table must start
+  on a 64-byte boundary for a bucket to be one line (mapped files do; `aligned_zeros`).
+
+Slots are numbered `b * S + j`. Lookups run as a software pipeline (`_lookup`): a key's
 first bucket is prefetched AHEAD lookups before it is probed, its second bucket only when
 the key is not in the first, and a wide row before it is copied, so many cache misses are
 in flight together and few lines are fetched for nothing (bench_lookups, 10M keys).
@@ -31,16 +38,43 @@ I64 = npt.NDArray[np.int64]
 F32 = npt.NDArray[np.float32]
 BOOL = npt.NDArray[np.bool_]
 
-B = 8  # slots per bucket: 8 keys fill one 64-byte cache line
+B = 8  # slots per bucket of the wide layout: 8 keys fill one 64-byte cache line
+LINE_SLOTS = 5  # slots per bucket of the line layout: 5 keys and their 1-word rows
+LINE_WIDTH = 16  # words per bucket of the line layout: 10 + 5 + 1 spare = one 64-byte line
+assert LINE_WIDTH < B * 3  # narrower than any wide table (R >= 1), so the width tells the layout
 AHEAD = 24  # lookups between a bucket's prefetch and its probe (80k hits: 8 -> 24 gave +13%)
 RING = 128  # lookups in flight: a power of two > 2 * AHEAD (step i writes entry i - AHEAD, reads i - 3 * AHEAD)
 assert RING & (RING - 1) == 0 and RING > 2 * AHEAD
-MAX_KICKS = 500
+MAX_KICKS = 500  # displacements before a mutable map grows instead
+FILL_KICKS = 20_000  # before an image being filled to its load takes 1% more buckets
 MAX_SHARDS = 1 << 16  # by_owner keeps owners as uint16
 
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 _LO = np.uint64(0xFFFFFFFF)
+
+
+def width_for(row_words: int) -> int:
+    """Words per bucket of a table with rows of `row_words` (1-word rows: the line layout)."""
+    return LINE_WIDTH if row_words == 1 else B * (2 + row_words)
+
+
+def row_words_of(width: int) -> int:
+    """The row width of a table `width` words wide (0 when no layout has that width)."""
+    if width == LINE_WIDTH:
+        return 1
+    return width // B - 2 if width % B == 0 and width >= 3 * B else 0
+
+
+@nb.njit(cache=True, inline="always")
+def slots_of(table: U32) -> int:
+    """Slots per bucket of a table (its layout, from its width)."""
+    return LINE_SLOTS if table.shape[1] == LINE_WIDTH else B
+
+
+@nb.njit(cache=True, inline="always")
+def row_words_of_table(table: U32) -> int:
+    return 1 if table.shape[1] == LINE_WIDTH else table.shape[1] // B - 2
 
 
 @nb.njit(cache=True, inline="always")
@@ -72,37 +106,39 @@ def _key_at(table: U32, b: int, j: int) -> np.uint64:
 
 
 @nb.njit(cache=True, inline="always")
-def _slot_in(keys64: U64, b: int, key: np.uint64) -> int:
-    """The slot of key in bucket b (keys64: the table viewed as uint64), -1 when absent.
-    Eight compares without an early exit: they vectorize, and no branch can be missed."""
+def _slot_in(keys64: U64, b: int, key: np.uint64, slots: int) -> int:
+    """The slot of key in bucket b (keys64: the table viewed as uint64; `slots` a bucket),
+    -1 when absent. Eight compares without an early exit (a line bucket's last three words
+    are rows, never matched): they vectorize, and no branch can be missed."""
     found = -1
     for j in range(B):
-        found = b * B + j if keys64[b, j] == key else found
+        found = b * slots + j if keys64[b, j] == key and j < slots else found
     return found
 
 
 @nb.njit(cache=True, inline="always")
-def _probe(keys64: U64, buckets: int, key: np.uint64) -> int:
+def _probe(keys64: U64, buckets: int, key: np.uint64, slots: int) -> int:
     """find_one over the uint64 view of the table's keys (`buckets` its row count: a
     local, which the compiler keeps in a register)."""
     m = mix(key)
-    s = _slot_in(keys64, first_bucket(m, buckets), key)
+    s = _slot_in(keys64, first_bucket(m, buckets), key, slots)
     if s < 0:
-        s = _slot_in(keys64, second_bucket(m, buckets), key)
+        s = _slot_in(keys64, second_bucket(m, buckets), key, slots)
     return s
 
 
 @nb.njit(cache=True, inline="always")
 def find_one(table: U32, key: np.uint64) -> int:
     """The slot of key, -1 when absent."""
-    return _probe(table.view(np.uint64), table.shape[0], key)
+    return _probe(table.view(np.uint64), table.shape[0], key, slots_of(table))
 
 
 @nb.njit(cache=True, inline="always")
 def _copy_row(table: U32, s: int, out: U32, q: int) -> None:
     """out[q] = the row in slot s."""
-    b = s // B
-    at = 2 * B + (s - b * B) * out.shape[1]
+    slots = slots_of(table)
+    b = s // slots
+    at = 2 * slots + (s - b * slots) * out.shape[1]
     for c in range(out.shape[1]):
         out[q, c] = table[b, at + c]
 
@@ -122,7 +158,7 @@ def _prefetch_keys(table: U32, b: int) -> None:
 
 @nb.njit(cache=True, inline="always")
 def _prefetch_row(table: U32, s: int, width: int) -> None:
-    """The lines of the row in slot s (`width` words)."""
+    """The lines of the row in slot s (`width` words) of a wide table."""
     b = s // B
     at = 2 * B + (s - b * B) * width
     prefetch_span(table, b, at, at + width - 1)
@@ -144,6 +180,7 @@ def _lookup(table: U32, keys: U64, at: I64, lo: int, hi: int, bits: U64, out: U3
     when its key is found; a wide one is prefetched then and copied by lookup i - 3 * AHEAD."""
     keys64 = table.view(np.uint64)
     buckets = table.shape[0]
+    slots = slots_of(table)
     width = out.shape[1]
     narrow = _narrow(table)
     mask = RING - 1
@@ -162,7 +199,7 @@ def _lookup(table: U32, keys: U64, at: I64, lo: int, hi: int, bits: U64, out: U3
             # the same test as above, written out: folded into helpers, the loop ran 10% slower
             if not found[q] and (bits.shape[0] == 0 or may_contain(bits, keys[q])):
                 m = mix(keys[q])
-                s = _slot_in(keys64, first_bucket(m, buckets), keys[q])
+                s = _slot_in(keys64, first_bucket(m, buckets), keys[q], slots)
                 if s < 0:
                     b2 = second_bucket(m, buckets)
                     _prefetch_keys(table, b2)
@@ -176,7 +213,7 @@ def _lookup(table: U32, keys: U64, at: I64, lo: int, hi: int, bits: U64, out: U3
         k = i - 2 * AHEAD
         if lo <= k < hi and second[k & mask] >= 0:
             q = pos[k & mask]
-            s = _slot_in(keys64, second[k & mask], keys[q])
+            s = _slot_in(keys64, second[k & mask], keys[q], slots)
             if s >= 0 and narrow:
                 _copy_row(table, s, out, q)
                 found[q] = True
@@ -195,6 +232,7 @@ def find_slots(table: U32, keys: U64) -> I64:
     probe (not _lookup's lazy second bucket: this serves writes and deltas, not requests)."""
     keys64 = table.view(np.uint64)
     buckets = table.shape[0]
+    slots = slots_of(table)
     n = keys.shape[0]
     out = np.empty(n, dtype=np.int64)
     for i in range(n + AHEAD):
@@ -203,7 +241,7 @@ def find_slots(table: U32, keys: U64) -> I64:
             _prefetch_keys(table, first_bucket(m, buckets))
             _prefetch_keys(table, second_bucket(m, buckets))
         if i >= AHEAD:
-            out[i - AHEAD] = _probe(keys64, buckets, keys[i - AHEAD])
+            out[i - AHEAD] = _probe(keys64, buckets, keys[i - AHEAD], slots)
     return out
 
 
@@ -256,7 +294,7 @@ def by_owner(keys: U64, lo: int, hi: int, shards: int) -> tuple[I64, I64]:
 
 @nb.njit(cache=True, inline="always")
 def _free_in(table: U32, b: int) -> int:
-    for j in range(B):
+    for j in range(slots_of(table)):
         if table[b, 2 * j] == 0 and table[b, 2 * j + 1] == 0:
             return j
     return -1
@@ -267,21 +305,24 @@ def _place(table: U32, b: int, j: int, key: np.uint64, row: U32) -> None:
     table[b, 2 * j] = np.uint32(key & _LO)
     table[b, 2 * j + 1] = np.uint32(key >> np.uint64(32))
     width = row.shape[0]
-    at = 2 * B + j * width
+    at = 2 * slots_of(table) + j * width
     for w in range(width):
         table[b, at + w] = row[w]
 
 
 @nb.njit(cache=True, nogil=True)
-def put_rows(table: U32, keys: U64, rows: U32, seed: int, homeless: U32) -> tuple[int, int, np.uint64]:
+def put_rows(
+    table: U32, keys: U64, rows: U32, seed: int, homeless: U32, max_kicks: int = MAX_KICKS
+) -> tuple[int, int, np.uint64]:
     """Upserts keys[i] -> rows[i] in order (a later duplicate wins).
 
-    Returns (done, added, homeless_key). When an insert finds no room within MAX_KICKS
+    Returns (done, added, homeless_key). When an insert finds no room within max_kicks
     displacements, the walk stops holding one entry that has no slot: its key is returned
     (its row is left in `homeless`), done is the count of keys handled, and the caller grows
     the table, puts the homeless entry back and then keys[done:]. Otherwise done is
     len(keys) and the homeless key 0. Key 0 is invalid (the caller rejects it)."""
     buckets = table.shape[0]
+    slots = slots_of(table)
     width = rows.shape[1]
     added = 0
     state = np.uint64(seed) | np.uint64(1)
@@ -290,8 +331,8 @@ def put_rows(table: U32, keys: U64, rows: U32, seed: int, homeless: U32) -> tupl
         key = keys[i]
         s = find_one(table, key)
         if s >= 0:
-            b = s // B
-            _place(table, b, s - b * B, key, rows[i])
+            b = s // slots
+            _place(table, b, s - b * slots, key, rows[i])
             continue
         added += 1
         m = mix(key)
@@ -310,13 +351,13 @@ def put_rows(table: U32, keys: U64, rows: U32, seed: int, homeless: U32) -> tupl
             homeless[w] = rows[i, w]
         cur = key
         b = b2
-        for _ in range(MAX_KICKS):
+        for _ in range(max_kicks):
             state ^= state << np.uint64(13)
             state ^= state >> np.uint64(7)
             state ^= state << np.uint64(17)
-            j = int(state % np.uint64(B))
+            j = int(state % np.uint64(slots))
             victim = _key_at(table, b, j)
-            at = 2 * B + j * width
+            at = 2 * slots + j * width
             for w in range(width):
                 evicted[w] = table[b, at + w]
             _place(table, b, j, cur, homeless)
@@ -347,12 +388,13 @@ def delete_keys(table: U32, keys: U64) -> int:
         s = find_one(table, keys[q])
         if s < 0:
             continue
-        b = s // B
-        j = s - b * B
+        slots = slots_of(table)
+        b = s // slots
+        j = s - b * slots
         table[b, 2 * j] = 0
         table[b, 2 * j + 1] = 0
-        row_width = (width - 2 * B) // B
-        at = 2 * B + j * row_width
+        row_width = row_words_of_table(table)
+        at = 2 * slots + j * row_width
         for w in range(row_width):
             table[b, at + w] = 0
         removed += 1
@@ -362,17 +404,18 @@ def delete_keys(table: U32, keys: U64) -> int:
 @nb.njit(cache=True, nogil=True)
 def occupied_slots(table: U32) -> I64:
     """Slot numbers of every entry, in slot order."""
+    slots = slots_of(table)
     n = 0
     for b in range(table.shape[0]):
-        for j in range(B):
+        for j in range(slots):
             if table[b, 2 * j] != 0 or table[b, 2 * j + 1] != 0:
                 n += 1
     out = np.empty(n, dtype=np.int64)
     n = 0
     for b in range(table.shape[0]):
-        for j in range(B):
+        for j in range(slots):
             if table[b, 2 * j] != 0 or table[b, 2 * j + 1] != 0:
-                out[n] = b * B + j
+                out[n] = b * slots + j
                 n += 1
     return out
 
@@ -380,9 +423,10 @@ def occupied_slots(table: U32) -> I64:
 @nb.njit(cache=True, nogil=True)
 def keys_of(table: U32, slots: I64) -> U64:
     out = np.empty(slots.shape[0], dtype=np.uint64)
+    per = slots_of(table)
     for i in range(slots.shape[0]):
-        b = slots[i] // B
-        out[i] = _key_at(table, b, slots[i] - b * B)
+        b = slots[i] // per
+        out[i] = _key_at(table, b, slots[i] - b * per)
     return out
 
 
@@ -400,8 +444,9 @@ def find_slot_reference(table: U32, key: int) -> int:
     b2 = ((m & 0xFFFFFFFF) * buckets) >> 32
     if b2 == b1:
         b2 = (b1 + 1) % buckets
+    slots = LINE_SLOTS if table.shape[1] == LINE_WIDTH else B
     for b in (b1, b2):
-        for j in range(B):
+        for j in range(slots):
             if int(table[b, 2 * j]) | (int(table[b, 2 * j + 1]) << 32) == key:
-                return b * B + j
+                return b * slots + j
     return -1

@@ -13,7 +13,7 @@ import numba as nb
 import numpy as np
 import numpy.typing as npt
 
-from ctr.bucket_kernels import AHEAD, B, _prefetch_keys, _probe, first_bucket, mix, second_bucket
+from ctr.bucket_kernels import AHEAD, B, _prefetch_keys, _probe, first_bucket, mix, second_bucket, slots_of
 from ctr.key_filter import may_contain
 
 U32 = npt.NDArray[np.uint32]
@@ -31,6 +31,8 @@ def locate(table: U32, keys: U64, at: I64, lo: int, hi: int, bits: U64, tag: int
     (src[q] < 0) whose key the filter `bits` may hold (every key when it is empty):
     src[q] = tag and slot[q] = the key's slot where the table holds it. Both buckets of a
     key are prefetched AHEAD positions before its probe."""
+    if slots_of(table) != B:
+        raise ValueError("locate reads wide tables only (1-word rows are copied)")
     keys64 = table.view(np.uint64)
     buckets = table.shape[0]
     for i in range(lo, hi + AHEAD):
@@ -44,7 +46,7 @@ def locate(table: U32, keys: U64, at: I64, lo: int, hi: int, bits: U64, tag: int
         if j >= lo:
             q = at[j] if at.shape[0] else j
             if src[q] < 0 and (bits.shape[0] == 0 or may_contain(bits, keys[q])):
-                s = _probe(keys64, buckets, keys[q])
+                s = _probe(keys64, buckets, keys[q], B)
                 if s >= 0:
                     src[q] = tag
                     slot[q] = s

@@ -15,13 +15,31 @@ import numpy.typing as npt
 from ctr import bucket_kernels as bk
 
 B = bk.B
-IMAGE_LOAD = 0.95  # images: memory = 1/0.95 = 1.053x raw key+row bytes
+IMAGE_LOAD = 0.95  # wide images: memory = 1/0.95 = 1.053x raw key+row bytes
+LINE_IMAGE_LOAD = 0.98  # line images (1-word rows): 64 / 5 / 0.98 = 13.06 B a key, 1.088x raw
 NO_FILTER = np.zeros(0, dtype=np.uint64)
 GROW_LOAD = 0.9  # a mutable map doubles past this load, so inserts rarely walk far
+LINE_BYTES = 64
 
 
-def buckets_for(n: int, load: float) -> int:
-    return max(2, math.ceil(n / (B * load)))
+def slots_for(row_words: int) -> int:
+    return bk.LINE_SLOTS if row_words == 1 else B
+
+
+def image_load(row_words: int) -> float:
+    return LINE_IMAGE_LOAD if row_words == 1 else IMAGE_LOAD
+
+
+def buckets_for(n: int, load: float, row_words: int = 2) -> int:
+    return max(2, math.ceil(n / (slots_for(row_words) * load)))
+
+
+def aligned_zeros(buckets: int, width: int) -> npt.NDArray[np.uint32]:
+    """A zeroed uint32[buckets, width] table starting on a cache line, so that each bucket
+    of the line layout is one line (numpy aligns to 16 bytes only)."""
+    raw = np.zeros(buckets * width + LINE_BYTES // 4, dtype=np.uint32)
+    skip = (-raw.ctypes.data % LINE_BYTES) // 4
+    return raw[skip : skip + buckets * width].reshape(buckets, width)
 
 
 class BucketMap:
@@ -31,8 +49,8 @@ class BucketMap:
     def __init__(self, row_words: int, buckets: int = 2, table: npt.NDArray[np.uint32] | None = None, size: int | None = None):
         self.row_words = row_words
         if table is None:
-            table = np.zeros((max(2, buckets), B * (2 + row_words)), dtype=np.uint32)
-        if table.ndim != 2 or table.shape[1] != B * (2 + row_words) or table.shape[0] < 2:
+            table = aligned_zeros(max(2, buckets), bk.width_for(row_words))
+        if table.ndim != 2 or table.shape[0] < 2 or bk.row_words_of(table.shape[1]) != row_words:
             raise ValueError(f"table shape {table.shape} does not fit row_words={row_words}")
         self.table = table
         self.size = int(bk.occupied_slots(table).shape[0]) if size is None else size
@@ -43,8 +61,13 @@ class BucketMap:
         return int(self.table.shape[0])
 
     @property
+    def slots(self) -> int:
+        """Slots a bucket (its layout: bucket_kernels.slots_of)."""
+        return bk.LINE_SLOTS if self.table.shape[1] == bk.LINE_WIDTH else B
+
+    @property
     def capacity(self) -> int:
-        return self.buckets * B
+        return self.buckets * self.slots
 
     @property
     def nbytes(self) -> int:
@@ -82,7 +105,7 @@ class BucketMap:
         if keys.size and not keys.all():
             raise ValueError("key 0 is reserved for empty slots")
         if self.size + keys.shape[0] > self.capacity * GROW_LOAD:
-            self._rebuild(buckets_for(self.size + keys.shape[0], GROW_LOAD / 1.5))
+            self._rebuild(buckets_for(self.size + keys.shape[0], GROW_LOAD / 1.5, self.row_words))
         homeless = np.empty(self.row_words, dtype=np.uint32)
         while keys.shape[0]:
             self._seed += 1
@@ -107,7 +130,9 @@ class BucketMap:
         return bk.keys_of(self.table, slots), slots
 
     def copy(self) -> BucketMap:
-        return BucketMap(self.row_words, table=self.table.copy(), size=self.size)
+        table = aligned_zeros(*self.table.shape)
+        table[:] = self.table
+        return BucketMap(self.row_words, table=table, size=self.size)
 
     def _rebuild(self, buckets: int) -> None:
         """Moves every entry into a table of at least `buckets` buckets."""
@@ -116,22 +141,24 @@ class BucketMap:
 
     def _fill(self, keys: npt.NDArray[np.uint64], rows: npt.NDArray[np.uint32], buckets: int) -> None:
         """Replaces the table with a fresh one of `buckets` holding keys (unique) -> rows,
-        5% larger each time two choices of B slots cannot hold them."""
+        1% larger each time two choices of a bucket's slots cannot hold them."""
         if keys.size and not keys.all():
             raise ValueError("key 0 is reserved for empty slots")
         homeless = np.empty(self.row_words, dtype=np.uint32)
         while True:
-            table = np.zeros((max(2, buckets), B * (2 + self.row_words)), dtype=np.uint32)
-            done, added, lost = bk.put_rows(table, keys, rows, self._seed, homeless)
+            table = aligned_zeros(max(2, buckets), bk.width_for(self.row_words))
+            done, added, lost = bk.put_rows(table, keys, rows, self._seed, homeless, bk.FILL_KICKS)
             if lost == 0:
                 break
-            buckets = math.ceil(buckets * 1.05) + 1
+            buckets = math.ceil(buckets * 1.01) + 1
         self.table, self.size = table, int(added)
 
     @classmethod
-    def from_rows(cls, keys: npt.NDArray[np.uint64], rows: npt.NDArray[np.uint32], load: float = IMAGE_LOAD) -> BucketMap:
-        """A table sized to `load` holding keys (unique) with their rows (uint32 words)."""
+    def from_rows(cls, keys: npt.NDArray[np.uint64], rows: npt.NDArray[np.uint32], load: float | None = None) -> BucketMap:
+        """A table sized to `load` (default: the layout's image load) holding keys (unique)
+        with their rows (uint32 words)."""
         n, row_words = rows.shape
         m = cls(row_words)
-        m._fill(np.ascontiguousarray(keys, dtype=np.uint64), np.ascontiguousarray(rows, dtype=np.uint32), buckets_for(n, load))
+        at = image_load(row_words) if load is None else load
+        m._fill(np.ascontiguousarray(keys, dtype=np.uint64), np.ascontiguousarray(rows, dtype=np.uint32), buckets_for(n, at, row_words))
         return m

@@ -5,8 +5,11 @@ Every file is a 64-byte header followed by a payload (see docs/model-format.md):
     magic "BLMF" | u16 format version | u16 kind | u32 dim | u64 count | u64 extra
     | u64 payload bytes | u32 crc32(payload) | zero padding to 64 bytes
 
-kind 4 BUCKETS: payload = bucketized cuckoo table uint32[extra=buckets, 8 * (2 + dim)]
+kind 4 BUCKETS: payload = bucketized cuckoo table uint32[extra=buckets, width]
     (ctr.bucket_kernels); count = entries. Serving mmaps it as a BucketMap without copying.
+    width is 8 * (2 + dim) (the wide layout), or 16 for dim 1 (the line layout: 5 keys and
+    their rows a 64-byte bucket; dim-1 images written before 2026-11-25 are wide, and
+    still read). The payload starts at byte 64, so a mapped bucket is one cache line.
 kind 1 IMAGE (older): linear-probing slots uint32[extra=capacity, 2 + dim]; still read,
     rebuilt into a BucketMap in memory.
 kind 2 DELTA: payload = keys uint64[count] sorted | rows float32[count, dim]
@@ -171,8 +174,9 @@ def load_image(path: Path, mmap: bool = True) -> BucketMap:
         return _legacy_image(path, h)
     if h.kind != Kind.BUCKETS:
         raise ModelFileError(f"{path}: kind {h.kind.name}, expected an image")
-    shape = (h.extra, bucket_kernels.B * (2 + h.dim))
-    if h.extra < 2 or h.payload_bytes != shape[0] * shape[1] * 4:
+    width = h.payload_bytes // (4 * h.extra) if h.extra >= 2 else 0
+    shape = (h.extra, width)
+    if width == 0 or h.payload_bytes != shape[0] * shape[1] * 4 or bucket_kernels.row_words_of(width) != h.dim:
         raise ModelFileError(f"{path}: payload size does not match {h.extra} buckets of dim {h.dim}")
     table: npt.NDArray[np.uint32]
     if mmap:
