@@ -159,6 +159,6 @@ class BucketMap:
         with their rows (uint32 words)."""
         n, row_words = rows.shape
         m = cls(row_words)
-        at = image_load(row_words) if load is None else load
-        m._fill(np.ascontiguousarray(keys, dtype=np.uint64), np.ascontiguousarray(rows, dtype=np.uint32), buckets_for(n, at, row_words))
+        buckets = buckets_for(n, image_load(row_words) if load is None else load, row_words)
+        m._fill(np.ascontiguousarray(keys, dtype=np.uint64), np.ascontiguousarray(rows, dtype=np.uint32), buckets)
         return m
