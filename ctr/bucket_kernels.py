@@ -12,9 +12,10 @@ Two layouts, told apart by the table's width (`slots_of`):
   keys' line and its row's.
 - line (S = LINE_SLOTS = 5, R = 1, LR's rows): 5 keys, their 5 words and one spare word
   make one 64-byte bucket, so a hit in its first bucket reads one line instead of two.
-  Two choices of 5 slots fill to 0.98: 1.09x the raw bytes. 80k LR hits in a 10M-key
-  table, one thread: 1.64-1.72 ms against 3.08 with the wide layout. A table must start
-  on a 64-byte boundary for a bucket to be one line (mapped files do; `aligned_zeros`).
+  Two choices of 5 slots fill to 0.98: 1.09x the raw bytes. Random hits in a 10M-key
+  table, the same kernel, alternating: 33.5 against 31.0 M/s for 80k (one thread), 36.9
+  against 34.4 M/s for 2M, 73 against 67 on two threads. A table must start on a 64-byte
+  boundary for a bucket to be one line (mapped files do; `bucket_map.aligned_zeros`).
 
 Slots are numbered `b * S + j`. Lookups run as a software pipeline (`_lookup`): a key's
 first bucket is prefetched AHEAD lookups before it is probed, its second bucket only when
@@ -186,15 +187,14 @@ def _two_stage(
 ) -> None:
     """_lookup for a narrow table, whose rows come with its keys' lines: two stages, and
     no ring of slots to copy later. Inlined with `slots` and `last_word` (the bucket's
-    last word, prefetched with its first) constant where the layout fixes them: compares
-    and row offsets the compiler knows took 80k LR hits in 1M-bucket line tables from 1.18
-    (the general pipeline) to 0.85 ms."""
+    last word, prefetched with its first) constant where the layout fixes them: with
+    compares and row offsets the compiler knows, 40k LR hits in a 1M-bucket line table took
+    0.95 ms against 1.18 through the general pipeline."""
     keys64 = table.view(np.uint64)
     buckets = table.shape[0]
     filtered = bits.shape[0] > 0
     indexed = at.shape[0] > 0
     mask = RING - 1
-    pos = np.empty(RING, dtype=np.int64)  # the position of each lookup in flight
     second = np.empty(RING, dtype=np.int64)  # the bucket to probe next (-1: none)
     for i in range(lo, hi + 2 * AHEAD):
         if i < hi:
@@ -215,10 +215,10 @@ def _two_stage(
                 else:
                     b2 = second_bucket(m, buckets)
                     prefetch_span(table, b2, 0, last_word)
-            pos[j & mask], second[j & mask] = q, b2
+            second[j & mask] = b2
         k = i - 2 * AHEAD
         if lo <= k < hi and second[k & mask] >= 0:
-            q = pos[k & mask]
+            q = at[k] if indexed else k
             b = second[k & mask]
             x = _index_in(keys64, b, keys[q], slots)
             if x >= 0:
