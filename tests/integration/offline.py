@@ -31,10 +31,15 @@ def version_rows(repo: Repository, version: int) -> tuple[dict[int, np.ndarray],
             columns = _columns(f["columns"])
             width = sum(d for _, d in columns.values())
             raw = (repo.path(base["version"]) / f["name"]).read_bytes()
-            # docs/model-format.md: buckets of 8 uint64 keys, then their 8 rows
-            buckets = np.frombuffer(raw[64:], dtype=np.uint32).reshape(-1, 8 * (2 + width))
-            keys = buckets[:, :16].copy().view(np.uint64).reshape(-1)
-            vals = buckets[:, 16:].copy().view(np.float32).reshape(-1, width)
+            # docs/model-format.md: buckets of S uint64 keys, then their S rows; S = 8
+            # (wide), or 5 in 16 words for 1-word rows (line), told by the bucket's width
+            n_buckets = int.from_bytes(raw[20:28], "little")
+            bucket_words = (len(raw) - 64) // (4 * n_buckets)
+            slots = 5 if width == 1 and bucket_words == 16 else 8
+            assert bucket_words == (16 if slots == 5 else 8 * (2 + width))
+            buckets = np.frombuffer(raw[64:], dtype=np.uint32).reshape(n_buckets, bucket_words)
+            keys = buckets[:, : 2 * slots].copy().view(np.uint64).reshape(-1)
+            vals = buckets[:, 2 * slots : 2 * slots + slots * width].copy().view(np.float32).reshape(-1, width)
             rows.update({int(k): vals[i] for i, k in enumerate(keys) if k})
     width = sum(d for _, d in columns.values())
     for v in m["delta_chain"]:
