@@ -248,19 +248,19 @@ def _lookup(table: U32, keys: U64, at: I64, lo: int, hi: int, bits: U64, out: U3
     at load 0.95, and every miss) is the second bucket prefetched, and probed by lookup
     i - 2 * AHEAD: prefetching both buckets up front fetched 4 lines per LR hit instead of
     2.4, and those fetches were the limit (80k LR hits, 10M keys, one thread: 3.6 -> 2.8
-    ms; 9-word rows: 5.5 -> 4.2 ms, in one process, alternating). A narrow row is copied
-    when its key is found; a wide one is prefetched then and copied by lookup i - 3 * AHEAD."""
+    ms; 9-word rows: 5.5 -> 4.2 ms, in one process, alternating). A narrow table's row is
+    copied when its key is found (_two_stage); a wide one is prefetched then and copied by
+    lookup i - 3 * AHEAD."""
     if table.shape[1] == LINE_WIDTH:
         _lookup_line(table, keys, at, lo, hi, bits, out, found)
         return
     if _narrow(table):
         _lookup_narrow(table, keys, at, lo, hi, bits, out, found)
         return
+    # past here a table of wide rows, in the wide layout: B slots a bucket, a constant
     keys64 = table.view(np.uint64)
     buckets = table.shape[0]
-    slots = slots_of(table)
     width = out.shape[1]
-    narrow = _narrow(table)
     mask = RING - 1
     pos = np.empty(RING, dtype=np.int64)  # the position of each lookup in flight
     second = np.empty(RING, dtype=np.int64)  # the bucket to probe next (-1: none)
@@ -278,14 +278,11 @@ def _lookup(table: U32, keys: U64, at: I64, lo: int, hi: int, bits: U64, out: U3
             if not found[q] and (bits.shape[0] == 0 or may_contain(bits, keys[q])):
                 m = mix(keys[q])
                 b = first_bucket(m, buckets)
-                x = _index_in(keys64, b, keys[q], slots)
+                x = _index_in(keys64, b, keys[q], B)
                 if x < 0:
                     b2 = second_bucket(m, buckets)
                     _prefetch_keys(table, b2)
-                elif narrow:
-                    _copy_at(table, b, x, slots, out, q)
-                    found[q] = True
-                else:  # wide rows: the wide layout, B slots a bucket
+                else:
                     s = b * B + x
                     _prefetch_row(table, s, width)
             pos[j & mask], second[j & mask], slot[j & mask] = q, b2, s
@@ -293,11 +290,8 @@ def _lookup(table: U32, keys: U64, at: I64, lo: int, hi: int, bits: U64, out: U3
         if lo <= k < hi and second[k & mask] >= 0:
             q = pos[k & mask]
             b = second[k & mask]
-            x = _index_in(keys64, b, keys[q], slots)
-            if x >= 0 and narrow:
-                _copy_at(table, b, x, slots, out, q)
-                found[q] = True
-            elif x >= 0:
+            x = _index_in(keys64, b, keys[q], B)
+            if x >= 0:
                 _prefetch_row(table, b * B + x, width)
                 slot[k & mask] = b * B + x
         c = i - 3 * AHEAD
