@@ -86,7 +86,7 @@ def main() -> None:
         "1_thread": rate(bucket.get, probe, 1, args.reps),
         "2_threads": rate(bucket.get, probe, 2, args.reps),
     }
-    wide_table = aligned_zeros(buckets_for(keys.shape[0], IMAGE_LOAD, 2), bucket_kernels.B * 3)
+    wide_table = aligned_zeros(buckets_for(keys.shape[0], IMAGE_LOAD, bucket_kernels.B), bucket_kernels.B * 3)
     _, _, lost = bucket_kernels.put_rows(
         wide_table, keys, rows.view(np.uint32), 1, np.empty(1, np.uint32), bucket_kernels.FILL_KICKS
     )

@@ -60,6 +60,7 @@ def width_for(row_words: int) -> int:
     return LINE_WIDTH if row_words == 1 else B * (2 + row_words)
 
 
+@nb.njit(cache=True)
 def row_words_of(width: int) -> int:
     """The row width of a table `width` words wide (0 when no layout has that width)."""
     if width == LINE_WIDTH:
@@ -71,11 +72,6 @@ def row_words_of(width: int) -> int:
 def slots_of(table: U32) -> int:
     """Slots per bucket of a table (its layout, from its width)."""
     return LINE_SLOTS if table.shape[1] == LINE_WIDTH else B
-
-
-@nb.njit(cache=True, inline="always")
-def row_words_of_table(table: U32) -> int:
-    return 1 if table.shape[1] == LINE_WIDTH else table.shape[1] // B - 2
 
 
 @nb.njit(cache=True, inline="always")
@@ -467,7 +463,7 @@ def delete_keys(table: U32, keys: U64) -> int:
         j = s - b * slots
         table[b, 2 * j] = 0
         table[b, 2 * j + 1] = 0
-        row_width = row_words_of_table(table)
+        row_width = row_words_of(table.shape[1])
         at = 2 * slots + j * row_width
         for w in range(row_width):
             table[b, at + w] = 0

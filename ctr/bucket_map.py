@@ -30,8 +30,9 @@ def image_load(row_words: int) -> float:
     return LINE_IMAGE_LOAD if row_words == 1 else IMAGE_LOAD
 
 
-def buckets_for(n: int, load: float, row_words: int = 2) -> int:
-    return max(2, math.ceil(n / (slots_for(row_words) * load)))
+def buckets_for(n: int, load: float, slots: int) -> int:
+    """Buckets of `slots` slots that hold n keys at `load`."""
+    return max(2, math.ceil(n / (slots * load)))
 
 
 def aligned_zeros(buckets: int, width: int) -> npt.NDArray[np.uint32]:
@@ -105,7 +106,7 @@ class BucketMap:
         if keys.size and not keys.all():
             raise ValueError("key 0 is reserved for empty slots")
         if self.size + keys.shape[0] > self.capacity * GROW_LOAD:
-            self._rebuild(buckets_for(self.size + keys.shape[0], GROW_LOAD / 1.5, self.row_words))
+            self._rebuild(buckets_for(self.size + keys.shape[0], GROW_LOAD / 1.5, self.slots))
         homeless = np.empty(self.row_words, dtype=np.uint32)
         while keys.shape[0]:
             self._seed += 1
@@ -159,6 +160,6 @@ class BucketMap:
         with their rows (uint32 words)."""
         n, row_words = rows.shape
         m = cls(row_words)
-        buckets = buckets_for(n, image_load(row_words) if load is None else load, row_words)
+        buckets = buckets_for(n, image_load(row_words) if load is None else load, slots_for(row_words))
         m._fill(np.ascontiguousarray(keys, dtype=np.uint64), np.ascontiguousarray(rows, dtype=np.uint32), buckets)
         return m
