@@ -6,9 +6,11 @@ Serving therefore maps only its own copies, each checked against the manifest's 
 it is copied; a copy made for one version is reused by the next (a delta costs its own
 files), and copies no loaded version uses are removed.
 
-Without a folder given, the copies go to a temporary one named after the process. A server
-killed with SIGKILL (or by the OOM killer) cannot remove its folder, which holds a whole
-model; the next server to start removes every such folder whose process is gone.
+Without a folder given, the copies go to a temporary one named after the process (its pid
+and its pid namespace). A server killed with SIGKILL (or by the OOM killer) cannot remove
+its folder, which holds a whole model; the next server to start in the same pid namespace
+removes every such folder whose process is gone. A folder from another namespace (a /tmp
+shared between containers) is never touched: its pid means nothing here.
 """
 
 from __future__ import annotations
@@ -24,7 +26,20 @@ from ctr import modelfile
 from modelmgr.repository import version_name
 
 PREFIX = "boundless-serving-"
-_OWNED_NAME = re.compile(re.escape(PREFIX) + r"(\d+)-")
+_OWNED_NAME = re.compile(re.escape(PREFIX) + r"(\d+)-(\d+)-")
+
+
+def pid_namespace() -> int:
+    """The inode of this process's pid namespace (0 where /proc does not say)."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0
+
+
+def owned_prefix() -> str:
+    """The start of this process's temporary folder name: prefix, pid namespace, pid."""
+    return f"{PREFIX}{pid_namespace()}-{os.getpid()}-"
 
 
 def _alive(pid: int) -> bool:
@@ -38,12 +53,14 @@ def _alive(pid: int) -> bool:
 
 
 def remove_orphans(parent: Path) -> list[Path]:
-    """Removes the temporary copy folders in `parent` whose server process has exited;
-    returns them. A reused pid keeps its folder until that process exits too."""
+    """Removes the temporary copy folders in `parent` made in this pid namespace whose
+    server process has exited; returns them. A reused pid keeps its folder until that
+    process exits too."""
     removed = []
+    here = pid_namespace()
     for p in parent.glob(PREFIX + "*"):
         m = _OWNED_NAME.match(p.name)
-        if m and p.is_dir() and not _alive(int(m.group(1))):
+        if m and int(m.group(1)) == here and p.is_dir() and not _alive(int(m.group(2))):
             shutil.rmtree(p, ignore_errors=True)
             removed.append(p)
     return removed
@@ -54,7 +71,7 @@ class LocalCopies:
         self._owned = root is None
         if root is None:
             remove_orphans(Path(tempfile.gettempdir()))
-            root = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-"))
+            root = Path(tempfile.mkdtemp(prefix=owned_prefix()))
         self.root = root
         self.root.mkdir(parents=True, exist_ok=True)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from serving.local_copies import PREFIX, LocalCopies, remove_orphans
+from serving.local_copies import PREFIX, LocalCopies, pid_namespace, remove_orphans
 
 
 def _dead_pid() -> int:
@@ -20,14 +20,16 @@ def _dead_pid() -> int:
 
 
 def test_a_folder_whose_process_is_gone_is_removed_and_a_live_one_kept(tmp_path: Path) -> None:
-    dead = tmp_path / f"{PREFIX}{_dead_pid()}-abc"
-    live = tmp_path / f"{PREFIX}{os.getpid()}-def"
+    ns, gone = pid_namespace(), _dead_pid()
+    dead = tmp_path / f"{PREFIX}{ns}-{gone}-abc"
+    live = tmp_path / f"{PREFIX}{ns}-{os.getpid()}-def"
     unnamed = tmp_path / f"{PREFIX}xyz"  # not named after a process: never touched
-    for d in (dead, live, unnamed):
+    elsewhere = tmp_path / f"{PREFIX}{ns + 1}-{gone}-ghi"  # another pid namespace's pid
+    for d in (dead, live, unnamed, elsewhere):
         (d / "1").mkdir(parents=True)
         (d / "1" / "image").write_bytes(b"x" * 100)
     assert remove_orphans(tmp_path) == [dead]
-    assert not dead.exists() and live.is_dir() and unnamed.is_dir()
+    assert not dead.exists() and live.is_dir() and unnamed.is_dir() and elsewhere.is_dir()
 
 
 def test_a_killed_server_leaves_a_folder_the_next_one_removes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
