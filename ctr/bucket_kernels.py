@@ -139,19 +139,8 @@ def find_one(table: U32, key: np.uint64) -> int:
 
 @nb.njit(cache=True, inline="always")
 def _copy_at(table: U32, b: int, j: int, slots: int, out: U32, q: int) -> None:
-    """out[q] = the row of bucket b's j-th slot (`slots` a bucket): no division, unlike
-    _copy_row, whose slot number must be split by the layout's slot count."""
+    """out[q] = the row of bucket b's j-th slot (`slots` a bucket)."""
     at = 2 * slots + j * out.shape[1]
-    for c in range(out.shape[1]):
-        out[q, c] = table[b, at + c]
-
-
-@nb.njit(cache=True, inline="always")
-def _copy_row(table: U32, s: int, out: U32, q: int) -> None:
-    """out[q] = the row in slot s."""
-    slots = slots_of(table)
-    b = s // slots
-    at = 2 * slots + (s - b * slots) * out.shape[1]
     for c in range(out.shape[1]):
         out[q, c] = table[b, at + c]
 
@@ -319,9 +308,11 @@ def find_slots(table: U32, keys: U64) -> I64:
 @nb.njit(cache=True, nogil=True)
 def gather_into(table: U32, slots: I64, out: U32) -> None:
     """out[i] = the row of slots[i] (R = out.shape[1] words); leaves out[i] where slots[i] < 0."""
+    per = slots_of(table)
     for i in range(slots.shape[0]):
         if slots[i] >= 0:
-            _copy_row(table, slots[i], out, i)
+            b = slots[i] // per
+            _copy_at(table, b, slots[i] - b * per, per, out, i)
 
 
 @nb.njit(cache=True, nogil=True)

@@ -63,8 +63,8 @@ class BucketMap:
 
     @property
     def slots(self) -> int:
-        """Slots a bucket (its layout: bucket_kernels.slots_of)."""
-        return bk.LINE_SLOTS if self.table.shape[1] == bk.LINE_WIDTH else B
+        """Slots a bucket (its layout, from the table's width)."""
+        return int(bk.slots_of(self.table))
 
     @property
     def capacity(self) -> int:
