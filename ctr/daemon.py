@@ -120,6 +120,17 @@ def write_ready_file(path: str | None, **ports: object) -> None:
         os.replace(tmp, path)
 
 
+def process_alive(pid: int) -> bool:
+    """Whether a process with this pid exists here (another user's counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def wait_for_stop_signal() -> None:
     """Blocks until SIGTERM or SIGINT."""
     stop = threading.Event()

@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ctr import modelfile
+from ctr import daemon, modelfile
 from modelmgr.repository import version_name
 
 PREFIX = "boundless-serving-"
@@ -42,16 +42,6 @@ def owned_prefix() -> str:
     return f"{PREFIX}{pid_namespace()}-{os.getpid()}-"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's process
-    return True
-
-
 def remove_orphans(parent: Path) -> list[Path]:
     """Removes the temporary copy folders in `parent` made in this pid namespace whose
     server process has exited; returns them. A reused pid keeps its folder until that
@@ -60,7 +50,7 @@ def remove_orphans(parent: Path) -> list[Path]:
     here = pid_namespace()
     for p in parent.glob(PREFIX + "*"):
         m = _OWNED_NAME.match(p.name)
-        if m and int(m.group(1)) == here and p.is_dir() and not _alive(int(m.group(2))):
+        if m and int(m.group(1)) == here and p.is_dir() and not daemon.process_alive(int(m.group(2))):
             shutil.rmtree(p, ignore_errors=True)
             removed.append(p)
     return removed

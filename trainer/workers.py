@@ -174,12 +174,9 @@ def _obey(control: Any, trainer: Trainer, reports: Any, index: int, coordinator:
 
 
 def _coordinator_alive(pid: int) -> None:
-    if pid:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            log.error("the coordinator (pid %d) is gone; this worker stops", pid)
-            os._exit(1)
+    if pid and not daemon.process_alive(pid):
+        log.error("the coordinator (pid %d) is gone; this worker stops", pid)
+        os._exit(1)
 
 
 @dataclass
