@@ -25,9 +25,9 @@ from serving.parallel import Both
 KIND_KEYS = 0
 KIND_INTS = 1
 U8 = npt.NDArray[np.uint8]
-SMALL_ZIGZAG = np.uint64(2 * SMALL - 1)  # the first zigzag code of magnitude 2**32 (-2**32)
 U64 = npt.NDArray[np.uint64]
 I64 = npt.NDArray[np.int64]
+SMALL_ZIGZAG = np.uint64(2 * SMALL - 1)  # the first zigzag code of magnitude 2**32 (-2**32)
 
 
 @nb.njit(cache=True, nogil=True)
