@@ -116,12 +116,15 @@ class FanOut:
                             f"shards {pending} did not answer within {self.deadline_s * 1e3:.0f} ms",
                         )
                     wake = deadline
+                    # a call can complete inside launch(), its callback then running on this
+                    # thread: after a launch, look at the answers again before waiting
                     for j in pending:
                         shard = self.shards[j]
                         live = len(in_flight[j]) - len(failures[j])
                         if live <= 0:  # every call so far failed: the next replica, or give up
                             if len(in_flight[j]) < len(shard.stubs):
                                 launch(j)
+                                wake = now
                                 continue
                             last = failures[j][-1]
                             raise FanOutError(
@@ -133,6 +136,7 @@ class FanOut:
                             if now >= hedge_at:
                                 metrics.HEDGED.inc()
                                 launch(j)
+                                wake = now
                             else:
                                 wake = min(wake, hedge_at)
                     lock.wait(max(0.0, wake - time.monotonic()))
