@@ -13,12 +13,12 @@ import grpc
 import numpy as np
 import numpy.typing as npt
 
-from ctr.routing import shard_of
 from protos import predict_pb2
 from serving.encoding import DecodedRequest
 from serving.fanout import FanOut, FanOutError
 from serving.kernels import finish_fm, sum_squares_per_item
 from serving.model import ServableModel
+from serving.request_split import KeySplit, split_request_features, split_request_keys
 from serving.watcher import ModelWatcher
 
 SKEW_RETRIES = 3
@@ -32,12 +32,12 @@ class Router:
 
     def score(self, model: ServableModel, req: DecodedRequest) -> tuple[npt.NDArray[np.float32], int]:
         """Scores and the version they come from: the router's, which every shard confirmed."""
-        owner = shard_of(np.ascontiguousarray(req.keys, dtype=np.uint64), model.shard_count) % len(self.fanout)
+        split = split_request_keys(req.keys, model.shard_count, len(self.fanout))
         for attempt in range(SKEW_RETRIES + 1):
             if model.spec.type in ("lr", "fm"):
-                scores, versions = self._partial(model, req, owner)
+                scores, versions = self._partial(model, req, split)
             else:
-                scores, versions = self._rows(model, req, owner)
+                scores, versions = self._rows(model, req, split)
             if all(v == model.version for v in versions):
                 return scores, model.version
             self.watcher.wake()
@@ -47,43 +47,37 @@ class Router:
             grpc.StatusCode.UNAVAILABLE, f"the shards serve versions {sorted(set(versions))}, this router {model.version}"
         )
 
-    def _rows(
-        self, model: ServableModel, req: DecodedRequest, owner: npt.NDArray[np.int64]
-    ) -> tuple[npt.NDArray[np.float32], list[int]]:
-        where = [np.flatnonzero(owner == j) for j in range(len(self.fanout))]
+    def _rows(self, model: ServableModel, req: DecodedRequest, split: KeySplit) -> tuple[npt.NDArray[np.float32], list[int]]:
+        b = split.bounds
+        where = [split.order[b[j] : b[j + 1]] for j in range(len(self.fanout))]
         answers = self.fanout.call(
             "Lookup", [predict_pb2.LookupRequest(model=model.name, keys=req.keys[w].tobytes()) for w in where]
         )
         width = sum(d for _, d in model.columns.values())  # the kernels index rows by it
-        rows = np.zeros((req.keys.shape[0], width), dtype=np.float32)
+        rows = np.empty((req.keys.shape[0], width), dtype=np.float32)
         for w, a in zip(where, answers, strict=True):
             if int(a.width) != width or len(a.rows) != 4 * width * w.shape[0]:
                 raise FanOutError(grpc.StatusCode.INTERNAL, f"a shard answered rows {a.width} wide; this version's are {width}")
             rows[w] = np.frombuffer(a.rows, dtype="<f4").reshape(-1, width)
         return model.score(req, rows), [int(a.version) for a in answers]
 
-    def _partial(
-        self, model: ServableModel, req: DecodedRequest, owner: npt.NDArray[np.int64]
-    ) -> tuple[npt.NDArray[np.float32], list[int]]:
+    def _partial(self, model: ServableModel, req: DecodedRequest, keys: KeySplit) -> tuple[npt.NDArray[np.float32], list[int]]:
         n_items = req.item_offsets.shape[0] - 1
-        item_of = np.repeat(np.arange(n_items), np.diff(req.item_offsets))
-        local = np.empty(req.keys.shape[0], dtype=np.int64)
+        feats = split_request_features(keys, len(self.fanout), req.context, req.item_offsets, req.item_indices)
+        kb, cb, ib = keys.bounds, feats.context_bounds, feats.index_bounds
+        values = req.values.astype("<f4", copy=False)
         asks = []
         for j in range(len(self.fanout)):
-            mine = np.flatnonzero(owner == j)
-            local[mine] = np.arange(mine.shape[0])
-            ctx = req.context[owner[req.context] == j]
-            sel = owner[req.item_indices] == j
-            offsets = np.concatenate([[0], np.cumsum(np.bincount(item_of[sel], minlength=n_items))])
+            mine = keys.order[kb[j] : kb[j + 1]]
             asks.append(
                 predict_pb2.PartialRequest(
                     model=model.name,
                     item_count=n_items,
                     keys=req.keys[mine].tobytes(),
-                    values=req.values[mine].astype("<f4").tobytes(),
-                    context=local[ctx].astype("<i4").tobytes(),
-                    offsets=offsets.astype("<i4").tobytes(),
-                    indices=local[req.item_indices[sel]].astype("<i4").tobytes(),
+                    values=values[mine].tobytes(),
+                    context=feats.context[cb[j] : cb[j + 1]].astype("<i4", copy=False).tobytes(),
+                    offsets=feats.offsets[j].astype("<i4", copy=False).tobytes(),
+                    indices=feats.indices[ib[j] : ib[j + 1]].astype("<i4", copy=False).tobytes(),
                 )
             )
         answers = self.fanout.call("Partial", asks)
