@@ -66,15 +66,16 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
     for f in dataclasses.fields(cls):
         flag = "--" + f.name.replace("_", "-")
         base, _ = _base_type(hints[f.name])
-        help_text = f.metadata.get("help", "")
         default = f.default if f.default is not dataclasses.MISSING else None
+        # argparse expands %-formats in help: a literal "5%" would crash --help
+        help_text = f"{f.metadata.get('help', '')} (default: {default})".replace("%", "%%")
         if base is bool:
             parser.add_argument(
                 flag,
                 dest=f.name,
                 default=None,
                 action=argparse.BooleanOptionalAction,
-                help=f"{help_text} (default: {default})",
+                help=help_text,
             )
         else:
             parser.add_argument(
@@ -82,7 +83,7 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
                 dest=f.name,
                 default=None,
                 metavar=base.__name__.upper(),
-                help=f"{help_text} (default: {default})",
+                help=help_text,
             )
 
 
