@@ -35,10 +35,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     conf = cfg.build(ServingConfig, ENV_PREFIX, args)
     log = daemon.setup_logging("serving", conf.log_level)
-    copies = LocalCopies(Path(conf.copies_dir) if conf.copies_dir else None)
     splitter = Splitter(conf.score_threads or os.cpu_count() or 1, conf.score_spin_us * 1e-6)
     if conf.router and conf.shard:
         raise SystemExit("serve: --router and --shard exclude each other")
+    if conf.router and not conf.shards:
+        raise SystemExit("serve: --router needs --shards A1|A2,B1|B2 (each shard's replicas)")
+    if conf.shards and not conf.router:
+        raise SystemExit("serve: --shards is the router's list of shard replicas: add --router")
     part = ROUTER if conf.router else ShardPart.parse(conf.shard)
     max_bytes = int(conf.max_request_mb * (1 << 20))
     predictor, scorer = (predict_pb2.DESCRIPTOR.services_by_name[n].full_name for n in ("Predictor", "ShardScorer"))
@@ -53,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
     if conf.dnn_batching not in ("auto", "on", "off"):
         raise SystemExit(f"serve: --dnn-batching {conf.dnn_batching!r} is not auto, on or off")
     batching = DnnBatching(conf.dnn_batching, conf.dnn_batch_wait_ms / 1e3, conf.dnn_batch_items, conf.dnn_cuda_graphs)
+    copies = LocalCopies(Path(conf.copies_dir) if conf.copies_dir else None)  # after the checks: none left behind
     watcher = ModelWatcher(Repository(conf.repo, conf.model), conf.poll_s, copies, splitter, part, batching)
     metrics.IN_FLIGHT.set_function(lambda: splitter.in_flight)  # read when scraped
     watcher.start()
