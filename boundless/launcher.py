@@ -205,6 +205,10 @@ class Demo:
         finally:
             for x in reversed(self.daemons):
                 x.stop()
+            # the producer goes while its broker still answers: left to the interpreter's
+            # exit, librdkafka reconnected to a stopped broker, logged the refusals and
+            # held the exit for seconds
+            self.producer = None
             if self.broker is not None:
                 self.broker.stop()
 
