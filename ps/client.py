@@ -29,7 +29,15 @@ from ps.lifecycle import Lifecycle
 from ps.local_aggregate import AggregationPlan, LocalAggregator
 from ps.shard import ExportedFile, Shard
 from ps.tables import DELTA, GRADIENT, MOMENTUM
-from ps.transport import LocalTransport, Rows, SessionLost, ShardRestarted, ShardStatus, ShardTransport
+from ps.transport import (
+    LocalTransport,
+    Rows,
+    SessionLost,
+    ShardRestarted,
+    ShardStatus,
+    ShardTransport,
+    StoppedWhileUnreachable,
+)
 
 if TYPE_CHECKING:
     from ps.local_server import LocalServers
@@ -46,6 +54,7 @@ __all__ = [
     "PullSession",
     "ShardRestarted",
     "ShardStatus",
+    "StoppedWhileUnreachable",
     "parse_codec",
 ]
 
@@ -104,11 +113,14 @@ class PSClient:
         seed: int = 0,
         pull_codec: str = "auto",
         retry_s: float = 0.0,
+        stopping: Callable[[], bool] = lambda: False,
     ) -> PSClient:
-        """Shard processes over gRPC; a call to an unreachable shard retries for retry_s."""
+        """Shard processes over gRPC; a call to an unreachable shard retries for retry_s, or
+        until stopping() (then StoppedWhileUnreachable)."""
         from ps.grpc_transport import GrpcTransport  # gRPC loads only for shard processes
 
-        return cls(GrpcTransport(addresses, retry_s=retry_s), len(addresses), push_codec, residual_rows, seed, pull_codec)
+        transport = GrpcTransport(addresses, retry_s=retry_s, stopping=stopping)
+        return cls(transport, len(addresses), push_codec, residual_rows, seed, pull_codec)
 
     @classmethod
     def local(

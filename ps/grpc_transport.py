@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -16,7 +17,7 @@ from ctr.security import open_channel
 from protos import ps_pb2, ps_pb2_grpc
 from ps.compression.payload import decode_payload
 from ps.shard import ExportedFile, TableStats
-from ps.transport import Rows, SessionLost, ShardStatus, _ByteCounter
+from ps.transport import Rows, SessionLost, ShardStatus, StoppedWhileUnreachable, _ByteCounter
 from ps.wire import KEYS_DELTA_VARINT, decode_rows, encode_keys, table_decl
 
 log = logging.getLogger("ps.client")
@@ -39,10 +40,17 @@ class GrpcTransport(_ByteCounter):
     """One channel per shard address; protobuf stays inside this class. A call to a shard
     that cannot be reached (UNAVAILABLE: down, or restarting; CANCELLED: it was stopping) is
     retried with backoff for up to `retry_s`, each retry after the first checking the
-    incarnation of the process that answers (ShardRestarted when it changed)."""
+    incarnation of the process that answers (ShardRestarted when it changed). Once `stopping()`
+    is true, a failed call is not retried: StoppedWhileUnreachable, so that SIGTERM stops a
+    trainer whose shards are down at once instead of after `retry_s`."""
 
     def __init__(
-        self, addresses: list[str], key_encoding: int = KEYS_DELTA_VARINT, timeout: float = 60.0, retry_s: float = 0.0
+        self,
+        addresses: list[str],
+        key_encoding: int = KEYS_DELTA_VARINT,
+        timeout: float = 60.0,
+        retry_s: float = 0.0,
+        stopping: Callable[[], bool] = lambda: False,
     ) -> None:
         super().__init__()
         opts = [
@@ -54,6 +62,7 @@ class GrpcTransport(_ByteCounter):
         self.key_encoding = key_encoding
         self.timeout = timeout
         self.retry_s = retry_s
+        self.stopping = stopping
         self.addresses = addresses
 
     def _rpc(self, shard: int, method: str, req: Any, timeout: float | None = None) -> Any:
@@ -67,6 +76,10 @@ class GrpcTransport(_ByteCounter):
                     self.saw(shard, self.stubs[shard].Stats(ps_pb2.StatsRequest(), timeout=self.timeout).incarnation)
                 return getattr(self.stubs[shard], method)(req, timeout=timeout or self.timeout)
             except grpc.RpcError as e:
+                if (_busy(e) or e.code() in RETRIED) and self.stopping():
+                    raise StoppedWhileUnreachable(
+                        f"asked to stop while PS shard {shard} at {self.addresses[shard]} answered {e.code().name}"
+                    ) from e
                 if _busy(e) and time.monotonic() + busy_delay < busy_until:
                     if busy_delay == 0.01:
                         log.warning("PS shard %d at %s is at its call limit; backing off", shard, self.addresses[shard])

@@ -37,6 +37,11 @@ class ShardRestarted(RuntimeError):
         self.shard = shard
 
 
+class StoppedWhileUnreachable(RuntimeError):
+    """The caller was asked to stop (SIGTERM) while a shard could not be reached: its calls
+    stop retrying, and the next start takes up from the last checkpoint cut."""
+
+
 @dataclass(frozen=True)
 class ShardStatus:
     index: int

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import signal
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,7 +20,7 @@ from ctr.fields import FieldIndex
 from ctr.formats import resolve_fields
 from ctr.modelspec import FIELD_MODELS, ModelSpec
 from ctr.schema import PRESETS, FeatureSchema, detect_schema
-from ps.client import VALUE_CODECS, Lifecycle, PSClient, ShardRestarted, parse_codec
+from ps.client import VALUE_CODECS, Lifecycle, PSClient, ShardRestarted, StoppedWhileUnreachable, parse_codec
 from trainer.config import ENV_PREFIX, TrainerConfig
 from trainer.dense_sync import parse_dense_codec
 from trainer.exporter import Exporter
@@ -82,7 +84,7 @@ def addresses_of(conf: TrainerConfig) -> list[str]:
     return [a.strip() for a in conf.ps.split(",") if a.strip()]
 
 
-def connect(conf: TrainerConfig) -> PSClient:
+def connect(conf: TrainerConfig, stopping: Callable[[], bool] = lambda: False) -> PSClient:
     lifecycle = Lifecycle(
         admit_after=conf.local_admit_after,
         ttl_s=conf.local_ttl_s,
@@ -103,12 +105,20 @@ def connect(conf: TrainerConfig) -> PSClient:
     import grpc  # only for shard processes
 
     addresses = addresses_of(conf)
-    client = PSClient.connect(addresses, conf.push_codec, conf.residual_rows, conf.seed, conf.pull_codec, conf.ps_retry_s)
+    client = PSClient.connect(
+        addresses, conf.push_codec, conf.residual_rows, conf.seed, conf.pull_codec, conf.ps_retry_s, stopping
+    )
     for addr, ch in zip(addresses, client.transport.channels, strict=True):  # type: ignore[attr-defined]
-        try:
-            grpc.channel_ready_future(ch).result(timeout=30)
-        except grpc.FutureTimeoutError:
-            raise SystemExit(f"PS shard {addr} is not reachable") from None
+        ready, until = grpc.channel_ready_future(ch), time.monotonic() + 30
+        while True:  # in slices, so that SIGTERM ends the wait
+            try:
+                ready.result(timeout=0.25)
+                break
+            except grpc.FutureTimeoutError:
+                if stopping():
+                    raise StoppedWhileUnreachable(f"asked to stop while PS shard {addr} was not reachable yet") from None
+                if time.monotonic() > until:
+                    raise SystemExit(f"PS shard {addr} is not reachable") from None
     return client
 
 
@@ -203,12 +213,21 @@ def train(conf: TrainerConfig) -> int:
     log = daemon.setup_logging("trainer", conf.log_level)
     check_workers(conf)
     check_codecs(conf)
-    schema = load_schema(conf)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
+    try:
+        return _train(conf, stop, log)
+    except StoppedWhileUnreachable as e:
+        # exactly once still holds: the shards and the stream go back to the last cut
+        log.warning("%s: stopped; the next start takes up from the last checkpoint cut", e)
+        return 0
+
+
+def _train(conf: TrainerConfig, stop: threading.Event, log: logging.Logger) -> int:
+    schema = load_schema(conf)
     guarded = daemon.guard(conf, conf.host)  # its identity for the PS channels; it serves health only
-    client = connect(conf)
+    client = connect(conf, stop.is_set)
     point = restore_shards(client, conf.from_start)  # exactly once: back to the newest common cut
     taken = len(point.parts) or 1
     if point.cut and taken != conf.workers:
