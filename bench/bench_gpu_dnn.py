@@ -35,11 +35,13 @@ from modelmgr.repository import MANIFEST, Repository  # noqa: E402
 from serving import batcher as batching  # noqa: E402
 from serving.config import DnnBatching  # noqa: E402
 from serving.deep import DeepScorer  # noqa: E402
-from serving.encoding import decode  # noqa: E402
+from serving.encoding import (
+    decode,  # noqa: E402
+    field_hash_ids,  # noqa: E402
+)
 from serving.kernels import deep_inputs  # noqa: E402
 from serving.model import load  # noqa: E402
 from serving.parallel import Splitter  # noqa: E402
-from serving.service import field_hash_ids  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = spec_for("deepfm", k=8, hidden=(256, 128))

@@ -23,10 +23,13 @@ from bench.bench_client import timed  # noqa: E402
 from bench.serving_model import publish, requests, spec_for  # noqa: E402
 from modelmgr.repository import MANIFEST, Repository  # noqa: E402
 from protos import predict_pb2  # noqa: E402
-from serving.encoding import EncodedRequest, decode  # noqa: E402
+from serving.encoding import (  # noqa: E402
+    EncodedRequest,
+    decode,
+    field_hash_ids,  # noqa: E402
+)
 from serving.model import ServableModel, load  # noqa: E402
 from serving.parallel import Splitter  # noqa: E402
-from serving.service import field_hash_ids  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -19,8 +19,7 @@ from ctr.modelspec import ModelSpec
 from ctr.routing import shard_of
 from modelmgr.repository import DONE, MANIFEST, Repository
 from serving.client import RequestEncoder
-from serving.encoding import EncodedRequest, decode
-from serving.service import field_hash_ids
+from serving.encoding import EncodedRequest, decode, field_hash_ids
 
 ITEMS, CTX_FIELDS, CTX_PER, ITEM_FIELDS, ITEM_PER = 200, 20, 5, 40, 10
 FIELDS = [f"u{i}" for i in range(CTX_FIELDS)] + [f"i{i}" for i in range(ITEM_FIELDS)]

@@ -10,6 +10,7 @@ the field runs are few.
 
 from __future__ import annotations
 
+import functools
 import threading
 from dataclasses import dataclass
 
@@ -18,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 import zstandard
 
+from ctr.hashing import field_id
 from ctr.unique import first_occurrence, unique_inverse
 from ctr.varint import decode_index_lists, decode_runs, encode_index_lists, encode_varints
 from serving.columns import PREFIX_OF_SUB, TokenFeatures
@@ -237,6 +239,12 @@ def encode_field_runs(fields: npt.NDArray[np.int64]) -> bytes:
     pairs[1::2] = fields[starts]
     pairs[2::2] = lengths
     return bytes(encode_varints(pairs))
+
+
+@functools.lru_cache(maxsize=8)
+def field_hash_ids(names: tuple[str, ...]) -> npt.NDArray[np.uint32]:
+    """The hash id of each of a model's fields, which token dictionaries are hashed with."""
+    return np.array([field_id(n) for n in names], dtype=np.uint32)
 
 
 def decode(

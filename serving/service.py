@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import functools
 import time
 from typing import NoReturn
 
 import grpc
 import numpy as np
-import numpy.typing as npt
 
-from ctr.hashing import field_id
 from protos import predict_pb2, predict_pb2_grpc
 from serving import metrics
-from serving.encoding import EncodedRequest, EncodingError, decode
+from serving.encoding import EncodedRequest, EncodingError, decode, field_hash_ids
 from serving.fanout import FanOutError
 from serving.model import ServableModel
 from serving.router import Router
@@ -26,12 +23,6 @@ def abort(context: grpc.ServicerContext, code: grpc.StatusCode, message: str) ->
     metrics.REQUESTS.labels(code.name).inc()
     context.abort(code, message)
     raise AssertionError("unreachable")  # context.abort raises
-
-
-@functools.lru_cache(maxsize=8)
-def field_hash_ids(names: tuple[str, ...]) -> npt.NDArray[np.uint32]:
-    """The hash id of each of a model's fields, which token dictionaries are hashed with."""
-    return np.array([field_id(n) for n in names], dtype=np.uint32)
 
 
 class PredictorServicer(predict_pb2_grpc.PredictorServicer):

@@ -23,6 +23,7 @@ from serving.local_copies import LocalCopies
 from serving.model import NO_BATCHING, ServableModel, load
 from serving.parallel import SERIAL, Splitter
 from serving.shard_part import WHOLE, ShardPart
+from serving.warmup import warmup_requests
 
 MAX_RETRY_S = 60.0
 WARM_REQUESTS = 8  # recent requests a new version scores before it takes over
@@ -62,12 +63,22 @@ class ModelWatcher:
 
     def warm(self, model: ServableModel) -> int:
         """Scores the recent requests on a version not yet serving: its kernels compile and the
-        pages of the keys in demand come in before the first request, not during it."""
+        pages of the keys in demand come in before the first request, not during it. With no
+        recent request (the process's first version), small ones over its fields
+        (serving.warmup): their keys are not in demand, but the kernels are."""
         warmed = 0
-        for req in list(self._recent):
+        recent = list(self._recent)
+        if not recent:
+            try:
+                recent = warmup_requests(model)
+            except Exception:  # noqa: BLE001 - a version that cannot be warmed is still served
+                log.warning("version %d: cannot build warm-up requests", model.version, exc_info=True)
+        for req in recent:
             try:
                 if model.part == WHOLE:
                     model.score(req)
+                elif model.spec.type in ("lr", "fm"):  # a shard's Partial calls
+                    model.partial(req)
                 else:
                     model.rows(req.keys)
                 warmed += 1

@@ -13,8 +13,7 @@ from boundless.processes import start
 from modelmgr.evaluate import load_published
 from modelmgr.repository import Policy, Repository
 from serving.client import PredictClient
-from serving.encoding import decode
-from serving.service import field_hash_ids
+from serving.encoding import decode, field_hash_ids
 
 
 def test_concurrent_predict_during_swaps_never_fails_and_matches_the_reported_version(tmp_path):

@@ -58,7 +58,7 @@ def test_compressed_requests_decode_concurrently():
     rng = np.random.default_rng(0)
     req = enc.encode_columns({f: rng.integers(1, 1 << 30, (200, 5)) for f in fields}, compress=True)
     assert req.compression == 1
-    from serving.service import field_hash_ids
+    from serving.encoding import field_hash_ids
 
     hashes = field_hash_ids(tuple(fields))
     want = decode(req, len(fields), hashes).keys
@@ -73,8 +73,8 @@ def test_compressed_requests_decode_concurrently():
 def test_token_hashing_split_over_two_threads_gives_the_same_keys():
     import numpy as np
 
+    from serving.encoding import field_hash_ids
     from serving.parallel import Splitter
-    from serving.service import field_hash_ids
 
     fields = [f"f{i}" for i in range(9)]
     enc = RequestEncoder(None, fields)

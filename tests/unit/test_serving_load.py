@@ -13,9 +13,9 @@ import pytest
 from bench.serving_model import publish, requests, spec_for
 from modelmgr.repository import MANIFEST, Repository
 from serving import model as served
-from serving.encoding import decode
+from serving.encoding import decode, field_hash_ids
 from serving.model import load
-from serving.service import field_hash_ids
+from serving.warmup import ITEMS, warmup_requests
 
 
 def _manifest(tmp_path, model: str):
@@ -68,3 +68,18 @@ def test_ffm_scores_rows_in_place_as_it_scores_copied_rows(tmp_path, monkeypatch
         monkeypatch.undo()
         np.testing.assert_array_equal(in_place, copied)  # the same kernel over the same rows
         assert np.ptp(in_place) > 0  # the rows matter
+
+
+@pytest.mark.parametrize("model", ["lr", "fm", "ffm", "deepfm"])
+def test_a_first_version_is_warmed_with_requests_over_its_fields(tmp_path, model):
+    """With no recent request, the warm-up builds requests of both encodings over the
+    version's fields, and they score like any request (serving.warmup)."""
+    d, m = _manifest(tmp_path, model)
+    version = load(d, m, m, d, [], None)
+    reqs = warmup_requests(version)
+    assert len(reqs) == 2
+    for req in reqs:
+        assert req.item_offsets.shape[0] - 1 == ITEMS and req.keys.shape[0] > 0
+        assert (req.fields < version.spec.field_count).all()
+        scores = version.score(req)
+        assert scores.shape == (ITEMS,) and np.isfinite(scores).all()
