@@ -75,7 +75,7 @@ def test_a_new_version_is_warmed_with_the_requests_served_last(tmp_path):
     publish(repo, 1, spec, reqs, keys=5_000, shards=2)
     watcher = ModelWatcher(repo, 1.0)
     model = watcher._load(1)
-    assert watcher.warm(model) == 0  # nothing served yet
+    assert watcher.warm(model) == 2  # nothing served yet: the two warm-up requests (serving.warmup)
     hashes = field_hash_ids(tuple(spec.fields))
     for _ in range(WARM_REQUESTS + 3):
         for r in reqs:
