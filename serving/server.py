@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import grpc
+from grpc_health.v1 import health_pb2
 
 from ctr import config as cfg
 from ctr import daemon
@@ -70,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         if part not in (WHOLE, ROUTER):
             predict_pb2_grpc.add_ShardScorerServicer_to_server(ShardScorerServicer(watcher), s)
 
-    server, port, _ = daemon.grpc_server(
+    server, port, health = daemon.grpc_server(
         conf.host,
         conf.port,
         conf.workers,
@@ -81,6 +82,17 @@ def run(args: argparse.Namespace) -> int:
         reflection=conf.reflection,
         **guarded,
     )
+
+    # the scoring services are ready once a (warmed) version serves: a readiness probe on
+    # them keeps traffic away until then, while "" (liveness) says the process is up
+    def scoring(status: int) -> None:
+        for name in names:
+            health.set(name, status)
+
+    scoring(health_pb2.HealthCheckResponse.NOT_SERVING)
+    watcher.on_switch = lambda: scoring(health_pb2.HealthCheckResponse.SERVING)
+    if watcher.current is not None:  # it switched before on_switch was set
+        watcher.on_switch()
     metrics_port = daemon.metrics_server(conf.host, conf.metrics_port)
     log.info(
         "serving %s from %s on %s:%d (%s), metrics on :%d",

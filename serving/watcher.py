@@ -12,7 +12,7 @@ import hashlib
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from modelmgr.repository import Repository
@@ -56,6 +56,7 @@ class ModelWatcher:
         self._thread = threading.Thread(target=self._loop, name="model-watcher", daemon=True)
         self._failed: dict[int, tuple[int, float]] = {}  # version -> (failures, monotonic time of the next try)
         self._recent: collections.deque[DecodedRequest] = collections.deque(maxlen=WARM_REQUESTS)
+        self.on_switch: Callable[[], None] = lambda: None  # after each version takes over (server.py: health)
 
     def remember(self, req: DecodedRequest) -> None:
         """Keeps a recent request, to warm the next version with before it takes over."""
@@ -166,6 +167,7 @@ class ModelWatcher:
         with self._use_lock:
             self.current = model
         self._retired = previous
+        self.on_switch()
         self.copies.keep_only({model.base_version, *model.chain})
         metrics.VERSION.set(model.version)
         metrics.KEYS.set(model.keys)

@@ -32,7 +32,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 
 {{/* a probe on a gRPC port: the health service, or a TCP check under TLS (the kubelet's gRPC probe has no TLS) */}}
 {{- define "boundless.probe" -}}
-{{- if .root.Values.tls.enabled }}tcpSocket: {port: {{ .port }}}{{ else }}grpc: {port: {{ .port }}}{{ end }}
+{{- if .root.Values.tls.enabled }}tcpSocket: {port: {{ .port }}}{{ else }}grpc: {port: {{ .port }}{{ if .service }}, service: {{ .service }}{{ end }}}{{ end }}
 {{- end }}
 
 {{- define "boundless.securityContext" -}}
