@@ -29,6 +29,7 @@ import numba as nb
 import numpy as np
 import numpy.typing as npt
 
+from ctr.grouping import group_order
 from ctr.key_filter import may_contain
 from ctr.prefetch import LINE_WORDS, prefetch_span
 from ctr.routing import owner
@@ -338,20 +339,9 @@ def by_owner(keys: U64, lo: int, hi: int, shards: int) -> tuple[I64, I64]:
     if shards > MAX_SHARDS:
         raise ValueError("more shards than by_owner can group")
     owners = np.empty(hi - lo, dtype=np.uint16)
-    bounds = np.zeros(shards + 1, dtype=np.int64)
     for q in range(lo, hi):
-        t = owner(keys[q], shards) if shards > 1 else 0
-        owners[q - lo] = t
-        bounds[t + 1] += 1
-    for t in range(shards):
-        bounds[t + 1] += bounds[t]
-    fill = bounds[:-1].copy()
-    order = np.empty(hi - lo, dtype=np.int64)
-    for q in range(lo, hi):
-        t = owners[q - lo]
-        order[fill[t]] = q
-        fill[t] += 1
-    return order, bounds
+        owners[q - lo] = owner(keys[q], shards) if shards > 1 else 0
+    return group_order(owners, shards, lo)
 
 
 @nb.njit(cache=True, inline="always")

@@ -1,7 +1,7 @@
 """Splits a decoded request by serving shard, for the router's fan-out (serving.router):
 each shard gets the keys it owns, and for LR and FM partial sums also the context and each
-item's features as indices into its own keys. One counting sort per list, in two passes
-over it (numba): building the same lists with numpy masks took 2.8 ms of a 200 x 500
+item's features as indices into its own keys. One stable counting sort per list
+(ctr.grouping, numba): building the same lists with numpy masks took 2.8 ms of a 200 x 500
 request for two shards, more than decoding it."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import numba as nb
 import numpy as np
 import numpy.typing as npt
 
+from ctr.grouping import group_order
 from ctr.routing import owner
 
 I32 = npt.NDArray[np.int32]
@@ -38,23 +39,14 @@ class FeatureSplit(NamedTuple):
 def split_keys(keys: U64, shard_files: int, shards: int) -> tuple[I64, I64, I32, I64]:
     """KeySplit's fields: a key's serving shard is its shard file (ctr.routing.owner)
     modulo the serving shards, as `serve --shard i/N` loads them."""
-    n = keys.shape[0]
-    shard = np.empty(n, dtype=np.int64)
-    bounds = np.zeros(shards + 1, dtype=np.int64)
-    for i in range(n):
-        s = owner(keys[i], shard_files) % shards
-        shard[i] = s
-        bounds[s + 1] += 1
+    shard = np.empty(keys.shape[0], dtype=np.int64)
+    for i in range(keys.shape[0]):
+        shard[i] = owner(keys[i], shard_files) % shards
+    order, bounds = group_order(shard, shards, 0)
+    local = np.empty(keys.shape[0], dtype=np.int32)
     for s in range(shards):
-        bounds[s + 1] += bounds[s]
-    fill = bounds[:-1].copy()
-    order = np.empty(n, dtype=np.int64)
-    local = np.empty(n, dtype=np.int32)
-    for i in range(n):
-        s = shard[i]
-        order[fill[s]] = i
-        local[i] = fill[s] - bounds[s]
-        fill[s] += 1
+        for p in range(bounds[s], bounds[s + 1]):
+            local[order[p]] = p - bounds[s]
     return order, bounds, local, shard
 
 
@@ -62,39 +54,27 @@ def split_keys(keys: U64, shard_files: int, shards: int) -> tuple[I64, I64, I32,
 def split_features(
     shard: I64, local: I32, shards: int, context: I64, item_offsets: I64, item_indices: I64
 ) -> tuple[I32, I64, I32, I64, I32]:
-    """FeatureSplit's fields, from split_keys' `shard` and `local`."""
-    ctx_bounds = np.zeros(shards + 1, dtype=np.int64)
-    for a in range(context.shape[0]):
-        ctx_bounds[shard[context[a]] + 1] += 1
-    for s in range(shards):
-        ctx_bounds[s + 1] += ctx_bounds[s]
-    ctx_fill = ctx_bounds[:-1].copy()
+    """FeatureSplit's fields, from split_keys' `shard` and `local`: the context's and the
+    items' features grouped by the shard of their key (in order within a shard, so each
+    shard's item features stay in item order), as positions in that shard's keys."""
+    ctx_order, ctx_bounds = group_order(shard[context], shards, 0)
     ctx = np.empty(context.shape[0], dtype=np.int32)
-    for a in range(context.shape[0]):
-        j = context[a]
-        s = shard[j]
-        ctx[ctx_fill[s]] = local[j]
-        ctx_fill[s] += 1
+    for p in range(context.shape[0]):
+        ctx[p] = local[context[ctx_order[p]]]
 
+    of_feature = shard[item_indices]
+    order, index_bounds = group_order(of_feature, shards, 0)
+    indices = np.empty(item_indices.shape[0], dtype=np.int32)
+    for p in range(item_indices.shape[0]):
+        indices[p] = local[item_indices[order[p]]]
     items = item_offsets.shape[0] - 1
     offsets = np.zeros((shards, items + 1), dtype=np.int32)
     for i in range(items):
         for a in range(item_offsets[i], item_offsets[i + 1]):
-            offsets[shard[item_indices[a]], i + 1] += 1
+            offsets[of_feature[a], i + 1] += 1
     for s in range(shards):
         for i in range(items):
             offsets[s, i + 1] += offsets[s, i]
-    index_bounds = np.zeros(shards + 1, dtype=np.int64)
-    for s in range(shards):
-        index_bounds[s + 1] = index_bounds[s] + offsets[s, items]
-    fill = index_bounds[:-1].copy()
-    indices = np.empty(item_indices.shape[0], dtype=np.int32)
-    for i in range(items):
-        for a in range(item_offsets[i], item_offsets[i + 1]):
-            j = item_indices[a]
-            s = shard[j]
-            indices[fill[s]] = local[j]
-            fill[s] += 1
     return ctx, ctx_bounds, indices, index_bounds, offsets
 
 
