@@ -34,6 +34,9 @@ class PredictRequest(_message.Message):
     FIELDS_FIELD_NUMBER: _builtins.int
     TOKENS_FIELD_NUMBER: _builtins.int
     COMPRESSION_FIELD_NUMBER: _builtins.int
+    UNKNOWN_FEATURES_FIELD_NUMBER: _builtins.int
+    UNKNOWN_FIELDS_FIELD_NUMBER: _builtins.int
+    STRICT_FIELD_NUMBER: _builtins.int
     model: _builtins.str
     item_count: _builtins.int
     dictionary: _builtins.bytes
@@ -54,6 +57,16 @@ class PredictRequest(_message.Message):
     """blocks, hashed by the server (docs/request-encoding.md)
     0: none; 1: every non-empty bytes field above is one zstd frame
     """
+    unknown_features: _builtins.int
+    """Features the client dropped because the model has no field of their name (`c1` for a
+    model trained on `C1`): counted here so that serving counts them too (Prometheus), and
+    refused with INVALID_ARGUMENT when `strict` (or serving's --strict-features) is set.
+    """
+    strict: _builtins.bool
+    @_builtins.property
+    def unknown_fields(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """their names, the first few"""
+
     def __init__(
         self,
         *,
@@ -66,10 +79,13 @@ class PredictRequest(_message.Message):
         fields: _builtins.bytes = ...,
         tokens: _builtins.bytes = ...,
         compression: _builtins.int = ...,
+        unknown_features: _builtins.int = ...,
+        unknown_fields: _abc.Iterable[_builtins.str] | None = ...,
+        strict: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["compression", b"compression", "context", b"context", "dictionary", b"dictionary", "fields", b"fields", "item_count", b"item_count", "items", b"items", "model", b"model", "tokens", b"tokens", "values", b"values"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["compression", b"compression", "context", b"context", "dictionary", b"dictionary", "fields", b"fields", "item_count", b"item_count", "items", b"items", "model", b"model", "strict", b"strict", "tokens", b"tokens", "unknown_features", b"unknown_features", "unknown_fields", b"unknown_fields", "values", b"values"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -82,8 +98,11 @@ class PredictResponse(_message.Message):
     SCORES_FIELD_NUMBER: _builtins.int
     MODEL_FIELD_NUMBER: _builtins.int
     VERSION_FIELD_NUMBER: _builtins.int
+    UNKNOWN_FEATURES_FIELD_NUMBER: _builtins.int
     model: _builtins.str
     version: _builtins.int
+    unknown_features: _builtins.int
+    """the request's features of fields the model does not have (dropped)"""
     @_builtins.property
     def scores(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]: ...
     def __init__(
@@ -92,10 +111,11 @@ class PredictResponse(_message.Message):
         scores: _abc.Iterable[_builtins.float] | None = ...,
         model: _builtins.str = ...,
         version: _builtins.int = ...,
+        unknown_features: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["model", b"model", "scores", b"scores", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["model", b"model", "scores", b"scores", "unknown_features", b"unknown_features", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -132,6 +152,7 @@ class ModelStatusResponse(_message.Message):
     LOADED_AT_FIELD_NUMBER: _builtins.int
     MODEL_TYPE_FIELD_NUMBER: _builtins.int
     FIELDS_FIELD_NUMBER: _builtins.int
+    TRANSFORM_FIELD_NUMBER: _builtins.int
     model: _builtins.str
     version: _builtins.int
     base_version: _builtins.int
@@ -145,6 +166,10 @@ class ModelStatusResponse(_message.Message):
     def fields(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """the model's field list: a feature of field fields[i] has index i"""
 
+    @_builtins.property
+    def transform(self) -> Global___FeatureTransform:
+        """how raw values became the features the model trained on"""
+
     def __init__(
         self,
         *,
@@ -156,14 +181,83 @@ class ModelStatusResponse(_message.Message):
         loaded_at: _builtins.float = ...,
         model_type: _builtins.str = ...,
         fields: _abc.Iterable[_builtins.str] | None = ...,
+        transform: Global___FeatureTransform | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["transform", b"transform"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["base_version", b"base_version", "fields", b"fields", "keys", b"keys", "loaded_at", b"loaded_at", "model", b"model", "model_type", b"model_type", "policy", b"policy", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["base_version", b"base_version", "fields", b"fields", "keys", b"keys", "loaded_at", b"loaded_at", "model", b"model", "model_type", b"model_type", "policy", b"policy", "transform", b"transform", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ModelStatusResponse: _TypeAlias = ModelStatusResponse  # noqa: Y015
+
+@_typing.final
+class FeatureTransform(_message.Message):
+    """The version's feature transform (ctr.schema.FeatureSchema, from its manifest): a client
+    that sends raw values applies it, so that it scores what the trainer saw. Numeric fields
+    are bucketed as "b" + floor(ln(v)^2) for v > 2, else "v" + floor(v); a cross of fields a
+    and b is the pair of their first tokens, joined by U+001F, in the field "a" + "x" + "b".
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FORMAT_FIELD_NUMBER: _builtins.int
+    LABEL_FIELD_NUMBER: _builtins.int
+    NUMERIC_FIELD_NUMBER: _builtins.int
+    SKIP_FIELD_NUMBER: _builtins.int
+    CROSS_FIELD_NUMBER: _builtins.int
+    format: _builtins.str
+    """the training input: criteo, csv, libsvm, libffm or kv"""
+    label: _builtins.str
+    """the label column: never a feature"""
+    @_builtins.property
+    def numeric(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """bucketed fields"""
+
+    @_builtins.property
+    def skip(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """columns the trainer ignored"""
+
+    @_builtins.property
+    def cross(self) -> _containers.RepeatedCompositeFieldContainer[Global___FieldCross]: ...
+    def __init__(
+        self,
+        *,
+        format: _builtins.str = ...,
+        label: _builtins.str = ...,
+        numeric: _abc.Iterable[_builtins.str] | None = ...,
+        skip: _abc.Iterable[_builtins.str] | None = ...,
+        cross: _abc.Iterable[Global___FieldCross] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cross", b"cross", "format", b"format", "label", b"label", "numeric", b"numeric", "skip", b"skip"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FeatureTransform: _TypeAlias = FeatureTransform  # noqa: Y015
+
+@_typing.final
+class FieldCross(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    A_FIELD_NUMBER: _builtins.int
+    B_FIELD_NUMBER: _builtins.int
+    a: _builtins.str
+    b: _builtins.str
+    def __init__(
+        self,
+        *,
+        a: _builtins.str = ...,
+        b: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["a", b"a", "b", b"b"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FieldCross: _TypeAlias = FieldCross  # noqa: Y015
 
 @_typing.final
 class RefreshRequest(_message.Message):

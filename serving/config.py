@@ -63,6 +63,13 @@ class ServingConfig(SecurityConfig):
     )
     max_request_mb: float = field(default=32.0, metadata={"help": "largest request accepted, MiB (RESOURCE_EXHAUSTED above)"})
     max_items: int = field(default=20000, metadata={"help": "most items in one request (RESOURCE_EXHAUSTED above)"})
+    strict_features: bool = field(
+        default=False,
+        metadata={
+            "help": "refuse (INVALID_ARGUMENT) every request with features of fields the model does not have; by default"
+            " they are dropped and counted (boundless_serving_unknown_features_total)"
+        },
+    )
     copies_dir: str | None = field(
         default=None, metadata={"help": "folder for serving's checked copies of the files it maps (default: a temporary one)"}
     )

@@ -50,6 +50,8 @@ class EncodedRequest:
     fields: bytes = b""
     tokens: bytes = b""
     compression: int = 0  # 1: each non-empty bytes field is a zstd frame
+    unknown_features: int = 0  # features the encoder dropped: the model has no field of their name
+    unknown_fields: tuple[str, ...] = ()  # those fields' names, the first few
 
     @property
     def nbytes(self) -> int:

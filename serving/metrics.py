@@ -4,6 +4,10 @@ from prometheus_client import Counter, Gauge, Histogram
 
 REQUESTS = Counter("boundless_serving_requests_total", "Predict requests", ["code"])
 ITEMS = Counter("boundless_serving_items_total", "items scored")
+UNKNOWN_FEATURES = Counter(
+    "boundless_serving_unknown_features_total",
+    "features that clients dropped because the model has no field of their name (a client and model that disagree)",
+)
 LATENCY = Histogram(
     "boundless_serving_predict_seconds",
     "Predict latency inside the server",

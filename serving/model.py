@@ -25,6 +25,7 @@ from ctr.bucket_kernels import MAX_SHARDS, by_owner, lookup_at, lookup_rows
 from ctr.bucket_locate import ROWS_AT, SLOT_SHIFT, locate
 from ctr.bucket_map import NO_FILTER, BucketMap
 from ctr.modelspec import ModelSpec
+from ctr.schema import FeatureSchema
 from serving.config import DnnBatching
 from serving.encoding import DecodedRequest
 from serving.kernels import deep_inputs, ffm_score_items, fm_score_items, lr_score_items, partial_sums, rows_as_tables
@@ -69,6 +70,13 @@ def spec_of(manifest: dict[str, Any]) -> ModelSpec:
     return ModelSpec.from_dict(manifest.get("spec") or {"type": "lr"})
 
 
+def schema_of(manifest: dict[str, Any]) -> FeatureSchema:
+    """The feature transform the version was trained under (the default kv schema when
+    the manifest has none: a stream whose format was never told)."""
+    raw = manifest.get("schema") or {}
+    return FeatureSchema.from_dict(raw) if isinstance(raw, dict) else FeatureSchema()
+
+
 @dataclass
 class ServableModel:
     name: str
@@ -88,6 +96,7 @@ class ServableModel:
     part: ShardPart = WHOLE
     loaded_at: float = field(default_factory=time.time)
     active: int = 0  # requests scoring with it now (serving.watcher.ModelWatcher.use)
+    schema: FeatureSchema = field(default_factory=FeatureSchema)  # how raw values became features
 
     @property
     def bias(self) -> float:
@@ -351,4 +360,5 @@ def load(
         shard_count=shard_count,
         held=held,
         part=part,
+        schema=schema_of(manifest),
     )

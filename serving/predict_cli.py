@@ -1,4 +1,8 @@
-"""`boundless predict`: scores the samples of a file through a running serving process."""
+"""`boundless predict`: scores the samples of a file through a running serving process.
+
+The lines are parsed under the served version's own feature transform (ModelStatus: its
+format, numeric bucketing, skipped columns and crosses) and field list, so they are scored
+exactly as the trainer saw such samples, unless --format names another preset."""
 
 from __future__ import annotations
 
@@ -6,32 +10,67 @@ import argparse
 import sys
 from pathlib import Path
 
+import grpc
+
 from ctr.batch import build_batch
 from ctr.fields import FieldIndex
 from ctr.formats import ParseError, make_parser, resolve_fields
 from ctr.metrics import auc, logloss
-from ctr.schema import PRESETS, detect_schema
-from serving.client import PredictClient, encode_batch
+from ctr.schema import PRESETS, FeatureSchema, detect_schema
+from serving.client import PredictClient, encode_batch, schema_of
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--address", required=True, help="serving HOST:PORT")
-    parser.add_argument("--data", required=True, type=Path, help="file of labelled samples")
-    parser.add_argument("--format", default="auto", help="schema preset or auto")
-    parser.add_argument("--model", default="ctr")
+    parser.add_argument("--data", required=True, help="file of labelled samples ('-' reads standard input)")
+    parser.add_argument(
+        "--format", default="model", help="model: the served version's own transform (default); auto, or a schema preset"
+    )
+    parser.add_argument("--model-name", default="ctr", help="the served model's name")
     parser.add_argument("--items", type=int, default=200, help="items per request")
     parser.add_argument("--limit", type=int, default=0, help="score at most this many samples (0: all)")
     parser.add_argument("--scores", action="store_true", help="print one score per line")
+    parser.add_argument("--timeout-s", type=float, default=10.0, help="deadline of each call")
+
+
+def read_lines(data: str) -> list[str]:
+    """The lines of a file, or of standard input for '-'."""
+    if data == "-":
+        return sys.stdin.read().splitlines()
+    path = Path(data)
+    if not path.is_file():
+        raise ValueError(f"--data {data}: no such file")
+    return path.read_text(errors="replace").splitlines()
+
+
+def schema_for(fmt: str, served: FeatureSchema, first_line: str) -> FeatureSchema:
+    if fmt == "model":
+        return served if served.format != "kv" or "=" in first_line else detect_schema(first_line)
+    if fmt == "auto":
+        return detect_schema(first_line)
+    if fmt not in PRESETS:
+        raise ValueError(f"--format {fmt!r}: not model, auto or a preset ({', '.join(PRESETS)})")
+    return PRESETS[fmt]
 
 
 def run(args: argparse.Namespace) -> int:
-    lines = args.data.read_text().splitlines()
+    lines = read_lines(args.data)
     if not lines:
-        raise ValueError(f"{args.data}: empty")
-    schema = detect_schema(lines[0]) if args.format == "auto" else PRESETS[args.format]
+        raise ValueError(f"--data {args.data}: empty")
+    client = PredictClient(args.address, args.model_name, timeout=args.timeout_s)
+    try:
+        return _score(args, client, lines)
+    except grpc.RpcError as e:
+        raise ValueError(f"serving at {args.address}: {e.code().name}: {e.details()}") from None  # type: ignore[attr-defined]
+    finally:
+        client.close()
+
+
+def _score(args: argparse.Namespace, client: PredictClient, lines: list[str]) -> int:
+    status = client.status()
+    schema = schema_for(args.format, schema_of(status.transform), lines[0])
     header = lines[0] if schema.format == "csv" else None
-    client = PredictClient(args.address, args.model)
-    served = list(client.status().fields)  # the served model's field list: its indices
+    served = list(status.fields)  # the served model's field list: its indices
     fields = FieldIndex(served, frozen=True) if served else resolve_fields(schema, lines[:2000], freeze=False)
     parse = make_parser(schema, fields, header)
     body = lines[1:] if header else lines
@@ -52,10 +91,15 @@ def run(args: argparse.Namespace) -> int:
         scores.extend(pred.scores.tolist())
         if args.scores:
             print("\n".join(f"{s:.6f}" for s in pred.scores))
-    client.close()
+    if fields.dropped:
+        print(
+            f"{args.data}: dropped {fields.dropped} features of fields model {args.model_name!r} does not have:"
+            f" {sorted(fields.unknown)[:8]}",
+            file=sys.stderr,
+        )
     print(
-        f"scored {len(scores)} samples with {args.model} version {version}: "
-        f"AUC {auc(labels, scores):.4f}  logloss {logloss(labels, scores):.4f}",
+        f"scored {len(scores)} samples with {args.model_name} version {version}: "
+        f"AUC {auc(labels, scores):.6f}  logloss {logloss(labels, scores):.6f}",
         file=sys.stderr,
     )
     return 0

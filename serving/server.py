@@ -67,7 +67,8 @@ def run(args: argparse.Namespace) -> int:
         names.append(predict_pb2.DESCRIPTOR.services_by_name["ShardScorer"].full_name)
 
     def register(s: grpc.Server) -> None:
-        predict_pb2_grpc.add_PredictorServicer_to_server(PredictorServicer(watcher, conf.max_items, router), s)
+        servicer = PredictorServicer(watcher, conf.max_items, router, conf.strict_features)
+        predict_pb2_grpc.add_PredictorServicer_to_server(servicer, s)
         if part not in (WHOLE, ROUTER):
             predict_pb2_grpc.add_ShardScorerServicer_to_server(ShardScorerServicer(watcher), s)
 

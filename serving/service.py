@@ -8,6 +8,7 @@ from typing import NoReturn
 import grpc
 import numpy as np
 
+from ctr.schema import FeatureSchema
 from protos import predict_pb2, predict_pb2_grpc
 from serving import metrics
 from serving.encoding import EncodedRequest, EncodingError, decode, field_hash_ids
@@ -26,10 +27,13 @@ def abort(context: grpc.ServicerContext, code: grpc.StatusCode, message: str) ->
 
 
 class PredictorServicer(predict_pb2_grpc.PredictorServicer):
-    def __init__(self, watcher: ModelWatcher, max_items: int = 20000, router: Router | None = None) -> None:
+    def __init__(
+        self, watcher: ModelWatcher, max_items: int = 20000, router: Router | None = None, strict_features: bool = False
+    ) -> None:
         self.watcher = watcher
         self.max_items = max_items
         self.router = router  # sharded serving: the shards hold the rows
+        self.strict_features = strict_features  # refuse every request that names a field the model lacks
 
     def Predict(self, request: predict_pb2.PredictRequest, context: grpc.ServicerContext) -> predict_pb2.PredictResponse:
         start = time.perf_counter()
@@ -51,6 +55,10 @@ class PredictorServicer(predict_pb2_grpc.PredictorServicer):
             abort(context, grpc.StatusCode.FAILED_PRECONDITION, f"this is serving shard {model.part}: send Predict to the router")
         if request.model and request.model != model.name:
             abort(context, grpc.StatusCode.NOT_FOUND, f"model: {request.model!r} is not served here (serving {model.name!r})")
+        if request.unknown_features:
+            metrics.UNKNOWN_FEATURES.inc(request.unknown_features)
+            if request.strict or self.strict_features:
+                abort(context, grpc.StatusCode.INVALID_ARGUMENT, unknown_message(request, model))
         try:
             encoded = EncodedRequest(
                 request.item_count,
@@ -84,7 +92,9 @@ class PredictorServicer(predict_pb2_grpc.PredictorServicer):
         metrics.REQUESTS.labels("OK").inc()
         metrics.ITEMS.inc(request.item_count)
         metrics.LATENCY.observe(time.perf_counter() - start)
-        return predict_pb2.PredictResponse(scores=scores.tolist(), model=model.name, version=version)
+        return predict_pb2.PredictResponse(
+            scores=scores.tolist(), model=model.name, version=version, unknown_features=request.unknown_features
+        )
 
     def Refresh(self, request: predict_pb2.RefreshRequest, context: grpc.ServicerContext) -> predict_pb2.RefreshResponse:
         self.watcher.wake()
@@ -106,4 +116,24 @@ class PredictorServicer(predict_pb2_grpc.PredictorServicer):
             loaded_at=model.loaded_at,
             model_type=model.spec.type,
             fields=list(model.spec.fields),
+            transform=transform_of(model.schema),
         )
+
+
+def transform_of(schema: FeatureSchema) -> predict_pb2.FeatureTransform:
+    return predict_pb2.FeatureTransform(
+        format=schema.format,
+        label=schema.label,
+        numeric=list(schema.numeric),
+        skip=list(schema.skip),
+        cross=[predict_pb2.FieldCross(a=a, b=b) for a, b in schema.cross],
+    )
+
+
+def unknown_message(request: predict_pb2.PredictRequest, model: ServableModel) -> str:
+    names = ", ".join(repr(n) for n in request.unknown_fields[:5])
+    known = ", ".join(model.spec.fields[:8]) + (", ..." if len(model.spec.fields) > 8 else "")
+    return (
+        f"Predict: {request.unknown_features} feature(s) of fields model {model.name!r} does not have: {names}"
+        f" (its fields: {known}); strict feature checking refuses them"
+    )

@@ -1,0 +1,101 @@
+"""The model owns its feature transform: a client that sends raw values (the README's call)
+scores as the trainer saw the samples, exactly as `boundless predict` does; features of
+fields the model lacks are counted, and refused when strict."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import grpc
+import pytest
+
+from ctr.metrics import auc
+from ctr.schema import CRITEO_CATEGORICAL, CRITEO_NUMERIC, FeatureSchema
+from serving.client import PredictClient
+
+NAMES = ("label", *CRITEO_NUMERIC, *CRITEO_CATEGORICAL)
+
+
+def _rows(lines: list[str]) -> tuple[list[float], list[dict[str, str]]]:
+    labels, items = [], []
+    for line in lines:
+        cols = line.rstrip("\n").split("\t")
+        labels.append(float(cols[0]))
+        items.append({n: v for n, v in zip(NAMES[1:], cols[1:], strict=False) if v != ""})
+    return labels, items
+
+
+def _wait_version(client: PredictClient, timeout: float) -> int:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return int(client.status().version)
+        except grpc.RpcError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+@pytest.fixture
+def criteo_served(platform, data_dir: Path, tmp_path: Path):
+    lines = (data_dir / "criteo_10k/train_rows1-10000.tsv").read_text().splitlines()
+    train, held = tmp_path / "train.tsv", tmp_path / "held.tsv"
+    train.write_text("\n".join(lines[:8000]) + "\n")
+    held.write_text("\n".join(lines[8000:]) + "\n")
+    proc = platform.train(train, "--model", "lr")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    client = PredictClient(platform.serving.address)
+    _wait_version(client, 60)
+    yield platform, client, held, lines[8000:]
+    client.close()
+
+
+def test_the_readme_client_call_scores_as_boundless_predict(criteo_served):
+    platform, client, held, lines = criteo_served
+    status = client.status()
+    assert list(status.transform.numeric) == list(CRITEO_NUMERIC)  # the manifest's transform reaches clients
+    labels, items = _rows(lines)
+    scores = []
+    for lo in range(0, len(items), 200):
+        pred = client.predict(items=items[lo : lo + 200])  # raw values, as the README shows
+        assert pred.unknown_features == 0
+        scores.extend(pred.scores.tolist())
+    through_client = auc(labels, scores)
+    cli = subprocess.run(
+        [sys.executable, "-m", "boundless", "predict", "--address", platform.serving.address, "--data", str(held)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert cli.returncode == 0, cli.stderr
+    through_cli = float(re.search(r"AUC (\d\.\d+)", cli.stderr).group(1))  # type: ignore[union-attr]
+    assert abs(through_client - through_cli) <= 1e-6, (through_client, through_cli)
+    assert through_client > 0.6
+    # the same call without the transform (numeric fields hashed raw) scores something else
+    raw = PredictClient(platform.serving.address, schema=FeatureSchema(format="criteo"))
+    skewed = raw.predict(items=items[:200]).scores
+    assert abs(skewed - client.predict(items=items[:200]).scores).max() > 1e-3
+    raw.close()
+
+
+def test_unknown_feature_names_are_counted_and_refused_when_strict(criteo_served):
+    platform, client, _, lines = criteo_served
+    _, items = _rows(lines[:5])
+    renamed = [{n.lower(): v for n, v in item.items()} for item in items]  # c1 for C1
+    with pytest.raises(grpc.RpcError) as refused:
+        client.predict(items=renamed)  # the client library is strict by default
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "'c1'" in refused.value.details()
+    lenient = PredictClient(platform.serving.address, strict=False)
+    pred = lenient.predict(items=renamed)
+    assert pred.unknown_features == sum(len(i) for i in renamed)
+    lenient.close()
+    port = platform.serving.wait_ready()["metrics_port"]
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    counted = re.search(r"^boundless_serving_unknown_features_total (\S+)", text, re.M)
+    assert counted is not None and float(counted.group(1)) >= 2 * pred.unknown_features

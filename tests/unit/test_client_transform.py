@@ -1,0 +1,69 @@
+"""The client applies the model's feature transform (numeric bucketing, skipped columns,
+crosses) exactly as the trainer's parser does, in both the dict and the column encodings,
+and counts features of fields the model does not have."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ctr.batch import build_batch
+from ctr.formats import make_parser, resolve_fields
+from ctr.schema import FeatureSchema
+from serving.client import RequestEncoder, Value
+from serving.encoding import decode, field_hash_ids
+
+SCHEMA = FeatureSchema(format="kv", numeric=("n",), skip=("id",), cross=(("a", "n"), ("u", "b")))
+LINES = ["1\tu=alice\ta=x\tb=y\tn=7\tid=9", "0\tu=alice\ta=z\tb=y2\tn=1.5\tid=10", "1\tu=alice\ta=q\tb=w\tn=250\tid=11"]
+
+
+def _trainer_keys() -> tuple[list[str], list[list[int]]]:
+    index = resolve_fields(SCHEMA, LINES, freeze=True)
+    parse = make_parser(SCHEMA, index)
+    batch = build_batch([parse(line) for line in LINES], index.ids())
+    per = [sorted(batch.keys[batch.offsets[i] : batch.offsets[i + 1]].tolist()) for i in range(len(LINES))]
+    return list(index.names), per
+
+
+def _item_keys(encoder: RequestEncoder, req, n: int) -> list[list[int]]:
+    fields = tuple(encoder.index.names)
+    d = decode(req, len(fields), field_hash_ids(fields))
+    ctx = d.keys[d.context].tolist()
+    return [sorted(ctx + d.keys[d.item_indices[d.item_offsets[i] : d.item_offsets[i + 1]]].tolist()) for i in range(n)]
+
+
+def test_dicts_with_a_shared_context_score_the_trainers_keys():
+    names, expected = _trainer_keys()
+    enc = RequestEncoder(SCHEMA, names)
+    items: list[dict[str, Value]] = [
+        {"a": "x", "b": "y", "n": "7", "id": "9"},
+        {"a": "z", "b": "y2", "n": "1.5"},
+        {"a": "q", "b": "w", "n": 250},
+    ]
+    req = enc.encode(items, context={"u": "alice"})
+    assert req.unknown_features == 0  # id is a skipped column, not an unknown one
+    assert _item_keys(enc, req, 3) == expected
+
+
+def test_columns_score_the_trainers_keys():
+    names, expected = _trainer_keys()
+    enc = RequestEncoder(SCHEMA, names)
+    items = {"a": np.array(["x", "z", "q"]), "b": np.array(["y", "y2", "w"]), "n": np.array([7.0, 1.5, 250.0])}
+    for tokens in (False, True):
+        req = enc.encode_columns(items, context={"u": np.array(["alice"])}, tokens=tokens)
+        assert _item_keys(enc, req, 3) == expected
+
+
+def test_without_the_transform_numeric_values_hash_as_raw_categories():
+    names, expected = _trainer_keys()
+    enc = RequestEncoder(FeatureSchema(format="kv"), names)
+    req = enc.encode([{"a": "x", "b": "y", "n": "7"}], context={"u": "alice"})
+    assert _item_keys(enc, req, 1) != expected[:1]
+
+
+def test_unknown_feature_names_are_counted_with_their_names():
+    names, _ = _trainer_keys()
+    enc = RequestEncoder(SCHEMA, names)
+    req = enc.encode([{"A": "x", "b": "y"}, {"A": "z", "zz": "1"}], context={"U": "alice"})
+    assert req.unknown_features == 4 and req.unknown_fields == ("A", "U", "zz")
+    cols = enc.encode_columns({"A": np.array(["x", "y"]), "b": np.array(["p", "q"])})
+    assert cols.unknown_features == 2 and cols.unknown_fields == ("A",)
