@@ -16,6 +16,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "model": ("modelmgr.cli", "model manager daemon and version commands (list, rollback, pin, unpin)"),
     "serve": ("serving.server", "run the gRPC prediction service"),
     "predict": ("serving.predict_cli", "score samples from a file through a serving process"),
+    "eval": ("modelmgr.eval_cli", "score a published version on a file offline: AUC, logloss, calibration"),
     "demo": ("boundless.launcher", "run the whole platform on one machine on a synthetic stream"),
     "report": ("boundless.report", "draw a run's training curves, latency histograms and versions as PNGs"),
     "certs": ("boundless.certs", "make a local CA, TLS certificates and bearer tokens for a test deployment"),

@@ -14,13 +14,6 @@ class ModelMgrConfig(SecurityConfig):
     model: str = field(default="ctr", metadata={"help": "model name"})
     poll_s: float = field(default=0.2, metadata={"help": "seconds between scans of the exports"})
     min_samples: int = field(default=1000, metadata={"help": "quality gate: holdout samples needed to judge an export"})
-    holdout_pool: int = field(
-        default=20000,
-        metadata={
-            "help": "quality gate: judge on this many holdout samples, the export's own topped up with earlier "
-            "exports' (none trained on); 0: the export's own only"
-        },
-    )
     max_auc_drop: float = field(
         default=0.02, metadata={"help": "quality gate: how far the candidate's holdout AUC may trail the live version's"}
     )

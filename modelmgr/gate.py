@@ -23,7 +23,10 @@ class QualityGate:
     def judge(self, candidate: Evaluation, live: Evaluation | None) -> str | None:
         """None when the candidate may be published, else why not."""
         if candidate.samples < self.min_samples:
-            return f"{candidate.samples} holdout samples, {self.min_samples} needed to judge"
+            return (
+                f"{candidate.samples} holdout samples the candidate has not trained on, {self.min_samples} needed to judge"
+                " (the stream ended or stopped before the export's holdout came)"
+            )
         if not candidate.finite:
             return "a score on the holdout is NaN or infinite"
         if not math.isfinite(candidate.logloss) or candidate.logloss > self.max_logloss:

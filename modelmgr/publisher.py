@@ -4,8 +4,10 @@ Each export is validated (modelmgr.schemas), placed in its lineage (a delta must
 the newest version of its chain), copied into `<model>/.tmp-<export>/` (the repository's
 own copies, each file read once and checked against its size and sha256 on the way),
 verified there (CRCs, shard coverage, finite weights, the model spec), then judged on its
-holdout, topped up with earlier exports' (modelmgr.holdout_pool), against the live version
-(modelmgr.gate). Only then it gets a version number from
+holdout against the live version (modelmgr.gate), both scored on the same samples. Only
+samples the candidate has not trained on count: an older export's top-up of trained-on
+samples (`seen`) is left out, and so are earlier exports' holdouts, which the candidate
+trained on after they were taken. Only then it gets a version number from
 the persistent counter, and manifest.json and DONE are written and the folder renamed
 into place, so readers never see half a version. A bad
 export is rejected with its reason and counted as handled, never retried.
@@ -32,7 +34,6 @@ from modelmgr import metrics, schemas
 from modelmgr.compact import stage_compacted
 from modelmgr.evaluate import Evaluation, evaluate, load_published
 from modelmgr.gate import QualityGate
-from modelmgr.holdout_pool import HoldoutPool
 from modelmgr.repository import DONE, MANIFEST, Policy, Repository, RepositoryError
 from modelmgr.schemas import ChainLink, ExportManifest, SchemaError, VersionManifest
 from modelmgr.verify import VerificationError, verify_export
@@ -58,10 +59,8 @@ class Publisher:
         gate: QualityGate,
         compact_after: int = 20,
         keep_full: int = 3,
-        holdout_pool: int = 20000,
     ) -> None:
         self.repo = repo
-        self.pool = HoldoutPool(holdout_pool)
         self.exports = exports
         self.gate = gate
         self.compact_after = compact_after  # a chain this many deltas long is folded into a full version (0: never)
@@ -145,14 +144,13 @@ class Publisher:
         if export.id != folder.name:
             raise Rejected("schema", f"export.json: id {export.id} is not its folder's name {folder.name}")
         base, chain, previous = self._lineage(export)
-        own = self._holdout(folder, export)
-        holdout = self.pool.judging(own, export)  # topped up with earlier exports' holdouts
+        holdout = self._holdout(folder, export)
         staged = self._stage(folder, export, base, chain, previous)  # the copies' sizes and sha256 checked
         try:
             verify_export(staged, export, checked=True)
         except VerificationError as e:
             raise Rejected("verify", str(e)) from None
-        evaluation = self._judge(staged, export, holdout, previous, len(own))
+        evaluation = self._judge(staged, export, holdout, previous)
         return self._publish(staged, folder.name, evaluation)
 
     def _lineage(self, export: ExportManifest) -> tuple[int | None, list[int], int | None]:
@@ -195,7 +193,9 @@ class Publisher:
             raise Rejected("verify", str(e)) from None
         if len(batch) != h.samples:
             raise Rejected("verify", f"{h.name}: {len(batch)} samples, export.json says {h.samples}")
-        return batch
+        if not 0 <= h.seen <= h.samples:
+            raise Rejected("schema", f"export.json: holdout.seen {h.seen} is not within 0..{h.samples}")
+        return holdouts.head(batch, h.samples - h.seen)  # an older trainer's trained-on top-up is no evidence
 
     def _stage(self, folder: Path, export: ExportManifest, base: int | None, chain: list[int], previous: int | None) -> Path:
         """The version's folder, not yet numbered: the manager's own copies and a manifest."""
@@ -251,9 +251,7 @@ class Publisher:
         current = self._model(previous) if previous is not None else None
         return load(staged, m, self.repo.manifest(base), self.repo.path(base), [*chain, (staged, m)], current)
 
-    def _judge(
-        self, staged: Path, export: ExportManifest, holdout: SampleBatch, previous: int | None, own: int
-    ) -> dict[str, Any]:
+    def _judge(self, staged: Path, export: ExportManifest, holdout: SampleBatch, previous: int | None) -> dict[str, Any]:
         """The gate's evidence for the candidate; Rejected when it fails. Rolls back a live
         version that falls behind its predecessor on this holdout first."""
         live_v = self.repo.target()
@@ -267,7 +265,8 @@ class Publisher:
             raise Rejected("verify", f"the candidate cannot be loaded: {e}") from None
         metrics.HOLDOUT_AUC.labels("candidate").set(candidate.auc)
         evidence = {
-            "holdout": {"samples": len(holdout), "own": own, "seen": export.holdout.seen if export.holdout else 0},
+            # samples neither the candidate nor the live version trained on; trained-on ones left out
+            "holdout": {"samples": len(holdout), "excluded_seen": export.holdout.seen if export.holdout else 0},
             "candidate": candidate.to_dict(),
             "live": None if live is None else live.to_dict(),
         }

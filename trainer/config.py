@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ctr.security import SecurityConfig
 
@@ -85,7 +86,13 @@ class TrainerConfig(SecurityConfig):
     batch_cache_max_gb: float = field(default=20.0, metadata={"help": "size cap of --batch-cache (least recently used go first)"})
     max_line_bytes: int = field(default=1 << 20, metadata={"help": "longer lines are skipped and reported as bad"})
     max_samples: int = field(default=0, metadata={"help": "stop after this many samples (0: no limit)"})
-    follow: bool = field(default=True, metadata={"help": "keep reading as files grow and new files land"})
+    follow: bool | None = field(
+        default=None,
+        metadata={
+            "help": "keep reading as files grow and new files land; by default a folder and a Kafka topic are followed,"
+            " a file and standard input end at their end"
+        },
+    )
     idle_exit_s: float = field(default=0.0, metadata={"help": "with --follow, stop after this long without data (0: never)"})
     window: int = field(default=10000, metadata={"help": "samples in the progressive-metric window"})
     export_dir: str | None = field(default=None, metadata={"help": "folder for model exports; none disables them"})
@@ -135,3 +142,9 @@ class TrainerConfig(SecurityConfig):
     reflection: bool = field(default=False, metadata={"help": "enable gRPC server reflection (lists the services to any client)"})
     ready_file: str | None = field(default=None, metadata={"help": "write bound ports here as JSON"})
     log_level: str = field(default="INFO", metadata={"help": "logging level"})
+
+    def follows(self) -> bool:
+        """--follow, or its default: a folder or a topic is followed, a file or a pipe ends."""
+        if self.follow is not None:
+            return self.follow
+        return self.source.startswith("kafka://") or Path(self.source).is_dir()

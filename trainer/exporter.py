@@ -9,8 +9,10 @@ marker written last.
 The holdout is what the model manager judges the export on: the `holdout` samples the
 trainer reads right after the export, parsed, which the exported model has not trained on.
 So an export becomes READY only once that many samples have come (or the next export is
-taken, or the run ends); when the stream ends first, the most recent samples before the
-export fill it up, and export.json counts them as `seen`.
+taken, or the run ends). It never holds a sample the model trained on: when the stream
+ends first it holds fewer (`seen` stays 0; the field is kept for exports of older
+versions), and a finite stream's last export gets the stream's tail, which the trainer
+holds back from training for it (trainer.loop).
 """
 
 from __future__ import annotations
@@ -28,7 +30,6 @@ from safetensors.numpy import save_file
 from ctr import holdout
 from ctr.batch import SampleBatch
 from ctr.fields import FieldIndex
-from ctr.holdout import RecentBatches
 from ctr.modelfile import sha256_file
 from ctr.modelspec import ModelSpec
 from ps.client import ExportedFile, PSClient
@@ -56,7 +57,6 @@ class _Pending:
 
     folder: Path
     manifest: dict[str, Any]
-    before: list[SampleBatch]  # the samples read before the export (a top-up, when the stream ends)
     taken_at: float  # wall time
     fresh: list[SampleBatch] = field(default_factory=list)
     count: int = 0
@@ -85,7 +85,6 @@ class Exporter:
         self.base: str | None = None
         self.previous: str | None = None
         self.holdout = max(0, holdout)  # samples per holdout
-        self._recent = RecentBatches(self.holdout)  # the latest samples read
         self._pending: list[_Pending] = []
         export_dir.mkdir(parents=True, exist_ok=True)
 
@@ -102,7 +101,6 @@ class Exporter:
                 p.count += take
         while self._pending and self._pending[0].count >= self.holdout:
             self._finish(self._pending.pop(0))
-        self._recent.add(batch)
 
     @property
     def waiting(self) -> bool:
@@ -117,12 +115,6 @@ class Exporter:
 
     def _finish(self, p: _Pending) -> None:
         fresh = holdout.concat(p.fresh)
-        seen = 0
-        if len(fresh) < self.holdout and p.before:
-            older = holdout.concat(p.before)
-            seen = min(len(older), self.holdout - len(fresh))
-            tail = len(older) - seen
-            fresh = holdout.concat([fresh, holdout.tail(older, tail)])
         path = p.folder / holdout.HOLDOUT_FILE
         holdout.write(path, fresh)
         p.manifest["holdout"] = {
@@ -130,7 +122,7 @@ class Exporter:
             "size": path.stat().st_size,
             "sha256": sha256_file(path),
             "samples": len(fresh),
-            "seen": seen,
+            "seen": 0,  # samples the model trained on: never, now
         }
         tmp = p.folder / "export.json.tmp"
         tmp.write_text(json.dumps(p.manifest, indent=1))
@@ -162,7 +154,7 @@ class Exporter:
             "created": time.time(),
         }
         self.close()  # exports become READY in order: the one before takes what it has
-        self._pending.append(_Pending(folder, manifest, self._recent.batches(), taken))
+        self._pending.append(_Pending(folder, manifest, taken))
         tmp = folder / "export.json.tmp"
         tmp.write_text(json.dumps(manifest, indent=1))
         os.replace(tmp, folder / "export.json")

@@ -6,11 +6,13 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from ctr import holdout
 from ctr.batch import SampleBatch
 from ctr.fields import FieldIndex
 from ctr.schema import FeatureSchema
@@ -41,6 +43,9 @@ class LoopSettings:
     batch_cache: str | None = None  # folder of the parsed-batch cache
     batch_cache_max_bytes: int = 20 << 30
     progress_interval_s: float = 5.0  # the log line, the gauges and the curve
+    # a finite stream's tail held back from training for the last export's holdout: the
+    # trainer trains each batch only once this many samples have been read after it
+    hold_back: int = 0
 
 
 class Trainer:
@@ -89,6 +94,11 @@ class Trainer:
         self.report: Callable[[], None] | None = None  # called about once a second (a worker's coordinator)
         self.control: Callable[[], None] | None = None  # called at every batch boundary (a worker's coordinator)
         self.progress_log: ProgressLog | None = None  # None in a worker: its coordinator records the merged progress
+        self._tail: deque[tuple[Position, SampleBatch]] = deque()  # read, not trained yet (settings.hold_back)
+        self._tail_samples = 0
+        self.held_out: list[SampleBatch] = []  # the stream's tail, never trained: the last export's holdout
+        self.ended = False  # the stream ended (not a stop, a sample limit or idleness)
+        self._exported_at = 0  # samples submitted at the last export
 
     def train_batch(self, batch: SampleBatch) -> None:
         if self.observe is not None:
@@ -150,7 +160,11 @@ class Trainer:
         self._count_bytes()
         self.elapsed_s = time.monotonic() - started
         if self.exporter is not None:
+            for batch in self.held_out:  # exports still waiting get unseen samples first
+                self.exporter.observe(batch)
             self._export()
+            for batch in self.held_out:
+                self.exporter.observe(batch)
             self.exporter.close()
         if self.s.checkpoint_interval_s > 0:
             self.checkpoint()
@@ -170,15 +184,14 @@ class Trainer:
             for item in ready:
                 now = time.monotonic()
                 if item is not None:
-                    self.position = self.source.position_after(item.position)
-                    if len(item.batch):
-                        self.train_batch(item.batch)
+                    self._admit(item.batch, self.source.position_after(item.position))
                 else:  # the stream is idle: let what is queued land
                     self.flush()
                 done = 0 < self.s.max_samples <= self.submitted
                 idle = item is None and self.s.idle_exit_s > 0 and now - self.source.idle_since > self.s.idle_exit_s
                 due = now - last_export >= self.s.export_interval_s
-                if self.exporter is not None and due and not self.exporter.waiting:
+                changed = self.submitted > self._exported_at  # an export of an unchanged model says nothing new
+                if self.exporter is not None and due and changed and not self.exporter.waiting:
                     self._export()
                     last_export = now
                 if self.s.checkpoint_interval_s > 0 and now - last_ckpt >= self.s.checkpoint_interval_s:
@@ -194,9 +207,49 @@ class Trainer:
                     last_log = now
                 if done or idle or self.stop():
                     break
+            else:
+                self.ended = True
         finally:
             ready.close()
+        self._hold_out_tail()
         self.flush()
+
+    def _admit(self, batch: SampleBatch, position: Position) -> None:
+        """Trains a batch read up to `position`; with a hold-back, only once enough samples
+        have been read after it (the position then advances to what was trained)."""
+        if self.s.hold_back <= 0:
+            self.position = position
+            if len(batch):
+                self.train_batch(batch)
+            return
+        self._tail.append((position, batch))
+        self._tail_samples += len(batch)
+        while self._tail and self._tail_samples - len(self._tail[0][1]) >= self.s.hold_back:
+            at, ready = self._tail.popleft()
+            self._tail_samples -= len(ready)
+            self.position = at
+            if len(ready):
+                self.train_batch(ready)
+
+    def _hold_out_tail(self) -> None:
+        """The samples still held back become the last export's holdout. At the stream's
+        end, all but the last hold_back of them (at most a fifth of the stream) are trained
+        and the position moves to the end: the tail is consumed as evidence, never trained,
+        also after a restart. After a stop they stay untrained and the position where it
+        was, so a restart trains them."""
+        if not self._tail:
+            return
+        tail = holdout.concat([b for _, b in self._tail if len(b)])
+        keep = len(tail)
+        if self.ended:
+            keep = min(self.s.hold_back, (self.submitted + len(tail)) // 5)
+            train = holdout.head(tail, len(tail) - keep)
+            for lo in range(0, len(train), self.s.batch_size):
+                self.train_batch(holdout.tail(holdout.head(train, min(len(train), lo + self.s.batch_size)), lo))
+            self.position = self._tail[-1][0]
+        self.held_out = [holdout.tail(tail, len(tail) - keep)] if keep else []
+        self._tail.clear()
+        self._tail_samples = 0
 
     def _log_progress(self) -> None:
         snap = self.progress.snapshot()
@@ -204,12 +257,15 @@ class Trainer:
         self._count_bytes()
         self._measure_backlog()
         log.info(
-            "samples %d  window AUC %.4f  logloss %.4f  push %.1f B/sample  pull %.1f B/sample",
+            "samples %d  window AUC %.4f  logloss %.4f  push %.1f B/sample  pull %.1f B/sample%s",
             snap["samples"],
             snap["window_auc"],
             snap["window_logloss"],
             self.client.push_bytes / per,
             self.client.pull_bytes / per,
+            f"  following {self.source.source} (waits for more data; --no-follow ends at its end)"
+            if getattr(self.source, "follow", False)
+            else "",
         )
         if self.progress_log is not None:
             self.progress_log.record(snap, self.client.push_bytes, self.client.pull_bytes)
@@ -247,6 +303,7 @@ class Trainer:
         self.flush()
         snap = self.progress.snapshot()
         export_id = self.exporter.export(snap)
+        self._exported_at = self.submitted
         self.exports.append(export_id)
         metrics.EXPORTS.inc()
         log.info("exported %s at %d samples", export_id, snap["samples"])

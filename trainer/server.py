@@ -237,7 +237,7 @@ def _train(conf: TrainerConfig, stop: threading.Event, log: logging.Logger) -> i
         )
 
     def reopen(position: Position | None) -> Source:
-        return open_source(conf.source, conf.follow, stop=stop.is_set, start=position)
+        return open_source(conf.source, conf.follows(), stop=stop.is_set, start=position)
 
     try:
         source = reopen(point.position)
@@ -283,6 +283,8 @@ def _train(conf: TrainerConfig, stop: threading.Event, log: logging.Logger) -> i
         batch_cache=None if (conf.batch_cache or "").lower() in ("", "off", "none") else conf.batch_cache,
         batch_cache_max_bytes=int(conf.batch_cache_max_gb * 1e9),
         progress_interval_s=conf.progress_interval_s,
+        # a finite stream's last export is judged on its tail, which is then never trained
+        hold_back=conf.holdout_samples if exporter is not None and not conf.follows() and conf.workers == 1 else 0,
     )
     progress_log = ProgressLog(conf.curve_out, count_samples=conf.workers > 1)
     daemon.write_ready_file(conf.ready_file, grpc_port=grpc_port, metrics_port=metrics_port)
@@ -300,6 +302,7 @@ def _train(conf: TrainerConfig, stop: threading.Event, log: logging.Logger) -> i
         trainer.take_up(point, reopen, lambda: restore_and_declare(client, model.prepare, False))
         result = dict(trainer.run())
         elapsed_s, bad_lines, exports = trainer.elapsed_s, trainer.bad_lines, trainer.exports
+        result["held_out_samples"] = float(sum(len(b) for b in trainer.held_out))
         if trainer.reader.cache is not None:
             result["batch_cache_hits"] = float(trainer.reader.cache.hits)
             result["batch_cache_misses"] = float(trainer.reader.cache.misses)

@@ -4,6 +4,7 @@ fields the model lacks are counted, and refused when strict."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -75,6 +76,15 @@ def test_the_readme_client_call_scores_as_boundless_predict(criteo_served):
     assert cli.returncode == 0, cli.stderr
     through_cli = float(re.search(r"AUC (\d\.\d+)", cli.stderr).group(1))  # type: ignore[union-attr]
     assert abs(through_client - through_cli) <= 1e-6, (through_client, through_cli)
+    offline = subprocess.run(
+        [sys.executable, "-m", "boundless", "eval", "--repo", str(platform.dir / "repo"), "--data", str(held), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert offline.returncode == 0, offline.stderr
+    evaluated = json.loads(offline.stdout)
+    assert evaluated["samples"] == len(labels) and abs(evaluated["auc"] - through_client) <= 1e-6
     assert through_client > 0.6
     # the same call without the transform (numeric fields hashed raw) scores something else
     raw = PredictClient(platform.serving.address, schema=FeatureSchema(format="criteo"))

@@ -299,7 +299,7 @@ def test_the_gate_refuses_a_degraded_model_and_a_live_one_that_falls_behind_is_r
 
 
 def _empty_holdout(folder: Path, m: dict[str, Any]) -> None:
-    """The export's own holdout holds no samples (the last export of a stream, a short interval)."""
+    """The export's own holdout holds no samples (the stream stopped before it came)."""
     empty = holdouts.head(holdouts.read(folder / m["holdout"]["name"]), 0)
     holdouts.write(folder / m["holdout"]["name"], empty)
     h = m["holdout"]
@@ -308,24 +308,28 @@ def _empty_holdout(folder: Path, m: dict[str, Any]) -> None:
     h["sha256"] = modelfile.sha256_file(folder / h["name"])
 
 
-def test_an_export_with_a_small_holdout_is_judged_on_earlier_exports_holdouts_too(pristine, tmp_path):
+def _mostly_seen(folder: Path, m: dict[str, Any]) -> None:
+    """An older trainer's holdout: its last samples a top-up of samples the model trained on."""
+    m["holdout"]["seen"] = m["holdout"]["samples"] - 500
+
+
+def test_an_export_is_judged_only_on_samples_it_has_not_trained_on(pristine, tmp_path):
     exports, repo = Exports(tmp_path / "exports"), Repository(tmp_path / "repo", "ctr")
+    publisher = Publisher(repo, exports.root, QualityGate())
     full = exports.add(pristine[0])
-    own_only = Publisher(repo, exports.root, QualityGate(), holdout_pool=0)
-    assert own_only.poll() == [1]
+    assert publisher.poll() == [1]
     exports.add(pristine[1], _empty_holdout, previous=full)
-    assert own_only.poll() == []  # nothing to judge on
-    assert "0 holdout samples" in repo.rejected()[0]["reason"]
+    assert publisher.poll() == []  # nothing to judge on: earlier holdouts were trained on since
+    assert "0 holdout samples the candidate has not trained on" in repo.rejected()[0]["reason"]
 
     exports, repo = Exports(tmp_path / "exports2"), Repository(tmp_path / "repo2", "ctr")
-    pooled = Publisher(repo, exports.root, QualityGate())
+    publisher = Publisher(repo, exports.root, QualityGate(min_samples=400))
     full = exports.add(pristine[0])
-    empty = exports.add(pristine[1], _empty_holdout, previous=full)
-    assert pooled.poll() == [1, 2] and not repo.rejected()
+    exports.add(pristine[1], _mostly_seen, previous=full)
+    assert publisher.poll() == [1, 2]
     evidence = repo.manifest(2)["evaluation"]["holdout"]
-    assert evidence["own"] == 0 and evidence["samples"] >= 1000  # the full export's holdout
-    exports.add(pristine[2], previous=empty)
-    assert pooled.poll() == [3]
+    assert evidence["samples"] == 500 and evidence["excluded_seen"] > 0
+    assert repo.manifest(2)["evaluation"]["candidate"]["samples"] == 500
 
 
 def test_compaction_is_bit_exact_and_retention_keeps_what_serving_needs(pristine, tmp_path):
