@@ -99,7 +99,7 @@ def watch(conf: ModelMgrConfig) -> int:
         calibration_high=conf.calibration_high,
         rollback_auc_drop=conf.rollback_auc_drop,
     )
-    publisher = Publisher(repo, Path(conf.exports), gate, conf.compact_after, conf.keep_full)
+    publisher = Publisher(repo, Path(conf.exports), gate, conf.compact_after, conf.keep_full, conf.accept_new_spec)
     guarded = daemon.guard(conf, conf.host, service_policy(ADMIN_ROLES))  # also its identity for the notifications
     manager = Manager(repo, publisher, Notifier(conf.notify, conf.model))
     server, port, _ = daemon.grpc_server(

@@ -13,6 +13,13 @@ class ModelMgrConfig(SecurityConfig):
     repo: str = field(default="repo", metadata={"help": "model repository folder"})
     model: str = field(default="ctr", metadata={"help": "model name"})
     poll_s: float = field(default=0.2, metadata={"help": "seconds between scans of the exports"})
+    accept_new_spec: bool = field(
+        default=False,
+        metadata={
+            "help": "publish an export whose model type or field list differs from the live version's (by default it is"
+            " refused: another model's export in the same folder must not replace this one)"
+        },
+    )
     min_samples: int = field(default=1000, metadata={"help": "quality gate: holdout samples needed to judge an export"})
     max_auc_drop: float = field(
         default=0.02, metadata={"help": "quality gate: how far the candidate's holdout AUC may trail the live version's"}

@@ -51,6 +51,24 @@ class Rejected(Exception):
         self.stage, self.reason, self.evidence = stage, reason, evidence
 
 
+FIELD_SIZED = ("ffm", "wdl", "deepfm")  # their tables are sized by the field list: it must stay the same
+
+
+def spec_change(live: dict[str, Any], candidate: dict[str, Any]) -> str | None:
+    """Why a candidate spec is another model than the live one; None when it is the same
+    model (a field list may grow where it does not size the tables)."""
+    if live.get("type") != candidate.get("type"):
+        return f"the export is a {candidate.get('type')} model, the live version a {live.get('type')} one"
+    old, new = list(live.get("fields") or []), list(candidate.get("fields") or [])
+    same = old == new if candidate.get("type") in FIELD_SIZED else new[: len(old)] == old
+    if not same:
+        return (
+            f"the export's {len(new)} fields ({', '.join(new[:4])}...) are not"
+            f" the live version's {len(old)} ({', '.join(old[:4])}...)"
+        )
+    return None
+
+
 class Publisher:
     def __init__(
         self,
@@ -59,8 +77,10 @@ class Publisher:
         gate: QualityGate,
         compact_after: int = 20,
         keep_full: int = 3,
+        accept_new_spec: bool = False,
     ) -> None:
         self.repo = repo
+        self.accept_new_spec = accept_new_spec  # publish an export of another type or field list
         self.exports = exports
         self.gate = gate
         self.compact_after = compact_after  # a chain this many deltas long is folded into a full version (0: never)
@@ -143,6 +163,7 @@ class Publisher:
             raise Rejected("schema", str(e)) from None
         if export.id != folder.name:
             raise Rejected("schema", f"export.json: id {export.id} is not its folder's name {folder.name}")
+        self._check_identity(export)
         base, chain, previous = self._lineage(export)
         holdout = self._holdout(folder, export)
         staged = self._stage(folder, export, base, chain, previous)  # the copies' sizes and sha256 checked
@@ -152,6 +173,34 @@ class Publisher:
             raise Rejected("verify", str(e)) from None
         evaluation = self._judge(staged, export, holdout, previous)
         return self._publish(staged, folder.name, evaluation)
+
+    def _live_spec(self) -> dict[str, Any] | None:
+        """The spec of the version serving follows (the newest loadable one otherwise)."""
+        target = self.repo.target()
+        for v in [*([target] if target is not None else []), *reversed(self.repo.versions())]:
+            if self.repo.broken(v) is None:
+                return self.repo.manifest_model(v).spec
+        return None
+
+    def _check_identity(self, export: ExportManifest) -> None:
+        """An export of another model is never published as this one: another name always,
+        another type or field list unless the manager accepts a new spec."""
+        name = str(export.model.get("name", ""))
+        if name != self.repo.model:
+            raise Rejected(
+                "identity",
+                f"the export is of model {name!r}; this manager publishes {self.repo.model!r}"
+                f" (export another model into its own folder, watched by a manager with --model-name {name})",
+            )
+        live = self._live_spec()
+        if live is None or self.accept_new_spec:
+            return
+        why = spec_change(live, export.model)
+        if why is not None:
+            raise Rejected(
+                "identity",
+                f"{why}: not the model {self.repo.model!r} is serving (a manager started with --accept-new-spec publishes it)",
+            )
 
     def _lineage(self, export: ExportManifest) -> tuple[int | None, list[int], int | None]:
         """(base version, chain before this delta, predecessor) of a delta; (None, [], None)
@@ -255,6 +304,8 @@ class Publisher:
         """The gate's evidence for the candidate; Rejected when it fails. Rolls back a live
         version that falls behind its predecessor on this holdout first."""
         live_v = self.repo.target()
+        if live_v is not None and spec_change(self.repo.manifest_model(live_v).spec, export.model) is not None:
+            live_v = None  # a new spec (--accept-new-spec): the live version reads these samples otherwise
         live = self._evaluate_published(live_v, holdout) if live_v is not None else None
         if live is not None and live_v is not None:
             metrics.HOLDOUT_AUC.labels("live").set(live.auc)

@@ -166,20 +166,63 @@ class DeclareTablesRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     TABLES_FIELD_NUMBER: _builtins.int
+    MODEL_FIELD_NUMBER: _builtins.int
+    REPLACE_MODEL_FIELD_NUMBER: _builtins.int
+    replace_model: _builtins.bool
+    """drop the model the shard holds instead (boundless train --replace-model)"""
     @_builtins.property
     def tables(self) -> _containers.RepeatedCompositeFieldContainer[Global___TableDecl]: ...
+    @_builtins.property
+    def model(self) -> Global___ModelIdentity:
+        """the trainer's model; a shard holding another one refuses it"""
+
     def __init__(
         self,
         *,
         tables: _abc.Iterable[Global___TableDecl] | None = ...,
+        model: Global___ModelIdentity | None = ...,
+        replace_model: _builtins.bool = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["model", b"model"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["tables", b"tables"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["model", b"model", "replace_model", b"replace_model", "tables", b"tables"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DeclareTablesRequest: _TypeAlias = DeclareTablesRequest  # noqa: Y015
+
+@_typing.final
+class ModelIdentity(_message.Message):
+    """Which model a trainer trains (ps/identity.py): a shard keeps the first one's and refuses
+    trainers of another instead of emptying itself for them.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    TYPE_FIELD_NUMBER: _builtins.int
+    FIELDS_SHA256_FIELD_NUMBER: _builtins.int
+    FIELDS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    type: _builtins.str
+    fields_sha256: _builtins.str
+    """of the field list, for models whose tables it sizes; "" otherwise"""
+    fields: _builtins.int
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        type: _builtins.str = ...,
+        fields_sha256: _builtins.str = ...,
+        fields: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fields", b"fields", "fields_sha256", b"fields_sha256", "name", b"name", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ModelIdentity: _TypeAlias = ModelIdentity  # noqa: Y015
 
 @_typing.final
 class DeclareTablesResponse(_message.Message):
@@ -674,19 +717,28 @@ class RestoreRequest(_message.Message):
 
     CUT_FIELD_NUMBER: _builtins.int
     GENERATION_FIELD_NUMBER: _builtins.int
+    MODEL_FIELD_NUMBER: _builtins.int
+    REPLACE_MODEL_FIELD_NUMBER: _builtins.int
     cut: _builtins.int
     """0: empty tables"""
     generation: _builtins.int
     """the restoring trainer's; older pushes are refused from now on"""
+    replace_model: _builtins.bool
+    @_builtins.property
+    def model(self) -> Global___ModelIdentity:
+        """checked before anything changes (FAILED_PRECONDITION for another model)"""
+
     def __init__(
         self,
         *,
         cut: _builtins.int = ...,
         generation: _builtins.int = ...,
+        model: Global___ModelIdentity | None = ...,
+        replace_model: _builtins.bool = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["model", b"model"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cut", b"cut", "generation", b"generation"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cut", b"cut", "generation", b"generation", "model", b"model", "replace_model", b"replace_model"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

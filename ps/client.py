@@ -25,6 +25,7 @@ from ctr.modelspec import TableSpec
 from ctr.routing import dense_range, shard_of
 from ps.compression.compressor import CodecSpec, Compressor, parse_codec
 from ps.compression.payload import VALUE_CODECS, Compressed, encode_rows, value_codec
+from ps.identity import ModelIdentity, ModelMismatch
 from ps.lifecycle import Lifecycle
 from ps.local_aggregate import AggregationPlan, LocalAggregator
 from ps.shard import ExportedFile, Shard
@@ -50,6 +51,8 @@ __all__ = [
     "AggregationPlan",
     "Lifecycle",
     "ExportedFile",
+    "ModelIdentity",
+    "ModelMismatch",
     "PSClient",
     "PullSession",
     "ShardRestarted",

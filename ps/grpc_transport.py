@@ -16,6 +16,7 @@ from ctr.modelspec import TableSpec
 from ctr.security import open_channel
 from protos import ps_pb2, ps_pb2_grpc
 from ps.compression.payload import decode_payload
+from ps.identity import ModelIdentity, ModelMismatch
 from ps.shard import ExportedFile, TableStats
 from ps.transport import Rows, SessionLost, ShardStatus, StoppedWhileUnreachable, _ByteCounter
 from ps.wire import KEYS_DELTA_VARINT, decode_rows, encode_keys, table_decl
@@ -30,6 +31,12 @@ RETRIED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
 # what gRPC answers past a server's --max-concurrent, before any handler ran: the call is
 # backed off and sent again (never applied twice), for up to the call's own timeout
 BUSY_DETAILS = "Concurrent RPC limit exceeded"
+
+
+def identity_message(model: ModelIdentity | None) -> ps_pb2.ModelIdentity | None:
+    if model is None:
+        return None
+    return ps_pb2.ModelIdentity(name=model.name, type=model.type, fields_sha256=model.fields_sha256, fields=model.fields)
 
 
 def _busy(e: grpc.RpcError) -> bool:
@@ -103,9 +110,21 @@ class GrpcTransport(_ByteCounter):
             if key == "incarnation" and value.isdigit():
                 self.saw(shard, int(value))
 
+    def _refusing_other_models(self, shard: int, method: str, req: Any, timeout: float | None = None) -> Any:
+        """A restore or a declaration; a shard holding another model refuses it with
+        FAILED_PRECONDITION, raised here as ModelMismatch with the shard's message."""
+        try:
+            return self._rpc(shard, method, req, timeout)
+        except grpc.RpcError as e:
+            if e.code() == grpc.StatusCode.FAILED_PRECONDITION:
+                raise ModelMismatch(f"{self.addresses[shard]}: {e.details()}") from None
+            raise
+
     def declare(self, shard: int, specs: list[TableSpec]) -> list[bool]:
-        req = ps_pb2.DeclareTablesRequest(tables=[table_decl(s) for s in specs])
-        return list(self._rpc(shard, "DeclareTables", req).created)
+        req = ps_pb2.DeclareTablesRequest(
+            tables=[table_decl(s) for s in specs], model=identity_message(self.model), replace_model=self.replace_model
+        )
+        return list(self._refusing_other_models(shard, "DeclareTables", req).created)
 
     def pull(
         self, shard: int, table: str, keys: npt.NDArray[np.uint64], open_session: bool, state: bool, codec: str = ""
@@ -193,8 +212,10 @@ class GrpcTransport(_ByteCounter):
         return int(self._rpc(shard, "Commit", ps_pb2.CommitRequest(cut=cut), timeout=600).rows_written)
 
     def restore(self, shard: int, cut: int, generation: int) -> int:
-        req = ps_pb2.RestoreRequest(cut=cut, generation=generation)
-        return int(self._rpc(shard, "Restore", req, timeout=600).incarnation)
+        req = ps_pb2.RestoreRequest(
+            cut=cut, generation=generation, model=identity_message(self.model), replace_model=self.replace_model
+        )
+        return int(self._refusing_other_models(shard, "Restore", req, timeout=600).incarnation)
 
     def status(self, shard: int) -> ShardStatus:
         r = self._rpc(shard, "Stats", ps_pb2.StatsRequest())

@@ -13,6 +13,7 @@ from ctr.modelspec import ModelSpecError
 from protos import ps_pb2, ps_pb2_grpc
 from ps import metrics
 from ps.compression.payload import BY_ID, CodecError, decode_payload, encode_rows, value_codec
+from ps.identity import ModelIdentity, ModelMismatch
 from ps.shard import SessionExpired, Shard, ShardError, StaleGeneration
 from ps.tables import DELTA, GRADIENT, MOMENTUM
 from ps.wire import WireError, decode_keys, table_spec
@@ -31,6 +32,8 @@ def _call(method: str, context: grpc.ServicerContext, fn: Callable[[], R], incar
         _abort(context, method, grpc.StatusCode.FAILED_PRECONDITION, str(e), incarnation)
     except StaleGeneration as e:
         _abort(context, method, grpc.StatusCode.ABORTED, f"{method}: {e}", incarnation)
+    except ModelMismatch as e:
+        _abort(context, method, grpc.StatusCode.FAILED_PRECONDITION, f"{method}: {e}", incarnation)
     except (ShardError, WireError, CodecError, ModelSpecError) as e:
         _abort(context, method, grpc.StatusCode.INVALID_ARGUMENT, f"{method}: {e}", incarnation)
     finally:
@@ -42,6 +45,10 @@ def _abort(context: grpc.ServicerContext, method: str, code: grpc.StatusCode, me
     metrics.RPC_ERRORS.labels(method, code.name).inc()
     context.set_trailing_metadata((("incarnation", str(incarnation)),))
     context.abort(code, message)
+
+
+def identity_of(m: ps_pb2.ModelIdentity) -> ModelIdentity:
+    return ModelIdentity(m.name, m.type, m.fields_sha256, m.fields)
 
 
 def _push_kind(value: int) -> str:
@@ -64,7 +71,9 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
 
     def DeclareTables(self, request: ps_pb2.DeclareTablesRequest, context: grpc.ServicerContext) -> ps_pb2.DeclareTablesResponse:
         def run() -> ps_pb2.DeclareTablesResponse:
-            return ps_pb2.DeclareTablesResponse(created=self.shard.declare([table_spec(t) for t in request.tables]))
+            model = identity_of(request.model) if request.HasField("model") else None
+            specs = [table_spec(t) for t in request.tables]
+            return ps_pb2.DeclareTablesResponse(created=self.shard.declare(specs, model, request.replace_model))
 
         return self._call("DeclareTables", context, run)
 
@@ -142,7 +151,8 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
 
     def Restore(self, request: ps_pb2.RestoreRequest, context: grpc.ServicerContext) -> ps_pb2.RestoreResponse:
         def run() -> ps_pb2.RestoreResponse:
-            self.shard.restore(request.cut, request.generation)
+            model = identity_of(request.model) if request.HasField("model") else None
+            self.shard.restore(request.cut, request.generation, model, request.replace_model)
             return ps_pb2.RestoreResponse(incarnation=self.shard.incarnation)
 
         return self._call("Restore", context, run)

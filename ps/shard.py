@@ -19,6 +19,7 @@ import numpy.typing as npt
 from ctr import modelfile
 from ctr.modelspec import TableSpec
 from ctr.routing import dense_range, shard_of
+from ps.identity import ModelIdentity, mismatch
 from ps.lifecycle import CountingBloom, Lifecycle, to_evict
 from ps.store import CutMeta, ShardStore
 from ps.tables import GRADIENT, MOMENTUM, DenseTable, PushRejected, SparseTable
@@ -111,6 +112,8 @@ class Shard:
         self._last_sweep: dict[str, tuple[float, int]] = {}  # per table: time and update seq
         self._tombstones_cut: dict[str, list[npt.NDArray[np.uint64]]] = {}  # evicted since the last cut
         self._tombstones_export: list[npt.NDArray[np.uint64]] = []  # evicted since the last export
+        held = store.model() if store is not None else None
+        self.model: ModelIdentity | None = ModelIdentity.from_json(held) if held else None  # the model it holds
         if store is not None:
             self._load(store.committed())
 
@@ -127,12 +130,42 @@ class Shard:
     def checkpoint_offsets(self) -> bytes:
         return self.committed.offsets
 
-    def declare(self, specs: list[TableSpec]) -> list[bool]:
+    def _drop_other(self, model: ModelIdentity | None) -> bool:
+        """Drops every table and cut when the shard holds another model than `model` (the
+        trainer asked to replace it); True when it did. Caller holds the lock."""
+        if model is None or self.model is None or not self.model.conflict(model):
+            return False
+        log.warning("shard %d: dropping model %s for %s (--replace-model)", self.index, self.model.describe(), model.describe())
+        if self.store is not None:
+            self.store.drop_everything()
+        self.model, self._last_cut, self._last_full = None, 0, 0
+        self._writes.clear()
+        self._load(0)
+        return True
+
+    def _claim(self, model: ModelIdentity | None) -> None:
+        """Records the model this shard holds; refuses another one (ModelMismatch). Caller
+        holds the lock."""
+        if model is None:
+            return
+        if self.model is not None and self.model.conflict(model):
+            raise mismatch(self.model, model, self.index)
+        claimed = model.merged(self.model) if self.model is not None else model
+        if claimed != self.model:
+            self.model = claimed
+            if self.store is not None:
+                self.store.put_model(claimed.to_json())
+
+    def declare(self, specs: list[TableSpec], model: ModelIdentity | None = None, replace: bool = False) -> list[bool]:
         """Creates the tables; True for each table that starts empty (not loaded from the
         committed cut). A table that exists, here or in the store, with another layout is
-        refused."""
+        refused, and so is a model other than the one the shard holds (ModelMismatch),
+        unless the trainer `replace`s it."""
         created = []
         with self.lock:
+            if replace:
+                self._drop_other(model)
+            self._claim(model)
             for spec in specs:
                 have = self.sparse.get(spec.name) or self.dense.get(spec.name)
                 if have is not None:
@@ -498,14 +531,20 @@ class Shard:
                 del self._writes[c]
         return written
 
-    def restore(self, cut: int, generation: int) -> None:
+    def restore(self, cut: int, generation: int, model: ModelIdentity | None = None, replace: bool = False) -> None:
         """Goes back to committed cut `cut` (0: empty tables), dropping newer cuts and every
-        change since, and follows trainer generation `generation` from now on."""
+        change since, and follows trainer generation `generation` from now on. A trainer of
+        another model than the one held is refused (ModelMismatch) before anything changes,
+        unless it `replace`s it: then every table and cut goes, and the shard holds the new
+        model from cut 0."""
         for pending in list(self._writes.values()):
             pending.exception()  # waits; a failed cut is dropped below anyway
         with self.lock:
             if generation < self.generation:
                 raise StaleGeneration(f"a restore from trainer generation {generation}; this shard follows {self.generation}")
+            if replace and self._drop_other(model):
+                cut = 0
+            self._claim(model)
             store = self.store
             if store is not None:
                 if cut and store.meta(cut) is None:

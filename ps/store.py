@@ -44,6 +44,7 @@ Counters = npt.NDArray[np.uint8]
 BLOCK_ROWS = 1 << 16
 BLOOM_BLOCK = 1 << 16  # counters per stored block of an admission Bloom filter
 _COMMITTED = b"m:committed"
+_MODEL = b"m:model"  # the identity of the model the store holds (ps.identity)
 
 
 @dataclass(frozen=True)
@@ -192,6 +193,23 @@ class ShardStore:
             self._delete_cuts(batch, 0, fulls[-2])
         self.db.write(batch)
         self.db.flush_wal(True)
+
+    def model(self) -> bytes | None:
+        """The held model's identity (ps.identity.ModelIdentity.to_json), None if unknown."""
+        raw = self.db.get(_MODEL)
+        return raw if isinstance(raw, bytes) else None
+
+    def put_model(self, identity: bytes) -> None:
+        self.db.put(_MODEL, identity)
+        self.db.flush_wal(True)
+
+    def drop_everything(self) -> None:
+        """Deletes every cut, table spec and the model identity: a store for another model."""
+        batch = WriteBatch(raw_mode=True)
+        batch.delete_range(b"", b"\xff")  # every key starts with an ASCII letter
+        self.db.write(batch)
+        self.db.flush_wal(True)
+        self._blooms_written.clear()
 
     def committed(self) -> int:
         """The committed cut; 0 when there is none."""

@@ -18,6 +18,7 @@ import numpy.typing as npt
 from ctr.modelspec import TableSpec
 from ctr.varint import encode_varints
 from ps.compression.payload import decode_payload, encode_rows
+from ps.identity import ModelIdentity
 from ps.shard import ExportedFile, Shard, TableStats
 from ps.wire import KEYS_DELTA_VARINT, encode_keys
 
@@ -61,6 +62,8 @@ class ShardTransport(Protocol):
     pull_bytes: int
     push_bytes: int
     generation: int  # the trainer generation pushes carry
+    model: ModelIdentity | None  # the model restores and declarations name (ps.identity); None: no check
+    replace_model: bool  # they drop another model the shards hold instead of being refused
 
     incarnations: dict[int, int]
 
@@ -116,6 +119,8 @@ class _ByteCounter:
         self.push_bytes = 0
         self._lock = threading.Lock()
         self.generation = 0
+        self.model: ModelIdentity | None = None
+        self.replace_model = False
         self.incarnations: dict[int, int] = {}
 
     def saw(self, shard: int, incarnation: int) -> None:
@@ -143,7 +148,7 @@ class LocalTransport(_ByteCounter):
         self.rng = np.random.default_rng(0)  # int8 pull replies round stochastically
 
     def declare(self, shard: int, specs: list[TableSpec]) -> list[bool]:
-        return self.shards[shard].declare(specs)
+        return self.shards[shard].declare(specs, self.model, self.replace_model)
 
     def pull(
         self, shard: int, table: str, keys: npt.NDArray[np.uint64], open_session: bool, state: bool, codec: str = ""
@@ -196,7 +201,7 @@ class LocalTransport(_ByteCounter):
         return self.shards[shard].commit(cut)
 
     def restore(self, shard: int, cut: int, generation: int) -> int:
-        self.shards[shard].restore(cut, generation)
+        self.shards[shard].restore(cut, generation, self.model, self.replace_model)
         return self.shards[shard].incarnation
 
     def status(self, shard: int) -> ShardStatus:

@@ -110,6 +110,13 @@ class TrainerConfig(SecurityConfig):
             " trainer takes every shard back to their newest common checkpoint cut and the stream up from there)"
         },
     )
+    replace_model: bool = field(
+        default=False,
+        metadata={
+            "help": "the PS shards hold another model (another name, type or field list): drop it and start this one"
+            " (without it such shards refuse this trainer and keep their model)"
+        },
+    )
     ps_retry_s: float = field(
         default=120.0, metadata={"help": "how long a call to an unreachable PS shard is retried (with backoff) before failing"}
     )

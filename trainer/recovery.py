@@ -106,6 +106,22 @@ def common_cut(statuses: list[ShardStatus]) -> int:
     return cut
 
 
+def planned_point(client: PSClient, from_start: bool) -> CutPoint:
+    """Where restore_shards would take up, read from the shards without changing them: the
+    trainer resolves its field list there, so that the restore can name the whole model
+    (a shard holding another one refuses it before it changes)."""
+    if from_start:
+        return CutPoint(0)
+    statuses = client.status()
+    cut = common_cut(statuses)
+    if not cut:
+        return CutPoint(0)
+    for s in statuses:
+        if s.committed_cut == cut:
+            return decode_offsets(cut, s.checkpoint_offsets)
+    return CutPoint(cut)  # no shard has it committed yet: the restore will tell
+
+
 def restore_shards(client: PSClient, from_start: bool, attempts: int = 5) -> CutPoint:
     """Takes every shard to the newest common cut (or to empty tables with from_start),
     under a new trainer generation, and returns where training takes up. A shard that

@@ -20,7 +20,16 @@ from ctr.fields import FieldIndex
 from ctr.formats import resolve_fields
 from ctr.modelspec import FIELD_MODELS, ModelSpec
 from ctr.schema import PRESETS, FeatureSchema, detect_schema
-from ps.client import VALUE_CODECS, Lifecycle, PSClient, ShardRestarted, StoppedWhileUnreachable, parse_codec
+from ps.client import (
+    VALUE_CODECS,
+    Lifecycle,
+    ModelIdentity,
+    PSClient,
+    ShardRestarted,
+    ShardStatus,
+    StoppedWhileUnreachable,
+    parse_codec,
+)
 from trainer.config import ENV_PREFIX, TrainerConfig
 from trainer.dense_sync import parse_dense_codec
 from trainer.exporter import Exporter
@@ -28,7 +37,7 @@ from trainer.loop import LoopSettings, Trainer
 from trainer.model import TrainableModel, build_model
 from trainer.progress_log import ProgressLog
 from trainer.progressive import ProgressiveMetrics
-from trainer.recovery import CutPoint, restore_and_declare, restore_shards
+from trainer.recovery import CutPoint, planned_point, restore_and_declare, restore_shards
 from trainer.source import Position, Source, open_source
 from trainer.spec import model_spec
 from trainer.workers import WorkerFailed, WorkerRun, run_workers
@@ -224,15 +233,29 @@ def train(conf: TrainerConfig) -> int:
         return 0
 
 
+def check_shard_list(conf: TrainerConfig, statuses: list[ShardStatus]) -> None:
+    """--ps lists every shard once, in shard order: refused before anything is restored or
+    declared (a wrong list would route keys to shards that do not own them)."""
+    addresses = addresses_of(conf)
+    for i, (addr, st) in enumerate(zip(addresses, statuses, strict=True)):
+        if st.count != len(addresses) or st.index != i:
+            raise cfg.ConfigError(
+                f"--ps: address {i + 1} of {len(addresses)}, {addr}, is shard {st.index} of {st.count};"
+                f" list all {st.count} shards in shard order (--shard-index 0, 1, ...)"
+            )
+
+
 def _train(conf: TrainerConfig, stop: threading.Event, log: logging.Logger) -> int:
     schema = load_schema(conf)
     guarded = daemon.guard(conf, conf.host)  # its identity for the PS channels; it serves health only
     client = connect(conf, stop.is_set)
-    point = restore_shards(client, conf.from_start)  # exactly once: back to the newest common cut
-    taken = len(point.parts) or 1
-    if point.cut and taken != conf.workers:
+    if conf.ps != "local":
+        check_shard_list(conf, client.status())
+    planned = planned_point(client, conf.from_start)  # read only: nothing changes before the model is named
+    taken = len(planned.parts) or 1
+    if planned.cut and taken != conf.workers:
         raise cfg.ConfigError(
-            f"checkpoint cut {point.cut} was taken with {taken} worker(s), whose positions do not map to {conf.workers}:"
+            f"checkpoint cut {planned.cut} was taken with {taken} worker(s), whose positions do not map to {conf.workers}:"
             f" run with --workers {taken}, or start over with --from-start"
         )
 
@@ -240,7 +263,7 @@ def _train(conf: TrainerConfig, stop: threading.Event, log: logging.Logger) -> i
         return open_source(conf.source, conf.follows(), stop=stop.is_set, start=position)
 
     try:
-        source = reopen(point.position)
+        source = reopen(planned.position)
     except ValueError as e:
         raise cfg.ConfigError(str(e)) from None
     schema, fields = resolve(conf, schema, source)
@@ -249,6 +272,12 @@ def _train(conf: TrainerConfig, stop: threading.Event, log: logging.Logger) -> i
         model = build_model(spec, conf.staleness, conf.dense_codec)
     except ValueError as e:
         raise cfg.ConfigError(str(e)) from None
+    # the shards refuse a trainer of another model (name, type, field list) before they change
+    client.transport.model = ModelIdentity.of(conf.model_name, spec.type, spec.fields, spec.needs_fields)
+    client.transport.replace_model = conf.replace_model
+    point = restore_shards(client, conf.from_start)  # exactly once: back to the newest common cut
+    if (point.cut, point.position) != (planned.cut, planned.position):  # a shard restarted meanwhile: the cut moved
+        source = reopen(point.position)
     again = restore_and_declare(client, model.prepare, conf.from_start) if _restarted_during(client, model) else None
     if again is not None and again != point:  # a shard restarted meanwhile and the cut moved
         point, source = again, reopen(again.position)

@@ -42,5 +42,5 @@ def test_a_pipe_ends_at_its_end_and_follow_keeps_reading(data_dir: Path, tmp_pat
     proc = _train(tmp_path, "--source", "-", "--metrics-out", str(out), stdin="\n".join(lines) + "\n")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(out.read_text())["samples"] == 3000  # no export: nothing held back
-    follow = _train(tmp_path, "--source", str(data_dir / CRITEO), "--follow", "--idle-exit-s", "1", "--progress-interval-s", "0.2")
+    follow = _train(tmp_path, "--source", str(data_dir / CRITEO), "--follow", "--idle-exit-s", "1", "--progress-interval-s", ".2")
     assert follow.returncode == 0 and "following" in follow.stderr

@@ -1,0 +1,75 @@
+"""A shard holds one model (ps.identity): another trainer's model is refused before anything
+changes, across restarts (the identity is in the store), and replaced only when asked; the
+manager's spec comparison (modelmgr.publisher.spec_change)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ctr.modelspec import ModelSpec
+from modelmgr.publisher import spec_change
+from ps.identity import ModelIdentity, ModelMismatch
+from ps.shard import Shard
+from ps.store import ShardStore
+
+FFM = ModelSpec("ffm", k=2, fields=("a", "b"))
+AVAZU = ModelIdentity.of("ctr", "ffm", ("a", "b"), sized_by_fields=True)
+
+
+def _trained(tmp_path) -> Shard:
+    shard = Shard(0, 1, ShardStore(tmp_path / "db"))
+    shard.restore(0, 1, ModelIdentity("ctr", "ffm"))
+    shard.declare(FFM.tables(), AVAZU)
+    keys = np.arange(1, 41, dtype=np.uint64)
+    shard.push("w", keys, np.full((40, 1), 0.5), "gradient", samples=40, generation=1)
+    shard.prepare(1, b"{}")
+    shard.commit(1)
+    return shard
+
+
+def _rows(shard: Shard) -> dict[str, int]:
+    return {t.name: t.rows for t in shard.stats()}
+
+
+def test_another_model_is_refused_before_anything_changes(tmp_path):
+    shard = _trained(tmp_path)
+    before = _rows(shard)
+    for other in (ModelIdentity("criteo", "ffm"), ModelIdentity("ctr", "fm")):
+        with pytest.raises(ModelMismatch, match="holds model 'ctr'"):
+            shard.restore(0, 2, other)
+    criteo = ModelIdentity.of("ctr", "ffm", tuple(f"C{i}" for i in range(26)), sized_by_fields=True)
+    with pytest.raises(ModelMismatch, match="26 fields"):
+        shard.restore(0, 2, criteo)
+    with pytest.raises(ModelMismatch):
+        shard.declare(ModelSpec("ffm", k=2, fields=tuple(f"C{i}" for i in range(26))).tables(), criteo)
+    assert _rows(shard) == before and shard.committed.cut == 1
+    shard.restore(1, 2, AVAZU)  # the same model takes up at its cut
+    assert _rows(shard) == before
+    shard.close()
+    shard.store.close()  # type: ignore[union-attr]
+
+    again = Shard(0, 1, ShardStore(tmp_path / "db"))  # the identity survives a restart
+    with pytest.raises(ModelMismatch):
+        again.restore(0, 3, ModelIdentity("criteo", "ffm"))
+    again.restore(0, 3, ModelIdentity("criteo", "ffm"), replace=True)
+    assert again.cuts() == [] and not again.sparse and again.model == ModelIdentity("criteo", "ffm")
+    again.declare(FFM.tables(), ModelIdentity.of("criteo", "ffm", ("a", "b"), sized_by_fields=True))
+
+
+def test_a_replacing_declaration_drops_the_old_field_list(tmp_path):
+    shard = _trained(tmp_path)
+    wide = ModelSpec("ffm", k=2, fields=("a", "b", "c"))
+    ident = ModelIdentity.of("ctr", "ffm", wide.fields, sized_by_fields=True)
+    shard.restore(1, 2, ModelIdentity("ctr", "ffm"))  # name and type agree; the fields come with the tables
+    assert shard.declare(wide.tables(), ident, replace=True) == [True, True, True]
+    assert shard.cuts() == [] and shard.model == ident
+
+
+def test_the_manager_tells_another_model_from_a_grown_field_list():
+    lr = {"type": "lr", "fields": ["a", "b"]}
+    assert spec_change(lr, {"type": "lr", "fields": ["a", "b", "c"]}) is None  # an LR's list grows with the stream
+    assert "fields" in str(spec_change(lr, {"type": "lr", "fields": ["b", "a"]}))
+    assert "a fm model" in str(spec_change(lr, {"type": "fm", "fields": ["a", "b"]}))
+    ffm = {"type": "ffm", "fields": ["a", "b"]}
+    assert "fields" in str(spec_change(ffm, {"type": "ffm", "fields": ["a", "b", "c"]}))  # its tables are sized by them
