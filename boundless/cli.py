@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import sys
 from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 # subcommand -> (module with add_arguments/run, help); only the module of the command
 # given is imported, so `boundless model list` does not pay for numba, and `train` for
@@ -23,9 +25,45 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+# flags renamed so that one name means one thing on every command; the old spelling is
+# refused with the new one named
+RENAMED = {
+    "--model": ("--model-name", "the model's name; --model is the model type, of train and demo only"),
+}
+
+
+def option_strings(parser: argparse.ArgumentParser) -> list[str]:
+    """Every flag of a parser and of its subparsers."""
+    out = [o for o in parser._option_string_actions if o.startswith("--")]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                out += option_strings(sub)
+    return out
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with no abbreviations, and a hint for a mistyped or renamed flag."""
+
+    def error(self, message: str) -> NoReturn:  # type: ignore[override]
+        known = list(dict.fromkeys(option_strings(self)))
+        hints = []
+        for token in message.replace(",", " ").split():
+            flag = token.split("=", 1)[0]
+            if not flag.startswith("--") or flag in known:
+                continue
+            if flag in RENAMED and RENAMED[flag][0] in known:
+                hints.append(f"{flag} is now {RENAMED[flag][0]} ({RENAMED[flag][1]})")
+                continue
+            close = difflib.get_close_matches(flag, known, n=1, cutoff=0.6)
+            if close:
+                hints.append(f"{flag}: did you mean {close[0]}?")
+        super().error(message + "".join(f"\n  {h}" for h in hints))
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser; only `command`'s subparser gets its arguments (and imports its module)."""
-    parser = argparse.ArgumentParser(prog="boundless", description="Online CTR training and serving.", allow_abbrev=False)
+    parser = Parser(prog="boundless", description="Online CTR training and serving.", allow_abbrev=False)
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (module, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text, allow_abbrev=False)

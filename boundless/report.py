@@ -32,7 +32,7 @@ class ReportError(ValueError):
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", type=Path, help="the run's folder (a demo's runs/demo-<time>, or any with the files above)")
     parser.add_argument("--out", type=Path, default=None, help="where the PNGs go (default RUN_DIR/report)")
-    parser.add_argument("--model", default="ctr", help="model name in RUN_DIR/repo")
+    parser.add_argument("--model-name", default="ctr", help="the model's name in RUN_DIR/repo")
 
 
 def _save(fig: Any, path: Path) -> Path:
@@ -212,7 +212,7 @@ def make(run_dir: Path, out: Path | None = None, model: str = "ctr") -> list[Pat
 
 def run(args: argparse.Namespace) -> int:
     try:
-        written = make(args.run_dir, args.out, args.model)
+        written = make(args.run_dir, args.out, args.model_name)
     except ReportError as e:
         print(f"boundless report: error: {e}")
         return 2

@@ -105,8 +105,14 @@ def guard(conf: SecurityConfig, host: str, policy: Policy | None = None) -> dict
 
 
 def metrics_server(host: str, port: int) -> int:
-    """Starts the Prometheus HTTP endpoint; returns its bound port (port 0 picks a free one)."""
-    server, _ = start_http_server(port, addr=host)
+    """Starts the Prometheus HTTP endpoint; returns its bound port (port 0 picks a free one,
+    -1 disables it and returns -1, on every daemon alike)."""
+    if port < 0:
+        return -1
+    try:
+        server, _ = start_http_server(port, addr=host)
+    except OSError as e:
+        raise OSError(f"--metrics-port {port} on {host}: {e.strerror or e}") from None
     return int(server.server_port)
 
 

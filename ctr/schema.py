@@ -118,8 +118,9 @@ PRESETS: dict[str, FeatureSchema] = {
 _CSV_LABELS = ("click", "label", "is_attributed", "clicked", "y")
 
 
-def detect_schema(first_line: str) -> FeatureSchema:
-    """Guesses the schema of a file from its first line (for `--data PATH` without --format)."""
+def detect_schema(first_line: str, label: str | None = None) -> FeatureSchema:
+    """Guesses the schema of a file from its first line (for `--data PATH` without --format);
+    `label` names a csv file's label column when it is none of the usual names."""
     line = first_line.rstrip("\r\n")
     if "\t" in line:
         cols = line.split("\t")
@@ -129,14 +130,19 @@ def detect_schema(first_line: str) -> FeatureSchema:
             return PRESETS["criteo"]
     if "," in line and ":" not in line:
         header = [c.strip() for c in line.split(",")]
-        for name in _CSV_LABELS:
+        if label is not None and label not in header:
+            raise ValueError(f"csv header has no label column {label!r} (--label); its columns: {', '.join(header[:20])}")
+        for name in (label,) if label is not None else _CSV_LABELS:
             if name in header:
                 base = PRESETS["criteo-csv"] if "I1" in header else PRESETS["avazu"]
                 skip = tuple(s for s in base.skip if s in header)
                 if name == "is_attributed":
                     return PRESETS["talkingdata"]
                 return replace(base, label=name, skip=skip)
-        raise ValueError(f"csv header has no label column (looked for {', '.join(_CSV_LABELS)})")
+        raise ValueError(
+            f"csv header has no label column (looked for {', '.join(_CSV_LABELS)}; name it with --label);"
+            f" its columns: {', '.join(header[:20])}"
+        )
     tokens = line.split()
     if len(tokens) >= 2:
         colons = tokens[1].count(":")

@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -53,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ):
         p = sub.add_parser(name, help=help_text, allow_abbrev=False)
         p.add_argument("--repo", default="repo", help="model repository folder (or s3://bucket/prefix)")
-        p.add_argument("--model", default="ctr", help="model name")
+        p.add_argument("--model-name", default="ctr", help="the model's name in the repository")
         if name in REMOTE:
             p.add_argument(
                 "--manager",
@@ -89,7 +90,7 @@ def watch(conf: ModelMgrConfig) -> int:
     log = daemon.setup_logging("modelmgr", conf.log_level)
     if conf.max_concurrent < 1 or conf.workers < 1:
         raise cfg.ConfigError(f"--max-concurrent {conf.max_concurrent} and --workers {conf.workers}: must be >= 1")
-    repo = Repository(conf.repo, conf.model)
+    repo = Repository(conf.repo, conf.model_name)
     gate = QualityGate(
         min_samples=conf.min_samples,
         max_auc_drop=conf.max_auc_drop,
@@ -101,7 +102,7 @@ def watch(conf: ModelMgrConfig) -> int:
     )
     publisher = Publisher(repo, Path(conf.exports), gate, conf.compact_after, conf.keep_full, conf.accept_new_spec)
     guarded = daemon.guard(conf, conf.host, service_policy(ADMIN_ROLES))  # also its identity for the notifications
-    manager = Manager(repo, publisher, Notifier(conf.notify, conf.model))
+    manager = Manager(repo, publisher, Notifier(conf.notify, conf.model_name))
     server, port, _ = daemon.grpc_server(
         conf.host,
         conf.port,
@@ -116,7 +117,9 @@ def watch(conf: ModelMgrConfig) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    log.info("watching %s, publishing into %s/%s; admin service on %s:%d", conf.exports, conf.repo, conf.model, conf.host, port)
+    log.info(
+        "watching %s, publishing into %s/%s; admin service on %s:%d", conf.exports, conf.repo, conf.model_name, conf.host, port
+    )
     daemon.write_ready_file(conf.ready_file, grpc_port=port, metrics_port=metrics_port)
     while not stop.is_set():
         try:
@@ -136,7 +139,13 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "publish":
         print("boundless model publish: error: --manager (or BOUNDLESS_MANAGER) names the manager daemon to publish")
         return 2
-    repo = Repository(args.repo, args.model)
+    if "://" not in args.repo and not Path(args.repo, args.model_name).is_dir():
+        found = sorted(p.name for p in Path(args.repo).iterdir() if p.is_dir()) if Path(args.repo).is_dir() else []
+        where = f"; it holds {', '.join(found)} (--model-name)" if found else ""
+        what = f"--repo {args.repo}: no model {args.model_name!r} there{where}"
+        print(f"boundless model {args.action}: error: {what}", file=sys.stderr)
+        return 2
+    repo = Repository(args.repo, args.model_name)
     try:
         if args.action == "list":
             return _list(repo, args.json)
@@ -154,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"boundless model {args.action}: error: {e}")
         return 2
     target = repo.target()
-    print(f"{args.model}: policy {repo.policy().describe()}, serving should load version {target}")
+    print(f"{args.model_name}: policy {repo.policy().describe()}, serving should load version {target}")
     return _wait(args, target)
 
 
@@ -163,7 +172,7 @@ def _wait(args: argparse.Namespace, target: int | None) -> int:
         return 0
     from modelmgr import inspect_cli
 
-    return inspect_cli.wait_for(args.serving, target, args.wait_s, args.model)
+    return inspect_cli.wait_for(args.serving, target, args.wait_s, args.model_name)
 
 
 def _remote(args: argparse.Namespace) -> int:
@@ -172,7 +181,7 @@ def _remote(args: argparse.Namespace) -> int:
 
     from modelmgr.admin_client import AdminClient
 
-    client = AdminClient(args.manager, args.model)
+    client = AdminClient(args.manager, args.model_name)
     try:
         if args.action == "gc":
             from modelmgr.inspect_cli import report_gc

@@ -11,7 +11,7 @@ from ctr.security import SecurityConfig
 class ModelMgrConfig(SecurityConfig):
     exports: str = field(default="exports", metadata={"help": "folder the trainer exports into"})
     repo: str = field(default="repo", metadata={"help": "model repository folder"})
-    model: str = field(default="ctr", metadata={"help": "model name"})
+    model_name: str = field(default="ctr", metadata={"help": "the name of the model this manager publishes"})
     poll_s: float = field(default=0.2, metadata={"help": "seconds between scans of the exports"})
     accept_new_spec: bool = field(
         default=False,
@@ -49,6 +49,6 @@ class ModelMgrConfig(SecurityConfig):
         default=16, metadata={"help": "calls in flight at once; more are refused with RESOURCE_EXHAUSTED"}
     )
     reflection: bool = field(default=False, metadata={"help": "enable gRPC server reflection (lists the services to any client)"})
-    metrics_port: int = field(default=0, metadata={"help": "Prometheus port (0 picks a free one)"})
+    metrics_port: int = field(default=0, metadata={"help": "Prometheus port (0 picks a free one; -1 disables)"})
     ready_file: str | None = field(default=None, metadata={"help": "write bound ports here as JSON"})
     log_level: str = field(default="INFO", metadata={"help": "logging level"})

@@ -15,7 +15,7 @@ class PSConfig(SecurityConfig):
     shard_count: int = field(default=1, metadata={"help": "number of shards"})
     host: str = field(default="127.0.0.1", metadata={"help": "address to bind"})
     port: int = field(default=0, metadata={"help": "gRPC port (0 picks a free one)"})
-    metrics_port: int = field(default=0, metadata={"help": "Prometheus port (0 picks a free one)"})
+    metrics_port: int = field(default=0, metadata={"help": "Prometheus port (0 picks a free one; -1 disables)"})
     data_dir: str | None = field(default=None, metadata={"help": "RocksDB folder; none keeps state in memory only"})
     admit_after: int = field(
         default=1, metadata={"help": "a key gets a row from the Nth push that names it (a counting Bloom filter counts)"}

@@ -235,6 +235,7 @@ class GrpcTransport(_ByteCounter):
             r.committed_cut,
             tuple(r.cuts),
             r.drops_rows,
+            r.export_root,
         )
 
     def close(self) -> None:

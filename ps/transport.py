@@ -56,6 +56,7 @@ class ShardStatus:
     committed_cut: int = 0
     cuts: tuple[int, ...] = ()
     drops_rows: bool = False  # admission or eviction is on: a push may not land on every row it names
+    export_root: str = ""  # where the shard writes exports ("": none)
 
 
 class ShardTransport(Protocol):
@@ -218,6 +219,7 @@ class LocalTransport(_ByteCounter):
             s.committed.cut,
             tuple(s.cuts()),
             s.drops_rows,
+            str(s.export_root or ""),
         )
 
     def close(self) -> None:

@@ -23,11 +23,11 @@ class DnnBatching:
 @dataclass(frozen=True)
 class ServingConfig(SecurityConfig):
     repo: str = field(default="repo", metadata={"help": "model repository folder"})
-    model: str = field(default="ctr", metadata={"help": "model name"})
+    model_name: str = field(default="ctr", metadata={"help": "the served model's name in the repository"})
     poll_s: float = field(default=0.5, metadata={"help": "seconds between policy checks"})
     host: str = field(default="127.0.0.1", metadata={"help": "address to bind"})
     port: int = field(default=0, metadata={"help": "gRPC port (0 picks a free one)"})
-    metrics_port: int = field(default=0, metadata={"help": "Prometheus port (0 picks a free one)"})
+    metrics_port: int = field(default=0, metadata={"help": "Prometheus port (0 picks a free one; -1 disables)"})
     reflection: bool = field(default=False, metadata={"help": "enable gRPC server reflection (lists the services to any client)"})
     workers: int = field(default=4, metadata={"help": "gRPC worker threads"})
     score_threads: int = field(

@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"serve: --dnn-batching {conf.dnn_batching!r} is not auto, on or off")
     batching = DnnBatching(conf.dnn_batching, conf.dnn_batch_wait_ms / 1e3, conf.dnn_batch_items, conf.dnn_cuda_graphs)
     copies = LocalCopies(Path(conf.copies_dir) if conf.copies_dir else None)  # after the checks: none left behind
-    watcher = ModelWatcher(Repository(conf.repo, conf.model), conf.poll_s, copies, splitter, part, batching)
+    watcher = ModelWatcher(Repository(conf.repo, conf.model_name), conf.poll_s, copies, splitter, part, batching)
     metrics.IN_FLIGHT.set_function(lambda: splitter.in_flight)  # read when scraped
     watcher.start()
     router = Router(fanout, watcher) if fanout is not None else None
@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     metrics_port = daemon.metrics_server(conf.host, conf.metrics_port)
     log.info(
         "serving %s from %s on %s:%d (%s), metrics on :%d",
-        conf.model,
+        conf.model_name,
         conf.repo,
         conf.host,
         port,

@@ -26,6 +26,7 @@ from serving.shard_part import WHOLE, ShardPart
 from serving.warmup import warmup_requests
 
 MAX_RETRY_S = 60.0
+WAITING_LOG_S = 30.0  # how often serving says it has no version yet
 WARM_REQUESTS = 8  # recent requests a new version scores before it takes over
 SPARE_WAIT_S = 0.05  # how long a load waits for the last request on the retired version
 
@@ -125,6 +126,8 @@ class ModelWatcher:
         self._wake.set()
         self.copies.close()
 
+    _said_waiting = float("-inf")
+
     def wake(self) -> None:
         """Looks at the policy now (the manager says something changed)."""
         self._wake.set()
@@ -142,6 +145,16 @@ class ModelWatcher:
 
     def refresh(self) -> None:
         target = self.repo.target()
+        if target is None and self.current is None:
+            now = time.monotonic()
+            if now - self._said_waiting > WAITING_LOG_S:  # say why nothing serves, now and then
+                self._said_waiting = now
+                log.warning(
+                    "no version of model %r in %s yet: waiting for the model manager to publish one"
+                    " (check --repo and --model-name)",
+                    self.repo.model,
+                    self.repo.root,
+                )
         if target is None or (self.current is not None and self.current.version == target):
             return
         failures, next_try = self._failed.get(target, (0, 0.0))

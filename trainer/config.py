@@ -15,6 +15,16 @@ class TrainerConfig(SecurityConfig):
     source: str = field(default="-", metadata={"help": "file or folder to stream ('-' is stdin), or kafka://HOST:PORT/TOPIC"})
     format: str = field(default="auto", metadata={"help": "schema preset (criteo, avazu, libsvm, libffm, kv...) or auto"})
     schema: str | None = field(default=None, metadata={"help": "YAML feature schema; overrides --format"})
+    label: str | None = field(
+        default=None, metadata={"help": "the label column of csv input (default: click, label, is_attributed, clicked or y)"}
+    )
+    max_bad_fraction: float = field(
+        default=0.1,
+        metadata={
+            "help": "stop with an error naming the first bad lines and the likely cause once more than this share of"
+            " the lines read is bad (judged from 1000 bad lines on, and at the end)"
+        },
+    )
     ps: str = field(default="local", metadata={"help": "'local' or comma-separated shard addresses"})
     local_shards: int = field(default=1, metadata={"help": "in-process shards with --ps local"})
     model: str = field(default="lr", metadata={"help": "model type: lr, fm, ffm, wdl or deepfm"})

@@ -18,6 +18,7 @@ from ctr.fields import FieldIndex
 from ctr.schema import FeatureSchema
 from ps.client import PSClient, ShardRestarted
 from trainer import metrics
+from trainer.bad_input import BadInput, message, too_bad
 from trainer.batch_cache import BatchCache
 from trainer.exporter import Exporter
 from trainer.model import TrainableModel
@@ -46,6 +47,7 @@ class LoopSettings:
     # a finite stream's tail held back from training for the last export's holdout: the
     # trainer trains each batch only once this many samples have been read after it
     hold_back: int = 0
+    max_bad_fraction: float = 0.1  # more bad lines than this share of the lines read stops the run (BadInput)
 
 
 class Trainer:
@@ -205,6 +207,7 @@ class Trainer:
                 if now - last_log >= self.s.progress_interval_s or (tty and now - last_log >= 1):
                     self._log_progress()
                     last_log = now
+                self._check_bad_lines(final=False)
                 if done or idle or self.stop():
                     break
             else:
@@ -213,6 +216,13 @@ class Trainer:
             ready.close()
         self._hold_out_tail()
         self.flush()
+
+    def _check_bad_lines(self, final: bool) -> None:
+        """Stops a stream that is mostly bad lines (another format, a missing label column)
+        with an error naming the first ones, instead of a warning per line."""
+        good = self.submitted + self._tail_samples + sum(len(b) for b in self.held_out)
+        if too_bad(self.bad_lines, good, self.s.max_bad_fraction, final):
+            raise BadInput(message(self.source.source, self.bad_lines, good, self.reader.first_bad, self.reader.schema))
 
     def _admit(self, batch: SampleBatch, position: Position) -> None:
         """Trains a batch read up to `position`; with a hold-back, only once enough samples

@@ -34,6 +34,11 @@ class ReadyBatch:
     lines: int
 
 
+FIRST_BAD_KEPT = 5
+FIRST_BAD_LOGGED = 10
+LOG_EVERY = 1000
+
+
 class BatchReader:
     """Turns a Source into ReadyBatch items (None while the stream is idle)."""
 
@@ -52,6 +57,7 @@ class BatchReader:
         self.batch_size = batch_size
         self.max_line_bytes = max_line_bytes
         self.bad_lines = 0
+        self.first_bad: list[str] = []  # "file:line: reason" of the first bad lines, for the error a user sees
         self._parsers: dict[str, BlockParser] = {}
         # the unparsed lines of the current file: fewer than a batch, waiting for more
         self._held: Block | None = None
@@ -76,7 +82,12 @@ class BatchReader:
             self._recording.bad.append((line, reason))
         self.bad_lines += 1
         metrics.BAD_LINES.inc()
-        log.warning("%s:%d: %s", file, line, reason)
+        if len(self.first_bad) < FIRST_BAD_KEPT:
+            self.first_bad.append(f"{file}:{line}: {reason}")
+        # the first few, then one in LOG_EVERY: a file of another format is not a flood of warnings
+        if self.bad_lines <= FIRST_BAD_LOGGED or self.bad_lines % LOG_EVERY == 0:
+            more = f" (bad line {self.bad_lines}; one in {LOG_EVERY} is logged from now on)" if self.bad_lines > 1 else ""
+            log.warning("%s:%d: %s%s", file, line, reason, more if self.bad_lines == FIRST_BAD_LOGGED else "")
 
     def _detect(self, block: Block) -> Block | None:
         """Detects the format from the first lines that tell it (--format auto on a stream

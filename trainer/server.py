@@ -9,6 +9,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from ps.client import (
     StoppedWhileUnreachable,
     parse_codec,
 )
+from trainer.bad_input import BadInput, message, too_bad
 from trainer.config import ENV_PREFIX, TrainerConfig
 from trainer.dense_sync import parse_dense_codec
 from trainer.exporter import Exporter
@@ -50,12 +52,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def load_schema(conf: TrainerConfig) -> FeatureSchema | None:
     """The configured schema; None means detect it from the first line."""
     if conf.schema:
-        return FeatureSchema.from_dict(yaml.safe_load(Path(conf.schema).read_text()) or {})
-    if conf.format == "auto":
+        if not Path(conf.schema).is_file():
+            raise cfg.ConfigError(f"--schema {conf.schema}: no such file")
+        try:
+            schema = FeatureSchema.from_dict(yaml.safe_load(Path(conf.schema).read_text()) or {})
+        except (ValueError, yaml.YAMLError) as e:
+            raise cfg.ConfigError(f"--schema {conf.schema}: {e}") from None
+    elif conf.format == "auto":
         return None
-    if conf.format not in PRESETS:
+    elif conf.format not in PRESETS:
         raise cfg.ConfigError(f"--format: unknown preset {conf.format!r}; known: auto, {', '.join(PRESETS)}")
-    return PRESETS[conf.format]
+    else:
+        schema = PRESETS[conf.format]
+    return replace(schema, label=conf.label) if conf.label else schema
 
 
 def check_codecs(conf: TrainerConfig) -> None:
@@ -131,13 +140,17 @@ def connect(conf: TrainerConfig, stopping: Callable[[], bool] = lambda: False) -
     return client
 
 
-def detect_from(lines: list[str]) -> FeatureSchema | None:
-    """The schema of the first line whose format can be told; None when none can."""
+def detect_from(lines: list[str], label: str | None = None) -> FeatureSchema | None:
+    """The schema of the first line whose format can be told; None when there is no line.
+    Lines none of which tell their format are refused at once, naming why the first does not."""
+    first: ValueError | None = None
     for line in lines[:100]:
         try:
-            return detect_schema(line)
-        except ValueError:
-            continue
+            return detect_schema(line, label)
+        except ValueError as e:
+            first = first or e
+    if first is not None:
+        raise cfg.ConfigError(f"--format auto: {first}; give --format, --label or a --schema YAML")
     return None
 
 
@@ -147,7 +160,7 @@ def resolve(conf: TrainerConfig, schema: FeatureSchema | None, source: Source) -
     fixed = schema is not None and bool(schema.base_fields())
     lines = [] if fixed else source.peek(timeout_s=conf.peek_timeout_s)
     if schema is None:
-        schema = detect_from(lines)
+        schema = detect_from(lines, conf.label)
     if schema is None:
         if needs_fields:
             raise cfg.ConfigError(
@@ -243,9 +256,24 @@ def check_shard_list(conf: TrainerConfig, statuses: list[ShardStatus]) -> None:
                 f"--ps: address {i + 1} of {len(addresses)}, {addr}, is shard {st.index} of {st.count};"
                 f" list all {st.count} shards in shard order (--shard-index 0, 1, ...)"
             )
+        if conf.export_dir and Path(st.export_root or "/").resolve() != Path(conf.export_dir).resolve():
+            root = f"--export-root {st.export_root}" if st.export_root else "no --export-root (it writes no exports)"
+            raise cfg.ConfigError(
+                f"--export-dir {conf.export_dir}: PS shard {i} at {addr} has {root}; an export's files come from both,"
+                " so give the trainer the shards' folder"
+            )
+
+
+def check_source(conf: TrainerConfig) -> None:
+    """A path that is not there fails at once (not after --peek-timeout-s)."""
+    if conf.source != "-" and not conf.source.startswith("kafka://") and not Path(conf.source).exists():
+        raise cfg.ConfigError(f"--source {conf.source}: no such file or folder")
+    if not 0 <= conf.max_bad_fraction <= 1:
+        raise cfg.ConfigError(f"--max-bad-fraction {conf.max_bad_fraction}: must be within 0..1")
 
 
 def _train(conf: TrainerConfig, stop: threading.Event, log: logging.Logger) -> int:
+    check_source(conf)
     schema = load_schema(conf)
     guarded = daemon.guard(conf, conf.host)  # its identity for the PS channels; it serves health only
     client = connect(conf, stop.is_set)
@@ -313,7 +341,8 @@ def _train(conf: TrainerConfig, stop: threading.Event, log: logging.Logger) -> i
         batch_cache_max_bytes=int(conf.batch_cache_max_gb * 1e9),
         progress_interval_s=conf.progress_interval_s,
         # a finite stream's last export is judged on its tail, which is then never trained
-        hold_back=conf.holdout_samples if exporter is not None and not conf.follows() and conf.workers == 1 else 0,
+        hold_back=conf.holdout_samples if exporter is not None and not conf.follows() else 0,
+        max_bad_fraction=conf.max_bad_fraction,
     )
     progress_log = ProgressLog(conf.curve_out, count_samples=conf.workers > 1)
     daemon.write_ready_file(conf.ready_file, grpc_port=grpc_port, metrics_port=metrics_port)
@@ -325,12 +354,15 @@ def _train(conf: TrainerConfig, stop: threading.Event, log: logging.Logger) -> i
         fields.dropped = run.dropped
         push_bytes, pull_bytes = run.push_bytes, run.pull_bytes
         result.update(run.compression)
+        result["held_out_samples"] = float(run.held_out)
+        first_bad, read_schema = [], schema
     else:
         trainer = Trainer(client, model, schema, fields, source, settings, ProgressiveMetrics(conf.window), exporter, stop.is_set)
         trainer.progress_log = progress_log
         trainer.take_up(point, reopen, lambda: restore_and_declare(client, model.prepare, False))
         result = dict(trainer.run())
         elapsed_s, bad_lines, exports = trainer.elapsed_s, trainer.bad_lines, trainer.exports
+        first_bad, read_schema = trainer.reader.first_bad, trainer.reader.schema or schema
         result["held_out_samples"] = float(sum(len(b) for b in trainer.held_out))
         if trainer.reader.cache is not None:
             result["batch_cache_hits"] = float(trainer.reader.cache.hits)
@@ -368,4 +400,9 @@ def _train(conf: TrainerConfig, stop: threading.Event, log: logging.Logger) -> i
     if health_server is not None and health is not None:
         health.enter_graceful_shutdown()  # NOT_SERVING first, so a probe sees the end
         health_server.stop(grace=1).wait()
+    good = int(result["samples"] + result.get("held_out_samples", 0))
+    if too_bad(int(bad_lines), good, conf.max_bad_fraction, final=True) or (good == 0 and bad_lines):
+        raise BadInput(message(conf.source, int(bad_lines), good, first_bad, read_schema))
+    if good == 0 and not conf.follows() and not stop.is_set():
+        raise BadInput(f"--source {conf.source}: no sample line came (an empty file or stream)")
     return 0

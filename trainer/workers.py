@@ -73,6 +73,7 @@ class WorkerReport:
     flushed: bool = False  # paused, and the local aggregation's residuals sent (--local-aggregate)
     state: dict[str, Any] | None = None  # recovery.worker_state, with paused and final reports
     holdout: list[tuple[float, SampleBatch]] = field(default_factory=list)  # worker 0: batches read, with when
+    held_out: list[SampleBatch] = field(default_factory=list)  # worker 0's final report: its tail, never trained
 
 
 def share(total: int, index: int, count: int) -> int:
@@ -120,6 +121,7 @@ def worker_main(job: WorkerJob, reports: Any) -> None:
             final=True,
             state=worker_state(trainer.position, trainer.submitted, progress.state(), model.state(client)),
             holdout=feed.drain(),
+            held_out=trainer.held_out,
             bad_lines=trainer.bad_lines,
             dropped=job.fields.dropped,
             push_bytes=client.push_bytes,
@@ -191,6 +193,7 @@ class WorkerRun:
     push_bytes: int = 0
     pull_bytes: int = 0
     compression: dict[str, float] = field(default_factory=dict)
+    held_out: int = 0  # samples of worker 0's tail held back for the last export
 
 
 class WorkerFailed(RuntimeError):
@@ -247,7 +250,11 @@ def run_workers(
         controls[:] = [ctx.Queue() for _ in range(conf.workers)]
         for i in range(conf.workers):
             limit = share(settings.max_samples, i, conf.workers)
-            job_settings = LoopSettings(**{**vars(settings), "max_samples": limit, "checkpoint_interval_s": 0.0})  # cuts are ours
+            # cuts are the coordinator's; worker 0 alone holds back a finite stream's tail, the last export's holdout
+            hold_back = settings.hold_back if i == 0 else 0
+            job_settings = LoopSettings(
+                **{**vars(settings), "max_samples": limit, "checkpoint_interval_s": 0.0, "hold_back": hold_back}
+            )
             part = point.parts[i] if point is not None and point.parts else None
             job = WorkerJob(conf, i, addresses, schema, fields, job_settings, plan, generation, part, controls[i], os.getpid())
             p = ctx.Process(target=worker_main, args=(job, reports), name=f"trainer-w{i}", daemon=True)
@@ -335,6 +342,12 @@ def run_workers(
     if progress_log is not None:
         progress_log.record(run.progress.snapshot(), run.push_bytes, run.pull_bytes)
     if exporter is not None:
+        tail = [b for r in latest.values() for b in r.held_out]
+        for batch in tail:  # exports still waiting get unseen samples first
+            exporter.observe(batch)
         run.exports.append(exporter.export(run.progress.snapshot()))
+        for batch in tail:
+            exporter.observe(batch)
         exporter.close()
+        run.held_out = sum(len(b) for b in tail)
     return run

@@ -40,7 +40,7 @@ def _train_and_serve(platform, data_dir: Path, tmp_path: Path, rows: int, *flags
     proc = platform.train(stream, "--metrics-out", str(out), "--window", "5000", "--export-interval-s", "0.1", *flags)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(out.read_text())
-    assert result["samples"] == rows
+    assert result["samples"] + result["held_out_samples"] == rows  # the tail is the last export's holdout
     repo = Repository(platform.dir / "repo", "ctr")
     _wait(lambda: len(repo.processed_exports()) >= result["exports"], 30, "publishing every export")
     versions = repo.versions()
