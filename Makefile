@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test reliability install lint protos helm-tool clean
+.PHONY: demo test check reliability install lint protos helm-tool clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -12,6 +12,8 @@ $(BIN)/python:
 
 $(STAMP): $(BIN)/python pyproject.toml constraints.txt
 	$(BIN)/pip install -q -c constraints.txt -e '.[dev]'
+	@echo "compiling and caching the numba kernels (once per install, ~3 min on 2 cores)..."
+	$(BIN)/python -m boundless.warm_kernels
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -30,6 +32,12 @@ test: install helm-tool
 	$(BIN)/mypy .
 	PATH="$(CURDIR)/.tools/bin:$$PATH" $(BIN)/python -m pytest -q; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
+
+# the quick loop: lint, types and the unit tests (no daemons)
+check: install
+	$(BIN)/ruff check .
+	$(BIN)/mypy .
+	$(BIN)/python -m pytest -q -x tests/unit
 
 # The reliability suite alone (docs/reliability.md): fuzzed requests and a full disk
 # (tests/reliability), and the crash, swap, corruption and token tests it builds on.

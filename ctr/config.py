@@ -59,18 +59,43 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         raise ConfigError(f"{where}: {value!r} is not a valid {base.__name__}") from None
 
 
-def add_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
-    """One --flag per field (default None so that unset flags do not override)."""
+SECURITY_FIELDS = ("tls_cert", "tls_key", "tls_ca", "tls_client_auth", "tokens_file", "token_file")
+
+
+def add_arguments(
+    parser: argparse.ArgumentParser,
+    cls: type,
+    groups: dict[str, tuple[str, ...]] | None = None,
+    examples: str = "",
+) -> None:
+    """One --flag per field (default None so that unset flags do not override), in the
+    titled `groups` in their order (the rest under "other settings", TLS and tokens last),
+    with `examples` after the flags in --help."""
     hints = get_type_hints(cls)
-    parser.add_argument("--config", type=Path, default=None, help="YAML file with settings")
-    for f in dataclasses.fields(cls):
+    if examples:
+        parser.formatter_class = argparse.RawDescriptionHelpFormatter
+        parser.epilog = "examples:\n" + examples
+    names = [f.name for f in dataclasses.fields(cls)]
+    titled = {t: tuple(n for n in fields if n in names) for t, fields in (groups or {}).items()}
+    listed = {n for fields in titled.values() for n in fields}
+    titled["other settings"] = tuple(n for n in names if n not in listed and n not in SECURITY_FIELDS)
+    titled["security (TLS, bearer tokens)"] = tuple(n for n in SECURITY_FIELDS if n in names)
+    target: dict[str, Any] = {}
+    for title, fields in titled.items():
+        group = parser.add_argument_group(title) if groups else parser
+        for name in fields:
+            target[name] = group
+    parser.add_argument("--config", type=Path, default=None, help="YAML file with settings (flags override it)")
+    by_name = {f.name: f for f in dataclasses.fields(cls)}
+    for f in (by_name[n] for fields in titled.values() for n in fields):
+        parser_of = target[f.name]
         flag = "--" + f.name.replace("_", "-")
         base, _ = _base_type(hints[f.name])
         default = f.default if f.default is not dataclasses.MISSING else None
         # argparse expands %-formats in help: a literal "5%" would crash --help
         help_text = f"{f.metadata.get('help', '')} (default: {default})".replace("%", "%%")
         if base is bool:
-            parser.add_argument(
+            parser_of.add_argument(
                 flag,
                 dest=f.name,
                 default=None,
@@ -78,7 +103,7 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
                 help=help_text,
             )
         else:
-            parser.add_argument(
+            parser_of.add_argument(
                 flag,
                 dest=f.name,
                 default=None,

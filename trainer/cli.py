@@ -6,12 +6,12 @@ from __future__ import annotations
 import argparse
 
 from ctr import config as cfg
-from trainer.config import ENV_PREFIX, TrainerConfig
+from trainer.config import ENV_PREFIX, HELP_EXAMPLES, HELP_GROUPS, TrainerConfig
 from trainer.fork_server import start_fork_server
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    cfg.add_arguments(parser, TrainerConfig)
+    cfg.add_arguments(parser, TrainerConfig, HELP_GROUPS, HELP_EXAMPLES)
 
 
 def run(args: argparse.Namespace) -> int:

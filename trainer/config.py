@@ -9,6 +9,31 @@ from ctr.security import SecurityConfig
 
 ENV_PREFIX = "BOUNDLESS_TRAINER_"
 
+# --help's groups, most needed first (ctr.config.add_arguments)
+HELP_GROUPS: dict[str, tuple[str, ...]] = {
+    "essential": ("source", "format", "schema", "label", "model", "model_name", "ps", "export_dir", "metrics_out"),
+    "training": (
+        "k", "hidden", "update", "norm", "opt_w", "opt_v", "opt_emb", "opt_bias", "opt_mlp", "batch_size", "workers",
+        "staleness", "local_aggregate", "local_aggregate_mb", "max_samples", "follow", "idle_exit_s", "window",
+        "max_line_bytes", "max_bad_fraction", "batch_cache", "batch_cache_max_gb", "peek_timeout_s", "seed",
+    ),
+    "parameter server": (
+        "local_shards", "local_data_dir", "local_admit_after", "local_ttl_s", "local_ttl_updates", "local_max_rows",
+        "checkpoint_interval_s", "from_start", "replace_model", "ps_retry_s", "push_codec", "pull_codec", "dense_codec",
+        "residual_rows",
+    ),
+    "export": ("export_interval_s", "full_every", "holdout_samples"),
+    "process": ("curve_out", "progress_interval_s", "host", "port", "metrics_port", "reflection", "ready_file", "log_level"),
+}  # fmt: skip
+HELP_EXAMPLES = """\
+  boundless train --source day1.tsv --format criteo --ps local --export-dir exports
+      a Criteo file, in-process shards; ends at the file's end, its tail held out for the last export
+  boundless train --source incoming/ --model ffm --k 8 --ps 10.0.0.1:7000,10.0.0.2:7000 --export-dir /shared/exports
+      follow a folder of rolling files, on two PS shard processes
+  cat data.csv | boundless train --source - --label clicked --metrics-out summary.json
+      standard input, a csv whose label column is 'clicked'
+"""
+
 
 @dataclass(frozen=True)
 class TrainerConfig(SecurityConfig):

@@ -101,6 +101,7 @@ class Trainer:
         self.held_out: list[SampleBatch] = []  # the stream's tail, never trained: the last export's holdout
         self.ended = False  # the stream ended (not a stop, a sample limit or idleness)
         self._exported_at = 0  # samples submitted at the last export
+        self._last_progress = (time.monotonic(), 0)  # when, and samples submitted, at the last progress line
 
     def train_batch(self, batch: SampleBatch) -> None:
         if self.observe is not None:
@@ -180,6 +181,7 @@ class Trainer:
     def _stream(self) -> None:
         """Trains the stream until it ends (or the sample limit, idleness, a stop)."""
         last_export = last_ckpt = last_log = last_report = time.monotonic()
+        waiting_since = 0.0  # when this loop last got an item: the idle clock
         tty = sys.stderr.isatty()
         ready = ThreadedReader(self.reader, self.s.queue_depth, self.stop)
         try:
@@ -190,7 +192,11 @@ class Trainer:
                 else:  # the stream is idle: let what is queued land
                     self.flush()
                 done = 0 < self.s.max_samples <= self.submitted
-                idle = item is None and self.s.idle_exit_s > 0 and now - self.source.idle_since > self.s.idle_exit_s
+                # idle: the source has had nothing for idle_exit_s, and neither has this loop (a
+                # trainer busy for long, compiling its kernels on a cold cache, is not idle)
+                waiting_since = now if item is not None else (waiting_since or now)
+                quiet = now - max(self.source.idle_since, waiting_since)
+                idle = item is None and self.s.idle_exit_s > 0 and quiet > self.s.idle_exit_s
                 due = now - last_export >= self.s.export_interval_s
                 changed = self.submitted > self._exported_at  # an export of an unchanged model says nothing new
                 if self.exporter is not None and due and changed and not self.exporter.waiting:
@@ -265,29 +271,42 @@ class Trainer:
         snap = self.progress.snapshot()
         per = max(1.0, snap["samples"])
         self._count_bytes()
-        self._measure_backlog()
+        backlog = self._measure_backlog()
+        now = time.monotonic()
+        then, before = self._last_progress
+        rate = (self.submitted - before) / (now - then) if now > then else 0.0
+        self._last_progress = (now, self.submitted)
         log.info(
-            "samples %d  window AUC %.4f  logloss %.4f  push %.1f B/sample  pull %.1f B/sample%s",
+            "samples %d  %.0f/s  window AUC %.4f  logloss %.4f  push %.1f B/sample  pull %.1f B/sample%s",
             snap["samples"],
+            rate,
             snap["window_auc"],
             snap["window_logloss"],
             self.client.push_bytes / per,
             self.client.pull_bytes / per,
-            f"  following {self.source.source} (waits for more data; --no-follow ends at its end)"
-            if getattr(self.source, "follow", False)
-            else "",
+            self._outlook(backlog, rate),
         )
         if self.progress_log is not None:
             self.progress_log.record(snap, self.client.push_bytes, self.client.pull_bytes)
 
-    def _measure_backlog(self) -> None:
+    def _outlook(self, backlog: tuple[str, int] | None, rate: float) -> str:
+        """Where the stream stands: followed, or how long a finite one has to go."""
+        if getattr(self.source, "follow", False):
+            return f"  following {self.source.source} (waits for more data; --no-follow ends at its end)"
+        if backlog is None or backlog[0] != "bytes" or rate <= 0 or not self.position.offset or not self.submitted:
+            return ""
+        per_sample = self.position.offset / max(1, self.submitted)  # bytes a sample takes, from the file so far
+        return f"  ETA {backlog[1] / per_sample / rate:.0f} s"
+
+    def _measure_backlog(self) -> tuple[str, int] | None:
         try:
             found = self.source.backlog(self.position)
         except Exception as e:  # noqa: BLE001 - a broker that does not answer: the gauge waits
             log.debug("backlog unknown: %s", e)
-            return
+            return None
         if found is not None:
             metrics.BACKLOG[found[0]].set(found[1])
+        return found
 
     def _recover_from(self, e: ShardRestarted) -> None:
         """A shard restarted: drops what is in flight, takes every shard back to a common cut

@@ -32,7 +32,7 @@ from ps.client import (
     parse_codec,
 )
 from trainer.bad_input import BadInput, message, too_bad
-from trainer.config import ENV_PREFIX, TrainerConfig
+from trainer.config import ENV_PREFIX, HELP_EXAMPLES, HELP_GROUPS, TrainerConfig
 from trainer.dense_sync import parse_dense_codec
 from trainer.exporter import Exporter
 from trainer.loop import LoopSettings, Trainer
@@ -42,11 +42,12 @@ from trainer.progressive import ProgressiveMetrics
 from trainer.recovery import CutPoint, planned_point, restore_and_declare, restore_shards
 from trainer.source import Position, Source, open_source
 from trainer.spec import model_spec
+from trainer.summary import summary_text
 from trainer.workers import WorkerFailed, WorkerRun, run_workers
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    cfg.add_arguments(parser, TrainerConfig)
+    cfg.add_arguments(parser, TrainerConfig, HELP_GROUPS, HELP_EXAMPLES)
 
 
 def load_schema(conf: TrainerConfig) -> FeatureSchema | None:
@@ -393,7 +394,8 @@ def _train(conf: TrainerConfig, stop: threading.Event, log: logging.Logger) -> i
     result["staleness"] = float(conf.staleness)
     result["model"] = {**spec.to_dict(), "fields": list(fields.names)}
     summary = {k: v for k, v in result.items() if k != "model"}
-    log.info("done: %s", json.dumps(summary))
+    log.debug("done: %s", json.dumps(summary))
+    log.info("done: %s", summary_text(result, conf.export_dir, list(exports), conf.metrics_out))
     if conf.metrics_out:
         Path(conf.metrics_out).write_text(json.dumps(result, indent=1))
     client.close()

@@ -1,0 +1,42 @@
+"""The trainer's closing words for a person: what was trained, how well, how fast, and where
+the exports went; the full figures stay in --metrics-out as JSON."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+
+def _num(v: Any, digits: int = 4) -> str:
+    return "n/a" if not isinstance(v, int | float) or not math.isfinite(v) else f"{v:.{digits}f}"
+
+
+def summary_text(result: dict[str, Any], export_dir: str | None, exports: list[str], metrics_out: str | None) -> str:
+    samples = int(result.get("samples", 0))
+    held = int(result.get("held_out_samples", 0))
+    lines = [
+        f"trained {samples:,} samples in {result.get('elapsed_s', 0.0):.1f} s ({result.get('examples_per_s', 0.0):,.0f}/s)"
+        + (f"; the last {held:,} held out of training, the last export's holdout" if held else ""),
+        f"  progressive logloss {_num(result.get('progressive_logloss'))}; over the last"
+        f" {int(result.get('window_samples', 0)):,}: AUC {_num(result.get('window_auc'))},"
+        f" logloss {_num(result.get('window_logloss'))} (scored before each sample was trained)",
+    ]
+    bad, dropped = int(result.get("bad_lines", 0)), int(result.get("dropped_features", 0))
+    if bad or dropped:
+        lines.append(f"  {bad:,} bad lines skipped, {dropped:,} features of fields outside the model dropped")
+    per = max(1, samples)
+    lines.append(
+        f"  PS traffic {result.get('push_bytes', 0) / per:.1f} B/sample pushed, {result.get('pull_bytes', 0) / per:.1f} pulled;"
+        f" {int(result.get('sparse_rows', 0)):,} sparse rows"
+    )
+    if export_dir:
+        last = f", the last {exports[-1]}" if exports else ""
+        lines.append(
+            f"  {len(exports)} export(s) in {export_dir}{last}: a model manager watching it publishes them"
+            " (boundless model watch --exports ...)"
+        )
+    else:
+        lines.append("  no exports (--export-dir not set): nothing to publish or serve")
+    if metrics_out:
+        lines.append(f"  every figure as JSON: {metrics_out}")
+    return "\n".join(lines)
