@@ -22,11 +22,14 @@ from boundless import report
 from boundless.certs import make as make_certs
 from boundless.kafka_broker import BrokerUnavailable, KafkaBroker, produce_lines
 from boundless.processes import Daemon, DaemonDied, start
+from ctr.batch import build_batch
 from ctr.metrics import auc
 from ctr.security import Identity, install
 from ctr.synthetic import SyntheticSpec, SyntheticStream
 from modelmgr.repository import Repository
-from serving.client import PredictClient
+from serving.client import PredictClient, encode_batch
+from serving.encoding import EncodedRequest
+from serving.predict_cli import parse_samples
 
 TOPIC = "samples"
 PARTITIONS = 2
@@ -272,18 +275,39 @@ class Demo:
             time.sleep(0.2)
         client.close()
 
+    def file_requests(self, client: PredictClient) -> list[EncodedRequest]:
+        """Requests of --data's own rows, parsed under the served version's transform: the
+        latency of the requests this model gets, not of the synthetic stream's features."""
+        assert self.args.data is not None
+        lines = self.args.data.read_text(errors="replace").splitlines()
+        need = self.args.requests * self.args.items
+        samples, fields = parse_samples(lines[: need + 1], client.status(), "model", where=str(self.args.data))
+        if not samples:
+            raise DaemonDied(f"no line of {self.args.data} parses under the served model's transform")
+        requests = []
+        for r in range(self.args.requests):
+            lo = (r * self.args.items) % len(samples)
+            part = (samples * (2 + self.args.items // len(samples)))[lo : lo + self.args.items]
+            requests.append(encode_batch(build_batch(part, fields.ids())))
+        return requests
+
     def measure(self, serving: Daemon, synth: SyntheticStream) -> dict[str, float]:
-        """Predict latency for ranking requests: shared user/context fields, varying items."""
+        """Predict latency for ranking requests: shared user/context fields, varying items
+        (with --data, requests of the file's own rows)."""
         client = PredictClient(serving.address)
         client.wait_ready()
         half = synth.spec.fields // 2
         lat = []
         size = 0
+        from_file = self.file_requests(client) if self.args.data else None
         for r in range(self.args.requests):
-            vals, _, _ = synth.sample(self.args.items)
-            context = {synth.names[f]: str(vals[0, f]) for f in range(half)}
-            items = [{synth.names[f]: str(row[f]) for f in range(half, synth.spec.fields)} for row in vals]
-            req = client.encoder.encode(items, context)
+            if from_file is not None:
+                req = from_file[r]
+            else:
+                vals, _, _ = synth.sample(self.args.items)
+                context = {synth.names[f]: str(vals[0, f]) for f in range(half)}
+                items = [{synth.names[f]: str(row[f]) for f in range(half, synth.spec.fields)} for row in vals]
+                req = client.encoder.encode(items, context)
             size = req.nbytes
             t = time.perf_counter()
             pred = client.predict_encoded(req)
@@ -323,7 +347,11 @@ class Demo:
         kinds = [repo.manifest(v)["kind"] for v in versions]
         self.say("")
         self.say(f"Boundless demo finished ({self.args.model})")
-        self.say(f"  samples trained           {result['samples']:,.0f} ({result['bad_lines']:.0f} bad lines)")
+        held = result.get("held_out_samples", 0.0)
+        self.say(
+            f"  samples trained           {result['samples']:,.0f} ({result['bad_lines']:.0f} bad lines"
+            + (f"; the last {held:,.0f} held out, the last version's holdout)" if held else ")")
+        )
         self.say(f"  progressive AUC (last {result['window_samples']:,.0f})  {result['window_auc']:.4f}")
         if baseline is not None:
             lr_auc, lr_loss = baseline["window_auc"], baseline["progressive_logloss"]
@@ -339,6 +367,7 @@ class Demo:
             f"  versions published        {len(versions)} ({kinds.count('full')} full, {kinds.count('delta')} delta), "
             f"rejected {len(repo.rejected())}, serving {repo.target()}"
         )
+        self.say(f"  exports, repository       {self.dir / 'exports'}, {self.dir / 'repo'} (boundless model list --repo ...)")
         self.say(
             f"  Predict, {self.args.items} items/request  p50 {latency['p50']:.2f} ms  p99 {latency['p99']:.2f} ms  "
             f"({latency['bytes'] / 1024:.1f} KiB/request, {self.args.requests} requests)"

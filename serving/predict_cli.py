@@ -14,9 +14,10 @@ import grpc
 
 from ctr.batch import build_batch
 from ctr.fields import FieldIndex
-from ctr.formats import ParseError, make_parser, resolve_fields
+from ctr.formats import ParsedSample, ParseError, make_parser, resolve_fields
 from ctr.metrics import auc, logloss
 from ctr.schema import PRESETS, FeatureSchema, detect_schema
+from protos import predict_pb2
 from serving.client import PredictClient, encode_batch, schema_of
 
 
@@ -66,9 +67,12 @@ def run(args: argparse.Namespace) -> int:
         client.close()
 
 
-def _score(args: argparse.Namespace, client: PredictClient, lines: list[str]) -> int:
-    status = client.status()
-    schema = schema_for(args.format, schema_of(status.transform), lines[0])
+def parse_samples(
+    lines: list[str], status: predict_pb2.ModelStatusResponse, fmt: str, limit: int = 0, where: str = "data"
+) -> tuple[list[ParsedSample], FieldIndex]:
+    """A file's samples parsed under the served version's transform and field list (or the
+    format `fmt` names); bad lines are reported as where:line and skipped."""
+    schema = schema_for(fmt, schema_of(status.transform), lines[0])
     header = lines[0] if schema.format == "csv" else None
     served = list(status.fields)  # the served model's field list: its indices
     fields = FieldIndex(served, frozen=True) if served else resolve_fields(schema, lines[:2000], freeze=False)
@@ -76,11 +80,16 @@ def _score(args: argparse.Namespace, client: PredictClient, lines: list[str]) ->
     body = lines[1:] if header else lines
     start = 2 if header else 1
     samples = []
-    for i, line in enumerate(body[: args.limit or None]):
+    for i, line in enumerate(body[: limit or None]):
         try:
             samples.append(parse(line))
         except ParseError as e:
-            print(f"{args.data}:{i + start}: {e}", file=sys.stderr)
+            print(f"{where}:{i + start}: {e}", file=sys.stderr)
+    return samples, fields
+
+
+def _score(args: argparse.Namespace, client: PredictClient, lines: list[str]) -> int:
+    samples, fields = parse_samples(lines, client.status(), args.format, args.limit, args.data)
     labels, scores = [], []
     version = 0
     for lo in range(0, len(samples), args.items):

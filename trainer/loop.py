@@ -99,7 +99,7 @@ class Trainer:
         self._tail: deque[tuple[Position, SampleBatch]] = deque()  # read, not trained yet (settings.hold_back)
         self._tail_samples = 0
         self.held_out: list[SampleBatch] = []  # the stream's tail, never trained: the last export's holdout
-        self.ended = False  # the stream ended (not a stop, a sample limit or idleness)
+        self.ended = False  # the stream ended, or stayed idle for idle_exit_s (not a stop or a sample limit)
         self._exported_at = 0  # samples submitted at the last export
         self._last_progress = (time.monotonic(), 0)  # when, and samples submitted, at the last progress line
 
@@ -215,6 +215,7 @@ class Trainer:
                     last_log = now
                 self._check_bad_lines(final=False)
                 if done or idle or self.stop():
+                    self.ended = idle  # idleness ends the stream as its end does: the tail is the holdout
                     break
             else:
                 self.ended = True

@@ -265,6 +265,11 @@ def check_shard_list(conf: TrainerConfig, statuses: list[ShardStatus]) -> None:
             )
 
 
+def ends(conf: TrainerConfig) -> bool:
+    """The run has an end that is not a stop: the source's end, idleness or a sample limit."""
+    return not conf.follows() or conf.idle_exit_s > 0 or conf.max_samples > 0
+
+
 def check_source(conf: TrainerConfig) -> None:
     """A path that is not there fails at once (not after --peek-timeout-s)."""
     if conf.source != "-" and not conf.source.startswith("kafka://") and not Path(conf.source).exists():
@@ -341,8 +346,9 @@ def _train(conf: TrainerConfig, stop: threading.Event, log: logging.Logger) -> i
         batch_cache=None if (conf.batch_cache or "").lower() in ("", "off", "none") else conf.batch_cache,
         batch_cache_max_bytes=int(conf.batch_cache_max_gb * 1e9),
         progress_interval_s=conf.progress_interval_s,
-        # a finite stream's last export is judged on its tail, which is then never trained
-        hold_back=conf.holdout_samples if exporter is not None and not conf.follows() else 0,
+        # a stream that ends (a file, a pipe, --idle-exit-s, --max-samples) has its last export judged
+        # on its tail, which is then never trained; a followed stream without an end trains at once
+        hold_back=conf.holdout_samples if exporter is not None and ends(conf) else 0,
         max_bad_fraction=conf.max_bad_fraction,
     )
     progress_log = ProgressLog(conf.curve_out, count_samples=conf.workers > 1)
