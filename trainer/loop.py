@@ -181,7 +181,7 @@ class Trainer:
     def _stream(self) -> None:
         """Trains the stream until it ends (or the sample limit, idleness, a stop)."""
         last_export = last_ckpt = last_log = last_report = time.monotonic()
-        waiting_since = 0.0  # when this loop last got an item: the idle clock
+        busy_until = time.monotonic()  # when this loop last finished training an item: the idle clock
         tty = sys.stderr.isatty()
         ready = ThreadedReader(self.reader, self.s.queue_depth, self.stop)
         try:
@@ -189,13 +189,14 @@ class Trainer:
                 now = time.monotonic()
                 if item is not None:
                     self._admit(item.batch, self.source.position_after(item.position))
+                    busy_until = time.monotonic()
                 else:  # the stream is idle: let what is queued land
                     self.flush()
                 done = 0 < self.s.max_samples <= self.submitted
-                # idle: the source has had nothing for idle_exit_s, and neither has this loop (a
-                # trainer busy for long, compiling its kernels on a cold cache, is not idle)
-                waiting_since = now if item is not None else (waiting_since or now)
-                quiet = now - max(self.source.idle_since, waiting_since)
+                # idle: the source has had nothing for idle_exit_s, and this loop has waited that
+                # long since it last trained (one busy for long, compiling its kernels on a cold
+                # cache, is not idle)
+                quiet = now - max(self.source.idle_since, busy_until)
                 idle = item is None and self.s.idle_exit_s > 0 and quiet > self.s.idle_exit_s
                 due = now - last_export >= self.s.export_interval_s
                 changed = self.submitted > self._exported_at  # an export of an unchanged model says nothing new

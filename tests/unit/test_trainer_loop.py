@@ -101,3 +101,36 @@ def test_in_process_shards_take_the_row_lifecycle_from_the_trainer(tmp_path, dat
     assert results["cap"]["evicted"] > 0 and results["cap"]["sparse_rows"] <= 210
     proc = subprocess.run([*base[:-4], "--ps", "127.0.0.1:1", "--local-max-rows", "5"], capture_output=True, text=True)
     assert proc.returncode != 0 and "are for --ps local" in proc.stderr
+
+
+def test_a_trainer_busy_for_longer_than_idle_exit_is_not_idle(tmp_path, data_dir):
+    """--idle-exit-s counts the time the loop waited for data, not the time since the source
+    last had any: a first batch that took long (kernels compiling on a cold cache) made the
+    demo's trainer stop after its first file."""
+    import threading
+    import time
+
+    lines = (data_dir / "frappe/frappe.validation.libfm").read_text().splitlines()[:600]
+    folder = tmp_path / "stream"
+    folder.mkdir()
+    (folder / "a.libfm").write_text("\n".join(lines[:300]) + "\n")
+    schema = PRESETS["libsvm"]
+    fields = FieldIndex([str(i) for i in range(10)])
+    client = PSClient.local()
+    model = build_model(ModelSpec("lr", fields=tuple(fields.names)))
+    model.prepare(client)
+    source = StreamSource(str(folder), follow=True, poll_s=0.05)
+    settings = LoopSettings(batch_size=300, max_samples=0, idle_exit_s=1.5, export_interval_s=1e9, checkpoint_interval_s=0)
+    trainer = Trainer(client, model, schema, fields, source, settings, ProgressiveMetrics(1000), None, lambda: False)
+    busy_s = 2.0
+    train_batch = trainer.train_batch
+
+    def slow_first(batch):  # the first batch takes longer than --idle-exit-s
+        if trainer.submitted == 0:
+            threading.Timer(busy_s + 0.3, lambda: (folder / "b.libfm").write_text("\n".join(lines[300:]) + "\n")).start()
+            time.sleep(busy_s)
+        train_batch(batch)
+
+    trainer.train_batch = slow_first  # type: ignore[method-assign]
+    result = trainer.run()
+    assert result["samples"] == 600

@@ -1,0 +1,79 @@
+"""Expected failures end with a one-line message naming the setting, the address or the
+file, and a non-zero exit: never a traceback, never a run that trains nothing and says 0."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from boundless.processes import start
+
+
+def _boundless(*args: str, stdin: str | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "boundless", *args], capture_output=True, text=True, timeout=180, input=stdin, cwd=cwd
+    )
+
+
+def _train(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return _boundless("train", "--metrics-port", "-1", "--port", "-1", *args, stdin=stdin)
+
+
+def _refused(proc: subprocess.CompletedProcess[str], *words: str) -> None:
+    assert proc.returncode != 0, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    for w in words:
+        assert w in proc.stderr, (w, proc.stderr[-2000:])
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_training_input_that_cannot_train_is_refused_with_its_cause(data_dir: Path, tmp_path: Path):
+    _refused(_train("--source", str(tmp_path / "nope.tsv")), "--source", "no such file or folder")
+    empty = tmp_path / "empty.tsv"
+    empty.write_text("")
+    _refused(_train("--source", str(empty), "--format", "criteo"), "no sample line came")
+    libffm = data_dir / "criteo_small/xlearn_small_train.txt"
+    wrong = _train("--source", str(libffm), "--format", "criteo")
+    _refused(wrong, "bad lines", "likely cause: the lines look like libffm", f"{libffm}:1:")
+    assert wrong.stderr.count("WARNING") <= 12  # ten bad lines, then one in a thousand
+
+    csv = tmp_path / "clicks.csv"
+    rows = (data_dir / "avazu_10k/train_rows1-9999.csv").read_text().splitlines()[:3001]
+    csv.write_text("\n".join([rows[0].replace("click", "clicked_it"), *rows[1:]]) + "\n")
+    _refused(_train("--source", str(csv)), "no label column", "--label")
+    out = tmp_path / "m.json"
+    ok = _train("--source", str(csv), "--label", "clicked_it", "--metrics-out", str(out))
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    assert json.loads(out.read_text())["samples"] == 3000
+    assert "trained 3,000 samples" in ok.stderr  # the closing summary is for a person
+
+
+def test_commands_name_what_is_wrong(data_dir: Path, tmp_path: Path):
+    dead = f"127.0.0.1:{_free_port()}"
+    _refused(_boundless("predict", "--address", dead, "--data", str(data_dir / "criteo_10k/train_rows1-10000.tsv"),
+                        "--timeout-s", "2"), f"serving at {dead}", "UNAVAILABLE")  # fmt: skip
+    _refused(_boundless("model", "list", "--repo", str(tmp_path / "nosuchrepo")), "no model 'ctr'")
+    _refused(_boundless("eval", "--repo", str(tmp_path / "nosuchrepo"), "--data", "x.tsv"), "--repo")
+    _refused(_boundless("serve", "--model", "ctr"), "--model is now --model-name")
+    _refused(_boundless("train", "--sourc", "x"), "did you mean --source?")
+    helped = _boundless("train", "--help")
+    assert helped.returncode == 0 and "essential:" in helped.stdout and "examples:" in helped.stdout
+
+
+def test_serving_runs_without_metrics_and_the_trainer_checks_the_export_root(platform, data_dir: Path, tmp_path: Path):
+    serving = start("serving-nometrics", ["serve", "--repo", str(tmp_path / "repo"), "--metrics-port", "-1"], tmp_path)
+    try:
+        assert serving.wait_ready()["metrics_port"] == -1
+    finally:
+        serving.stop()
+    elsewhere = platform.train(data_dir / "criteo_10k/train_rows1-10000.tsv", "--export-dir", str(tmp_path / "elsewhere"))
+    _refused(elsewhere, "--export-dir", "--export-root")
+    assert not (tmp_path / "elsewhere").exists() or not any((tmp_path / "elsewhere").iterdir())
