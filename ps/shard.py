@@ -101,7 +101,11 @@ class Shard:
         self.committed = CutMeta(0, b"", 0, True)
         self._last_cut = 0  # the newest cut prepared
         self._last_full = 0
-        self._persisted_seq = 0  # rows updated after this are in no cut yet
+        # rows updated after this are in no cut known to be written: it advances only once a
+        # cut's background write succeeded, so a failed write's rows go into the next cut
+        self._persisted_seq = 0
+        self._pending: dict[int, tuple[int, bool]] = {}  # cut -> (its update seq, full?) until its write ends
+        self.failed_cuts = 0  # background writes that failed (a full disk): their rows went into later cuts
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="cut-writer")
         self._writes: dict[int, Future[int]] = {}
         # row lifecycle (ps/lifecycle.py), per sparse table
@@ -219,6 +223,7 @@ class Shard:
         # is what it was at the cut
         self.update_seq = self.committed.seq
         self._persisted_seq = self.update_seq
+        self._pending.clear()
         self._last_cut = cut
         self.export_seq = -1  # the next export carries every row as loaded
 
@@ -472,9 +477,12 @@ class Shard:
         last cut (every row, every `full_every` cuts) with the trainer's stream offsets, and
         writes them as cut `cut` in the background. Returns the rows in the cut."""
         store = self._need_store()
+        for pending in list(self._writes.values()):
+            pending.exception()  # waits (outside the lock): whether they succeeded decides `since`
         with self.lock:
             if cut <= self._last_cut:
                 raise ShardError(f"checkpoint cut {cut} is not newer than this shard's cut {self._last_cut}")
+            self._settle_writes()
             first = self._last_full == 0  # every row changed since nothing: a full cut by itself
             compact = not first and cut - self._last_full >= self.full_every
             since = -1 if first else self._persisted_seq
@@ -486,15 +494,39 @@ class Shard:
             deleted = {name: self._gone(self._tombstones_cut.pop(name, []), [t]) for name, t in self.sparse.items()}
             blooms = {name: b.counters.copy() for name, b in self._blooms.items()}
             meta = CutMeta(cut, offsets, self.update_seq, first, dict(self.samples), self._lifecycle_clocks())
-            self._persisted_seq = self.update_seq
+            self._pending[cut] = (self.update_seq, first or compact)  # durable once its write succeeds
             self._last_cut = cut
-            if first or compact:
-                self._last_full = cut
             words = {name: t.row_words for name, t in self.sparse.items()}
             self._writes[cut] = self._writer.submit(
                 self._write, store, meta, sparse, dense, deleted, blooms, words if compact else None
             )
         return sum(int(k.shape[0]) for k, _ in sparse.values())
+
+    def _settle_writes(self) -> None:
+        """Takes in the outcome of the cuts' finished background writes. Caller holds the
+        lock. A written cut advances what is durable; a failed one (a full disk) is dropped
+        from the store, whatever part of it landed, and its rows stay due for the next cut,
+        which then holds every row changed since the last cut written whole."""
+        store = self.store
+        for cut in sorted(self._pending):
+            done = self._writes.get(cut)
+            if done is None or not done.done():
+                continue
+            seq, full = self._pending.pop(cut)
+            error = done.exception()
+            if error is None:
+                self._persisted_seq = seq
+                if full:
+                    self._last_full = cut
+                continue
+            self.failed_cuts += 1
+            log.error("shard %d: checkpoint cut %d was not written (%s); its rows go into the next cut", self.index, cut, error)
+            if store is not None:
+                good = max((m.cut for m in store.metas() if m.cut < cut), default=0)
+                try:
+                    store.drop_cuts_after(good)
+                except Exception as e:  # noqa: BLE001 - the disk may still be full: the cut is refused at load anyway
+                    log.warning("shard %d: the remains of cut %d stay in the store for now: %s", self.index, cut, e)
 
     @staticmethod
     def _write(
@@ -524,6 +556,7 @@ class Shard:
         if meta is None:
             raise ShardError(f"checkpoint cut {cut} was never prepared on this shard")
         with self.lock:
+            self._settle_writes()  # this cut's write succeeded: what it holds is durable
             if cut > self.committed.cut or store.committed() != cut:
                 store.commit(cut)
                 self.committed = meta
@@ -554,6 +587,7 @@ class Shard:
                     store.commit(cut)
             elif cut:
                 raise ShardError("this shard runs without a data directory; it holds no cut to restore")
+            self._settle_writes()
             self._writes.clear()
             unchanged = 0 < cut == self.committed.cut == self._last_cut and self.update_seq == self._persisted_seq
             if not unchanged:  # a shard that just loaded the cut (it restarted) holds it already

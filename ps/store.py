@@ -27,6 +27,7 @@ and a shard can still go back one full cut.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -78,10 +79,35 @@ def _table(prefix: bytes, table: str) -> bytes:
 class ShardStore:
     def __init__(self, path: Path) -> None:
         path.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.db = self._open()
+        self._failed = False  # a write failed: RocksDB refuses every write until it is opened again
+        self._blooms_written: dict[str, tuple[int, Counters]] = {}  # per table: the last cut written, its counters
+
+    def _open(self) -> Rdict:
         opts = Options(raw_mode=True)
         opts.create_if_missing(True)
-        self.db = Rdict(str(path), opts)
-        self._blooms_written: dict[str, tuple[int, Counters]] = {}  # per table: the last cut written, its counters
+        return Rdict(str(self.path), opts)
+
+    def _commit_batch(self, batch: WriteBatch | None = None, key: bytes = b"", value: bytes = b"") -> None:
+        """Writes a batch (or one key) durably. After a failed write (a full disk) RocksDB
+        stays read-only until reopened: the next write reopens it first, which replays the
+        log up to its last whole record, so a failure is never permanent once space returns."""
+        if self._failed:
+            with contextlib.suppress(Exception):  # closing flushes, which fails the same way
+                self.db.close()
+            self.db = self._open()
+            self._failed = False
+            self._blooms_written.clear()  # a bloom diff base may not have landed
+        try:
+            if batch is not None:
+                self.db.write(batch)
+            else:
+                self.db.put(key, value)
+            self.db.flush_wal(True)
+        except Exception:
+            self._failed = True
+            raise
 
     def close(self) -> None:
         self.db.close()
@@ -110,8 +136,7 @@ class ShardStore:
         for table, state in dense.items():
             batch.put(_table(b"d", table) + _cut(meta.cut), np.ascontiguousarray(state, dtype="<f8").tobytes())
         batch.put(b"c" + _cut(meta.cut), meta.to_json())
-        self.db.write(batch)
-        self.db.flush_wal(True)
+        self._commit_batch(batch)
         for table, counters in (blooms or {}).items():
             self._blooms_written[table] = (meta.cut, counters)
         return written
@@ -170,8 +195,7 @@ class ShardStore:
                 self._put_bloom(batch, table, cut, counters, None)
         full = CutMeta(meta.cut, meta.offsets, meta.seq, True, meta.samples, meta.lifecycle)
         batch.put(b"c" + _cut(cut), full.to_json())
-        self.db.write(batch)
-        self.db.flush_wal(True)
+        self._commit_batch(batch)
 
     @staticmethod
     def _put_blocks(batch: WriteBatch, prefix: bytes, keys: Keys, rows: Raw) -> None:
@@ -191,8 +215,7 @@ class ShardStore:
         fulls = sorted(c for c, m in metas.items() if m.full and c <= cut)
         if metas[cut].full and len(fulls) >= 2:
             self._delete_cuts(batch, 0, fulls[-2])
-        self.db.write(batch)
-        self.db.flush_wal(True)
+        self._commit_batch(batch)
 
     def model(self) -> bytes | None:
         """The held model's identity (ps.identity.ModelIdentity.to_json), None if unknown."""
@@ -200,15 +223,13 @@ class ShardStore:
         return raw if isinstance(raw, bytes) else None
 
     def put_model(self, identity: bytes) -> None:
-        self.db.put(_MODEL, identity)
-        self.db.flush_wal(True)
+        self._commit_batch(key=_MODEL, value=identity)
 
     def drop_everything(self) -> None:
         """Deletes every cut, table spec and the model identity: a store for another model."""
         batch = WriteBatch(raw_mode=True)
         batch.delete_range(b"", b"\xff")  # every key starts with an ASCII letter
-        self.db.write(batch)
-        self.db.flush_wal(True)
+        self._commit_batch(batch)
         self._blooms_written.clear()
 
     def committed(self) -> int:
@@ -238,8 +259,7 @@ class ShardStore:
         if newer:
             batch = WriteBatch(raw_mode=True)
             self._delete_cuts(batch, cut + 1, max(newer) + 1)
-            self.db.write(batch)
-            self.db.flush_wal(True)
+            self._commit_batch(batch)
 
     def _delete_cuts(self, batch: WriteBatch, lo: int, hi: int) -> None:
         """Deletes cuts lo <= cut < hi of every table."""
@@ -329,5 +349,4 @@ class ShardStore:
         return None if raw is None else TableSpec.from_dict(json.loads(raw))
 
     def put_table_spec(self, spec: TableSpec) -> None:
-        self.db.put(b"t" + spec.name.encode(), json.dumps(spec.to_dict()).encode())
-        self.db.flush_wal(True)
+        self._commit_batch(key=b"t" + spec.name.encode(), value=json.dumps(spec.to_dict()).encode())
