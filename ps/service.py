@@ -15,6 +15,7 @@ from ps import metrics
 from ps.compression.payload import BY_ID, CodecError, decode_payload, encode_rows, value_codec
 from ps.identity import ModelIdentity, ModelMismatch
 from ps.shard import SessionExpired, Shard, ShardError, StaleGeneration
+from ps.store import StoreCorrupted
 from ps.tables import DELTA, GRADIENT, MOMENTUM
 from ps.wire import WireError, decode_keys, table_spec
 
@@ -34,6 +35,8 @@ def _call(method: str, context: grpc.ServicerContext, fn: Callable[[], R], incar
         _abort(context, method, grpc.StatusCode.ABORTED, f"{method}: {e}", incarnation)
     except ModelMismatch as e:
         _abort(context, method, grpc.StatusCode.FAILED_PRECONDITION, f"{method}: {e}", incarnation)
+    except StoreCorrupted as e:  # the shard keeps what it held; an operator restores the store
+        _abort(context, method, grpc.StatusCode.DATA_LOSS, f"{method}: {e}", incarnation)
     except (ShardError, WireError, CodecError, ModelSpecError) as e:
         _abort(context, method, grpc.StatusCode.INVALID_ARGUMENT, f"{method}: {e}", incarnation)
     finally:

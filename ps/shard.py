@@ -21,7 +21,7 @@ from ctr.modelspec import TableSpec
 from ctr.routing import dense_range, shard_of
 from ps.identity import ModelIdentity, mismatch
 from ps.lifecycle import CountingBloom, Lifecycle, to_evict
-from ps.store import CutMeta, ShardStore
+from ps.store import CutMeta, ShardStore, StoreCorrupted
 from ps.tables import GRADIENT, MOMENTUM, DenseTable, PushRejected, SparseTable
 
 log = logging.getLogger("ps")
@@ -188,30 +188,51 @@ class Shard:
                 created.append(True)
         return created
 
-    def _load(self, cut: int) -> None:
-        """Replaces every table by what the store holds at `cut` (0: nothing). Caller holds
-        the lock, or the shard is not serving yet."""
+    def _read(self, cut: int) -> tuple[CutMeta | None, dict[str, SparseTable], dict[str, DenseTable]]:
+        """The tables the store holds at `cut`, read whole or not at all: a block that fails
+        its checksum, a block missing, or a table with fewer rows than the cut recorded
+        raises StoreCorrupted, and nothing of this shard has changed."""
+        meta = self.store.meta(cut) if self.store is not None and cut else None
+        sparse: dict[str, SparseTable] = {}
+        dense: dict[str, DenseTable] = {}
+        if self.store is None or meta is None:
+            if cut and self.store is not None:
+                raise StoreCorrupted(f"shard {self.index}: checkpoint cut {cut} is not in the store at {self.store.path}")
+            return meta, sparse, dense
+        for name in self.store.table_names():
+            spec = self.store.table_spec(name)
+            assert spec is not None
+            if spec.kind == "sparse":
+                t = SparseTable(spec)
+                keys, rows = self.store.sparse_at(name, t.row_words, cut)
+                expected = meta.tables.get(name, {}).get("rows")
+                if expected is not None and keys.shape[0] != expected:
+                    raise StoreCorrupted(
+                        f"shard {self.index}: table {name} reads {keys.shape[0]} rows at cut {cut}, which recorded {expected}"
+                    )
+                t.load_raw(keys, rows)
+                sparse[name] = t
+            else:
+                d = DenseTable(spec, *dense_range(spec.dim, self.index, self.count))
+                state = self.store.dense_at(name, d.hi - d.lo, d.width, cut)
+                if state is not None:
+                    d.state = state
+                    dense[name] = d
+        return meta, sparse, dense
+
+    def _load(self, cut: int, read: tuple[CutMeta | None, dict[str, SparseTable], dict[str, DenseTable]] | None = None) -> None:
+        """Replaces every table by what the store holds at `cut` (0: nothing), read first
+        (`read`, when the caller has it): a cut that cannot be read whole changes nothing.
+        Caller holds the lock, or the shard is not serving yet."""
+        meta, sparse, dense = read if read is not None else self._read(cut)
         self.sparse.clear()
         self.dense.clear()
+        self.sparse.update(sparse)
+        self.dense.update(dense)
         self._sessions.clear()
-        meta = self.store.meta(cut) if self.store is not None and cut else None
         self.committed = meta or CutMeta(0, b"", 0, True)
         self.samples = dict(self.committed.samples)
         if self.store is not None and meta is not None:
-            for name in self.store.table_names():
-                spec = self.store.table_spec(name)
-                assert spec is not None
-                if spec.kind == "sparse":
-                    t = SparseTable(spec)
-                    keys, rows = self.store.sparse_at(name, t.row_words, cut)
-                    t.load_raw(keys, rows)
-                    self.sparse[name] = t
-                else:
-                    d = DenseTable(spec, *dense_range(spec.dim, self.index, self.count))
-                    state = self.store.dense_at(name, d.hi - d.lo, d.width, cut)
-                    if state is not None:
-                        d.state = state
-                        self.dense[name] = d
             fulls = [m.cut for m in self.store.metas() if m.full and m.cut <= cut]
             self._last_full = max(fulls, default=0)
         else:
@@ -493,7 +514,9 @@ class Shard:
             dense = {name: d.state.copy() for name, d in self.dense.items()}
             deleted = {name: self._gone(self._tombstones_cut.pop(name, []), [t]) for name, t in self.sparse.items()}
             blooms = {name: b.counters.copy() for name, b in self._blooms.items()}
-            meta = CutMeta(cut, offsets, self.update_seq, first, dict(self.samples), self._lifecycle_clocks())
+            # each table's rows in this cut and in all: a load that reads fewer is refused
+            tables = {n: {"written": int(sparse[n][0].shape[0]), "rows": int(t.size)} for n, t in self.sparse.items()}
+            meta = CutMeta(cut, offsets, self.update_seq, first, dict(self.samples), self._lifecycle_clocks(), tables)
             self._pending[cut] = (self.update_seq, first or compact)  # durable once its write succeeds
             self._last_cut = cut
             words = {name: t.row_words for name, t in self.sparse.items()}
@@ -582,16 +605,19 @@ class Shard:
             if store is not None:
                 if cut and store.meta(cut) is None:
                     raise ShardError(f"checkpoint cut {cut} is not stored on this shard")
-                store.drop_cuts_after(cut)
-                if cut and store.committed() != cut:
-                    store.commit(cut)
             elif cut:
                 raise ShardError("this shard runs without a data directory; it holds no cut to restore")
             self._settle_writes()
-            self._writes.clear()
             unchanged = 0 < cut == self.committed.cut == self._last_cut and self.update_seq == self._persisted_seq
-            if not unchanged:  # a shard that just loaded the cut (it restarted) holds it already
-                self._load(cut)
+            # read the cut whole before anything changes: a damaged one is refused (StoreCorrupted)
+            read = None if unchanged else self._read(cut)
+            if store is not None:
+                store.drop_cuts_after(cut)
+                if cut and store.committed() != cut:
+                    store.commit(cut)
+            self._writes.clear()
+            if read is not None:  # a shard that just loaded the cut (it restarted) holds it already
+                self._load(cut, read)
             self._sessions.clear()
             self.generation = generation
 

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
-from rocksdict import Options, Rdict, WriteBatch
+from rocksdict import AccessType, Options, Rdict, WriteBatch
 
 from ctr.modelspec import TableSpec
 
@@ -46,6 +46,7 @@ BLOCK_ROWS = 1 << 16
 BLOOM_BLOCK = 1 << 16  # counters per stored block of an admission Bloom filter
 _COMMITTED = b"m:committed"
 _MODEL = b"m:model"  # the identity of the model the store holds (ps.identity)
+_CREATED = b"m:created"  # written when the store is made: a store that lost it lost its contents
 
 
 @dataclass(frozen=True)
@@ -56,16 +57,22 @@ class CutMeta:
     full: bool  # every row, not only those changed since the previous cut
     samples: dict[str, int] = field(default_factory=dict)  # per table, samples applied
     lifecycle: dict[str, dict[str, float]] = field(default_factory=dict)  # per table, ps.shard's lifecycle clocks
+    # per sparse table: rows this cut's blocks hold ("written") and rows at the cut ("rows"),
+    # checked when the cut is read (a cut written before they were recorded has none)
+    tables: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def to_json(self) -> bytes:
         d = {"cut": self.cut, "offsets": self.offsets.decode("latin-1"), "seq": self.seq, "full": self.full}
-        return json.dumps({**d, "samples": self.samples, "lifecycle": self.lifecycle}).encode()
+        return json.dumps({**d, "samples": self.samples, "lifecycle": self.lifecycle, "tables": self.tables}).encode()
 
     @classmethod
     def from_json(cls, raw: bytes) -> CutMeta:
         d = json.loads(raw)
         lifecycle = dict(d.get("lifecycle") or {})
-        return cls(int(d["cut"]), d["offsets"].encode("latin-1"), int(d["seq"]), bool(d["full"]), dict(d["samples"]), lifecycle)
+        tables = {str(t): {str(k): int(v) for k, v in c.items()} for t, c in (d.get("tables") or {}).items()}
+        return cls(
+            int(d["cut"]), d["offsets"].encode("latin-1"), int(d["seq"]), bool(d["full"]), dict(d["samples"]), lifecycle, tables
+        )
 
 
 def _cut(cut: int) -> bytes:
@@ -76,13 +83,41 @@ def _table(prefix: bytes, table: str) -> bytes:
     return prefix + table.encode() + b"\0"
 
 
+class StoreCorrupted(ValueError):
+    """The store cannot be read whole: a checksum failure, a missing block, a lost MANIFEST."""
+
+
 class ShardStore:
     def __init__(self, path: Path) -> None:
         path.mkdir(parents=True, exist_ok=True)
         self.path = path
+        if (path / "CURRENT").exists():
+            self._check_whole()
         self.db = self._open()
         self._failed = False  # a write failed: RocksDB refuses every write until it is opened again
         self._blooms_written: dict[str, tuple[int, Counters]] = {}  # per table: the last cut written, its counters
+        if self.db.get(_CREATED) is None:
+            self._commit_batch(key=_CREATED, value=b"1")
+
+    def _check_whole(self) -> None:
+        """An existing store opened read-only first: one whose MANIFEST lost its table files
+        opens empty, and opening it for writing would delete those files for good."""
+        tables = [f for f in self.path.iterdir() if f.suffix == ".sst" and f.stat().st_size > 0]
+        opts = Options(raw_mode=True)
+        try:
+            ro = Rdict(str(self.path), opts, access_type=AccessType.read_only())
+        except Exception as e:
+            raise StoreCorrupted(f"{self.path}: the store cannot be opened: {e}") from None
+        try:
+            whole = ro.get(_CREATED) is not None or ro.get(_COMMITTED) is not None
+        finally:
+            ro.close()
+        if not whole and tables:
+            raise StoreCorrupted(
+                f"{self.path}: the store opens empty but holds {len(tables)} table files: its MANIFEST or CURRENT is"
+                " damaged. Restore the folder from a copy, or move it away to start this shard empty"
+                " (the trainer then goes back to the cut the shards hold in common, or starts over)"
+            )
 
     def _open(self) -> Rdict:
         opts = Options(raw_mode=True)
@@ -111,6 +146,22 @@ class ShardStore:
 
     def close(self) -> None:
         self.db.close()
+
+    def _scan(self, from_key: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """(key, value) from `from_key` on. rocksdict's items() ends quietly where a block
+        fails its checksum; this raises StoreCorrupted instead, so that a damaged store is
+        never read as a smaller one."""
+        it = self.db.iter()
+        it.seek(from_key)
+        while it.valid():
+            k, v = it.key(), it.value()
+            assert isinstance(k, bytes) and isinstance(v, bytes)  # raw mode
+            yield k, v
+            it.next()
+        try:
+            it.status()
+        except Exception as e:
+            raise StoreCorrupted(f"{self.path}: {e}") from None
 
     def write_cut(
         self,
@@ -165,8 +216,7 @@ class ShardStore:
         base = max((m.cut for m in self.metas() if m.cut <= cut and m.full), default=0)
         prefix = _table(b"f", table)
         blocks: dict[int, bytes] = {}
-        for k, v in self.db.items(from_key=prefix + _cut(base)):
-            assert isinstance(k, bytes) and isinstance(v, bytes)  # raw mode
+        for k, v in self._scan(prefix + _cut(base)):
             if not k.startswith(prefix) or int.from_bytes(k[len(prefix) : len(prefix) + 8], "big") > cut:
                 break
             blocks[int.from_bytes(k[len(prefix) + 8 :], "big")] = v  # a later cut's block wins
@@ -183,8 +233,11 @@ class ShardStore:
         if meta is None:
             raise ValueError(f"cut {cut} was never written on this shard")
         batch = WriteBatch(raw_mode=True)
+        tables = {t: dict(c) for t, c in meta.tables.items()}
         for table, words in row_words.items():
             keys, rows = self.sparse_at(table, words, cut)
+            if table in tables:
+                tables[table]["written"] = int(keys.shape[0])
             prefix = _table(b"b", table) + _cut(cut)
             batch.delete_range(prefix, _table(b"b", table) + _cut(cut + 1))
             batch.delete_range(_table(b"x", table) + _cut(cut), _table(b"x", table) + _cut(cut + 1))
@@ -193,7 +246,7 @@ class ShardStore:
             if counters is not None:
                 batch.delete_range(_table(b"f", table) + _cut(cut), _table(b"f", table) + _cut(cut + 1))
                 self._put_bloom(batch, table, cut, counters, None)
-        full = CutMeta(meta.cut, meta.offsets, meta.seq, True, meta.samples, meta.lifecycle)
+        full = CutMeta(meta.cut, meta.offsets, meta.seq, True, meta.samples, meta.lifecycle, tables)
         batch.put(b"c" + _cut(cut), full.to_json())
         self._commit_batch(batch)
 
@@ -229,6 +282,7 @@ class ShardStore:
         """Deletes every cut, table spec and the model identity: a store for another model."""
         batch = WriteBatch(raw_mode=True)
         batch.delete_range(b"", b"\xff")  # every key starts with an ASCII letter
+        batch.put(_CREATED, b"1")
         self._commit_batch(batch)
         self._blooms_written.clear()
 
@@ -240,8 +294,7 @@ class ShardStore:
     def metas(self) -> list[CutMeta]:
         """Every cut written and not dropped, oldest first."""
         out = []
-        for k, v in self.db.items(from_key=b"c"):
-            assert isinstance(k, bytes) and isinstance(v, bytes)  # raw mode
+        for k, v in self._scan(b"c"):
             if not k.startswith(b"c"):
                 break
             out.append(CutMeta.from_json(v))
@@ -273,10 +326,18 @@ class ShardStore:
         metas = [m for m in self.metas() if m.cut <= cut]
         base = max((m.cut for m in metas if m.full), default=0)
         keys, rows, cuts = [], [], []
+        read: dict[int, int] = {}
         for c, k, r in self._blocks(table, base, cut, row_words):
             keys.append(k)
             rows.append(r)
             cuts.append(np.full(k.shape[0], c, dtype=np.int64))
+            read[c] = read.get(c, 0) + int(k.shape[0])
+        for m in metas:  # every cut of the chain read whole
+            written = m.tables.get(table, {}).get("written")
+            if m.cut >= base and written is not None and read.get(m.cut, 0) != written:
+                raise StoreCorrupted(
+                    f"{self.path}: table {table}: cut {m.cut} holds {written} rows, {read.get(m.cut, 0)} could be read"
+                )
         if not keys:
             return np.zeros(0, np.uint64), np.zeros((0, row_words), np.uint32)
         all_keys, all_rows = np.concatenate(keys), np.concatenate(rows)
@@ -298,8 +359,7 @@ class ShardStore:
         """(keys, cut) of every eviction recorded in cuts lo..hi."""
         prefix = _table(b"x", table)
         keys, cuts = [], []
-        for k, v in self.db.items(from_key=prefix + _cut(lo)):
-            assert isinstance(k, bytes) and isinstance(v, bytes)  # raw mode
+        for k, v in self._scan(prefix + _cut(lo)):
             c = int.from_bytes(k[len(prefix) : len(prefix) + 8], "big")
             if not k.startswith(prefix) or c > hi:
                 break
@@ -312,8 +372,7 @@ class ShardStore:
 
     def _blocks(self, table: str, lo: int, hi: int, row_words: int) -> Iterator[tuple[int, Keys, Raw]]:
         prefix = _table(b"b", table)
-        for k, v in self.db.items(from_key=prefix + _cut(lo)):
-            assert isinstance(k, bytes) and isinstance(v, bytes)  # raw mode
+        for k, v in self._scan(prefix + _cut(lo)):
             c = int.from_bytes(k[len(prefix) : len(prefix) + 8], "big")
             if not k.startswith(prefix) or c > hi:
                 break
@@ -337,8 +396,7 @@ class ShardStore:
 
     def table_names(self) -> list[str]:
         names = []
-        for k, _ in self.db.items(from_key=b"t"):
-            assert isinstance(k, bytes)
+        for k, _ in self._scan(b"t"):
             if not k.startswith(b"t"):
                 break
             names.append(k[1:].decode())
