@@ -8,14 +8,17 @@ from pathlib import Path
 from ctr.security import SecurityConfig
 
 ENV_PREFIX = "BOUNDLESS_TRAINER_"
+# names a folder source never reads: dot-files and what producers write before they rename
+DEFAULT_IGNORE = (".*", "*.part", "*.tmp", "*.temp", "*.partial", "*.swp", "*~")
 
 # --help's groups, most needed first (ctr.config.add_arguments)
 HELP_GROUPS: dict[str, tuple[str, ...]] = {
     "essential": ("source", "format", "schema", "label", "model", "model_name", "ps", "export_dir", "metrics_out"),
+    "input": ("source_pattern", "source_ignore", "follow", "idle_exit_s", "max_samples", "max_line_bytes", "max_bad_fraction"),
     "training": (
         "k", "hidden", "update", "norm", "opt_w", "opt_v", "opt_emb", "opt_bias", "opt_mlp", "batch_size", "workers",
-        "staleness", "local_aggregate", "local_aggregate_mb", "max_samples", "follow", "idle_exit_s", "window",
-        "max_line_bytes", "max_bad_fraction", "batch_cache", "batch_cache_max_gb", "peek_timeout_s", "seed",
+        "staleness", "local_aggregate", "local_aggregate_mb", "window", "batch_cache", "batch_cache_max_gb",
+        "peek_timeout_s", "seed",
     ),
     "parameter server": (
         "local_shards", "local_data_dir", "local_admit_after", "local_ttl_s", "local_ttl_updates", "local_max_rows",
@@ -121,6 +124,11 @@ class TrainerConfig(SecurityConfig):
     batch_cache_max_gb: float = field(default=20.0, metadata={"help": "size cap of --batch-cache (least recently used go first)"})
     max_line_bytes: int = field(default=1 << 20, metadata={"help": "longer lines are skipped and reported as bad"})
     max_samples: int = field(default=0, metadata={"help": "stop after this many samples (0: no limit)"})
+    source_pattern: str = field(default="*", metadata={"help": "a folder source reads the files whose names match this glob"})
+    source_ignore: str = field(
+        default=",".join(DEFAULT_IGNORE),
+        metadata={"help": "comma-separated globs of names a folder source never reads (files a producer is still writing)"},
+    )
     follow: bool | None = field(
         default=None,
         metadata={
@@ -184,6 +192,9 @@ class TrainerConfig(SecurityConfig):
     reflection: bool = field(default=False, metadata={"help": "enable gRPC server reflection (lists the services to any client)"})
     ready_file: str | None = field(default=None, metadata={"help": "write bound ports here as JSON"})
     log_level: str = field(default="INFO", metadata={"help": "logging level"})
+
+    def ignored_names(self) -> tuple[str, ...]:
+        return tuple(g.strip() for g in self.source_ignore.split(",") if g.strip())
 
     def follows(self) -> bool:
         """--follow, or its default: a folder or a topic is followed, a file or a pipe ends."""

@@ -198,6 +198,9 @@ class BatchReader:
         if rest is None:
             return
         block = rest
+        nul_lines = frozenset[int]()
+        if b"\0" in block.data:  # NUL is no text: such a line is bad, not a feature with a NUL in it
+            block, nul_lines = _mark_nul_lines(block)
         view = memoryview(block.data)
         # one vectorized check for the block spares the kernel a UTF-8 pass per line
         ascii_only = bool(block.data) and int(np.frombuffer(block.data, dtype=np.uint8).max()) < 0x80
@@ -207,7 +210,8 @@ class BatchReader:
         while lines_left >= self.batch_size or (final and lines_left > 0):
             got = parser.parse(view[pos:], block.final, self.batch_size, ascii_only)
             for bad in got.bad:
-                self._bad(block.file, line + bad.line + 1, bad.reason)
+                at = line + bad.line
+                self._bad(block.file, at + 1, "a NUL byte in the line" if at in nul_lines else bad.reason)
             pos += got.consumed
             line += got.lines
             lines_left -= got.lines
@@ -220,6 +224,17 @@ class BatchReader:
             self._held = Block(block.file, block.offset + pos, line, block.data[pos:], block.final, newlines=held_newlines)
         if block.final:
             yield from self._drain()
+
+
+def _mark_nul_lines(block: Block) -> tuple[Block, frozenset[int]]:
+    """The block with each NUL byte made an invalid UTF-8 byte (0xFF), so the parser refuses
+    its line, and the (0-based) numbers of those lines, so the report names the NUL."""
+    raw = np.frombuffer(block.data, dtype=np.uint8)
+    newlines = np.flatnonzero(raw == 10)
+    nuls = np.flatnonzero(raw == 0)
+    lines = frozenset((block.line + np.searchsorted(newlines, nuls)).tolist())
+    data = block.data.replace(b"\0", b"\xff")
+    return Block(block.file, block.offset, block.line, data, block.final, newlines=block.newlines), lines
 
 
 class ThreadedReader:

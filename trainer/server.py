@@ -294,7 +294,14 @@ def _train(conf: TrainerConfig, stop: threading.Event, log: logging.Logger) -> i
         )
 
     def reopen(position: Position | None) -> Source:
-        return open_source(conf.source, conf.follows(), stop=stop.is_set, start=position)
+        return open_source(
+            conf.source,
+            conf.follows(),
+            stop=stop.is_set,
+            start=position,
+            pattern=conf.source_pattern,
+            ignore=conf.ignored_names(),
+        )
 
     try:
         source = reopen(planned.position)

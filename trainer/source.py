@@ -3,10 +3,22 @@
 The source hands over blocks of whole lines with the file, byte offset and line number of
 their start, so bad lines are reported as file:line and a checkpoint records exactly where
 the stream stands. A line longer than the limit is skipped without being held in memory.
+
+A folder's contract (docs/design/folder-source.md): it reads the files whose names match
+`--source-pattern` (default: all) and none of `--source-ignore` (dot-files and the names
+producers write into before they rename: *.part, *.tmp, *.temp, *.partial, *.swp, *~), in
+name order. A file is known by its device, inode and first bytes, not its name: a file
+read and then renamed inside the folder is not read again, and a name that comes back with
+another file is read as the new file it is. A file that shrinks below what was read
+(truncated and rewritten in place, as copytruncate does) is reported and read from its
+start; one renamed away while followed is read to its end and its successor taken up.
 """
 
 from __future__ import annotations
 
+import fnmatch
+import hashlib
+import logging
 import os
 import sys
 import time
@@ -17,8 +29,20 @@ from typing import BinaryIO, Protocol
 
 import numpy as np
 
+from trainer.config import DEFAULT_IGNORE
+
 BLOCK_BYTES = 1 << 20
 FLOWING_POLL_S = 0.01  # the wait for more data while a stream flows
+HEAD_BYTES = 4096  # a file's first bytes, which with its inode tell a rename from a new file
+
+log = logging.getLogger("trainer")
+
+FileId = tuple[int, int]  # (device, inode)
+
+
+def _head(fh: BinaryIO) -> bytes:
+    """A digest of a file's first HEAD_BYTES (read without moving its offset)."""
+    return hashlib.blake2b(os.pread(fh.fileno(), HEAD_BYTES, 0), digest_size=16).digest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,13 +100,15 @@ def open_source(
     stop: Callable[[], bool] = lambda: False,
     start: Position | None = None,
     part: tuple[int, int] = (0, 1),
+    pattern: str = "*",
+    ignore: tuple[str, ...] = DEFAULT_IGNORE,
 ) -> Source:
     """A folder, a file, stdin ('-'), or kafka://HOST:PORT/TOPIC."""
     if source.startswith("kafka://"):
         from trainer.kafka_source import KafkaSource  # confluent-kafka loads only for Kafka
 
         return KafkaSource(source, follow, stop=stop, start=start, part=part)
-    return StreamSource(source, follow, stop=stop, start=start, part=part)
+    return StreamSource(source, follow, stop=stop, start=start, part=part, pattern=pattern, ignore=ignore)
 
 
 class StreamSource:
@@ -94,8 +120,13 @@ class StreamSource:
         stop: Callable[[], bool] = lambda: False,
         start: Position | None = None,
         part: tuple[int, int] = (0, 1),
+        pattern: str = "*",
+        ignore: tuple[str, ...] = DEFAULT_IGNORE,
     ) -> None:
         self.source = source
+        self.pattern = pattern
+        self.ignore = ignore
+        self._read_ids: dict[FileId, tuple[str, bytes]] = {}  # files read to their end: name then, head digest
         # worker i of W reads the folder's files i, i+W, i+2W... in name order; files land
         # in name order (rolling names), so each file keeps its owner as the folder grows
         self.part = part
@@ -118,9 +149,13 @@ class StreamSource:
         stamp, now = p.stat().st_mtime_ns, time.monotonic()
         if stamp != self._listed[0] or now - self._listed[1] > self.poll_s:
             with os.scandir(p) as entries:  # entries know their type: no stat per file
-                names = sorted(e.name for e in entries if e.is_file() and not e.name.startswith("."))
+                names = sorted(e.name for e in entries if e.is_file() and self._takes(e.name))
             self._listed = (stamp, now, [p / n for n in names])
         return self._listed[2]
+
+    def _takes(self, name: str) -> bool:
+        """A name the folder's contract reads (not one a producer is still writing)."""
+        return fnmatch.fnmatch(name, self.pattern) and not any(fnmatch.fnmatch(name, g) for g in self.ignore)
 
     def _files(self) -> list[Path]:
         """This worker's files."""
@@ -168,12 +203,10 @@ class StreamSource:
         if self.source == "-":
             yield from self._read(sys.stdin.buffer, "<stdin>", 0, 0, lambda: not self.follow, max_line_bytes, block_bytes)
             return
-        done: set[str] = set()
         start = self.start
         while not self.stop():
-            pending = [f for f in self._files() if str(f) not in done]
+            pending = self._unread(self._files())
             if start.file:  # files before the start were read before it: done, on every pass
-                done.update(str(f) for f in pending if str(f) < start.file)
                 pending = [f for f in pending if str(f) >= start.file]
             if not pending:
                 if not self.follow:
@@ -191,19 +224,75 @@ class StreamSource:
                     # a file is finished once a later file exists (or we do not follow)
                     return not self.follow or not is_last or any(str(g) > str(f) for g in self._all_files())
 
-                if offset == 0 and self.cached is not None and last() and self.cached(str(f)):
-                    yield Block(str(f), 0, 0, b"", cached=True)
-                    done.add(str(f))
+                try:
+                    fh = open(f, "rb")  # noqa: SIM115 - held across yields
+                except FileNotFoundError:  # renamed or removed since the listing: the next pass sees it
                     continue
-                with open(f, "rb") as fh:
+                with fh:
+                    ident = os.fstat(fh.fileno())
+                    if offset > ident.st_size:  # the checkpoint's file is shorter now: rewritten while down
+                        log.error(
+                            "%s holds %d bytes, fewer than the %d the checkpoint read: it was truncated or rewritten;"
+                            " reading it from its start",
+                            f,
+                            ident.st_size,
+                            offset,
+                        )
+                        offset, line_no = 0, 0
+                    if offset == 0 and self.cached is not None and last() and self.cached(str(f)):
+                        yield Block(str(f), 0, 0, b"", cached=True)
+                        self._read_ids[(ident.st_dev, ident.st_ino)] = (str(f), _head(fh))
+                        continue
                     fh.seek(offset)
                     finished = yield from self._read(fh, str(f), offset, line_no, last, max_line_bytes, block_bytes)
+                    if finished:
+                        self._read_ids[(ident.st_dev, ident.st_ino)] = (str(f), _head(fh))
                 if finished:
                     yield Block(str(f), 0, 0, b"", eof=True)
-                done.add(str(f))
                 if self.stop():
                     return
             start = Position()
+
+    def _unread(self, files: list[Path]) -> list[Path]:
+        """The files not read yet: a file read under another name (renamed in the folder) is
+        not read again; a name that now holds another file is."""
+        out, present = [], set()
+        for f in files:
+            try:
+                st = f.stat()
+            except OSError:  # gone since the listing
+                continue
+            fid = (st.st_dev, st.st_ino)
+            present.add(fid)
+            known = self._read_ids.get(fid)
+            if known is not None:
+                if known[0] == str(f):
+                    continue
+                try:
+                    with open(f, "rb") as fh:
+                        same = _head(fh) == known[1]
+                except OSError:
+                    continue
+                if same:
+                    log.info("%s: read already as %s (renamed); not read again", f, known[0])
+                    self._read_ids[fid] = (str(f), known[1])
+                    continue
+            out.append(f)
+        # a file gone from the folder cannot come back by a rename: forget it (its inode may be reused)
+        self._read_ids = {k: v for k, v in self._read_ids.items() if k in present}
+        return out
+
+    def _changed(self, fh: BinaryIO, name: str, offset: int) -> str | None:
+        """While waiting on a followed file: "truncated" when it shrank below what was read,
+        "replaced" when its name now holds another file (it was rotated away), else None."""
+        if os.fstat(fh.fileno()).st_size < offset:
+            return "truncated"
+        try:
+            now = os.stat(name)
+        except FileNotFoundError:
+            return "replaced"
+        held = os.fstat(fh.fileno())
+        return "replaced" if (now.st_dev, now.st_ino) != (held.st_dev, held.st_ino) else None
 
     def _read(
         self, fh: BinaryIO, name: str, offset: int, line_no: int, last: Callable[[], bool], max_line: int, block_bytes: int
@@ -240,7 +329,13 @@ class StreamSource:
                     partial = b""
                     skipping = True
                 continue
-            if last():
+            changed = None if name == "<stdin>" or not self.follow else self._changed(fh, name, offset)
+            if changed == "truncated":  # copytruncate: the lines read stay trained, the new ones are read
+                log.error("%s was truncated below the %d bytes read (rewritten in place); read from the start", name, offset)
+                fh.seek(0)
+                offset, line_no, partial, skipping = 0, 0, b"", False
+                continue
+            if last() or changed == "replaced":  # rotated away: what it held is read, its successor comes next
                 if skipping:  # the file ended inside the over-long line
                     yield Block(name, offset, line_no + 1, b"", overlong=True)
                 elif partial.strip():  # a final line without newline in a finished file

@@ -97,7 +97,15 @@ def worker_main(job: WorkerJob, reports: Any) -> None:
     if job.aggregation is not None:
         client.aggregate_locally(job.aggregation, job.index)
     start = job.start.position if job.start is not None else None
-    source = open_source(conf.source, conf.follows(), stop=stop.is_set, start=start, part=(job.index, conf.workers))
+    source = open_source(
+        conf.source,
+        conf.follows(),
+        stop=stop.is_set,
+        start=start,
+        part=(job.index, conf.workers),
+        pattern=conf.source_pattern,
+        ignore=conf.ignored_names(),
+    )
     spec = model_spec(conf, tuple(job.fields.names))
     model = build_model(spec, conf.staleness, conf.dense_codec)  # the coordinator declared the tables
     client.know(spec.tables())

@@ -1,0 +1,87 @@
+"""The folder source's contract: each line trained once when a producer writes `x.part` and
+renames it, when a file read is renamed inside the folder, and when a followed file is
+truncated and rewritten in place (copytruncate, reported); a NUL byte makes its line bad."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+LINES_PER_FILE = 500
+
+
+def _lines(data_dir: Path, n: int, skip: int = 0) -> list[str]:
+    return (data_dir / "frappe/frappe.validation.libfm").read_text().splitlines()[skip : skip + n]
+
+
+def _trainer(folder: Path, work: Path, idle_s: float = 2.5) -> subprocess.Popen[str]:
+    cmd = [sys.executable, "-m", "boundless", "train", "--source", str(folder), "--format", "libsvm", "--follow"]
+    cmd += ["--idle-exit-s", str(idle_s), "--metrics-port", "-1", "--port", "-1", "--metrics-out", str(work / "m.json")]
+    cmd += ["--curve-out", str(work / "curve.jsonl"), "--progress-interval-s", "0.1", "--batch-size", "100"]
+    return subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+
+
+def _trained(work: Path) -> int:
+    path = work / "curve.jsonl"
+    if not path.exists():
+        return 0
+    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    return int(rows[-1]["samples"]) if rows else 0
+
+
+def _wait_trained(work: Path, n: int, proc: subprocess.Popen[str], timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while _trained(work) < n:
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        assert time.monotonic() < deadline, f"{_trained(work)} of {n} trained"
+        time.sleep(0.05)
+
+
+def _finish(proc: subprocess.Popen[str], work: Path) -> tuple[dict[str, float], str]:
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err[-3000:]
+    return json.loads((work / "m.json").read_text()), err
+
+
+def test_part_files_renamed_into_place_are_read_once(data_dir: Path, tmp_path: Path):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    lines = _lines(data_dir, 20 * LINES_PER_FILE)
+    (folder / "f00.libsvm").write_text("\n".join(lines[:LINES_PER_FILE]) + "\n")
+    proc = _trainer(folder, tmp_path)
+    _wait_trained(tmp_path, LINES_PER_FILE, proc)
+    for i in range(1, 20):  # the producer's usual handling: write aside, then rename into place
+        part = folder / f"f{i:02d}.libsvm.part"
+        with open(part, "w") as out:
+            chunk = lines[i * LINES_PER_FILE : (i + 1) * LINES_PER_FILE]
+            out.write("\n".join(chunk[: len(chunk) // 2]) + "\n")
+            out.flush()
+            time.sleep(0.02)  # the reader may see it half written
+            out.write("\n".join(chunk[len(chunk) // 2 :]) + "\n")
+        os.rename(part, folder / f"f{i:02d}.libsvm")
+    _wait_trained(tmp_path, 20 * LINES_PER_FILE, proc)
+    os.rename(folder / "f03.libsvm", folder / "zz-archived.libsvm")  # read already: not read again
+    result, err = _finish(proc, tmp_path)
+    assert result["samples"] == 20 * LINES_PER_FILE and result["bad_lines"] == 0
+    assert "renamed" in err
+
+
+def test_a_file_truncated_and_rewritten_in_place_is_reported_and_read_anew(data_dir: Path, tmp_path: Path):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    log = folder / "events.libsvm"
+    first, then = _lines(data_dir, 3000), _lines(data_dir, 1200, skip=3000)
+    log.write_text("\n".join(first) + "\n")
+    proc = _trainer(folder, tmp_path)
+    _wait_trained(tmp_path, 3000, proc)
+    with open(log, "r+") as f:  # copytruncate: the producer goes on writing the same file
+        f.truncate(0)
+    with open(log, "a") as f:
+        f.write("\n".join(then[:600]) + "\n" + "1 3:1 5\x001:1\n" + "\n".join(then[600:]) + "\n")
+    result, err = _finish(proc, tmp_path)
+    assert result["samples"] == 3000 + 1200 and result["bad_lines"] == 1
+    assert "truncated" in err and "a NUL byte in the line" in err
