@@ -117,12 +117,15 @@ class PSClient:
         pull_codec: str = "auto",
         retry_s: float = 0.0,
         stopping: Callable[[], bool] = lambda: False,
+        call_timeout_s: float = 60.0,
     ) -> PSClient:
         """Shard processes over gRPC; a call to an unreachable shard retries for retry_s, or
-        until stopping() (then StoppedWhileUnreachable)."""
+        until stopping() (then StoppedWhileUnreachable); a call unanswered after
+        call_timeout_s is retried too when sending it twice changes nothing, and otherwise
+        raises ShardRestarted (every shard goes back to the last cut)."""
         from ps.grpc_transport import GrpcTransport  # gRPC loads only for shard processes
 
-        transport = GrpcTransport(addresses, retry_s=retry_s, stopping=stopping)
+        transport = GrpcTransport(addresses, timeout=call_timeout_s, retry_s=retry_s, stopping=stopping)
         return cls(transport, len(addresses), push_codec, residual_rows, seed, pull_codec)
 
     @classmethod

@@ -18,7 +18,7 @@ from protos import ps_pb2, ps_pb2_grpc
 from ps.compression.payload import decode_payload
 from ps.identity import ModelIdentity, ModelMismatch
 from ps.shard import ExportedFile, TableStats
-from ps.transport import Rows, SessionLost, ShardStatus, StoppedWhileUnreachable, _ByteCounter
+from ps.transport import Rows, SessionLost, ShardRestarted, ShardStatus, StoppedWhileUnreachable, _ByteCounter
 from ps.wire import KEYS_DELTA_VARINT, decode_rows, encode_keys, table_decl
 
 log = logging.getLogger("ps.client")
@@ -28,6 +28,11 @@ _PUSH_KINDS = {"gradient": ps_pb2.PUSH_GRADIENT, "delta": ps_pb2.PUSH_STATE_DELT
 # a shard that cannot be reached (down, restarting), or that cancelled the call as it
 # stopped (SIGTERM): the call is retried, after checking which process answers
 RETRIED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
+# a shard that did not answer in time (hung, swapping, a full stop of the world) is retried
+# like one that cannot be reached, for calls that change nothing when sent twice; a push or
+# a prepare may have landed, so its timeout takes every shard back to the last cut instead
+IDEMPOTENT = frozenset({"Pull", "PullDense", "Stats", "DeclareTables", "Commit", "Restore"})
+STILL_DOWN_LOG_S = 10.0  # how often a shard that does not answer is logged while retried
 # what gRPC answers past a server's --max-concurrent, before any handler ran: the call is
 # backed off and sent again (never applied twice), for up to the call's own timeout
 BUSY_DETAILS = "Concurrent RPC limit exceeded"
@@ -73,17 +78,26 @@ class GrpcTransport(_ByteCounter):
         self.addresses = addresses
 
     def _rpc(self, shard: int, method: str, req: Any, timeout: float | None = None) -> Any:
-        deadline = time.monotonic() + self.retry_s
+        started = time.monotonic()
+        deadline = started + self.retry_s
         busy_until = time.monotonic() + (timeout or self.timeout)
         delay = 0.05
         busy_delay = 0.01
+        said = 0.0
         while True:
             try:
                 if delay > 0.05 and method != "Stats":  # back after an outage: the same process?
                     self.saw(shard, self.stubs[shard].Stats(ps_pb2.StatsRequest(), timeout=self.timeout).incarnation)
                 return getattr(self.stubs[shard], method)(req, timeout=timeout or self.timeout)
             except grpc.RpcError as e:
-                if (_busy(e) or e.code() in RETRIED) and self.stopping():
+                late = e.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+                if late and method not in IDEMPOTENT:
+                    raise ShardRestarted(
+                        shard,
+                        f"PS shard {shard} at {self.addresses[shard]} did not answer {method} within"
+                        f" {timeout or self.timeout:.0f} s: it may have applied it, so every shard goes back to the last cut",
+                    ) from e
+                if (_busy(e) or e.code() in RETRIED or late) and self.stopping():
                     raise StoppedWhileUnreachable(
                         f"asked to stop while PS shard {shard} at {self.addresses[shard]} answered {e.code().name}"
                     ) from e
@@ -93,14 +107,22 @@ class GrpcTransport(_ByteCounter):
                     time.sleep(busy_delay)
                     busy_delay = min(0.2, busy_delay * 2)
                     continue
-                if e.code() not in RETRIED:
+                if e.code() not in RETRIED and not late:
                     self._saw_in(shard, e)  # a refusal from a process that restarted says so
                     raise
-                if time.monotonic() + delay > deadline:
+                now = time.monotonic()
+                if now + delay > deadline:
                     raise
-                if delay == 0.05:
+                if now - said >= STILL_DOWN_LOG_S:  # said at once, then every few seconds while it lasts
+                    said = now
                     log.warning(
-                        "PS shard %d at %s is unreachable; retrying for up to %.0f s", shard, self.addresses[shard], self.retry_s
+                        "PS shard %d at %s %s (%s); retrying %s for up to %.0f s more",
+                        shard,
+                        self.addresses[shard],
+                        "did not answer in time" if late else "is unreachable",
+                        e.code().name,
+                        method,
+                        deadline - now,
                     )
                 time.sleep(delay)
                 delay = min(0.5, delay * 2)

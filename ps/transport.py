@@ -33,8 +33,10 @@ class ShardRestarted(RuntimeError):
     """A shard answered with a new incarnation: it restarted from its committed cut, so every
     shard must go back to a common cut (trainer/recovery.py)."""
 
-    def __init__(self, shard: int) -> None:
-        super().__init__(f"PS shard {shard} restarted (a new incarnation): it lost what was pushed since its committed cut")
+    def __init__(self, shard: int, why: str = "") -> None:
+        super().__init__(
+            why or f"PS shard {shard} restarted (a new incarnation): it lost what was pushed since its committed cut"
+        )
         self.shard = shard
 
 

@@ -22,8 +22,8 @@ HELP_GROUPS: dict[str, tuple[str, ...]] = {
     ),
     "parameter server": (
         "local_shards", "local_data_dir", "local_admit_after", "local_ttl_s", "local_ttl_updates", "local_max_rows",
-        "checkpoint_interval_s", "from_start", "replace_model", "ps_retry_s", "push_codec", "pull_codec", "dense_codec",
-        "residual_rows",
+        "checkpoint_interval_s", "from_start", "replace_model", "ps_retry_s", "ps_call_timeout_s", "push_codec",
+        "pull_codec", "dense_codec", "residual_rows",
     ),
     "export": ("export_interval_s", "full_every", "holdout_samples"),
     "process": ("curve_out", "progress_interval_s", "host", "port", "metrics_port", "reflection", "ready_file", "log_level"),
@@ -158,6 +158,13 @@ class TrainerConfig(SecurityConfig):
         metadata={
             "help": "the PS shards hold another model (another name, type or field list): drop it and start this one"
             " (without it such shards refuse this trainer and keep their model)"
+        },
+    )
+    ps_call_timeout_s: float = field(
+        default=60.0,
+        metadata={
+            "help": "a PS call unanswered this long is retried (reads) or taken as a lost shard (pushes: every shard"
+            " goes back to the last checkpoint cut)"
         },
     )
     ps_retry_s: float = field(

@@ -125,7 +125,14 @@ def connect(conf: TrainerConfig, stopping: Callable[[], bool] = lambda: False) -
 
     addresses = addresses_of(conf)
     client = PSClient.connect(
-        addresses, conf.push_codec, conf.residual_rows, conf.seed, conf.pull_codec, conf.ps_retry_s, stopping
+        addresses,
+        conf.push_codec,
+        conf.residual_rows,
+        conf.seed,
+        conf.pull_codec,
+        conf.ps_retry_s,
+        stopping,
+        conf.ps_call_timeout_s,
     )
     for addr, ch in zip(addresses, client.transport.channels, strict=True):  # type: ignore[attr-defined]
         ready, until = grpc.channel_ready_future(ch), time.monotonic() + 30

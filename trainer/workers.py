@@ -91,7 +91,15 @@ def worker_main(job: WorkerJob, reports: Any) -> None:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    client = PSClient.connect(job.addresses, conf.push_codec, conf.residual_rows, conf.seed, conf.pull_codec, conf.ps_retry_s)
+    client = PSClient.connect(
+        job.addresses,
+        conf.push_codec,
+        conf.residual_rows,
+        conf.seed,
+        conf.pull_codec,
+        conf.ps_retry_s,
+        call_timeout_s=conf.ps_call_timeout_s,
+    )
     client.transport.generation = job.generation
     client.status()  # whether the shards may drop a push's rows: then the pipeline does not overlap
     if job.aggregation is not None:
