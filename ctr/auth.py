@@ -22,7 +22,7 @@ import grpc
 import yaml
 from prometheus_client import Counter
 
-from ctr.security import SecurityError
+from ctr.security import SecurityError, warn_if_exposed
 
 ROLES = ("predict", "trainer", "admin")
 RANK = {r: i for i, r in enumerate(ROLES)}
@@ -44,6 +44,7 @@ def load_tokens(path: str | None, environ: Mapping[str, str] | None = None) -> d
             raise SecurityError(f"tokens file {path}: {e}") from None
         if not isinstance(loaded, dict) or not loaded:
             raise SecurityError(f"tokens file {path}: expected a non-empty mapping of token: role")
+        warn_if_exposed(path, "tokens file")
         pairs = [(str(k), str(v), f"{path}: {k!r}") for k, v in loaded.items()]
     elif env.get("BOUNDLESS_TOKENS"):
         pairs = []

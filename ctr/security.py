@@ -9,6 +9,8 @@ BOUNDLESS_TOKEN or BOUNDLESS_TOKEN_FILE). gRPC loads only when a channel or serv
 
 from __future__ import annotations
 
+import datetime
+import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -43,11 +45,48 @@ class SecurityConfig:
     token_file: str | None = field(default=None, metadata={"help": "file holding the bearer token this process presents"})
 
 
+EXPIRY_WARNING_DAYS = 14  # a certificate this close to its end is named at start-up
+log = logging.getLogger("security")
+
+
 def _read(path: str, what: str) -> bytes:
     try:
         return Path(path).read_bytes()
     except OSError as e:
         raise SecurityError(f"{what} {path}: {e.strerror or e}") from None
+
+
+def warn_if_exposed(path: str, what: str) -> bool:
+    """Warns when a secret (a private key, a token) can be read by other users; True then."""
+    try:
+        mode = Path(path).stat().st_mode
+    except OSError:
+        return False
+    if mode & 0o077:
+        log.warning("%s %s can be read by other users (mode %o): chmod 600 %s", what, path, mode & 0o777, path)
+        return True
+    return False
+
+
+def warn_if_expiring(pem: bytes, path: str, now: datetime.datetime | None = None) -> str | None:
+    """Warns when this process's own certificate has expired or expires within
+    EXPIRY_WARNING_DAYS (peers would refuse it); returns the warning."""
+    from cryptography import x509
+
+    try:
+        cert = x509.load_pem_x509_certificate(pem)
+    except ValueError as e:
+        raise SecurityError(f"certificate {path}: not a PEM certificate ({e})") from None
+    now = now or datetime.datetime.now(datetime.UTC)
+    end = cert.not_valid_after_utc
+    if end <= now:
+        msg = f"certificate {path} expired on {end:%Y-%m-%d %H:%M} UTC: peers will refuse it; renew it (boundless certs)"
+    elif end - now <= datetime.timedelta(days=EXPIRY_WARNING_DAYS):
+        msg = f"certificate {path} expires on {end:%Y-%m-%d %H:%M} UTC, in {(end - now).days} days: renew it soon"
+    else:
+        return None
+    log.warning("%s", msg)
+    return msg
 
 
 @dataclass(frozen=True)
@@ -73,6 +112,12 @@ class Identity:
         token = _read(conf.token_file, "token file").decode().strip() if conf.token_file else None
         if conf.token_file and not token:
             raise SecurityError(f"token file {conf.token_file}: empty")
+        if conf.token_file:
+            warn_if_exposed(conf.token_file, "token file")
+        if conf.tls_key:
+            warn_if_exposed(conf.tls_key, "private key")
+        if conf.tls_cert:
+            warn_if_expiring(_read(conf.tls_cert, "certificate"), conf.tls_cert)
         return cls(
             _read(conf.tls_cert, "certificate") if conf.tls_cert else None,
             _read(conf.tls_key, "private key") if conf.tls_key else None,
