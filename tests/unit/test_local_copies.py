@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -48,3 +49,31 @@ def test_a_killed_server_leaves_a_folder_the_next_one_removes(tmp_path: Path, mo
     finally:
         copies.close()
     assert not copies.root.exists()
+
+
+def _version(repo: Path, version: int, payload: bytes) -> tuple[Path, dict]:
+    import hashlib
+
+    d = repo / "ctr" / f"{version:08d}"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "shard0.image").write_bytes(payload)
+    files = [{"name": "shard0.image", "size": len(payload), "sha256": hashlib.sha256(payload).hexdigest()}]
+    return d, {"model": "ctr", "version": version, "files": files}
+
+
+def test_a_rebuilt_repository_never_meets_its_old_copies(tmp_path):
+    copies = LocalCopies(tmp_path / "copies")
+    old_dir, old = _version(tmp_path / "repo", 1, b"old model " * 100)
+    assert (copies.version_dir(old_dir, 1, old) / "shard0.image").read_bytes() == b"old model " * 100
+    shutil.rmtree(tmp_path / "repo")  # the repository is rebuilt: version 1 again, other weights of the same size
+    new_dir, new = _version(tmp_path / "repo", 1, b"new model " * 100)
+    again = LocalCopies(tmp_path / "copies")  # a later process on the same --copies-dir
+    assert (again.version_dir(new_dir, 1, new) / "shard0.image").read_bytes() == b"new model " * 100
+
+
+def test_a_copy_left_on_disk_is_checked_before_it_is_used(tmp_path):
+    src_dir, m = _version(tmp_path / "repo", 3, b"weights " * 100)
+    first = LocalCopies(tmp_path / "copies").version_dir(src_dir, 3, m)
+    (first / "shard0.image").write_bytes(b"WEIGHTS " * 100)  # damaged while no process ran, same size
+    d = LocalCopies(tmp_path / "copies").version_dir(src_dir, 3, m)
+    assert (d / "shard0.image").read_bytes() == b"weights " * 100
