@@ -12,6 +12,12 @@ PolicyChange = Callable[[Repository], Policy]
 
 
 def pin(repo: Repository, version: int, reason: str = "") -> Policy:
+    """Serving follows `version` from now on; refused for a version that is not there whole."""
+    if version not in repo.versions():
+        raise RepositoryError(f"version {version} is not published (versions: {repo.versions() or 'none'})")
+    broken = repo.broken(version)
+    if broken is not None:
+        raise RepositoryError(f"version {version} cannot be served: {broken}")
     policy = Policy("pinned", version, reason)
     repo.set_policy(policy)
     return policy

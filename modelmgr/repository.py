@@ -130,14 +130,34 @@ class Repository:
         return schemas.dump(self.manifest_model(version))
 
     def broken(self, version: int) -> str | None:
-        """Why a published version cannot be served (its manifest, or one in its chain), or None."""
+        """Why a published version cannot be served (its manifest, one in its chain, or a file
+        one of them lists missing or of another size), or None."""
         try:
             m = self.manifest_model(version)
-            for v in {m.base_version, *m.delta_chain} - {version}:
-                self.manifest_model(v)
+            for v in sorted({m.base_version, *m.delta_chain} | {version}):
+                missing = self._missing_file(v, self.manifest_model(v))
+                if missing is not None:
+                    return missing
         except RepositoryError as e:
             return str(e)
         return None
+
+    def _missing_file(self, version: int, m: VersionManifest) -> str | None:
+        """A file the version's manifest lists that is not in its folder (a retention that was
+        cut short, a hand-made deletion); its size where the storage tells it cheaply."""
+        root = self.storage.local_root
+        if root is not None:
+            folder = root / self._key(version_name(version))
+            for f in m.files:
+                path = folder / f.name
+                if not path.is_file():
+                    return f"version {version}: {f.name} is listed but missing"
+                if path.stat().st_size != f.size:
+                    return f"version {version}: {f.name} holds {path.stat().st_size} bytes, the manifest says {f.size}"
+            return None
+        present = set(self.storage.files(self._key(version_name(version))))
+        gone = [f.name for f in m.files if f.name not in present]
+        return f"version {version}: {gone[0]} is listed but missing" if gone else None
 
     def _read(self, name: str) -> bytes | None:
         try:
@@ -284,8 +304,14 @@ class Repository:
         gone = [v for v in versions if v not in keep and (v in ok or v < oldest_kept)]
         if not dry_run:
             for v in gone:
+                # out of what readers see first (they list only versions with DONE), then deleted:
+                # cut short, it leaves a folder no one serves, which the next gc removes
+                self.storage.delete(self._key(version_name(v), DONE))
                 self.storage.delete_tree(self._key(version_name(v)))
                 self._manifests.pop(v, None)
+            for name in self.storage.children(self.model):  # what an earlier gc left half deleted
+                if name.isdigit() and int(name) < oldest_kept and not self.storage.exists(self._key(name, DONE)):
+                    self.storage.delete_tree(self._key(name))
         return gone
 
     def rejected(self) -> list[dict[str, Any]]:

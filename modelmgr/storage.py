@@ -40,6 +40,9 @@ class Storage(Protocol):
 
     def delete_tree(self, prefix: str) -> None: ...
 
+    def delete(self, key: str) -> None:
+        """Removes one file (nothing when it is not there)."""
+
 
 def open_storage(repo: str | Path) -> Storage:
     text = str(repo)
@@ -105,6 +108,11 @@ class LocalStorage:
     def delete_tree(self, prefix: str) -> None:
         shutil.rmtree(self._p(prefix), ignore_errors=True)
 
+    def delete(self, key: str) -> None:
+        path = self._p(key)
+        path.unlink(missing_ok=True)
+        fsync_dir(path.parent)  # the removal is durable before what follows it
+
 
 class S3Storage:
     def __init__(self, bucket: str, prefix: str, client: Any = None) -> None:
@@ -167,6 +175,9 @@ class S3Storage:
 
     def files(self, prefix: str) -> list[str]:
         return self._list(prefix)[1]
+
+    def delete(self, key: str) -> None:
+        self.s3.delete_object(Bucket=self.bucket, Key=self._k(key))
 
     def delete_tree(self, prefix: str) -> None:
         full = self._k(prefix).rstrip("/") + "/"

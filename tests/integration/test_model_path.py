@@ -515,3 +515,40 @@ def test_the_manager_tells_serving_at_once_when_it_publishes(pristine, tmp_path)
     finally:
         for d in daemons:
             d.stop()
+
+
+def test_retention_cut_short_never_leaves_a_version_that_looks_servable(pristine, tmp_path, monkeypatch):
+    exports, repo = Exports(tmp_path / "exports"), Repository(tmp_path / "repo", "ctr")
+    lenient = QualityGate(max_auc_drop=1.0, rollback_auc_drop=1.0)  # no auto-rollback pins a version here
+    publisher = Publisher(repo, exports.root, lenient, compact_after=0, keep_full=0)
+    full = exports.add(pristine[0])
+    exports.add(pristine[1], previous=full)
+    full2 = exports.add(pristine[0])
+    exports.add(pristine[1], previous=full2)
+    assert publisher.poll() == [1, 2, 3, 4]
+
+    # a file gone from a version (a deletion cut short by an older gc, a hand): list, pin and
+    # serving see it, instead of a version that looks whole and does not load
+    victim = next(f["name"] for f in repo.manifest(1)["files"] if f["role"] != "dense")
+    (repo.path(1) / victim).unlink()
+    assert "listed but missing" in str(repo.broken(1)) and "listed but missing" in str(repo.broken(2))
+    refused = _cli(repo.root, "pin", "2")
+    assert refused.returncode != 0 and "listed but missing" in refused.stdout + refused.stderr
+    assert "listed but missing" in _cli(repo.root, "list").stdout
+
+    # gc takes a version out of what readers see before it deletes it: cut short, nothing half-served
+    real = repo.storage.delete_tree
+
+    def cut_short(prefix: str) -> None:
+        first = next((p for p in sorted((repo.storage.local_root / prefix).iterdir()) if p.is_file()), None)  # type: ignore[operator]
+        if first is not None:
+            first.unlink()
+        raise OSError("killed mid-delete")
+
+    monkeypatch.setattr(repo.storage, "delete_tree", cut_short)
+    with pytest.raises(OSError):
+        repo.gc(keep_full=1)
+    assert 1 not in repo.versions()  # DONE went first: no reader lists it, no pin takes it
+    monkeypatch.setattr(repo.storage, "delete_tree", real)
+    repo.gc(keep_full=1)
+    assert repo.versions() == [3, 4] and not (repo.dir / "00000001").exists() and not (repo.dir / "00000002").exists()
