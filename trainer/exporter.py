@@ -18,7 +18,9 @@ holds back from training for it (trainer.loop).
 from __future__ import annotations
 
 import json
+import logging
 import os
+import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -32,10 +34,16 @@ from ctr.batch import SampleBatch
 from ctr.fields import FieldIndex
 from ctr.modelfile import sha256_file
 from ctr.modelspec import ModelSpec
-from ps.client import ExportedFile, PSClient
-from trainer.metrics import EXPORT_SECONDS
+from ps.client import ExportedFile, PSClient, ShardRestarted, StoppedWhileUnreachable
+from trainer.metrics import EXPORT_FAILURES, EXPORT_SECONDS
+
+log = logging.getLogger("trainer")
 
 DENSE_FILE = "dense.safetensors"
+
+
+class ExportFailed(RuntimeError):
+    """An export could not be written; training goes on and the next export is full."""
 
 
 def dense_tensors(client: PSClient, spec: ModelSpec) -> dict[str, np.ndarray]:
@@ -114,6 +122,17 @@ class Exporter:
             self._finish(self._pending.pop(0))
 
     def _finish(self, p: _Pending) -> None:
+        """Writes the export's holdout and READY; one that cannot be written (a full export
+        disk) is removed, counted and logged, and the next export is a full one."""
+        try:
+            self._write_holdout(p)
+        except OSError as e:
+            shutil.rmtree(p.folder, ignore_errors=True)
+            self.base = None
+            EXPORT_FAILURES.inc()
+            log.error("export %s removed: its holdout could not be written (%s); the next export is full", p.folder.name, e)
+
+    def _write_holdout(self, p: _Pending) -> None:
         fresh = holdout.concat(p.fresh)
         path = p.folder / holdout.HOLDOUT_FILE
         holdout.write(path, fresh)
@@ -130,12 +149,33 @@ class Exporter:
         (p.folder / "READY").write_text(str(p.manifest["id"]))
 
     def export(self, metrics: dict[str, float], force_full: bool = False) -> str:
-        """Writes one export and returns its id; every full_every-th export is a full one."""
+        """Writes one export and returns its id; every full_every-th export is a full one.
+        One that cannot be written (a full or read-only export disk, a shard that failed to
+        write its part) is removed and raises ExportFailed; the next export is then a full
+        one, since the shards' delta state may have moved past what was written."""
+        try:
+            return self._export(metrics, force_full)
+        except (ShardRestarted, StoppedWhileUnreachable):
+            raise  # the training path recovers from these
+        except Exception as e:  # noqa: BLE001 - an export that fails must not stop training
+            self.base = None  # the next one is full: no delta builds on what did not land
+            raise ExportFailed(f"{type(e).__name__}: {e}") from e
+
+    def _export(self, metrics: dict[str, float], force_full: bool) -> str:
         full = force_full or self.base is None or self.count % self.full_every == 0
         started = time.perf_counter()
         taken = time.time()
         export_id = f"{time.time_ns():020d}"
         folder = self.export_dir / export_id
+        try:
+            return self._write(folder, export_id, full, metrics, started, taken)
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)  # a manager never sees half an export (no READY)
+            raise
+
+    def _write(
+        self, folder: Path, export_id: str, full: bool, metrics: dict[str, float], started: float, taken: float
+    ) -> str:
         files, seqs = self.client.export(full, export_id)  # the shards write under the same export folder
         dense_path = folder / DENSE_FILE
         save_file(dense_tensors(self.client, self.spec), str(dense_path))
@@ -153,11 +193,11 @@ class Exporter:
             "metrics": {k: (None if v != v else v) for k, v in metrics.items()},  # NaN -> null
             "created": time.time(),
         }
-        self.close()  # exports become READY in order: the one before takes what it has
-        self._pending.append(_Pending(folder, manifest, taken))
         tmp = folder / "export.json.tmp"
         tmp.write_text(json.dumps(manifest, indent=1))
         os.replace(tmp, folder / "export.json")
+        self.close()  # exports become READY in order: the one before takes what it has
+        self._pending.append(_Pending(folder, manifest, taken))  # only once it is written whole
         if not self.holdout:
             self.close()
         if full:

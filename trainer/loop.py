@@ -20,7 +20,7 @@ from ps.client import PSClient, ShardRestarted
 from trainer import metrics
 from trainer.bad_input import BadInput, message, too_bad
 from trainer.batch_cache import BatchCache
-from trainer.exporter import Exporter
+from trainer.exporter import Exporter, ExportFailed
 from trainer.model import TrainableModel
 from trainer.pipeline import Pipeline, Result
 from trainer.progress_log import ProgressLog
@@ -333,7 +333,12 @@ class Trainer:
         assert self.exporter is not None
         self.flush()
         snap = self.progress.snapshot()
-        export_id = self.exporter.export(snap)
+        try:
+            export_id = self.exporter.export(snap)
+        except ExportFailed as e:  # a full export disk: training goes on, the next export is full
+            metrics.EXPORT_FAILURES.inc()
+            log.error("export at %d samples not written (%s); training goes on, the next export is full", snap["samples"], e)
+            return
         self._exported_at = self.submitted
         self.exports.append(export_id)
         metrics.EXPORTS.inc()

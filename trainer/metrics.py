@@ -5,6 +5,9 @@ from prometheus_client import Counter, Gauge, Histogram
 SAMPLES = Counter("boundless_trainer_samples_total", "samples trained")
 BAD_LINES = Counter("boundless_trainer_bad_lines_total", "input lines rejected by the parser")
 EXPORTS = Counter("boundless_trainer_exports_total", "exports requested")
+EXPORT_FAILURES = Counter(
+    "boundless_trainer_export_failures_total", "exports that could not be written (a full export disk): training went on"
+)
 WINDOW_AUC = Gauge("boundless_trainer_window_auc", "progressive AUC over the window")
 WINDOW_LOGLOSS = Gauge("boundless_trainer_window_logloss", "progressive logloss over the window")
 PROGRESSIVE_LOGLOSS = Gauge("boundless_trainer_progressive_logloss", "progressive logloss over every sample trained")
