@@ -100,7 +100,16 @@ def watch(conf: ModelMgrConfig) -> int:
         calibration_high=conf.calibration_high,
         rollback_auc_drop=conf.rollback_auc_drop,
     )
-    publisher = Publisher(repo, Path(conf.exports), gate, conf.compact_after, conf.keep_full, conf.accept_new_spec)
+    publisher = Publisher(
+        repo,
+        Path(conf.exports),
+        gate,
+        conf.compact_after,
+        conf.keep_full,
+        conf.accept_new_spec,
+        conf.keep_exports,
+        conf.keep_rejections,
+    )
     guarded = daemon.guard(conf, conf.host, service_policy(ADMIN_ROLES))  # also its identity for the notifications
     manager = Manager(repo, publisher, Notifier(conf.notify, conf.model_name))
     server, port, _ = daemon.grpc_server(

@@ -37,6 +37,13 @@ class ModelMgrConfig(SecurityConfig):
     compact_after: int = field(
         default=20, metadata={"help": "a delta chain this long is folded into a new full version (0: never)"}
     )
+    keep_exports: int = field(
+        default=100,
+        metadata={"help": "retention: handled export folders kept, the newest (0: keep all; unhandled ones always stay)"},
+    )
+    keep_rejections: int = field(
+        default=1000, metadata={"help": "retention: rejection records kept in the repository, the newest (0: keep all)"}
+    )
     keep_full: int = field(default=3, metadata={"help": "retention: full versions kept with their delta chains (0: keep all)"})
     notify: str = field(
         default="",

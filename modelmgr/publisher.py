@@ -22,6 +22,7 @@ import errno
 import hashlib
 import json
 import logging
+import os
 import shutil
 import time
 from pathlib import Path
@@ -42,6 +43,7 @@ from serving.model import extends, load
 log = logging.getLogger("modelmgr")
 # the repository's disk, not the export: full, over quota or read-only; the export waits
 STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
+RELIST_S = 5.0  # the exports folder is listed again at least this often (an mtime tick can hide a new folder)
 MODELS_KEPT = 4  # loaded versions kept for judging (the live one, its predecessor, the newest)
 
 
@@ -78,8 +80,17 @@ class Publisher:
         compact_after: int = 20,
         keep_full: int = 3,
         accept_new_spec: bool = False,
+        keep_exports: int = 100,
+        keep_rejections: int = 1000,
     ) -> None:
         self.repo = repo
+        self.keep_exports = keep_exports  # handled export folders kept (the newest; 0: keep all)
+        self.keep_rejections = keep_rejections  # rejection records kept in the repository (0: keep all)
+        # what a poll looks at: the exports' names not handled yet, relisted only when the
+        # folder changes (or every RELIST_S), so an idle manager's cost does not grow with history
+        self._candidates: list[str] = []
+        self._listed: tuple[int, float] = (-1, 0.0)  # the exports folder's mtime, when listed
+        self._handled = ""
         self.accept_new_spec = accept_new_spec  # publish an export of another type or field list
         self.exports = exports
         self.gate = gate
@@ -91,16 +102,32 @@ class Publisher:
         for name in repo.clean_unfinished():
             log.warning("removed %s/%s: a version a crash left unfinished", repo.dir, name)
 
+    def _unhandled(self) -> list[str]:
+        """The export folders' names newer than what is handled: relisted when the folder's
+        mtime moves (a new export) or every RELIST_S; otherwise the last list, less what was
+        handled since. A poll then stats only these."""
+        stamp, now = self.exports.stat().st_mtime_ns, time.monotonic()
+        if stamp != self._listed[0] or now - self._listed[1] > RELIST_S:
+            self._handled = self.repo.counter().handled_through
+            names = (e.name for e in os.scandir(self.exports) if e.is_dir())
+            self._candidates = sorted(n for n in names if n > self._handled and n not in self._seen)
+            self._seen = {n for n in self._seen if n > self._handled}  # what the counter holds is forgotten
+            self._listed = (stamp, now)
+        return self._candidates
+
     def poll(self) -> list[int]:
         """Processes every new READY export; returns the versions published."""
         if not self.exports.is_dir():
             return []
-        handled = self.repo.counter().handled_through
         published = []
-        for folder in sorted(p for p in self.exports.iterdir() if p.is_dir() and (p / "READY").exists()):
-            if folder.name <= handled or folder.name in self._seen:
-                continue
+        handled = False
+        for name in list(self._unhandled()):
+            folder = self.exports / name
+            if name in self._seen or not (folder / "READY").exists():
+                continue  # still being written: its READY comes last
+            self._candidates.remove(name)
             self._seen.add(folder.name)
+            handled = True
             try:
                 v = self._process(folder)
             except Rejected as e:
@@ -109,6 +136,7 @@ class Publisher:
             except Exception as e:  # noqa: BLE001 - an export must never stop the manager
                 if isinstance(e, OSError) and e.errno in STORAGE_ERRNOS:
                     self._seen.discard(folder.name)  # the disk, not the export: tried again at the next scan
+                    self._candidates.insert(0, folder.name)
                     shutil.rmtree(self.repo.dir / f".tmp-{folder.name}", ignore_errors=True)
                     metrics.STORAGE_FAILURES.inc()
                     log.error("export %s not published, the repository cannot be written: %s; trying again", folder.name, e)
@@ -118,7 +146,18 @@ class Publisher:
                 continue
             published.append(v)
             published += self._maintain(v)
+        if handled and self.keep_exports:
+            self._retire_exports()
         return published
+
+    def _retire_exports(self) -> None:
+        """Retention of the exports folder: handled exports past the newest keep_exports go
+        (the repository holds its own copies of what was published; rejections keep their
+        record); an export not handled yet is never touched."""
+        handled = self.repo.counter().handled_through
+        done = sorted(e.name for e in os.scandir(self.exports) if e.is_dir() and e.name <= handled)
+        for name in done[: max(0, len(done) - self.keep_exports)]:
+            shutil.rmtree(self.exports / name, ignore_errors=True)
 
     def forget(self, versions: list[int]) -> None:
         """Drops removed versions from the models kept for judging."""
@@ -155,6 +194,8 @@ class Publisher:
         shutil.rmtree(self.repo.dir / f".tmp-{folder.name}", ignore_errors=True)
         self.repo.record_rejection(folder.name, f"{e.stage}: {e.reason}", raw, e.evidence)
         metrics.REJECTED.labels(e.stage).inc()
+        if self.keep_rejections:
+            self.repo.prune_rejections(self.keep_rejections)
 
     def _process(self, folder: Path) -> int:
         try:

@@ -326,6 +326,15 @@ class Repository:
             out.append(r if isinstance(r, dict) else {"export_id": name[:-5], "reason": "(a bad rejection record)"})
         return out
 
+    def prune_rejections(self, keep: int) -> list[str]:
+        """Keeps the newest `keep` rejection records (by export id, which is time); returns
+        the ids whose records went. Their exports stay handled (the counter says so)."""
+        names = sorted(n for n in self.storage.files(self._key(REJECTED)) if n.endswith(".json"))
+        gone = names[: max(0, len(names) - keep)]
+        for name in gone:
+            self.storage.delete(self._key(REJECTED, name))
+        return [n[:-5] for n in gone]
+
     def record_rejection(self, export_id: str, reason: str, manifest: dict[str, Any] | None, evidence: Any = None) -> None:
         kind = manifest.get("kind") if isinstance(manifest, dict) else None
         metrics = manifest.get("metrics") if isinstance(manifest, dict) else None
