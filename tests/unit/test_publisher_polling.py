@@ -21,16 +21,26 @@ def test_an_idle_manager_does_not_rescan_its_history(tmp_path, monkeypatch):
     repo.mark_handled(f"{1999:020d}")  # every one of them handled
     (exports / f"{5000:020d}").mkdir()  # one being written: no READY yet
     pub = Publisher(repo, exports, QualityGate(), keep_exports=0)
-    listed = []
+    listed: list[object] = []
     real = os.scandir
-    monkeypatch.setattr(publisher_module.os, "scandir", lambda p: listed.append(p) or real(p))
-    stats = []
+
+    def scandir(p):  # type: ignore[no-untyped-def]
+        listed.append(p)
+        return real(p)
+
+    stats: list[object] = []
     real_exists = type(exports).exists
-    monkeypatch.setattr(type(exports), "exists", lambda self: stats.append(self) or real_exists(self))
+
+    def exists(self):  # type: ignore[no-untyped-def]
+        stats.append(self)
+        return real_exists(self)
+
+    monkeypatch.setattr(publisher_module.os, "scandir", scandir)
+    monkeypatch.setattr(type(exports), "exists", exists)
     for _ in range(20):
         assert pub.poll() == []
     assert len(listed) == 1  # the folder did not change: listed once
-    assert all(p.parent.name == f"{5000:020d}" for p in stats)  # only the unhandled export is looked at
+    assert all(p.parent.name == f"{5000:020d}" for p in stats)  # type: ignore[attr-defined]  # only the unhandled export is looked at
 
 
 def test_handled_exports_and_old_rejection_records_are_retired(tmp_path):
