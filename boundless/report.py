@@ -33,6 +33,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", type=Path, help="the run's folder (a demo's runs/demo-<time>, or any with the files above)")
     parser.add_argument("--out", type=Path, default=None, help="where the PNGs go (default RUN_DIR/report)")
     parser.add_argument("--model-name", default="ctr", help="the model's name in RUN_DIR/repo")
+    parser.add_argument(
+        "--curve",
+        type=Path,
+        default=None,
+        help=f"the trainer's --curve-out file (default: RUN_DIR/{CURVE}, else the only *.jsonl there)",
+    )
+    parser.add_argument("--repo", type=Path, default=None, help="the model repository (default: RUN_DIR/repo)")
 
 
 def _save(fig: Any, path: Path) -> Path:
@@ -183,7 +190,23 @@ def draw_versions(repo_root: Path, model: str, out: Path) -> Path | None:
     return _save(fig, out / "versions.png")
 
 
-def make(run_dir: Path, out: Path | None = None, model: str = "ctr") -> list[Path]:
+def find_curve(run_dir: Path, given: Path | None) -> Path | None:
+    """The progress curve: the one given, the demo's name, or the run folder's only *.jsonl."""
+    if given is not None:
+        if not given.is_file():
+            raise ReportError(f"--curve {given}: no such file")
+        return given
+    if (run_dir / CURVE).is_file():
+        return run_dir / CURVE
+    found = sorted(run_dir.glob("*.jsonl"))
+    if len(found) > 1:
+        raise ReportError(f"{run_dir}: several *.jsonl files ({', '.join(p.name for p in found)}): name one with --curve")
+    return found[0] if found else None
+
+
+def make(
+    run_dir: Path, out: Path | None = None, model: str = "ctr", curve: Path | None = None, repo: Path | None = None
+) -> list[Path]:
     """Draws what the run folder holds; returns the PNGs written."""
     import matplotlib
 
@@ -193,16 +216,18 @@ def make(run_dir: Path, out: Path | None = None, model: str = "ctr") -> list[Pat
     out = out or run_dir / "report"
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    if (run_dir / CURVE).is_file():
-        rows = read_curve(run_dir / CURVE)
+    curve = find_curve(run_dir, curve)
+    if curve is not None:
+        rows = read_curve(curve)
         if rows:
             written.append(draw_training(rows, out))
     client_ms, meta = read_latency(run_dir / LATENCY) if (run_dir / LATENCY).is_file() else (None, {})
     server = server_histogram(run_dir / SERVING_METRICS) if (run_dir / SERVING_METRICS).is_file() else None
     if client_ms is not None or server is not None:
         written.append(draw_latency(client_ms, meta, server, out))
-    if (run_dir / "repo" / model).is_dir():
-        drawn = draw_versions(run_dir / "repo", model, out)
+    repo = repo or run_dir / "repo"
+    if (repo / model).is_dir():
+        drawn = draw_versions(repo, model, out)
         if drawn is not None:
             written.append(drawn)
     if not written:
@@ -212,7 +237,7 @@ def make(run_dir: Path, out: Path | None = None, model: str = "ctr") -> list[Pat
 
 def run(args: argparse.Namespace) -> int:
     try:
-        written = make(args.run_dir, args.out, args.model_name)
+        written = make(args.run_dir, args.out, args.model_name, args.curve, args.repo)
     except ReportError as e:
         print(f"boundless report: error: {e}")
         return 2
