@@ -43,7 +43,7 @@ from serving.model import extends, load
 log = logging.getLogger("modelmgr")
 # the repository's disk, not the export: full, over quota or read-only; the export waits
 STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
-RELIST_S = 5.0  # the exports folder is listed again at least this often (an mtime tick can hide a new folder)
+RELIST_S = 60.0  # the exports folder is listed again at least this often (a coarse mtime tick can hide a new folder)
 MODELS_KEPT = 4  # loaded versions kept for judging (the live one, its predecessor, the newest)
 
 

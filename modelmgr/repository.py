@@ -216,7 +216,10 @@ class Repository:
                 stored = schemas.parse(CounterFile, raw, f"{self.storage.url}/{self._key(COUNTER_FILE)}")
             except SchemaError as e:
                 log.warning("%s; the counter goes on from the versions on disk", e)
-        handled = [stored.handled_through, *(str(r.get("export_id", "")) for r in self.rejected())]
+        # the newest rejection, in place before the file could say so: its record is named after
+        # its export id, so the names tell it without reading every record
+        records = [n[: -len(".json")] for n in self.storage.files(self._key(REJECTED)) if n.endswith(".json")]
+        handled = [stored.handled_through, max(records, default="")]
         for v in numbered:  # the newest version's export, in place before the file could say so (a full disk)
             try:
                 handled.append(self.manifest_model(v).export_id)
