@@ -177,7 +177,7 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
                 committed_cut=self.shard.committed.cut,
                 cuts=self.shard.cuts(),
                 drops_rows=self.shard.drops_rows,
-                export_root=str(self.shard.export_root or ""),
+                export_root=str(self.shard.export_root.resolve()) if self.shard.export_root else "",
             )
 
         return self._call("Stats", context, run)
