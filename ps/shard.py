@@ -186,6 +186,11 @@ class Shard:
                 if self.store is not None and stored is None:
                     self.store.put_table_spec(spec)
                 created.append(True)
+            # the declared order, which exports write their columns in: tables loaded from the
+            # store come in its (alphabetical) order, and a restarted shard exported v before w
+            order = [spec.name for spec in specs]
+            self.sparse = {n: self.sparse[n] for n in order if n in self.sparse} | self.sparse
+            self.dense = {n: self.dense[n] for n in order if n in self.dense} | self.dense
         return created
 
     def _read(self, cut: int) -> tuple[CutMeta | None, dict[str, SparseTable], dict[str, DenseTable]]:

@@ -101,6 +101,7 @@ class Trainer:
         self.held_out: list[SampleBatch] = []  # the stream's tail, never trained: the last export's holdout
         self.ended = False  # the stream ended, or stayed idle for idle_exit_s (not a stop or a sample limit)
         self._exported_at = 0  # samples submitted at the last export
+        self._taken_up_at = 0
         self._last_progress = (time.monotonic(), 0)  # when, and samples submitted, at the last progress line
 
     def train_batch(self, batch: SampleBatch) -> None:
@@ -133,6 +134,7 @@ class Trainer:
         self.cut = point.cut
         self.position = point.position or Position()
         self.submitted = point.samples
+        self._taken_up_at = point.samples  # samples a cut carried: a fifth of this run's stream is held back at most
         load_progress(self.progress, point.progress)
 
     @property
@@ -260,7 +262,7 @@ class Trainer:
         tail = holdout.concat([b for _, b in self._tail if len(b)])
         keep = len(tail)
         if self.ended:
-            keep = min(self.s.hold_back, (self.submitted + len(tail)) // 5)
+            keep = min(self.s.hold_back, (self.submitted - self._taken_up_at + len(tail)) // 5)
             train = holdout.head(tail, len(tail) - keep)
             for lo in range(0, len(train), self.s.batch_size):
                 self.train_batch(holdout.tail(holdout.head(train, min(len(train), lo + self.s.batch_size)), lo))
