@@ -64,6 +64,15 @@ def check_columns(columns: dict[str, tuple[int, int]], spec: ModelSpec) -> None:
             raise ValueError(f"columns: the {spec.type} model's table {table.name!r} is not in the shard files")
         if columns[table.name][1] != table.dim:
             raise ValueError(f"columns: table {table.name!r} is {columns[table.name][1]} wide; the spec needs {table.dim}")
+    # the kernels read w at column 0 and the tables after it in the spec's order: another
+    # order (a shard that exported its tables as they came from its store) is refused, not scored
+    at = 0
+    for table in spec.tables():
+        if table.kind == "sparse":
+            if columns[table.name][0] != at:
+                order = ",".join(f"{n}:{d}" for n, (_, d) in sorted(columns.items(), key=lambda c: c[1][0]))
+                raise ValueError(f"columns: {order} is not the {spec.type} model's table order")
+            at += table.dim
 
 
 def spec_of(manifest: dict[str, Any]) -> ModelSpec:

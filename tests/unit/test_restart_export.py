@@ -46,3 +46,13 @@ def test_a_restarted_shard_exports_the_same_columns(tmp_path: Path):
     assert before[0] == after[0] == "w:1,v:6"
     np.testing.assert_array_equal(before[1], after[1])
     np.testing.assert_array_equal(before[2], after[2])
+
+
+def test_serving_refuses_columns_out_of_the_kernels_order():
+    import pytest
+
+    from serving.model import check_columns, parse_columns
+
+    check_columns(parse_columns("w:1,v:6"), SPEC)
+    with pytest.raises(ValueError, match="not the ffm model's table order"):
+        check_columns(parse_columns("v:6,w:1"), SPEC)
