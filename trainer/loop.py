@@ -135,6 +135,8 @@ class Trainer:
         self.position = point.position or Position()
         self.submitted = point.samples
         self._taken_up_at = point.samples  # samples a cut carried: a fifth of this run's stream is held back at most
+        self._tail.clear()  # read after the cut: the stream is read again from its position
+        self._tail_samples = 0
         load_progress(self.progress, point.progress)
 
     @property
