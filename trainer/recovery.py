@@ -92,6 +92,13 @@ def common_cut(statuses: list[ShardStatus]) -> int:
         return 0
     common = set.intersection(*held)
     if not common:
+        empty = [s.index for s in statuses if not s.cuts]
+        if empty:  # the others hold cuts: these lost their data (a new disk, a deleted folder), not just time
+            raise cfg.ConfigError(
+                f"PS shard(s) {', '.join(map(str, empty))} hold no checkpoint cut while the others do: their data"
+                " was lost (a new or emptied --data-dir). Restore their data directories, or start every shard"
+                " over with --from-start"
+            )
         detail = "; ".join(f"shard {s.index}: {sorted(s.cuts) or 'none'}" for s in statuses)
         raise cfg.ConfigError(
             f"the PS shards hold no checkpoint cut in common ({detail}): restore their data directories"
@@ -100,8 +107,13 @@ def common_cut(statuses: list[ShardStatus]) -> int:
     cut = max(common)
     committed = {s.index: s.committed_cut for s in statuses}
     if len(set(committed.values())) != 1 or cut != next(iter(committed.values())):
+        behind = [i for i, c in committed.items() if c == cut]
         log.warning(
-            "the PS shards hold different cuts (committed: %s); going back to cut %d, the newest all of them hold", committed, cut
+            "the PS shards hold different cuts (committed: %s): shard(s) %s hold an older cut (a restart before its"
+            " commit, or a restored backup); going back to cut %d, the newest all of them hold",
+            committed,
+            ", ".join(map(str, behind)) or "none",
+            cut,
         )
     return cut
 
