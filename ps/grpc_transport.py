@@ -116,13 +116,13 @@ class GrpcTransport(_ByteCounter):
                 if now - said >= STILL_DOWN_LOG_S:  # said at once, then every few seconds while it lasts
                     said = now
                     log.warning(
-                        "PS shard %d at %s %s (%s); retrying %s for up to %.0f s more",
+                        "PS shard %d at %s %s; retrying %s for up to %.0f s more (%s)",
                         shard,
                         self.addresses[shard],
                         "did not answer in time" if late else "is unreachable",
-                        e.code().name,
                         method,
                         deadline - now,
+                        e.code().name,
                     )
                 time.sleep(delay)
                 delay = min(0.5, delay * 2)

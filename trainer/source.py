@@ -204,10 +204,12 @@ class StreamSource:
             yield from self._read(sys.stdin.buffer, "<stdin>", 0, 0, lambda: not self.follow, max_line_bytes, block_bytes)
             return
         start = self.start
+        before_start: set[str] = set()  # files named before the start's: read before it, on every pass
         while not self.stop():
             pending = self._unread(self._files())
-            if start.file:  # files before the start were read before it: done, on every pass
-                pending = [f for f in pending if str(f) >= start.file]
+            if start.file:
+                before_start.update(str(f) for f in pending if str(f) < start.file)
+            pending = [f for f in pending if str(f) not in before_start]
             if not pending:
                 if not self.follow:
                     return
