@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from ctr.fields import FieldIndex, cross_name
 from ctr.schema import CRITEO_CATEGORICAL, CRITEO_NUMERIC, FeatureSchema
@@ -40,6 +42,17 @@ FLOAT32_MAX = 3.4028234663852886e38
 # split on Unicode spaces, which a byte parser does not see).
 ASCII_SPACE = " \t\n\r\x0b\x0c"
 _SPACES = re.compile(r"[ \t\n\r\x0b\x0c]+")
+
+
+def read_lines(data: str) -> list[str]:
+    """The lines of a file of samples, or of standard input for '-' (ValueError naming a
+    path that is not there)."""
+    if data == "-":
+        return sys.stdin.read().splitlines()
+    path = Path(data)
+    if not path.is_file():
+        raise ValueError(f"--data {data}: no such file")
+    return path.read_text(errors="replace").splitlines()
 
 
 def parse_number(raw: str) -> float | None:

@@ -16,7 +16,7 @@ import numpy as np
 
 from ctr.batch import build_batch
 from ctr.fields import FieldIndex
-from ctr.formats import ParsedSample, ParseError, make_parser
+from ctr.formats import ParsedSample, ParseError, make_parser, read_lines
 from ctr.metrics import auc, logloss
 from ctr.schema import FeatureSchema, detect_schema
 from modelmgr.evaluate import load_published, scores
@@ -34,15 +34,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
 
 
-def _lines(data: str) -> list[str]:
-    if data == "-":
-        return sys.stdin.read().splitlines()
-    path = Path(data)
-    if not path.is_file():
-        raise ValueError(f"--data {data}: no such file")
-    return path.read_text(errors="replace").splitlines()
-
-
 def run(args: argparse.Namespace) -> int:
     if "://" not in args.repo and not Path(args.repo).is_dir():
         raise ValueError(f"--repo {args.repo}: no such folder")
@@ -57,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     if broken is not None:
         raise ValueError(f"version {version} cannot be loaded: {broken}")
     manifest = repo.manifest(version)
-    lines = _lines(args.data)
+    lines = read_lines(args.data)
     if not lines:
         raise ValueError(f"--data {args.data}: empty")
     raw_schema = manifest.get("schema") or {}

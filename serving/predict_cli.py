@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 import grpc
 
 from ctr.batch import build_batch
 from ctr.fields import FieldIndex
-from ctr.formats import ParsedSample, ParseError, make_parser, resolve_fields
+from ctr.formats import ParsedSample, ParseError, make_parser, read_lines, resolve_fields
 from ctr.metrics import auc, logloss
 from ctr.schema import PRESETS, FeatureSchema, detect_schema
 from protos import predict_pb2
@@ -32,16 +31,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--limit", type=int, default=0, help="score at most this many samples (0: all)")
     parser.add_argument("--scores", action="store_true", help="print one score per line")
     parser.add_argument("--timeout-s", type=float, default=10.0, help="deadline of each call")
-
-
-def read_lines(data: str) -> list[str]:
-    """The lines of a file, or of standard input for '-'."""
-    if data == "-":
-        return sys.stdin.read().splitlines()
-    path = Path(data)
-    if not path.is_file():
-        raise ValueError(f"--data {data}: no such file")
-    return path.read_text(errors="replace").splitlines()
 
 
 def schema_for(fmt: str, served: FeatureSchema, first_line: str) -> FeatureSchema:
