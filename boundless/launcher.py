@@ -226,8 +226,8 @@ class Demo:
                 self.write_part(synth, folder)
             elif trainer.proc.poll() is not None:
                 return
-            if now - last_show >= 5:
-                trained = _scrape(port, "boundless_trainer_samples_total")
+            trained = _scrape(port, "boundless_trainer_samples_total") if now - last_show >= 5 else float("nan")
+            if trained == trained:  # NaN: not time to show, or the trainer has ended and its metrics with it
                 versions = len(Repository(self.dir / "repo", "ctr").versions())
                 generated = 0 if self.args.data else self.part * self.args.rate
                 elapsed = self.args.duration - max(0.0, end - now)
