@@ -16,7 +16,7 @@ from ctr import daemon
 from ctr.auth import service_policy
 from modelmgr import actions
 from modelmgr.admin_service import ModelAdminServicer
-from modelmgr.config import ModelMgrConfig
+from modelmgr.config import HELP_EXAMPLES, HELP_GROUPS, ModelMgrConfig
 from modelmgr.gate import QualityGate
 from modelmgr.manager import Manager
 from modelmgr.notify import Notifier
@@ -40,7 +40,7 @@ REMOTE = ("pin", "unpin", "rollback", "gc", "publish")  # what --manager sends t
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", required=True)
     watch = sub.add_parser("watch", help="run the manager daemon: verify, gate and publish exports", allow_abbrev=False)
-    cfg.add_arguments(watch, ModelMgrConfig)
+    cfg.add_arguments(watch, ModelMgrConfig, HELP_GROUPS, HELP_EXAMPLES)
     for name, help_text in (
         ("list", "list published and rejected versions"),
         ("rollback", "pin serving to VERSION (default: the version before the served one)"),

@@ -6,6 +6,21 @@ from dataclasses import dataclass, field
 
 from ctr.security import SecurityConfig
 
+HELP_GROUPS: dict[str, tuple[str, ...]] = {
+    "essential": ("exports", "repo", "model_name", "notify", "host", "port", "metrics_port"),
+    "quality gate": (
+        "min_samples", "max_auc_drop", "min_auc", "max_logloss", "calibration_low", "calibration_high",
+        "rollback_auc_drop", "accept_new_spec",
+    ),
+    "retention": ("compact_after", "keep_full", "keep_exports", "keep_rejections"),
+}  # fmt: skip
+HELP_EXAMPLES = """\
+  boundless model watch --exports exports --repo repo --notify 127.0.0.1:7100
+      publish the trainer's exports into repo/ctr and tell serving at once
+  boundless model watch --exports /shared/exports --repo s3://models --model-name criteo --min-samples 5000
+      another model, into S3, judged on at least 5,000 unseen samples
+"""
+
 
 @dataclass(frozen=True)
 class ModelMgrConfig(SecurityConfig):

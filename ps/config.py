@@ -8,6 +8,16 @@ from dataclasses import dataclass, field
 
 from ctr.security import SecurityConfig
 
+HELP_GROUPS: dict[str, tuple[str, ...]] = {
+    "essential": ("shard_index", "shard_count", "host", "port", "metrics_port", "data_dir", "export_root"),
+    "row lifecycle": ("admit_after", "bloom_mb", "ttl_s", "ttl_updates", "max_rows"),
+    "checkpoints": ("full_checkpoint_every",),
+}
+HELP_EXAMPLES = """\
+  boundless ps --shard-index 0 --shard-count 2 --port 7000 --data-dir ps0 --export-root exports
+      shard 0 of 2, checkpointing into RocksDB under ps0, writing exports under exports/
+"""
+
 
 @dataclass(frozen=True)
 class PSConfig(SecurityConfig):

@@ -9,7 +9,7 @@ from ctr import config as cfg
 from ctr import daemon
 from ctr.auth import service_policy
 from protos import ps_pb2, ps_pb2_grpc
-from ps.config import PSConfig
+from ps.config import HELP_EXAMPLES, HELP_GROUPS, PSConfig
 from ps.lifecycle import Lifecycle
 from ps.service import PSServicer
 from ps.shard import Shard
@@ -19,7 +19,7 @@ ENV_PREFIX = "BOUNDLESS_PS_"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    cfg.add_arguments(parser, PSConfig)
+    cfg.add_arguments(parser, PSConfig, HELP_GROUPS, HELP_EXAMPLES)
     sub = parser.add_subparsers(dest="action", metavar="stats")  # none: run a shard
     stats = sub.add_parser("stats", help="tables, digests and samples of running shards", allow_abbrev=False)
     stats.add_argument("addresses", help="the shards, HOST:PORT[,HOST:PORT...]")

@@ -20,6 +20,20 @@ class DnnBatching:
         return self.mode == "on" or (self.mode == "auto" and cuda)
 
 
+HELP_GROUPS: dict[str, tuple[str, ...]] = {
+    "essential": ("repo", "model_name", "host", "port", "metrics_port", "strict_features"),
+    "sharded serving": ("shard", "router", "shards", "fanout_deadline_ms", "hedge_min_ms"),
+    "scoring": ("score_threads", "score_spin_us", "dnn_batching", "dnn_batch_wait_ms", "dnn_batch_items", "dnn_cuda_graphs"),
+    "limits": ("max_concurrent", "max_request_mb", "max_items"),
+}
+HELP_EXAMPLES = """\
+  boundless serve --repo repo --port 7100
+      serve the model 'ctr' of a local repository; the version its policy names
+  boundless serve --repo s3://models --model-name criteo --strict-features
+      another model, from S3, refusing requests that name fields it does not have
+"""
+
+
 @dataclass(frozen=True)
 class ServingConfig(SecurityConfig):
     repo: str = field(default="repo", metadata={"help": "model repository folder"})

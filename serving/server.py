@@ -16,7 +16,7 @@ from ctr.auth import service_policy
 from modelmgr.repository import Repository
 from protos import predict_pb2, predict_pb2_grpc
 from serving import metrics
-from serving.config import DnnBatching, ServingConfig
+from serving.config import HELP_EXAMPLES, HELP_GROUPS, DnnBatching, ServingConfig
 from serving.fanout import FanOut, parse_shards
 from serving.local_copies import LocalCopies
 from serving.parallel import Splitter
@@ -30,7 +30,7 @@ ENV_PREFIX = "BOUNDLESS_SERVING_"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    cfg.add_arguments(parser, ServingConfig)
+    cfg.add_arguments(parser, ServingConfig, HELP_GROUPS, HELP_EXAMPLES)
 
 
 def run(args: argparse.Namespace) -> int:
