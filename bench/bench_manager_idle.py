@@ -70,7 +70,7 @@ def measure(tree: Path, n: int, window_s: float, warmup_s: float) -> float:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
     ap.add_argument("--history", default="0,2000,20000", help="handled exports (and rejection records) in the folders")
     ap.add_argument("--window-s", type=float, default=10.0)
     ap.add_argument("--warmup-s", type=float, default=4.0)
