@@ -7,7 +7,7 @@ the stream stands. A line longer than the limit is skipped without being held in
 A folder's contract (docs/design/folder-source.md): it reads the files whose names match
 `--source-pattern` (default: all) and none of `--source-ignore` (dot-files and the names
 producers write into before they rename: *.part, *.tmp, *.temp, *.partial, *.swp, *~), in
-name order. A file is known by its device, inode and first bytes, not its name: a file
+name order. A file is known by its inode and first bytes, not its name: a file
 read and then renamed inside the folder is not read again, and a name that comes back with
 another file is read as the new file it is. A file that shrinks below what was read
 (truncated and rewritten in place, as copytruncate does) is reported and read from its
@@ -36,8 +36,6 @@ FLOWING_POLL_S = 0.01  # the wait for more data while a stream flows
 HEAD_BYTES = 4096  # a file's first bytes, which with its inode tell a rename from a new file
 
 log = logging.getLogger("trainer")
-
-FileId = tuple[int, int]  # (device, inode)
 
 
 def _head(fh: BinaryIO) -> bytes:
@@ -126,7 +124,8 @@ class StreamSource:
         self.source = source
         self.pattern = pattern
         self.ignore = ignore
-        self._read_ids: dict[FileId, tuple[str, bytes]] = {}  # files read to their end: name then, head digest
+        self._read_ids: dict[int, tuple[str, bytes]] = {}  # inodes of files read to their end: name then, head digest
+        self._inodes: dict[str, int] = {}  # a folder's files' inodes, from its listing
         # worker i of W reads the folder's files i, i+W, i+2W... in name order; files land
         # in name order (rolling names), so each file keeps its owner as the folder grows
         self.part = part
@@ -148,9 +147,10 @@ class StreamSource:
         # mtime stays the same, for at most one poll (a file may land in the same mtime tick)
         stamp, now = p.stat().st_mtime_ns, time.monotonic()
         if stamp != self._listed[0] or now - self._listed[1] > self.poll_s:
-            with os.scandir(p) as entries:  # entries know their type: no stat per file
-                names = sorted(e.name for e in entries if e.is_file() and self._takes(e.name))
-            self._listed = (stamp, now, [p / n for n in names])
+            with os.scandir(p) as entries:  # entries know their type and inode: no stat per file
+                found = {e.name: e.inode() for e in entries if e.is_file() and self._takes(e.name)}
+            self._inodes = {str(p / n): ino for n, ino in found.items()}
+            self._listed = (stamp, now, [p / n for n in sorted(found)])
         return self._listed[2]
 
     def _takes(self, name: str) -> bool:
@@ -243,12 +243,12 @@ class StreamSource:
                         offset, line_no = 0, 0
                     if offset == 0 and self.cached is not None and last() and self.cached(str(f)):
                         yield Block(str(f), 0, 0, b"", cached=True)
-                        self._read_ids[(ident.st_dev, ident.st_ino)] = (str(f), _head(fh))
+                        self._read_ids[ident.st_ino] = (str(f), _head(fh))
                         continue
                     fh.seek(offset)
                     finished = yield from self._read(fh, str(f), offset, line_no, last, max_line_bytes, block_bytes)
                     if finished:
-                        self._read_ids[(ident.st_dev, ident.st_ino)] = (str(f), _head(fh))
+                        self._read_ids[ident.st_ino] = (str(f), _head(fh))
                 if finished:
                     yield Block(str(f), 0, 0, b"", eof=True)
                 if self.stop():
@@ -260,11 +260,12 @@ class StreamSource:
         not read again; a name that now holds another file is."""
         out, present = [], set()
         for f in files:
-            try:
-                st = f.stat()
-            except OSError:  # gone since the listing
-                continue
-            fid = (st.st_dev, st.st_ino)
+            fid = self._inodes.get(str(f))  # from the folder's listing: a poll stats no file
+            if fid is None:  # a single file named as the source
+                try:
+                    fid = f.stat().st_ino
+                except OSError:  # gone
+                    continue
             present.add(fid)
             known = self._read_ids.get(fid)
             if known is not None:
