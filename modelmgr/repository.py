@@ -129,13 +129,13 @@ class Repository:
         """The version's manifest, validated, as a dict (RepositoryError when it is not)."""
         return schemas.dump(self.manifest_model(version))
 
-    def broken(self, version: int) -> str | None:
-        """Why a published version cannot be served (its manifest, one in its chain, or a file
-        one of them lists missing or of another size), or None."""
+    def broken(self, version: int, files: bool = True) -> str | None:
+        """Why a published version cannot be served (its manifest, one in its chain, or, with
+        `files`, a file one of them lists missing or of another size), or None."""
         try:
             m = self.manifest_model(version)
             for v in sorted({m.base_version, *m.delta_chain} | {version}):
-                missing = self._missing_file(v, self.manifest_model(v))
+                missing = self._missing_file(v, self.manifest_model(v)) if files else None
                 if missing is not None:
                     return missing
         except RepositoryError as e:
@@ -199,7 +199,9 @@ class Repository:
         if pol.mode == "pinned" and pol.version in versions:
             return pol.version
         for v in reversed(versions):
-            if self.broken(v) is None:
+            # serving asks this at every poll: files are checked where that costs stats, not
+            # an S3 listing per version (serving checks each file it downloads anyway)
+            if self.broken(v, files=self.storage.local_root is not None) is None:
                 return v
         return None
 

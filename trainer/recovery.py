@@ -118,13 +118,12 @@ def common_cut(statuses: list[ShardStatus]) -> int:
     return cut
 
 
-def planned_point(client: PSClient, from_start: bool) -> CutPoint:
-    """Where restore_shards would take up, read from the shards without changing them: the
+def planned_point(statuses: list[ShardStatus], from_start: bool) -> CutPoint:
+    """Where restore_shards would take up, read from the shards' status without changing them: the
     trainer resolves its field list there, so that the restore can name the whole model
     (a shard holding another one refuses it before it changes)."""
     if from_start:
         return CutPoint(0)
-    statuses = client.status()
     cut = common_cut(statuses)
     if not cut:
         return CutPoint(0)

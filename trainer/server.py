@@ -290,9 +290,10 @@ def _train(conf: TrainerConfig, stop: threading.Event, log: logging.Logger) -> i
     schema = load_schema(conf)
     guarded = daemon.guard(conf, conf.host)  # its identity for the PS channels; it serves health only
     client = connect(conf, stop.is_set)
+    statuses = client.status()
     if conf.ps != "local":
-        check_shard_list(conf, client.status())
-    planned = planned_point(client, conf.from_start)  # read only: nothing changes before the model is named
+        check_shard_list(conf, statuses)
+    planned = planned_point(statuses, conf.from_start)  # read only: nothing changes before the model is named
     taken = len(planned.parts) or 1
     if planned.cut and taken != conf.workers:
         raise cfg.ConfigError(
