@@ -116,10 +116,11 @@ class Identity:
             warn_if_exposed(conf.token_file, "token file")
         if conf.tls_key:
             warn_if_exposed(conf.tls_key, "private key")
-        if conf.tls_cert:
-            warn_if_expiring(_read(conf.tls_cert, "certificate"), conf.tls_cert)
+        cert = _read(conf.tls_cert, "certificate") if conf.tls_cert else None
+        if cert is not None and conf.tls_cert:
+            warn_if_expiring(cert, conf.tls_cert)
         return cls(
-            _read(conf.tls_cert, "certificate") if conf.tls_cert else None,
+            cert,
             _read(conf.tls_key, "private key") if conf.tls_key else None,
             _read(conf.tls_ca, "CA bundle") if conf.tls_ca else None,
             conf.tls_client_auth,
