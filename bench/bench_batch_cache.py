@@ -23,7 +23,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.datasets import DATASETS  # noqa: E402
-from ctr.schema import PRESETS  # noqa: E402
+from ctr.data.schema import PRESETS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 MIN_ROWS = 1_000_000

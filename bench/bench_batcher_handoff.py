@@ -1,4 +1,4 @@
-"""The dynamic batcher's cost per request (serving.batcher), without a GPU: T threads each
+"""The dynamic batcher's cost per request (serving.scoring.batcher), without a GPU: T threads each
 submit 200-item requests for `--seconds` through a deepfm scorer whose MLP is tiny (2
 fields, k = 2, one hidden layer of 4) and runs on the CPU, so the hand-offs are what is
 timed. Prints requests/s and the mean batch; asserts nothing.
@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from ctr.modelspec import ModelSpec  # noqa: E402
-from serving.batcher import DynamicBatcher  # noqa: E402
-from serving.deep import DeepScorer  # noqa: E402
+from ctr.model.spec import ModelSpec  # noqa: E402
+from serving.scoring.batcher import DynamicBatcher  # noqa: E402
+from serving.scoring.mlp import DeepScorer  # noqa: E402
 
 
 def run(threads: int, seconds: float) -> tuple[float, float]:

@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from serving.client import RequestEncoder, Value  # noqa: E402
+from serving.client import RequestEncoder  # noqa: E402
+from serving.client.predict_client import Value
 
 ROOT = Path(__file__).resolve().parents[1]
 ITEMS, CTX_FIELDS, CTX_PER, ITEM_FIELDS, ITEM_PER, VOCAB = 200, 20, 5, 40, 10, 100_000

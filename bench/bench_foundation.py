@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from boundless.processes import start
-from ctr.hashmap import CompactHashMap
+from ctr.format.hashmap import CompactHashMap
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"

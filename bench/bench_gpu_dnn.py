@@ -1,4 +1,4 @@
-"""DeepFM's MLP in serving on a GPU (serving.cuda_mlp, serving.batcher), in process:
+"""DeepFM's MLP in serving on a GPU (serving.scoring.mlp_cuda, serving.scoring.batcher), in process:
 
 1. one pass of n items (pinned copy in, MLP, copy out): eager kernels against replayed
    CUDA graphs, and torch on the CPU, in ms and items/s; and the host copy alone;
@@ -31,17 +31,17 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.bench_client import timed  # noqa: E402
 from bench.serving_model import dense_weights, publish, requests, spec_for  # noqa: E402
-from modelmgr.repository import MANIFEST, Repository  # noqa: E402
-from serving import batcher as batching  # noqa: E402
+from ctr.repository.versions import MANIFEST, Repository  # noqa: E402
 from serving.config import DnnBatching  # noqa: E402
-from serving.deep import DeepScorer  # noqa: E402
-from serving.encoding import (
+from serving.loading.servable import load  # noqa: E402
+from serving.request.encoding import (
     decode,  # noqa: E402
     field_hash_ids,  # noqa: E402
 )
-from serving.kernels import deep_inputs  # noqa: E402
-from serving.model import load  # noqa: E402
-from serving.parallel import Splitter  # noqa: E402
+from serving.scoring import batcher as batching  # noqa: E402
+from serving.scoring.kernels import deep_inputs  # noqa: E402
+from serving.scoring.mlp import DeepScorer  # noqa: E402
+from serving.scoring.parallel import Splitter  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = spec_for("deepfm", k=8, hidden=(256, 128))

@@ -1,10 +1,10 @@
 """Hashmap lookups: a 10M-key table of 1 float32 per key (LR rows) in DRAM, random hits in
 random order, on 1 and 2 threads (the serving kernels release the GIL), for
 
-- BucketMap (ctr.bucket_map): serving's images since issue 10, bucketized cuckoo; 1-word
+- BucketMap (ctr.format.bucket_map): serving's images since issue 10, bucketized cuckoo; 1-word
   rows in the line layout (5 keys and their rows a 64-byte bucket, load 0.98) since
   2026-11-25, and in the wide layout before (8 keys, then their rows, load 0.95);
-- CompactHashMap (ctr.hashmap): the earlier images, linear probing at 0.88;
+- CompactHashMap (ctr.format.hashmap): the earlier images, linear probing at 0.88;
 - a Python dict, and numba's typed Dict looked up inside a compiled loop.
 
 Also bytes per key against the raw 12 (8-byte key, 4-byte row). Min and median over
@@ -30,9 +30,9 @@ from numba import types
 from numba.typed import Dict
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from ctr import bucket_kernels  # noqa: E402
-from ctr.bucket_map import IMAGE_LOAD, BucketMap, aligned_zeros, buckets_for  # noqa: E402
-from ctr.hashmap import CompactHashMap  # noqa: E402
+from ctr.format import bucket_kernels  # noqa: E402
+from ctr.format.bucket_map import IMAGE_LOAD, BucketMap, aligned_zeros, buckets_for  # noqa: E402
+from ctr.format.hashmap import CompactHashMap  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -27,13 +27,13 @@ from safetensors.numpy import save_file
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.serving_model import file_entry  # noqa: E402
 from boundless.processes import start  # noqa: E402
-from ctr import modelfile  # noqa: E402
-from ctr.modelspec import ModelSpec  # noqa: E402
+from ctr.format import modelfile  # noqa: E402
+from ctr.model.spec import ModelSpec  # noqa: E402
+from ctr.repository.versions import DONE, MANIFEST, Policy, Repository  # noqa: E402
 from ctr.routing import shard_of  # noqa: E402
-from modelmgr.repository import DONE, MANIFEST, Policy, Repository  # noqa: E402
 from serving.client import PredictClient  # noqa: E402
-from serving.local_copies import LocalCopies  # noqa: E402
-from serving.watcher import ModelWatcher  # noqa: E402
+from serving.loading.local_copies import LocalCopies  # noqa: E402
+from serving.loading.watcher import ModelWatcher  # noqa: E402
 
 SHARDS = 2
 

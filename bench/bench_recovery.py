@@ -31,8 +31,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from boundless.processes import Daemon, start  # noqa: E402
-from ctr.modelspec import ModelSpec  # noqa: E402
-from ps.client import DELTA, PSClient  # noqa: E402
+from ctr.model.spec import ModelSpec  # noqa: E402
+from ps.api import DELTA  # noqa: E402
+from ps.client import PSClient  # noqa: E402
 
 SPEC = ModelSpec("lr")
 CHUNK = 1 << 20

@@ -35,9 +35,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.grpc_floor import MAX_CONCURRENT  # noqa: E402
 from bench.serving_model import publish, requests, spec_for  # noqa: E402
 from boundless.processes import start  # noqa: E402
-from modelmgr.repository import Repository  # noqa: E402
+from ctr.repository.versions import Repository  # noqa: E402
 from serving.client import PredictClient  # noqa: E402
-from serving.encoding import EncodedRequest  # noqa: E402
+from serving.request.encoding import EncodedRequest  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 KEYS_FOR = {"lr": 10_000_000, "fm": 10_000_000, "ffm": 1_000_000, "deepfm": 10_000_000}

@@ -21,15 +21,15 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.bench_client import timed  # noqa: E402
 from bench.serving_model import publish, requests, spec_for  # noqa: E402
-from modelmgr.repository import MANIFEST, Repository  # noqa: E402
+from ctr.repository.versions import MANIFEST, Repository  # noqa: E402
 from protos import predict_pb2  # noqa: E402
-from serving.encoding import (  # noqa: E402
+from serving.loading.servable import ServableModel, load  # noqa: E402
+from serving.request.encoding import (  # noqa: E402
     EncodedRequest,
     decode,
     field_hash_ids,  # noqa: E402
 )
-from serving.model import ServableModel, load  # noqa: E402
-from serving.parallel import Splitter  # noqa: E402
+from serving.scoring.parallel import Splitter  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -27,7 +27,7 @@ from bench.bench_serving import load  # noqa: E402
 from bench.serving_model import publish, requests, spec_for  # noqa: E402
 from bench.slow_proxy import SlowProxy  # noqa: E402
 from boundless.processes import Daemon, start  # noqa: E402
-from modelmgr.repository import Repository  # noqa: E402
+from ctr.repository.versions import Repository  # noqa: E402
 from serving.client import PredictClient  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -6,7 +6,7 @@
    and split into 8 files (round-robin between workers). Whole-process examples/s,
    progressive logloss and window AUC, pull and push bytes.
 2. gRPC against in-process: the W=2 runs against `--ps local` with one worker.
-3. Pull and push keys/s through `ps.client` as the shard count and keys per call vary
+3. Pull and push keys/s through `ps.client.ps_client` as the shard count and keys per call vary
    (FTRL state pulls, state-delta pushes: what per-example training moves).
 
 Records min/median over --reps (interleaved); writes bench/results/workers.json and prints
@@ -30,8 +30,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.datasets import DATASETS  # noqa: E402
 from boundless.processes import Daemon, start  # noqa: E402
-from ctr.modelspec import ModelSpec  # noqa: E402
-from ps.client import DELTA, PSClient  # noqa: E402
+from ctr.model.spec import ModelSpec  # noqa: E402
+from ps.api import DELTA  # noqa: E402
+from ps.client import PSClient
 
 ROOT = Path(__file__).resolve().parents[1]
 

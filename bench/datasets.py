@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ctr.formats import make_parser, resolve_fields
-from ctr.schema import PRESETS
+from ctr.data.formats import make_parser, resolve_fields
+from ctr.data.schema import PRESETS
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"

@@ -1,5 +1,5 @@
 """The transport floor of a Predict call: a Predictor that parses the request and answers
-one constant score per item, served exactly as `boundless serve` serves (ctr.daemon's
+one constant score per item, served exactly as `boundless serve` serves (ctr.runtime.daemon's
 gRPC server: its options, thread pool and health service), in its own process on
 127.0.0.1, port 0. bench_serving starts it with boundless.processes.start and times the
 same requests against it and against the real server, so what gRPC costs and what
@@ -14,7 +14,7 @@ import argparse
 
 import grpc
 
-from ctr import daemon
+from ctr.runtime import daemon
 from protos import predict_pb2, predict_pb2_grpc
 from serving.config import ServingConfig
 

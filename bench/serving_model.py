@@ -14,12 +14,12 @@ from typing import Any
 import numpy as np
 from safetensors.numpy import save_file
 
-from ctr import modelfile
-from ctr.modelspec import ModelSpec
+from ctr.format import modelfile
+from ctr.model.spec import ModelSpec
+from ctr.repository.versions import DONE, MANIFEST, Repository
 from ctr.routing import shard_of
-from modelmgr.repository import DONE, MANIFEST, Repository
 from serving.client import RequestEncoder
-from serving.encoding import EncodedRequest, decode, field_hash_ids
+from serving.request.encoding import EncodedRequest, decode, field_hash_ids
 
 ITEMS, CTX_FIELDS, CTX_PER, ITEM_FIELDS, ITEM_PER = 200, 20, 5, 40, 10
 FIELDS = [f"u{i}" for i in range(CTX_FIELDS)] + [f"i{i}" for i in range(ITEM_FIELDS)]

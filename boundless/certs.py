@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from ctr.auth import ROLES
+from ctr.runtime.auth import ROLES
 
 DEFAULT_HOSTS = "localhost,127.0.0.1,::1"
 

@@ -13,12 +13,12 @@ from typing import NoReturn
 # given is imported, so `boundless model list` does not pay for numba, and `train` for
 # the serving stack (process start-up counts in the trainer's speed).
 COMMANDS: dict[str, tuple[str, str]] = {
-    "ps": ("ps.server", "run one parameter-server shard"),
+    "ps": ("ps.cli", "run one parameter-server shard"),
     "train": ("trainer.cli", "stream samples and train through the PS"),
     "model": ("modelmgr.cli", "model manager daemon and version commands (list, rollback, pin, unpin)"),
-    "serve": ("serving.server", "run the gRPC prediction service"),
-    "predict": ("serving.predict_cli", "score samples from a file through a serving process"),
-    "eval": ("modelmgr.eval_cli", "score a published version on a file offline: AUC, logloss, calibration"),
+    "serve": ("serving.daemon", "run the gRPC prediction service"),
+    "predict": ("serving.client.predict_cli", "score samples from a file through a serving process"),
+    "eval": ("modelmgr.commands.eval_cli", "score a published version on a file offline: AUC, logloss, calibration"),
     "demo": ("boundless.launcher", "run the whole platform on one machine on a synthetic stream"),
     "report": ("boundless.report", "draw a run's training curves, latency histograms and versions as PNGs"),
     "certs": ("boundless.certs", "make a local CA, TLS certificates and bearer tokens for a test deployment"),

@@ -22,14 +22,14 @@ from boundless import report
 from boundless.certs import make as make_certs
 from boundless.kafka_broker import BrokerUnavailable, KafkaBroker, produce_lines
 from boundless.processes import Daemon, DaemonDied, start
-from ctr.batch import build_batch
-from ctr.metrics import auc
-from ctr.security import Identity, install
-from ctr.synthetic import SyntheticSpec, SyntheticStream
-from modelmgr.repository import Repository
+from boundless.synthetic import SyntheticSpec, SyntheticStream
+from ctr.data.batch import build_batch
+from ctr.data.quality import auc
+from ctr.repository.versions import Repository
+from ctr.runtime.security import Identity, install
 from serving.client import PredictClient, encode_batch
-from serving.encoding import EncodedRequest
-from serving.predict_cli import parse_samples
+from serving.client.predict_cli import parse_samples
+from serving.request.encoding import EncodedRequest
 
 TOPIC = "samples"
 PARTITIONS = 2

@@ -161,7 +161,7 @@ def draw_latency(
 def draw_versions(repo_root: Path, model: str, out: Path) -> Path | None:
     import matplotlib.pyplot as plt
 
-    from modelmgr.repository import Repository, RepositoryError
+    from ctr.repository.versions import Repository, RepositoryError
 
     repo = Repository(repo_root, model)
     points = []

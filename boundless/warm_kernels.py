@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ctr.synthetic import SyntheticSpec, SyntheticStream
+from boundless.synthetic import SyntheticSpec, SyntheticStream
 
 MODELS: tuple[tuple[str, list[str]], ...] = (
     ("lr", []),
@@ -38,11 +38,11 @@ def _train(stream: Path, exports: Path, model: str, flags: list[str], work: Path
 
 def _publish_and_score(exports: Path, repo_dir: Path) -> None:
     """The exports published as the manager does, and scored as serving does."""
-    from modelmgr.evaluate import load_published
-    from modelmgr.gate import QualityGate
-    from modelmgr.publisher import Publisher
-    from modelmgr.repository import Repository
-    from serving.warmup import warmup_requests
+    from ctr.repository.versions import Repository
+    from modelmgr.publish.evaluate import load_published
+    from modelmgr.publish.gate import QualityGate
+    from modelmgr.publish.publisher import Publisher
+    from serving.loading.swap_warmup import warmup_requests
 
     repo = Repository(repo_dir, "ctr")
     lenient = QualityGate(min_samples=1, min_auc=0, max_logloss=1e9, calibration_low=0, calibration_high=1e9)

@@ -1,1 +1,10 @@
-"""Shared domain core: feature hashing, sample formats, hashmap kernels, model math and files."""
+"""The shared layer: what two or more daemons use. It imports nothing of ps, trainer,
+serving, modelmgr or boundless.
+
+    data/        features to hashed CSR batches: hashing, schema, fields, line formats, quality
+    format/      bytes on disk and on the wire: model files and their key maps, varints
+    model/       model families: specs, optimizers, the training and scoring math, the registry
+    repository/  the repository contract: manifests and export files, holdouts, storage
+    runtime/     process plumbing of every daemon: typed config, gRPC server, TLS, tokens
+    routing.py   which shard owns a key
+"""

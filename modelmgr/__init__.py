@@ -1,1 +1,7 @@
-"""Model manager: verifies exports, gates them on quality, publishes versions, keeps the policy."""
+"""The model manager: verifies exports, gates them on quality, publishes versions, keeps the
+policy, rolls back. Imports ctr, protos, and serving's loading and request packages (the gate
+scores a candidate as serving would).
+
+    publish/   from export to version: verify, evaluate, gate, publish or reject, compact
+    commands/  the version commands a person runs (pin, rollback, gc, show, diff, eval)
+"""

@@ -7,10 +7,10 @@ from typing import NoReturn
 
 import grpc
 
-from ctr.modelfile import EXPORT_NAME
-from modelmgr import actions
+from ctr.format.modelfile import EXPORT_NAME
+from ctr.repository.versions import Policy, Repository, RepositoryError
+from modelmgr.commands import actions
 from modelmgr.manager import Manager
-from modelmgr.repository import Policy, Repository, RepositoryError
 from protos import modelmgr_pb2, modelmgr_pb2_grpc
 
 

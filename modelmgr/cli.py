@@ -11,23 +11,23 @@ import threading
 import time
 from pathlib import Path
 
-from ctr import config as cfg
-from ctr import daemon
-from ctr.auth import service_policy
-from modelmgr import actions
+from ctr.repository.versions import Repository, RepositoryError
+from ctr.runtime import config as cfg
+from ctr.runtime import daemon
+from ctr.runtime.auth import service_policy
 from modelmgr.admin_service import ModelAdminServicer
+from modelmgr.commands import actions
 from modelmgr.config import HELP_EXAMPLES, HELP_GROUPS, ModelMgrConfig
-from modelmgr.gate import QualityGate
 from modelmgr.manager import Manager
 from modelmgr.notify import Notifier
-from modelmgr.publisher import Publisher
-from modelmgr.repository import Repository, RepositoryError
+from modelmgr.publish.gate import QualityGate
+from modelmgr.publish.publisher import Publisher
 from protos import modelmgr_pb2, modelmgr_pb2_grpc
 
 ENV_PREFIX = "BOUNDLESS_MODELMGR_"
 
 
-# who may call what on the manager's admin service (ctr.auth roles)
+# who may call what on the manager's admin service (ctr.runtime.auth roles)
 ADMIN_SERVICE = modelmgr_pb2.DESCRIPTOR.services_by_name["ModelAdmin"].full_name
 ADMIN_ROLES = {
     f"/{ADMIN_SERVICE}/": "admin",  # pin, unpin, rollback, gc
@@ -159,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
         if args.action == "list":
             return _list(repo, args.json)
         if args.action in ("gc", "show", "diff", "status"):
-            from modelmgr import inspect_cli
+            from modelmgr.commands import inspect_cli
 
             return inspect_cli.run(repo, args)
         if args.action == "pin":
@@ -179,7 +179,7 @@ def run(args: argparse.Namespace) -> int:
 def _wait(args: argparse.Namespace, target: int | None) -> int:
     if not args.serving:
         return 0
-    from modelmgr import inspect_cli
+    from modelmgr.commands import inspect_cli
 
     return inspect_cli.wait_for(args.serving, target, args.wait_s, args.model_name)
 
@@ -188,12 +188,12 @@ def _remote(args: argparse.Namespace) -> int:
     """The command through the manager daemon's admin service."""
     import grpc
 
-    from modelmgr.admin_client import AdminClient
+    from modelmgr.commands.admin_client import AdminClient
 
     client = AdminClient(args.manager, args.model_name)
     try:
         if args.action == "gc":
-            from modelmgr.inspect_cli import report_gc
+            from modelmgr.commands.inspect_cli import report_gc
 
             return report_gc(client.gc(args.keep_full, args.dry_run), args.dry_run, args.json)
         if args.action == "publish":

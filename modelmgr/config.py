@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ctr.security import SecurityConfig
+from ctr.runtime.security import SecurityConfig
 
 HELP_GROUPS: dict[str, tuple[str, ...]] = {
     "essential": ("exports", "repo", "model_name", "notify", "host", "port", "metrics_port"),

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import threading
 
-from modelmgr import actions
+from ctr.repository.versions import Policy, Repository
+from modelmgr.commands import actions
 from modelmgr.notify import Notifier
-from modelmgr.publisher import Publisher
-from modelmgr.repository import Policy, Repository
+from modelmgr.publish.publisher import Publisher
 
 
 class Manager:

@@ -25,7 +25,7 @@ class Notifier:
             return 0
         import grpc
 
-        from ctr.security import open_channel
+        from ctr.runtime.security import open_channel
         from protos import predict_pb2, predict_pb2_grpc
 
         answered = 0

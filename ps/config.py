@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ctr.security import SecurityConfig
+from ctr.runtime.security import SecurityConfig
 
 HELP_GROUPS: dict[str, tuple[str, ...]] = {
     "essential": ("shard_index", "shard_count", "host", "port", "metrics_port", "data_dir", "export_root"),

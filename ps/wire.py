@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from ctr.modelspec import TableSpec
-from ctr.varint import decode_sorted_keys, encode_sorted_keys
+from ctr.format.varint import decode_sorted_keys, encode_sorted_keys
+from ctr.model.spec import TableSpec
 from protos import ps_pb2
 
 KEYS_RAW_U64 = 0

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ctr.security import SecurityConfig
+from ctr.runtime.security import SecurityConfig
 
 
 @dataclass(frozen=True)
 class DnnBatching:
-    """When wdl and deepfm batch concurrent requests' items (serving.batcher)."""
+    """When wdl and deepfm batch concurrent requests' items (serving.scoring.batcher)."""
 
     mode: str = "auto"  # auto: with CUDA only; on; off
     wait_s: float = 0.0005
     max_items: int = 16384
-    cuda_graphs: bool = True  # replay captured CUDA graphs of the MLP (serving.cuda_mlp)
+    cuda_graphs: bool = True  # replay captured CUDA graphs of the MLP (serving.scoring.mlp_cuda)
 
     def enabled(self, cuda: bool) -> bool:
         return self.mode == "on" or (self.mode == "auto" and cuda)

@@ -1,5 +1,8 @@
 """Prometheus metrics of the prediction service."""
 
+from typing import NoReturn
+
+import grpc
 from prometheus_client import Counter, Gauge, Histogram
 
 REQUESTS = Counter("boundless_serving_requests_total", "Predict requests", ["code"])
@@ -29,3 +32,10 @@ SHARD_SECONDS = Histogram(
     "router to shard answer time",
     buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5),
 )
+
+
+def abort(context: grpc.ServicerContext, code: grpc.StatusCode, message: str) -> NoReturn:
+    """Ends the call with `code`, counted in the request metrics (by code)."""
+    REQUESTS.labels(code.name).inc()
+    context.abort(code, message)
+    raise AssertionError("unreachable")  # context.abort raises

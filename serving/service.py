@@ -3,27 +3,20 @@
 from __future__ import annotations
 
 import time
-from typing import NoReturn
 
 import grpc
 import numpy as np
 
-from ctr.schema import FeatureSchema
+from ctr.data.schema import FeatureSchema
 from protos import predict_pb2, predict_pb2_grpc
 from serving import metrics
-from serving.encoding import EncodedRequest, EncodingError, decode, field_hash_ids
-from serving.fanout import FanOutError
-from serving.model import ServableModel
-from serving.router import Router
-from serving.shard_part import WHOLE
-from serving.watcher import ModelWatcher
-
-
-def abort(context: grpc.ServicerContext, code: grpc.StatusCode, message: str) -> NoReturn:
-    """Ends the call with `code`, counted in the request metrics (by code)."""
-    metrics.REQUESTS.labels(code.name).inc()
-    context.abort(code, message)
-    raise AssertionError("unreachable")  # context.abort raises
+from serving.loading.servable import ServableModel
+from serving.loading.shard_part import WHOLE
+from serving.loading.watcher import ModelWatcher
+from serving.metrics import abort
+from serving.request.encoding import EncodedRequest, EncodingError, decode, field_hash_ids
+from serving.sharded.fanout import FanOutError
+from serving.sharded.router import Router
 
 
 class PredictorServicer(predict_pb2_grpc.PredictorServicer):

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import argparse
 
-from ctr import config as cfg
+from ctr.runtime import config as cfg
 from trainer.config import ENV_PREFIX, HELP_EXAMPLES, HELP_GROUPS, TrainerConfig
-from trainer.fork_server import start_fork_server
+from trainer.run.fork_server import start_fork_server
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -18,6 +18,6 @@ def run(args: argparse.Namespace) -> int:
     conf = cfg.build(TrainerConfig, ENV_PREFIX, args)
     if conf.workers > 1:
         start_fork_server()
-    from trainer import server  # numba and the kernels load here
+    from trainer import daemon as server  # numba and the kernels load here
 
     return server.train(conf)

@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ctr.security import SecurityConfig
+from ctr.runtime.security import SecurityConfig
 
 ENV_PREFIX = "BOUNDLESS_TRAINER_"
 # names a folder source never reads: dot-files and what producers write before they rename
 DEFAULT_IGNORE = (".*", "*.part", "*.tmp", "*.temp", "*.partial", "*.swp", "*~")
 
-# --help's groups, most needed first (ctr.config.add_arguments)
+# --help's groups, most needed first (ctr.runtime.config.add_arguments)
 HELP_GROUPS: dict[str, tuple[str, ...]] = {
     "essential": ("source", "format", "schema", "label", "model", "model_name", "ps", "export_dir", "metrics_out"),
     "input": ("source_pattern", "source_ignore", "follow", "idle_exit_s", "max_samples", "max_line_bytes", "max_bad_fraction"),

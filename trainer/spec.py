@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ctr.config import ConfigError
-from ctr.modelspec import MODEL_TYPES, ModelSpec, ModelSpecError, parse_hidden
-from ctr.optim import OptimizerError, OptimizerSpec
+from ctr.model.optim import OptimizerError, OptimizerSpec
+from ctr.model.spec import MODEL_TYPES, ModelSpec, ModelSpecError, parse_hidden
+from ctr.runtime.config import ConfigError
 from trainer.config import TrainerConfig
 
 TABLE_FLAGS = {"w": "opt_w", "v": "opt_v", "emb": "opt_emb", "bias": "opt_bias", "mlp": "opt_mlp"}

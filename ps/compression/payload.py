@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from ctr.varint import _get, decode_index_lists, encode_index_lists, encode_varints
+from ctr.format.varint import _get, decode_index_lists, encode_index_lists, encode_varints
 from ps.compression.bits import pack_bits, packed_bytes, unpack_bits
 from ps.compression.minifloat import column_shifts, decode_minifloat, encode_minifloat
 from ps.compression.quantize import decode_int8, decode_onebit, encode_int8, encode_onebit

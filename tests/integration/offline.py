@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 from safetensors.numpy import load_file
 
-from ctr.batch import SampleBatch
-from ctr.factorization import logit_reference
-from modelmgr.repository import Repository
+from ctr.data.batch import SampleBatch
+from ctr.model.factorization import logit_reference
+from ctr.repository.versions import Repository
 
 
 def _columns(text: str) -> dict[str, tuple[int, int]]:

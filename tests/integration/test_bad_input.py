@@ -11,7 +11,7 @@ import grpc
 import numpy as np
 import pytest
 
-from modelmgr.repository import Repository
+from ctr.repository.versions import Repository
 from protos import predict_pb2
 from serving.client import PredictClient
 
@@ -156,15 +156,15 @@ def test_an_export_whose_dense_file_does_not_fit_its_spec_is_rejected(tmp_path):
     import numpy as np
     from safetensors.numpy import save_file
 
-    from ctr.modelfile import sha256_file, write_image
-    from ctr.modelspec import ModelSpec
-    from modelmgr.verify import VerificationError, verify_export
+    from ctr.format.modelfile import sha256_file, write_image
+    from ctr.model.spec import ModelSpec
+    from modelmgr.publish.verify import VerificationError, verify_export
 
     spec = ModelSpec("deepfm", k=2, fields=("a", "b"), hidden=(4,))
     write_image(tmp_path / "shard0-sparse.image", np.array([5], np.uint64), np.ones((1, 3), np.float32))
     wrong = {"bias": np.zeros(1, np.float32), "mlp.0.weight": np.zeros((4, 3), np.float32)}  # input is F*k = 4
     save_file(wrong, str(tmp_path / "dense.safetensors"))
-    from modelmgr.schemas import ExportManifest
+    from ctr.repository.schemas import ExportManifest
 
     files = [
         {"name": n, "table": t, "role": r, "size": (tmp_path / n).stat().st_size, "sha256": sha256_file(tmp_path / n), "rows": 1}

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from boundless.processes import start
-from ctr.modelspec import ModelSpec
+from ctr.model.spec import ModelSpec
 from ctr.routing import shard_of
 from ps.client import PSClient
 from ps.compression.compressor import Compressor, parse_codec

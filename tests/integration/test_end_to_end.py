@@ -10,11 +10,11 @@ import grpc
 import numpy as np
 import pytest
 
-from ctr.batch import build_batch
-from ctr.fields import FieldIndex
-from ctr.formats import make_parser
-from ctr.schema import PRESETS
-from modelmgr.repository import Repository
+from ctr.data.batch import build_batch
+from ctr.data.fields import FieldIndex
+from ctr.data.formats import make_parser
+from ctr.data.schema import PRESETS
+from ctr.repository.versions import Repository
 from serving.client import PredictClient, encode_batch
 from tests.integration.offline import offline_scores
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from ctr.metrics import auc
-from ctr.schema import CRITEO_CATEGORICAL, CRITEO_NUMERIC, FeatureSchema
+from ctr.data.quality import auc
+from ctr.data.schema import CRITEO_CATEGORICAL, CRITEO_NUMERIC, FeatureSchema
 from serving.client import PredictClient
 
 NAMES = ("label", *CRITEO_NUMERIC, *CRITEO_CATEGORICAL)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ctr import holdout
+from ctr.repository import holdout
 
 CRITEO = "criteo_10k/train_rows1-10000.tsv"
 

@@ -12,7 +12,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from bench.serving_model import publish, requests, spec_for
 from boundless.processes import start
-from modelmgr.repository import Repository
+from ctr.repository.versions import Repository
 from serving.client import PredictClient
 
 PREDICTOR = "boundless.predict.Predictor"

@@ -80,8 +80,8 @@ def test_a_missing_topic_or_a_bad_url_is_a_clear_error(broker, tmp_path):
 
 def test_the_backlog_of_a_topic_is_the_messages_past_the_position(broker, tmp_path):
     """The trainer's lag on a topic: messages of its partitions past the trained offsets."""
-    from trainer.kafka_source import KafkaSource
-    from trainer.source import Position
+    from trainer.input.kafka_source import KafkaSource
+    from trainer.input.source import Position
 
     source = broker.create_topic(TOPIC, 2)
     produce_lines(broker.producer(), TOPIC, [f"1 {i}:1" for i in range(300)], 2)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from boundless.processes import start
-from modelmgr.repository import Repository
+from ctr.repository.versions import Repository
 
 CRITEO = "criteo_10k/train_rows1-10000.tsv"
 AVAZU = "avazu_10k/train_rows1-9999.csv"

@@ -21,11 +21,11 @@ import numpy as np
 import pytest
 
 from boundless.processes import Daemon, start
-from ctr import holdout as holdouts
-from ctr import modelfile
-from modelmgr.gate import QualityGate
-from modelmgr.publisher import Publisher
-from modelmgr.repository import Policy, Repository
+from ctr.format import modelfile
+from ctr.repository import holdout as holdouts
+from ctr.repository.versions import Policy, Repository
+from modelmgr.publish.gate import QualityGate
+from modelmgr.publish.publisher import Publisher
 from serving.client import PredictClient
 
 
@@ -333,7 +333,7 @@ def test_an_export_is_judged_only_on_samples_it_has_not_trained_on(pristine, tmp
 
 
 def test_compaction_is_bit_exact_and_retention_keeps_what_serving_needs(pristine, tmp_path):
-    from modelmgr.evaluate import load_published, scores
+    from modelmgr.publish.evaluate import load_published, scores
 
     exports, repo = Exports(tmp_path / "exports"), Repository(tmp_path / "repo", "ctr")
     publisher = Publisher(repo, exports.root, QualityGate(max_auc_drop=1.0), compact_after=3, keep_full=0)
@@ -345,7 +345,7 @@ def test_compaction_is_bit_exact_and_retention_keeps_what_serving_needs(pristine
     assert compacted["kind"] == "full" and compacted["compacts"] == [1, 2, 3, 4]
 
     replayed, folded = load_published(repo, 4), load_published(repo, 5)
-    from ctr.holdout import read
+    from ctr.repository.holdout import read
 
     batch = read(pristine[4] / "holdout.npz")
     np.testing.assert_array_equal(scores(folded, batch), scores(replayed, batch))
@@ -373,8 +373,8 @@ def _shared(model) -> int:  # type: ignore[no-untyped-def]
 
 def test_twelve_shards_serve_the_scores_computed_offline(data_dir, tmp_path):
     """Shard files ordered by the manifest's index, not by name (shard10 sorts before shard2)."""
-    from ctr.holdout import read
-    from modelmgr.evaluate import load_published, scores
+    from ctr.repository.holdout import read
+    from modelmgr.publish.evaluate import load_published, scores
     from tests.integration.offline import offline_scores
 
     lines = (data_dir / "frappe/frappe.validation.libfm").read_text().splitlines()[:8000]
@@ -462,9 +462,9 @@ def test_an_s3_repository_publishes_serves_rolls_back_and_collects(pristine, tmp
 def test_serving_applies_deltas_into_a_double_buffered_overlay(pristine, tmp_path):
     """Each delta lands in the overlay of the version before the current one (no request
     uses it any more): the same rows as a version built from scratch, without copying."""
-    from ctr.holdout import read
-    from modelmgr.evaluate import load_published
-    from serving.watcher import ModelWatcher
+    from ctr.repository.holdout import read
+    from modelmgr.publish.evaluate import load_published
+    from serving.loading.watcher import ModelWatcher
 
     exports, repo = Exports(tmp_path / "exports"), Repository(tmp_path / "repo", "ctr")
     previous = exports.add(pristine[0])

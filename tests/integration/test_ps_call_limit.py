@@ -10,7 +10,7 @@ import grpc
 import numpy as np
 
 from boundless.processes import start
-from ctr.modelspec import ModelSpec
+from ctr.model.spec import ModelSpec
 from protos import ps_pb2, ps_pb2_grpc
 from ps.client import PSClient
 from ps.wire import KEYS_DELTA_VARINT, encode_keys

@@ -7,7 +7,7 @@ import json
 import numpy as np
 
 from boundless.processes import start
-from ctr.modelspec import ModelSpec
+from ctr.model.spec import ModelSpec
 from ctr.routing import shard_of
 from ps.client import PSClient
 

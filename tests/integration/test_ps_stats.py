@@ -10,8 +10,9 @@ import sys
 import numpy as np
 
 from boundless.processes import start
-from ctr.modelspec import ModelSpec
-from ps.client import DELTA, PSClient
+from ctr.model.spec import ModelSpec
+from ps.api import DELTA
+from ps.client import PSClient
 
 SPEC = ModelSpec("fm", k=4)
 

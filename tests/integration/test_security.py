@@ -21,7 +21,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from boundless.certs import make
 from boundless.processes import Daemon, start
-from ctr.security import Identity, open_channel
+from ctr.runtime.security import Identity, open_channel
 from protos import modelmgr_pb2, modelmgr_pb2_grpc, predict_pb2, predict_pb2_grpc, ps_pb2, ps_pb2_grpc
 from serving.client import PredictClient
 

@@ -10,10 +10,10 @@ import numpy as np
 
 from bench.serving_model import publish, requests, spec_for
 from boundless.processes import start
-from modelmgr.evaluate import load_published
-from modelmgr.repository import Policy, Repository
+from ctr.repository.versions import Policy, Repository
+from modelmgr.publish.evaluate import load_published
 from serving.client import PredictClient
-from serving.encoding import decode, field_hash_ids
+from serving.request.encoding import decode, field_hash_ids
 
 
 def test_concurrent_predict_during_swaps_never_fails_and_matches_the_reported_version(tmp_path):
@@ -67,7 +67,7 @@ def test_concurrent_predict_during_swaps_never_fails_and_matches_the_reported_ve
 
 
 def test_a_new_version_is_warmed_with_the_requests_served_last(tmp_path):
-    from serving.watcher import WARM_REQUESTS, ModelWatcher
+    from serving.loading.watcher import WARM_REQUESTS, ModelWatcher
 
     spec = spec_for("lr", k=4, hidden=())
     reqs = requests(2, seed=9, items=10)
@@ -75,7 +75,7 @@ def test_a_new_version_is_warmed_with_the_requests_served_last(tmp_path):
     publish(repo, 1, spec, reqs, keys=5_000, shards=2)
     watcher = ModelWatcher(repo, 1.0)
     model = watcher._load(1)
-    assert watcher.warm(model) == 2  # nothing served yet: the two warm-up requests (serving.warmup)
+    assert watcher.warm(model) == 2  # nothing served yet: the two warm-up requests (serving.loading.swap_warmup)
     hashes = field_hash_ids(tuple(spec.fields))
     for _ in range(WARM_REQUESTS + 3):
         for r in reqs:

@@ -1,7 +1,7 @@
 """Sharded serving with real processes: two serving shards (`serve --shard i/2`) behind a
 router give the scores of one process holding the whole model, for every model type; a
 slow replica is hedged around; a dead shard fails the request in time, never hangs. The
-whole-model process batches deepfm's MLP (serving.batcher), the router does not."""
+whole-model process batches deepfm's MLP (serving.scoring.batcher), the router does not."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 from bench.serving_model import publish, requests, spec_for
 from bench.slow_proxy import SlowProxy
 from boundless.processes import Daemon, start
-from modelmgr.repository import Repository
+from ctr.repository.versions import Repository
 from serving.client import PredictClient
 
 

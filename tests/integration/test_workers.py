@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from modelmgr.repository import Repository
+from ctr.repository.versions import Repository
 from serving.client import PredictClient
 
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ctr.modelspec import ModelSpec
-from ps.shard import Shard
-from ps.store import ShardStore
+from ctr.model.spec import ModelSpec
+from ps.server.shard import Shard
+from ps.server.store import ShardStore
 
 SPEC = ModelSpec("fm", k=4)
 

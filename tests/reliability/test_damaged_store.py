@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ctr.modelspec import ModelSpec
-from ps.shard import Shard
-from ps.store import ShardStore, StoreCorrupted
+from ctr.model.spec import ModelSpec
+from ps.server.shard import Shard
+from ps.server.store import ShardStore, StoreCorrupted
 
 SPEC = ModelSpec("fm", k=8)
 

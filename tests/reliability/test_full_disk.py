@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from boundless.processes import Daemon, start
-from modelmgr.repository import Repository
+from ctr.repository.versions import Repository
 
 
 def _scrape(d: Daemon, name: str) -> float:

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from bench.serving_model import publish, requests, spec_for
 from boundless.processes import Daemon, start
-from ctr.modelspec import ModelSpec
-from modelmgr.repository import Repository
+from ctr.model.spec import ModelSpec
+from ctr.repository.versions import Repository
 from protos import predict_pb2, predict_pb2_grpc, ps_pb2, ps_pb2_grpc
 from ps.client import PSClient
 from serving.client import PredictClient

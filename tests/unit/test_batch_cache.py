@@ -10,12 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ctr.fields import FieldIndex
-from ctr.formats import resolve_fields
-from ctr.schema import PRESETS, FeatureSchema
-from trainer.batch_cache import BatchCache
-from trainer.reader import BatchReader
-from trainer.source import StreamSource
+from ctr.data.fields import FieldIndex
+from ctr.data.formats import resolve_fields
+from ctr.data.schema import PRESETS, FeatureSchema
+from trainer.input.batch_cache import BatchCache
+from trainer.input.reader import BatchReader
+from trainer.input.source import StreamSource
 
 FILES = [
     ("criteo_10k/train_rows1-10000.tsv", "criteo"),

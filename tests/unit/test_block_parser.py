@@ -10,12 +10,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ctr import block_kernels as k
-from ctr.batch import SampleBatch, build_batch
-from ctr.block_parser import BlockParser
-from ctr.fields import FieldIndex
-from ctr.formats import ParsedSample, ParseError, make_parser, parse_number, resolve_fields
-from ctr.schema import FeatureSchema, detect_schema
+from ctr.data.batch import SampleBatch, build_batch
+from ctr.data.fields import FieldIndex
+from ctr.data.formats import ParsedSample, ParseError, make_parser, parse_number, resolve_fields
+from ctr.data.schema import FeatureSchema, detect_schema
+from trainer.input import block_kernels as k
+from trainer.input.block_parser import BlockParser
 
 REAL_FILES = [
     "avazu_10k/train_rows1-9999.csv",

@@ -1,4 +1,4 @@
-"""ctr.bucket_locate.locate against its plain reference: an overlay (behind its key
+"""serving.loading.bucket_locate.locate against its plain reference: an overlay (behind its key
 filter) searched first, then each image for the positions its shard owns; row_at reads
 the located rows exactly as the maps' get returns them."""
 
@@ -8,10 +8,10 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctr import key_filter
-from ctr.bucket_locate import ROWS_AT, SLOT_SHIFT, locate, locate_reference
-from ctr.bucket_map import NO_FILTER, BucketMap
-from serving.kernels import row_at
+from ctr.format import key_filter
+from ctr.format.bucket_map import NO_FILTER, BucketMap
+from serving.loading.bucket_locate import ROWS_AT, SLOT_SHIFT, locate, locate_reference
+from serving.scoring.kernels import row_at
 
 WIDTH = 5
 

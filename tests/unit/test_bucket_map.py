@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctr import bucket_kernels as bk
-from ctr import key_filter
-from ctr.bucket_map import BucketMap
-from serving.overlay import Overlay
+from ctr.format import bucket_kernels as bk
+from ctr.format import key_filter
+from ctr.format.bucket_map import BucketMap
+from serving.loading.overlay import Overlay
 
 keys_st = st.one_of(st.integers(1, 40), st.integers(1, 2**64 - 1))  # small ids collide often
 
@@ -184,10 +184,10 @@ def test_key_zero_and_wrong_shapes_are_refused():
 def test_servable_rows_split_across_threads_equal_a_dict():
     """ServableModel.rows: overlay first (with masks of evicted keys), then the owning
     shard's image, one range of keys per thread."""
-    from ctr.modelspec import ModelSpec
+    from ctr.model.spec import ModelSpec
     from ctr.routing import shard_of
-    from serving.model import ServableModel
-    from serving.parallel import Splitter
+    from serving.loading.servable import ServableModel
+    from serving.scoring.parallel import Splitter
 
     rng = np.random.default_rng(4)
     keys = np.unique(rng.integers(1, 2**64 - 1, 60_000, dtype=np.uint64))

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ctr.batch import build_batch
-from ctr.formats import make_parser, resolve_fields
-from ctr.schema import FeatureSchema
-from serving.client import RequestEncoder, Value
-from serving.encoding import decode, field_hash_ids
+from ctr.data.batch import build_batch
+from ctr.data.formats import make_parser, resolve_fields
+from ctr.data.schema import FeatureSchema
+from serving.client import RequestEncoder
+from serving.client.predict_client import Value
+from serving.request.encoding import decode, field_hash_ids
 
 SCHEMA = FeatureSchema(format="kv", numeric=("n",), skip=("id",), cross=(("a", "n"), ("u", "b")))
 LINES = ["1\tu=alice\ta=x\tb=y\tn=7\tid=9", "0\tu=alice\ta=z\tb=y2\tn=1.5\tid=10", "1\tu=alice\ta=q\tb=w\tn=250\tid=11"]

@@ -9,14 +9,15 @@ import zstandard
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from ctr.formats import bucket_numeric
-from ctr.hashing import field_id, hash_tokens_reference
-from ctr.varint import unzigzag_one
-from serving.client import RequestEncoder, Value
-from serving.columns import hash_int_tokens
-from serving.encoding import MIN_ZSTD_SAVING, decode, group_indices, group_indices_reference
-from serving.token_dictionary import decode_blocks, encode_blocks, encode_blocks_reference, keys_of_blocks
-from serving.token_kernels import (
+from ctr.data.formats import bucket_numeric
+from ctr.data.hashing import field_id, hash_tokens_reference
+from ctr.format.varint import unzigzag_one
+from serving.client import RequestEncoder
+from serving.client.predict_client import Value
+from serving.request.columns import hash_int_tokens
+from serving.request.encoding import MIN_ZSTD_SAVING, decode, group_indices, group_indices_reference
+from serving.request.token_dictionary import decode_blocks, encode_blocks, encode_blocks_reference, keys_of_blocks
+from serving.request.token_kernels import (
     expand_columns,
     expand_columns_reference,
     ordered_unique,
@@ -46,7 +47,7 @@ FIELD_IDS = np.array([field_id(f) for f in FIELDS], dtype=np.uint32)
 def test_columns_decode_back_to_each_items_exact_features(tokens, compress, top, strings):
     """Token dictionaries (zstd or not) and hashed keys. With no string column the tokens
     take the one-sort path; string keys, or ids too large to pack, the general one."""
-    from ctr.schema import FeatureSchema
+    from ctr.data.schema import FeatureSchema
 
     rng = np.random.default_rng(3)
     n = 37
@@ -201,7 +202,7 @@ def test_malformed_token_blocks_are_refused_with_the_reason(blob, why):
 
 
 def test_a_token_request_with_a_field_beyond_the_model_or_a_bomb_is_invalid():
-    from serving.encoding import EncodedRequest, EncodingError
+    from serving.request.encoding import EncodedRequest, EncodingError
 
     tokens = encode_blocks_reference([(9, 1, 0, [1, 2])])
     req = EncodedRequest(1, b"", b"", b"", bytes([0]), b"", tokens)

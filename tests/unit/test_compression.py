@@ -95,7 +95,9 @@ def test_every_codec_round_trips_within_its_bound(values, name):
         assert np.all(np.abs(back - values) <= span / 255.0 * (1 + 1e-6) + 1e-9 * np.abs(values) + 2.0**-126)
     elif name == "onebit" and values.size:
         axis = 1 if values.shape[0] < values.shape[1] else 0  # means per row when rows are fewer
-        np.testing.assert_allclose(back.sum(axis=axis), values.sum(axis=axis), rtol=1e-5, atol=1e-3)  # sums kept
+        # sums kept, to float32 rounding of the terms (a sum of +-1e6 values cancels to a few units)
+        slack = 1e-3 + 4 * 2.0**-23 * np.abs(values).sum(axis=axis)
+        assert np.all(np.abs(back.sum(axis=axis) - values.sum(axis=axis)) <= slack)
         assert np.all((back >= 0) == (values >= 0) | (back == 0))
 
 
@@ -228,7 +230,7 @@ def test_codec_specs_parse_and_refuse_nonsense():
     st.integers(1, 9),
 )
 def test_frozen_adam_step_equals_the_reference(momentum, t, steps):
-    from ctr.optim import OptimizerSpec, frozen_adam_reference, frozen_adam_rows
+    from ctr.model.optim import OptimizerSpec, frozen_adam_reference, frozen_adam_rows
 
     spec = OptimizerSpec("adam", lr=0.01)
     rng = np.random.default_rng(t)
@@ -243,7 +245,7 @@ def test_frozen_adam_step_equals_the_reference(momentum, t, steps):
 
 
 def test_dense_codec_specs_parse_and_refuse_nonsense():
-    from trainer.dense_sync import DEFAULT_WARMUP, parse_dense_codec
+    from trainer.step.dense_sync import DEFAULT_WARMUP, parse_dense_codec
 
     assert parse_dense_codec("fp32") == ("fp32", 0)
     assert parse_dense_codec("onebit-adam") == ("onebit-adam", DEFAULT_WARMUP)
@@ -254,10 +256,10 @@ def test_dense_codec_specs_parse_and_refuse_nonsense():
 
 
 def test_zeroone_adam_syncs_ever_more_rarely_and_refreshes_the_variance_at_powers_of_two():
-    from ctr.modelspec import TableSpec
-    from ctr.optim import OptimizerSpec
+    from ctr.model.optim import OptimizerSpec
+    from ctr.model.spec import TableSpec
     from ps.client import PSClient
-    from trainer.dense_sync import ZeroOneAdam
+    from trainer.step.dense_sync import ZeroOneAdam
 
     client = PSClient.local(2)
     client.declare([TableSpec("mlp", "dense", 50, OptimizerSpec("adam", lr=0.01), "batch")])
@@ -288,8 +290,8 @@ def test_zeroone_adam_syncs_ever_more_rarely_and_refreshes_the_variance_at_power
 def test_a_delta_may_take_an_accumulator_below_zero_and_the_weights_stay_finite():
     """Error feedback may send more of n than has accrued for a while: the shard keeps the
     exact sum (the worker's view relies on it) and reads n as max(n, 0)."""
-    from ctr.modelspec import ModelSpec
-    from ps.shard import Shard
+    from ctr.model.spec import ModelSpec
+    from ps.server.shard import Shard
 
     shard = Shard(0, 1)
     shard.declare(ModelSpec("lr").tables())
@@ -304,8 +306,8 @@ def test_a_delta_may_take_an_accumulator_below_zero_and_the_weights_stay_finite(
 
 
 def test_a_momentum_push_to_a_sparse_table_is_refused():
-    from ctr.modelspec import ModelSpec
-    from ps.shard import Shard, ShardError
+    from ctr.model.spec import ModelSpec
+    from ps.server.shard import Shard, ShardError
 
     shard = Shard(0, 1)
     shard.declare(ModelSpec("lr").tables())
@@ -318,10 +320,10 @@ def test_a_dense_sync_that_takes_up_a_cut_goes_on_as_one_that_never_stopped(tmp_
     """A checkpoint cut records the worker's sync state (momentum, frozen denominator,
     local steps, 1-bit residual): a worker restarted at the cut, against shards restored
     to it, leaves the weights an uninterrupted worker leaves, bit for bit."""
-    from ctr.modelspec import TableSpec
-    from ctr.optim import OptimizerSpec
+    from ctr.model.optim import OptimizerSpec
+    from ctr.model.spec import TableSpec
     from ps.client import PSClient
-    from trainer.dense_sync import dense_sync
+    from trainer.step.dense_sync import dense_sync
 
     tables = [TableSpec("mlp", "dense", 50, OptimizerSpec("adam", lr=0.01), "batch")]
     grads = np.random.default_rng(0).normal(size=(60, 50))

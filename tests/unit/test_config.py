@@ -2,7 +2,7 @@ import argparse
 
 import pytest
 
-from ctr.config import ConfigError, add_arguments, build
+from ctr.runtime.config import ConfigError, add_arguments, build
 from ps.config import PSConfig
 
 

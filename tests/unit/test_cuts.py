@@ -1,4 +1,4 @@
-"""Checkpoint cuts of a shard (ps/store.py, Shard.prepare/commit/restore) on a real RocksDB:
+"""Checkpoint cuts of a shard (ps/server/store.py, Shard.prepare/commit/restore) on a real RocksDB:
 incremental and full cuts, the committed one loaded at start, going back to an older cut,
 and pushes from an older trainer generation refused."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ctr.modelspec import ModelSpec
-from ps.shard import Shard, ShardError, StaleGeneration
-from ps.store import ShardStore
+from ctr.model.spec import ModelSpec
+from ps.server.shard import Shard, ShardError, StaleGeneration
+from ps.server.store import ShardStore
 
 SPEC = ModelSpec("fm", k=4)
 
@@ -88,7 +88,7 @@ def test_a_shard_without_store_restores_only_to_empty_tables():
 
 
 def test_gather_raw_equals_its_numpy_reference():
-    from ps.kernels import gather_raw
+    from ps.server.kernels import gather_raw
 
     rng = np.random.default_rng(4)
     state = rng.normal(size=(50, 3))

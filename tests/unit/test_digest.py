@@ -1,4 +1,4 @@
-"""The table digest (ps/digest.py) against a plain reference: order- and split-independent,
+"""The table digest (ps/server/digest.py) against a plain reference: order- and split-independent,
 and sensitive to any bit of a key or a value."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ps.digest import MASK, combine, rows_digest
+from ps.server.digest import MASK, combine, rows_digest
 
 
 def _mix(x: int) -> int:

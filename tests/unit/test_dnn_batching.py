@@ -1,4 +1,4 @@
-"""The dynamic batcher of wdl and deepfm (serving.batcher), on the CPU: concurrent requests
+"""The dynamic batcher of wdl and deepfm (serving.scoring.batcher), on the CPU: concurrent requests
 share MLP passes and get the scores the unbatched path gives."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import threading
 
 import numpy as np
 
-from ctr.modelspec import ModelSpec
-from serving.batcher import DynamicBatcher
-from serving.deep import DeepScorer
+from ctr.model.spec import ModelSpec
+from serving.scoring.batcher import DynamicBatcher
+from serving.scoring.mlp import DeepScorer
 
 
 def test_concurrent_requests_share_batches_and_score_as_alone():

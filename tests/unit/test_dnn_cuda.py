@@ -1,4 +1,4 @@
-"""The MLP of wdl and deepfm on a CUDA device (serving.cuda_mlp): eager, replayed CUDA
+"""The MLP of wdl and deepfm on a CUDA device (serving.scoring.mlp_cuda): eager, replayed CUDA
 graphs and the dynamic batcher all give the CPU path's scores to 1e-4, for batch sizes on
 and off the captured sizes and past the device's capacity. Skipped without CUDA; the
 bucket arithmetic is tested everywhere."""
@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from ctr.modelspec import ModelSpec
-from serving.batcher import DynamicBatcher
-from serving.cuda_mlp import SMALLEST_BUCKET, bucket_for, bucket_sizes
-from serving.deep import DeepScorer
+from ctr.model.spec import ModelSpec
+from serving.scoring.batcher import DynamicBatcher
+from serving.scoring.mlp import DeepScorer
+from serving.scoring.mlp_cuda import SMALLEST_BUCKET, bucket_for, bucket_sizes
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 

@@ -1,9 +1,10 @@
 import numpy as np
 import pytest
 
-from ctr.varint import decode_sorted_keys, encode_sorted_keys
-from serving.client import RequestEncoder, Value
-from serving.encoding import EncodedRequest, EncodingError, decode
+from ctr.format.varint import decode_sorted_keys, encode_sorted_keys
+from serving.client import RequestEncoder
+from serving.client.predict_client import Value
+from serving.request.encoding import EncodedRequest, EncodingError, decode
 
 
 def test_sorted_keys_round_trip():
@@ -58,7 +59,7 @@ def test_compressed_requests_decode_concurrently():
     rng = np.random.default_rng(0)
     req = enc.encode_columns({f: rng.integers(1, 1 << 30, (200, 5)) for f in fields}, compress=True)
     assert req.compression == 1
-    from serving.encoding import field_hash_ids
+    from serving.request.encoding import field_hash_ids
 
     hashes = field_hash_ids(tuple(fields))
     want = decode(req, len(fields), hashes).keys
@@ -73,8 +74,8 @@ def test_compressed_requests_decode_concurrently():
 def test_token_hashing_split_over_two_threads_gives_the_same_keys():
     import numpy as np
 
-    from serving.encoding import field_hash_ids
-    from serving.parallel import Splitter
+    from serving.request.encoding import field_hash_ids
+    from serving.scoring.parallel import Splitter
 
     fields = [f"f{i}" for i in range(9)]
     enc = RequestEncoder(None, fields)

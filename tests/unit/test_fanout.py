@@ -1,4 +1,4 @@
-"""The router's fan-out logic (serving.fanout) against replicas whose calls are futures this
+"""The router's fan-out logic (serving.sharded.fanout) against replicas whose calls are futures this
 test completes: an answer that arrives while the hedge is being sent, a replica that fails
 at once, a shard whose every replica fails, and one that never answers. The real gRPC path,
 with processes and a slow proxy, is tests/integration/test_sharded_serving.py."""
@@ -12,7 +12,7 @@ from typing import Any
 import grpc
 import pytest
 
-from serving.fanout import FanOut, FanOutError, parse_shards
+from serving.sharded.fanout import FanOut, FanOutError, parse_shards
 
 
 class Call(grpc.Future):  # type: ignore[misc]

@@ -1,4 +1,4 @@
-"""ctr.grouping.group_order, the stable counting sort under serving's lookups by shard
+"""ctr.data.grouping.group_order, the stable counting sort under serving's lookups by shard
 file and the router's split by shard, equals numpy's stable argsort and bincount."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctr.grouping import group_order
+from ctr.data.grouping import group_order
 
 
 @settings(max_examples=200, deadline=None)

@@ -1,7 +1,7 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ctr.hashing import field_id, hash_features, hash_tokens_reference
+from ctr.data.hashing import field_id, hash_features, hash_tokens_reference
 
 
 def test_known_values_are_stable():

@@ -2,8 +2,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctr.hashmap import CompactHashMap
-from ctr.hashmap_kernels import find_slots_reference
+from ctr.format.hashmap import CompactHashMap
+from ctr.format.hashmap_kernels import find_slots_reference
 
 keys_st = st.one_of(st.integers(1, 40), st.integers(1, 2**64 - 1))  # small ids collide often
 

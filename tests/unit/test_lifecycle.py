@@ -1,4 +1,4 @@
-"""Row lifecycle on a shard (ps/lifecycle.py): admission after N sightings through a
+"""Row lifecycle on a shard (ps/server/lifecycle.py): admission after N sightings through a
 counting Bloom filter, eviction by row cap and TTL with a real delete, tombstones in
 checkpoint cuts (a restore does not bring evicted rows back) and in delta exports, which
 serving applies so evicted keys score as absent."""
@@ -9,14 +9,14 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctr import modelfile
-from ctr.modelspec import ModelSpec
-from ps.lifecycle import HASHES, Lifecycle, _slot, count_sightings
-from ps.shard import Shard
-from ps.store import BLOOM_BLOCK, ShardStore
-from ps.tables import SparseTable
-from serving.model import apply_delta
-from serving.overlay import Overlay
+from ctr.format import modelfile
+from ctr.model.spec import ModelSpec
+from ps.server.lifecycle import HASHES, Lifecycle, _slot, count_sightings
+from ps.server.shard import Shard
+from ps.server.store import BLOOM_BLOCK, ShardStore
+from ps.server.tables import SparseTable
+from serving.loading.overlay import Overlay
+from serving.loading.servable import apply_delta
 
 SPEC = ModelSpec("lr")
 

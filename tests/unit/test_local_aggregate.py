@@ -1,4 +1,4 @@
-"""Hierarchical push (ps.local_aggregate): the sum kernel against numpy, the merge of
+"""Hierarchical push (ps.client.local_aggregate): the sum kernel against numpy, the merge of
 several workers' pushes and their sessions, the shard's union of sessions, and the round
 protocol between threads standing for worker processes (a real barrier, real shared
 memory)."""
@@ -15,10 +15,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctr.modelspec import ModelSpec
+from ctr.model.spec import ModelSpec
 from ctr.routing import shard_of
-from ps.local_aggregate import AggregationPlan, LocalAggregator, merge_pushes, sum_rows
-from ps.shard import SessionExpired, Shard, ShardError
+from ps.client.local_aggregate import AggregationPlan, LocalAggregator, merge_pushes, sum_rows
+from ps.server.shard import SessionExpired, Shard, ShardError
 
 
 @settings(max_examples=100, deadline=None)

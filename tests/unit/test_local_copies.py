@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from serving.local_copies import PREFIX, LocalCopies, pid_namespace, remove_orphans
+from serving.loading.local_copies import PREFIX, LocalCopies, pid_namespace, remove_orphans
 
 
 def _dead_pid() -> int:
@@ -35,7 +35,7 @@ def test_a_folder_whose_process_is_gone_is_removed_and_a_live_one_kept(tmp_path:
 
 def test_a_killed_server_leaves_a_folder_the_next_one_removes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     code = (
-        "import os, signal\nfrom serving.local_copies import LocalCopies\n"
+        "import os, signal\nfrom serving.loading.local_copies import LocalCopies\n"
         "print(LocalCopies().root, flush=True)\nos.kill(os.getpid(), signal.SIGKILL)"
     )
     env = {**os.environ, "TMPDIR": str(tmp_path)}

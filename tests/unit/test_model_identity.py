@@ -1,17 +1,17 @@
-"""A shard holds one model (ps.identity): another trainer's model is refused before anything
+"""A shard holds one model (ps.api): another trainer's model is refused before anything
 changes, across restarts (the identity is in the store), and replaced only when asked; the
-manager's spec comparison (modelmgr.publisher.spec_change)."""
+manager's spec comparison (modelmgr.publish.publisher.spec_change)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from ctr.modelspec import ModelSpec
-from modelmgr.publisher import spec_change
-from ps.identity import ModelIdentity, ModelMismatch
-from ps.shard import Shard
-from ps.store import ShardStore
+from ctr.model.spec import ModelSpec
+from modelmgr.publish.publisher import spec_change
+from ps.api import ModelIdentity, ModelMismatch
+from ps.server.shard import Shard
+from ps.server.store import ShardStore
 
 FFM = ModelSpec("ffm", k=2, fields=("a", "b"))
 AVAZU = ModelIdentity.of("ctr", "ffm", ("a", "b"), sized_by_fields=True)

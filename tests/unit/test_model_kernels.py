@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from ctr.embedding import pool_fields, pool_fields_reference, train_deep_batch
-from ctr.factorization import MODEL_CODES, batch_logloss_reference, logit_reference, logits, train_batch
-from ctr.optim import PLAIN, OptimizerSpec, init_rows, plain_state
+from ctr.model.embedding import pool_fields, pool_fields_reference, train_deep_batch
+from ctr.model.factorization import MODEL_CODES, batch_logloss_reference, logit_reference, logits, train_batch
+from ctr.model.optim import PLAIN, OptimizerSpec, init_rows, plain_state
 
 K, F, U = 3, 4, 12
 
@@ -218,11 +218,11 @@ def _pool64(offsets, uidx, fields, x, emb):
 
 
 def test_partial_sums_match_their_reference_and_add_up_to_fm_across_shards():
-    """serving.kernels.partial_sums over two shards' shares of a request, added up by the
+    """serving.scoring.kernels.partial_sums over two shards' shares of a request, added up by the
     router (finish_fm), equal fm_score_items over the whole request."""
     import numpy as np
 
-    from serving.kernels import (
+    from serving.scoring.kernels import (
         finish_fm,
         fm_score_items,
         partial_sums,

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from ctr import modelfile
+from ctr.format import modelfile
 
 
 def test_image_and_delta_round_trip(tmp_path):
@@ -18,7 +18,7 @@ def test_image_and_delta_round_trip(tmp_path):
 
 
 def test_a_1_word_image_maps_as_line_buckets_and_an_older_wide_one_still_loads(tmp_path):
-    from ctr import bucket_kernels as bk
+    from ctr.format import bucket_kernels as bk
 
     rng = np.random.default_rng(1)
     keys = np.unique(rng.integers(1, 2**64 - 1, 3000, dtype=np.uint64))

@@ -2,9 +2,9 @@ import argparse
 
 import pytest
 
-from ctr.config import ConfigError
-from ctr.modelspec import ModelSpec, ModelSpecError
-from trainer import server
+from ctr.model.spec import ModelSpec, ModelSpecError
+from ctr.runtime.config import ConfigError
+from trainer import daemon as server
 from trainer.config import TrainerConfig
 from trainer.spec import model_spec
 
@@ -38,7 +38,7 @@ def _conf(**kw):
     parser = argparse.ArgumentParser(allow_abbrev=False)
     server.add_arguments(parser)
     args = parser.parse_args([f"--{k.replace('_', '-')}={v}" for k, v in kw.items()])
-    from ctr import config as cfg
+    from ctr.runtime import config as cfg
 
     return cfg.build(TrainerConfig, "X_", args, environ={})
 

@@ -4,7 +4,7 @@ import numba as nb
 import numpy as np
 import pytest
 
-from ctr.optim import (
+from ctr.model.optim import (
     OptimizerError,
     OptimizerSpec,
     init_rows,
@@ -106,7 +106,7 @@ def test_bad_settings_are_named(settings, needle):
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.kind)
 def test_step_rows_equals_one_step_per_row(spec):
-    from ctr.optim import step_rows
+    from ctr.model.optim import step_rows
 
     rng = np.random.default_rng(3)
     state = init_rows(np.arange(1, 51, dtype=np.uint64), spec.state_width(2), 2, spec.params())
@@ -121,11 +121,11 @@ def test_step_rows_equals_one_step_per_row(spec):
 @pytest.mark.parametrize("l1", [0.0, 0.1])
 @pytest.mark.parametrize("n0", [2.0, -0.5])  # a lossy push or pull can leave n below 0
 def test_the_cached_ftrl_step_gives_the_bits_of_step_then_weight_of(l1, n0):
-    from ctr.optim import ftrl_step_1d, step, weight_of
+    from ctr.model.optim import ftrl_step_1d, step, weight_of
 
     @nb.njit
     def cached(state, grads, p):
-        sn = np.sqrt(np.maximum(state[:, 1], 0.0))  # as ctr.factorization keeps it
+        sn = np.sqrt(np.maximum(state[:, 1], 0.0))  # as ctr.model.factorization keeps it
         w = np.array([weight_of(state[0], 1, 0, p)])
         out = np.empty(grads.shape[0])
         for i in range(grads.shape[0]):

@@ -1,4 +1,4 @@
-"""serving.parallel's scoring threads and serving.spin_wait's kernels: every range runs
+"""serving.scoring.parallel's scoring threads and serving.scoring.spin_wait's kernels: every range runs
 once, errors reach the caller, callers in several threads share the workers, and waits
 that outlast the spin fall back to sleeping without losing a wake-up."""
 
@@ -8,8 +8,8 @@ import time
 import numpy as np
 import pytest
 
-from serving.parallel import Splitter
-from serving.spin_wait import finish_then_spin, spin_while, spin_while_reference, spins_for, swap_if
+from serving.scoring.parallel import Splitter
+from serving.scoring.spin_wait import finish_then_spin, spin_while, spin_while_reference, spins_for, swap_if
 
 
 def test_spin_while_equals_the_reference():

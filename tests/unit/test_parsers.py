@@ -2,9 +2,9 @@ import logging
 
 import pytest
 
-from ctr.fields import FieldIndex
-from ctr.formats import ParseError, make_parser
-from ctr.schema import PRESETS, detect_schema
+from ctr.data.fields import FieldIndex
+from ctr.data.formats import ParseError, make_parser
+from ctr.data.schema import PRESETS, detect_schema
 
 FILES = [
     ("criteo_10k/train_rows1-10000.tsv", "criteo", 10000),
@@ -75,7 +75,7 @@ def test_trainer_reports_bad_line_as_file_line_and_keeps_going(tmp_path, caplog)
     import argparse
     import json
 
-    from trainer import server
+    from trainer import daemon as server
 
     path = tmp_path / "samples.libsvm"
     good = ["1 3:1 7:1", "0 4:1 9:1"] * 50
@@ -106,16 +106,16 @@ def test_trainer_reports_bad_line_as_file_line_and_keeps_going(tmp_path, caplog)
     ],
 )
 def test_a_schema_that_does_not_fit_the_data_is_refused_naming_the_setting(schema, lines, needle):
-    from ctr.formats import resolve_fields
-    from ctr.schema import FeatureSchema
+    from ctr.data.formats import resolve_fields
+    from ctr.data.schema import FeatureSchema
 
     with pytest.raises(ValueError, match=needle):
         resolve_fields(FeatureSchema.from_dict(schema), lines, freeze=True)
 
 
 def test_skipped_columns_may_be_left_out_of_the_field_list():
-    from ctr.formats import resolve_fields
-    from ctr.schema import FeatureSchema
+    from ctr.data.formats import resolve_fields
+    from ctr.data.schema import FeatureSchema
 
     schema = FeatureSchema.from_dict({"format": "csv", "label": "click", "fields": ["site"], "skip": ["device"]})
     assert resolve_fields(schema, ["click,site,device", "1,a,b"], freeze=True).names == ["site"]

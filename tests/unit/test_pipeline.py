@@ -4,13 +4,13 @@ exact model of the synchronous path."""
 import numpy as np
 import pytest
 
-from ctr.batch import build_batch
-from ctr.formats import make_parser, resolve_fields
-from ctr.modelspec import ModelSpec
-from ctr.schema import PRESETS
+from ctr.data.batch import build_batch
+from ctr.data.formats import make_parser, resolve_fields
+from ctr.data.schema import PRESETS
+from ctr.model.spec import ModelSpec
 from ps.client import PSClient
-from trainer.model import build_model
-from trainer.pipeline import Pipeline
+from trainer.step.factorization import build_model
+from trainer.step.pipeline import Pipeline
 
 
 @pytest.mark.parametrize("model", ["lr", "fm", "ffm"])

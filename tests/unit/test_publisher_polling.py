@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import os
 
-from modelmgr import publisher as publisher_module
-from modelmgr.gate import QualityGate
-from modelmgr.publisher import Publisher
-from modelmgr.repository import Repository
+from ctr.repository.versions import Repository
+from modelmgr.publish import publisher as publisher_module
+from modelmgr.publish.gate import QualityGate
+from modelmgr.publish.publisher import Publisher
 
 
 def test_an_idle_manager_does_not_rescan_its_history(tmp_path, monkeypatch):

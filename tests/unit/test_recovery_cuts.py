@@ -7,9 +7,9 @@ import logging
 
 import pytest
 
-from ctr.config import ConfigError
-from ps.client import ShardStatus
-from trainer.recovery import common_cut
+from ctr.runtime.config import ConfigError
+from ps.api import ShardStatus
+from trainer.run.recovery import common_cut
 
 
 def _status(index: int, cuts: tuple[int, ...]) -> ShardStatus:

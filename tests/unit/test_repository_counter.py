@@ -4,7 +4,7 @@ its export as handled even when the counter file could not be written after it."
 from __future__ import annotations
 
 from bench.serving_model import publish, requests, spec_for
-from modelmgr.repository import Repository
+from ctr.repository.versions import Repository
 
 
 def test_a_version_in_place_counts_its_export_even_with_a_stale_counter_file(tmp_path):

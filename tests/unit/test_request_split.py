@@ -1,4 +1,4 @@
-"""The router's split of a request by serving shard (serving.request_split) equals the plain
+"""The router's split of a request by serving shard (serving.sharded.request_split) equals the plain
 numpy one with masks, and each shard's part, mapped back through its keys, is exactly the
 request's features that the shard owns, in order."""
 
@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ctr.routing import owner_reference
-from serving.request_split import split_request_features, split_request_keys
+from serving.sharded.request_split import split_request_features, split_request_keys
 
 I64 = npt.NDArray[np.int64]
 Request = tuple[npt.NDArray[np.uint64], I64, I64, I64]  # keys, context, item offsets, item indices

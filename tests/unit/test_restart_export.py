@@ -9,10 +9,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ctr import modelfile
-from ctr.modelspec import ModelSpec
-from ps.shard import Shard
-from ps.store import ShardStore
+from ctr.format import modelfile
+from ctr.model.spec import ModelSpec
+from ps.server.shard import Shard
+from ps.server.store import ShardStore
 
 SPEC = ModelSpec("ffm", k=2, fields=("a", "b", "c"))
 
@@ -51,7 +51,7 @@ def test_a_restarted_shard_exports_the_same_columns(tmp_path: Path):
 def test_serving_refuses_columns_out_of_the_kernels_order():
     import pytest
 
-    from serving.model import check_columns, parse_columns
+    from serving.loading.servable import check_columns, parse_columns
 
     check_columns(parse_columns("w:1,v:6"), SPEC)
     with pytest.raises(ValueError, match="not the ffm model's table order"):

@@ -10,8 +10,8 @@ import os
 import pytest
 
 from boundless.certs import make
-from ctr.auth import load_tokens
-from ctr.security import Identity, SecurityConfig, warn_if_expiring, warn_if_exposed
+from ctr.runtime.auth import load_tokens
+from ctr.runtime.security import Identity, SecurityConfig, warn_if_expiring, warn_if_exposed
 
 
 def test_secrets_readable_by_others_are_named(tmp_path, caplog: pytest.LogCaptureFixture):

@@ -1,5 +1,5 @@
 """The prediction service's FM and FFM kernels against the papers' formula
-(ctr.factorization.logit_reference), each item scored as one example: the context's
+(ctr.model.factorization.logit_reference), each item scored as one example: the context's
 features followed by the item's."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ctr.factorization import logit_reference
-from serving.kernels import ffm_score_items, fm_score_items, rows_as_tables
+from ctr.model.factorization import logit_reference
+from serving.scoring.kernels import ffm_score_items, fm_score_items, rows_as_tables
 
 
 def reference_scores(kind: str, context, offsets, indices, x, fields, rows, k: int, bias: float, norm: bool):

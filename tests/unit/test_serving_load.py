@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from bench.serving_model import publish, requests, spec_for
-from modelmgr.repository import MANIFEST, Repository
-from serving import model as served
-from serving.encoding import decode, field_hash_ids
-from serving.model import load
-from serving.warmup import ITEMS, warmup_requests
+from ctr.repository.versions import MANIFEST, Repository
+from serving.loading import servable as served
+from serving.loading.servable import load
+from serving.loading.swap_warmup import ITEMS, warmup_requests
+from serving.request.encoding import decode, field_hash_ids
 
 
 def _manifest(tmp_path, model: str):
@@ -51,7 +51,7 @@ def test_columns_that_do_not_fit_the_spec_are_refused(tmp_path, model, columns, 
 
 
 def test_ffm_scores_rows_in_place_as_it_scores_copied_rows(tmp_path, monkeypatch):
-    """FFM reads rows where the images hold them (serving.model.locate); a version with
+    """FFM reads rows where the images hold them (serving.loading.servable.locate); a version with
     more shard files than MAX_LOCATED_TABLES copies them instead: the same scores."""
     repo = Repository(tmp_path / "repo", "ctr")
     spec = spec_for("ffm", k=3, hidden=())
@@ -73,7 +73,7 @@ def test_ffm_scores_rows_in_place_as_it_scores_copied_rows(tmp_path, monkeypatch
 @pytest.mark.parametrize("model", ["lr", "fm", "ffm", "deepfm"])
 def test_a_first_version_is_warmed_with_requests_over_its_fields(tmp_path, model):
     """With no recent request, the warm-up builds requests of both encodings over the
-    version's fields, and they score like any request (serving.warmup)."""
+    version's fields, and they score like any request (serving.loading.swap_warmup)."""
     d, m = _manifest(tmp_path, model)
     version = load(d, m, m, d, [], None)
     reqs = warmup_requests(version)

@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from ctr.modelspec import ModelSpec
-from ctr.optim import OptimizerSpec
+from ctr.model.optim import OptimizerSpec
+from ctr.model.spec import ModelSpec
 from ctr.routing import shard_of
-from ps.shard import Shard, ShardError
+from ps.server.shard import Shard, ShardError
 
 
 def _shard(model="fm"):
@@ -71,7 +71,7 @@ def test_a_table_declared_with_another_layout_is_refused():
 
 def test_one_worker_stepping_its_copy_ends_with_the_shard_holding_its_state():
     """The per-example protocol: pull state, step locally, push state - pulled."""
-    from ctr.optim import step_rows
+    from ctr.model.optim import step_rows
 
     s = _shard()
     opt = s.sparse["v"].spec.optimizer
@@ -138,7 +138,7 @@ def test_large_but_finite_state_deltas_are_accepted_and_overflowing_ones_refused
 
 
 def test_dense_calls_reach_only_the_shards_that_hold_part_of_the_vector():
-    from ctr.modelspec import ModelSpec
+    from ctr.model.spec import ModelSpec
     from ps.client import PSClient
 
     client = PSClient.local(3)

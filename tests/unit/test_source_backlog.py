@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trainer.source import Position, StreamSource
+from trainer.input.source import Position, StreamSource
 
 
 def test_a_folders_backlog_counts_the_bytes_past_the_position(tmp_path):

@@ -1,10 +1,10 @@
 import numpy as np
 
-from ctr.fields import FieldIndex
-from ctr.formats import make_parser
-from ctr.metrics import auc
-from ctr.schema import PRESETS
-from ctr.synthetic import SyntheticSpec, SyntheticStream
+from boundless.synthetic import SyntheticSpec, SyntheticStream
+from ctr.data.fields import FieldIndex
+from ctr.data.formats import make_parser
+from ctr.data.quality import auc
+from ctr.data.schema import PRESETS
 
 
 def test_lines_parse_as_kv_with_every_field():

@@ -6,14 +6,14 @@ import sys
 
 import pytest
 
-from ctr.fields import FieldIndex
-from ctr.modelspec import ModelSpec
-from ctr.schema import PRESETS
+from ctr.data.fields import FieldIndex
+from ctr.data.schema import PRESETS
+from ctr.model.spec import ModelSpec
 from ps.client import PSClient
-from trainer.loop import LoopSettings, Trainer
-from trainer.model import build_model
-from trainer.progressive import ProgressiveMetrics
-from trainer.source import Position, StreamSource
+from trainer.input.source import Position, StreamSource
+from trainer.run.loop import LoopSettings, Trainer
+from trainer.step.factorization import build_model
+from trainer.step.progressive import ProgressiveMetrics
 
 
 def test_a_bad_first_line_on_stdin_does_not_stop_format_detection(tmp_path, data_dir):
@@ -61,9 +61,9 @@ def test_large_feature_values_train_without_refused_pushes(tmp_path):
 
 
 def test_the_trainer_goes_back_to_the_newest_cut_every_shard_holds(caplog):
-    from ctr.config import ConfigError
-    from ps.client import ShardStatus
-    from trainer.recovery import common_cut
+    from ctr.runtime.config import ConfigError
+    from ps.api import ShardStatus
+    from trainer.run.recovery import common_cut
 
     def status(index: int, committed: int, cuts: tuple[int, ...]) -> ShardStatus:
         return ShardStatus(index, 2, 0, 0, b"", [], 1, 0, committed, cuts)

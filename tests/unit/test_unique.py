@@ -2,7 +2,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctr.unique import first_occurrence, sorted_unique_inverse, unique_inverse, unique_inverse_reference
+from ctr.data.unique import first_occurrence, sorted_unique_inverse, unique_inverse, unique_inverse_reference
 
 
 @settings(max_examples=300, deadline=None)

@@ -1,4 +1,4 @@
-"""ctr.varint's word-at-a-time reader against a byte-at-a-time Python reference, on varints
+"""ctr.format.varint's word-at-a-time reader against a byte-at-a-time Python reference, on varints
 of every length (1 to 10 bytes and malformed longer ones) and buffers long enough for the
 64-byte windows, truncated or not."""
 
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctr.varint import decode_index_lists, encode_index_lists, read_increasing, read_varints
-from ctr.word_load import load_u64_le, trailing_zeros
+from ctr.format.varint import decode_index_lists, encode_index_lists, read_increasing, read_varints
+from ctr.format.word_load import load_u64_le, trailing_zeros
 
 
 def varint(v: int) -> bytes:
@@ -24,7 +24,7 @@ def varint(v: int) -> bytes:
 
 
 def read_varints_reference(buf: bytes, pos: int, count: int) -> tuple[list[int], int]:
-    """Byte at a time, raising what ctr.varint raises."""
+    """Byte at a time, raising what ctr.format.varint raises."""
     values = []
     for _ in range(count):
         v, shift = 0, 0

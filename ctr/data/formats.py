@@ -1,0 +1,357 @@
+"""Line parsers for the supported sample formats.
+
+Every parser turns one text line into a ParsedSample (field indices, tokens, values) or
+raises ParseError with a message that names the field; readers add file:line. Field
+indices come from a FieldIndex shared by all files of a stream (ctr.data.fields).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from ctr.data.fields import FieldIndex, cross_name
+from ctr.data.schema import CRITEO_CATEGORICAL, CRITEO_NUMERIC, FeatureSchema
+
+
+class ParseError(ValueError):
+    """A malformed sample line."""
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedSample:
+    label: float
+    fields: list[int]  # field index of each feature
+    tokens: list[str]
+    values: list[float]
+
+
+LineParser = Callable[[str], ParsedSample]
+
+
+# The number grammar of every format: decimal, optional fraction and exponent, ASCII only.
+# Narrower than float() (no "nan", "inf", "1_000" or surrounding spaces), so the numba
+# parsers (trainer.input.block_kernels) read exactly the same numbers.
+NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+FLOAT32_MAX = 3.4028234663852886e38
+# The separators of libsvm and libffm tokens: ASCII whitespace (str.split() would also
+# split on Unicode spaces, which a byte parser does not see).
+ASCII_SPACE = " \t\n\r\x0b\x0c"
+_SPACES = re.compile(r"[ \t\n\r\x0b\x0c]+")
+
+
+def read_lines(data: str) -> list[str]:
+    """The lines of a file of samples, or of standard input for '-' (ValueError naming a
+    path that is not there)."""
+    if data == "-":
+        return sys.stdin.read().splitlines()
+    path = Path(data)
+    if not path.is_file():
+        raise ValueError(f"--data {data}: no such file")
+    return path.read_text(errors="replace").splitlines()
+
+
+def parse_number(raw: str) -> float | None:
+    """The value of a number per NUMBER; None when raw is not one."""
+    return float(raw) if NUMBER.fullmatch(raw) else None
+
+
+def split_spaces(line: str) -> list[str]:
+    """Tokens of a libsvm or libffm line: runs of ASCII whitespace separate them."""
+    stripped = line.strip(ASCII_SPACE)
+    return _SPACES.split(stripped) if stripped else []
+
+
+def parse_label(raw: str) -> float:
+    v = parse_number(raw)
+    if v is None:
+        raise ParseError(f"label: {raw!r} is not a number")
+    return 1.0 if v > 0 else 0.0
+
+
+def bucket_numeric(raw: str, field: str) -> str:
+    """Criteo-winner bucketing: floor(ln(v)^2) for v > 2, else the integer itself."""
+    v = parse_number(raw)
+    if v is None:
+        raise ParseError(f"field {field}: {raw!r} is not a number")
+    if math.isinf(v):
+        raise ParseError(f"field {field}: {raw!r} is not finite")
+    if v > 2:
+        return f"b{int(math.log(v) ** 2)}"
+    return f"v{math.floor(v)}"
+
+
+class FieldEncoder:
+    """Maps named raw values to (field index, token, value) under a schema; shared with
+    serving.client. Features of fields the index does not take are dropped."""
+
+    def __init__(self, schema: FeatureSchema, index: FieldIndex) -> None:
+        self.numeric = frozenset(schema.numeric)
+        self.skip = frozenset(schema.skip)
+        self.index = index
+
+    def add(self, out: ParsedSample, name: str, raw: str) -> None:
+        """Appends field `name` with raw text value to out; empty values are missing."""
+        if raw == "" or name in self.skip:
+            return
+        token = bucket_numeric(raw, name) if name in self.numeric else raw
+        i = self.index.add(name)
+        if i < 0:
+            return
+        out.fields.append(i)
+        out.tokens.append(token)
+        out.values.append(1.0)
+
+
+# Roles of a column of criteo and csv lines besides its field index.
+LABEL_COLUMN = -3
+SKIPPED = -2
+DROPPED = -1
+
+
+@dataclass(frozen=True)
+class Columns:
+    """What each column of a criteo or csv line is: its name, its role (a field index,
+    LABEL_COLUMN, SKIPPED, or DROPPED for a field the index cannot take) and whether it is
+    numeric. Shared by the reference parsers and the numba ones (trainer.input.block_parser)."""
+
+    names: tuple[str, ...]
+    roles: tuple[int, ...]
+    numeric: tuple[bool, ...]
+    ragged: bool  # criteo: missing trailing columns are empty; csv: the count must match
+
+
+def columns_of(schema: FeatureSchema, index: FieldIndex, header: str | None) -> Columns:
+    """The columns of a criteo line, or of a csv file with this header line. Fields new to
+    a growing index are registered here, in column order."""
+    if schema.format == "criteo":
+        names: tuple[str, ...] = ("label", *CRITEO_NUMERIC, *CRITEO_CATEGORICAL)
+        label_at = 0
+    else:
+        if header is None:
+            raise ParseError("csv format needs the header line")
+        names = tuple(c.strip() for c in header.rstrip("\r\n").split(schema.delimiter))
+        if schema.label not in names:
+            raise ParseError(f"header has no label column {schema.label!r}")
+        label_at = names.index(schema.label)
+    skip, numeric = frozenset(schema.skip), frozenset(schema.numeric)
+    roles = []
+    for i, name in enumerate(names):
+        if i == label_at:
+            roles.append(LABEL_COLUMN)
+        elif name in skip:
+            roles.append(SKIPPED)
+        else:
+            f = index.get(name)
+            if f < 0 and index.can_grow():
+                f = index.add(name)
+            roles.append(f if f >= 0 else DROPPED)
+    return Columns(names, tuple(roles), tuple(n in numeric for n in names), schema.format == "criteo")
+
+
+def _columns(schema: FeatureSchema, index: FieldIndex, header: str | None) -> LineParser:
+    cols = columns_of(schema, index, header)
+    delim = "\t" if schema.format == "criteo" else schema.delimiter
+    label_at = cols.roles.index(LABEL_COLUMN)
+    width = len(cols.names)
+    layout = list(zip(cols.names, cols.roles, cols.numeric, strict=True))
+
+    def parse(line: str) -> ParsedSample:
+        raw = line.rstrip("\r\n").split(delim)
+        if cols.ragged:
+            if len(raw) > width:
+                raise ParseError(f"{len(raw)} columns, at most {width} expected")
+            if len(raw) < 2:
+                raise ParseError("no feature columns")
+        elif len(raw) != width:
+            raise ParseError(f"{len(raw)} columns, header has {width}")
+        s = ParsedSample(parse_label(raw[label_at]), [], [], [])
+        for (name, role, numeric), value in zip(layout, raw, strict=False):  # missing trailing = empty
+            if value == "" or role in (LABEL_COLUMN, SKIPPED):
+                continue
+            token = bucket_numeric(value, name) if numeric else value
+            if role == DROPPED:
+                index.drop(name)
+                continue
+            s.fields.append(role)
+            s.tokens.append(token)
+            s.values.append(1.0)
+        return s
+
+    return parse
+
+
+def _feature_value(raw: str, where: str) -> float:
+    v = parse_number(raw)
+    if v is None:
+        raise ParseError(f"{where}: value {raw!r} is not a number")
+    if not abs(v) <= FLOAT32_MAX:  # batches hold values as float32
+        raise ParseError(f"{where}: value {raw!r} is out of float32 range")
+    return v
+
+
+def _libsvm(schema: FeatureSchema, index: FieldIndex) -> LineParser:
+    single = schema.libsvm_fields == "single"
+
+    def parse(line: str) -> ParsedSample:
+        tokens = split_spaces(line)
+        if not tokens:
+            raise ParseError("empty line")
+        s = ParsedSample(parse_label(tokens[0]), [], [], [])
+        for pos, tok in enumerate(tokens[1:]):
+            idx, sep, raw = tok.partition(":")
+            if not sep or not idx:
+                raise ParseError(f"feature {pos + 1}: {tok!r} is not index:value")
+            value = _feature_value(raw, f"feature {pos + 1}")
+            f = index.number(0 if single else pos)
+            if f >= 0:
+                s.fields.append(f)
+                s.tokens.append(idx)
+                s.values.append(value)
+        return s
+
+    return parse
+
+
+def _libffm(schema: FeatureSchema, index: FieldIndex) -> LineParser:
+    def parse(line: str) -> ParsedSample:
+        tokens = split_spaces(line)
+        if not tokens:
+            raise ParseError("empty line")
+        s = ParsedSample(parse_label(tokens[0]), [], [], [])
+        for pos, tok in enumerate(tokens[1:]):
+            parts = tok.split(":")
+            if len(parts) != 3 or not parts[0] or not parts[1]:
+                raise ParseError(f"feature {pos + 1}: {tok!r} is not field:index:value")
+            value = _feature_value(parts[2], f"feature {pos + 1}")
+            if parts[0].isascii() and parts[0].isdigit():
+                f = index.number(int(parts[0]))
+                if f < 0 and index.frozen:
+                    raise ParseError(f"feature {pos + 1}: field {parts[0]} is out of range (the model has {len(index)} fields)")
+            else:
+                f = index.add(parts[0])
+            if f >= 0:
+                s.fields.append(f)
+                s.tokens.append(parts[1])
+                s.values.append(value)
+        return s
+
+    return parse
+
+
+def _kv(schema: FeatureSchema, index: FieldIndex) -> LineParser:
+    enc = FieldEncoder(schema, index)
+
+    def parse(line: str) -> ParsedSample:
+        cols = line.rstrip("\r\n").split("\t")
+        s = ParsedSample(parse_label(cols[0]), [], [], [])
+        for pos, col in enumerate(cols[1:]):
+            name, sep, raw = col.partition("=")
+            if not sep or not name:
+                raise ParseError(f"column {pos + 2}: {col!r} is not field=value")
+            enc.add(s, name, raw)
+        return s
+
+    return parse
+
+
+def _with_crosses(parse: LineParser, crosses: list[tuple[int, int, int]]) -> LineParser:
+    """Adds, for each (a, b, c), the pair of field a's and field b's first tokens as one
+    feature of field c; absent when either field is missing."""
+
+    def parse_crossed(line: str) -> ParsedSample:
+        s = parse(line)
+        first: dict[int, str] = {}
+        for f, tok in zip(s.fields, s.tokens, strict=True):
+            first.setdefault(f, tok)
+        for a, b, c in crosses:
+            ta, tb = first.get(a), first.get(b)
+            if ta is not None and tb is not None:
+                s.fields.append(c)
+                s.tokens.append(f"{ta}\x1f{tb}")
+                s.values.append(1.0)
+        return s
+
+    return parse_crossed
+
+
+def make_parser(schema: FeatureSchema, index: FieldIndex, header: str | None = None) -> LineParser:
+    """A parser for one file; csv files pass their header line."""
+    if schema.format in ("criteo", "csv"):
+        parse = _columns(schema, index, header)
+    elif schema.format == "libsvm":
+        parse = _libsvm(schema, index)
+    elif schema.format == "libffm":
+        parse = _libffm(schema, index)
+    else:
+        parse = _kv(schema, index)
+    crosses = cross_fields(schema, index)
+    return _with_crosses(parse, crosses) if crosses else parse
+
+
+def cross_fields(schema: FeatureSchema, index: FieldIndex) -> list[tuple[int, int, int]]:
+    """(field a, field b, cross field) of each of the schema's crosses."""
+    crosses = []
+    for a, b in schema.cross:
+        ia, ib, ic = index.get(a), index.get(b), index.get(cross_name(a, b))
+        if min(ia, ib, ic) < 0:
+            raise ParseError(f"schema.cross: [{a}, {b}] names a field the field list does not hold")
+        crosses.append((ia, ib, ic))
+    return crosses
+
+
+def resolve_fields(schema: FeatureSchema, lines: list[str], freeze: bool) -> FieldIndex:
+    """The stream's field index: the schema's known fields, then those the first lines show
+    (csv: lines[0] is the header), then the crosses. Unparsable lines are passed over here;
+    the trainer reports them when it reads them. Raises ValueError naming a bad setting."""
+    header = lines[0] if schema.format == "csv" and lines else None
+    index = FieldIndex(schema.base_fields(header), cap=schema.max_fields)
+    if schema.fields:
+        _check_given_fields(schema, lines, header)
+    if not schema.fields and schema.format != "criteo" and not (schema.format == "csv" and header is not None):
+        parse = make_parser(replace(schema, cross=()), index)
+        for line in lines:
+            try:
+                parse(line)
+            except ParseError:
+                continue
+    for a, b in schema.cross:
+        for f in (a, b):
+            if index.get(f) < 0:
+                raise ValueError(f"schema.cross: unknown field {f!r}; the data has fields {index.names[:50]}")
+        index.add(cross_name(a, b))
+    if freeze:
+        index.freeze()
+    return index
+
+
+def _check_given_fields(schema: FeatureSchema, lines: list[str], header: str | None) -> None:
+    """A given field list must fit the data: every listed field exists, and the first lines
+    hold no field it does not list (name those in schema.skip to leave them out)."""
+    known = FieldIndex(schema.fields, frozen=True)
+    if schema.format == "criteo":
+        missing = [f for f in schema.fields if f not in (*CRITEO_NUMERIC, *CRITEO_CATEGORICAL)]
+    elif header is not None:
+        columns = {c.strip() for c in header.rstrip("\r\n").split(schema.delimiter)}
+        missing = [f for f in schema.fields if f not in columns]
+    else:
+        missing = []
+    if missing:
+        raise ValueError(f"schema.fields: {missing} are not fields of the data")
+    if schema.format == "criteo" or (schema.format == "csv" and header is None):
+        return
+    parse = make_parser(replace(schema, cross=()), known, header)
+    for line in lines[1:] if header is not None else lines:
+        try:
+            parse(line)
+        except ParseError:
+            continue
+    if known.unknown:
+        raise ValueError(
+            f"schema.fields: the data has fields {sorted(known.unknown)[:20]} that the list does not name"
+            " (add them to schema.fields, or to schema.skip to leave them out)"
+        )

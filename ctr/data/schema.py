@@ -1,0 +1,153 @@
+"""Feature schema: the input format and how each field is treated."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Literal
+
+Format = Literal["criteo", "csv", "libsvm", "libffm", "kv"]
+FORMATS: tuple[str, ...] = ("criteo", "csv", "libsvm", "libffm", "kv")
+
+CRITEO_NUMERIC = tuple(f"I{i}" for i in range(1, 14))
+CRITEO_CATEGORICAL = tuple(f"C{i}" for i in range(1, 27))
+
+
+@dataclass(frozen=True)
+class FeatureSchema:
+    """How to turn one input line into (label, fields, tokens, values).
+
+    format: criteo TSV, csv with a header, libsvm, libffm, or kv (`label<TAB>field=value...`).
+    label: label column name (csv only); labels > 0 count as clicks.
+    numeric: fields whose values are numbers, bucketed as floor(ln(v)^2) for v > 2.
+    skip: fields to ignore (csv ids, timestamps of the attribution...).
+    libsvm_fields: "single" puts every libsvm feature in field "0"; "position" names the
+        field by the feature's position in the line (one-hot rows such as Frappe).
+    fields: the field list, when given; otherwise it is resolved from the data
+        (ctr.data.fields): fixed for criteo, the header for csv, discovered for the rest.
+    max_fields: the cap on discovered fields.
+    cross: pairs of fields hashed together into one feature of a field of their own.
+    """
+
+    format: Format = "kv"
+    label: str = "label"
+    numeric: tuple[str, ...] = ()
+    skip: tuple[str, ...] = ()
+    delimiter: str = ","
+    libsvm_fields: Literal["single", "position"] = "position"
+    fields: tuple[str, ...] = ()
+    max_fields: int = 256
+    cross: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.max_fields < 1:
+            raise ValueError(f"schema.max_fields: must be >= 1, got {self.max_fields}")
+        if self.fields and len(set(self.fields)) != len(self.fields):
+            raise ValueError("schema.fields: field names repeat")
+        for pair in self.cross:
+            if len(pair) != 2 or pair[0] == pair[1]:
+                raise ValueError(f"schema.cross: {list(pair)} is not a pair of two different fields")
+            if self.fields:
+                for f in pair:
+                    if f not in self.fields:
+                        raise ValueError(f"schema.cross: unknown field {f!r}; the schema's fields are {list(self.fields)}")
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "format": self.format,
+            "label": self.label,
+            "numeric": list(self.numeric),
+            "skip": list(self.skip),
+            "delimiter": self.delimiter,
+            "libsvm_fields": self.libsvm_fields,
+            "fields": list(self.fields),
+            "max_fields": self.max_fields,
+            "cross": [list(c) for c in self.cross],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, object]) -> FeatureSchema:
+        fmt = str(d.get("format", "kv"))
+        if fmt not in FORMATS:
+            raise ValueError(f"schema.format: unknown format {fmt!r}; expected one of {FORMATS}")
+        lf = str(d.get("libsvm_fields", "position"))
+        if lf not in ("single", "position"):
+            raise ValueError(f"schema.libsvm_fields: {lf!r} is not 'single' or 'position'")
+        known = {"format", "label", "numeric", "skip", "delimiter", "libsvm_fields", "fields", "max_fields", "cross"}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"schema: unknown settings {sorted(unknown)}; known: {sorted(known)}")
+        cross = d.get("cross") or ()
+        if not isinstance(cross, list | tuple) or not all(isinstance(c, list | tuple) for c in cross):
+            raise ValueError("schema.cross: expected a list of [field, field] pairs")
+        return cls(
+            format=fmt,  # type: ignore[arg-type]
+            label=str(d.get("label", "label")),
+            numeric=tuple(str(x) for x in d.get("numeric", ()) or ()),  # type: ignore[attr-defined]
+            skip=tuple(str(x) for x in d.get("skip", ()) or ()),  # type: ignore[attr-defined]
+            delimiter=str(d.get("delimiter", ",")),
+            libsvm_fields=lf,  # type: ignore[arg-type]
+            fields=tuple(str(x) for x in d.get("fields", ()) or ()),  # type: ignore[attr-defined]
+            max_fields=int(d.get("max_fields", 256)),  # type: ignore[call-overload]
+            cross=tuple((str(c[0]), str(c[1])) if len(c) == 2 else tuple(map(str, c)) for c in cross),  # type: ignore[misc]
+        )
+
+    def base_fields(self, header: str | None = None) -> tuple[str, ...]:
+        """The field list known before any data line: given, Criteo's, or a CSV header's."""
+        if self.fields:
+            return self.fields
+        if self.format == "criteo":
+            return (*CRITEO_NUMERIC, *CRITEO_CATEGORICAL)
+        if self.format == "csv" and header is not None:
+            names = [c.strip() for c in header.rstrip("\r\n").split(self.delimiter)]
+            return tuple(n for n in names if n != self.label and n not in self.skip)
+        if self.format == "libsvm" and self.libsvm_fields == "single":
+            return ("0",)
+        return ()
+
+
+PRESETS: dict[str, FeatureSchema] = {
+    "criteo": FeatureSchema(format="criteo", numeric=CRITEO_NUMERIC),
+    "criteo-csv": FeatureSchema(format="csv", label="label", numeric=CRITEO_NUMERIC),
+    "avazu": FeatureSchema(format="csv", label="click", skip=("id",)),
+    "talkingdata": FeatureSchema(format="csv", label="is_attributed", skip=("attributed_time", "click_time")),
+    "libsvm": FeatureSchema(format="libsvm"),
+    "libffm": FeatureSchema(format="libffm"),
+    "kv": FeatureSchema(format="kv"),
+}
+
+_CSV_LABELS = ("click", "label", "is_attributed", "clicked", "y")
+
+
+def detect_schema(first_line: str, label: str | None = None) -> FeatureSchema:
+    """Guesses the schema of a file from its first line (for `--data PATH` without --format);
+    `label` names a csv file's label column when it is none of the usual names."""
+    line = first_line.rstrip("\r\n")
+    if "\t" in line:
+        cols = line.split("\t")
+        if any("=" in c for c in cols[1:]):
+            return PRESETS["kv"]
+        if 37 <= len(cols) <= 40:
+            return PRESETS["criteo"]
+    if "," in line and ":" not in line:
+        header = [c.strip() for c in line.split(",")]
+        if label is not None and label not in header:
+            raise ValueError(f"csv header has no label column {label!r} (--label); its columns: {', '.join(header[:20])}")
+        for name in (label,) if label is not None else _CSV_LABELS:
+            if name in header:
+                base = PRESETS["criteo-csv"] if "I1" in header else PRESETS["avazu"]
+                skip = tuple(s for s in base.skip if s in header)
+                if name == "is_attributed":
+                    return PRESETS["talkingdata"]
+                return replace(base, label=name, skip=skip)
+        raise ValueError(
+            f"csv header has no label column (looked for {', '.join(_CSV_LABELS)}; name it with --label);"
+            f" its columns: {', '.join(header[:20])}"
+        )
+    tokens = line.split()
+    if len(tokens) >= 2:
+        colons = tokens[1].count(":")
+        if colons == 2:
+            return PRESETS["libffm"]
+        if colons == 1:
+            return PRESETS["libsvm"]
+    raise ValueError(f"cannot tell the format of line: {line[:80]!r}")

@@ -1,0 +1,104 @@
+"""`boundless eval`: scores a published version on a file of labelled samples, offline, as
+serving would score them (the version's files, loaded as serving loads them; no daemon).
+
+The lines are parsed under the version's own feature transform and field list (its
+manifest), so the figures are those of the model a client gets. Prints AUC, logloss and
+calibration (mean prediction over the file's CTR); --json prints them as one object."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from ctr.data.batch import build_batch
+from ctr.data.fields import FieldIndex
+from ctr.data.formats import ParsedSample, ParseError, make_parser, read_lines
+from ctr.data.quality import auc, logloss
+from ctr.data.schema import FeatureSchema, detect_schema
+from ctr.repository.versions import Repository
+from modelmgr.publish.evaluate import load_published, scores
+
+CHUNK = 8192  # lines parsed, hashed and scored at once
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--repo", required=True, help="model repository: a folder or s3://bucket/prefix")
+    parser.add_argument("--model-name", default="ctr", help="the model's name in the repository")
+    parser.add_argument("--version", type=int, default=0, help="the version to score (default: the one serving serves)")
+    parser.add_argument("--data", required=True, help="file of labelled samples ('-' reads standard input)")
+    parser.add_argument("--limit", type=int, default=0, help="score at most this many samples (0: all)")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    if "://" not in args.repo and not Path(args.repo).is_dir():
+        raise ValueError(f"--repo {args.repo}: no such folder")
+    repo = Repository(args.repo, args.model_name)
+    versions = repo.versions()
+    if not versions:
+        raise ValueError(f"--repo {args.repo}: model {args.model_name!r} has no published version")
+    version = args.version or repo.target() or versions[-1]
+    if version not in versions:
+        raise ValueError(f"--version {version}: not a version of {args.model_name!r} (versions {versions[0]}..{versions[-1]})")
+    broken = repo.broken(version)
+    if broken is not None:
+        raise ValueError(f"version {version} cannot be loaded: {broken}")
+    manifest = repo.manifest(version)
+    lines = read_lines(args.data)
+    if not lines:
+        raise ValueError(f"--data {args.data}: empty")
+    raw_schema = manifest.get("schema") or {}
+    schema = FeatureSchema.from_dict(raw_schema) if raw_schema else detect_schema(lines[0])
+    fields = FieldIndex(list(manifest["spec"].get("fields") or []), frozen=bool(manifest["spec"].get("fields")))
+    header = lines[0] if schema.format == "csv" else None
+    parse = make_parser(schema, fields, header)
+    body = lines[1:] if header else lines
+    first = 2 if header else 1
+    model = load_published(repo, version)
+    labels: list[np.ndarray] = []
+    predictions: list[np.ndarray] = []
+    bad = 0
+    body = body[: args.limit or None]
+    for lo in range(0, len(body), CHUNK):
+        samples: list[ParsedSample] = []
+        for i, line in enumerate(body[lo : lo + CHUNK]):
+            try:
+                samples.append(parse(line))
+            except ParseError as e:
+                bad += 1
+                if bad <= 5:
+                    print(f"{args.data}:{lo + i + first}: {e}", file=sys.stderr)
+        if samples:
+            batch = build_batch(samples, fields.ids())
+            labels.append(batch.labels)
+            predictions.append(scores(model, batch))
+    y = np.concatenate(labels) if labels else np.zeros(0)
+    p = np.concatenate(predictions) if predictions else np.zeros(0)
+    if not len(y):
+        raise ValueError(f"--data {args.data}: no sample could be parsed ({bad} bad lines)")
+    ctr = float(y.mean())
+    doc = {
+        "model": args.model_name,
+        "version": version,
+        "samples": len(y),
+        "bad_lines": bad,
+        "dropped_features": fields.dropped,
+        "auc": auc(y, p),
+        "logloss": logloss(y, p),
+        "calibration": float(p.mean()) / ctr if ctr > 0 else float("inf"),
+        "ctr": ctr,
+        "mean_prediction": float(p.mean()),
+    }
+    if args.json:
+        print(json.dumps(doc))
+    else:
+        print(
+            f"{args.model_name} version {version} on {len(y)} samples of {args.data}: AUC {doc['auc']:.6f}"
+            f"  logloss {doc['logloss']:.6f}  calibration {doc['calibration']:.3f} (mean prediction {doc['mean_prediction']:.4f},"
+            f" CTR {ctr:.4f})" + (f"; {bad} bad lines skipped" if bad else "")
+        )
+    return 0

@@ -1,0 +1,163 @@
+"""The PS contract, stated once; the client, the transports and the shards all build on it.
+
+Keys are uint64 feature hashes. Every call that takes keys takes them sorted and unique
+(`np.unique` order); rows come back in the order of the keys. A call blocks until every
+shard it names has answered. `PSClient` and both transports are safe to call from several
+threads at once (the trainer's pipeline pulls batch i+1 while batch i pushes); a pull
+session (what a pull leaves for the matching push) belongs to one thread.
+
+A push carries GRADIENT rows (the shard steps the table's optimizer once per row), DELTA
+rows (the shard adds an optimizer-state change) or, for dense Adam, MOMENTUM (a step with the
+worker's momentum over the frozen variance). A push that cannot be applied changes nothing.
+
+Errors a caller handles: SessionLost (resend the keys), ShardRestarted (every shard goes back
+to a common checkpoint cut), StoppedWhileUnreachable (stop; the next start takes up from the
+last cut), ModelMismatch (the shards hold another model)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy.typing as npt
+
+Rows = npt.NDArray[Any]  # float32 weights or gradients, float64 optimizer state or deltas
+
+GRADIENT = "gradient"
+DELTA = "delta"
+MOMENTUM = "momentum"  # dense Adam: a step with the worker's momentum over the frozen variance
+
+
+@dataclass(frozen=True)
+class Lifecycle:
+    """What a shard does with the rows of its sparse tables: admission and eviction (ps.server.lifecycle)."""
+
+
+    admit_after: int = 1  # 1: every key gets a row at once
+    bloom_counters: int = 1 << 24  # counters (bytes) of each table's counting Bloom filter
+    ttl_s: float = 0.0  # 0: no time to live
+    ttl_updates: int = 0
+    max_rows: int = 0  # 0: no cap
+    sweep_every_s: float = 1.0  # time-to-live sweeps run this often per table (update TTLs: every quarter of it)
+
+    @property
+    def evicts(self) -> bool:
+        return self.ttl_s > 0 or self.ttl_updates > 0 or self.max_rows > 0
+
+
+@dataclass(frozen=True)
+class ExportedFile:
+    name: str
+    table: str
+    role: str
+    size: int
+    sha256: str
+    rows: int
+    columns: str = ""  # "table:dim,..." of a combined sparse file, in row order
+    shard: int | None = None  # the shard that wrote it (readers order shard files by this)
+
+
+@dataclass(frozen=True)
+class TableStats:
+    name: str
+    kind: str
+    rows: int
+    capacity: int
+    dim: int
+    memory_bytes: int
+    digest: int = 0  # ps.server.digest of the table's rows on this shard
+    samples: int = 0  # samples whose pushes this shard applied to the table
+    not_admitted: int = 0  # pushed rows dropped: their keys were not seen often enough yet
+    evicted: int = 0  # rows evicted (TTL, row cap)
+
+
+class SessionLost(RuntimeError):
+    """The shard forgot a pull session; the caller resends the keys."""
+
+
+class ShardRestarted(RuntimeError):
+    """A shard answered with a new incarnation: it restarted from its committed cut, so every
+    shard must go back to a common cut (trainer/run/recovery.py)."""
+
+    def __init__(self, shard: int, why: str = "") -> None:
+        super().__init__(
+            why or f"PS shard {shard} restarted (a new incarnation): it lost what was pushed since its committed cut"
+        )
+        self.shard = shard
+
+
+class StoppedWhileUnreachable(RuntimeError):
+    """The caller was asked to stop (SIGTERM) while a shard could not be reached: its calls
+    stop retrying, and the next start takes up from the last checkpoint cut."""
+
+
+@dataclass(frozen=True)
+class ShardStatus:
+    index: int
+    count: int
+    update_seq: int
+    checkpoint_seq: int
+    checkpoint_offsets: bytes
+    tables: list[TableStats]
+    incarnation: int = 0
+    generation: int = 0
+    committed_cut: int = 0
+    cuts: tuple[int, ...] = ()
+    drops_rows: bool = False  # admission or eviction is on: a push may not land on every row it names
+    export_root: str = ""  # where the shard writes exports ("": none)
+
+
+# Which model a PS holds: its name, type and (for models whose tables are sized by the
+# field list: ffm, wdl, deepfm) a digest of its fields. A shard records the identity of the
+# first trainer that restores it, keeps it in its store, and refuses a trainer that declares
+# another model; `boundless train --replace-model` starts over explicitly.
+
+
+class ModelMismatch(ValueError):
+    """A trainer declared a model other than the one this shard holds."""
+
+
+@dataclass(frozen=True)
+class ModelIdentity:
+    name: str
+    type: str
+    fields_sha256: str = ""  # "" where the field list does not size the tables, or is not known yet
+    fields: int = 0
+
+    @classmethod
+    def of(cls, name: str, type_: str, fields: tuple[str, ...] = (), sized_by_fields: bool = False) -> ModelIdentity:
+        if not sized_by_fields or not fields:
+            return cls(name, type_)
+        digest = hashlib.sha256("\n".join(fields).encode()).hexdigest()
+        return cls(name, type_, digest, len(fields))
+
+    def describe(self) -> str:
+        shape = f", {self.fields} fields {self.fields_sha256[:12]}" if self.fields_sha256 else ""
+        return f"{self.name!r} ({self.type}{shape})"
+
+    def conflict(self, other: ModelIdentity) -> bool:
+        """Another model: another name or type, or another field list where both know it."""
+        if (self.name, self.type) != (other.name, other.type):
+            return True
+        return bool(self.fields_sha256 and other.fields_sha256 and self.fields_sha256 != other.fields_sha256)
+
+    def merged(self, other: ModelIdentity) -> ModelIdentity:
+        """This identity, with other's field digest where this one has none yet."""
+        return self if self.fields_sha256 or not other.fields_sha256 else other
+
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self)).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> ModelIdentity:
+        d: dict[str, Any] = json.loads(raw)
+        return cls(str(d["name"]), str(d["type"]), str(d.get("fields_sha256", "")), int(d.get("fields", 0)))
+
+
+def mismatch(held: ModelIdentity, declared: ModelIdentity, shard: int) -> ModelMismatch:
+    return ModelMismatch(
+        f"PS shard {shard} holds model {held.describe()}; this trainer declares {declared.describe()}."
+        " Give the new model PS shards of its own, or start the trainer with --replace-model to drop the model they hold"
+    )

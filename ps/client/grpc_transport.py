@@ -1,0 +1,276 @@
+"""The gRPC transport of the PS client: shard processes reached over the network."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+import numpy as np
+import numpy.typing as npt
+
+from ctr.model.spec import TableSpec
+from ctr.runtime.daemon import PS_MAX_MESSAGE_BYTES
+from ctr.runtime.security import open_channel
+from protos import ps_pb2, ps_pb2_grpc
+from ps.api import (
+    ExportedFile,
+    ModelIdentity,
+    ModelMismatch,
+    Rows,
+    SessionLost,
+    ShardRestarted,
+    ShardStatus,
+    StoppedWhileUnreachable,
+    TableStats,
+)
+from ps.compression.payload import decode_payload
+from ps.transport import ByteCounter
+from ps.wire import KEYS_DELTA_VARINT, decode_rows, encode_keys, table_decl
+
+log = logging.getLogger("ps.client")
+_PUSH_KINDS = {"gradient": ps_pb2.PUSH_GRADIENT, "delta": ps_pb2.PUSH_STATE_DELTA, "momentum": ps_pb2.PUSH_MOMENTUM}
+
+
+# a shard that cannot be reached (down, restarting), or that cancelled the call as it
+# stopped (SIGTERM): the call is retried, after checking which process answers
+RETRIED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
+# a shard that did not answer in time (hung, swapping, a full stop of the world) is retried
+# like one that cannot be reached, for calls that change nothing when sent twice; a push or
+# a prepare may have landed, so its timeout takes every shard back to the last cut instead
+IDEMPOTENT = frozenset({"Pull", "PullDense", "Stats", "DeclareTables", "Commit", "Restore"})
+STILL_DOWN_LOG_S = 10.0  # how often a shard that does not answer is logged while retried
+# what gRPC answers past a server's --max-concurrent, before any handler ran: the call is
+# backed off and sent again (never applied twice), for up to the call's own timeout
+BUSY_DETAILS = "Concurrent RPC limit exceeded"
+
+
+def identity_message(model: ModelIdentity | None) -> ps_pb2.ModelIdentity | None:
+    if model is None:
+        return None
+    return ps_pb2.ModelIdentity(name=model.name, type=model.type, fields_sha256=model.fields_sha256, fields=model.fields)
+
+
+def _busy(e: grpc.RpcError) -> bool:
+    return e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and BUSY_DETAILS in (e.details() or "")  # type: ignore[attr-defined]
+
+
+class GrpcTransport(ByteCounter):
+    """One channel per shard address; protobuf stays inside this class. A call to a shard
+    that cannot be reached (UNAVAILABLE: down, or restarting; CANCELLED: it was stopping) is
+    retried with backoff for up to `retry_s`, each retry after the first checking the
+    incarnation of the process that answers (ShardRestarted when it changed). Once `stopping()`
+    is true, a failed call is not retried: StoppedWhileUnreachable, so that SIGTERM stops a
+    trainer whose shards are down at once instead of after `retry_s`."""
+
+    remote = True
+
+    def __init__(
+        self,
+        addresses: list[str],
+        key_encoding: int = KEYS_DELTA_VARINT,
+        timeout: float = 60.0,
+        retry_s: float = 0.0,
+        stopping: Callable[[], bool] = lambda: False,
+    ) -> None:
+        super().__init__()
+        opts = [
+            ("grpc.max_receive_message_length", PS_MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", PS_MAX_MESSAGE_BYTES),
+        ]
+        self.channels = [open_channel(a, opts) for a in addresses]
+        self.stubs = [ps_pb2_grpc.ParameterServerStub(c) for c in self.channels]
+        self.key_encoding = key_encoding
+        self.timeout = timeout
+        self.retry_s = retry_s
+        self.stopping = stopping
+        self.addresses = addresses
+
+    def _rpc(self, shard: int, method: str, req: Any, timeout: float | None = None) -> Any:
+        started = time.monotonic()
+        deadline = started + self.retry_s
+        busy_until = time.monotonic() + (timeout or self.timeout)
+        delay = 0.05
+        busy_delay = 0.01
+        said = 0.0
+        while True:
+            try:
+                if delay > 0.05 and method != "Stats":  # back after an outage: the same process?
+                    self.saw(shard, self.stubs[shard].Stats(ps_pb2.StatsRequest(), timeout=self.timeout).incarnation)
+                return getattr(self.stubs[shard], method)(req, timeout=timeout or self.timeout)
+            except grpc.RpcError as e:
+                late = e.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+                if late and method not in IDEMPOTENT:
+                    raise ShardRestarted(
+                        shard,
+                        f"PS shard {shard} at {self.addresses[shard]} did not answer {method} within"
+                        f" {timeout or self.timeout:.0f} s: it may have applied it, so every shard goes back to the last cut",
+                    ) from e
+                if (_busy(e) or e.code() in RETRIED or late) and self.stopping():
+                    raise StoppedWhileUnreachable(
+                        f"asked to stop while PS shard {shard} at {self.addresses[shard]} answered {e.code().name}"
+                    ) from e
+                if _busy(e) and time.monotonic() + busy_delay < busy_until:
+                    if busy_delay == 0.01:
+                        log.warning("PS shard %d at %s is at its call limit; backing off", shard, self.addresses[shard])
+                    time.sleep(busy_delay)
+                    busy_delay = min(0.2, busy_delay * 2)
+                    continue
+                if e.code() not in RETRIED and not late:
+                    self._saw_in(shard, e)  # a refusal from a process that restarted says so
+                    raise
+                now = time.monotonic()
+                if now + delay > deadline:
+                    raise
+                if now - said >= STILL_DOWN_LOG_S:  # said at once, then every few seconds while it lasts
+                    said = now
+                    log.warning(
+                        "PS shard %d at %s %s; retrying %s for up to %.0f s more (%s)",
+                        shard,
+                        self.addresses[shard],
+                        "did not answer in time" if late else "is unreachable",
+                        method,
+                        deadline - now,
+                        e.code().name,
+                    )
+                time.sleep(delay)
+                delay = min(0.5, delay * 2)
+
+    def _saw_in(self, shard: int, e: grpc.RpcError) -> None:
+        for key, value in e.trailing_metadata() or ():  # type: ignore[attr-defined]
+            if key == "incarnation" and value.isdigit():
+                self.saw(shard, int(value))
+
+    def _refusing_other_models(self, shard: int, method: str, req: Any, timeout: float | None = None) -> Any:
+        """A restore or a declaration; a shard holding another model refuses it with
+        FAILED_PRECONDITION, raised here as ModelMismatch with the shard's message."""
+        try:
+            return self._rpc(shard, method, req, timeout)
+        except grpc.RpcError as e:
+            if e.code() == grpc.StatusCode.FAILED_PRECONDITION:
+                raise ModelMismatch(f"{self.addresses[shard]}: {e.details()}") from None
+            raise
+
+    def declare(self, shard: int, specs: list[TableSpec]) -> list[bool]:
+        req = ps_pb2.DeclareTablesRequest(
+            tables=[table_decl(s) for s in specs], model=identity_message(self.model), replace_model=self.replace_model
+        )
+        return list(self._refusing_other_models(shard, "DeclareTables", req).created)
+
+    def pull(
+        self, shard: int, table: str, keys: npt.NDArray[np.uint64], open_session: bool, state: bool, codec: str = ""
+    ) -> tuple[int, Rows]:
+        req = ps_pb2.PullRequest(
+            table=table,
+            keys=encode_keys(keys, self.key_encoding),
+            key_count=keys.shape[0],
+            key_encoding=self.key_encoding,  # type: ignore[arg-type]
+            open_session=open_session,  # type: ignore[arg-type]
+            state=state,
+            reply_codec=codec,
+        )
+        resp = self._rpc(shard, "Pull", req)
+        self.saw(shard, resp.incarnation)
+        self.count(pull=req.ByteSize() + resp.ByteSize())
+        if codec:
+            return resp.session_id, decode_payload(resp.rows, keys.shape[0], resp.dim)[1]
+        return resp.session_id, decode_rows(resp.rows, keys.shape[0], resp.dim, np.float64 if resp.state else np.float32)
+
+    def push(
+        self,
+        shard: int,
+        table: str,
+        keys: npt.NDArray[np.uint64],
+        sessions: tuple[int, ...],
+        payload: bytes,
+        kind: str,
+        samples: int = 0,
+    ) -> None:
+        req = ps_pb2.PushRequest(
+            table=table,
+            key_count=keys.shape[0],
+            payload=payload,
+            kind=_PUSH_KINDS[kind],
+            samples=samples,
+            generation=self.generation,
+        )
+        if len(sessions) == 1:
+            req.session_id = sessions[0]
+        elif sessions:
+            req.sessions.ids.extend(sessions)
+        else:
+            req.keys = encode_keys(keys, self.key_encoding)
+            req.key_encoding = self.key_encoding  # type: ignore[assignment]
+        self.count(push=req.ByteSize())
+        try:
+            self.saw(shard, self._rpc(shard, "Push", req).incarnation)
+        except grpc.RpcError as e:
+            if e.code() == grpc.StatusCode.FAILED_PRECONDITION and sessions:
+                raise SessionLost(str(e.details())) from None
+            raise
+
+    def pull_dense(self, shard: int, table: str, state: bool) -> tuple[int, Rows]:
+        req = ps_pb2.DensePullRequest(table=table, state=state)
+        resp = self._rpc(shard, "PullDense", req)
+        self.saw(shard, resp.incarnation)
+        self.count(pull=req.ByteSize() + resp.ByteSize())
+        if state:
+            return resp.offset, np.frombuffer(resp.values, dtype="<f8").reshape(-1, max(1, resp.width)).copy()
+        return resp.offset, np.frombuffer(resp.values, dtype="<f4").copy()
+
+    def push_dense(self, shard: int, table: str, payload: bytes, kind: str, steps: int = 1, samples: int = 0) -> None:
+        req = ps_pb2.DensePushRequest(
+            table=table,
+            payload=payload,
+            kind=_PUSH_KINDS[kind],
+            steps=steps if steps > 1 else 0,
+            samples=samples,
+            generation=self.generation,
+        )
+        self.count(push=req.ByteSize())
+        self.saw(shard, self._rpc(shard, "PushDense", req).incarnation)
+
+    def export(self, shard: int, full: bool, name: str) -> tuple[list[ExportedFile], int]:
+        kind = ps_pb2.EXPORT_FULL if full else ps_pb2.EXPORT_DELTA
+        resp = self._rpc(shard, "Export", ps_pb2.ExportRequest(kind=kind, directory=name), timeout=600)
+        files = [ExportedFile(f.name, f.table, f.role, f.size, f.sha256, f.rows, f.columns) for f in resp.files]
+        return files, resp.export_seq
+
+    def prepare(self, shard: int, cut: int, offsets: bytes) -> int:
+        return int(self._rpc(shard, "Prepare", ps_pb2.PrepareRequest(cut=cut, stream_offsets=offsets)).rows)
+
+    def commit(self, shard: int, cut: int) -> int:
+        return int(self._rpc(shard, "Commit", ps_pb2.CommitRequest(cut=cut), timeout=600).rows_written)
+
+    def restore(self, shard: int, cut: int, generation: int) -> int:
+        req = ps_pb2.RestoreRequest(
+            cut=cut, generation=generation, model=identity_message(self.model), replace_model=self.replace_model
+        )
+        return int(self._refusing_other_models(shard, "Restore", req, timeout=600).incarnation)
+
+    def status(self, shard: int) -> ShardStatus:
+        r = self._rpc(shard, "Stats", ps_pb2.StatsRequest())
+        tables = [
+            TableStats(t.name, t.kind, t.rows, t.capacity, t.dim, t.memory_bytes, t.digest, t.samples, t.not_admitted, t.evicted)
+            for t in r.tables
+        ]
+        return ShardStatus(
+            r.shard_index,
+            r.shard_count,
+            r.update_seq,
+            r.checkpoint_seq,
+            r.checkpoint_offsets,
+            tables,
+            r.incarnation,
+            r.generation,
+            r.committed_cut,
+            tuple(r.cuts),
+            r.drops_rows,
+            r.export_root,
+        )
+
+    def close(self) -> None:
+        for c in self.channels:
+            c.close()

@@ -1,0 +1,487 @@
+"""PS client library: splits a batch's keys by shard and talks to all shards in parallel
+through one transport. Every method blocks until all shards have answered. Calls may run
+from several threads at once (the trainer's pipeline pulls and pushes concurrently): the
+split is pure, the shard calls go through a thread pool, and the transports are thread-safe.
+
+    pull(table, keys)                 -> weights [n, dim]
+    pull(table, keys, state=True)     -> optimizer state [n, width] (float64)
+    push(table, keys, grads)          -> the shard steps its optimizer once per row
+    push(table, keys, deltas, kind="delta") -> the shard adds the state change
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from ctr.model.spec import TableSpec
+from ctr.routing import dense_range, shard_of
+from ps.api import (
+    DELTA,
+    GRADIENT,
+    MOMENTUM,
+    ExportedFile,
+    ModelIdentity,
+    ModelMismatch,
+    Rows,
+    SessionLost,
+    ShardRestarted,
+    ShardStatus,
+    StoppedWhileUnreachable,
+)
+from ps.client.local_aggregate import AggregationPlan, LocalAggregator
+from ps.compression.compressor import CodecSpec, Compressor, parse_codec
+from ps.compression.payload import VALUE_CODECS, Compressed, encode_rows, value_codec
+from ps.transport import ShardTransport
+
+if TYPE_CHECKING:
+    from ps.server.lifecycle import Lifecycle
+    from ps.server.local_server import LocalServers
+
+__all__ = [
+    "DELTA",
+    "GRADIENT",
+    "MOMENTUM",
+    "VALUE_CODECS",
+    "AggregationPlan",
+    "ExportedFile",
+    "ModelIdentity",
+    "ModelMismatch",
+    "PSClient",
+    "PullSession",
+    "ShardRestarted",
+    "ShardStatus",
+    "StoppedWhileUnreachable",
+    "parse_codec",
+]
+
+T = TypeVar("T")
+DEFAULT_RESIDUAL_ROWS = 1 << 20
+
+
+@dataclass(frozen=True)
+class PullSession:
+    """What a pull leaves for the matching push: the split and each shard's session id."""
+
+    keys: npt.NDArray[np.uint64]
+    order: npt.NDArray[np.int64]
+    bounds: npt.NDArray[np.int64]
+    session_ids: tuple[int, ...]
+
+
+class PSClient:
+    """push_codec: the compressor spec of sparse pushes (ps.compression.compressor), or
+    "auto": fp64 for state deltas (accumulators need every digit), fp32 for gradients.
+    residual_rows caps each table's error-feedback memory. pull_codec: the value codec
+    sparse pull replies travel in ("auto": raw fp32 weights, fp64 state)."""
+
+    def __init__(
+        self,
+        transport: ShardTransport,
+        shard_count: int,
+        push_codec: str = "auto",
+        residual_rows: int = DEFAULT_RESIDUAL_ROWS,
+        seed: int = 0,
+        pull_codec: str = "auto",
+    ) -> None:
+        self.transport = transport
+        self.n = shard_count
+        self.push_codec = None if push_codec == "auto" else parse_codec(push_codec)
+        self.pull_codec = "" if pull_codec == "auto" else value_codec(pull_codec).name
+        self.residual_rows = residual_rows
+        self.seed = seed
+        self._rng = np.random.default_rng(seed)
+        self.dense_push_bytes = 0  # of push_bytes, what push_dense sent
+        self.compressors: dict[str, Compressor] = {}
+        self._kinds: dict[str, str] = {}  # what each table's pushes carry
+        self.drain_bytes = 0  # push bytes of flush_residuals, counted in push_bytes too
+        self._dense_residual: dict[str, npt.NDArray[np.float64]] = {}  # error feedback of 1-bit dense pushes
+        self.rows_may_drop = False  # a shard admits or evicts rows (known from the last status())
+        self.pool = ThreadPoolExecutor(max_workers=max(1, shard_count))
+        self._dense_len: dict[str, int] = {}
+        self.aggregator: LocalAggregator | None = None  # --local-aggregate
+
+    @classmethod
+    def connect(
+        cls,
+        addresses: list[str],
+        push_codec: str = "auto",
+        residual_rows: int = DEFAULT_RESIDUAL_ROWS,
+        seed: int = 0,
+        pull_codec: str = "auto",
+        retry_s: float = 0.0,
+        stopping: Callable[[], bool] = lambda: False,
+        call_timeout_s: float = 60.0,
+    ) -> PSClient:
+        """Shard processes over gRPC; a call to an unreachable shard retries for retry_s, or
+        until stopping() (then StoppedWhileUnreachable); a call unanswered after
+        call_timeout_s is retried too when sending it twice changes nothing, and otherwise
+        raises ShardRestarted (every shard goes back to the last cut)."""
+        from ps.client.grpc_transport import GrpcTransport  # gRPC loads only for shard processes
+
+        transport = GrpcTransport(addresses, timeout=call_timeout_s, retry_s=retry_s, stopping=stopping)
+        return cls(transport, len(addresses), push_codec, residual_rows, seed, pull_codec)
+
+    @classmethod
+    def local(
+        cls,
+        shard_count: int = 1,
+        push_codec: str = "auto",
+        residual_rows: int = DEFAULT_RESIDUAL_ROWS,
+        seed: int = 0,
+        pull_codec: str = "auto",
+        data_dir: Path | None = None,
+        lifecycle: Lifecycle | None = None,
+        export_root: Path | None = None,
+    ) -> PSClient:
+        """In-process shards behind the same API (`--ps local`), each with a RocksDB store
+        under data_dir/ps{i} when given (checkpoint cuts, as shard processes keep them) and
+        the row lifecycle given."""
+        # the server side loads only for in-process shards: a client of shard processes needs none of it
+        from ps.server.local_transport import LocalTransport
+        from ps.server.shard import Shard
+        from ps.server.store import ShardStore
+
+        stores = [ShardStore(data_dir / f"ps{i}") if data_dir else None for i in range(shard_count)]
+        shards = [Shard(i, shard_count, stores[i], lifecycle=lifecycle, export_root=export_root) for i in range(shard_count)]
+        return cls(LocalTransport(shards), shard_count, push_codec, residual_rows, seed, pull_codec)
+
+    def serve_local(self) -> LocalServers:
+        """Serves in-process shards over gRPC on 127.0.0.1 (free ports), so worker processes
+        can share them (`--ps local --workers W`)."""
+        if self.remote:
+            raise RuntimeError("only in-process shards can be served")
+        from ps.server.local_server import serve_shards  # gRPC servicer code loads only when asked for
+        from ps.server.local_transport import LocalTransport
+
+        assert isinstance(self.transport, LocalTransport)
+
+        return serve_shards(self.transport.shards)
+
+    @property
+    def remote(self) -> bool:
+        """Whether calls cross a network (gRPC), so overlapping them with work pays."""
+        return self.transport.remote
+
+    @property
+    def pull_bytes(self) -> int:
+        return self.transport.pull_bytes
+
+    @property
+    def push_bytes(self) -> int:
+        return self.transport.push_bytes
+
+    def declare(self, specs: list[TableSpec]) -> dict[str, bool]:
+        """Declares the tables on every shard; per table, True when it starts empty everywhere."""
+        self.know(specs)
+        answers = self._each(lambda s: self.transport.declare(s, specs))
+        out = {}
+        for i, spec in enumerate(specs):
+            flags = {a[i] for a in answers}
+            if len(flags) != 1:
+                raise RuntimeError(f"table {spec.name}: some shards restored it and others start empty; restore them all")
+            out[spec.name] = flags.pop()
+        return out
+
+    def know(self, specs: list[TableSpec]) -> None:
+        """Remembers the dense tables' lengths (a worker that did not declare them learns
+        them here), so dense calls skip the shards that hold none of a vector."""
+        for spec in specs:
+            if spec.kind == "dense":
+                self._dense_len[spec.name] = spec.dim
+
+    def _dense_shards(self, table: str) -> list[int]:
+        length = self._dense_len.get(table)
+        return list(range(self.n)) if length is None else _holding(length, self.n)
+
+    def close(self) -> None:
+        self.pool.shutdown()
+        self.transport.close()
+
+    def _each(self, fn: Callable[[int], T], shards: list[int] | None = None) -> list[T]:
+        targets = list(range(self.n)) if shards is None else shards
+        if len(targets) == 1:
+            return [fn(targets[0])]
+        return list(self.pool.map(fn, targets))
+
+    def _split(self, keys: npt.NDArray[np.uint64]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        owner = shard_of(keys, self.n)
+        order = np.argsort(owner, kind="stable")  # stable keeps each shard's keys sorted
+        bounds = np.searchsorted(owner[order], np.arange(self.n + 1))
+        return order, bounds
+
+    def pull(
+        self, table: str, keys: npt.NDArray[np.uint64], session: bool = True, state: bool = False
+    ) -> tuple[Rows, PullSession]:
+        """Rows for sorted unique keys, and the session a following push may name."""
+        order, bounds = self._split(keys)
+
+        def one(s: int) -> tuple[int, Rows]:
+            part = keys[order[bounds[s] : bounds[s + 1]]]
+            if part.shape[0] == 0:
+                return 0, np.zeros((0, 0), dtype=np.float32)
+            return self.transport.pull(s, table, part, session, state, self.pull_codec)
+
+        results = self._each(one)
+        dim = max((r.shape[1] for _, r in results if r.shape[0]), default=1)
+        rows = np.zeros((keys.shape[0], dim), dtype=np.float64 if state else np.float32)
+        for s, (_, r) in enumerate(results):
+            if r.shape[0]:
+                rows[order[bounds[s] : bounds[s + 1]]] = r
+        return rows, PullSession(keys, order, bounds, tuple(sid for sid, _ in results))
+
+    def push(
+        self,
+        table: str,
+        keys: npt.NDArray[np.uint64],
+        grads: Rows,
+        session: PullSession | None = None,
+        kind: str = GRADIENT,
+        samples: int = 0,
+    ) -> None:
+        """Pushes per-key gradients (or state deltas with kind="delta") of `samples` samples
+        (the shards count them per table) through the table's
+        compressor; names the pull session when keys are the pulled ones, so they are not
+        sent again. Residuals the compressor evicts are pushed exactly. Under local
+        aggregation the push goes to the host's leader, and returns once the shards hold it."""
+        if keys.shape[0] == 0:
+            return
+        g = np.asarray(grads, dtype=np.float64).reshape(keys.shape[0], -1)
+        named = session is not None and session.keys is keys
+        if self.aggregator is not None:
+            sids = session.session_ids if session is not None and named else (0,) * self.n
+            self.aggregator.push(table, keys, g, sids, kind, samples)
+            return
+        if session is not None and named:
+            order, bounds = session.order, session.bounds
+            targets: list[tuple[int, ...]] = [(sid,) if sid else () for sid in session.session_ids]
+        else:
+            order, bounds = self._split(keys)
+            targets = [()] * self.n
+        self._send(table, keys, g, order, bounds, targets, kind, samples)
+
+    def push_merged(
+        self,
+        table: str,
+        keys: npt.NDArray[np.uint64],
+        rows: npt.NDArray[np.float64],
+        targets: list[tuple[int, ...]],
+        kind: str,
+        samples: int = 0,
+    ) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.float64] | None]:
+        """The leader's push of a host's summed pushes (ps.client.local_aggregate): sorted unique
+        keys; targets[s], the pull sessions whose keys' union is shard s's part (): the keys
+        travel). Returns the keys whose residual was evicted and sent exactly, and the pushed
+        keys' residuals (None: no error feedback), for the other workers' views."""
+        order, bounds = self._split(keys)
+        gone = self._send(table, keys, rows, order, bounds, targets, kind, samples)
+        return gone, self.unsent(table, keys, rows.shape[1])
+
+    def _send(
+        self,
+        table: str,
+        keys: npt.NDArray[np.uint64],
+        g: npt.NDArray[np.float64],
+        order: npt.NDArray[np.int64],
+        bounds: npt.NDArray[np.int64],
+        targets: list[tuple[int, ...]],
+        kind: str,
+        samples: int = 0,
+    ) -> npt.NDArray[np.uint64]:
+        """Compresses and sends; returns the sorted keys whose residual was evicted (and
+        sent exactly)."""
+        comp = self._compressor(table, kind)
+        parts, flush_keys, flush_rows = [], [], []
+        for s in range(self.n):  # compressed in turn (one residual store), then sent in parallel
+            idx = order[bounds[s] : bounds[s + 1]]
+            if idx.shape[0]:
+                packed, gone_keys, gone_rows = comp.compress(keys[idx], g[idx])
+                parts.append((s, keys[idx], packed))
+                flush_keys.append(gone_keys)
+                flush_rows.append(gone_rows)
+
+        def one(part: tuple[int, npt.NDArray[np.uint64], Compressed]) -> None:
+            s, part_keys, packed = part
+            try:
+                payload = packed.payload(with_subset=bool(targets[s]))
+                self.transport.push(s, table, part_keys, targets[s], payload, kind, samples)
+                return
+            except SessionLost:
+                pass
+            sent = part_keys if packed.sent is None else part_keys[packed.sent]
+            self.transport.push(s, table, sent, (), packed.payload(with_subset=False), kind, samples)
+
+        self._each(lambda i: one(parts[i]), list(range(len(parts))))
+        gone = np.concatenate(flush_keys) if flush_keys else np.zeros(0, np.uint64)
+        order = np.argsort(gone)
+        gone = gone[order]
+        if gone.shape[0]:
+            self._push_exact(table, gone, np.concatenate(flush_rows)[order], kind)
+        return gone
+
+    def aggregate_locally(self, plan: AggregationPlan, index: int) -> None:
+        """Sends this worker's sparse pushes through the host's local aggregation
+        (`--local-aggregate`); worker 0 leads, pushing the sums with this client."""
+        self.aggregator = LocalAggregator(plan, index, self.push_merged, self.residual_rows)
+
+    def flush_local_aggregation(self) -> None:
+        """With every worker of the host paused: the leader sends its residuals exactly and
+        the others forget their mirror of them, so the shards hold every update (a cut)."""
+        if self.aggregator is None:
+            return
+        if self.aggregator.leader:
+            self.flush_residuals()
+        else:
+            self.aggregator.forget_residuals()
+
+    def leave_local_aggregation(self, waiting: Callable[[], None] | None = None) -> None:
+        """After a worker's last push: joins the remaining rounds until every worker is done
+        (the leader sends the others' pushes meanwhile), calling `waiting` now and then.
+        Nothing without local aggregation."""
+        if self.aggregator is not None:
+            self.aggregator.leave(waiting)
+
+    def _compressor(self, table: str, kind: str) -> Compressor:
+        if table not in self.compressors:
+            spec = self.push_codec or CodecSpec("fp64" if kind == DELTA else "fp32")
+            self.compressors[table] = Compressor(spec, self.residual_rows, seed=self.seed * 1000 + len(self.compressors))
+            self._kinds[table] = kind
+        return self.compressors[table]
+
+    def _push_exact(self, table: str, keys: npt.NDArray[np.uint64], rows: npt.NDArray[np.float64], kind: str) -> None:
+        """Sends residuals leaving the error-feedback memory, in fp64, keys included."""
+        order, bounds = self._split(keys)
+        for s in range(self.n):
+            idx = order[bounds[s] : bounds[s + 1]]
+            if idx.shape[0]:
+                self.transport.push(s, table, keys[idx], (), encode_rows(rows[idx], "fp64", self._rng), kind)
+
+    def unsent(self, table: str, keys: npt.NDArray[np.uint64], cols: int) -> npt.NDArray[np.float64] | None:
+        """What this client's compressor has not yet sent of these keys' rows, or None when
+        the table keeps no error feedback (nothing is ever held back): with state deltas,
+        pulled state plus this is the worker's own view."""
+        if self.aggregator is not None and not self.aggregator.leader:
+            return self.aggregator.unsent(table, keys, cols)  # the leader's residuals, mirrored
+        comp = self.compressors.get(table)
+        return None if comp is None or comp.residuals is None else comp.unsent(keys, cols)
+
+    def flush_residuals(self) -> None:
+        """Sends every table's error-feedback residual exactly: the shards then hold exactly
+        what uncompressed pushes would have left (at the end of a run, before a checkpoint)."""
+        before = self.push_bytes
+        for table, comp in self.compressors.items():
+            keys, rows = comp.drain()
+            if keys.shape[0]:
+                self._push_exact(table, keys, rows, self._kinds[table])
+        self.drain_bytes += self.push_bytes - before
+
+    def compression_stats(self) -> dict[str, float]:
+        """Error-feedback memory summed over tables (ps.compression.compressor.stats)."""
+        out = {"residual_drain_bytes": float(self.drain_bytes), "dense_push_bytes": float(self.dense_push_bytes)}
+        if self.aggregator is not None:
+            out.update(self.aggregator.stats())
+        for comp in self.compressors.values():
+            for k, v in comp.stats().items():
+                out[k] = out.get(k, 0.0) + v
+        return out
+
+    def pull_dense(self, table: str, state: bool = False) -> Rows:
+        """The whole vector's weights [n], or its optimizer state [n, width]."""
+        parts = self._each(lambda s: self.transport.pull_dense(s, table, state), self._dense_shards(table))
+        return np.concatenate([v for _, v in sorted(parts, key=lambda p: p[0]) if v.shape[0]])
+
+    def push_dense(
+        self, table: str, values: Rows, kind: str = GRADIENT, onebit: bool = False, steps: int = 1, samples: int = 0
+    ) -> None:
+        """A gradient [n], an Adam momentum [n] (standing for `steps` steps) or a state delta
+        [n, width] of the whole vector: fp32 (gradient, momentum) or fp64 (delta) values, or
+        with onebit=True signs and two means per shard, the quantization error kept for the
+        next push."""
+        v = np.asarray(values, dtype=np.float64).reshape(values.shape[0], -1)
+        if onebit:
+            v = v + self._dense_residual.get(table, 0.0)
+        codec = VALUE_CODECS["onebit" if onebit else "fp64" if kind == DELTA else "fp32"]
+        sent = np.empty_like(v)
+        parts = []
+        for s in _holding(v.shape[0], self.n):
+            lo, hi = dense_range(v.shape[0], s, self.n)
+            body, sent[lo:hi] = codec.encode(v[lo:hi], self._rng)
+            parts.append((s, Compressed(codec, hi - lo, v.shape[1], None, body).payload(with_subset=False)))
+        if onebit:
+            self._dense_residual[table] = v - sent
+        before = self.push_bytes
+        self._each(
+            lambda i: self.transport.push_dense(parts[i][0], table, parts[i][1], kind, steps, samples), list(range(len(parts)))
+        )
+        self.dense_push_bytes += self.push_bytes - before  # pushes run from one thread, so this is ours
+
+    def dense_residual(self, table: str) -> Rows | None:
+        """The quantization error 1-bit dense pushes of `table` still owe the shards."""
+        r = self._dense_residual.get(table)
+        return None if r is None else r.copy()
+
+    def set_dense_residual(self, table: str, residual: Rows | None) -> None:
+        """Takes up a residual a checkpoint cut recorded (None: none owed)."""
+        if residual is None:
+            self._dense_residual.pop(table, None)
+        else:
+            r = np.array(residual, dtype=np.float64)
+            self._dense_residual[table] = r.reshape(r.shape[0], -1)  # as push_dense keeps it: [n, 1]
+
+    def export(self, full: bool, name: str) -> tuple[list[ExportedFile], list[int]]:
+        """Every shard writes export `name`, a folder under its export root (the trainer's
+        export folder, shared with the shards)."""
+        results = self._each(lambda s: self.transport.export(s, full, name))
+        files = [dataclasses.replace(f, shard=s) for s, (got, _) in enumerate(results) for f in got]
+        return files, [seq for _, seq in results]
+
+    def prepare(self, cut: int, offsets: bytes) -> int:
+        """Phase one of checkpoint cut `cut` on every shard (each snapshots its changed rows
+        and writes them in the background); returns the rows in the cut."""
+        return sum(self._each(lambda s: self.transport.prepare(s, cut, offsets)))
+
+    def commit(self, cut: int) -> int:
+        """Phase two, once every shard prepared: waits for the writes, commits the cut."""
+        return sum(self._each(lambda s: self.transport.commit(s, cut)))
+
+    def restore(self, cut: int, generation: int) -> None:
+        """Takes every shard back to cut `cut` (0: empty); from now on the shards refuse
+        pushes of generations before `generation`, which this client's pushes carry."""
+        self.transport.forget_incarnations()
+        restored = self._each(lambda s: self.transport.restore(s, cut, generation))
+        self.transport.incarnations.update(enumerate(restored))  # another process from now on: a restart
+        self.transport.generation = generation
+        self.reset()
+
+    def reset(self) -> None:
+        """Forgets what this client holds back for the shards (error-feedback residuals and
+        dense 1-bit residuals): after a restore they belong to a dropped past."""
+        for comp in self.compressors.values():
+            comp.drain()
+        self._dense_residual.clear()
+
+    def status(self) -> list[ShardStatus]:
+        statuses: list[ShardStatus] = self._each(self.transport.status)
+        self.rows_may_drop = any(s.drops_rows for s in statuses)
+        return statuses
+
+
+def _holding(length: int, n: int) -> list[int]:
+    """The shards that hold part of a dense vector of `length` (a 1-long bias: one)."""
+    return [s for s in range(n) if dense_range(length, s, n)[1] > dense_range(length, s, n)[0]]
+
+
+def load_wire_kernels() -> None:
+    """Imports the gRPC transport and runs its key codec once, so a process that forks
+    workers has them loaded (trainer.run.preload)."""
+    import ps.client.grpc_transport  # noqa: F401
+    from ps.wire import KEYS_DELTA_VARINT, encode_keys
+
+    encode_keys(np.array([1, 5], dtype=np.uint64), KEYS_DELTA_VARINT)

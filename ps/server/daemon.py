@@ -1,0 +1,71 @@
+"""PS shard daemon: wiring of config, store, shard, gRPC, metrics and the ready file."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ctr.runtime import config as cfg
+from ctr.runtime import daemon
+from ctr.runtime.auth import service_policy
+from protos import ps_pb2, ps_pb2_grpc
+from ps.config import PSConfig
+from ps.server.lifecycle import Lifecycle
+from ps.server.service import PSServicer
+from ps.server.shard import Shard
+from ps.server.store import ShardStore
+
+ENV_PREFIX = "BOUNDLESS_PS_"
+
+
+def run(args: argparse.Namespace) -> int:
+    """Runs one shard until SIGTERM."""
+    conf = cfg.build(PSConfig, ENV_PREFIX, args)
+    log = daemon.setup_logging(f"ps{conf.shard_index}", conf.log_level)
+    store = ShardStore(Path(conf.data_dir)) if conf.data_dir else None
+    if conf.full_checkpoint_every < 1:
+        raise cfg.ConfigError(f"--full-checkpoint-every {conf.full_checkpoint_every}: must be >= 1")
+    if conf.admit_after < 1 or conf.bloom_mb < 1 or conf.ttl_s < 0 or conf.ttl_updates < 0 or conf.max_rows < 0:
+        raise cfg.ConfigError("--admit-after and --bloom-mb must be >= 1; --ttl-s, --ttl-updates and --max-rows >= 0")
+    if conf.max_concurrent < 1 or conf.workers < 1:
+        raise cfg.ConfigError(f"--max-concurrent {conf.max_concurrent} and --workers {conf.workers}: must be >= 1")
+    lifecycle = Lifecycle(conf.admit_after, conf.bloom_mb << 20, conf.ttl_s, conf.ttl_updates, conf.max_rows)
+    exports = Path(conf.export_root) if conf.export_root else None
+    shard = Shard(
+        conf.shard_index, conf.shard_count, store, full_every=conf.full_checkpoint_every, lifecycle=lifecycle, export_root=exports
+    )
+    if store is not None:
+        rows = sum(t.rows for t in shard.stats())
+        log.info(
+            "loaded committed cut %d from %s: %d rows in %d tables", shard.committed.cut, conf.data_dir, rows, len(shard.stats())
+        )
+    service_name = ps_pb2.DESCRIPTOR.services_by_name["ParameterServer"].full_name
+    guarded = daemon.guard(conf, conf.host, service_policy({f"/{service_name}/": "trainer"}))
+    server, port, _ = daemon.grpc_server(
+        conf.host,
+        conf.port,
+        conf.workers,
+        lambda s: ps_pb2_grpc.add_ParameterServerServicer_to_server(PSServicer(shard), s),
+        [service_name],
+        daemon.PS_MAX_MESSAGE_BYTES,
+        max_concurrent=conf.max_concurrent,
+        reflection=conf.reflection,
+        **guarded,
+    )
+    metrics_port = daemon.metrics_server(conf.host, conf.metrics_port)
+    log.info("shard %d/%d serving on %s:%d, metrics on :%d", conf.shard_index, conf.shard_count, conf.host, port, metrics_port)
+    daemon.write_ready_file(
+        conf.ready_file,
+        grpc_port=port,
+        metrics_port=metrics_port,
+        checkpoint_seq=shard.checkpoint_seq,
+        committed_cut=shard.committed.cut,
+        incarnation=shard.incarnation,
+    )
+    daemon.wait_for_stop_signal()
+    server.stop(grace=2).wait()
+    shard.close()  # a cut being written lands first
+    if store is not None:
+        store.close()
+    log.info("stopped")
+    return 0

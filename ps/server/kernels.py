@@ -1,0 +1,147 @@
+"""numba kernels of the shard's sparse tables.
+
+A table keeps its rows out of line: the hashmap maps a key to a dense row id, `state[id]`
+holds the row's W float64 optimizer values and `meta[id]` its metadata words:
+update count | last update time (s) | update sequence lo | hi. Probes then touch only
+the hashmap's 12-byte slots, whatever the row width (an FFM row can be kilobytes).
+Row ids < 0 stand for absent keys, which read as their deterministic initial rows
+(ctr.model.optim.init_row) and are never inserted by a pull.
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+import numpy.typing as npt
+
+from ctr.model.optim import init_row, step, weight_of
+
+F64 = npt.NDArray[np.float64]
+F32 = npt.NDArray[np.float32]
+U32 = npt.NDArray[np.uint32]
+U64 = npt.NDArray[np.uint64]
+I64 = npt.NDArray[np.int64]
+META_WORDS = 4
+
+
+@nb.njit(cache=True, nogil=True)
+def gather_state(state: F64, ids: I64, keys: U64, d: int, p: F64) -> F64:
+    """State rows [n, width] of keys: stored, or initial where absent."""
+    width = state.shape[1]
+    out = np.empty((ids.shape[0], width), dtype=np.float64)
+    for i in range(ids.shape[0]):
+        r = ids[i]
+        if r < 0:
+            init_row(out[i], d, keys[i], p)
+        else:
+            out[i] = state[r]
+    return out
+
+
+@nb.njit(cache=True, nogil=True)
+def gather_weights(state: F64, ids: I64, keys: U64, d: int, p: F64) -> F32:
+    """Weights [n, d] of keys: from stored state, or the initial weights where absent."""
+    out = np.empty((ids.shape[0], d), dtype=np.float32)
+    fresh = np.empty(state.shape[1], dtype=np.float64)
+    for i in range(ids.shape[0]):
+        r = ids[i]
+        if r < 0:
+            init_row(fresh, d, keys[i], p)
+            row = fresh
+        else:
+            row = state[r]
+        for j in range(d):
+            out[i, j] = weight_of(row, d, j, p)
+    return out
+
+
+@nb.njit(cache=True, nogil=True)
+def init_rows_at(state: F64, ids: I64, keys: U64, d: int, p: F64) -> None:
+    """Writes the initial row of each key at its new row id."""
+    for i in range(ids.shape[0]):
+        init_row(state[ids[i]], d, keys[i], p)
+
+
+@nb.njit(cache=True, inline="always")
+def _stamp(meta: U32, r: int, seq: int, now: int) -> None:
+    meta[r, 0] += np.uint32(1)
+    meta[r, 1] = np.uint32(now & 0xFFFFFFFF)
+    meta[r, 2] = np.uint32(seq & 0xFFFFFFFF)
+    meta[r, 3] = np.uint32(seq >> 32)
+
+
+@nb.njit(cache=True, nogil=True)
+def apply_gradients(state: F64, meta: U32, ids: I64, grads: F64, d: int, p: F64, seq: int, now: int) -> None:
+    """One optimizer step per row with its pushed gradient, and the metadata stamp."""
+    for i in range(ids.shape[0]):
+        step(state[ids[i]], grads[i], d, p)
+        _stamp(meta, ids[i], seq, now)
+
+
+@nb.njit(cache=True, nogil=True)
+def merge_deltas(state: F64, meta: U32, ids: I64, deltas: F64, seq: int, now: int) -> None:
+    """Adds each row's state delta, exactly: under a lossy push codec an accumulator column
+    (n, acc, v) may dip below 0 until error feedback brings the rest; the optimizer reads
+    accumulators as max(value, 0). Clamping here would break the sum the worker's view
+    relies on (shard state plus the worker's residual = the uncompressed state)."""
+    for i in range(ids.shape[0]):
+        row = state[ids[i]]
+        for c in range(row.shape[0]):
+            row[c] += deltas[i, c]
+        _stamp(meta, ids[i], seq, now)
+
+
+@nb.njit(cache=True, nogil=True)
+def rows_updated_after(meta: U32, n: int, seq: int) -> I64:
+    """Ids among the first n rows whose update sequence is greater than seq."""
+    out = np.empty(n, dtype=np.int64)
+    m = 0
+    for r in range(n):
+        row_seq = np.int64(meta[r, 2]) | (np.int64(meta[r, 3]) << 32)
+        if row_seq > seq:
+            out[m] = r
+            m += 1
+    return out[:m].copy()
+
+
+@nb.njit(cache=True, nogil=True)
+def merged_within(state: F64, ids: I64, keys: U64, deltas: F64, d: int, p: F64, limit: float) -> bool:
+    """Whether every row stays finite and within +-limit once its delta is added (absent
+    keys start from their initial row): checked before anything is applied."""
+    base = np.empty(deltas.shape[1], dtype=np.float64)
+    for i in range(ids.shape[0]):
+        if ids[i] < 0:
+            init_row(base, d, keys[i], p)
+        else:
+            base[:] = state[ids[i]]
+        for c in range(base.shape[0]):
+            if not abs(base[c] + deltas[i, c]) <= limit:
+                return False
+    return True
+
+
+@nb.njit(cache=True, nogil=True)
+def all_within(values: F64, limit: float) -> bool:
+    """Every value finite and |value| <= limit (NaN fails every comparison)."""
+    flat = values.reshape(-1)
+    for i in range(flat.shape[0]):  # noqa: SIM110 - numba compiles the loop, not all()
+        if not abs(flat[i]) <= limit:
+            return False
+    return True
+
+
+@nb.njit(cache=True, nogil=True)
+def gather_raw(state: F64, meta: U32, ids: I64) -> U32:
+    """Rows as stored, in one pass: each row's float64 state as uint32 word pairs, then its
+    metadata words (a checkpoint's snapshot, taken under the shard lock)."""
+    width = state.shape[1]
+    words = 2 * width + meta.shape[1]
+    out = np.empty((ids.shape[0], words), dtype=np.uint32)
+    bits = state.view(np.uint32)
+    for i in range(ids.shape[0]):
+        r = ids[i]
+        for c in range(2 * width):
+            out[i, c] = bits[r, c]
+        for c in range(meta.shape[1]):
+            out[i, 2 * width + c] = meta[r, c]
+    return out

@@ -1,0 +1,104 @@
+"""In-process shards behind the client's transport (`--ps local`): calls Shard objects in this
+process, counting what the same call would send over gRPC, less protobuf framing. It imports
+no gRPC."""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from ctr.format.varint import encode_varints
+from ctr.model.spec import TableSpec
+from ps.api import ExportedFile, Rows, ShardStatus
+from ps.compression.payload import decode_payload, encode_rows
+from ps.server.shard import Shard
+from ps.transport import ByteCounter
+from ps.wire import KEYS_DELTA_VARINT, encode_keys
+
+
+class LocalTransport(ByteCounter):
+    """Calls Shard objects in this process; the codec still round-trips the values."""
+
+    remote = False
+
+    def __init__(self, shards: list[Shard]) -> None:
+        super().__init__()
+        self.shards = shards
+        self.rng = np.random.default_rng(0)  # int8 pull replies round stochastically
+
+    def declare(self, shard: int, specs: list[TableSpec]) -> list[bool]:
+        return self.shards[shard].declare(specs, self.model, self.replace_model)
+
+    def pull(
+        self, shard: int, table: str, keys: npt.NDArray[np.uint64], open_session: bool, state: bool, codec: str = ""
+    ) -> tuple[int, Rows]:
+        _, rows = self.shards[shard].pull(table, keys, open_session=False, state=state)
+        size = rows.nbytes
+        if codec:  # the same round trip as over gRPC
+            payload = encode_rows(rows, codec, self.rng)
+            size = len(payload)
+            rows = decode_payload(payload, *rows.shape)[1]
+        self.count(pull=len(encode_keys(keys, KEYS_DELTA_VARINT)) + size)
+        # no session is kept in-process; a nonzero id tells push that gRPC would name one
+        return int(open_session), rows
+
+    def push(
+        self,
+        shard: int,
+        table: str,
+        keys: npt.NDArray[np.uint64],
+        sessions: tuple[int, ...],
+        payload: bytes,
+        kind: str,
+        samples: int = 0,
+    ) -> None:
+        named = np.asarray(sessions, dtype=np.uint64)
+        keys_bytes = len(encode_varints(named)) if sessions else len(encode_keys(keys, KEYS_DELTA_VARINT))
+        self.count(push=keys_bytes + len(payload))
+        s = self.shards[shard]
+        subset, values = decode_payload(payload, keys.shape[0], s.push_width(table, kind))
+        s.push(table, keys if subset is None else keys[subset], values, kind, samples, self.generation)
+
+    def pull_dense(self, shard: int, table: str, state: bool) -> tuple[int, Rows]:
+        lo, values = self.shards[shard].pull_dense(table, state)
+        self.count(pull=values.nbytes)
+        return lo, values
+
+    def push_dense(self, shard: int, table: str, payload: bytes, kind: str, steps: int = 1, samples: int = 0) -> None:
+        self.count(push=len(payload))
+        s = self.shards[shard]
+        _, values = decode_payload(payload, *s.dense_push_shape(table, kind))
+        s.push_dense(table, values, kind, steps, samples, self.generation)
+
+    def export(self, shard: int, full: bool, name: str) -> tuple[list[ExportedFile], int]:
+        return self.shards[shard].export(full, name)
+
+    def prepare(self, shard: int, cut: int, offsets: bytes) -> int:
+        return self.shards[shard].prepare(cut, offsets)
+
+    def commit(self, shard: int, cut: int) -> int:
+        return self.shards[shard].commit(cut)
+
+    def restore(self, shard: int, cut: int, generation: int) -> int:
+        self.shards[shard].restore(cut, generation, self.model, self.replace_model)
+        return self.shards[shard].incarnation
+
+    def status(self, shard: int) -> ShardStatus:
+        s = self.shards[shard]
+        return ShardStatus(
+            s.index,
+            s.count,
+            s.update_seq,
+            s.checkpoint_seq,
+            s.checkpoint_offsets,
+            s.stats(),
+            s.incarnation,
+            s.generation,
+            s.committed.cut,
+            tuple(s.cuts()),
+            s.drops_rows,
+            str(s.export_root or ""),
+        )
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,183 @@
+"""Thin gRPC servicer of a shard: protobuf in, numpy to the Shard, protobuf out."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import grpc
+import numpy as np
+
+from ctr.model.spec import ModelSpecError
+from protos import ps_pb2, ps_pb2_grpc
+from ps.api import ModelIdentity, ModelMismatch
+from ps.compression.payload import BY_ID, CodecError, decode_payload, encode_rows, value_codec
+from ps.server import metrics
+from ps.server.shard import SessionExpired, Shard, ShardError, StaleGeneration
+from ps.server.store import StoreCorrupted
+from ps.server.tables import DELTA, GRADIENT, MOMENTUM
+from ps.wire import WireError, decode_keys, table_spec
+
+R = TypeVar("R")
+
+
+def _call(method: str, context: grpc.ServicerContext, fn: Callable[[], R], incarnation: int = 0) -> R:
+    """Runs fn, mapping domain errors to gRPC status codes; the shard keeps serving. An error
+    carries the shard's incarnation (trailing metadata), so a client that reached a shard
+    that restarted learns it even from a refusal (an unknown table)."""
+    start = time.perf_counter()
+    try:
+        return fn()
+    except SessionExpired as e:
+        _abort(context, method, grpc.StatusCode.FAILED_PRECONDITION, str(e), incarnation)
+    except StaleGeneration as e:
+        _abort(context, method, grpc.StatusCode.ABORTED, f"{method}: {e}", incarnation)
+    except ModelMismatch as e:
+        _abort(context, method, grpc.StatusCode.FAILED_PRECONDITION, f"{method}: {e}", incarnation)
+    except StoreCorrupted as e:  # the shard keeps what it held; an operator restores the store
+        _abort(context, method, grpc.StatusCode.DATA_LOSS, f"{method}: {e}", incarnation)
+    except (ShardError, WireError, CodecError, ModelSpecError) as e:
+        _abort(context, method, grpc.StatusCode.INVALID_ARGUMENT, f"{method}: {e}", incarnation)
+    finally:
+        metrics.RPC_SECONDS.labels(method).observe(time.perf_counter() - start)
+    raise AssertionError("unreachable")  # context.abort raises
+
+
+def _abort(context: grpc.ServicerContext, method: str, code: grpc.StatusCode, message: str, incarnation: int) -> None:
+    metrics.RPC_ERRORS.labels(method, code.name).inc()
+    context.set_trailing_metadata((("incarnation", str(incarnation)),))
+    context.abort(code, message)
+
+
+def identity_of(m: ps_pb2.ModelIdentity) -> ModelIdentity:
+    return ModelIdentity(m.name, m.type, m.fields_sha256, m.fields)
+
+
+def _push_kind(value: int) -> str:
+    if value == ps_pb2.PUSH_GRADIENT:
+        return GRADIENT
+    if value == ps_pb2.PUSH_STATE_DELTA:
+        return DELTA
+    if value == ps_pb2.PUSH_MOMENTUM:
+        return MOMENTUM
+    raise ShardError(f"kind: unknown push kind {value}")
+
+
+class PSServicer(ps_pb2_grpc.ParameterServerServicer):
+    def __init__(self, shard: Shard) -> None:
+        self.shard = shard
+        self.rng = np.random.default_rng(shard.index)  # int8 pull replies round stochastically
+
+    def _call(self, method: str, context: grpc.ServicerContext, fn: Callable[[], R]) -> R:
+        return _call(method, context, fn, self.shard.incarnation)
+
+    def DeclareTables(self, request: ps_pb2.DeclareTablesRequest, context: grpc.ServicerContext) -> ps_pb2.DeclareTablesResponse:
+        def run() -> ps_pb2.DeclareTablesResponse:
+            model = identity_of(request.model) if request.HasField("model") else None
+            specs = [table_spec(t) for t in request.tables]
+            return ps_pb2.DeclareTablesResponse(created=self.shard.declare(specs, model, request.replace_model))
+
+        return self._call("DeclareTables", context, run)
+
+    def Pull(self, request: ps_pb2.PullRequest, context: grpc.ServicerContext) -> ps_pb2.PullResponse:
+        def run() -> ps_pb2.PullResponse:
+            keys = decode_keys(request.keys, request.key_count, request.key_encoding)
+            if request.reply_codec:
+                value_codec(request.reply_codec)  # an unknown codec fails before the session opens
+            sid, rows = self.shard.pull(request.table, keys, request.open_session, request.state)
+            metrics.KEYS.labels("pull", request.table).inc(keys.shape[0])
+            data = encode_rows(rows, request.reply_codec, self.rng) if request.reply_codec else rows.tobytes()
+            return ps_pb2.PullResponse(
+                session_id=sid, dim=rows.shape[1], rows=data, state=request.state, incarnation=self.shard.incarnation
+            )
+
+        return self._call("Pull", context, run)
+
+    def Push(self, request: ps_pb2.PushRequest, context: grpc.ServicerContext) -> ps_pb2.PushResponse:
+        def run() -> ps_pb2.PushResponse:
+            target = request.WhichOneof("target")
+            if target in ("session_id", "sessions"):
+                ids = [request.session_id] if target == "session_id" else list(request.sessions.ids)
+                keys = self.shard.session_keys(request.table, ids)
+                if request.key_count != keys.shape[0]:
+                    raise ShardError(f"key_count {request.key_count} but the sessions hold {keys.shape[0]} keys")
+            else:
+                keys = decode_keys(request.keys, request.key_count, request.key_encoding)
+            kind = _push_kind(request.kind)
+            subset, values = decode_payload(request.payload, keys.shape[0], self.shard.push_width(request.table, kind))
+            sent = keys if subset is None else keys[subset]
+            applied = self.shard.push(request.table, sent, values, kind, request.samples, request.generation)
+            metrics.KEYS.labels("push", request.table).inc(applied)
+            metrics.PUSH_BYTES.labels(BY_ID[request.payload[2]].name).inc(len(request.payload))
+            metrics.UPDATE_SEQ.set(self.shard.update_seq)
+            return ps_pb2.PushResponse(applied_rows=applied, incarnation=self.shard.incarnation)
+
+        return self._call("Push", context, run)
+
+    def PullDense(self, request: ps_pb2.DensePullRequest, context: grpc.ServicerContext) -> ps_pb2.DensePullResponse:
+        def run() -> ps_pb2.DensePullResponse:
+            offset, values = self.shard.pull_dense(request.table, request.state)
+            width = values.shape[1] if values.ndim == 2 else 1
+            return ps_pb2.DensePullResponse(
+                offset=offset, values=values.tobytes(), width=width, incarnation=self.shard.incarnation
+            )
+
+        return self._call("PullDense", context, run)
+
+    def PushDense(self, request: ps_pb2.DensePushRequest, context: grpc.ServicerContext) -> ps_pb2.DensePushResponse:
+        def run() -> ps_pb2.DensePushResponse:
+            kind = _push_kind(request.kind)
+            _, values = decode_payload(request.payload, *self.shard.dense_push_shape(request.table, kind))
+            self.shard.push_dense(request.table, values, kind, max(1, request.steps), request.samples, request.generation)
+            return ps_pb2.DensePushResponse(incarnation=self.shard.incarnation)
+
+        return self._call("PushDense", context, run)
+
+    def Export(self, request: ps_pb2.ExportRequest, context: grpc.ServicerContext) -> ps_pb2.ExportResponse:
+        def run() -> ps_pb2.ExportResponse:
+            files, seq = self.shard.export(request.kind == ps_pb2.EXPORT_FULL, request.directory)
+            wire = [
+                ps_pb2.ExportedFile(**{k: v for k, v in vars(f).items() if k != "shard"}) for f in files
+            ]  # the caller knows the shard
+            return ps_pb2.ExportResponse(files=wire, export_seq=seq)
+
+        return self._call("Export", context, run)
+
+    def Prepare(self, request: ps_pb2.PrepareRequest, context: grpc.ServicerContext) -> ps_pb2.PrepareResponse:
+        return self._call(
+            "Prepare", context, lambda: ps_pb2.PrepareResponse(rows=self.shard.prepare(request.cut, request.stream_offsets))
+        )
+
+    def Commit(self, request: ps_pb2.CommitRequest, context: grpc.ServicerContext) -> ps_pb2.CommitResponse:
+        return self._call("Commit", context, lambda: ps_pb2.CommitResponse(rows_written=self.shard.commit(request.cut)))
+
+    def Restore(self, request: ps_pb2.RestoreRequest, context: grpc.ServicerContext) -> ps_pb2.RestoreResponse:
+        def run() -> ps_pb2.RestoreResponse:
+            model = identity_of(request.model) if request.HasField("model") else None
+            self.shard.restore(request.cut, request.generation, model, request.replace_model)
+            return ps_pb2.RestoreResponse(incarnation=self.shard.incarnation)
+
+        return self._call("Restore", context, run)
+
+    def Stats(self, request: ps_pb2.StatsRequest, context: grpc.ServicerContext) -> ps_pb2.StatsResponse:
+        def run() -> ps_pb2.StatsResponse:
+            tables: list[Any] = [ps_pb2.TableStats(**vars(t)) for t in self.shard.stats()]
+            for t in tables:
+                metrics.ROWS.labels(t.name).set(t.rows)
+            return ps_pb2.StatsResponse(
+                shard_index=self.shard.index,
+                shard_count=self.shard.count,
+                tables=tables,
+                update_seq=self.shard.update_seq,
+                checkpoint_offsets=self.shard.checkpoint_offsets,
+                checkpoint_seq=self.shard.checkpoint_seq,
+                incarnation=self.shard.incarnation,
+                generation=self.shard.generation,
+                committed_cut=self.shard.committed.cut,
+                cuts=self.shard.cuts(),
+                drops_rows=self.shard.drops_rows,
+                export_root=str(self.shard.export_root.resolve()) if self.shard.export_root else "",
+            )
+
+        return self._call("Stats", context, run)

@@ -1,0 +1,103 @@
+"""`boundless predict`: scores the samples of a file through a running serving process.
+
+The lines are parsed under the served version's own feature transform (ModelStatus: its
+format, numeric bucketing, skipped columns and crosses) and field list, so they are scored
+exactly as the trainer saw such samples, unless --format names another preset."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import grpc
+
+from ctr.data.batch import build_batch
+from ctr.data.fields import FieldIndex
+from ctr.data.formats import ParsedSample, ParseError, make_parser, read_lines, resolve_fields
+from ctr.data.quality import auc, logloss
+from ctr.data.schema import PRESETS, FeatureSchema, detect_schema
+from protos import predict_pb2
+from serving.client.predict_client import PredictClient, encode_batch, schema_of
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--address", required=True, help="serving HOST:PORT")
+    parser.add_argument("--data", required=True, help="file of labelled samples ('-' reads standard input)")
+    parser.add_argument(
+        "--format", default="model", help="model: the served version's own transform (default); auto, or a schema preset"
+    )
+    parser.add_argument("--model-name", default="ctr", help="the served model's name")
+    parser.add_argument("--items", type=int, default=200, help="items per request")
+    parser.add_argument("--limit", type=int, default=0, help="score at most this many samples (0: all)")
+    parser.add_argument("--scores", action="store_true", help="print one score per line")
+    parser.add_argument("--timeout-s", type=float, default=10.0, help="deadline of each call")
+
+
+def schema_for(fmt: str, served: FeatureSchema, first_line: str) -> FeatureSchema:
+    if fmt == "model":
+        return served if served.format != "kv" or "=" in first_line else detect_schema(first_line)
+    if fmt == "auto":
+        return detect_schema(first_line)
+    if fmt not in PRESETS:
+        raise ValueError(f"--format {fmt!r}: not model, auto or a preset ({', '.join(PRESETS)})")
+    return PRESETS[fmt]
+
+
+def run(args: argparse.Namespace) -> int:
+    lines = read_lines(args.data)
+    if not lines:
+        raise ValueError(f"--data {args.data}: empty")
+    client = PredictClient(args.address, args.model_name, timeout=args.timeout_s)
+    try:
+        return _score(args, client, lines)
+    except grpc.RpcError as e:
+        raise ValueError(f"serving at {args.address}: {e.code().name}: {e.details()}") from None  # type: ignore[attr-defined]
+    finally:
+        client.close()
+
+
+def parse_samples(
+    lines: list[str], status: predict_pb2.ModelStatusResponse, fmt: str, limit: int = 0, where: str = "data"
+) -> tuple[list[ParsedSample], FieldIndex]:
+    """A file's samples parsed under the served version's transform and field list (or the
+    format `fmt` names); bad lines are reported as where:line and skipped."""
+    schema = schema_for(fmt, schema_of(status.transform), lines[0])
+    header = lines[0] if schema.format == "csv" else None
+    served = list(status.fields)  # the served model's field list: its indices
+    fields = FieldIndex(served, frozen=True) if served else resolve_fields(schema, lines[:2000], freeze=False)
+    parse = make_parser(schema, fields, header)
+    body = lines[1:] if header else lines
+    start = 2 if header else 1
+    samples = []
+    for i, line in enumerate(body[: limit or None]):
+        try:
+            samples.append(parse(line))
+        except ParseError as e:
+            print(f"{where}:{i + start}: {e}", file=sys.stderr)
+    return samples, fields
+
+
+def _score(args: argparse.Namespace, client: PredictClient, lines: list[str]) -> int:
+    samples, fields = parse_samples(lines, client.status(), args.format, args.limit, args.data)
+    labels, scores = [], []
+    version = 0
+    for lo in range(0, len(samples), args.items):
+        batch = build_batch(samples[lo : lo + args.items], fields.ids())
+        pred = client.predict_encoded(encode_batch(batch))
+        version = pred.version
+        labels.extend(batch.labels.tolist())
+        scores.extend(pred.scores.tolist())
+        if args.scores:
+            print("\n".join(f"{s:.6f}" for s in pred.scores))
+    if fields.dropped:
+        print(
+            f"{args.data}: dropped {fields.dropped} features of fields model {args.model_name!r} does not have:"
+            f" {sorted(fields.unknown)[:8]}",
+            file=sys.stderr,
+        )
+    print(
+        f"scored {len(scores)} samples with {args.model_name} version {version}: "
+        f"AUC {auc(labels, scores):.6f}  logloss {logloss(labels, scores):.6f}",
+        file=sys.stderr,
+    )
+    return 0

@@ -1,0 +1,117 @@
+"""Prediction-service daemon: wiring of config, repository watcher, gRPC and metrics."""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2
+
+from ctr.repository.versions import Repository
+from ctr.runtime import config as cfg
+from ctr.runtime import daemon
+from ctr.runtime.auth import service_policy
+from protos import predict_pb2, predict_pb2_grpc
+from serving import metrics
+from serving.config import HELP_EXAMPLES, HELP_GROUPS, DnnBatching, ServingConfig
+from serving.loading.local_copies import LocalCopies
+from serving.loading.shard_part import ROUTER, WHOLE, ShardPart
+from serving.loading.watcher import ModelWatcher
+from serving.scoring.parallel import Splitter
+from serving.service import PredictorServicer
+from serving.sharded.fanout import FanOut, parse_shards
+from serving.sharded.router import Router
+from serving.sharded.shard_service import ShardScorerServicer
+
+ENV_PREFIX = "BOUNDLESS_SERVING_"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    cfg.add_arguments(parser, ServingConfig, HELP_GROUPS, HELP_EXAMPLES)
+
+
+def run(args: argparse.Namespace) -> int:
+    conf = cfg.build(ServingConfig, ENV_PREFIX, args)
+    log = daemon.setup_logging("serving", conf.log_level)
+    splitter = Splitter(conf.score_threads or os.cpu_count() or 1, conf.score_spin_us * 1e-6)
+    if conf.router and conf.shard:
+        raise SystemExit("serve: --router and --shard exclude each other")
+    if conf.router and not conf.shards:
+        raise SystemExit("serve: --router needs --shards A1|A2,B1|B2 (each shard's replicas)")
+    if conf.shards and not conf.router:
+        raise SystemExit("serve: --shards is the router's list of shard replicas: add --router")
+    part = ROUTER if conf.router else ShardPart.parse(conf.shard)
+    max_bytes = int(conf.max_request_mb * (1 << 20))
+    predictor, scorer = (predict_pb2.DESCRIPTOR.services_by_name[n].full_name for n in ("Predictor", "ShardScorer"))
+    # Refresh only makes serving read the repository again; the model path calls it
+    needs = {f"/{predictor}/": "predict", f"/{predictor}/Refresh": "trainer", f"/{scorer}/": "predict"}
+    guarded = daemon.guard(conf, conf.host, service_policy(needs))  # before the router opens its channels
+    fanout = (
+        FanOut(parse_shards(conf.shards), conf.fanout_deadline_ms / 1e3, conf.hedge_min_ms / 1e3, max_bytes)
+        if conf.router
+        else None
+    )
+    if conf.dnn_batching not in ("auto", "on", "off"):
+        raise SystemExit(f"serve: --dnn-batching {conf.dnn_batching!r} is not auto, on or off")
+    batching = DnnBatching(conf.dnn_batching, conf.dnn_batch_wait_ms / 1e3, conf.dnn_batch_items, conf.dnn_cuda_graphs)
+    copies = LocalCopies(Path(conf.copies_dir) if conf.copies_dir else None)  # after the checks: none left behind
+    watcher = ModelWatcher(Repository(conf.repo, conf.model_name), conf.poll_s, copies, splitter, part, batching)
+    metrics.IN_FLIGHT.set_function(lambda: splitter.in_flight)  # read when scraped
+    watcher.start()
+    router = Router(fanout, watcher) if fanout is not None else None
+    names = [predict_pb2.DESCRIPTOR.services_by_name["Predictor"].full_name]
+    if part not in (WHOLE, ROUTER):
+        names.append(predict_pb2.DESCRIPTOR.services_by_name["ShardScorer"].full_name)
+
+    def register(s: grpc.Server) -> None:
+        servicer = PredictorServicer(watcher, conf.max_items, router, conf.strict_features)
+        predict_pb2_grpc.add_PredictorServicer_to_server(servicer, s)
+        if part not in (WHOLE, ROUTER):
+            predict_pb2_grpc.add_ShardScorerServicer_to_server(ShardScorerServicer(watcher), s)
+
+    server, port, health = daemon.grpc_server(
+        conf.host,
+        conf.port,
+        conf.workers,
+        register,
+        names,
+        max_message_bytes=max_bytes,
+        max_concurrent=conf.max_concurrent,
+        reflection=conf.reflection,
+        **guarded,
+    )
+
+    # the scoring services are ready once a (warmed) version serves: a readiness probe on
+    # them keeps traffic away until then, while "" (liveness) says the process is up
+    def scoring(status: int) -> None:
+        for name in names:
+            health.set(name, status)
+
+    scoring(health_pb2.HealthCheckResponse.NOT_SERVING)
+    watcher.on_switch = lambda: scoring(health_pb2.HealthCheckResponse.SERVING)
+    if watcher.current is not None:  # it switched before on_switch was set
+        watcher.on_switch()
+    metrics_port = daemon.metrics_server(conf.host, conf.metrics_port)
+    log.info(
+        "serving %s from %s on %s:%d (%s), metrics on :%d",
+        conf.model_name,
+        conf.repo,
+        conf.host,
+        port,
+        "whole model" if part == WHOLE else f"shard {part}",
+        metrics_port,
+    )
+    # every object of start-up (imports, the first version) out of the collector's reach: a
+    # full collection then walks only what came after, not 250k objects for tens of ms
+    gc.freeze()
+    daemon.write_ready_file(conf.ready_file, grpc_port=port, metrics_port=metrics_port)
+    daemon.wait_for_stop_signal()
+    watcher.stop()
+    server.stop(grace=2).wait()
+    splitter.close()
+    if fanout is not None:
+        fanout.close()
+    return 0

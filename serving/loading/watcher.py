@@ -1,0 +1,232 @@
+"""Follows the repository's policy: loads the target version in the background and swaps it
+in with one reference assignment, so in-flight requests finish on the model they started on.
+
+A version is loaded from serving's own checked copies of its files (serving.loading.local_copies),
+after its chain's manifest checksums are checked; one that fails to load is retried with
+a growing delay (up to a minute) while the current version keeps serving."""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from ctr.repository.versions import Repository
+from serving import metrics
+from serving.config import DnnBatching
+from serving.loading.local_copies import LocalCopies
+from serving.loading.servable import NO_BATCHING, ServableModel, load
+from serving.loading.shard_part import WHOLE, ShardPart
+from serving.loading.swap_warmup import warmup_requests
+from serving.request.encoding import DecodedRequest
+from serving.scoring.parallel import SERIAL, Splitter
+
+MAX_RETRY_S = 60.0
+WAITING_LOG_S = 30.0  # how often serving says it has no version yet
+WARM_REQUESTS = 8  # recent requests a new version scores before it takes over
+SPARE_WAIT_S = 0.05  # how long a load waits for the last request on the retired version
+
+log = logging.getLogger("serving")
+
+
+class ModelWatcher:
+    def __init__(
+        self,
+        repo: Repository,
+        poll_s: float,
+        copies: LocalCopies | None = None,
+        splitter: Splitter = SERIAL,
+        part: ShardPart = WHOLE,
+        batching: DnnBatching = NO_BATCHING,
+    ) -> None:
+        self.repo = repo
+        self.batching = batching
+        self.splitter = splitter
+        self.part = part
+        self.copies = copies or LocalCopies()
+        self.poll_s = poll_s
+        self.current: ServableModel | None = None
+        self._retired: ServableModel | None = None  # the version current replaced: its overlay is the spare
+        self._use_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="model-watcher", daemon=True)
+        self._failed: dict[int, tuple[int, float]] = {}  # version -> (failures, monotonic time of the next try)
+        self._recent: collections.deque[DecodedRequest] = collections.deque(maxlen=WARM_REQUESTS)
+        self.on_switch: Callable[[], None] = lambda: None  # after each version takes over (server.py: health)
+
+    def remember(self, req: DecodedRequest) -> None:
+        """Keeps a recent request, to warm the next version with before it takes over."""
+        self._recent.append(req)
+
+    def warm(self, model: ServableModel) -> int:
+        """Scores the recent requests on a version not yet serving: its kernels compile and the
+        pages of the keys in demand come in before the first request, not during it. With no
+        recent request (the process's first version), small ones over its fields
+        (serving.loading.swap_warmup): their keys are not in demand, but the kernels are."""
+        warmed = 0
+        recent = list(self._recent)
+        if not recent:
+            try:
+                recent = warmup_requests(model)
+            except Exception:  # noqa: BLE001 - a version that cannot be warmed is still served
+                log.warning("version %d: cannot build warm-up requests", model.version, exc_info=True)
+        for req in recent:
+            try:
+                if model.part == WHOLE:
+                    model.score(req)
+                elif model.spec.type in ("lr", "fm"):  # a shard's Partial calls
+                    model.partial(req)
+                else:
+                    model.rows(req.keys)
+                warmed += 1
+            except Exception:  # noqa: BLE001 - a request the new version cannot score just does not warm it
+                log.debug("a recent request did not warm version %d", model.version, exc_info=True)
+        return warmed
+
+    @contextmanager
+    def use(self) -> Iterator[ServableModel | None]:
+        """The current version, counted as in use until the block ends (a retired version's
+        overlay is reused only once no request holds it); the request counts as in flight
+        for the scoring threads (serving.scoring.parallel.Splitter.request)."""
+        with self._use_lock:
+            model = self.current
+            if model is not None:
+                model.active += 1
+        try:
+            with self.splitter.request():
+                yield model
+        finally:
+            if model is not None:
+                with self._use_lock:
+                    model.active -= 1
+
+    def _spare(self) -> ServableModel | None:
+        """The retired version, once no request uses it (waits a little; None if it stays busy)."""
+        retired = self._retired
+        deadline = time.monotonic() + SPARE_WAIT_S
+        while retired is not None and time.monotonic() < deadline:
+            with self._use_lock:
+                if retired.active == 0:
+                    self._retired = None
+                    return retired
+            time.sleep(0.001)
+        return None
+
+    def start(self) -> None:
+        self.refresh()
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        self.copies.close()
+
+    _said_waiting = float("-inf")
+
+    def wake(self) -> None:
+        """Looks at the policy now (the manager says something changed)."""
+        self._wake.set()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self.poll_s)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            try:
+                self.refresh()
+            except Exception:  # a bad version must not stop the watcher; keep serving the old one
+                log.exception("model refresh failed")
+
+    def refresh(self) -> None:
+        target = self.repo.target()
+        if target is None and self.current is None:
+            now = time.monotonic()
+            if now - self._said_waiting > WAITING_LOG_S:  # say why nothing serves, now and then
+                self._said_waiting = now
+                log.warning(
+                    "no version of model %r in %s yet: waiting for the model manager to publish one"
+                    " (check --repo and --model-name)",
+                    self.repo.model,
+                    self.repo.root,
+                )
+        if target is None or (self.current is not None and self.current.version == target):
+            return
+        failures, next_try = self._failed.get(target, (0, 0.0))
+        if time.monotonic() < next_try:
+            return
+        try:
+            model = self._load(target)
+        except Exception as e:  # noqa: BLE001 - a damaged version must never stop serving the current one
+            delay = min(MAX_RETRY_S, self.poll_s * 2 ** (failures + 1))
+            self._failed[target] = (failures + 1, time.monotonic() + delay)
+            metrics.LOAD_FAILURES.inc()
+            log.error(
+                "cannot load version %d: %s; still serving %s, trying again in %.0f s",
+                target,
+                e,
+                self.current.version if self.current else "nothing",
+                delay,
+            )
+            return
+        self._failed.pop(target, None)
+        self.warm(model)
+        previous = self.current
+        with self._use_lock:
+            self.current = model
+        self._retired = previous
+        self.on_switch()
+        self.copies.keep_only({model.base_version, *model.chain})
+        metrics.VERSION.set(model.version)
+        metrics.KEYS.set(model.keys)
+        log.info(
+            "serving %s version %d (base %d, %d deltas, %d keys)%s",
+            model.name,
+            model.version,
+            model.base_version,
+            len(model.chain),
+            model.keys,
+            f", replaced {previous.version}" if previous else "",
+        )
+
+    def _load(self, version: int) -> ServableModel:
+        manifest = self.repo.manifest(version)
+        base = int(manifest["base_version"])
+        self._check_links(version)
+        base_manifest = self.repo.manifest(base)
+        base_dir = self.copies.version_dir(self.repo.path(base), base, base_manifest)
+        chain = []
+        for v in manifest["delta_chain"]:
+            m = self.repo.manifest(v)
+            chain.append((self.copies.version_dir(self.repo.path(v), v, m), m))
+        version_dir = base_dir if manifest["kind"] == "full" else chain[-1][0]
+        return load(
+            version_dir,
+            manifest,
+            base_manifest,
+            base_dir,
+            chain,
+            self.current,
+            self._spare(),
+            self.splitter,
+            self.part,
+            self.batching,
+        )
+
+    def _check_links(self, version: int) -> None:
+        """Each delta of the chain names its predecessor by the checksum of its manifest: a
+        predecessor replaced or missing is refused (ValueError)."""
+        m = self.repo.manifest(version)
+        while m["kind"] == "delta":
+            link = m.get("previous")
+            if not link:
+                return  # published before deltas named their predecessor
+            raw = self.repo.manifest_bytes(int(link["version"]))
+            if hashlib.sha256(raw).hexdigest() != link["manifest_sha256"]:
+                raise ValueError(f"version {m['version']}: its predecessor {link['version']} is not the one it was built on")
+            m = self.repo.manifest(int(link["version"]))

@@ -1,0 +1,425 @@
+"""Trainer daemon: wiring of config, source, PS client, exporter and metrics."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ctr.data.fields import FieldIndex
+from ctr.data.formats import resolve_fields
+from ctr.data.schema import PRESETS, FeatureSchema, detect_schema
+from ctr.model.spec import FIELD_MODELS, ModelSpec
+from ctr.runtime import config as cfg
+from ctr.runtime import daemon
+from ps.api import Lifecycle, ModelIdentity, ShardRestarted, ShardStatus, StoppedWhileUnreachable
+from ps.client import PSClient
+from ps.compression.compressor import parse_codec
+from ps.compression.payload import VALUE_CODECS
+from trainer.config import ENV_PREFIX, HELP_EXAMPLES, HELP_GROUPS, TrainerConfig
+from trainer.input.bad_input import BadInput, message, too_bad
+from trainer.input.source import Position, Source, open_source
+from trainer.run.exporter import Exporter
+from trainer.run.loop import LoopSettings, Trainer
+from trainer.run.progress_log import ProgressLog
+from trainer.run.recovery import CutPoint, planned_point, restore_and_declare, restore_shards
+from trainer.run.summary import summary_text
+from trainer.run.workers import WorkerFailed, WorkerRun, run_workers
+from trainer.spec import model_spec
+from trainer.step.dense_sync import parse_dense_codec
+from trainer.step.factorization import TrainableModel, build_model
+from trainer.step.progressive import ProgressiveMetrics
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    cfg.add_arguments(parser, TrainerConfig, HELP_GROUPS, HELP_EXAMPLES)
+
+
+def load_schema(conf: TrainerConfig) -> FeatureSchema | None:
+    """The configured schema; None means detect it from the first line."""
+    if conf.schema:
+        if not Path(conf.schema).is_file():
+            raise cfg.ConfigError(f"--schema {conf.schema}: no such file")
+        try:
+            schema = FeatureSchema.from_dict(yaml.safe_load(Path(conf.schema).read_text()) or {})
+        except (ValueError, yaml.YAMLError) as e:
+            raise cfg.ConfigError(f"--schema {conf.schema}: {e}") from None
+    elif conf.format == "auto":
+        return None
+    elif conf.format not in PRESETS:
+        raise cfg.ConfigError(f"--format: unknown preset {conf.format!r}; known: auto, {', '.join(PRESETS)}")
+    else:
+        schema = PRESETS[conf.format]
+    return replace(schema, label=conf.label) if conf.label else schema
+
+
+def check_codecs(conf: TrainerConfig) -> None:
+    try:
+        if conf.push_codec != "auto":
+            parse_codec(conf.push_codec)
+    except ValueError as e:
+        raise cfg.ConfigError(f"--push-codec: {e}") from None
+    if conf.pull_codec != "auto" and conf.pull_codec not in VALUE_CODECS:
+        raise cfg.ConfigError(f"--pull-codec: unknown value codec {conf.pull_codec!r}; known: auto, {', '.join(VALUE_CODECS)}")
+    try:
+        parse_dense_codec(conf.dense_codec)
+    except ValueError as e:
+        raise cfg.ConfigError(str(e)) from None
+    if conf.residual_rows < 1:
+        raise cfg.ConfigError(f"--residual-rows {conf.residual_rows}: the error-feedback memory needs at least 1 row")
+
+
+def check_workers(conf: TrainerConfig) -> None:
+    if conf.workers < 1 or conf.staleness < 0:
+        raise cfg.ConfigError("--workers must be >= 1 and --staleness >= 0")
+    if conf.local_aggregate and conf.workers < 2:
+        raise cfg.ConfigError(f"--local-aggregate sums several workers' pushes: it needs --workers >= 2, not {conf.workers}")
+    if conf.local_aggregate_mb < 1:
+        raise cfg.ConfigError(f"--local-aggregate-mb {conf.local_aggregate_mb}: must be >= 1")
+    if conf.workers == 1:
+        return
+    if not Path(conf.source).is_dir() and not conf.source.startswith("kafka://"):
+        raise cfg.ConfigError(
+            f"--workers {conf.workers}: the stream is split by files or partitions, so --source must be a folder or a Kafka topic"
+        )
+
+
+def addresses_of(conf: TrainerConfig) -> list[str]:
+    return [a.strip() for a in conf.ps.split(",") if a.strip()]
+
+
+def connect(conf: TrainerConfig, stopping: Callable[[], bool] = lambda: False) -> PSClient:
+    lifecycle = Lifecycle(
+        admit_after=conf.local_admit_after,
+        ttl_s=conf.local_ttl_s,
+        ttl_updates=conf.local_ttl_updates,
+        max_rows=conf.local_max_rows,
+    )
+    if conf.ps == "local":
+        data = Path(conf.local_data_dir) if conf.local_data_dir else None
+        exports = Path(conf.export_dir) if conf.export_dir else None
+        return PSClient.local(
+            conf.local_shards, conf.push_codec, conf.residual_rows, conf.seed, conf.pull_codec, data, lifecycle, exports
+        )
+    if lifecycle != Lifecycle() or conf.local_data_dir:
+        raise cfg.ConfigError(
+            "--local-admit-after, --local-ttl-*, --local-max-rows and --local-data-dir are for --ps local;"
+            " shard processes take them as boundless ps --admit-after, --ttl-s, --ttl-updates, --max-rows, --data-dir"
+        )
+    import grpc  # only for shard processes
+
+    addresses = addresses_of(conf)
+    client = PSClient.connect(
+        addresses,
+        conf.push_codec,
+        conf.residual_rows,
+        conf.seed,
+        conf.pull_codec,
+        conf.ps_retry_s,
+        stopping,
+        conf.ps_call_timeout_s,
+    )
+    for addr, ch in zip(addresses, client.transport.channels, strict=True):  # type: ignore[attr-defined]
+        ready, until = grpc.channel_ready_future(ch), time.monotonic() + 30
+        while True:  # in slices, so that SIGTERM ends the wait
+            try:
+                ready.result(timeout=0.25)
+                break
+            except grpc.FutureTimeoutError:
+                if stopping():
+                    raise StoppedWhileUnreachable(f"asked to stop while PS shard {addr} was not reachable yet") from None
+                if time.monotonic() > until:
+                    raise SystemExit(f"PS shard {addr} is not reachable") from None
+    return client
+
+
+def detect_from(lines: list[str], label: str | None = None) -> FeatureSchema | None:
+    """The schema of the first line whose format can be told; None when there is no line.
+    Lines none of which tell their format are refused at once, naming why the first does not."""
+    first: ValueError | None = None
+    for line in lines[:100]:
+        try:
+            return detect_schema(line, label)
+        except ValueError as e:
+            first = first or e
+    if first is not None:
+        raise cfg.ConfigError(f"--format auto: {first}; give --format, --label or a --schema YAML")
+    return None
+
+
+def resolve(conf: TrainerConfig, schema: FeatureSchema | None, source: Source) -> tuple[FeatureSchema | None, FieldIndex]:
+    """The schema and the stream's field index, from the schema or the stream's first lines."""
+    needs_fields = conf.model in FIELD_MODELS
+    fixed = schema is not None and bool(schema.base_fields())
+    lines = [] if fixed else source.peek(timeout_s=conf.peek_timeout_s)
+    if schema is None:
+        schema = detect_from(lines, conf.label)
+    if schema is None:
+        if needs_fields:
+            raise cfg.ConfigError(
+                f"--model {conf.model}: needs the field list, but no data came within --peek-timeout-s and --format is auto"
+            )
+        return None, FieldIndex()
+    index = resolve_fields(schema, lines, freeze=needs_fields)
+    if needs_fields and len(index) == 0:
+        raise cfg.ConfigError(
+            f"--model {conf.model}: needs the field list; give schema fields, or data within --peek-timeout-s ({conf.source})"
+        )
+    return schema, index
+
+
+def batch_size(conf: TrainerConfig, spec: ModelSpec) -> int:
+    """--batch-size, or its default: large where batches only amortize per-batch costs."""
+    if conf.batch_size < 0 or conf.max_line_bytes < 1:
+        raise cfg.ConfigError("--batch-size must be >= 0 and --max-line-bytes >= 1")
+    if conf.batch_size:
+        return conf.batch_size
+    if spec.is_dnn or spec.update != "example":
+        return 256
+    # one worker trains the same model at any batch size, and each batch costs a round of
+    # RPCs (several workers read each other's updates up to a batch late: a smaller
+    # --batch-size trades speed for that, docs/benchmarks.md measures both)
+    return 16384
+
+
+def train_with_workers(
+    conf: TrainerConfig,
+    client: PSClient,
+    schema: FeatureSchema | None,
+    fields: FieldIndex,
+    settings: LoopSettings,
+    exporter: Exporter | None,
+    stop: Callable[[], bool],
+    start: CutPoint,
+    recover: Callable[[], CutPoint],
+    progress_log: ProgressLog | None = None,
+) -> WorkerRun:
+    """W worker processes, each taking up at its part of `start`; with --ps local this
+    process serves its shards to them over gRPC."""
+    served = client.serve_local() if conf.ps == "local" else None
+    addresses = served.addresses if served is not None else addresses_of(conf)
+    try:
+        generation = client.transport.generation
+        return run_workers(
+            conf, addresses, schema, fields, settings, exporter, stop, generation, client, start, recover, progress_log
+        )
+    except WorkerFailed as e:
+        raise SystemExit(f"trainer: {e}") from None
+    finally:
+        if served is not None:
+            served.stop()
+
+
+def _restarted_during(client: PSClient, model: TrainableModel) -> bool:
+    """Declares the model's tables; True when a shard restarted since the restore (the
+    caller restores again)."""
+    try:
+        model.prepare(client)
+        return False
+    except ShardRestarted:
+        return True
+
+
+def run(args: argparse.Namespace) -> int:
+    return train(cfg.build(TrainerConfig, ENV_PREFIX, args))
+
+
+def train(conf: TrainerConfig) -> int:
+    log = daemon.setup_logging("trainer", conf.log_level)
+    check_workers(conf)
+    check_codecs(conf)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        return _train(conf, stop, log)
+    except StoppedWhileUnreachable as e:
+        # exactly once still holds: the shards and the stream go back to the last cut
+        log.warning("%s: stopped; the next start takes up from the last checkpoint cut", e)
+        return 0
+
+
+def check_shard_list(conf: TrainerConfig, statuses: list[ShardStatus]) -> None:
+    """--ps lists every shard once, in shard order: refused before anything is restored or
+    declared (a wrong list would route keys to shards that do not own them)."""
+    addresses = addresses_of(conf)
+    for i, (addr, st) in enumerate(zip(addresses, statuses, strict=True)):
+        if st.count != len(addresses) or st.index != i:
+            raise cfg.ConfigError(
+                f"--ps: address {i + 1} of {len(addresses)}, {addr}, is shard {st.index} of {st.count};"
+                f" list all {st.count} shards in shard order (--shard-index 0, 1, ...)"
+            )
+        if conf.export_dir and Path(st.export_root or "/").resolve() != Path(conf.export_dir).resolve():
+            root = f"--export-root {st.export_root}" if st.export_root else "no --export-root (it writes no exports)"
+            raise cfg.ConfigError(
+                f"--export-dir {conf.export_dir}: PS shard {i} at {addr} has {root}; an export's files come from both,"
+                " so give the trainer the shards' folder"
+            )
+
+
+def ends(conf: TrainerConfig) -> bool:
+    """The run has an end that is not a stop: the source's end, idleness or a sample limit."""
+    return not conf.follows() or conf.idle_exit_s > 0 or conf.max_samples > 0
+
+
+def check_source(conf: TrainerConfig) -> None:
+    """A path that is not there fails at once (not after --peek-timeout-s)."""
+    if conf.source != "-" and not conf.source.startswith("kafka://") and not Path(conf.source).exists():
+        raise cfg.ConfigError(f"--source {conf.source}: no such file or folder")
+    if not 0 <= conf.max_bad_fraction <= 1:
+        raise cfg.ConfigError(f"--max-bad-fraction {conf.max_bad_fraction}: must be within 0..1")
+
+
+def _train(conf: TrainerConfig, stop: threading.Event, log: logging.Logger) -> int:
+    check_source(conf)
+    schema = load_schema(conf)
+    guarded = daemon.guard(conf, conf.host)  # its identity for the PS channels; it serves health only
+    client = connect(conf, stop.is_set)
+    statuses = client.status()
+    if conf.ps != "local":
+        check_shard_list(conf, statuses)
+    planned = planned_point(statuses, conf.from_start)  # read only: nothing changes before the model is named
+    taken = len(planned.parts) or 1
+    if planned.cut and taken != conf.workers:
+        raise cfg.ConfigError(
+            f"checkpoint cut {planned.cut} was taken with {taken} worker(s), whose positions do not map to {conf.workers}:"
+            f" run with --workers {taken}, or start over with --from-start"
+        )
+
+    def reopen(position: Position | None) -> Source:
+        return open_source(
+            conf.source,
+            conf.follows(),
+            stop=stop.is_set,
+            start=position,
+            pattern=conf.source_pattern,
+            ignore=conf.ignored_names(),
+        )
+
+    try:
+        source = reopen(planned.position)
+    except ValueError as e:
+        raise cfg.ConfigError(str(e)) from None
+    schema, fields = resolve(conf, schema, source)
+    spec = model_spec(conf, tuple(fields.names))
+    try:
+        model = build_model(spec, conf.staleness, conf.dense_codec)
+    except ValueError as e:
+        raise cfg.ConfigError(str(e)) from None
+    # the shards refuse a trainer of another model (name, type, field list) before they change
+    client.transport.model = ModelIdentity.of(conf.model_name, spec.type, spec.fields, spec.needs_fields)
+    client.transport.replace_model = conf.replace_model
+    point = restore_shards(client, conf.from_start)  # exactly once: back to the newest common cut
+    if (point.cut, point.position) != (planned.cut, planned.position):  # a shard restarted meanwhile: the cut moved
+        source = reopen(point.position)
+    again = restore_and_declare(client, model.prepare, conf.from_start) if _restarted_during(client, model) else None
+    if again is not None and again != point:  # a shard restarted meanwhile and the cut moved
+        point, source = again, reopen(again.position)
+    log.info(
+        "model %s, %d fields, tables %s", spec.type, len(fields), ", ".join(f"{t.name}:{t.optimizer.kind}" for t in spec.tables())
+    )
+    metrics_port = daemon.metrics_server(conf.host, conf.metrics_port) if conf.metrics_port >= 0 else -1
+    health_server, health, grpc_port = None, None, -1
+    if conf.port >= 0:  # health only: the trainer is a client of the PS and serves nothing else
+        health_server, grpc_port, health = daemon.grpc_server(
+            conf.host, conf.port, 1, lambda s: None, [], reflection=conf.reflection, **guarded
+        )
+    exporter = None
+    if conf.export_dir:
+        exporter = Exporter(
+            client,
+            Path(conf.export_dir),
+            conf.model_name,
+            spec,
+            fields,
+            schema.to_dict() if schema else {},
+            conf.full_every,
+            conf.holdout_samples,
+        )
+    settings = LoopSettings(
+        batch_size(conf, spec),
+        conf.max_samples,
+        conf.idle_exit_s,
+        conf.export_interval_s,
+        conf.checkpoint_interval_s,
+        max_line_bytes=conf.max_line_bytes,
+        batch_cache=None if (conf.batch_cache or "").lower() in ("", "off", "none") else conf.batch_cache,
+        batch_cache_max_bytes=int(conf.batch_cache_max_gb * 1e9),
+        progress_interval_s=conf.progress_interval_s,
+        # a stream that ends (a file, a pipe, --idle-exit-s, --max-samples) has its last export judged
+        # on its tail, which is then never trained; a followed stream without an end trains at once
+        hold_back=conf.holdout_samples if exporter is not None and ends(conf) else 0,
+        max_bad_fraction=conf.max_bad_fraction,
+    )
+    progress_log = ProgressLog(conf.curve_out, count_samples=conf.workers > 1)
+    daemon.write_ready_file(conf.ready_file, grpc_port=grpc_port, metrics_port=metrics_port)
+    if conf.workers > 1:
+        recover = lambda: restore_and_declare(client, model.prepare, False)  # noqa: E731
+        run = train_with_workers(conf, client, schema, fields, settings, exporter, stop.is_set, point, recover, progress_log)
+        result: dict[str, Any] = dict(run.progress.snapshot())
+        elapsed_s, bad_lines, exports = run.elapsed_s, run.bad_lines, run.exports
+        fields.dropped = run.dropped
+        push_bytes, pull_bytes = run.push_bytes, run.pull_bytes
+        result.update(run.compression)
+        result["held_out_samples"] = float(run.held_out)
+        first_bad, read_schema = [], schema
+    else:
+        trainer = Trainer(client, model, schema, fields, source, settings, ProgressiveMetrics(conf.window), exporter, stop.is_set)
+        trainer.progress_log = progress_log
+        trainer.take_up(point, reopen, lambda: restore_and_declare(client, model.prepare, False))
+        result = dict(trainer.run())
+        elapsed_s, bad_lines, exports = trainer.elapsed_s, trainer.bad_lines, trainer.exports
+        first_bad, read_schema = trainer.reader.first_bad, trainer.reader.schema or schema
+        result["held_out_samples"] = float(sum(len(b) for b in trainer.held_out))
+        if trainer.reader.cache is not None:
+            result["batch_cache_hits"] = float(trainer.reader.cache.hits)
+            result["batch_cache_misses"] = float(trainer.reader.cache.misses)
+        push_bytes, pull_bytes = client.push_bytes, client.pull_bytes
+        result.update(client.compression_stats())
+    sparse = [t for st in client.status() for t in st.tables if t.kind == "sparse"]
+    result["sparse_rows"] = float(sum(t.rows for t in sparse))  # the model's size, after the lifecycle
+    result["not_admitted"] = float(sum(t.not_admitted for t in sparse))
+    result["evicted"] = float(sum(t.evicted for t in sparse))
+    result["bad_lines"] = float(bad_lines)
+    result["dropped_features"] = float(fields.dropped)
+    if fields.dropped:
+        log.warning(
+            "dropped %d features of fields outside the model's field list, e.g. %s (list them in schema.fields)",
+            fields.dropped,
+            sorted(fields.unknown)[:10],
+        )
+    result["exports"] = float(len(exports))
+    result["elapsed_s"] = elapsed_s
+    result["examples_per_s"] = result["samples"] / elapsed_s if elapsed_s > 0 else 0.0
+    result["push_bytes"] = float(push_bytes)
+    result["pull_bytes"] = float(pull_bytes)
+    result["push_bytes_per_sample"] = push_bytes / max(1.0, result["samples"])
+    result["pull_bytes_per_sample"] = pull_bytes / max(1.0, result["samples"])
+    result["push_codec"] = conf.push_codec  # type: ignore[assignment]
+    result["workers"] = float(conf.workers)
+    result["staleness"] = float(conf.staleness)
+    result["model"] = {**spec.to_dict(), "fields": list(fields.names)}
+    summary = {k: v for k, v in result.items() if k != "model"}
+    log.debug("done: %s", json.dumps(summary))
+    log.info("done: %s", summary_text(result, conf.export_dir, list(exports), conf.metrics_out))
+    if conf.metrics_out:
+        Path(conf.metrics_out).write_text(json.dumps(result, indent=1))
+    client.close()
+    if health_server is not None and health is not None:
+        health.enter_graceful_shutdown()  # NOT_SERVING first, so a probe sees the end
+        health_server.stop(grace=1).wait()
+    good = int(result["samples"] + result.get("held_out_samples", 0))
+    if too_bad(int(bad_lines), good, conf.max_bad_fraction, final=True) or (good == 0 and bad_lines):
+        raise BadInput(message(conf.source, int(bad_lines), good, first_bad, read_schema))
+    if good == 0 and not conf.follows() and not stop.is_set():
+        raise BadInput(f"--source {conf.source}: no sample line came (an empty file or stream)")
+    return 0

@@ -1,0 +1,518 @@
+"""numba kernels that parse a block of sample lines straight into batch arrays.
+
+One call parses up to max_lines lines of a block (complete lines, and the unterminated last
+line of a finished file when `final`): it splits, buckets and hashes every feature with no
+Python per line or per feature. A line the kernel cannot settle on its own is *deferred*:
+malformed lines, invalid UTF-8, over-long lines, numbers outside the exactly-rounded fast
+path, fields new to a growing field index. The caller (trainer.input.block_parser) runs the reference
+parser (ctr.data.formats) on those lines alone, which reports the error or grows the index, so
+both always agree. The tests check that batches are identical on every real file and on
+generated nasty lines.
+
+Layout (Python side builds it, trainer.input.block_parser.Layout):
+- MODE_COLUMNS (criteo, csv): col_role[c] is a field index or LABEL_COLUMN, SKIPPED,
+  DROPPED; col_numeric[c] buckets the column's number; `ragged` lets lines have fewer
+  columns (criteo); csv needs exactly ncols.
+- MODE_LIBSVM / MODE_LIBFFM / MODE_KV: named fields go through an open-addressed table
+  (name_keys, name_role, name_numeric) keyed by token_key(name, 0); numbered fields (libsvm
+  positions, libffm field numbers) are n itself below nfields.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba as nb
+import numpy as np
+import numpy.typing as npt
+
+from ctr.data.hashing import FNV64_OFFSET, FNV64_PRIME, finish_key, fnv_bytes
+
+MODE_COLUMNS = 0
+MODE_LIBSVM = 1
+MODE_LIBFFM = 2
+MODE_KV = 3
+
+LABEL_COLUMN = -3
+SKIPPED = -2
+DROPPED = -1
+_DEFER = -4  # a field the reference parser must settle (it grows the index or errs)
+
+_P10 = np.array([10.0**i for i in range(23)], dtype=np.float64)  # exact up to 1e22
+_FLOAT32_MAX = 3.4028234663852886e38
+_NUM_OK = 0
+_NUM_BAD = 1
+_NUM_SLOW = 2  # a valid number outside the fast path: deferred to float()
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _is_space(c: int) -> bool:
+    return c == 32 or c == 9 or c == 10 or c == 13 or c == 11 or c == 12
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _is_digit(c: int) -> bool:
+    return 48 <= c <= 57
+
+
+@nb.njit(cache=True, nogil=True)
+def utf8_valid(buf: npt.NDArray[np.uint8], s: int, e: int) -> bool:
+    """Whether buf[s:e] is valid UTF-8 as Python's strict decoder reads it (no overlong
+    forms, no surrogates, nothing above U+10FFFF)."""
+    acc = 0
+    for j in range(s, e):  # a branch-free OR that LLVM vectorizes: most lines are ASCII
+        acc |= buf[j]
+    if acc < 0x80:
+        return True
+    i = s
+    while i < e:
+        c = buf[i]
+        if c < 0x80:
+            i += 1
+            continue
+        if c < 0xC2 or c > 0xF4:
+            return False
+        if c < 0xE0:
+            n = 1
+        elif c < 0xF0:
+            n = 2
+        else:
+            n = 3
+        if i + n >= e:
+            return False
+        c1 = buf[i + 1]
+        lo, hi = 0x80, 0xBF
+        if c == 0xE0:
+            lo = 0xA0
+        elif c == 0xED:
+            hi = 0x9F
+        elif c == 0xF0:
+            lo = 0x90
+        elif c == 0xF4:
+            hi = 0x8F
+        if c1 < lo or c1 > hi:
+            return False
+        for j in range(2, n + 1):
+            if buf[i + j] < 0x80 or buf[i + j] > 0xBF:
+                return False
+        i += n + 1
+    return True
+
+
+@nb.njit(cache=True, nogil=True)
+def parse_number(buf: npt.NDArray[np.uint8], s: int, e: int) -> tuple[int, float]:
+    """(status, value) of buf[s:e] under ctr.data.formats.NUMBER. The value is exact (equal to
+    Python's float()) when status is _NUM_OK: at most 19 significant digits forming an
+    integer below 2^53, scaled by a power of ten within 1e22 (Clinger's fast path)."""
+    i = s
+    neg = False
+    if i < e and (buf[i] == 43 or buf[i] == 45):
+        neg = buf[i] == 45
+        i += 1
+    m = np.uint64(0)
+    sig = 0
+    digits = 0
+    exp10 = 0
+    slow = False
+    while i < e and _is_digit(buf[i]):
+        d = buf[i] - 48
+        digits += 1
+        if m != 0 or d != 0:
+            if sig < 19:
+                m = m * np.uint64(10) + np.uint64(d)
+                sig += 1
+            else:
+                slow = True
+        i += 1
+    if i < e and buf[i] == 46:
+        i += 1
+        while i < e and _is_digit(buf[i]):
+            d = buf[i] - 48
+            digits += 1
+            if m != 0 or d != 0:
+                if sig < 19:
+                    m = m * np.uint64(10) + np.uint64(d)
+                    sig += 1
+                else:
+                    slow = True
+            exp10 -= 1
+            i += 1
+    if digits == 0:
+        return _NUM_BAD, 0.0
+    if i < e and (buf[i] == 101 or buf[i] == 69):
+        i += 1
+        eneg = False
+        if i < e and (buf[i] == 43 or buf[i] == 45):
+            eneg = buf[i] == 45
+            i += 1
+        if i == e or not _is_digit(buf[i]):
+            return _NUM_BAD, 0.0
+        ev = 0
+        while i < e and _is_digit(buf[i]):
+            if ev < 100000:
+                ev = ev * 10 + (buf[i] - 48)
+            i += 1
+        exp10 += -ev if eneg else ev
+    if i != e:
+        return _NUM_BAD, 0.0
+    if m == 0:  # no significant digit, so none was dropped
+        return _NUM_OK, -0.0 if neg else 0.0
+    if slow or m > np.uint64(1 << 53) or exp10 < -22 or exp10 > 22:
+        return _NUM_SLOW, 0.0
+    v = float(m)
+    v = v * _P10[exp10] if exp10 >= 0 else v / _P10[-exp10]
+    return _NUM_OK, -v if neg else v
+
+
+@nb.njit(cache=True, nogil=True)
+def _write_int(out: npt.NDArray[np.uint8], at: int, v: int) -> int:
+    """Writes v in decimal at out[at:]; returns the end."""
+    if v < 0:
+        out[at] = 45
+        at += 1
+        v = -v
+    n = 1
+    t = v
+    while t >= 10:
+        t //= 10
+        n += 1
+    for j in range(n - 1, -1, -1):
+        out[at + j] = 48 + v % 10
+        v //= 10
+    return at + n
+
+
+@nb.njit(cache=True, nogil=True)
+def _bucket(buf: npt.NDArray[np.uint8], s: int, e: int, scratch: npt.NDArray[np.uint8], at: int) -> int:
+    """Writes the bucket token of the number buf[s:e] (ctr.data.formats.bucket_numeric) at
+    scratch[at:]; returns its end, or -1 to defer the line."""
+    status, v = parse_number(buf, s, e)
+    if status != _NUM_OK:
+        return -1
+    if v > 2:
+        scratch[at] = 98  # b
+        return _write_int(scratch, at + 1, int(math.log(v) ** 2))
+    f = np.floor(v)
+    if f < -9.2e18:
+        return -1
+    scratch[at] = 118  # v
+    return _write_int(scratch, at + 1, int(f))
+
+
+@nb.njit(cache=True, nogil=True)
+def _lookup(keys: npt.NDArray[np.uint64], key: np.uint64) -> int:
+    """Slot of key in the open-addressed name table, -1 when absent."""
+    mask = np.uint64(keys.shape[0] - 1)
+    i = key & mask
+    while True:
+        k = keys[i]
+        if k == key:
+            return np.int64(i)  # type: ignore[return-value]
+        if k == np.uint64(0):
+            return -1
+        i = (i + np.uint64(1)) & mask
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _numbered(n: int, nfields: int, frozen: bool, cap: int, strict: bool) -> int:
+    """Field index of numbered field n (ctr.data.fields.FieldIndex.number)."""
+    if n < nfields:
+        return n
+    if frozen and strict:  # libffm: a field beyond a frozen list is an error
+        return _DEFER
+    if frozen or n >= cap:
+        return DROPPED
+    return _DEFER
+
+
+@nb.njit(cache=True, nogil=True)
+def parse_block(
+    buf: npt.NDArray[np.uint8],
+    final: bool,
+    ascii_only: bool,
+    max_lines: int,
+    max_line_bytes: int,
+    mode: int,
+    delim: int,
+    ragged: bool,
+    col_role: npt.NDArray[np.int32],
+    col_numeric: npt.NDArray[np.bool_],
+    name_keys: npt.NDArray[np.uint64],
+    name_role: npt.NDArray[np.int32],
+    name_numeric: npt.NDArray[np.bool_],
+    nfields: int,
+    frozen: bool,
+    cap: int,
+    single_field: bool,
+    field_ids: npt.NDArray[np.uint32],
+    crosses: npt.NDArray[np.int32],
+) -> tuple[
+    npt.NDArray[np.float32],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.uint64],
+    npt.NDArray[np.int32],
+    npt.NDArray[np.float32],
+    npt.NDArray[np.int32],
+    npt.NDArray[np.int32],
+    npt.NDArray[np.int64],
+    int,
+]:
+    """Parses up to max_lines lines of buf. Returns labels, offsets, keys, fields, values
+    (the batch of the lines parsed here), sample_line (line number within the block of each
+    sample), deferred (line numbers left to the reference parser), line_ends (byte offset
+    after each line) and the count of features dropped for fields outside the index."""
+    n = buf.shape[0]
+    # pass 1: line boundaries, to size the outputs
+    line_ends = np.empty(max_lines, dtype=np.int64)
+    lines = 0
+    pos = 0
+    longest = 0
+    while lines < max_lines and pos < n:
+        j = pos
+        while j < n and buf[j] != 10:
+            j += 1
+        if j == n and not final:
+            break
+        end = j + 1 if j < n else n
+        longest = max(longest, end - pos)
+        line_ends[lines] = end
+        lines += 1
+        pos = end
+    line_ends = line_ends[:lines]
+    ncross = crosses.shape[0]
+    width = col_role.shape[0]
+    cap_features = pos + lines * (ncross + 1) + 1
+    labels = np.empty(lines, dtype=np.float32)
+    offsets = np.zeros(lines + 1, dtype=np.int64)
+    keys = np.empty(cap_features, dtype=np.uint64)
+    fields = np.empty(cap_features, dtype=np.int32)
+    values = np.empty(cap_features, dtype=np.float32)
+    sample_line = np.empty(lines, dtype=np.int32)
+    deferred = np.empty(lines, dtype=np.int32)
+    # per line: each feature's token (in buf, or in scratch for bucketed numbers), for crosses
+    tok_start = np.empty(longest + 2, dtype=np.int64)
+    tok_end = np.empty(longest + 2, dtype=np.int64)
+    tok_scratch = np.empty(longest + 2, dtype=np.bool_)
+    scratch = np.empty(24 * (longest + 2), dtype=np.uint8)
+    n_samples = 0
+    n_deferred = 0
+    nf = 0
+    dropped = 0
+    start = 0
+    for li in range(lines):
+        ls = start
+        le = int(line_ends[li])
+        start = le
+        if le > ls and buf[le - 1] == 10:
+            le -= 1
+        first = nf
+        line_dropped = 0
+        ok = le - ls <= max_line_bytes and (ascii_only or utf8_valid(buf, ls, le))
+        label = 0.0
+        sp = 0  # scratch position of this line
+        if ok and mode == MODE_COLUMNS:
+            e = le
+            while e > ls and (buf[e - 1] == 13 or buf[e - 1] == 10):
+                e -= 1
+            c = 0
+            cs = ls
+            while ok:  # the column count is checked at the end, not by a pass of its own
+                if c >= width:
+                    ok = False
+                    break
+                ce = cs
+                while ce < e and buf[ce] != delim:
+                    ce += 1
+                role = col_role[c]
+                if role == LABEL_COLUMN:
+                    st, v = parse_number(buf, cs, ce)
+                    ok = st == _NUM_OK
+                    label = 1.0 if v > 0 else 0.0
+                elif ce > cs and role != SKIPPED:
+                    # emitted inline here and in kv: a shared helper measured 3x slower
+                    ts, te, in_scratch = cs, ce, False
+                    if col_numeric[c]:
+                        end = _bucket(buf, cs, ce, scratch, sp)
+                        if end < 0:
+                            ok = False
+                            break
+                        ts, te, in_scratch = sp, end, True
+                        sp = end
+                    if role == DROPPED:
+                        line_dropped += 1
+                    else:
+                        src = scratch if in_scratch else buf
+                        keys[nf] = finish_key(fnv_bytes(FNV64_OFFSET, src, ts, te), field_ids[role])
+                        fields[nf] = role
+                        values[nf] = 1.0
+                        tok_start[nf - first] = ts
+                        tok_end[nf - first] = te
+                        tok_scratch[nf - first] = in_scratch
+                        nf += 1
+                c += 1
+                if ce >= e:
+                    break
+                cs = ce + 1
+            if ok:
+                ok = 2 <= c <= width if ragged else c == width
+        elif ok and mode in (MODE_LIBSVM, MODE_LIBFFM):
+            i = ls
+            tok = 0
+            while ok:
+                while i < le and _is_space(buf[i]):
+                    i += 1
+                if i >= le:
+                    break
+                ts = i
+                while i < le and not _is_space(buf[i]):
+                    i += 1
+                te = i
+                if tok == 0:
+                    st, v = parse_number(buf, ts, te)
+                    ok = st == _NUM_OK
+                    label = 1.0 if v > 0 else 0.0
+                    tok += 1
+                    continue
+                fpos = tok - 1
+                tok += 1
+                c1 = ts
+                while c1 < te and buf[c1] != 58:
+                    c1 += 1
+                if c1 in (te, ts):
+                    ok = False
+                    break
+                if mode == MODE_LIBSVM:
+                    ks, ke, vs = ts, c1, c1 + 1
+                    f = _numbered(0 if single_field else fpos, nfields, frozen, cap, False)
+                else:
+                    c2 = c1 + 1
+                    while c2 < te and buf[c2] != 58:
+                        c2 += 1
+                    if c2 == te or c2 == c1 + 1:
+                        ok = False
+                        break
+                    for j in range(c2 + 1, te):
+                        if buf[j] == 58:
+                            ok = False
+                    if not ok:
+                        break
+                    ks, ke, vs = c1 + 1, c2, c2 + 1
+                    numbered = True
+                    num = 0
+                    for j in range(ts, c1):
+                        if not _is_digit(buf[j]):
+                            numbered = False
+                        elif num < 1 << 40:
+                            num = num * 10 + (buf[j] - 48)
+                    if numbered:
+                        f = _numbered(num, nfields, frozen, cap, True)
+                    else:
+                        slot = _lookup(name_keys, finish_key(fnv_bytes(FNV64_OFFSET, buf, ts, c1), np.uint32(0)))
+                        f = name_role[slot] if slot >= 0 else _DEFER
+                st, v = parse_number(buf, vs, te)
+                if st != _NUM_OK or abs(v) > _FLOAT32_MAX or f == _DEFER:
+                    ok = False
+                    break
+                if f == DROPPED:
+                    line_dropped += 1
+                    continue
+                keys[nf] = finish_key(fnv_bytes(FNV64_OFFSET, buf, ks, ke), field_ids[f])
+                fields[nf] = f
+                values[nf] = v
+                tok_start[nf - first] = ks
+                tok_end[nf - first] = ke
+                tok_scratch[nf - first] = False
+                nf += 1
+            if tok == 0:
+                ok = False  # an empty line
+        elif ok:  # MODE_KV
+            e = le
+            while e > ls and (buf[e - 1] == 13 or buf[e - 1] == 10):
+                e -= 1
+            cs = ls
+            c = 0
+            while ok:
+                ce = cs
+                while ce < e and buf[ce] != 9:
+                    ce += 1
+                if c == 0:
+                    st, v = parse_number(buf, cs, ce)
+                    ok = st == _NUM_OK
+                    label = 1.0 if v > 0 else 0.0
+                else:
+                    k = cs
+                    while k < ce and buf[k] != 61:
+                        k += 1
+                    if k in (ce, cs):
+                        ok = False
+                        break
+                    if ce > k + 1:
+                        slot = _lookup(name_keys, finish_key(fnv_bytes(FNV64_OFFSET, buf, cs, k), np.uint32(0)))
+                        if slot < 0:
+                            ok = False
+                            break
+                        role = name_role[slot]
+                        if role != SKIPPED:
+                            ts, te, in_scratch = k + 1, ce, False
+                            if name_numeric[slot]:
+                                end = _bucket(buf, k + 1, ce, scratch, sp)
+                                if end < 0:
+                                    ok = False
+                                    break
+                                ts, te, in_scratch = sp, end, True
+                                sp = end
+                            if role == DROPPED:
+                                line_dropped += 1
+                            else:
+                                src = scratch if in_scratch else buf
+                                keys[nf] = finish_key(fnv_bytes(FNV64_OFFSET, src, ts, te), field_ids[role])
+                                fields[nf] = role
+                                values[nf] = 1.0
+                                tok_start[nf - first] = ts
+                                tok_end[nf - first] = te
+                                tok_scratch[nf - first] = in_scratch
+                                nf += 1
+                if ce >= e:
+                    break
+                cs = ce + 1
+                c += 1
+        if not ok:
+            nf = first
+            deferred[n_deferred] = li
+            n_deferred += 1
+            continue
+        base_end = nf  # crosses pair the line's own features, never other crosses
+        for x in range(ncross):
+            a, b, fc = crosses[x, 0], crosses[x, 1], crosses[x, 2]
+            ia = -1
+            ib = -1
+            for j in range(first, base_end):
+                if ia < 0 and fields[j] == a:
+                    ia = j - first
+                if ib < 0 and fields[j] == b:
+                    ib = j - first
+            if ia < 0 or ib < 0:
+                continue
+            h = fnv_bytes(FNV64_OFFSET, scratch if tok_scratch[ia] else buf, tok_start[ia], tok_end[ia])
+            h = (h ^ np.uint64(0x1F)) * FNV64_PRIME
+            h = fnv_bytes(h, scratch if tok_scratch[ib] else buf, tok_start[ib], tok_end[ib])
+            keys[nf] = finish_key(h, field_ids[fc])
+            fields[nf] = fc
+            values[nf] = 1.0
+            nf += 1
+        labels[n_samples] = label
+        sample_line[n_samples] = li
+        n_samples += 1
+        offsets[n_samples] = nf
+        dropped += line_dropped
+    return (
+        labels[:n_samples],
+        offsets[: n_samples + 1],
+        keys[:nf],
+        fields[:nf],
+        values[:nf],
+        sample_line[:n_samples],
+        deferred[:n_deferred],
+        line_ends,
+        dropped,
+    )

@@ -1,0 +1,198 @@
+"""A Kafka topic as a sample source: `--source kafka://HOST:PORT/TOPIC`.
+
+Each message holds one sample line. The consumer is assigned its partitions directly (no
+consumer group: a group's first fetch can take many seconds, and the position is ours to
+keep): worker i of W reads the partitions p with p % W == i. The position is the next
+offset of every partition; checkpoints store it and a resume starts there. Without a
+stored position every partition starts at its beginning.
+
+The source hands over blocks of one partition's consecutive messages, so the reader's
+line count within a block is the partition's offset: block `file` is `TOPIC[P]`, and a bad
+line is reported as `TOPIC[P]:N`, message offset N - 1. A message holding several lines is
+reported and skipped (it stands in as an empty line, so offsets stay aligned).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+from urllib.parse import urlparse
+
+from trainer.input.source import Block, Position
+
+log = logging.getLogger("trainer")
+
+SCHEME = "kafka://"
+POLL_MESSAGES = 20000
+
+
+def is_kafka(source: str) -> bool:
+    return source.startswith(SCHEME)
+
+
+def parse_url(source: str) -> tuple[str, str]:
+    """(bootstrap servers, topic) of kafka://HOST:PORT[,HOST:PORT]/TOPIC."""
+    url = urlparse(source)
+    topic = url.path.strip("/")
+    if url.scheme != "kafka" or not url.netloc or not topic or "/" in topic:
+        raise ValueError(f"--source {source!r}: expected kafka://HOST:PORT/TOPIC")
+    return url.netloc, topic
+
+
+def partition_label(topic: str, partition: int) -> str:
+    return f"{topic}[{partition}]"
+
+
+class KafkaSource:
+    """The StreamSource interface (peek, blocks, idle_since, position_after) over a topic."""
+
+    def __init__(
+        self,
+        source: str,
+        follow: bool,
+        stop: Callable[[], bool] = lambda: False,
+        start: Position | None = None,
+        part: tuple[int, int] = (0, 1),
+        poll_s: float = 0.2,
+        metadata_timeout_s: float = 30.0,
+    ) -> None:
+        self.source = source
+        self.servers, self.topic = parse_url(source)
+        self.follow = follow
+        self.stop = stop
+        self.poll_s = poll_s
+        self.idle_since = time.monotonic()
+        self._consumer = self._new_consumer()
+        meta = self._consumer.list_topics(self.topic, timeout=metadata_timeout_s)
+        topic_meta = meta.topics.get(self.topic)
+        if topic_meta is None or topic_meta.error is not None or not topic_meta.partitions:
+            reason = topic_meta.error if topic_meta is not None else "no such topic"
+            raise ValueError(f"--source {source}: topic {self.topic!r} cannot be read: {reason}")
+        index, count = part
+        self.partitions = sorted(p for p in topic_meta.partitions if p % count == index)
+        stored = (start.partitions if start is not None else None) or {}
+        # the next offset to read per partition; -2 is librdkafka's OFFSET_BEGINNING
+        self.next: dict[int, int] = {p: int(stored.get(str(p), -2)) for p in self.partitions}
+        self._trained: dict[int, int] = {p: o for p, o in self.next.items() if o >= 0}
+        if not self.partitions:
+            log.warning("%s: worker %d of %d has no partition to read (the topic has fewer)", source, index, count)
+
+    def _new_consumer(self) -> Any:
+        from confluent_kafka import Consumer  # loads only for Kafka sources
+
+        return Consumer(
+            {
+                "bootstrap.servers": self.servers,
+                "group.id": "boundless-trainer",  # required by the client; offsets are never committed
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "enable.partition.eof": False,
+                "log.connection.close": False,
+            }
+        )
+
+    def _assign(self, consumer: Any) -> None:
+        from confluent_kafka import TopicPartition
+
+        consumer.assign([TopicPartition(self.topic, p, o) for p, o in self.next.items()])
+
+    def peek(self, max_lines: int = 2000, max_bytes: int = 4 << 20, timeout_s: float = 0.0) -> list[str]:
+        """The first messages at the start position, read by a throwaway consumer."""
+        consumer = self._new_consumer()
+        self._assign(consumer)
+        lines: list[str] = []
+        size = 0
+        deadline = time.monotonic() + timeout_s
+        try:
+            while len(lines) < max_lines and size < max_bytes and not self.stop():
+                msgs = consumer.consume(num_messages=max_lines - len(lines), timeout=0.2)
+                for m in msgs:
+                    if m.error() is None and m.value() is not None:
+                        lines.append(m.value().decode("utf-8", errors="replace").rstrip("\r\n"))
+                        size += len(m.value())
+                if not msgs and (lines or time.monotonic() >= deadline):
+                    break
+        finally:
+            consumer.close()
+        return lines
+
+    def _at_end(self) -> bool:
+        """Every partition has been read up to its current high watermark."""
+        from confluent_kafka import TopicPartition
+
+        for p, nxt in self.next.items():
+            low, high = self._consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=10)
+            if high > max(nxt, low):
+                return False
+        return True
+
+    def blocks(self, max_line_bytes: int) -> Iterator[Block | None]:
+        self._assign(self._consumer)
+        try:
+            while not self.stop():
+                msgs = self._consumer.consume(num_messages=POLL_MESSAGES, timeout=self.poll_s)
+                if not msgs:
+                    if not self.follow and self._at_end():
+                        return
+                    yield None
+                    continue
+                self.idle_since = time.monotonic()
+                yield from self._runs(msgs, max_line_bytes)
+        finally:
+            self._consumer.close()
+
+    def _runs(self, msgs: list[Any], max_line_bytes: int) -> Iterator[Block]:
+        """Blocks of consecutive offsets of one partition, in the order the messages came."""
+        by_partition: dict[int, list[Any]] = {}
+        for m in msgs:
+            err = m.error()
+            if err is not None:
+                if err.fatal():
+                    raise RuntimeError(f"--source {self.source}: {err}")
+                log.warning("%s: %s", self.source, err)
+                continue
+            by_partition.setdefault(m.partition(), []).append(m)
+        for p, part in by_partition.items():
+            label = partition_label(self.topic, p)
+            run: list[bytes] = []
+            first = part[0].offset()
+            for m in part:
+                off = m.offset()
+                if run and off != first + len(run):  # a gap (compaction, transaction markers)
+                    yield Block(label, first, first, b"".join(run), newlines=len(run))
+                    run, first = [], off
+                value = m.value() or b""
+                line = value[:-1] if value.endswith(b"\n") else value
+                if b"\n" in line or len(line) > max_line_bytes:
+                    why = "holds several lines" if b"\n" in line else f"is longer than {max_line_bytes} bytes"
+                    log.warning("%s:%d: the message %s; skipped", label, off + 1, why)
+                    line = b""
+                run.append(line + b"\n")
+            yield Block(label, first, first, b"".join(run), newlines=len(run))
+            self.next[p] = first + len(run)
+
+    def backlog(self, position: Position) -> tuple[str, int] | None:
+        """Messages of this worker's partitions past `position`: up to the high watermarks
+        its fetches last saw, or, for a partition not fetched yet, the broker's answer."""
+        from confluent_kafka import TopicPartition
+
+        at = position.partitions or {}
+        total = 0
+        for p in self.partitions:
+            tp = TopicPartition(self.topic, p)
+            low, high = self._consumer.get_watermark_offsets(tp, cached=True)
+            if high < 0:  # nothing fetched from it yet
+                low, high = self._consumer.get_watermark_offsets(tp, timeout=2.0)
+            total += max(0, high - max(low, int(at.get(str(p), -1))))
+        return "messages", total
+
+    def position_after(self, position: Position) -> Position:
+        """The stream position once the batch ending at `position` is trained: every
+        partition's next offset, with the batch's own partition at its end."""
+        done = dict(self._trained)
+        if position.file.startswith(self.topic + "["):
+            done[int(position.file[len(self.topic) + 1 : -1])] = position.line
+        self._trained = done
+        return Position(position.file, position.offset, position.line, {str(p): o for p, o in done.items()})

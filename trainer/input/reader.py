@@ -1,0 +1,282 @@
+"""Blocks of the stream to batches of parsed samples, in a reader thread.
+
+The reader cuts the source's blocks into batches of `batch_size` lines and parses each with
+the numba block parser (trainer.input.block_parser), whose kernels release the GIL, so reading and
+parsing run beside training. Ready batches wait in a bounded queue. Bad lines are logged
+as file:line with the reason and skipped.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from ctr.data.batch import SampleBatch
+from ctr.data.fields import FieldIndex
+from ctr.data.schema import FeatureSchema, detect_schema
+from trainer import metrics
+from trainer.input.batch_cache import BatchCache, CachedBatch, Recording
+from trainer.input.block_parser import BlockParser
+from trainer.input.source import Block, Position, Source, StreamSource
+
+log = logging.getLogger("trainer")
+
+
+@dataclass(frozen=True)
+class ReadyBatch:
+    batch: SampleBatch
+    position: Position  # where the stream stands after the batch's last line
+    lines: int
+
+
+FIRST_BAD_KEPT = 5
+FIRST_BAD_LOGGED = 10
+LOG_EVERY = 1000
+
+
+class BatchReader:
+    """Turns a Source into ReadyBatch items (None while the stream is idle)."""
+
+    def __init__(
+        self,
+        source: Source,
+        schema: FeatureSchema | None,
+        fields: FieldIndex,
+        batch_size: int,
+        max_line_bytes: int,
+        cache: BatchCache | None = None,
+    ) -> None:
+        self.source = source
+        self.schema = schema
+        self.fields = fields
+        self.batch_size = batch_size
+        self.max_line_bytes = max_line_bytes
+        self.bad_lines = 0
+        self.first_bad: list[str] = []  # "file:line: reason" of the first bad lines, for the error a user sees
+        self._parsers: dict[str, BlockParser] = {}
+        # the unparsed lines of the current file: fewer than a batch, waiting for more
+        self._held: Block | None = None
+        self._header_next = False  # a detected csv format: the line detected is the header
+        self.cache = cache
+        self._recording: Recording | None = None
+        self._replays: dict[str, tuple[Iterator[CachedBatch], list[tuple[int, str]]]] = {}
+        if cache is not None and isinstance(source, StreamSource):
+            source.cached = self._load_cached
+
+    def _load_cached(self, file: str) -> bool:
+        """The source asks before reading a finished file: True when its batches are cached."""
+        assert self.cache is not None
+        replay = self.cache.replay(file, self.fields)
+        if replay is None:
+            return False
+        self._replays[file] = replay
+        return True
+
+    def _bad(self, file: str, line: int, reason: str) -> None:
+        if self._recording is not None and self._recording.file == file:
+            self._recording.bad.append((line, reason))
+        self.bad_lines += 1
+        metrics.BAD_LINES.inc()
+        if len(self.first_bad) < FIRST_BAD_KEPT:
+            self.first_bad.append(f"{file}:{line}: {reason}")
+        # the first few, then one in LOG_EVERY: a file of another format is not a flood of warnings
+        if self.bad_lines <= FIRST_BAD_LOGGED or self.bad_lines % LOG_EVERY == 0:
+            more = f" (bad line {self.bad_lines}; one in {LOG_EVERY} is logged from now on)" if self.bad_lines > 1 else ""
+            log.warning("%s:%d: %s%s", file, line, reason, more if self.bad_lines == FIRST_BAD_LOGGED else "")
+
+    def _detect(self, block: Block) -> Block | None:
+        """Detects the format from the first lines that tell it (--format auto on a stream
+        whose head could not be peeked at); lines before are bad. Returns the rest."""
+        data, line = block.data, block.line
+        while data:
+            nl = data.find(b"\n")
+            head, rest = (data, b"") if nl < 0 else (data[:nl], data[nl + 1 :])
+            try:
+                self.schema = detect_schema(head.decode("utf-8"))
+                log.info("detected format %s in %s", self.schema.format, block.file)
+                self._header_next = True
+                return Block(block.file, block.offset + len(block.data) - len(data), line, data, block.final)
+            except (ValueError, UnicodeDecodeError) as e:
+                self._bad(block.file, line + 1, f"format not detected yet: {e}")
+            data, line = rest, line + 1
+        return None
+
+    def _parser(self, block: Block) -> tuple[BlockParser, Block | None]:
+        """The file's parser, and the block less a csv file's header line."""
+        p = self._parsers.get(block.file)
+        if p is not None:
+            return p, block
+        assert self.schema is not None
+        header: str | None = None
+        if self.schema.format == "csv":
+            if block.offset == 0 or self._header_next:
+                nl = block.data.find(b"\n")
+                raw = block.data if nl < 0 else block.data[:nl]
+                header = raw.decode("utf-8", errors="replace")
+                rest = b"" if nl < 0 else block.data[nl + 1 :]
+                newlines = block.newlines - 1 if block.newlines > 0 and nl >= 0 else -1
+                block = Block(block.file, len(raw) + 1, block.line + 1, rest, block.final, newlines=newlines)
+            else:  # resumed inside the file: its first line is still its header
+                with open(block.file, encoding="utf-8", errors="replace") as fh:
+                    header = fh.readline()
+        p = self._parsers[block.file] = BlockParser(self.schema, self.fields, header, self.max_line_bytes)
+        return p, block if block.data else None
+
+    def batches(self) -> Generator[ReadyBatch | None, None, None]:
+        try:
+            yield from self._batches()
+        finally:
+            if self._recording is not None:  # the stream stopped inside a file
+                BatchCache.abort(self._recording)
+                self._recording = None
+
+    def _replay(self, file: str) -> Iterator[ReadyBatch]:
+        batches, bad = self._replays.pop(file)
+        for line, reason in bad:
+            self._bad(file, line, reason)
+        for b in batches:
+            yield ReadyBatch(b.batch, b.position, b.lines)
+
+    def _track(self, block: Block) -> None:
+        """Starts recording a file read from its start; drops a recording left unfinished."""
+        rec = self._recording
+        if rec is not None and rec.file != block.file:
+            BatchCache.abort(rec)
+            self._recording = rec = None
+        if rec is None and self.cache is not None and self.schema is not None and block.offset == 0 and block.line == 0:
+            self._recording = self.cache.record(block.file, self.fields)
+
+    def _batches(self) -> Iterator[ReadyBatch | None]:
+        for block in self.source.blocks(self.max_line_bytes):
+            if block is None:
+                yield from self._drain()
+                yield None
+                continue
+            if block.cached:
+                yield from self._drain()
+                yield from self._replay(block.file)
+                continue
+            if block.eof:
+                yield from self._drain()
+                rec, self._recording = self._recording, None
+                if rec is not None and self.cache is not None:
+                    self.cache.finish(rec, self.fields)
+                continue
+            self._track(block)
+            if block.overlong:
+                yield from self._drain()
+                self._bad(block.file, block.line, f"line is longer than {self.max_line_bytes} bytes")
+                continue
+            if self._held is not None and self._held.file != block.file:
+                yield from self._drain()
+            if self._held is not None:  # join the held lines to the block that follows them
+                h = self._held
+                joined = h.newlines + block.newlines if h.newlines >= 0 and block.newlines >= 0 else -1
+                block = Block(h.file, h.offset, h.line, h.data + block.data, block.final, newlines=joined)
+                self._held = None
+            yield from self._cut(block)
+        yield from self._drain()
+
+    def _drain(self) -> Iterator[ReadyBatch]:
+        """Parses the held lines as a short batch (end of file, idle stream)."""
+        held, self._held = self._held, None
+        if held is not None:
+            yield from self._cut(held, final=True)
+
+    def _cut(self, block: Block, final: bool = False) -> Iterator[ReadyBatch]:
+        if self.schema is None:
+            detected = self._detect(block)
+            if detected is None:
+                return
+            block = detected
+        parser, rest = self._parser(block)
+        if rest is None:
+            return
+        block = rest
+        nul_lines = frozenset[int]()
+        if b"\0" in block.data:  # NUL is no text: such a line is bad, not a feature with a NUL in it
+            block, nul_lines = _mark_nul_lines(block)
+        view = memoryview(block.data)
+        # one vectorized check for the block spares the kernel a UTF-8 pass per line
+        ascii_only = bool(block.data) and int(np.frombuffer(block.data, dtype=np.uint8).max()) < 0x80
+        lines_left = block.newline_count() + (1 if block.final else 0)
+        pos = 0
+        line = block.line
+        while lines_left >= self.batch_size or (final and lines_left > 0):
+            got = parser.parse(view[pos:], block.final, self.batch_size, ascii_only)
+            for bad in got.bad:
+                at = line + bad.line
+                self._bad(block.file, at + 1, "a NUL byte in the line" if at in nul_lines else bad.reason)
+            pos += got.consumed
+            line += got.lines
+            lines_left -= got.lines
+            position = Position(block.file, block.offset + pos, line)
+            if self._recording is not None and self._recording.file == block.file:
+                BatchCache.add(self._recording, got.batch, position, got.lines)
+            yield ReadyBatch(got.batch, position, got.lines)
+        if pos < len(block.data):
+            held_newlines = lines_left - (1 if block.final else 0)
+            self._held = Block(block.file, block.offset + pos, line, block.data[pos:], block.final, newlines=held_newlines)
+        if block.final:
+            yield from self._drain()
+
+
+def _mark_nul_lines(block: Block) -> tuple[Block, frozenset[int]]:
+    """The block with each NUL byte made an invalid UTF-8 byte (0xFF), so the parser refuses
+    its line, and the (0-based) numbers of those lines, so the report names the NUL."""
+    raw = np.frombuffer(block.data, dtype=np.uint8)
+    newlines = np.flatnonzero(raw == 10)
+    nuls = np.flatnonzero(raw == 0)
+    lines = frozenset((block.line + np.searchsorted(newlines, nuls)).tolist())
+    data = block.data.replace(b"\0", b"\xff")
+    return Block(block.file, block.offset, block.line, data, block.final, newlines=block.newlines), lines
+
+
+class ThreadedReader:
+    """Runs a BatchReader in a thread, feeding a bounded queue of ready batches."""
+
+    _END = object()
+
+    def __init__(self, reader: BatchReader, depth: int, stop: Callable[[], bool]) -> None:
+        self.reader = reader
+        self.stop = stop
+        self._queue: queue.Queue[object] = queue.Queue(maxsize=depth)
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="reader", daemon=True)
+        self._thread.start()
+
+    def _put(self, item: object) -> bool:
+        while not self._closed.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _run(self) -> None:
+        try:
+            for item in self.reader.batches():
+                if not self._put(item):
+                    return
+            self._put(self._END)
+        except BaseException as e:  # handed to the training loop, which raises it
+            self._put(e)
+
+    def __iter__(self) -> Iterator[ReadyBatch | None]:
+        while True:
+            item = self._queue.get()
+            if item is self._END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item  # type: ignore[misc]
+
+    def close(self) -> None:
+        self._closed.set()
+        self._thread.join(timeout=5)

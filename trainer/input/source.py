@@ -1,0 +1,355 @@
+"""Sample sources: a file, a folder of rolling files (read as they grow), or stdin.
+
+The source hands over blocks of whole lines with the file, byte offset and line number of
+their start, so bad lines are reported as file:line and a checkpoint records exactly where
+the stream stands. A line longer than the limit is skipped without being held in memory.
+
+A folder's contract (docs/design/folder-source.md): it reads the files whose names match
+`--source-pattern` (default: all) and none of `--source-ignore` (dot-files and the names
+producers write into before they rename: *.part, *.tmp, *.temp, *.partial, *.swp, *~), in
+name order. A file is known by its inode and first bytes, not its name: a file
+read and then renamed inside the folder is not read again, and a name that comes back with
+another file is read as the new file it is. A file that shrinks below what was read
+(truncated and rewritten in place, as copytruncate does) is reported and read from its
+start; one renamed away while followed is read to its end and its successor taken up.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, Protocol
+
+import numpy as np
+
+from trainer.config import DEFAULT_IGNORE
+
+BLOCK_BYTES = 1 << 20
+FLOWING_POLL_S = 0.01  # the wait for more data while a stream flows
+HEAD_BYTES = 4096  # a file's first bytes, which with its inode tell a rename from a new file
+
+log = logging.getLogger("trainer")
+
+
+def _head(fh: BinaryIO) -> bytes:
+    """A digest of a file's first HEAD_BYTES (read without moving its offset)."""
+    return hashlib.blake2b(os.pread(fh.fileno(), HEAD_BYTES, 0), digest_size=16).digest()
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """Whole lines of one file: data starts at byte `offset`, after `line` lines. The last
+    block of a finished file may end with an unterminated line (`final`). A block with
+    `overlong` set holds no data: a line longer than the limit ended at `offset` and was
+    skipped; it is line number `line`."""
+
+    file: str
+    offset: int
+    line: int
+    data: bytes
+    final: bool = False
+    overlong: bool = False
+    eof: bool = False  # no data: the file ended here (it was read to its end)
+    cached: bool = False  # no data: the file was not read, its parsed batches are cached
+    newlines: int = -1  # newlines in data when the maker counted them (-1: not counted)
+
+    def newline_count(self) -> int:
+        return self.newlines if self.newlines >= 0 else self.data.count(b"\n")
+
+
+@dataclass
+class Position:
+    """Where the stream stands: the file being read and the byte offset in it; for a
+    Kafka topic, the next offset of every partition (`partitions`, keys are numbers)."""
+
+    file: str = ""
+    offset: int = 0
+    line: int = 0
+    partitions: dict[str, int] | None = None
+
+
+class Source(Protocol):
+    """What the reader needs of a sample source (StreamSource, KafkaSource)."""
+
+    source: str
+    idle_since: float
+
+    def peek(self, max_lines: int = 2000, max_bytes: int = 4 << 20, timeout_s: float = 0.0) -> list[str]: ...
+
+    def blocks(self, max_line_bytes: int) -> Iterator[Block | None]: ...
+
+    def position_after(self, position: Position) -> Position: ...
+
+    def backlog(self, position: Position) -> tuple[str, int] | None:
+        """What the stream holds past `position`, as (unit, amount); None if unknown."""
+        ...
+
+
+def open_source(
+    source: str,
+    follow: bool,
+    stop: Callable[[], bool] = lambda: False,
+    start: Position | None = None,
+    part: tuple[int, int] = (0, 1),
+    pattern: str = "*",
+    ignore: tuple[str, ...] = DEFAULT_IGNORE,
+) -> Source:
+    """A folder, a file, stdin ('-'), or kafka://HOST:PORT/TOPIC."""
+    if source.startswith("kafka://"):
+        from trainer.input.kafka_source import KafkaSource  # confluent-kafka loads only for Kafka
+
+        return KafkaSource(source, follow, stop=stop, start=start, part=part)
+    return StreamSource(source, follow, stop=stop, start=start, part=part, pattern=pattern, ignore=ignore)
+
+
+class StreamSource:
+    def __init__(
+        self,
+        source: str,
+        follow: bool,
+        poll_s: float = 0.2,
+        stop: Callable[[], bool] = lambda: False,
+        start: Position | None = None,
+        part: tuple[int, int] = (0, 1),
+        pattern: str = "*",
+        ignore: tuple[str, ...] = DEFAULT_IGNORE,
+    ) -> None:
+        self.source = source
+        self.pattern = pattern
+        self.ignore = ignore
+        self._read_ids: dict[int, tuple[str, bytes]] = {}  # inodes of files read to their end: name then, head digest
+        self._inodes: dict[str, int] = {}  # a folder's files' inodes, from its listing
+        # worker i of W reads the folder's files i, i+W, i+2W... in name order; files land
+        # in name order (rolling names), so each file keeps its owner as the folder grows
+        self.part = part
+        self.follow = follow
+        self.poll_s = poll_s
+        self.stop = stop
+        self.start = start or Position()
+        self.idle_since = time.monotonic()
+        self._listed: tuple[int, float, list[Path]] = (-1, 0.0, [])  # folder mtime, when listed, files
+        # asked before a finished file is read from its start: True skips reading it (the
+        # reader replays its parsed batches from the batch cache)
+        self.cached: Callable[[str], bool] | None = None
+
+    def _all_files(self) -> list[Path]:
+        p = Path(self.source)
+        if not p.is_dir():
+            return [p]
+        # this runs every few ms while following: the listing is reused while the folder's
+        # mtime stays the same, for at most one poll (a file may land in the same mtime tick)
+        stamp, now = p.stat().st_mtime_ns, time.monotonic()
+        if stamp != self._listed[0] or now - self._listed[1] > self.poll_s:
+            with os.scandir(p) as entries:  # entries know their type and inode: no stat per file
+                found = {e.name: e.inode() for e in entries if e.is_file() and self._takes(e.name)}
+            self._inodes = {str(p / n): ino for n, ino in found.items()}
+            self._listed = (stamp, now, [p / n for n in sorted(found)])
+        return self._listed[2]
+
+    def _takes(self, name: str) -> bool:
+        """A name the folder's contract reads (not one a producer is still writing)."""
+        return fnmatch.fnmatch(name, self.pattern) and not any(fnmatch.fnmatch(name, g) for g in self.ignore)
+
+    def _files(self) -> list[Path]:
+        """This worker's files."""
+        index, count = self.part
+        return self._all_files()[index::count]
+
+    def peek(self, max_lines: int = 2000, max_bytes: int = 4 << 20, timeout_s: float = 0.0) -> list[str]:
+        """The first lines of the stream, without consuming them: the first file's head,
+        waiting up to timeout_s for one to land. Empty for stdin, which cannot be re-read."""
+        if self.source == "-":
+            return []
+        deadline = time.monotonic() + timeout_s
+        while True:
+            files = self._files() if Path(self.source).exists() else []
+            if files and files[0].stat().st_size > 0:
+                with open(files[0], "rb") as fh:
+                    head = fh.read(max_bytes)
+                text = head.decode("utf-8", errors="replace").splitlines()
+                return text[: max_lines if len(head) < max_bytes else max(0, min(max_lines, len(text) - 1))]
+            if time.monotonic() >= deadline or self.stop():
+                return []
+            time.sleep(self.poll_s)
+
+    def position_after(self, position: Position) -> Position:
+        return position
+
+    def backlog(self, position: Position) -> tuple[str, int] | None:
+        """Bytes of this worker's files past `position` (None for stdin)."""
+        if self.source == "-":
+            return None
+        total = 0
+        for f in self._files():
+            name = str(f)
+            if position.file and name < position.file:
+                continue
+            try:
+                size = f.stat().st_size
+            except OSError:  # rolled away meanwhile
+                continue
+            total += max(0, size - (position.offset if name == position.file else 0))
+        return "bytes", total
+
+    def blocks(self, max_line_bytes: int, block_bytes: int = BLOCK_BYTES) -> Iterator[Block | None]:
+        """Blocks in stream order; yields None while waiting for data (so callers can flush)."""
+        if self.source == "-":
+            yield from self._read(sys.stdin.buffer, "<stdin>", 0, 0, lambda: not self.follow, max_line_bytes, block_bytes)
+            return
+        start = self.start
+        before_start: set[str] = set()  # files named before the start's: read before it, on every pass
+        while not self.stop():
+            pending = self._unread(self._files())
+            if start.file:
+                before_start.update(str(f) for f in pending if str(f) < start.file)
+            pending = [f for f in pending if str(f) not in before_start]
+            if not pending:
+                if not self.follow:
+                    return
+                yield None
+                time.sleep(self._nap())
+                continue
+            for i, f in enumerate(pending):
+                is_start = str(f) == start.file
+                offset = start.offset if is_start else 0
+                line_no = start.line if is_start else 0
+                is_last = i == len(pending) - 1
+
+                def last(f: Path = f, is_last: bool = is_last) -> bool:
+                    # a file is finished once a later file exists (or we do not follow)
+                    return not self.follow or not is_last or any(str(g) > str(f) for g in self._all_files())
+
+                try:
+                    fh = open(f, "rb")  # noqa: SIM115 - held across yields
+                except FileNotFoundError:  # renamed or removed since the listing: the next pass sees it
+                    continue
+                with fh:
+                    ident = os.fstat(fh.fileno())
+                    if offset > ident.st_size:  # the checkpoint's file is shorter now: rewritten while down
+                        log.error(
+                            "%s holds %d bytes, fewer than the %d the checkpoint read: it was truncated or rewritten;"
+                            " reading it from its start",
+                            f,
+                            ident.st_size,
+                            offset,
+                        )
+                        offset, line_no = 0, 0
+                    if offset == 0 and self.cached is not None and last() and self.cached(str(f)):
+                        yield Block(str(f), 0, 0, b"", cached=True)
+                        self._read_ids[ident.st_ino] = (str(f), _head(fh))
+                        continue
+                    fh.seek(offset)
+                    finished = yield from self._read(fh, str(f), offset, line_no, last, max_line_bytes, block_bytes)
+                    if finished:
+                        self._read_ids[ident.st_ino] = (str(f), _head(fh))
+                if finished:
+                    yield Block(str(f), 0, 0, b"", eof=True)
+                if self.stop():
+                    return
+            start = Position()
+
+    def _unread(self, files: list[Path]) -> list[Path]:
+        """The files not read yet: a file read under another name (renamed in the folder) is
+        not read again; a name that now holds another file is."""
+        out, present = [], set()
+        for f in files:
+            fid = self._inodes.get(str(f))  # from the folder's listing: a poll stats no file
+            if fid is None:  # a single file named as the source
+                try:
+                    fid = f.stat().st_ino
+                except OSError:  # gone
+                    continue
+            present.add(fid)
+            known = self._read_ids.get(fid)
+            if known is not None:
+                if known[0] == str(f):
+                    continue
+                try:
+                    with open(f, "rb") as fh:
+                        same = _head(fh) == known[1]
+                except OSError:
+                    continue
+                if same:
+                    log.info("%s: read already as %s (renamed); not read again", f, known[0])
+                    self._read_ids[fid] = (str(f), known[1])
+                    continue
+            out.append(f)
+        # a file gone from the folder cannot come back by a rename: forget it (its inode may be reused)
+        self._read_ids = {k: v for k, v in self._read_ids.items() if k in present}
+        return out
+
+    def _changed(self, fh: BinaryIO, name: str, offset: int) -> str | None:
+        """While waiting on a followed file: "truncated" when it shrank below what was read,
+        "replaced" when its name now holds another file (it was rotated away), else None."""
+        if os.fstat(fh.fileno()).st_size < offset:
+            return "truncated"
+        try:
+            now = os.stat(name)
+        except FileNotFoundError:
+            return "replaced"
+        held = os.fstat(fh.fileno())
+        return "replaced" if (now.st_dev, now.st_ino) != (held.st_dev, held.st_ino) else None
+
+    def _read(
+        self, fh: BinaryIO, name: str, offset: int, line_no: int, last: Callable[[], bool], max_line: int, block_bytes: int
+    ) -> Generator[Block | None, None, bool]:
+        """Yields the file's blocks; returns True when it was read to its end."""
+        partial = b""
+        skipping = False  # inside a line over the limit: its bytes are dropped up to its end
+        read = getattr(fh, "read1", fh.read)
+        while not self.stop():
+            data = read(block_bytes)
+            if data:
+                self.idle_since = time.monotonic()
+                if skipping:
+                    nl = data.find(b"\n")
+                    if nl < 0:
+                        offset += len(data)
+                        continue
+                    offset += nl + 1
+                    line_no += 1
+                    skipping = False
+                    yield Block(name, offset, line_no, b"", overlong=True)
+                    data = data[nl + 1 :]
+                buf = partial + data if partial else data
+                cut = buf.rfind(b"\n") + 1
+                if cut:
+                    # counted once, by numpy (5x bytes.count, without the GIL); the reader takes it from here
+                    newlines = int(np.count_nonzero(np.frombuffer(buf, dtype=np.uint8, count=cut) == 10))
+                    yield Block(name, offset, line_no, buf[:cut], newlines=newlines)
+                    offset += cut
+                    line_no += newlines
+                partial = buf[cut:]
+                if len(partial) > max_line:
+                    offset += len(partial)
+                    partial = b""
+                    skipping = True
+                continue
+            changed = None if name == "<stdin>" or not self.follow else self._changed(fh, name, offset)
+            if changed == "truncated":  # copytruncate: the lines read stay trained, the new ones are read
+                log.error("%s was truncated below the %d bytes read (rewritten in place); read from the start", name, offset)
+                fh.seek(0)
+                offset, line_no, partial, skipping = 0, 0, b"", False
+                continue
+            if last() or changed == "replaced":  # rotated away: what it held is read, its successor comes next
+                if skipping:  # the file ended inside the over-long line
+                    yield Block(name, offset, line_no + 1, b"", overlong=True)
+                elif partial.strip():  # a final line without newline in a finished file
+                    yield Block(name, offset, line_no, partial, final=True)
+                return True
+            yield None
+            time.sleep(self._nap())
+        return False
+
+    def _nap(self) -> float:
+        """How long to wait for more data: briefly while it flows (the next file often lands
+        right after the last one ended; a full poll per file would cap a stream of small
+        files at one file per poll), the full poll once the stream has been idle a second."""
+        return self.poll_s if time.monotonic() - self.idle_since > 1.0 else min(self.poll_s, FLOWING_POLL_S)

@@ -1,0 +1,401 @@
+"""The training loop: parse, hash, train the model through the PS (progressive metrics
+first), export and checkpoint on their intervals."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from ctr.data.batch import SampleBatch
+from ctr.data.fields import FieldIndex
+from ctr.data.schema import FeatureSchema
+from ctr.repository import holdout
+from ps.api import ShardRestarted
+from ps.client import PSClient
+from trainer import metrics
+from trainer.input.bad_input import BadInput, message, too_bad
+from trainer.input.batch_cache import BatchCache
+from trainer.input.reader import BatchReader, ThreadedReader
+from trainer.input.source import Position, Source
+from trainer.run.exporter import Exporter, ExportFailed
+from trainer.run.progress_log import ProgressLog
+from trainer.run.recovery import CutPoint, encode_offsets, load_progress
+from trainer.step.factorization import TrainableModel
+from trainer.step.pipeline import Pipeline, Result
+from trainer.step.progressive import ProgressiveMetrics
+
+log = logging.getLogger("trainer")
+
+
+@dataclass
+class LoopSettings:
+    batch_size: int
+    max_samples: int
+    idle_exit_s: float
+    export_interval_s: float
+    checkpoint_interval_s: float
+    max_line_bytes: int = 1 << 20
+    queue_depth: int = 8  # parsed batches waiting for the trainer
+    batch_cache: str | None = None  # folder of the parsed-batch cache
+    batch_cache_max_bytes: int = 20 << 30
+    progress_interval_s: float = 5.0  # the log line, the gauges and the curve
+    # a finite stream's tail held back from training for the last export's holdout: the
+    # trainer trains each batch only once this many samples have been read after it
+    hold_back: int = 0
+    max_bad_fraction: float = 0.1  # more bad lines than this share of the lines read stops the run (BadInput)
+
+
+class Trainer:
+    def __init__(
+        self,
+        client: PSClient,
+        model: TrainableModel,
+        schema: FeatureSchema | None,
+        fields: FieldIndex,
+        source: Source,
+        settings: LoopSettings,
+        progress: ProgressiveMetrics,
+        exporter: Exporter | None,
+        stop: Callable[[], bool],
+    ) -> None:
+        self.client = client
+        self._bytes_seen = (0, 0)
+        self.model = model
+
+        self.fields = fields
+        self.source = source
+        self.s = settings
+        self.progress = progress
+        self.exporter = exporter
+        self.observe: Callable[[SampleBatch], None] | None = exporter.observe if exporter is not None else None
+        self.stop = stop
+        self.schema = schema
+        self.cache = None
+        if settings.batch_cache and schema is not None:
+            self.cache = BatchCache(
+                Path(settings.batch_cache), schema, settings.batch_size, settings.max_line_bytes, settings.batch_cache_max_bytes
+            )
+        self.reader = self._reader()
+        self.position = Position()
+        self.cut = 0  # the last checkpoint cut prepared
+        self._reopen: Callable[[Position | None], Source] | None = None
+        self._recover: Callable[[], CutPoint] | None = None
+        self._committer = ThreadPoolExecutor(1, thread_name_prefix="commit")
+        self._commit: Future[None] | None = None
+        self.recoveries = 0
+        self.bad_lines_before = 0  # of readers replaced by a recovery
+        self.exports: list[str] = []
+        self.elapsed_s = 0.0
+        self.pipeline = Pipeline(client, model)
+        self.submitted = 0  # samples handed to the pipeline (progress lags it by a batch)
+        self.report: Callable[[], None] | None = None  # called about once a second (a worker's coordinator)
+        self.control: Callable[[], None] | None = None  # called at every batch boundary (a worker's coordinator)
+        self.progress_log: ProgressLog | None = None  # None in a worker: its coordinator records the merged progress
+        self._tail: deque[tuple[Position, SampleBatch]] = deque()  # read, not trained yet (settings.hold_back)
+        self._tail_samples = 0
+        self.held_out: list[SampleBatch] = []  # the stream's tail, never trained: the last export's holdout
+        self.ended = False  # the stream ended, or stayed idle for idle_exit_s (not a stop or a sample limit)
+        self._exported_at = 0  # samples submitted at the last export
+        self._taken_up_at = 0
+        self._last_progress = (time.monotonic(), 0)  # when, and samples submitted, at the last progress line
+
+    def train_batch(self, batch: SampleBatch) -> None:
+        if self.observe is not None:
+            self.observe(batch)  # before training: holdouts hold what exports have not seen
+        self.submitted += len(batch)
+        self._record(self.pipeline.submit(batch))
+
+    def _record(self, done: Result | None) -> None:
+        if done is not None:
+            batch, probs = done
+            self.progress.update(batch.labels, probs)
+            metrics.SAMPLES.inc(len(batch))
+
+    def _reader(self) -> BatchReader:
+        s = self.s
+        return BatchReader(self.source, self.schema, self.fields, s.batch_size, s.max_line_bytes, self.cache)
+
+    def take_up(self, point: CutPoint, reopen: Callable[[Position | None], Source], recover: Callable[[], CutPoint]) -> None:
+        """Starts at a checkpoint cut the shards were restored to (`point`; the source is
+        open there already); when a shard restarts, `recover` takes them all back to a
+        common cut (and declares the tables again) and `reopen` opens the stream at its
+        position."""
+        self._reopen, self._recover = reopen, recover
+        self.start_at(point)
+
+    def start_at(self, point: CutPoint) -> None:
+        """Takes up at a cut's position, samples, metrics and the model's worker state."""
+        self.model.take_up(self.client, point.model)
+        self.cut = point.cut
+        self.position = point.position or Position()
+        self.submitted = point.samples
+        self._taken_up_at = point.samples  # samples a cut carried: a fifth of this run's stream is held back at most
+        self._tail.clear()  # read after the cut: the stream is read again from its position
+        self._tail_samples = 0
+        load_progress(self.progress, point.progress)
+
+    @property
+    def bad_lines(self) -> int:
+        return self.bad_lines_before + self.reader.bad_lines
+
+    def flush(self) -> None:
+        """Trains what the pipeline holds and waits for its pushes (before exports, checkpoints)."""
+        self._record(self.pipeline.flush())
+
+    def run(self) -> dict[str, float]:
+        started = time.monotonic()
+        if self.exporter is not None and self.submitted:  # a model taken up from a cut: its base first
+            self.exports.append(self.exporter.export(self.progress.snapshot(), force_full=True))
+        while True:
+            try:
+                self._stream()
+                break
+            except ShardRestarted as e:
+                if self._recover is None or self._reopen is None:
+                    raise
+                self._recover_from(e)
+        self.pipeline.close()
+        # the other workers' last pushes go out meanwhile; a cut may pause this worker too
+        self.client.leave_local_aggregation(self.control)
+        self.model.finish(self.client)
+        self.client.flush_residuals()  # the shards end with every update, exactly
+        self._count_bytes()
+        self.elapsed_s = time.monotonic() - started
+        if self.exporter is not None:
+            for batch in self.held_out:  # exports still waiting get unseen samples first
+                self.exporter.observe(batch)
+            self._export()
+            for batch in self.held_out:
+                self.exporter.observe(batch)
+            self.exporter.close()
+        if self.s.checkpoint_interval_s > 0:
+            self.checkpoint()
+        self._wait_commit()
+        self._committer.shutdown()
+        final = self.progress.snapshot()
+        if self.progress_log is not None:
+            self.progress_log.record(final, self.client.push_bytes, self.client.pull_bytes)
+        return final
+
+    def _stream(self) -> None:
+        """Trains the stream until it ends (or the sample limit, idleness, a stop)."""
+        last_export = last_ckpt = last_log = last_report = time.monotonic()
+        busy_until = time.monotonic()  # when this loop last finished training an item: the idle clock
+        tty = sys.stderr.isatty()
+        ready = ThreadedReader(self.reader, self.s.queue_depth, self.stop)
+        try:
+            for item in ready:
+                now = time.monotonic()
+                if item is not None:
+                    self._admit(item.batch, self.source.position_after(item.position))
+                    busy_until = time.monotonic()
+                else:  # the stream is idle: let what is queued land
+                    self.flush()
+                done = 0 < self.s.max_samples <= self.submitted
+                # idle: the source has had nothing for idle_exit_s, and this loop has waited that
+                # long since it last trained (one busy for long, compiling its kernels on a cold
+                # cache, is not idle)
+                quiet = now - max(self.source.idle_since, busy_until)
+                idle = item is None and self.s.idle_exit_s > 0 and quiet > self.s.idle_exit_s
+                due = now - last_export >= self.s.export_interval_s
+                changed = self.submitted > self._exported_at  # an export of an unchanged model says nothing new
+                if self.exporter is not None and due and changed and not self.exporter.waiting:
+                    self._export()
+                    last_export = now
+                if self.s.checkpoint_interval_s > 0 and now - last_ckpt >= self.s.checkpoint_interval_s:
+                    self.checkpoint()
+                    last_ckpt = now
+                if self.control is not None:
+                    self.control()
+                if self.report is not None and now - last_report >= 1.0:
+                    self.report()
+                    last_report = now
+                if now - last_log >= self.s.progress_interval_s or (tty and now - last_log >= 1):
+                    self._log_progress()
+                    last_log = now
+                self._check_bad_lines(final=False)
+                if done or idle or self.stop():
+                    self.ended = idle  # idleness ends the stream as its end does: the tail is the holdout
+                    break
+            else:
+                self.ended = True
+        finally:
+            ready.close()
+        self._hold_out_tail()
+        self.flush()
+
+    def _check_bad_lines(self, final: bool) -> None:
+        """Stops a stream that is mostly bad lines (another format, a missing label column)
+        with an error naming the first ones, instead of a warning per line."""
+        good = self.submitted + self._tail_samples + sum(len(b) for b in self.held_out)
+        if too_bad(self.bad_lines, good, self.s.max_bad_fraction, final):
+            raise BadInput(message(self.source.source, self.bad_lines, good, self.reader.first_bad, self.reader.schema))
+
+    def _admit(self, batch: SampleBatch, position: Position) -> None:
+        """Trains a batch read up to `position`; with a hold-back, only once enough samples
+        have been read after it (the position then advances to what was trained)."""
+        if self.s.hold_back <= 0:
+            self.position = position
+            if len(batch):
+                self.train_batch(batch)
+            return
+        self._tail.append((position, batch))
+        self._tail_samples += len(batch)
+        while self._tail and self._tail_samples - len(self._tail[0][1]) >= self.s.hold_back:
+            at, ready = self._tail.popleft()
+            self._tail_samples -= len(ready)
+            self.position = at
+            if len(ready):
+                self.train_batch(ready)
+
+    def _hold_out_tail(self) -> None:
+        """The samples still held back become the last export's holdout. At the stream's
+        end, all but the last hold_back of them (at most a fifth of the stream) are trained
+        and the position moves to the end: the tail is consumed as evidence, never trained,
+        also after a restart. After a stop they stay untrained and the position where it
+        was, so a restart trains them."""
+        if not self._tail:
+            return
+        tail = holdout.concat([b for _, b in self._tail if len(b)])
+        keep = len(tail)
+        if self.ended:
+            keep = min(self.s.hold_back, (self.submitted - self._taken_up_at + len(tail)) // 5)
+            train = holdout.head(tail, len(tail) - keep)
+            for lo in range(0, len(train), self.s.batch_size):
+                self.train_batch(holdout.tail(holdout.head(train, min(len(train), lo + self.s.batch_size)), lo))
+            self.position = self._tail[-1][0]
+        self.held_out = [holdout.tail(tail, len(tail) - keep)] if keep else []
+        self._tail.clear()
+        self._tail_samples = 0
+
+    def _log_progress(self) -> None:
+        snap = self.progress.snapshot()
+        per = max(1.0, snap["samples"])
+        self._count_bytes()
+        backlog = self._measure_backlog()
+        now = time.monotonic()
+        then, before = self._last_progress
+        rate = (self.submitted - before) / (now - then) if now > then else 0.0
+        self._last_progress = (now, self.submitted)
+        log.info(
+            "samples %d  %.0f/s  window AUC %.4f  logloss %.4f  push %.1f B/sample  pull %.1f B/sample%s",
+            snap["samples"],
+            rate,
+            snap["window_auc"],
+            snap["window_logloss"],
+            self.client.push_bytes / per,
+            self.client.pull_bytes / per,
+            self._outlook(backlog, rate),
+        )
+        if self.progress_log is not None:
+            self.progress_log.record(snap, self.client.push_bytes, self.client.pull_bytes)
+
+    def _outlook(self, backlog: tuple[str, int] | None, rate: float) -> str:
+        """Where the stream stands: followed, or how long a finite one has to go."""
+        if getattr(self.source, "follow", False):
+            return f"  following {self.source.source} (waits for more data; --no-follow ends at its end)"
+        if backlog is None or backlog[0] != "bytes" or rate <= 0 or not self.position.offset or not self.submitted:
+            return ""
+        per_sample = self.position.offset / max(1, self.submitted)  # bytes a sample takes, from the file so far
+        return f"  ETA {backlog[1] / per_sample / rate:.0f} s"
+
+    def _measure_backlog(self) -> tuple[str, int] | None:
+        try:
+            found = self.source.backlog(self.position)
+        except Exception as e:  # noqa: BLE001 - a broker that does not answer: the gauge waits
+            log.debug("backlog unknown: %s", e)
+            return None
+        if found is not None:
+            metrics.BACKLOG[found[0]].set(found[1])
+        return found
+
+    def _recover_from(self, e: ShardRestarted) -> None:
+        """A shard restarted: drops what is in flight, takes every shard back to a common cut
+        and the stream up at its position (exactly once: nothing after the cut survives)."""
+        assert self._recover is not None and self._reopen is not None
+        started = time.monotonic()
+        log.warning("%s; going back to the last checkpoint cut every shard holds", e)
+        self.pipeline.abandon()
+        self._wait_commit()
+        self.model.reset()
+        point = self._recover()  # restores the shards and declares the model's tables again
+        self.start_at(point)
+        self.bad_lines_before += self.reader.bad_lines
+        self.source = self._reopen(point.position)
+        self.reader = self._reader()
+        self.pipeline = Pipeline(self.client, self.model)
+        self.recoveries += 1
+        metrics.RECOVERIES.inc()
+        log.info("recovered at cut %d in %.2f s; training takes up at %s", point.cut, time.monotonic() - started, self.position)
+
+    def _export(self) -> None:
+        assert self.exporter is not None
+        self.flush()
+        snap = self.progress.snapshot()
+        try:
+            export_id = self.exporter.export(snap)
+        except ExportFailed as e:  # a full export disk: training goes on, the next export is full
+            metrics.EXPORT_FAILURES.inc()
+            log.error("export at %d samples not written (%s); training goes on, the next export is full", snap["samples"], e)
+            return
+        self._exported_at = self.submitted
+        self.exports.append(export_id)
+        metrics.EXPORTS.inc()
+        log.info("exported %s at %d samples", export_id, snap["samples"])
+
+    def _count_bytes(self) -> None:
+        """Adds the wire bytes since the last call to the Prometheus counters."""
+        push, pull = self.client.push_bytes, self.client.pull_bytes
+        metrics.PUSH_BYTES.inc(push - self._bytes_seen[0])
+        metrics.PULL_BYTES.inc(pull - self._bytes_seen[1])
+        self._bytes_seen = (push, pull)
+
+    def checkpoint(self) -> None:
+        """A consistent cut: every batch read so far is trained and its pushes acknowledged
+        (so the position counts exactly what the shards hold), then every shard snapshots
+        it (prepare). The shards write in the background, and this trainer commits the cut
+        from a thread once they are done; training stalls only for the flush and the
+        snapshot."""
+        started = time.perf_counter()
+        self.settle()
+        self._wait_commit()  # cuts commit in order
+        self.cut += 1
+        offsets = encode_offsets(self.position, self.submitted, self.progress, self.model.state(self.client))
+        rows = self.client.prepare(self.cut, offsets)
+        stall = time.perf_counter() - started
+        metrics.CHECKPOINT_STALL.observe(stall)
+        self._commit = self._committer.submit(self._commit_cut, self.cut, rows, stall, time.perf_counter())
+
+    def settle(self) -> None:
+        """Trains what is queued and waits for its pushes; sends what the model and the
+        compressors hold back: the shards then hold everything up to self.position."""
+        self.flush()
+        self.model.finish(self.client)
+        self.client.flush_residuals()  # a restart loses the worker's memory, so the cut holds every update
+
+    def _commit_cut(self, cut: int, rows: int, stall: float, prepared: float) -> None:
+        try:
+            self.client.commit(cut)
+        except Exception as e:  # noqa: BLE001 - a shard that died recovers through the training path
+            log.warning("checkpoint cut %d not committed: %s", cut, e)
+            return
+        metrics.CHECKPOINT_WRITE_SECONDS.observe(time.perf_counter() - prepared)
+        log.info(
+            "checkpoint cut %d committed: %d rows at %s, %.0f ms of training stalled, written in %.0f ms",
+            cut,
+            rows,
+            self.position,
+            1000 * stall,
+            1000 * (time.perf_counter() - prepared),
+        )
+
+    def _wait_commit(self) -> None:
+        if self._commit is not None:
+            self._commit.result()
+            self._commit = None

@@ -1,0 +1,177 @@
+"""Exactly-once training across crashes (docs/exactly-once.md): what a checkpoint cut
+records for the trainer, which cut to go back to, and going back there.
+
+A cut's stream offsets (opaque to the shards) hold the trainer's position after the last
+batch whose pushes every shard acknowledged, the samples trained so far and the progressive
+metrics, so a trainer that goes back to a cut also takes up its metrics from there."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ctr.runtime import config as cfg
+from ps.api import ShardRestarted, ShardStatus
+from ps.client import PSClient
+from trainer.input.source import Position
+from trainer.json_arrays import array_text, text_array
+from trainer.step.progressive import ProgressiveMetrics
+
+log = logging.getLogger("trainer")
+
+
+@dataclass(frozen=True)
+class CutPoint:
+    """Where training takes up after a restore; with several workers, each one's in `parts`."""
+
+    cut: int  # 0: empty tables, the start of the stream
+    position: Position | None = None
+    samples: int = 0
+    progress: dict[str, Any] = field(default_factory=dict)
+    model: dict[str, Any] = field(default_factory=dict)  # TrainableModel.state at the cut
+    parts: tuple[CutPoint, ...] = ()
+
+
+def worker_state(
+    position: Position, samples: int, progress: dict[str, Any], model: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """What a cut records of one worker (JSON-ready): position, samples, metrics, and what
+    the model keeps on the worker (TrainableModel.state: 1-bit Adam's momentum)."""
+    metrics = {
+        "count": progress["count"],
+        "positives": progress["positives"],
+        "loss_sum": progress["loss_sum"],
+        "labels": array_text(progress["labels"], "<f4"),
+        "probs": array_text(progress["probs"], "<f4"),
+    }
+    return {"position": vars(position), "samples": samples, "progress": metrics, "model": model or {}}
+
+
+def encode_offsets(position: Position, samples: int, progress: ProgressiveMetrics, model: dict[str, Any] | None = None) -> bytes:
+    return json.dumps(worker_state(position, samples, progress.state(), model)).encode()
+
+
+def encode_workers(states: list[dict[str, Any]]) -> bytes:
+    """A cut of several workers: each one's worker_state, in worker order."""
+    return json.dumps({"workers": states}).encode()
+
+
+def decode_offsets(cut: int, blob: bytes) -> CutPoint:
+    """A cut's offsets; a bare position (checkpoints before cuts held metrics) reads too."""
+    if not blob:
+        return CutPoint(cut)
+    d = json.loads(blob)
+    if "workers" in d:
+        return CutPoint(cut, parts=tuple(_part(cut, w) for w in d["workers"]))
+    if "position" not in d:
+        return CutPoint(cut, Position(**d))
+    return _part(cut, d)
+
+
+def _part(cut: int, d: dict[str, Any]) -> CutPoint:
+    progress = dict(d.get("progress") or {})
+    for k in ("labels", "probs"):
+        if k in progress:
+            progress[k] = text_array(progress[k], "<f4")
+    return CutPoint(cut, Position(**d["position"]), int(d.get("samples", 0)), progress, model=dict(d.get("model") or {}))
+
+
+def load_progress(progress: ProgressiveMetrics, state: dict[str, Any]) -> None:
+    """Sets `progress` to a cut's metrics (nothing: empty)."""
+    fresh = ProgressiveMetrics.merge(progress.window, [state]) if state else ProgressiveMetrics(progress.window)
+    vars(progress).update(vars(fresh))
+
+
+def common_cut(statuses: list[ShardStatus]) -> int:
+    """The newest cut every shard holds (0 when none holds any). Shards that hold no cut in
+    common while some hold cuts stop the trainer: no state is consistent across them."""
+    held = [set(s.cuts) for s in statuses]
+    if not any(held):
+        return 0
+    common = set.intersection(*held)
+    if not common:
+        empty = [s.index for s in statuses if not s.cuts]
+        if empty:  # the others hold cuts: these lost their data (a new disk, a deleted folder), not just time
+            raise cfg.ConfigError(
+                f"PS shard(s) {', '.join(map(str, empty))} hold no checkpoint cut while the others do: their data"
+                " was lost (a new or emptied --data-dir). Restore their data directories, or start every shard"
+                " over with --from-start"
+            )
+        detail = "; ".join(f"shard {s.index}: {sorted(s.cuts) or 'none'}" for s in statuses)
+        raise cfg.ConfigError(
+            f"the PS shards hold no checkpoint cut in common ({detail}): restore their data directories"
+            " to one cut, or start over with --from-start"
+        )
+    cut = max(common)
+    committed = {s.index: s.committed_cut for s in statuses}
+    if len(set(committed.values())) != 1 or cut != next(iter(committed.values())):
+        behind = [i for i, c in committed.items() if c == cut]
+        log.warning(
+            "the PS shards hold different cuts (committed: %s): shard(s) %s hold an older cut (a restart before its"
+            " commit, or a restored backup); going back to cut %d, the newest all of them hold",
+            committed,
+            ", ".join(map(str, behind)) or "none",
+            cut,
+        )
+    return cut
+
+
+def planned_point(statuses: list[ShardStatus], from_start: bool) -> CutPoint:
+    """Where restore_shards would take up, read from the shards' status without changing them: the
+    trainer resolves its field list there, so that the restore can name the whole model
+    (a shard holding another one refuses it before it changes)."""
+    if from_start:
+        return CutPoint(0)
+    cut = common_cut(statuses)
+    if not cut:
+        return CutPoint(0)
+    for s in statuses:
+        if s.committed_cut == cut:
+            return decode_offsets(cut, s.checkpoint_offsets)
+    return CutPoint(cut)  # no shard has it committed yet: the restore will tell
+
+
+def restore_shards(client: PSClient, from_start: bool, attempts: int = 5) -> CutPoint:
+    """Takes every shard to the newest common cut (or to empty tables with from_start),
+    under a new trainer generation, and returns where training takes up. A shard that
+    restarts meanwhile makes it start over."""
+    for attempt in range(attempts):
+        client.transport.forget_incarnations()  # whichever process answers is restored
+        try:
+            return _restore_once(client, from_start)
+        except ShardRestarted as e:
+            if attempt == attempts - 1:
+                raise
+            log.warning("%s during the restore; restoring again", e)
+    raise AssertionError("unreachable")
+
+
+def restore_and_declare(client: PSClient, declare: Callable[[PSClient], None], from_start: bool, attempts: int = 5) -> CutPoint:
+    """restore_shards, then the model's tables declared (a restore to empty tables drops
+    them); a shard that restarts before they are declared makes it start over."""
+    for attempt in range(attempts):
+        point = restore_shards(client, from_start)
+        try:
+            declare(client)
+            return point
+        except ShardRestarted as e:
+            if attempt == attempts - 1:
+                raise
+            log.warning("%s while declaring the tables; restoring again", e)
+    raise AssertionError("unreachable")
+
+
+def _restore_once(client: PSClient, from_start: bool) -> CutPoint:
+    statuses = client.status()
+    generation = max(s.generation for s in statuses) + 1
+    cut = 0 if from_start else common_cut(statuses)
+    client.restore(cut, generation)
+    if not cut:
+        log.info("PS shards start empty%s (trainer generation %d)", " (--from-start)" if from_start else "", generation)
+        return CutPoint(0)
+    point = decode_offsets(cut, client.status()[0].checkpoint_offsets)
+    log.info("PS shards at checkpoint cut %d (trainer generation %d); the stream takes up at %s", cut, generation, point.position)
+    return point
