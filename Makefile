@@ -37,7 +37,7 @@ test: install helm-tool
 check: install
 	$(BIN)/ruff check .
 	$(BIN)/mypy .
-	$(BIN)/python -m pytest -q -x tests/unit
+	$(BIN)/python -m pytest -q -x -m "not integration and not reliability and not slow" tests/unit
 
 # The reliability suite alone (docs/reliability.md): fuzzed requests and a full disk
 # (tests/reliability), and the crash, swap, corruption and token tests it builds on.

@@ -27,6 +27,7 @@ from ctr.repository.versions import Policy, Repository
 from modelmgr.publish.gate import QualityGate
 from modelmgr.publish.publisher import Publisher
 from serving.client import PredictClient
+from tests.support import wait_until
 
 
 @pytest.fixture(scope="module")
@@ -157,13 +158,7 @@ BAD_EXPORTS: list[tuple[str, Callable[[Path, dict[str, Any]], Any], str]] = [
 
 
 def _wait(what: str, predicate: Callable[[], bool], daemons: list[Daemon], timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        for d in daemons:
-            d.check()  # neither the manager nor serving may die
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout} s")
-        time.sleep(0.05)
+    wait_until(what, predicate, timeout, alive=daemons)  # neither the manager nor serving may die
 
 
 def _cli(repo: Path | str, *args: str) -> subprocess.CompletedProcess[str]:

@@ -10,13 +10,13 @@ import errno
 import resource
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 from boundless.processes import Daemon, start
 from ctr.repository.versions import Repository
+from tests.support import wait_until
 
 
 def _scrape(d: Daemon, name: str) -> float:
@@ -76,13 +76,6 @@ def _manager(work: Path, repo: Path, limit: int | None = None) -> Daemon:
         resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
 
 
-def _wait(what: str, ok, timeout: float = 60) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not ok():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.1)
-
-
 def test_a_full_repository_disk_delays_versions_and_loses_none(data_dir, tmp_path):
     exports = _exports(data_dir, tmp_path)
     assert exports >= 3
@@ -93,7 +86,7 @@ def test_a_full_repository_disk_delays_versions_and_loses_none(data_dir, tmp_pat
         manager = _manager(tmp_path, repo_dir, limit=None if mounted else 4096)
         try:
             manager.wait_ready()
-            _wait("a storage failure counted", lambda: _scrape(manager, "boundless_modelmgr_storage_failures_total") >= 2)
+            wait_until("a storage failure counted", lambda: _scrape(manager, "boundless_modelmgr_storage_failures_total") >= 2)
             manager.check()  # alive
             assert repo.versions() == [] and repo.rejected() == []  # nothing half-written, nothing rejected for it
             if filler is not None:
@@ -103,7 +96,7 @@ def test_a_full_repository_disk_delays_versions_and_loses_none(data_dir, tmp_pat
                 manager.stop()
                 manager = _manager(tmp_path, repo_dir)  # the limit lifted
                 manager.wait_ready()
-            _wait("every export published", lambda: len(repo.processed_exports()) >= exports, timeout=120)
+            wait_until("every export published", lambda: len(repo.processed_exports()) >= exports, timeout=120)
             assert repo.rejected() == [], repo.rejected()
             versions = repo.versions()
             assert all(repo.broken(v) is None for v in versions), [repo.broken(v) for v in versions]

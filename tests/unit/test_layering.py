@@ -170,6 +170,7 @@ def test_importing_a_client_loads_no_server_module(client: str, forbidden: tuple
     assert not bad, f"importing {client} loads {bad}"
 
 
+@pytest.mark.slow
 def test_the_walk_sees_what_python_loads() -> None:
     """The AST walk against the interpreter: what `import ps.client` really loads."""
     code = "import sys, ps.client\nprint(sorted(m for m in sys.modules if m.split('.')[0] in ('ps', 'ctr')))\n"
@@ -180,6 +181,7 @@ def test_the_walk_sees_what_python_loads() -> None:
     assert not any(m.startswith("ps.server") for m in real)
 
 
+@pytest.mark.slow
 def test_the_client_library_loads_no_torch() -> None:
     code = (
         "import sys\nfrom serving.client import PredictClient\n"
@@ -190,6 +192,7 @@ def test_the_client_library_loads_no_torch() -> None:
     assert out.stdout.strip() == "[]"
 
 
+@pytest.mark.slow
 def test_an_in_process_trainer_loads_no_grpc() -> None:
     """`train --ps local` starts faster for not importing gRPC (docs/architecture.md)."""
     code = (

@@ -110,6 +110,7 @@ def check(schema: FeatureSchema, make_index, header: str | None, body: bytes, bl
     assert blk_index.dropped == ref_index.dropped
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", REAL_FILES)
 def test_real_files_give_identical_batches(data_dir, path):
     data = (data_dir / path).read_bytes()
@@ -187,6 +188,7 @@ SCHEMAS = {
 }
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(streams(), st.sampled_from(["grow", "cap", "frozen"]), st.integers(1, 7))
 def test_generated_nasty_lines_give_identical_batches(stream, index_kind, block_lines):
@@ -209,6 +211,7 @@ def test_generated_nasty_lines_give_identical_batches(stream, index_kind, block_
 # --- the kernels' pieces against their references --------------------------------------
 
 
+@pytest.mark.slow
 @settings(max_examples=2000, deadline=None)
 @given(st.one_of(NUMBERS, st.text(alphabet="0123456789.eE+-", max_size=25)))
 def test_parse_number_equals_float_on_the_grammar(raw):
@@ -223,6 +226,7 @@ def test_parse_number_equals_float_on_the_grammar(raw):
         assert status == k._NUM_SLOW
 
 
+@pytest.mark.slow
 @settings(max_examples=2000, deadline=None)
 @given(st.binary(max_size=12) | st.text(max_size=6).map(lambda t: t.encode("utf-8", "surrogatepass")))
 def test_utf8_check_equals_pythons_decoder(raw):

@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 
 from boundless.synthetic import SyntheticSpec, SyntheticStream
 from ctr.data.fields import FieldIndex
@@ -16,6 +17,7 @@ def test_lines_parse_as_kv_with_every_field():
     assert all(s.tokens == [str(v) for v in row] for s, row in zip(samples, vals.tolist(), strict=True))
 
 
+@pytest.mark.slow
 def test_planted_interactions_carry_signal_that_the_linear_part_lacks():
     with_pairs = SyntheticStream(SyntheticSpec())
     vals, logits, labels = with_pairs.sample(100_000)

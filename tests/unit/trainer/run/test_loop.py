@@ -16,6 +16,7 @@ from trainer.step.factorization import build_model
 from trainer.step.progressive import ProgressiveMetrics
 
 
+@pytest.mark.slow
 def test_a_bad_first_line_on_stdin_does_not_stop_format_detection(tmp_path, data_dir):
     lines = (data_dir / "frappe/frappe.validation.libfm").read_text().splitlines()[:500]
     stdin = "garbage that is no format\n" + "\n".join(lines) + "\n"
@@ -46,6 +47,7 @@ def test_resuming_inside_a_csv_file_keeps_its_header(tmp_path, data_dir):
     assert trainer.bad_lines == 0 and result["samples"] == 9999 - 1
 
 
+@pytest.mark.slow
 def test_large_feature_values_train_without_refused_pushes(tmp_path):
     """Per-example FTRL on values of 500: a hot key's n grows by ~1e7 a batch, far above the
     gradients' max_abs; the deltas must be accepted (they keep the state finite)."""
@@ -85,6 +87,7 @@ def test_a_folder_resumed_at_its_second_file_never_reads_the_first_again(tmp_pat
     assert read == [(str(tmp_path / "b.txt"), b"0 y\n"), (str(tmp_path / "c.txt"), b"1 x\n0 y\n")]
 
 
+@pytest.mark.slow
 def test_in_process_shards_take_the_row_lifecycle_from_the_trainer(tmp_path, data_dir):
     lines = (data_dir / "frappe/frappe.validation.libfm").read_text().splitlines()[:5000]
     (tmp_path / "s.libfm").write_text("\n".join(lines) + "\n")
@@ -103,6 +106,7 @@ def test_in_process_shards_take_the_row_lifecycle_from_the_trainer(tmp_path, dat
     assert proc.returncode != 0 and "are for --ps local" in proc.stderr
 
 
+@pytest.mark.slow
 def test_a_trainer_busy_for_longer_than_idle_exit_is_not_idle(tmp_path, data_dir):
     """--idle-exit-s counts the time the loop waited for data, not the time since the source
     last had any: a first batch that took long (kernels compiling on a cold cache) made the

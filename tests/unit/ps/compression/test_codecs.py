@@ -73,6 +73,7 @@ def test_onebit_and_int8_equal_their_references(values):
     st.one_of(matrices, arrays(np.float64, st.tuples(st.integers(0, 5), st.integers(8, 12)), elements=finite)),
     st.sampled_from(sorted(VALUE_CODECS)),
 )
+@pytest.mark.slow
 def test_every_codec_round_trips_within_its_bound(values, name):
     codec = VALUE_CODECS[name]
     body, decoded = codec.encode(values, np.random.default_rng(1))

@@ -32,6 +32,7 @@ def _serving_metrics(path: Path) -> None:
     path.write_bytes(generate_latest(registry))
 
 
+@pytest.mark.slow
 def test_every_input_gives_its_figure(tmp_path):
     _curve(tmp_path / report.CURVE)
     (tmp_path / report.LATENCY).write_text(json.dumps({"predict_ms": [1.0, 1.2, 1.1, 5.0], "items": 200}))

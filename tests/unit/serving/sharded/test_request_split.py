@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import numpy.typing as npt
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -54,6 +55,7 @@ def request(draw: st.DrawFn) -> Request:
     return keys, context, offsets, indices
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(request(), st.sampled_from([1, 2, 3, 4, 7, 8, 64]), st.sampled_from([1, 2, 3, 4]))
 def test_the_split_equals_the_reference(req, shard_files, shards) -> None:

@@ -29,6 +29,7 @@ def _run(state, grads, d, p):
         step(state, grads[i], d, p)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.kind)
 def test_step_kernel_matches_the_reference_over_many_steps(spec):
     d = 3
@@ -55,6 +56,7 @@ def test_ftrl_by_hand():
     assert np.isclose(weights_of_rows(s[None], 1, spec.params())[0, 0], -0.7 / 4.6)
 
 
+@pytest.mark.slow
 def test_ftrl_accumulator_stays_exact_over_two_million_updates():
     """float32 n stops growing once n/g^2 passes 2^24; the float64 state keeps every digit."""
     spec = OptimizerSpec("ftrl", lr=0.1, beta=1.0, l1=0.0, l2=0.0)
@@ -118,6 +120,7 @@ def test_step_rows_equals_one_step_per_row(spec):
     np.testing.assert_allclose(state, expected, rtol=1e-12, atol=1e-15)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("l1", [0.0, 0.1])
 @pytest.mark.parametrize("n0", [2.0, -0.5])  # a lossy push or pull can leave n below 0
 def test_the_cached_ftrl_step_gives_the_bits_of_step_then_weight_of(l1, n0):

@@ -19,6 +19,7 @@ FILES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path,fmt,rows", FILES)
 def test_real_files_parse_whole(data_dir, path, fmt, rows):
     lines = (data_dir / path).read_text().splitlines()

@@ -1,0 +1,48 @@
+"""Waits shared by the tests: a condition polled until it holds, or an error that says what
+did not happen, with the end of the log of a process that died meanwhile."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+
+def wait_until(
+    what: str,
+    predicate: Callable[[], bool],
+    timeout: float = 60.0,
+    alive: Iterable[Any] = (),
+    retry_on: tuple[type[BaseException], ...] = (),
+    every_s: float = 0.05,
+) -> float:
+    """Polls predicate() until it is true and returns the seconds that took; raises
+    AssertionError naming `what` after `timeout` s. Each `alive` item (a Daemon with check(),
+    or a Popen) must keep running meanwhile; exceptions in `retry_on` count as not yet."""
+    start = time.monotonic()
+    watched = list(alive)
+    while True:
+        try:
+            if predicate():
+                return time.monotonic() - start
+        except retry_on:
+            pass
+        for item in watched:
+            if isinstance(item, subprocess.Popen):
+                assert item.poll() is None, f"{what}: the process exited with {item.returncode}"
+            else:
+                item.check()
+        if time.monotonic() - start > timeout:
+            raise AssertionError(f"{what}: not within {timeout} s")
+        time.sleep(every_s)
+
+
+def wait_for_text(log: Path, text: str, proc: subprocess.Popen[str], timeout: float = 60.0) -> None:
+    """Waits until `text` appears in the log file of a running process."""
+    start = time.monotonic()
+    while text not in log.read_text():
+        assert proc.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() - start < timeout, f"no {text!r} within {timeout} s: {log.read_text()[-3000:]}"
+        time.sleep(0.05)
