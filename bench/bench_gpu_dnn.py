@@ -31,6 +31,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.bench_client import timed  # noqa: E402
 from bench.serving_model import dense_weights, publish, requests, spec_for  # noqa: E402
+from ctr.model.dnn import deep_inputs  # noqa: E402
 from ctr.repository.versions import MANIFEST, Repository  # noqa: E402
 from serving.config import DnnBatching  # noqa: E402
 from serving.loading.servable import load  # noqa: E402
@@ -39,7 +40,6 @@ from serving.request.encoding import (
     field_hash_ids,  # noqa: E402
 )
 from serving.scoring import batcher as batching  # noqa: E402
-from serving.scoring.kernels import deep_inputs  # noqa: E402
 from serving.scoring.mlp import DeepScorer  # noqa: E402
 from serving.scoring.parallel import Splitter  # noqa: E402
 

@@ -18,7 +18,8 @@ import yaml
 from ctr.data.fields import FieldIndex
 from ctr.data.formats import resolve_fields
 from ctr.data.schema import PRESETS, FeatureSchema, detect_schema
-from ctr.model.spec import FIELD_MODELS, ModelSpec
+from ctr.model.registry import family
+from ctr.model.spec import ModelSpec
 from ctr.runtime import config as cfg
 from ctr.runtime import daemon
 from ps.api import Lifecycle, ModelIdentity, ShardRestarted, ShardStatus, StoppedWhileUnreachable
@@ -158,7 +159,7 @@ def detect_from(lines: list[str], label: str | None = None) -> FeatureSchema | N
 
 def resolve(conf: TrainerConfig, schema: FeatureSchema | None, source: Source) -> tuple[FeatureSchema | None, FieldIndex]:
     """The schema and the stream's field index, from the schema or the stream's first lines."""
-    needs_fields = conf.model in FIELD_MODELS
+    needs_fields = family(conf.model).needs_fields
     fixed = schema is not None and bool(schema.base_fields())
     lines = [] if fixed else source.peek(timeout_s=conf.peek_timeout_s)
     if schema is None:

@@ -3,8 +3,8 @@
 The logit of an example is
     bias + sum_j w_j x_j + MLP(pooled)                 (wdl)
     bias + sum_j w_j x_j + FM(pooled) + MLP(pooled)    (deepfm; FM over fields)
-where pooled[F, k] are its field embeddings (ctr.model.embedding). Only the MLP runs in torch;
-the rest is numba (ctr.model.embedding), on the trainer and in serving alike.
+where pooled[F, k] are its field embeddings (ctr.model.dnn). Only the MLP runs in torch;
+the rest is numba (ctr.model.dnn), on the trainer and in serving alike.
 The MLP's parameters live in the PS dense table `mlp`, flattened in ModelSpec.mlp_shapes()
 order; this module only loads and reads them. Importing this module imports torch.
 """

@@ -16,10 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ctr.model.family import ModelFamily
 from ctr.model.optim import OptimizerError, OptimizerSpec
+from ctr.model.registry import FAMILIES, MODEL_TYPES
 
-MODEL_TYPES = ("lr", "fm", "ffm", "wdl", "deepfm")
-FIELD_MODELS = ("ffm", "wdl", "deepfm")  # size tables or layers by the field count
+FIELD_MODELS = tuple(t for t, f in FAMILIES.items() if f.needs_fields)  # size tables or layers by the field count
 UPDATES = ("example", "batch")
 
 
@@ -116,23 +117,24 @@ class ModelSpec:
             )
 
     @property
+    def family(self) -> ModelFamily:
+        """What this model type is to the trainer, serving and the router (ctr.model.registry)."""
+        return FAMILIES[self.type]
+
+    @property
     def needs_fields(self) -> bool:
-        return self.type in FIELD_MODELS
+        return self.family.needs_fields
 
     @property
     def is_dnn(self) -> bool:
-        return self.type in ("wdl", "deepfm")
+        return self.family.has_mlp
 
     @property
     def field_count(self) -> int:
         return len(self.fields)
 
     def table_names(self) -> list[str]:
-        names = ["w"]
-        if self.type in ("fm", "ffm", "deepfm"):
-            names.append("v")
-        if self.type == "wdl":
-            names.append("emb")
+        names = [name for name, _ in self.family.sparse_tables(self)]
         names.append("bias")
         if self.is_dnn:
             names.append("mlp")
@@ -141,10 +143,10 @@ class ModelSpec:
     @property
     def pair_norm(self) -> bool:
         """Whether the pairwise term is instance-normalized (it has one: fm, ffm, deepfm)."""
-        return self.norm and self.type in ("fm", "ffm", "deepfm")
+        return self.norm and self.family.pairwise
 
     def embedding_table(self) -> str | None:
-        return {"fm": "v", "ffm": "v", "deepfm": "v", "wdl": "emb"}.get(self.type)
+        return self.family.embedding
 
     def optimizer(self, table: str) -> OptimizerSpec:
         default = MODEL_DEFAULTS.get((self.type, table), DEFAULT_OPTIMIZERS[table])
@@ -163,6 +165,7 @@ class ModelSpec:
 
     def tables(self) -> list[TableSpec]:
         out = []
+        sparse = dict(self.family.sparse_tables(self))
         for name in self.table_names():
             opt = self.optimizer(name)
             if name == "bias":
@@ -171,8 +174,7 @@ class ModelSpec:
                 size = sum(_prod(s) for _, s in self.mlp_shapes())
                 out.append(TableSpec(name, "dense", size, opt, "batch"))  # the MLP steps per batch
             else:
-                dim = {"w": 1, "v": self.k * (self.field_count if self.type == "ffm" else 1), "emb": self.k}[name]
-                out.append(TableSpec(name, "sparse", dim, opt, self.update))
+                out.append(TableSpec(name, "sparse", sparse[name], opt, self.update))
         return out
 
     def to_dict(self) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 A kernel that reads every row of a wide model once (FFM's rows hold F k-vectors: 241
 floats for 60 fields and k = 4) can read them where they are: a 200 x 500 request's copy
 of its 80k rows was 77 MB, and most of the request's time. `locate` records, for each key
-a table holds, the table's tag and the key's slot; `row_at` (serving.scoring.kernels) then finds
+a table holds, the table's tag and the key's slot; `row_at` (ctr.format.located) then finds
 the row of slot s in bucket s >> SLOT_SHIFT, after the bucket's keys.
 """
 

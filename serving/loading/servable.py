@@ -3,7 +3,7 @@ the dense weights, and the model rebuilt from the manifest alone (spec, fields, 
 
 Each sparse row holds every sparse table's weights side by side (`columns` of the shard
 files, e.g. `w:1,v:8`): a request's unique keys are looked up once, then scored by the
-model's kernel (serving.scoring.kernels); wdl and deepfm run their MLP in torch (CUDA when present).
+model family's kernel (ctr.model.registry); wdl and deepfm run their MLP in torch (CUDA when present).
 Lookups and the LR/FM/FFM kernels release the GIL, and a large request's keys and items are
 split across the scoring threads (serving.scoring.parallel).
 """
@@ -24,13 +24,14 @@ from ctr.data.schema import FeatureSchema
 from ctr.format import modelfile
 from ctr.format.bucket_kernels import MAX_SHARDS, by_owner, lookup_at, lookup_rows
 from ctr.format.bucket_map import NO_FILTER, BucketMap
+from ctr.model.family import ModelFamily, Request
+from ctr.model.partial_sums import partial_sums
 from ctr.model.spec import ModelSpec
 from serving.config import DnnBatching
 from serving.loading.bucket_locate import ROWS_AT, SLOT_SHIFT, locate
 from serving.loading.overlay import Overlay
 from serving.loading.shard_part import WHOLE, ShardPart
 from serving.request.encoding import DecodedRequest
-from serving.scoring.kernels import deep_inputs, ffm_score_items, fm_score_items, lr_score_items, partial_sums, rows_as_tables
 from serving.scoring.parallel import SERIAL, Splitter
 
 NO_BATCHING = DnnBatching("off")
@@ -111,6 +112,10 @@ class ServableModel:
     def bias(self) -> float:
         return float(self.dense["bias"][0])
 
+    @property
+    def family(self) -> ModelFamily:
+        return self.spec.family
+
     def rows(self, keys: npt.NDArray[np.uint64]) -> npt.NDArray[np.float32]:
         """Rows for keys (zero rows for absent ones): one probe per key. A key the overlay's
         filter may hold is looked up there first (newest deltas); the rest go to the image
@@ -128,7 +133,7 @@ class ServableModel:
         return out.view(np.float32)
 
     def locate(self, keys: npt.NDArray[np.uint64]) -> Located:
-        """Where each key's row sits, rows not copied (serving.scoring.kernels.row_at): table 0 is
+        """Where each key's row sits, rows not copied (ctr.format.located.row_at): table 0 is
         the overlay (its filter first, the newest deltas), then the images, each for the
         keys its shard owns that the overlay does not hold; src -1 where absent."""
         keys = np.ascontiguousarray(keys, dtype=np.uint64)
@@ -171,62 +176,23 @@ class ServableModel:
     def score(self, req: DecodedRequest, rows: npt.NDArray[np.float32] | None = None) -> npt.NDArray[np.float32]:
         """Scores the request's items; `rows` are its dictionary's rows when a router
         fetched them from the shards (else they are looked up here)."""
-        t = self.spec.type
-        if t == "ffm":  # its wide rows are read where they sit, not copied
-            if rows is None and len(self.images) < MAX_LOCATED_TABLES:
-                return self._ffm(req, self.locate(req.keys))
-            return self._ffm(req, rows_as_tables(self.rows(req.keys) if rows is None else rows))
-        if rows is None:
-            rows = self.rows(req.keys)
-        if t == "lr":
-            contrib = np.ascontiguousarray(rows[:, 0]) * req.values
-            return lr_score_items(req.context, req.item_offsets, req.item_indices, contrib, self.bias)  # type: ignore[no-any-return]
-        emb = self.spec.embedding_table() or "v"
-        v_at = self.columns[emb][0]
-        k = self.spec.k
-        if t == "fm":
-            return self._per_items(
-                req,
-                k,
-                lambda offsets, _: fm_score_items(
-                    req.context, offsets, req.item_indices, req.values, rows, v_at, k, self.bias, self.spec.pair_norm
-                ),
-            )
-        n_fields, with_fm = self.spec.field_count, t == "deepfm"
-        pooled = np.empty((req.item_offsets.shape[0] - 1, n_fields, k), dtype=np.float32)
+        return self.family.score(self, req, rows)
 
-        def pooled_range(offsets: npt.NDArray[np.int64], lo: int) -> npt.NDArray[np.float32]:
-            """Pools the range's items into `pooled`; returns their logits without the MLP."""
-            p, z = deep_inputs(
-                req.context, offsets, req.item_indices, req.values, req.fields, rows,
-                v_at, k, n_fields, self.bias, with_fm, self.spec.pair_norm,
-            )  # fmt: skip
-            pooled[lo : lo + p.shape[0]] = p
-            return z  # type: ignore[no-any-return]
-
-        partial = self._per_items(req, k * (2 if with_fm else 1), pooled_range)
-        return self.net.predict(pooled, partial)  # type: ignore[no-any-return]
-
-    def _ffm(self, req: DecodedRequest, located: Located) -> npt.NDArray[np.float32]:
-        k, v_at = self.spec.k, self.columns["v"][0]
-        return self._per_items(
-            req,
-            k * max(1, self.spec.field_count),
-            lambda offsets, _: ffm_score_items(
-                req.context, offsets, req.item_indices, req.values, req.fields, located, v_at, k, self.bias, self.spec.pair_norm
-            ),
-        )
+    @property
+    def locates_in_place(self) -> bool:
+        """Whether a request's rows are read where they sit (FFM's wide rows): up to a few images."""
+        return len(self.images) < MAX_LOCATED_TABLES
 
     def partial(self, req: DecodedRequest) -> npt.NDArray[np.float32]:
-        """LR and FM partial sums per item over the request's features (serving.scoring.kernels)."""
+        """LR and FM partial sums per item over the request's features (ctr.model.partial_sums)."""
         rows = self.rows(req.keys)
-        k = self.spec.k if self.spec.type == "fm" else 0
+        k = self.family.partial_factors(self.spec)
         v_at = self.columns[self.spec.embedding_table() or "v"][0] if k else 0
         return partial_sums(req.context, req.item_offsets, req.item_indices, req.values, rows, v_at, k)  # type: ignore[no-any-return]
 
-    def _per_items(
+    def per_items(
         self,
-        req: DecodedRequest,
+        req: Request,
         work_per_feature: int,
         kernel: Callable[[npt.NDArray[np.int64], int], npt.NDArray[np.float32]],
     ) -> npt.NDArray[np.float32]:

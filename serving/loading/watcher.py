@@ -79,7 +79,7 @@ class ModelWatcher:
             try:
                 if model.part == WHOLE:
                     model.score(req)
-                elif model.spec.type in ("lr", "fm"):  # a shard's Partial calls
+                elif model.family.partial_sums:  # a shard's Partial calls
                     model.partial(req)
                 else:
                     model.rows(req.keys)

@@ -1,6 +1,6 @@
 """The front end of sharded serving (`boundless serve --router --shards ...`): it decodes a
 request, sends each serving shard the request's keys that the shard owns, and finishes the
-scores. LR and FM shards answer with a few partial sums per item (serving.scoring.kernels); FFM
+scores. LR and FM shards answer with a few partial sums per item (ctr.model.partial_sums); FFM
 and the DNNs fetch the rows and score here. The router follows the repository's policy
 like any replica, holding the spec and the dense weights only; shards answering with
 another version (a swap in progress) are asked again, a few times, before UNAVAILABLE."""
@@ -13,11 +13,11 @@ import grpc
 import numpy as np
 import numpy.typing as npt
 
+from ctr.model.partial_sums import finish_fm, sum_squares_per_item
 from protos import predict_pb2
 from serving.loading.servable import ServableModel
 from serving.loading.watcher import ModelWatcher
 from serving.request.encoding import DecodedRequest
-from serving.scoring.kernels import finish_fm, sum_squares_per_item
 from serving.sharded.fanout import FanOut, FanOutError
 from serving.sharded.request_split import KeySplit, split_request_features, split_request_keys
 
@@ -34,7 +34,7 @@ class Router:
         """Scores and the version they come from: the router's, which every shard confirmed."""
         split = split_request_keys(req.keys, model.shard_count, len(self.fanout))
         for attempt in range(SKEW_RETRIES + 1):
-            if model.spec.type in ("lr", "fm"):
+            if model.family.partial_sums:
                 scores, versions = self._partial(model, req, split)
             else:
                 scores, versions = self._rows(model, req, split)
@@ -81,7 +81,7 @@ class Router:
                 )
             )
         answers = self.fanout.call("Partial", asks)
-        k = model.spec.k if model.spec.type == "fm" else 0
+        k = model.family.partial_factors(model.spec)
         total = np.zeros((n_items, 1 + 2 * k), dtype=np.float64)
         for a in answers:
             if int(a.width) != 1 + 2 * k or len(a.sums) != 4 * n_items * (1 + 2 * k):

@@ -42,7 +42,7 @@ class ShardScorerServicer(predict_pb2_grpc.ShardScorerServicer):
         with self.watcher.use() as model:
             if model is None:
                 abort(context, grpc.StatusCode.UNAVAILABLE, "no model version is loaded yet")
-            if model.spec.type not in ("lr", "fm"):
+            if not model.family.partial_sums:
                 abort(context, grpc.StatusCode.FAILED_PRECONDITION, f"Partial: a {model.spec.type} model sends rows (Lookup)")
             keys = _array(context, request.keys, "<u8", "keys").astype(np.uint64)
             values = _array(context, request.values, "<f4", "values").astype(np.float32)

@@ -15,7 +15,7 @@ import torch
 
 from ctr.data.batch import SampleBatch
 from ctr.data.unique import sorted_unique_inverse
-from ctr.model.embedding import pool_fields, train_deep_batch
+from ctr.model.dnn import pool_fields, train_deep_batch
 from ctr.model.mlp import DeepCTR, device
 from ctr.model.optim import PLAIN, plain_state, rows_with_weights, weights_of_rows
 from ctr.model.spec import ModelSpec
@@ -84,7 +84,7 @@ class DeepModel:
         (jac,) = torch.autograd.grad(mlp_out.sum(), p_t, retain_graph=True)  # examples are independent
         probs, dlogit, gw, ge, gbias = train_deep_batch(
             seq,
-            self.spec.type == "deepfm",
+            self.spec.family.pairwise,  # DeepFM: the FM over fields
             self.spec.pair_norm,
             batch.offsets,
             uidx,

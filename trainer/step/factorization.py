@@ -16,7 +16,7 @@ import numpy.typing as npt
 
 from ctr.data.batch import SampleBatch
 from ctr.data.unique import sorted_unique_inverse
-from ctr.model.factorization import MODEL_CODES, train_batch
+from ctr.model.factorization import train_batch
 from ctr.model.optim import PLAIN, plain_state
 from ctr.model.spec import ModelSpec
 from ps.api import DELTA, GRADIENT
@@ -86,7 +86,7 @@ class FactorizationModel:
 
     def __init__(self, spec: ModelSpec, staleness: int = 0) -> None:
         self.spec = spec
-        self.code = MODEL_CODES[spec.type]
+        self.code = spec.family.train_code
         self.tables = {t.name: t for t in spec.tables()}
         self.sequential = spec.update == "example"
         self.sparse: list[str] = [t for t in ("w", "v") if t in self.tables]

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from ctr.model.embedding import pool_fields, pool_fields_reference, train_deep_batch
+from ctr.model.dnn import pool_fields, pool_fields_reference, train_deep_batch
 from ctr.model.factorization import MODEL_CODES, batch_logloss_reference, logit_reference, logits, train_batch
 from ctr.model.optim import PLAIN, OptimizerSpec, init_rows, plain_state
 
@@ -218,17 +218,12 @@ def _pool64(offsets, uidx, fields, x, emb):
 
 
 def test_partial_sums_match_their_reference_and_add_up_to_fm_across_shards():
-    """serving.scoring.kernels.partial_sums over two shards' shares of a request, added up by the
+    """ctr.model.partial_sums.partial_sums over two shards' shares of a request, added up by the
     router (finish_fm), equal fm_score_items over the whole request."""
     import numpy as np
 
-    from serving.scoring.kernels import (
-        finish_fm,
-        fm_score_items,
-        partial_sums,
-        partial_sums_reference,
-        sum_squares_per_item,
-    )
+    from ctr.model.fm import fm_score_items
+    from ctr.model.partial_sums import finish_fm, partial_sums, partial_sums_reference, sum_squares_per_item
 
     rng = np.random.default_rng(3)
     n_keys, k = 60, 4

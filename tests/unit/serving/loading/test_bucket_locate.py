@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from ctr.format import key_filter
 from ctr.format.bucket_map import NO_FILTER, BucketMap
+from ctr.format.located import row_at
 from serving.loading.bucket_locate import ROWS_AT, SLOT_SHIFT, locate, locate_reference
-from serving.scoring.kernels import row_at
 
 WIDTH = 5
 

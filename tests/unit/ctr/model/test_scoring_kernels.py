@@ -7,8 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from ctr.format.located import rows_as_tables
 from ctr.model.factorization import logit_reference
-from serving.scoring.kernels import ffm_score_items, fm_score_items, rows_as_tables
+from ctr.model.ffm import ffm_score_items
+from ctr.model.fm import fm_score_items
 
 
 def reference_scores(kind: str, context, offsets, indices, x, fields, rows, k: int, bias: float, norm: bool):

@@ -1,7 +1,7 @@
 import numpy as np
 
 from ctr.data.quality import auc, logloss
-from serving.scoring.kernels import lr_score_items, lr_score_items_reference
+from ctr.model.lr import lr_score_items, lr_score_items_reference
 
 
 def _csr(rng, n=64, nnz=8, vocab=30):

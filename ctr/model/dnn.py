@@ -1,5 +1,6 @@
-"""Kernels of the DNN models' sparse side: pooling feature embeddings per field, the wide
-(linear) term, the FM over fields, and the per-example training of the rows.
+"""Wide&Deep and DeepFM: the sparse side's kernels (pooling feature embeddings per field, the
+wide (linear) term, the FM over fields, the per-example training of the rows, the scoring
+inputs of the MLP) and the two families. The MLP is ctr.model.mlp (torch).
 
 Each example's embedding of field f is the sum of v_j x_j over its features j of field f
 (a multi-hot field pools; a missing field is zeros). numpy references for the tests.
@@ -7,13 +8,20 @@ Each example's embedding of field f is the sum of v_j x_j over its features j of
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numba as nb
 import numpy as np
 import numpy.typing as npt
 
 from ctr.model.factorization import pair_scale
-from ctr.model.link import sigmoid
+from ctr.model.family import ModelFamily, Request, Scorable
+from ctr.model.link import norm_scale, sigmoid, sum_sq
 from ctr.model.optim import step, weight_of
+
+if TYPE_CHECKING:
+    from ctr.model.spec import ModelSpec
+
 
 F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]
@@ -163,3 +171,95 @@ def pool_fields_reference(offsets: I64, uidx: I64, fields: I32, x: F32, emb: F32
     sample = np.repeat(np.arange(n), np.diff(offsets))
     np.add.at(out, (sample, fields), emb[uidx].astype(np.float64) * x[:, None])
     return out.astype(np.float32)
+
+
+@nb.njit(cache=True, nogil=True)
+def deep_inputs(
+    context: I64,
+    offsets: I64,
+    indices: I64,
+    x: F32,
+    fields: I32,
+    rows: F32,
+    v_at: int,
+    k: int,
+    n_fields: int,
+    bias: float,
+    with_fm: bool,
+    norm: bool,
+) -> tuple[F32, F32]:
+    """Per item: pooled field embeddings [N, F, k] (context pooled once, then the item's),
+    and the logit without the MLP: bias + linear + (r FM over fields, for deepfm)."""
+    ctx_pool = np.zeros((n_fields, k), dtype=np.float32)
+    ctx_lin = bias
+    sq_ctx = sum_sq(context, x)
+    for c in range(context.shape[0]):
+        j = context[c]
+        ctx_lin += rows[j, 0] * x[j]
+        for t in range(k):
+            ctx_pool[fields[j], t] += rows[j, v_at + t] * x[j]
+    n = offsets.shape[0] - 1
+    pooled = np.empty((n, n_fields, k), dtype=np.float32)
+    partial = np.empty(n, dtype=np.float32)
+    for i in range(n):
+        pooled[i] = ctx_pool
+        z = ctx_lin
+        for a in range(offsets[i], offsets[i + 1]):
+            j = indices[a]
+            xj = x[j]
+            z += rows[j, 0] * xj
+            into, v = pooled[i, fields[j]], rows[j, v_at : v_at + k]  # 1-d views: the loop vectorizes
+            for t in range(k):
+                into[t] += v[t] * xj
+        if with_fm:
+            fm = 0.0
+            for t in range(k):
+                s = 0.0
+                q = 0.0
+                for f in range(n_fields):
+                    p = pooled[i, f, t]
+                    s += p
+                    q += p * p
+                fm += 0.5 * (s * s - q)
+            z += norm_scale(sq_ctx, indices[offsets[i] : offsets[i + 1]], x, norm) * fm
+        partial[i] = z
+    return pooled, partial
+
+
+class DeepFamily(ModelFamily):
+    """Wide&Deep (with_fm False: its embeddings in their own table) and DeepFM (the FM's
+    v vectors feed the MLP too). The MLP itself is ctr.model.mlp (torch)."""
+
+    needs_fields = True
+    has_mlp = True
+
+    def __init__(self, name: str, with_fm: bool) -> None:
+        self.name = name
+        self.with_fm = with_fm
+        self.pairwise = with_fm
+        self.embedding = "v" if with_fm else "emb"
+
+    def sparse_tables(self, spec: ModelSpec) -> list[tuple[str, int]]:
+        return [("w", 1), (self.embedding or "v", spec.k)]
+
+    def score(self, model: Scorable, req: Request, rows: F32 | None) -> F32:
+        looked_up = model.rows(req.keys) if rows is None else rows
+        spec = model.spec
+        v_at, k, n_fields = model.columns[self.embedding or "v"][0], spec.k, spec.field_count
+        pooled = np.empty((req.item_offsets.shape[0] - 1, n_fields, k), dtype=np.float32)
+
+        def pooled_range(offsets: I64, lo: int) -> F32:
+            """Pools the range's items into `pooled`; returns their logits without the MLP."""
+            p, z = deep_inputs(
+                req.context, offsets, req.item_indices, req.values, req.fields, looked_up,
+                v_at, k, n_fields, model.bias, self.with_fm, spec.pair_norm,
+            )  # fmt: skip
+            pooled[lo : lo + p.shape[0]] = p
+            return z  # type: ignore[no-any-return]
+
+        partial = model.per_items(req, k * (2 if self.with_fm else 1), pooled_range)
+        return model.net.predict(pooled, partial)  # type: ignore[no-any-return]
+
+
+WDL = DeepFamily("wdl", with_fm=False)
+DEEPFM = DeepFamily("deepfm", with_fm=True)
