@@ -16,7 +16,7 @@ COPY trainer trainer
 COPY modelmgr modelmgr
 COPY serving serving
 RUN /opt/boundless/bin/pip install --index-url https://download.pytorch.org/whl/cpu torch==2.13.0 \
- && /opt/boundless/bin/pip install -c constraints.txt .
+ && /opt/boundless/bin/pip install -c constraints.txt '.[all]'
 
 FROM python:3.11-slim
 RUN useradd --uid 10001 --user-group --no-create-home --home-dir /nonexistent boundless \

@@ -11,7 +11,7 @@ $(BIN)/python:
 	$(BIN)/pip install -q --upgrade pip
 
 $(STAMP): $(BIN)/python pyproject.toml constraints.txt
-	$(BIN)/pip install -q -c constraints.txt -e '.[dev]'
+	$(BIN)/pip install -q -c constraints.txt -e '.[all,dev]'
 	@echo "compiling and caching the numba kernels (once per install, ~3 min on 2 cores)..."
 	$(BIN)/python -m boundless.warm_kernels
 	touch $(STAMP)

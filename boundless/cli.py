@@ -9,6 +9,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
+from ctr.runtime.extras import missing_extra
+
 # subcommand -> (module with add_arguments/run, help); only the module of the command
 # given is imported, so `boundless model list` does not pay for numba, and `train` for
 # the serving stack (process start-up counts in the trainer's speed).
@@ -75,15 +77,21 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args_in = sys.argv[1:] if argv is None else list(argv)
-    parser = build_parser(next((a for a in args_in if a in COMMANDS), None))
-    args = parser.parse_args(args_in)
-    run: Callable[[argparse.Namespace], int] = importlib.import_module(args._module).run
     try:
+        parser = build_parser(next((a for a in args_in if a in COMMANDS), None))
+        args = parser.parse_args(args_in)
+        run: Callable[[argparse.Namespace], int] = importlib.import_module(args._module).run
         return run(args)
     except KeyboardInterrupt:
         return 130
+    except ImportError as e:
+        hint = missing_extra(e)
+        if hint is None:
+            raise
+        print(f"boundless: {hint}", file=sys.stderr)
+        return 2
     except (ValueError, OSError) as e:
-        print(f"boundless {args.command}: error: {e}", file=sys.stderr)
+        print(f"boundless {args_in[0] if args_in else ''}: error: {e}", file=sys.stderr)
         return 2
 
 

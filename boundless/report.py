@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from ctr.runtime.extras import require
+
 CURVE = "trainer-curve.jsonl"
 LATENCY = "latency.json"
 SERVING_METRICS = "serving-metrics.txt"
@@ -236,6 +238,7 @@ def make(
 
 
 def run(args: argparse.Namespace) -> int:
+    require("matplotlib")  # before any work: a missing extra is one line naming it
     try:
         written = make(args.run_dir, args.out, args.model_name, args.curve, args.repo)
     except ReportError as e:

@@ -15,6 +15,8 @@ import shutil
 from pathlib import Path
 from typing import Any, Protocol
 
+from ctr.runtime.extras import require
+
 
 class Storage(Protocol):
     url: str
@@ -116,7 +118,7 @@ class LocalStorage:
 
 class S3Storage:
     def __init__(self, bucket: str, prefix: str, client: Any = None) -> None:
-        import boto3  # only S3 repositories load it
+        boto3 = require("boto3")  # only S3 repositories load it
 
         self.bucket = bucket
         self.prefix = prefix

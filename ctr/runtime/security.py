@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ctr.runtime.extras import hint
+
 if TYPE_CHECKING:
     import grpc
 
@@ -71,7 +73,11 @@ def warn_if_exposed(path: str, what: str) -> bool:
 def warn_if_expiring(pem: bytes, path: str, now: datetime.datetime | None = None) -> str | None:
     """Warns when this process's own certificate has expired or expires within
     EXPIRY_WARNING_DAYS (peers would refuse it); returns the warning."""
-    from cryptography import x509
+    try:
+        from cryptography import x509
+    except ModuleNotFoundError:
+        log.warning("certificate %s: expiry not checked: %s", path, hint("cryptography"))
+        return None
 
     try:
         cert = x509.load_pem_x509_certificate(pem)

@@ -27,6 +27,7 @@ from ctr.format.bucket_map import NO_FILTER, BucketMap
 from ctr.model.family import ModelFamily, Request
 from ctr.model.partial_sums import partial_sums
 from ctr.model.spec import ModelSpec
+from ctr.runtime.extras import require
 from serving.config import DnnBatching
 from serving.loading.bucket_locate import ROWS_AT, SLOT_SHIFT, locate
 from serving.loading.overlay import Overlay
@@ -229,7 +230,7 @@ def _dense(folder: Path, files: list[dict[str, Any]]) -> dict[str, npt.NDArray[n
 def _net(spec: ModelSpec, dense: dict[str, npt.NDArray[np.float32]], batching: DnnBatching) -> Any:
     if not spec.is_dnn:
         return None
-    import torch  # torch loads only for DNN models
+    torch = require("torch")  # torch loads only for DNN models
 
     # one torch thread: torch's OpenMP pool spins after every call, taking the cores from
     # the scoring threads' decoding and lookups (a 200 x 500 DeepFM request on two cores:

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import urlparse
 
+from ctr.runtime.extras import require
 from trainer.input.source import Block, Position
 
 log = logging.getLogger("trainer")
@@ -80,9 +81,9 @@ class KafkaSource:
             log.warning("%s: worker %d of %d has no partition to read (the topic has fewer)", source, index, count)
 
     def _new_consumer(self) -> Any:
-        from confluent_kafka import Consumer  # loads only for Kafka sources
+        kafka = require("confluent_kafka")  # loads only for Kafka sources
 
-        return Consumer(
+        return kafka.Consumer(
             {
                 "bootstrap.servers": self.servers,
                 "group.id": "boundless-trainer",  # required by the client; offsets are never committed

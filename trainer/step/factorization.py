@@ -19,6 +19,7 @@ from ctr.data.unique import sorted_unique_inverse
 from ctr.model.factorization import train_batch
 from ctr.model.optim import PLAIN, plain_state
 from ctr.model.spec import ModelSpec
+from ctr.runtime.extras import require
 from ps.api import DELTA, GRADIENT
 from ps.client import PSClient, PullSession
 from trainer.step.own_view import own_view
@@ -228,7 +229,8 @@ def build_model(spec: ModelSpec, staleness: int = 0, dense_codec: str = "fp32") 
     if spec.is_dnn:
         if staleness:
             raise ValueError(f"--staleness applies to lr, fm and ffm; {spec.type} pulls every batch")
-        from trainer.step.dnn import DeepModel  # torch loads only for DNN models
+        require("torch")  # torch loads only for DNN models
+        from trainer.step.dnn import DeepModel
 
         return DeepModel(spec, dense_codec)
     if dense_codec != "fp32":
