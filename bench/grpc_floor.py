@@ -37,7 +37,7 @@ def main() -> None:
     server, port, _ = daemon.grpc_server(
         "127.0.0.1",
         0,
-        conf.workers,
+        conf.grpc_threads,
         lambda s: predict_pb2_grpc.add_PredictorServicer_to_server(ConstantPredictor(), s),
         [predict_pb2.DESCRIPTOR.services_by_name["Predictor"].full_name],
         max_message_bytes=int(conf.max_request_mb * (1 << 20)),

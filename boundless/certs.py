@@ -5,7 +5,7 @@ OUT/ gets:
 - node.pem, node-key.pem: the daemons' certificate, for serving and for calling each
   other (mutual TLS), valid for --hosts;
 - client.pem, client-key.pem: for command-line tools and other clients;
-- tokens.yaml ({token: role}, the servers' --tokens-file) and one <role>.token per role
+- tokens.yaml ({token: role}, the servers' --accepted-tokens-file) and one <role>.token per role
   (a process's --token-file).
 Private keys and tokens are written readable by their owner only.
 """
@@ -146,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
     paths = make(args.out, hosts, args.days)
     print(f"wrote a CA, node and client certificates (valid {args.days} days for {', '.join(hosts)}) and tokens to {args.out}")
     print(f"  servers: --tls-cert {paths['node']} --tls-key {paths['node_key']} --tls-ca {paths['ca']} --tls-client-auth")
-    print(f"           --tokens-file {paths['tokens']}")
+    print(f"           --accepted-tokens-file {paths['tokens']}")
     print(f"  callers: --token-file {args.out}/<role>.token  (roles: {', '.join(ROLES)})")
     print(
         f"  tools:   BOUNDLESS_TLS_CA={paths['ca']} BOUNDLESS_TLS_CERT={paths['client']} BOUNDLESS_TLS_KEY={paths['client_key']}"

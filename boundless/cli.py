@@ -31,6 +31,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
 # refused with the new one named
 RENAMED = {
     "--model": ("--model-name", "the model's name; --model is the model type, of train and demo only"),
+    "--workers": ("--grpc-threads", "gRPC threads; --workers is the trainer's worker processes"),
+    "--tokens-file": ("--accepted-tokens-file", "the tokens a server accepts, beside --token-file, this process's own"),
+    "--full-every": ("--full-export-every", "every Nth export is full; --full-checkpoint-every is the PS's cuts"),
 }
 
 

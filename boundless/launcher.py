@@ -91,7 +91,7 @@ class Demo:
         and tokens, and this process calls serving with the client certificate and the predict token."""
         paths = make_certs(self.dir / "certs", ["localhost", "127.0.0.1"])
         tls = ["--tls-cert", str(paths["node"]), "--tls-key", str(paths["node_key"]), "--tls-ca", str(paths["ca"])]
-        self.guarded = [*tls, "--tls-client-auth", "--tokens-file", str(paths["tokens"])]
+        self.guarded = [*tls, "--tls-client-auth", "--accepted-tokens-file", str(paths["tokens"])]
         self.token = ["--token-file", str(paths["trainer_token"])]
         self.caller = [*tls, *self.token]
         token = paths["predict_token"].read_text().strip()

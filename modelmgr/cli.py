@@ -5,9 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -88,8 +86,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def watch(conf: ModelMgrConfig) -> int:
     log = daemon.setup_logging("modelmgr", conf.log_level)
-    if conf.max_concurrent < 1 or conf.workers < 1:
-        raise cfg.ConfigError(f"--max-concurrent {conf.max_concurrent} and --workers {conf.workers}: must be >= 1")
     repo = Repository(conf.repo, conf.model_name)
     gate = QualityGate(
         min_samples=conf.min_samples,
@@ -112,20 +108,17 @@ def watch(conf: ModelMgrConfig) -> int:
     )
     guarded = daemon.guard(conf, conf.host, service_policy(ADMIN_ROLES))  # also its identity for the notifications
     manager = Manager(repo, publisher, Notifier(conf.notify, conf.model_name))
-    server, port, _ = daemon.grpc_server(
-        conf.host,
-        conf.port,
-        conf.workers,
+    served = daemon.serve(
+        conf,
+        "modelmgr",
         lambda s: modelmgr_pb2_grpc.add_ModelAdminServicer_to_server(ModelAdminServicer(manager), s),
         [ADMIN_SERVICE],
-        max_concurrent=conf.max_concurrent,
-        reflection=conf.reflection,
-        **guarded,
+        guarded,
     )
+    served.ready()
+    port = served.port
     metrics_port = daemon.metrics_server(conf.host, conf.metrics_port)
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = daemon.stop_requested()
     log.info(
         "watching %s, publishing into %s/%s; admin service on %s:%d", conf.exports, conf.repo, conf.model_name, conf.host, port
     )
@@ -136,7 +129,7 @@ def watch(conf: ModelMgrConfig) -> int:
         except Exception as e:  # noqa: BLE001 - a full disk, a damaged repository: retry, never die
             log.error("scan failed: %s", e)
         stop.wait(conf.poll_s)
-    server.stop(1)
+    served.stop(grace_s=1)
     return 0
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ctr.runtime.security import SecurityConfig
+from ctr.runtime.server_config import ServerConfig
 
 HELP_GROUPS: dict[str, tuple[str, ...]] = {
     "essential": ("exports", "repo", "model_name", "notify", "host", "port", "metrics_port"),
@@ -23,7 +23,7 @@ HELP_EXAMPLES = """\
 
 
 @dataclass(frozen=True)
-class ModelMgrConfig(SecurityConfig):
+class ModelMgrConfig(ServerConfig):
     exports: str = field(default="exports", metadata={"help": "folder the trainer exports into"})
     repo: str = field(default="repo", metadata={"help": "model repository folder"})
     model_name: str = field(default="ctr", metadata={"help": "the name of the model this manager publishes"})
@@ -64,13 +64,4 @@ class ModelMgrConfig(SecurityConfig):
         default="",
         metadata={"help": "serving replicas (host:port,...) told at once when a version is published or rolled back"},
     )
-    host: str = field(default="127.0.0.1", metadata={"help": "address for the admin service, health and metrics"})
-    port: int = field(default=0, metadata={"help": "gRPC port of the admin and health services (0 picks a free one)"})
-    workers: int = field(default=4, metadata={"help": "gRPC worker threads"})
-    max_concurrent: int = field(
-        default=16, metadata={"help": "calls in flight at once; more are refused with RESOURCE_EXHAUSTED"}
-    )
-    reflection: bool = field(default=False, metadata={"help": "enable gRPC server reflection (lists the services to any client)"})
-    metrics_port: int = field(default=0, metadata={"help": "Prometheus port (0 picks a free one; -1 disables)"})
-    ready_file: str | None = field(default=None, metadata={"help": "write bound ports here as JSON"})
-    log_level: str = field(default="INFO", metadata={"help": "logging level"})
+

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ctr.runtime.security import SecurityConfig
+from ctr.runtime.config import ConfigError
+from ctr.runtime.server_config import ServerConfig
 
 HELP_GROUPS: dict[str, tuple[str, ...]] = {
     "essential": ("shard_index", "shard_count", "host", "port", "metrics_port", "data_dir", "export_root"),
@@ -20,12 +21,9 @@ HELP_EXAMPLES = """\
 
 
 @dataclass(frozen=True)
-class PSConfig(SecurityConfig):
+class PSConfig(ServerConfig):
     shard_index: int = field(default=0, metadata={"help": "this shard's index"})
     shard_count: int = field(default=1, metadata={"help": "number of shards"})
-    host: str = field(default="127.0.0.1", metadata={"help": "address to bind"})
-    port: int = field(default=0, metadata={"help": "gRPC port (0 picks a free one)"})
-    metrics_port: int = field(default=0, metadata={"help": "Prometheus port (0 picks a free one; -1 disables)"})
     data_dir: str | None = field(default=None, metadata={"help": "RocksDB folder; none keeps state in memory only"})
     admit_after: int = field(
         default=1, metadata={"help": "a key gets a row from the Nth push that names it (a counting Bloom filter counts)"}
@@ -45,11 +43,19 @@ class PSConfig(SecurityConfig):
         default=None,
         metadata={"help": "folder the trainer's exports land in (its --export-dir, shared): Export writes only under it"},
     )
-    reflection: bool = field(default=False, metadata={"help": "enable gRPC server reflection (lists the services to any client)"})
-    workers: int = field(default=8, metadata={"help": "gRPC worker threads"})
+    # the server settings (ctr.runtime.server_config) with a shard's defaults
+    grpc_threads: int = field(default=8, metadata={"help": "threads that run gRPC calls"})
     max_concurrent: int = field(
         default=64,
         metadata={"help": "calls in flight at once; more are refused with RESOURCE_EXHAUSTED (trainers back off and retry)"},
     )
-    ready_file: str | None = field(default=None, metadata={"help": "write bound ports here as JSON"})
-    log_level: str = field(default="INFO", metadata={"help": "logging level"})
+
+    def validate(self) -> None:
+        super().validate()
+        if not 0 <= self.shard_index < self.shard_count:
+            last = self.shard_count - 1
+            raise ConfigError(f"--shard-index {self.shard_index}: must be 0..{last} (--shard-count {self.shard_count})")
+        if self.full_checkpoint_every < 1:
+            raise ConfigError(f"--full-checkpoint-every {self.full_checkpoint_every}: must be >= 1")
+        if self.admit_after < 1 or self.bloom_mb < 1 or self.ttl_s < 0 or self.ttl_updates < 0 or self.max_rows < 0:
+            raise ConfigError("--admit-after and --bloom-mb must be >= 1; --ttl-s, --ttl-updates and --max-rows >= 0")

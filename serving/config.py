@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ctr.runtime.security import SecurityConfig
+from ctr.runtime.config import ConfigError
+from ctr.runtime.server_config import ServerConfig
 
 
 @dataclass(frozen=True)
@@ -35,15 +36,10 @@ HELP_EXAMPLES = """\
 
 
 @dataclass(frozen=True)
-class ServingConfig(SecurityConfig):
+class ServingConfig(ServerConfig):
     repo: str = field(default="repo", metadata={"help": "model repository folder"})
     model_name: str = field(default="ctr", metadata={"help": "the served model's name in the repository"})
     poll_s: float = field(default=0.5, metadata={"help": "seconds between policy checks"})
-    host: str = field(default="127.0.0.1", metadata={"help": "address to bind"})
-    port: int = field(default=0, metadata={"help": "gRPC port (0 picks a free one)"})
-    metrics_port: int = field(default=0, metadata={"help": "Prometheus port (0 picks a free one; -1 disables)"})
-    reflection: bool = field(default=False, metadata={"help": "enable gRPC server reflection (lists the services to any client)"})
-    workers: int = field(default=4, metadata={"help": "gRPC worker threads"})
     score_threads: int = field(
         default=0,
         metadata={"help": "threads for one request's lookups and scoring, shared by the requests in flight (0: one per core)"},
@@ -72,9 +68,6 @@ class ServingConfig(SecurityConfig):
     dnn_cuda_graphs: bool = field(
         default=True, metadata={"help": "on a GPU, run the MLP as CUDA graphs captured when a version loads"}
     )
-    max_concurrent: int = field(
-        default=16, metadata={"help": "requests in flight at once; more are refused with RESOURCE_EXHAUSTED"}
-    )
     max_request_mb: float = field(default=32.0, metadata={"help": "largest request accepted, MiB (RESOURCE_EXHAUSTED above)"})
     max_items: int = field(default=20000, metadata={"help": "most items in one request (RESOURCE_EXHAUSTED above)"})
     strict_features: bool = field(
@@ -87,5 +80,22 @@ class ServingConfig(SecurityConfig):
     copies_dir: str | None = field(
         default=None, metadata={"help": "folder for serving's checked copies of the files it maps (default: a temporary one)"}
     )
-    ready_file: str | None = field(default=None, metadata={"help": "write bound ports here as JSON"})
-    log_level: str = field(default="INFO", metadata={"help": "logging level"})
+    # the server settings (ctr.runtime.server_config) with serving's defaults
+    max_concurrent: int = field(
+        default=16, metadata={"help": "requests in flight at once; more are refused with RESOURCE_EXHAUSTED"}
+    )
+
+    def validate(self) -> None:
+        super().validate()
+        if self.router and self.shard:
+            raise ConfigError("--router and --shard exclude each other")
+        if self.router and not self.shards:
+            raise ConfigError("--router needs --shards A1|A2,B1|B2 (each shard's replicas)")
+        if self.shards and not self.router:
+            raise ConfigError("--shards is the router's list of shard replicas: add --router")
+        if self.dnn_batching not in ("auto", "on", "off"):
+            raise ConfigError(f"--dnn-batching {self.dnn_batching!r}: expected auto, on or off")
+        if self.score_threads < 0:
+            raise ConfigError(f"--score-threads {self.score_threads}: must be >= 0 (0: one per core)")
+        if self.max_request_mb <= 0 or self.max_items < 1:
+            raise ConfigError("--max-request-mb must be > 0 and --max-items >= 1")

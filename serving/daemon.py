@@ -8,7 +8,6 @@ import os
 from pathlib import Path
 
 import grpc
-from grpc_health.v1 import health_pb2
 
 from ctr.repository.versions import Repository
 from ctr.runtime import config as cfg
@@ -37,12 +36,6 @@ def run(args: argparse.Namespace) -> int:
     conf = cfg.build(ServingConfig, ENV_PREFIX, args)
     log = daemon.setup_logging("serving", conf.log_level)
     splitter = Splitter(conf.score_threads or os.cpu_count() or 1, conf.score_spin_us * 1e-6)
-    if conf.router and conf.shard:
-        raise SystemExit("serve: --router and --shard exclude each other")
-    if conf.router and not conf.shards:
-        raise SystemExit("serve: --router needs --shards A1|A2,B1|B2 (each shard's replicas)")
-    if conf.shards and not conf.router:
-        raise SystemExit("serve: --shards is the router's list of shard replicas: add --router")
     part = ROUTER if conf.router else ShardPart.parse(conf.shard)
     max_bytes = int(conf.max_request_mb * (1 << 20))
     predictor, scorer = (predict_pb2.DESCRIPTOR.services_by_name[n].full_name for n in ("Predictor", "ShardScorer"))
@@ -54,8 +47,6 @@ def run(args: argparse.Namespace) -> int:
         if conf.router
         else None
     )
-    if conf.dnn_batching not in ("auto", "on", "off"):
-        raise SystemExit(f"serve: --dnn-batching {conf.dnn_batching!r} is not auto, on or off")
     batching = DnnBatching(conf.dnn_batching, conf.dnn_batch_wait_ms / 1e3, conf.dnn_batch_items, conf.dnn_cuda_graphs)
     copies = LocalCopies(Path(conf.copies_dir) if conf.copies_dir else None)  # after the checks: none left behind
     watcher = ModelWatcher(Repository(conf.repo, conf.model_name), conf.poll_s, copies, splitter, part, batching)
@@ -72,26 +63,12 @@ def run(args: argparse.Namespace) -> int:
         if part not in (WHOLE, ROUTER):
             predict_pb2_grpc.add_ShardScorerServicer_to_server(ShardScorerServicer(watcher), s)
 
-    server, port, health = daemon.grpc_server(
-        conf.host,
-        conf.port,
-        conf.workers,
-        register,
-        names,
-        max_message_bytes=max_bytes,
-        max_concurrent=conf.max_concurrent,
-        reflection=conf.reflection,
-        **guarded,
-    )
-
+    served = daemon.serve(conf, "serving", register, names, guarded, max_message_bytes=max_bytes)
+    port = served.port
     # the scoring services are ready once a (warmed) version serves: a readiness probe on
     # them keeps traffic away until then, while "" (liveness) says the process is up
-    def scoring(status: int) -> None:
-        for name in names:
-            health.set(name, status)
-
-    scoring(health_pb2.HealthCheckResponse.NOT_SERVING)
-    watcher.on_switch = lambda: scoring(health_pb2.HealthCheckResponse.SERVING)
+    served.ready("")
+    watcher.on_switch = lambda: served.ready(*names)
     if watcher.current is not None:  # it switched before on_switch was set
         watcher.on_switch()
     metrics_port = daemon.metrics_server(conf.host, conf.metrics_port)
@@ -110,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     daemon.write_ready_file(conf.ready_file, grpc_port=port, metrics_port=metrics_port)
     daemon.wait_for_stop_signal()
     watcher.stop()
-    server.stop(grace=2).wait()
+    served.stop(grace_s=2)
     splitter.close()
     if fanout is not None:
         fanout.close()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ctr.runtime.security import SecurityConfig
+from ctr.runtime.server_config import ServerConfig
 
 ENV_PREFIX = "BOUNDLESS_TRAINER_"
 # names a folder source never reads: dot-files and what producers write before they rename
@@ -25,7 +25,7 @@ HELP_GROUPS: dict[str, tuple[str, ...]] = {
         "checkpoint_interval_s", "from_start", "replace_model", "ps_retry_s", "ps_call_timeout_s", "push_codec",
         "pull_codec", "dense_codec", "residual_rows",
     ),
-    "export": ("export_interval_s", "full_every", "holdout_samples"),
+    "export": ("export_interval_s", "full_export_every", "holdout_samples"),
     "process": ("curve_out", "progress_interval_s", "host", "port", "metrics_port", "reflection", "ready_file", "log_level"),
 }  # fmt: skip
 HELP_EXAMPLES = """\
@@ -39,7 +39,7 @@ HELP_EXAMPLES = """\
 
 
 @dataclass(frozen=True)
-class TrainerConfig(SecurityConfig):
+class TrainerConfig(ServerConfig):
     source: str = field(default="-", metadata={"help": "file or folder to stream ('-' is stdin), or kafka://HOST:PORT/TOPIC"})
     format: str = field(default="auto", metadata={"help": "schema preset (criteo, avazu, libsvm, libffm, kv...) or auto"})
     schema: str | None = field(default=None, metadata={"help": "YAML feature schema; overrides --format"})
@@ -140,7 +140,7 @@ class TrainerConfig(SecurityConfig):
     window: int = field(default=10000, metadata={"help": "samples in the progressive-metric window"})
     export_dir: str | None = field(default=None, metadata={"help": "folder for model exports; none disables them"})
     export_interval_s: float = field(default=10.0, metadata={"help": "seconds between delta exports"})
-    full_every: int = field(default=10, metadata={"help": "every Nth export is a full one"})
+    full_export_every: int = field(default=10, metadata={"help": "every Nth export is a full one (the rest are deltas)"})
     holdout_samples: int = field(
         default=2000,
         metadata={"help": "samples read after each export, saved with it for the model manager's quality gate (0: none)"},
@@ -193,12 +193,9 @@ class TrainerConfig(SecurityConfig):
     progress_interval_s: float = field(
         default=5.0, metadata={"help": "seconds between progress records: the log line, the AUC gauges, --curve-out"}
     )
-    host: str = field(default="127.0.0.1", metadata={"help": "address for the health service and metrics"})
-    port: int = field(default=0, metadata={"help": "gRPC health port (0 picks a free one; -1 disables)"})
-    metrics_port: int = field(default=0, metadata={"help": "Prometheus port (0 picks a free one; -1 disables)"})
-    reflection: bool = field(default=False, metadata={"help": "enable gRPC server reflection (lists the services to any client)"})
-    ready_file: str | None = field(default=None, metadata={"help": "write bound ports here as JSON"})
-    log_level: str = field(default="INFO", metadata={"help": "logging level"})
+    # the server settings (ctr.runtime.server_config): the trainer serves health only
+    grpc_threads: int = field(default=1, metadata={"help": "threads that answer health checks"})
+    max_concurrent: int = field(default=4, metadata={"help": "health calls in flight at once"})
 
     def ignored_names(self) -> tuple[str, ...]:
         return tuple(g.strip() for g in self.source_ignore.split(",") if g.strip())

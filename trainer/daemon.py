@@ -329,11 +329,11 @@ def _train(conf: TrainerConfig, stop: threading.Event, log: logging.Logger) -> i
         "model %s, %d fields, tables %s", spec.type, len(fields), ", ".join(f"{t.name}:{t.optimizer.kind}" for t in spec.tables())
     )
     metrics_port = daemon.metrics_server(conf.host, conf.metrics_port) if conf.metrics_port >= 0 else -1
-    health_server, health, grpc_port = None, None, -1
+    served, grpc_port = None, -1
     if conf.port >= 0:  # health only: the trainer is a client of the PS and serves nothing else
-        health_server, grpc_port, health = daemon.grpc_server(
-            conf.host, conf.port, 1, lambda s: None, [], reflection=conf.reflection, **guarded
-        )
+        served = daemon.serve(conf, "trainer", lambda s: None, [], guarded)
+        served.ready()
+        grpc_port = served.port
     exporter = None
     if conf.export_dir:
         exporter = Exporter(
@@ -343,7 +343,7 @@ def _train(conf: TrainerConfig, stop: threading.Event, log: logging.Logger) -> i
             spec,
             fields,
             schema.to_dict() if schema else {},
-            conf.full_every,
+            conf.full_export_every,
             conf.holdout_samples,
         )
     settings = LoopSettings(
@@ -415,9 +415,8 @@ def _train(conf: TrainerConfig, stop: threading.Event, log: logging.Logger) -> i
     if conf.metrics_out:
         Path(conf.metrics_out).write_text(json.dumps(result, indent=1))
     client.close()
-    if health_server is not None and health is not None:
-        health.enter_graceful_shutdown()  # NOT_SERVING first, so a probe sees the end
-        health_server.stop(grace=1).wait()
+    if served is not None:
+        served.stop(grace_s=1)  # NOT_SERVING first, so a probe sees the end
     good = int(result["samples"] + result.get("held_out_samples", 0))
     if too_bad(int(bad_lines), good, conf.max_bad_fraction, final=True) or (good == 0 and bad_lines):
         raise BadInput(message(conf.source, int(bad_lines), good, first_bad, read_schema))

@@ -1,6 +1,6 @@
 """Bearer tokens with roles, checked by a gRPC server interceptor.
 
-A server given tokens (`tokens_file`, YAML {token: role}, or BOUNDLESS_TOKENS="token=role,...")
+A server given tokens (`accepted_tokens_file`, YAML {token: role}, or BOUNDLESS_TOKENS="token=role,...")
 asks every call of a guarded service for `authorization: Bearer <token>` whose role ranks at
 least the method's: predict < trainer < admin. Health checks and reflection stay open (the
 kubelet probes them). Each refusal is logged (at most once a second per reason) and counted

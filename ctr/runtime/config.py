@@ -22,6 +22,22 @@ class ConfigError(ValueError):
     """A config value of the wrong type or an unknown key, named with its source."""
 
 
+# settings renamed so that one name means one thing on every daemon: the old name, in a YAML
+# file or an environment variable, is refused with the new one named (flags: boundless.cli)
+RENAMED_SETTINGS = {
+    "workers": "grpc_threads",
+    "tokens_file": "accepted_tokens_file",
+    "full_every": "full_export_every",
+}
+
+
+def _renamed(key: str, names: set[str], where: str) -> ConfigError:
+    new = RENAMED_SETTINGS.get(key)
+    if new in names:
+        return ConfigError(f"{where}: setting {key!r} is now {new!r}")
+    return ConfigError(f"{where}: unknown setting {key!r}")
+
+
 def _base_type(tp: Any) -> tuple[type, bool]:
     """(scalar type, optional?) of a field annotation."""
     if get_origin(tp) in (Union, types.UnionType):
@@ -59,7 +75,7 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         raise ConfigError(f"{where}: {value!r} is not a valid {base.__name__}") from None
 
 
-SECURITY_FIELDS = ("tls_cert", "tls_key", "tls_ca", "tls_client_auth", "tokens_file", "token_file")
+SECURITY_FIELDS = ("tls_cert", "tls_key", "tls_ca", "tls_client_auth", "accepted_tokens_file", "token_file")
 
 
 def add_arguments(
@@ -134,9 +150,14 @@ def build(
         for k, v in loaded.items():
             key = str(k).replace("-", "_")
             if key not in names:
-                raise ConfigError(f"{path}: unknown setting {k!r}")
+                raise _renamed(key, names, str(path))
             values[key] = _coerce(v, hints[key], f"{path}: {k}")
     env = os.environ if environ is None else environ
+    for old, new in RENAMED_SETTINGS.items():
+        if old not in names and f"{env_prefix}{old.upper()}" in env:
+            raise _renamed(old, names, f"environment {env_prefix}{old.upper()}") if new in names else ConfigError(
+                f"environment {env_prefix}{old.upper()}: unknown setting"
+            )
     for name in names:
         var = f"{env_prefix}{name.upper()}"
         if var in env:
@@ -146,4 +167,8 @@ def build(
             v = getattr(args, name, None)
             if v is not None:
                 values[name] = _coerce(v, hints[name], "--" + name.replace("_", "-"))
-    return cls(**values)
+    conf = cls(**values)
+    validate = getattr(conf, "validate", None)
+    if validate is not None:
+        validate()  # raises ConfigError naming the setting
+    return conf

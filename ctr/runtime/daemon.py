@@ -1,6 +1,9 @@
-"""Process plumbing shared by the daemons: logging, gRPC server with health (and reflection
-when enabled),
-Prometheus endpoint, the ready file that reports bound ports, and graceful stop on signals."""
+"""The daemon shell every daemon shares: logging, the gRPC server (health, reflection when
+enabled, every call counted and timed), the Prometheus endpoint, the ready file that reports
+bound ports, and a stop on SIGTERM or SIGINT with a grace period.
+
+A served daemon's health starts NOT_SERVING and turns SERVING when the daemon says it is
+ready (`Served.ready`): a probe never sees a server ready before it can answer."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 from concurrent import futures
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +27,7 @@ if TYPE_CHECKING:  # gRPC loads only in processes that serve it (not `train --ps
 
     from ctr.runtime.auth import Policy
     from ctr.runtime.security import Identity, SecurityConfig
+    from ctr.runtime.server_config import ServerConfig
 
 MAX_MESSAGE_BYTES = 64 << 20
 # a PS pull of a wide table (FFM on Criteo: 5 KB of state per key) at the default batch of
@@ -51,20 +56,26 @@ def grpc_server(
     identity: Identity | None = None,
     tokens: dict[str, str] | None = None,
     policy: Policy | None = None,
+    daemon: str = "",
+    ready: bool = True,
 ) -> tuple[grpc.Server, int, health.HealthServicer]:
     """A started server with a health service, and reflection only when asked for (it
     lists every service to whoever connects); returns (server, bound port, health).
     Calls past `max_concurrent` in flight are refused with RESOURCE_EXHAUSTED, and so are
     messages over `max_message_bytes`: what a flood of requests can hold stays bounded.
     identity: TLS with its certificate (mutual under client_auth); tokens and policy: the
-    bearer tokens the policy's methods need (ctr.runtime.auth)."""
+    bearer tokens the policy's methods need (ctr.runtime.auth). daemon: names it in the
+    per-call metrics (ctr.runtime.rpc_metrics); ready=False: health starts NOT_SERVING."""
     import grpc
     from grpc_health.v1 import health, health_pb2, health_pb2_grpc
     from grpc_reflection.v1alpha import reflection as grpc_reflection
 
     from ctr.runtime.auth import TokenAuth
+    from ctr.runtime.rpc_metrics import RpcMetrics
 
-    interceptors = [TokenAuth(tokens, policy)] if tokens is not None and policy is not None else []
+    interceptors: list[grpc.ServerInterceptor] = [RpcMetrics(daemon)] if daemon else []  # first: refused calls count too
+    if tokens is not None and policy is not None:
+        interceptors.append(TokenAuth(tokens, policy))
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=workers),
         interceptors=interceptors,
@@ -84,10 +95,67 @@ def grpc_server(
     bound = server.add_secure_port(address, creds) if creds is not None else server.add_insecure_port(address)
     if bound == 0:
         raise OSError(f"cannot bind gRPC server to {host}:{port}")
-    server.start()
+    status = health_pb2.HealthCheckResponse.SERVING if ready else health_pb2.HealthCheckResponse.NOT_SERVING
     for name in (*service_names, ""):
-        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+        health_servicer.set(name, status)  # before the first call can ask
+    server.start()
     return server, bound, health_servicer
+
+
+@dataclass
+class Served:
+    """A daemon's started gRPC server: its bound port, and its health to turn SERVING."""
+
+    server: grpc.Server
+    port: int
+    health: health.HealthServicer
+    service_names: tuple[str, ...]
+
+    def ready(self, *names: str) -> None:
+        """SERVING for `names` (default: every service and the server as a whole)."""
+        self._set(names or (*self.service_names, ""), True)
+
+    def not_ready(self, *names: str) -> None:
+        self._set(names or (*self.service_names, ""), False)
+
+    def _set(self, names: tuple[str, ...], serving: bool) -> None:
+        from grpc_health.v1 import health_pb2
+
+        status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        for name in names:
+            self.health.set(name, status)
+
+    def stop(self, grace_s: float) -> None:
+        """NOT_SERVING first, so probes see the end; calls in flight get `grace_s` to finish."""
+        self.health.enter_graceful_shutdown()
+        self.server.stop(grace=grace_s).wait()
+
+
+def serve(
+    conf: ServerConfig,
+    daemon: str,
+    register: Callable[[grpc.Server], None],
+    service_names: Sequence[str],
+    guarded: dict[str, Any],
+    max_message_bytes: int = MAX_MESSAGE_BYTES,
+) -> Served:
+    """A daemon's gRPC server from its config: TLS and tokens (`guarded`, what guard()
+    returned), threads, limits, reflection, per-call metrics; its health NOT_SERVING until
+    the daemon calls ready()."""
+    server, port, health_servicer = grpc_server(
+        conf.host,
+        conf.port,
+        conf.grpc_threads,
+        register,
+        service_names,
+        max_message_bytes,
+        max_concurrent=conf.max_concurrent,
+        reflection=conf.reflection,
+        daemon=daemon,
+        ready=False,
+        **guarded,
+    )
+    return Served(server, port, health_servicer, tuple(service_names))
 
 
 def guard(conf: SecurityConfig, host: str, policy: Policy | None = None) -> dict[str, Any]:
@@ -98,7 +166,7 @@ def guard(conf: SecurityConfig, host: str, policy: Policy | None = None) -> dict
 
     identity = Identity.of(conf)
     install(identity)
-    tokens = load_tokens(conf.tokens_file) if policy is not None else None
+    tokens = load_tokens(conf.accepted_tokens_file) if policy is not None else None
     if tokens is not None and identity.cert is None and host not in ("127.0.0.1", "localhost", "::1"):
         logging.getLogger("auth").warning("bearer tokens travel in the clear: %s serves without TLS", host)
     return {"identity": identity, "tokens": tokens, "policy": policy}
@@ -137,9 +205,14 @@ def process_alive(pid: int) -> bool:
     return True
 
 
-def wait_for_stop_signal() -> None:
-    """Blocks until SIGTERM or SIGINT."""
+def stop_requested() -> threading.Event:
+    """An event set on SIGTERM or SIGINT: the one way every daemon learns it should stop."""
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    stop.wait()
+    return stop
+
+
+def wait_for_stop_signal() -> None:
+    """Blocks until SIGTERM or SIGINT."""
+    stop_requested().wait()

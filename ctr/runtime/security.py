@@ -40,7 +40,7 @@ class SecurityConfig:
     tls_client_auth: bool = field(
         default=False, metadata={"help": "mutual TLS: refuse clients without a certificate of --tls-ca"}
     )
-    tokens_file: str | None = field(
+    accepted_tokens_file: str | None = field(
         default=None,
         metadata={"help": "YAML {token: role} this server accepts (roles: predict, trainer, admin); none: no tokens asked"},
     )

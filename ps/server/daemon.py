@@ -23,12 +23,6 @@ def run(args: argparse.Namespace) -> int:
     conf = cfg.build(PSConfig, ENV_PREFIX, args)
     log = daemon.setup_logging(f"ps{conf.shard_index}", conf.log_level)
     store = ShardStore(Path(conf.data_dir)) if conf.data_dir else None
-    if conf.full_checkpoint_every < 1:
-        raise cfg.ConfigError(f"--full-checkpoint-every {conf.full_checkpoint_every}: must be >= 1")
-    if conf.admit_after < 1 or conf.bloom_mb < 1 or conf.ttl_s < 0 or conf.ttl_updates < 0 or conf.max_rows < 0:
-        raise cfg.ConfigError("--admit-after and --bloom-mb must be >= 1; --ttl-s, --ttl-updates and --max-rows >= 0")
-    if conf.max_concurrent < 1 or conf.workers < 1:
-        raise cfg.ConfigError(f"--max-concurrent {conf.max_concurrent} and --workers {conf.workers}: must be >= 1")
     lifecycle = Lifecycle(conf.admit_after, conf.bloom_mb << 20, conf.ttl_s, conf.ttl_updates, conf.max_rows)
     exports = Path(conf.export_root) if conf.export_root else None
     shard = Shard(
@@ -40,18 +34,16 @@ def run(args: argparse.Namespace) -> int:
             "loaded committed cut %d from %s: %d rows in %d tables", shard.committed.cut, conf.data_dir, rows, len(shard.stats())
         )
     service_name = ps_pb2.DESCRIPTOR.services_by_name["ParameterServer"].full_name
-    guarded = daemon.guard(conf, conf.host, service_policy({f"/{service_name}/": "trainer"}))
-    server, port, _ = daemon.grpc_server(
-        conf.host,
-        conf.port,
-        conf.workers,
+    served = daemon.serve(
+        conf,
+        "ps",
         lambda s: ps_pb2_grpc.add_ParameterServerServicer_to_server(PSServicer(shard), s),
         [service_name],
+        daemon.guard(conf, conf.host, service_policy({f"/{service_name}/": "trainer"})),
         daemon.PS_MAX_MESSAGE_BYTES,
-        max_concurrent=conf.max_concurrent,
-        reflection=conf.reflection,
-        **guarded,
     )
+    served.ready()  # its committed cut is loaded: it answers from the first call
+    port = served.port
     metrics_port = daemon.metrics_server(conf.host, conf.metrics_port)
     log.info("shard %d/%d serving on %s:%d, metrics on :%d", conf.shard_index, conf.shard_count, conf.host, port, metrics_port)
     daemon.write_ready_file(
@@ -63,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
         incarnation=shard.incarnation,
     )
     daemon.wait_for_stop_signal()
-    server.stop(grace=2).wait()
+    served.stop(grace_s=2)
     shard.close()  # a cut being written lands first
     if store is not None:
         store.close()

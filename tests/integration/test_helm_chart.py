@@ -88,5 +88,5 @@ def test_every_daemon_the_chart_runs_takes_its_arguments_and_its_mounts_exist(va
     if values == "kafka-s3-tls":
         for args, _ in commands.values():
             assert "--tls-cert" in args and "--tls-ca" in args
-        assert "--tls-client-auth" in commands["serve"][0] and "--tokens-file" in commands["ps"][0]
+        assert "--tls-client-auth" in commands["serve"][0] and "--accepted-tokens-file" in commands["ps"][0]
         assert "--token-file" in train

@@ -47,7 +47,7 @@ def _pull_and_push(address: str, rounds: int) -> None:
 
 
 def test_calls_past_the_limit_are_refused_and_the_client_retries_them_exactly_once(tmp_path):
-    ps = start("ps", ["ps", "--max-concurrent", "1", "--workers", "4"], tmp_path)
+    ps = start("ps", ["ps", "--max-concurrent", "1", "--grpc-threads", "4"], tmp_path)
     try:
         ps.wait_ready()
         client = PSClient.connect([ps.address])

@@ -55,7 +55,7 @@ def _refusals(d: Daemon) -> dict[tuple[str, str], float]:
 def test_the_whole_path_runs_over_mutual_tls_with_tokens_and_refuses_the_rest(tmp_path, data_dir):
     paths = make(tmp_path / "certs", ["localhost", "127.0.0.1"])
     tls = ["--tls-cert", str(paths["node"]), "--tls-key", str(paths["node_key"]), "--tls-ca", str(paths["ca"])]
-    guarded = [*tls, "--tls-client-auth", "--tokens-file", str(paths["tokens"])]
+    guarded = [*tls, "--tls-client-auth", "--accepted-tokens-file", str(paths["tokens"])]
     exports, repo = tmp_path / "exports", tmp_path / "repo"
     lines = (data_dir / "frappe/frappe.validation.libfm").read_text().splitlines()[:6000]
     (tmp_path / "train.libfm").write_text("\n".join(lines) + "\n")

@@ -18,7 +18,7 @@ import pytest
         (["--router", "--shard", "0/2", "--shards", "127.0.0.1:1"], "--router and --shard exclude each other"),
         (["--router", "--shards", "127.0.0.1:1,|"], "names no replica for some shard"),
         (["--shard", "2/2"], "shard: '2/2' is not i/N with 0 <= i < N"),
-        (["--dnn-batching", "sometimes"], "--dnn-batching 'sometimes' is not auto, on or off"),
+        (["--dnn-batching", "sometimes"], "--dnn-batching 'sometimes': expected auto, on or off"),
     ],
 )
 def test_settings_that_cannot_work_are_refused(tmp_path, flags, message):

@@ -16,7 +16,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "boundless.serverFlags" -}}
 {{- if .Values.tls.enabled }} --tls-cert /etc/boundless/tls/node.pem --tls-key /etc/boundless/tls/node-key.pem --tls-ca /etc/boundless/tls/ca.pem
 {{- if .Values.tls.clientAuth }} --tls-client-auth{{ end }}{{ end }}
-{{- if .Values.auth.enabled }} --tokens-file /etc/boundless/auth/tokens.yaml{{ end }}
+{{- if .Values.auth.enabled }} --accepted-tokens-file /etc/boundless/auth/tokens.yaml{{ end }}
 {{- end }}
 
 {{/* flags of a daemon that calls others, space-separated: TLS (its certificate, for mutual TLS), and its token */}}

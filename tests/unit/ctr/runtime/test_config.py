@@ -8,12 +8,12 @@ from ps.config import PSConfig
 
 def test_precedence_defaults_yaml_env_flags(tmp_path):
     y = tmp_path / "ps.yaml"
-    y.write_text("shard_count: 4\nworkers: 2\nport: 7000\n")
+    y.write_text("shard_count: 4\ngrpc_threads: 2\nport: 7000\n")
     p = argparse.ArgumentParser(allow_abbrev=False)
     add_arguments(p, PSConfig)
     args = p.parse_args(["--config", str(y), "--port", "7100"])
-    conf = build(PSConfig, "BOUNDLESS_PS_", args, environ={"BOUNDLESS_PS_WORKERS": "3"})
-    assert (conf.shard_count, conf.workers, conf.port, conf.host) == (4, 3, 7100, "127.0.0.1")
+    conf = build(PSConfig, "BOUNDLESS_PS_", args, environ={"BOUNDLESS_PS_GRPC_THREADS": "3"})
+    assert (conf.shard_count, conf.grpc_threads, conf.port, conf.host) == (4, 3, 7100, "127.0.0.1")
 
 
 def test_bad_values_name_their_source(tmp_path):
@@ -33,3 +33,40 @@ def test_the_command_line_refuses_abbreviated_flags(capsys):
         parser.parse_args(["train", "--mod", "ffm"])  # must not silently mean --model (or --model-name)
     assert "unrecognized arguments: --mod" in capsys.readouterr().err
     assert parser.parse_args(["train", "--model", "ffm"]).model == "ffm"
+
+
+def test_a_renamed_setting_is_refused_with_its_new_name(tmp_path):
+    y = tmp_path / "ps.yaml"
+    y.write_text("workers: 2\n")
+    with pytest.raises(ConfigError, match="setting 'workers' is now 'grpc_threads'"):
+        build(PSConfig, "X_", yaml_path=y, environ={})
+    with pytest.raises(ConfigError, match="BOUNDLESS_PS_TOKENS_FILE: setting 'tokens_file' is now 'accepted_tokens_file'"):
+        build(PSConfig, "BOUNDLESS_PS_", environ={"BOUNDLESS_PS_TOKENS_FILE": "t.yaml"})
+
+
+@pytest.mark.parametrize(
+    ("command", "old", "new"),
+    [
+        ("ps", "--workers", "--grpc-threads"),
+        ("serve", "--workers", "--grpc-threads"),
+        ("model watch", "--tokens-file", "--accepted-tokens-file"),
+        ("train", "--full-every", "--full-export-every"),
+    ],
+)
+def test_a_renamed_flag_is_refused_naming_the_new_one(capsys, command, old, new):
+    from boundless.cli import main
+
+    with pytest.raises(SystemExit):
+        main([*command.split(), f"{old}=2"])
+    assert f"{old} is now {new}" in capsys.readouterr().err
+
+
+def test_every_daemon_config_checks_itself():
+    from serving.config import ServingConfig
+
+    with pytest.raises(ConfigError, match="--shard-index 2: must be 0..1"):
+        build(PSConfig, "X_", environ={"X_SHARD_INDEX": "2", "X_SHARD_COUNT": "2"})
+    with pytest.raises(ConfigError, match="--router and --shard exclude each other"):
+        build(ServingConfig, "X_", environ={"X_ROUTER": "1", "X_SHARD": "0/2"})
+    with pytest.raises(ConfigError, match="--grpc-threads 0"):
+        build(ServingConfig, "X_", environ={"X_GRPC_THREADS": "0"})
