@@ -9,6 +9,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from boundless.processes import log_tail
+
 
 def wait_until(
     what: str,
@@ -35,7 +37,8 @@ def wait_until(
             else:
                 item.check()
         if time.monotonic() - start > timeout:
-            raise AssertionError(f"{what}: not within {timeout} s")
+            logs = [f"--- {item.name}:\n{log_tail(item.log)}" for item in watched if hasattr(item, "log")]
+            raise AssertionError("\n".join([f"{what}: not within {timeout} s", *logs]))
         time.sleep(every_s)
 
 

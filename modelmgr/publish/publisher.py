@@ -36,6 +36,7 @@ from ctr.repository.schemas import ChainLink, ExportManifest, SchemaError, Versi
 from ctr.repository.versions import DONE, MANIFEST, Policy, Repository, RepositoryError
 from modelmgr import metrics
 from modelmgr.publish.compact import stage_compacted
+from modelmgr.publish.decide import Evidence, Reject, RollBack, compacts, decide, identity, spec_change
 from modelmgr.publish.evaluate import Evaluation, evaluate, load_published
 from modelmgr.publish.gate import QualityGate
 from modelmgr.publish.verify import VerificationError, verify_export
@@ -52,24 +53,6 @@ class Rejected(Exception):
     def __init__(self, stage: str, reason: str, evidence: Any = None) -> None:
         super().__init__(reason)
         self.stage, self.reason, self.evidence = stage, reason, evidence
-
-
-FIELD_SIZED = ("ffm", "wdl", "deepfm")  # their tables are sized by the field list: it must stay the same
-
-
-def spec_change(live: dict[str, Any], candidate: dict[str, Any]) -> str | None:
-    """Why a candidate spec is another model than the live one; None when it is the same
-    model (a field list may grow where it does not size the tables)."""
-    if live.get("type") != candidate.get("type"):
-        return f"the export is a {candidate.get('type')} model, the live version a {live.get('type')} one"
-    old, new = list(live.get("fields") or []), list(candidate.get("fields") or [])
-    same = old == new if candidate.get("type") in FIELD_SIZED else new[: len(old)] == old
-    if not same:
-        return (
-            f"the export's {len(new)} fields ({', '.join(new[:4])}...) are not"
-            f" the live version's {len(old)} ({', '.join(old[:4])}...)"
-        )
-    return None
 
 
 class Publisher:
@@ -170,7 +153,7 @@ class Publisher:
         out = []
         try:
             m = self.repo.manifest_model(version)
-            if self.compact_after and m.kind == "delta" and len(m.delta_chain) >= self.compact_after:
+            if compacts(m.kind, len(m.delta_chain), self.compact_after):
                 staged = self.repo.dir / f".tmp-compact-{version}"
                 stage_compacted(self.repo, version, staged)
                 out.append(self._finalize(staged, m.export_id))
@@ -225,24 +208,9 @@ class Publisher:
         return None
 
     def _check_identity(self, export: ExportManifest) -> None:
-        """An export of another model is never published as this one: another name always,
-        another type or field list unless the manager accepts a new spec."""
-        name = str(export.model.get("name", ""))
-        if name != self.repo.model:
-            raise Rejected(
-                "identity",
-                f"the export is of model {name!r}; this manager publishes {self.repo.model!r}"
-                f" (export another model into its own folder, watched by a manager with --model-name {name})",
-            )
-        live = self._live_spec()
-        if live is None or self.accept_new_spec:
-            return
-        why = spec_change(live, export.model)
-        if why is not None:
-            raise Rejected(
-                "identity",
-                f"{why}: not the model {self.repo.model!r} is serving (a manager started with --accept-new-spec publishes it)",
-            )
+        refused = identity(self.repo.model, export.model, self._live_spec(), self.accept_new_spec)
+        if refused is not None:
+            raise Rejected(refused.stage, refused.reason)
 
     def _lineage(self, export: ExportManifest) -> tuple[int | None, list[int], int | None]:
         """(base version, chain before this delta, predecessor) of a delta; (None, [], None)
@@ -343,30 +311,39 @@ class Publisher:
         return load(staged, m, self.repo.manifest(base), self.repo.path(base), [*chain, (staged, m)], current)
 
     def _judge(self, staged: Path, export: ExportManifest, holdout: SampleBatch, previous: int | None) -> dict[str, Any]:
-        """The gate's evidence for the candidate; Rejected when it fails. Rolls back a live
-        version that falls behind its predecessor on this holdout first."""
+        """Gathers the evidence (the candidate, the live version and, while the policy follows
+        the latest, its predecessor, all scored on this holdout), lets decide() rule, and
+        carries the ruling out: a roll-back first, then Rejected or the publish's evidence."""
         live_v = self.repo.target()
         if live_v is not None and spec_change(self.repo.manifest_model(live_v).spec, export.model) is not None:
             live_v = None  # a new spec (--accept-new-spec): the live version reads these samples otherwise
         live = self._evaluate_published(live_v, holdout) if live_v is not None else None
-        if live is not None and live_v is not None:
+        follows_latest = self.repo.policy().mode == "latest"
+        predecessor = None
+        if live is not None and follows_latest:
             metrics.HOLDOUT_AUC.labels("live").set(live.auc)
-            live = self._maybe_roll_back(live, holdout, export.id) or live
+            older = [v for v in self.repo.versions() if v < live.version and self.repo.broken(v) is None]
+            predecessor = self._evaluate_published(older[-1], holdout) if older else None
+            if predecessor is not None:
+                metrics.HOLDOUT_AUC.labels("predecessor").set(predecessor.auc)
+        elif live is not None:
+            metrics.HOLDOUT_AUC.labels("live").set(live.auc)
+        candidate, error = None, ""
         try:
             candidate = evaluate(self._candidate(staged, previous), holdout, 0)
+            metrics.HOLDOUT_AUC.labels("candidate").set(candidate.auc)
         except (OSError, ValueError, KeyError) as e:
-            raise Rejected("verify", f"the candidate cannot be loaded: {e}") from None
-        metrics.HOLDOUT_AUC.labels("candidate").set(candidate.auc)
-        evidence = {
-            # samples neither the candidate nor the live version trained on; trained-on ones left out
-            "holdout": {"samples": len(holdout), "excluded_seen": export.holdout.seen if export.holdout else 0},
-            "candidate": candidate.to_dict(),
-            "live": None if live is None else live.to_dict(),
-        }
-        reason = self.gate.judge(candidate, live)
-        if reason is not None:
-            raise Rejected("gate", reason, evidence)
-        return evidence
+            error = str(e)
+        seen = export.holdout.seen if export.holdout else 0
+        evidence = Evidence(export.id, len(holdout), seen, candidate, live, predecessor, follows_latest, error)
+        for action in decide(evidence, self.gate):
+            if isinstance(action, RollBack):
+                self._roll_back(action, export.id)
+            elif isinstance(action, Reject):
+                raise Rejected(action.stage, action.reason, action.evidence)
+            else:
+                return action.evidence
+        raise AssertionError("decide() rules on every candidate")
 
     def _evaluate_published(self, version: int, holdout: SampleBatch) -> Evaluation | None:
         """A published version's scores on the holdout; None (logged) when its files in the
@@ -377,34 +354,23 @@ class Publisher:
             log.warning("version %d cannot be loaded to compare with: %s", version, e)
             return None
 
-    def _maybe_roll_back(self, live: Evaluation, holdout: SampleBatch, export_id: str) -> Evaluation | None:
-        """Pins the live version's predecessor when the live one falls behind it (only while
-        the policy follows the latest: an operator's pin stands). Returns its evaluation."""
-        if self.repo.policy().mode != "latest":
-            return None
-        older = [v for v in self.repo.versions() if v < live.version and self.repo.broken(v) is None]
-        if not older:
-            return None
-        pred = self._evaluate_published(older[-1], holdout)
-        if pred is None:
-            return None
-        metrics.HOLDOUT_AUC.labels("predecessor").set(pred.auc)
-        if not self.gate.falls_behind(live, pred):
-            return None
-        reason = (
-            f"auto-rollback: version {live.version} (holdout AUC {live.auc:.4f}) fell behind version "
-            f"{pred.version} ({pred.auc:.4f}) on the holdout of export {export_id}"
-        )
-        self.repo.set_policy(Policy("pinned", pred.version, reason))
+    def _roll_back(self, action: RollBack, export_id: str) -> None:
+        """Pins the live version's predecessor, with the evidence beside the policy."""
+        self.repo.set_policy(Policy("pinned", action.to_version, action.reason))
         self.changed = True
         self.repo.write_evidence(
             "rollbacks",
             f"{time.time_ns():020d}.json",
-            {"reason": reason, "export_id": export_id, "live": live.to_dict(), "predecessor": pred.to_dict(), "at": time.time()},
+            {
+                "reason": action.reason,
+                "export_id": export_id,
+                "live": action.live.to_dict(),
+                "predecessor": action.predecessor.to_dict(),
+                "at": time.time(),
+            },
         )
         metrics.ROLLBACKS.inc()
-        log.warning("%s; serving is pinned to version %d", reason, pred.version)
-        return pred
+        log.warning("%s; serving is pinned to version %d", action.reason, action.to_version)
 
     def _publish(self, staged: Path, export_id: str, evaluation: dict[str, Any]) -> int:
         m = json.loads((staged / MANIFEST).read_text())
