@@ -52,7 +52,8 @@ def test_an_operator_pin_stands():
 def test_a_candidate_that_cannot_load_is_rejected_after_a_due_roll_back():
     actions = decide(evidence(None, live=ev(4, 0.70), predecessor=ev(3, 0.78), error="v.bin: bad CRC"), GATE)
     assert [type(a) for a in actions] == [RollBack, Reject]
-    assert actions[1].stage == "verify" and "bad CRC" in actions[1].reason
+    refused = actions[1]
+    assert isinstance(refused, Reject) and refused.stage == "verify" and "bad CRC" in refused.reason
 
 
 def test_identity_refuses_another_name_always_and_another_spec_unless_accepted():
