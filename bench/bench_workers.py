@@ -96,7 +96,7 @@ def key_throughput(work: Path, reps: int) -> list[dict[str, float]]:
         shards = start_shards(n, work, f"kt{n}")
         client = PSClient.connect([s.address for s in shards])
         try:
-            client.declare(spec.tables())
+            client.control.declare(spec.tables())
             for size in (1024, 16384, 131072):
                 pulls, pushes = [], []
                 for _ in range(max(3, reps)):

@@ -285,7 +285,7 @@ def _train(conf: TrainerConfig, stop: threading.Event, log: logging.Logger) -> i
     schema = load_schema(conf)
     guarded = daemon.guard(conf, conf.host)  # its identity for the PS channels; it serves health only
     client = connect(conf, stop.is_set)
-    statuses = client.status()
+    statuses = client.control.status()
     if conf.ps != "local":
         check_shard_list(conf, statuses)
     planned = planned_point(statuses, conf.from_start)  # read only: nothing changes before the model is named
@@ -386,7 +386,7 @@ def _train(conf: TrainerConfig, stop: threading.Event, log: logging.Logger) -> i
             result["batch_cache_misses"] = float(trainer.reader.cache.misses)
         push_bytes, pull_bytes = client.push_bytes, client.pull_bytes
         result.update(client.compression_stats())
-    sparse = [t for st in client.status() for t in st.tables if t.kind == "sparse"]
+    sparse = [t for st in client.control.status() for t in st.tables if t.kind == "sparse"]
     result["sparse_rows"] = float(sum(t.rows for t in sparse))  # the model's size, after the lifecycle
     result["not_admitted"] = float(sum(t.not_admitted for t in sparse))
     result["evicted"] = float(sum(t.evicted for t in sparse))

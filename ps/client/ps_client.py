@@ -11,7 +11,6 @@ split is pure, the shard calls go through a thread pool, and the transports are 
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from ps.api import (
     ShardStatus,
     StoppedWhileUnreachable,
 )
+from ps.client.control import ControlPlane
 from ps.client.local_aggregate import AggregationPlan, LocalAggregator
 from ps.compression.compressor import CodecSpec, Compressor, parse_codec
 from ps.compression.payload import VALUE_CODECS, Compressed, encode_rows, value_codec
@@ -107,6 +107,7 @@ class PSClient:
         self.pool = ThreadPoolExecutor(max_workers=max(1, shard_count))
         self._dense_len: dict[str, int] = {}
         self.aggregator: LocalAggregator | None = None  # --local-aggregate
+        self._control: ControlPlane | None = None
 
     @classmethod
     def connect(
@@ -166,6 +167,13 @@ class PSClient:
         return serve_shards(self.transport.shards)
 
     @property
+    def control(self) -> ControlPlane:
+        """The coordinator's calls: declare, export, checkpoint cuts, restore, status."""
+        if self._control is None:
+            self._control = ControlPlane(self)
+        return self._control
+
+    @property
     def remote(self) -> bool:
         """Whether calls cross a network (gRPC), so overlapping them with work pays."""
         return self.transport.remote
@@ -177,18 +185,6 @@ class PSClient:
     @property
     def push_bytes(self) -> int:
         return self.transport.push_bytes
-
-    def declare(self, specs: list[TableSpec]) -> dict[str, bool]:
-        """Declares the tables on every shard; per table, True when it starts empty everywhere."""
-        self.know(specs)
-        answers = self._each(lambda s: self.transport.declare(s, specs))
-        out = {}
-        for i, spec in enumerate(specs):
-            flags = {a[i] for a in answers}
-            if len(flags) != 1:
-                raise RuntimeError(f"table {spec.name}: some shards restored it and others start empty; restore them all")
-            out[spec.name] = flags.pop()
-        return out
 
     def know(self, specs: list[TableSpec]) -> None:
         """Remembers the dense tables' lengths (a worker that did not declare them learns
@@ -205,7 +201,7 @@ class PSClient:
         self.pool.shutdown()
         self.transport.close()
 
-    def _each(self, fn: Callable[[int], T], shards: list[int] | None = None) -> list[T]:
+    def on_shards(self, fn: Callable[[int], T], shards: list[int] | None = None) -> list[T]:
         targets = list(range(self.n)) if shards is None else shards
         if len(targets) == 1:
             return [fn(targets[0])]
@@ -229,7 +225,7 @@ class PSClient:
                 return 0, np.zeros((0, 0), dtype=np.float32)
             return self.transport.pull(s, table, part, session, state, self.pull_codec)
 
-        results = self._each(one)
+        results = self.on_shards(one)
         dim = max((r.shape[1] for _, r in results if r.shape[0]), default=1)
         rows = np.zeros((keys.shape[0], dim), dtype=np.float64 if state else np.float32)
         for s, (_, r) in enumerate(results):
@@ -318,7 +314,7 @@ class PSClient:
             sent = part_keys if packed.sent is None else part_keys[packed.sent]
             self.transport.push(s, table, sent, (), packed.payload(with_subset=False), kind, samples)
 
-        self._each(lambda i: one(parts[i]), list(range(len(parts))))
+        self.on_shards(lambda i: one(parts[i]), list(range(len(parts))))
         gone = np.concatenate(flush_keys) if flush_keys else np.zeros(0, np.uint64)
         order = np.argsort(gone)
         gone = gone[order]
@@ -394,7 +390,7 @@ class PSClient:
 
     def pull_dense(self, table: str, state: bool = False) -> Rows:
         """The whole vector's weights [n], or its optimizer state [n, width]."""
-        parts = self._each(lambda s: self.transport.pull_dense(s, table, state), self._dense_shards(table))
+        parts = self.on_shards(lambda s: self.transport.pull_dense(s, table, state), self._dense_shards(table))
         return np.concatenate([v for _, v in sorted(parts, key=lambda p: p[0]) if v.shape[0]])
 
     def push_dense(
@@ -417,7 +413,7 @@ class PSClient:
         if onebit:
             self._dense_residual[table] = v - sent
         before = self.push_bytes
-        self._each(
+        self.on_shards(
             lambda i: self.transport.push_dense(parts[i][0], table, parts[i][1], kind, steps, samples), list(range(len(parts)))
         )
         self.dense_push_bytes += self.push_bytes - before  # pushes run from one thread, so this is ours
@@ -435,31 +431,6 @@ class PSClient:
             r = np.array(residual, dtype=np.float64)
             self._dense_residual[table] = r.reshape(r.shape[0], -1)  # as push_dense keeps it: [n, 1]
 
-    def export(self, full: bool, name: str) -> tuple[list[ExportedFile], list[int]]:
-        """Every shard writes export `name`, a folder under its export root (the trainer's
-        export folder, shared with the shards)."""
-        results = self._each(lambda s: self.transport.export(s, full, name))
-        files = [dataclasses.replace(f, shard=s) for s, (got, _) in enumerate(results) for f in got]
-        return files, [seq for _, seq in results]
-
-    def prepare(self, cut: int, offsets: bytes) -> int:
-        """Phase one of checkpoint cut `cut` on every shard (each snapshots its changed rows
-        and writes them in the background); returns the rows in the cut."""
-        return sum(self._each(lambda s: self.transport.prepare(s, cut, offsets)))
-
-    def commit(self, cut: int) -> int:
-        """Phase two, once every shard prepared: waits for the writes, commits the cut."""
-        return sum(self._each(lambda s: self.transport.commit(s, cut)))
-
-    def restore(self, cut: int, generation: int) -> None:
-        """Takes every shard back to cut `cut` (0: empty); from now on the shards refuse
-        pushes of generations before `generation`, which this client's pushes carry."""
-        self.transport.forget_incarnations()
-        restored = self._each(lambda s: self.transport.restore(s, cut, generation))
-        self.transport.incarnations.update(enumerate(restored))  # another process from now on: a restart
-        self.transport.generation = generation
-        self.reset()
-
     def reset(self) -> None:
         """Forgets what this client holds back for the shards (error-feedback residuals and
         dense 1-bit residuals): after a restore they belong to a dropped past."""
@@ -467,10 +438,6 @@ class PSClient:
             comp.drain()
         self._dense_residual.clear()
 
-    def status(self) -> list[ShardStatus]:
-        statuses: list[ShardStatus] = self._each(self.transport.status)
-        self.rows_may_drop = any(s.drops_rows for s in statuses)
-        return statuses
 
 
 def _holding(length: int, n: int) -> list[int]:

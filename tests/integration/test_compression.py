@@ -61,7 +61,7 @@ def test_compressed_pushes_cross_grpc_and_bad_payloads_are_refused(tmp_path):
         for s in shards:
             s.wait_ready()
         client = PSClient.connect([s.address for s in shards], push_codec="topk:0.1+onebit")
-        client.declare(ModelSpec("lr").tables())
+        client.control.declare(ModelSpec("lr").tables())
         keys = np.unique(np.random.default_rng(0).integers(1, 2**63, 2000, dtype=np.uint64))
         g = np.random.default_rng(1).normal(size=(keys.shape[0], 2)) * 0.01
         for _ in range(20):  # sessions: the subset travels as gaps over the session's keys

@@ -227,9 +227,9 @@ def test_shards_holding_different_cuts_go_back_to_the_newest_they_all_hold(data_
     try:
         _finish(_trainer(stream, shards, tmp_path / "m.json"))  # cuts 1.. on both shards
         client = PSClient.connect([s.address for s in shards])
-        held = client.status()[0].cuts
+        held = client.control.status()[0].cuts
         last = max(held)
-        offsets = client.status()[0].checkpoint_offsets
+        offsets = client.control.status()[0].checkpoint_offsets
         client.transport.prepare(0, last + 1, offsets)  # only shard 0 gets the next cut
         client.transport.commit(0, last + 1)
         client.close()

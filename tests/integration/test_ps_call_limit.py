@@ -51,8 +51,8 @@ def test_calls_past_the_limit_are_refused_and_the_client_retries_them_exactly_on
     try:
         ps.wait_ready()
         client = PSClient.connect([ps.address])
-        client.declare(SPEC.tables())
-        before = client.status()[0].update_seq
+        client.control.declare(SPEC.tables())
+        before = client.control.status()[0].update_seq
 
         seen: set[grpc.StatusCode] = set()
         with ThreadPoolExecutor(8) as pool:
@@ -65,7 +65,7 @@ def test_calls_past_the_limit_are_refused_and_the_client_retries_them_exactly_on
 
         with ThreadPoolExecutor(4) as pool:
             list(pool.map(lambda _: _pull_and_push(ps.address, 3), range(4)))  # raises if any call failed
-        assert client.status()[0].update_seq - before == 4 * 3  # every push applied, none twice
+        assert client.control.status()[0].update_seq - before == 4 * 3  # every push applied, none twice
         client.close()
         ps.check()
     finally:

@@ -20,7 +20,7 @@ def test_checkpointed_rows_survive_kill_9(tmp_path):
     try:
         shard.wait_ready()
         client = PSClient.connect([shard.address])
-        assert all(client.declare(SPEC.tables()).values())
+        assert all(client.control.declare(SPEC.tables()).values())
         keys = np.unique(np.random.default_rng(0).integers(1, 2**64 - 1, 5000, dtype=np.uint64))
         assert (shard_of(keys, 1) == 0).all()
         grads = np.random.default_rng(1).normal(size=(keys.shape[0], 4)).astype(np.float32)
@@ -29,13 +29,13 @@ def test_checkpointed_rows_survive_kill_9(tmp_path):
         state, session = client.pull("w", keys, state=True)
         client.push("w", keys, np.full_like(state, 0.01), session, kind="delta", samples=64)
         client.push_dense("bias", np.array([0.7], np.float32), samples=64)
-        client.prepare(1, json.dumps({"file": "a", "offset": 123, "line": 4}).encode())
-        client.commit(1)
-        digests_at_cut = {t.name: (t.digest, t.samples) for t in client.status()[0].tables}
+        client.control.prepare(1, json.dumps({"file": "a", "offset": 123, "line": 4}).encode())
+        client.control.commit(1)
+        digests_at_cut = {t.name: (t.digest, t.samples) for t in client.control.status()[0].tables}
         at_cut = {t: client.pull(t, keys, state=True)[0] for t in ("w", "v")}
         bias_at_cut = client.pull_dense("bias", state=True)
         client.push("v", keys[:100], grads[:100], samples=8)  # after the cut: must not survive the crash
-        after_cut = {t.name: (t.digest, t.samples) for t in client.status()[0].tables}
+        after_cut = {t.name: (t.digest, t.samples) for t in client.control.status()[0].tables}
         assert after_cut["v"][0] != digests_at_cut["v"][0] and after_cut["v"][1] == 72
         client.close()
         shard.kill()
@@ -44,11 +44,11 @@ def test_checkpointed_rows_survive_kill_9(tmp_path):
         ready = shard.wait_ready()
         assert ready["checkpoint_seq"] > 0 and ready["committed_cut"] == 1
         client = PSClient.connect([shard.address])
-        assert not any(client.declare(SPEC.tables()).values())  # restored, not created
+        assert not any(client.control.declare(SPEC.tables()).values())  # restored, not created
         for t in ("w", "v"):
             np.testing.assert_array_equal(client.pull(t, keys, state=True)[0], at_cut[t])
         np.testing.assert_array_equal(client.pull_dense("bias", state=True), bias_at_cut)
-        status = client.status()[0]
+        status = client.control.status()[0]
         assert json.loads(status.checkpoint_offsets) == {"file": "a", "offset": 123, "line": 4}
         assert {t.name: t.rows for t in status.tables}["v"] == keys.shape[0]
         assert {t.name: (t.digest, t.samples) for t in status.tables} == digests_at_cut
@@ -64,14 +64,14 @@ def test_a_restored_table_declared_with_another_layout_is_refused(tmp_path):
     try:
         shard.wait_ready()
         client = PSClient.connect([shard.address])
-        client.declare(SPEC.tables())
+        client.control.declare(SPEC.tables())
         client.close()
         shard.stop()
         shard = start("ps0", ["ps", "--shard-count", "1", "--data-dir", str(db)], tmp_path)
         shard.wait_ready()
         client = PSClient.connect([shard.address])
         try:
-            client.declare(ModelSpec("fm", k=8).tables())
+            client.control.declare(ModelSpec("fm", k=8).tables())
             raise AssertionError("a layout change was accepted")
         except Exception as e:  # grpc.RpcError with INVALID_ARGUMENT
             assert "INVALID_ARGUMENT" in str(e) and "the shard's store holds it as sparse dim 4" in str(e)
@@ -88,7 +88,7 @@ def test_a_poisoned_push_gets_invalid_argument_and_changes_nothing(tmp_path):
     try:
         shard.wait_ready()
         client = PSClient.connect([shard.address])
-        client.declare(SPEC.tables())
+        client.control.declare(SPEC.tables())
         keys = np.array([11, 12, 13], dtype=np.uint64)
         client.push("w", keys, np.ones((3, 1), np.float32))
         before = client.pull("w", keys, state=True)[0]

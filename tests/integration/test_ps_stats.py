@@ -19,7 +19,7 @@ SPEC = ModelSpec("fm", k=4)
 
 def _train(client: PSClient, shift: float = 0.0) -> None:
     """Two deterministic batches of 100 samples each."""
-    client.declare(SPEC.tables())
+    client.control.declare(SPEC.tables())
     rng = np.random.default_rng(0)
     for _ in range(2):
         keys = np.unique(rng.integers(1, 2**64 - 1, 3000, dtype=np.uint64))

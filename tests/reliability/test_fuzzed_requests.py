@@ -62,7 +62,7 @@ def shard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     try:
         d.wait_ready()
         client = PSClient.connect([d.address])
-        client.declare(ModelSpec("fm", k=4).tables())
+        client.control.declare(ModelSpec("fm", k=4).tables())
         keys = np.arange(1, 200, dtype=np.uint64)
         client.push("w", keys, np.full((keys.shape[0], 1), 0.01), samples=1)  # rows to pull
         client.close()
@@ -131,7 +131,7 @@ def test_random_predict_requests_never_crash_serving(serving, item_count, blobs,
 def _digest(address: str) -> dict[str, tuple[int, int, int]]:
     client = PSClient.connect([address])
     try:
-        return {t.name: (t.digest, t.rows, t.samples) for t in client.status()[0].tables}
+        return {t.name: (t.digest, t.rows, t.samples) for t in client.control.status()[0].tables}
     finally:
         client.close()
 

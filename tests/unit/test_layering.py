@@ -200,7 +200,7 @@ def test_an_in_process_trainer_loads_no_grpc() -> None:
         "from trainer import daemon\n"
         "from ps.client import PSClient\n"
         "from ctr.model.spec import ModelSpec\n"
-        "c = PSClient.local(2); c.declare(ModelSpec('lr').tables()); c.pull_dense('bias')\n"
+        "c = PSClient.local(2); c.control.declare(ModelSpec('lr').tables()); c.pull_dense('bias')\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('grpc', 'torch')))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)

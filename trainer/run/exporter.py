@@ -177,7 +177,7 @@ class Exporter:
     def _write(
         self, folder: Path, export_id: str, full: bool, metrics: dict[str, float], started: float, taken: float
     ) -> str:
-        files, seqs = self.client.export(full, export_id)  # the shards write under the same export folder
+        files, seqs = self.client.control.export(full, export_id)  # the shards write under the same export folder
         dense_path = folder / DENSE_FILE
         save_file(dense_tensors(self.client, self.spec), str(dense_path))
         files.append(ExportedFile(DENSE_FILE, "dense", "dense", dense_path.stat().st_size, sha256_file(dense_path), 1))

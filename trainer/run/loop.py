@@ -367,7 +367,7 @@ class Trainer:
         self._wait_commit()  # cuts commit in order
         self.cut += 1
         offsets = encode_offsets(self.position, self.submitted, self.progress, self.model.state(self.client))
-        rows = self.client.prepare(self.cut, offsets)
+        rows = self.client.control.prepare(self.cut, offsets)
         stall = time.perf_counter() - started
         metrics.CHECKPOINT_STALL.observe(stall)
         self._commit = self._committer.submit(self._commit_cut, self.cut, rows, stall, time.perf_counter())
@@ -381,7 +381,7 @@ class Trainer:
 
     def _commit_cut(self, cut: int, rows: int, stall: float, prepared: float) -> None:
         try:
-            self.client.commit(cut)
+            self.client.control.commit(cut)
         except Exception as e:  # noqa: BLE001 - a shard that died recovers through the training path
             log.warning("checkpoint cut %d not committed: %s", cut, e)
             return

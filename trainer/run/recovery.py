@@ -165,13 +165,13 @@ def restore_and_declare(client: PSClient, declare: Callable[[PSClient], None], f
 
 
 def _restore_once(client: PSClient, from_start: bool) -> CutPoint:
-    statuses = client.status()
+    statuses = client.control.status()
     generation = max(s.generation for s in statuses) + 1
     cut = 0 if from_start else common_cut(statuses)
-    client.restore(cut, generation)
+    client.control.restore(cut, generation)
     if not cut:
         log.info("PS shards start empty%s (trainer generation %d)", " (--from-start)" if from_start else "", generation)
         return CutPoint(0)
-    point = decode_offsets(cut, client.status()[0].checkpoint_offsets)
+    point = decode_offsets(cut, client.control.status()[0].checkpoint_offsets)
     log.info("PS shards at checkpoint cut %d (trainer generation %d); the stream takes up at %s", cut, generation, point.position)
     return point

@@ -76,10 +76,10 @@ class WorkerCuts:
         stalled = time.monotonic() - started
         self.cut += 1
         states = [self.latest[i].state for i in range(workers)]
-        rows = self.client.prepare(self.cut, encode_workers(states))
+        rows = self.client.control.prepare(self.cut, encode_workers(states))
         for i in paused:
             self.controls[i].put("resume")
-        self.client.commit(self.cut)
+        self.client.control.commit(self.cut)
         log.info(
             "checkpoint cut %d committed: %d rows, %d workers paused for %.0f ms", self.cut, rows, len(paused), 1000 * stalled
         )

@@ -103,7 +103,7 @@ def worker_main(job: WorkerJob, reports: Any) -> None:
         call_timeout_s=conf.ps_call_timeout_s,
     )
     client.transport.generation = job.generation
-    client.status()  # whether the shards may drop a push's rows: then the pipeline does not overlap
+    client.control.status()  # whether the shards may drop a push's rows: then the pipeline does not overlap
     if job.aggregation is not None:
         client.aggregate_locally(job.aggregation, job.index)
     start = job.start.position if job.start is not None else None

@@ -40,7 +40,7 @@ class DeepModel:
         self.dense: DenseSync = self._dense_sync()
 
     def prepare(self, client: PSClient) -> None:
-        created = client.declare(self.spec.tables())
+        created = client.control.declare(self.spec.tables())
         if created["mlp"]:  # a fresh MLP starts from Glorot-uniform weights, not zeros
             t = self.tables["mlp"]
             start = rows_with_weights(self.net.flat().astype(np.float64).reshape(-1, 1), t.width, self.params["mlp"])

@@ -96,7 +96,7 @@ class FactorizationModel:
         self._steps = 0
 
     def prepare(self, client: PSClient) -> None:
-        client.declare(self.spec.tables())
+        client.control.declare(self.spec.tables())
 
     @property
     def pipelined(self) -> bool:

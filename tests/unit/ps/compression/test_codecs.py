@@ -263,7 +263,7 @@ def test_zeroone_adam_syncs_ever_more_rarely_and_refreshes_the_variance_at_power
     from trainer.step.dense_sync import ZeroOneAdam
 
     client = PSClient.local(2)
-    client.declare([TableSpec("mlp", "dense", 50, OptimizerSpec("adam", lr=0.01), "batch")])
+    client.control.declare([TableSpec("mlp", "dense", 50, OptimizerSpec("adam", lr=0.01), "batch")])
     sent: list[tuple[str, int]] = []
     push = client.push_dense
 
@@ -336,20 +336,20 @@ def test_a_dense_sync_that_takes_up_a_cut_goes_on_as_one_that_never_stopped(tmp_
 
     def fresh(path):  # type: ignore[no-untyped-def]
         client = PSClient.local(2, data_dir=path)
-        client.declare(tables)
+        client.control.declare(tables)
         return client, dense_sync(codec, "mlp", 0.01, 0.9, 0.999, 1e-8)
 
     client, sync = fresh(tmp_path / "a")
     steps(sync, client, grads[:37])
     sync.flush(client)  # a cut: what the worker kept back goes out, the rest is recorded
     state = json.loads(json.dumps(sync.state(client)))
-    client.prepare(1, b"")
-    client.commit(1)
+    client.control.prepare(1, b"")
+    client.control.commit(1)
     steps(sync, client, grads[37:])
     sync.flush(client)
     expected = client.pull_dense("mlp", state=True)
 
-    client.restore(1, generation=1)  # the worker died: the shards go back to the cut
+    client.control.restore(1, generation=1)  # the worker died: the shards go back to the cut
     _, restarted = fresh(tmp_path / "unused")
     restarted.take_up(client, state)
     steps(restarted, client, grads[37:])

@@ -142,7 +142,7 @@ def test_dense_calls_reach_only_the_shards_that_hold_part_of_the_vector():
     from ps.client import PSClient
 
     client = PSClient.local(3)
-    client.declare(ModelSpec("lr").tables())
+    client.control.declare(ModelSpec("lr").tables())
     called: list[int] = []
     pull_dense = client.transport.pull_dense
 
