@@ -71,6 +71,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--datasets", default="frappe,criteo10k,avazu10k")
     ap.add_argument("--skip-xlearn", action="store_true")
+    ap.add_argument("--no-peers", action="store_true", help="Boundless rows only (no bench/.peers-venv here)")
     ap.add_argument("--min-rows", type=int, default=MIN_ROWS, help="repeat each dataset to at least this many rows")
     ap.add_argument("--out", default="datapath.json", help="file name under bench/results")
     args = ap.parse_args()
@@ -82,7 +83,7 @@ def main() -> None:
             walls: dict[str, list[float]] = {}
             losses: dict[str, float] = {}
             for _ in range(args.reps):
-                for label, extra in (("vw default", []), ("vw --ftrl", ["--ftrl"])):
+                for label, extra in () if args.no_peers else (("vw default", []), ("vw --ftrl", ["--ftrl"])):
                     wall, out = timed([str(PEERS), str(ROOT / "bench/peers/run_vw.py"), str(vw), *extra])
                     walls.setdefault(label, []).append(wall)
                     losses[label] = json.loads(out)["progressive_logloss"]
@@ -93,10 +94,11 @@ def main() -> None:
                 if not args.skip_xlearn:
                     env = {**os.environ, "USER": os.environ.get("USER", "root")}
                     for kind in ("fm", "ffm"):
-                        wall, _ = timed(
-                            [str(PEERS), str(ROOT / "bench/peers/run_xlearn.py"), str(ffm), str(ffm), "4", "1", kind], env
-                        )
-                        walls.setdefault(f"xlearn {kind} (1 epoch)", []).append(wall)
+                        if not args.no_peers:
+                            wall, _ = timed(
+                                [str(PEERS), str(ROOT / "bench/peers/run_xlearn.py"), str(ffm), str(ffm), "4", "1", kind], env
+                            )
+                            walls.setdefault(f"xlearn {kind} (1 epoch)", []).append(wall)
                         wall, loss = ours(stream, FORMATS[name], ["--model", kind, "--k", "4"], work)
                         walls.setdefault(f"boundless {kind} k=4", []).append(wall)
                         losses[f"boundless {kind} k=4"] = loss

@@ -1,6 +1,6 @@
 """Model-path figures on a 10M-key LR model (two shard images), with real processes:
 
-- serving's time to apply a delta of 10k rows (ModelWatcher._load from the version before);
+- serving's time to apply a delta of 10k rows (VersionLoader.load from the version before);
 - peak RSS of a serving process across a full swap, against its steady state;
 - rollback latency: `boundless model rollback --serving ADDR` until it returns (serving
   confirmed the version), and the policy write until serving answers with the version.
@@ -32,8 +32,8 @@ from ctr.model.spec import ModelSpec  # noqa: E402
 from ctr.repository.versions import DONE, MANIFEST, Policy, Repository  # noqa: E402
 from ctr.routing import shard_of  # noqa: E402
 from serving.client import PredictClient  # noqa: E402
+from serving.loading.loader import VersionLoader  # noqa: E402
 from serving.loading.local_copies import LocalCopies  # noqa: E402
-from serving.loading.watcher import ModelWatcher  # noqa: E402
 
 SHARDS = 2
 
@@ -97,15 +97,15 @@ def delta_version(repo: Repository, v: int, base: int, chain: list[int], keys: n
 
 def delta_apply(repo: Repository, reps: int) -> list[float]:
     """Seconds for serving's watcher to go from version 1+chain to the next delta."""
-    watcher = ModelWatcher(repo, 1.0, LocalCopies())
-    watcher.current = watcher._load(1)
+    copies = LocalCopies()
+    current = VersionLoader(repo, 1, copies).load()
     times = []
     for i in range(reps):
         v = 10 + i
         t = time.perf_counter()
-        watcher.current = watcher._load(v)
+        current = VersionLoader(repo, v, copies).load(current)
         times.append(time.perf_counter() - t)
-    watcher.stop()
+    copies.close()
     return times
 
 

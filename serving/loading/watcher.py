@@ -1,5 +1,7 @@
 """Follows the repository's policy: loads the target version in the background and swaps it
 in with one reference assignment, so in-flight requests finish on the model they started on.
+TF Serving's split: the Source is the repository's policy (its target), the Manager's rulings
+are pure (serving.loading.manager), the Loader loads one version (serving.loading.loader).
 
 A version is loaded from serving's own checked copies of its files (serving.loading.local_copies),
 after its chain's manifest checksums are checked; one that fails to load is retried with
@@ -8,7 +10,6 @@ a growing delay (up to a minute) while the current version keeps serving."""
 from __future__ import annotations
 
 import collections
-import hashlib
 import logging
 import threading
 import time
@@ -18,14 +19,15 @@ from contextlib import contextmanager
 from ctr.repository.versions import Repository
 from serving import metrics
 from serving.config import DnnBatching
+from serving.loading.loader import VersionLoader
 from serving.loading.local_copies import LocalCopies
-from serving.loading.servable import NO_BATCHING, ServableModel, load
+from serving.loading.manager import Backoff, Idle, LoadState, failed, loaded, next_action
+from serving.loading.servable import NO_BATCHING, ServableModel
 from serving.loading.shard_part import WHOLE, ShardPart
 from serving.loading.swap_warmup import warmup_requests
 from serving.request.encoding import DecodedRequest
 from serving.scoring.parallel import SERIAL, Splitter
 
-MAX_RETRY_S = 60.0
 WAITING_LOG_S = 30.0  # how often serving says it has no version yet
 WARM_REQUESTS = 8  # recent requests a new version scores before it takes over
 SPARE_WAIT_S = 0.05  # how long a load waits for the last request on the retired version
@@ -55,7 +57,7 @@ class ModelWatcher:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="model-watcher", daemon=True)
-        self._failed: dict[int, tuple[int, float]] = {}  # version -> (failures, monotonic time of the next try)
+        self._state = LoadState()  # what the Manager (serving.loading.manager) decides from
         self._recent: collections.deque[DecodedRequest] = collections.deque(maxlen=WARM_REQUESTS)
         self.on_switch: Callable[[], None] = lambda: None  # after each version takes over (server.py: health)
 
@@ -144,41 +146,48 @@ class ModelWatcher:
                 log.exception("model refresh failed")
 
     def refresh(self) -> None:
-        target = self.repo.target()
-        if target is None and self.current is None:
-            now = time.monotonic()
-            if now - self._said_waiting > WAITING_LOG_S:  # say why nothing serves, now and then
-                self._said_waiting = now
-                log.warning(
-                    "no version of model %r in %s yet: waiting for the model manager to publish one"
-                    " (check --repo and --model-name)",
-                    self.repo.model,
-                    self.repo.root,
-                )
-        if target is None or (self.current is not None and self.current.version == target):
+        """One look: the Source (the policy's target), the Manager's ruling, its execution."""
+        action = next_action(self._state, self.repo.target(), time.monotonic())
+        if isinstance(action, Idle):
+            if action.waiting:
+                self._say_waiting()
             return
-        failures, next_try = self._failed.get(target, (0, 0.0))
-        if time.monotonic() < next_try:
+        if isinstance(action, Backoff):
             return
         try:
-            model = self._load(target)
+            model = VersionLoader(self.repo, action.version, self.copies, self.splitter, self.part, self.batching).load(
+                self.current, self._spare()
+            )
         except Exception as e:  # noqa: BLE001 - a damaged version must never stop serving the current one
-            delay = min(MAX_RETRY_S, self.poll_s * 2 ** (failures + 1))
-            self._failed[target] = (failures + 1, time.monotonic() + delay)
+            delay = failed(self._state, action.version, action.failures, time.monotonic(), self.poll_s)
             metrics.LOAD_FAILURES.inc()
             log.error(
                 "cannot load version %d: %s; still serving %s, trying again in %.0f s",
-                target,
+                action.version,
                 e,
                 self.current.version if self.current else "nothing",
                 delay,
             )
             return
-        self._failed.pop(target, None)
+        self._swap(model)
+
+    def _say_waiting(self) -> None:
+        now = time.monotonic()
+        if now - self._said_waiting > WAITING_LOG_S:  # say why nothing serves, now and then
+            self._said_waiting = now
+            log.warning(
+                "no version of model %r in %s yet: waiting for the model manager to publish one (check --repo and --model-name)",
+                self.repo.model,
+                self.repo.root,
+            )
+
+    def _swap(self, model: ServableModel) -> None:
+        """Warms the loaded version and puts it in place of the current one."""
         self.warm(model)
         previous = self.current
         with self._use_lock:
             self.current = model
+        loaded(self._state, model.version)
         self._retired = previous
         self.on_switch()
         self.copies.keep_only({model.base_version, *model.chain})
@@ -193,40 +202,3 @@ class ModelWatcher:
             model.keys,
             f", replaced {previous.version}" if previous else "",
         )
-
-    def _load(self, version: int) -> ServableModel:
-        manifest = self.repo.manifest(version)
-        base = int(manifest["base_version"])
-        self._check_links(version)
-        base_manifest = self.repo.manifest(base)
-        base_dir = self.copies.version_dir(self.repo.path(base), base, base_manifest)
-        chain = []
-        for v in manifest["delta_chain"]:
-            m = self.repo.manifest(v)
-            chain.append((self.copies.version_dir(self.repo.path(v), v, m), m))
-        version_dir = base_dir if manifest["kind"] == "full" else chain[-1][0]
-        return load(
-            version_dir,
-            manifest,
-            base_manifest,
-            base_dir,
-            chain,
-            self.current,
-            self._spare(),
-            self.splitter,
-            self.part,
-            self.batching,
-        )
-
-    def _check_links(self, version: int) -> None:
-        """Each delta of the chain names its predecessor by the checksum of its manifest: a
-        predecessor replaced or missing is refused (ValueError)."""
-        m = self.repo.manifest(version)
-        while m["kind"] == "delta":
-            link = m.get("previous")
-            if not link:
-                return  # published before deltas named their predecessor
-            raw = self.repo.manifest_bytes(int(link["version"]))
-            if hashlib.sha256(raw).hexdigest() != link["manifest_sha256"]:
-                raise ValueError(f"version {m['version']}: its predecessor {link['version']} is not the one it was built on")
-            m = self.repo.manifest(int(link["version"]))

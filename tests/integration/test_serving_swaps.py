@@ -67,6 +67,7 @@ def test_concurrent_predict_during_swaps_never_fails_and_matches_the_reported_ve
 
 
 def test_a_new_version_is_warmed_with_the_requests_served_last(tmp_path):
+    from serving.loading.loader import VersionLoader
     from serving.loading.watcher import WARM_REQUESTS, ModelWatcher
 
     spec = spec_for("lr", k=4, hidden=())
@@ -74,7 +75,7 @@ def test_a_new_version_is_warmed_with_the_requests_served_last(tmp_path):
     repo = Repository(tmp_path / "repo", "ctr")
     publish(repo, 1, spec, reqs, keys=5_000, shards=2)
     watcher = ModelWatcher(repo, 1.0)
-    model = watcher._load(1)
+    model = VersionLoader(repo, 1, watcher.copies).load()
     assert watcher.warm(model) == 2  # nothing served yet: the two warm-up requests (serving.loading.swap_warmup)
     hashes = field_hash_ids(tuple(spec.fields))
     for _ in range(WARM_REQUESTS + 3):
