@@ -5,7 +5,6 @@ ctr.runtime.config.build), raising ConfigError naming the setting."""
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 
 from ctr.runtime.config import ConfigError
@@ -39,7 +38,3 @@ class ServerConfig(SecurityConfig):
             raise ConfigError(f"--max-concurrent {self.max_concurrent}: must be >= 1")
         if self.log_level.upper() not in LOG_LEVELS:
             raise ConfigError(f"--log-level {self.log_level!r}: expected one of {', '.join(LOG_LEVELS)}")
-
-    @property
-    def level(self) -> int:
-        return int(getattr(logging, self.log_level.upper()))

@@ -8,10 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ctr.model.spec import FIELD_MODELS
 from modelmgr.publish.evaluate import Evaluation
 from modelmgr.publish.gate import QualityGate
-
-FIELD_SIZED = ("ffm", "wdl", "deepfm")  # their tables are sized by the field list: it must stay the same
 
 
 @dataclass(frozen=True)
@@ -54,7 +53,8 @@ def spec_change(live: dict[str, Any], candidate: dict[str, Any]) -> str | None:
     if live.get("type") != candidate.get("type"):
         return f"the export is a {candidate.get('type')} model, the live version a {live.get('type')} one"
     old, new = list(live.get("fields") or []), list(candidate.get("fields") or [])
-    same = old == new if candidate.get("type") in FIELD_SIZED else new[: len(old)] == old
+    sized = candidate.get("type") in FIELD_MODELS  # the field list sizes its tables: it must stay the same
+    same = old == new if sized else new[: len(old)] == old
     if not same:
         return (
             f"the export's {len(new)} fields ({', '.join(new[:4])}...) are not"

@@ -320,14 +320,13 @@ class Publisher:
         live = self._evaluate_published(live_v, holdout) if live_v is not None else None
         follows_latest = self.repo.policy().mode == "latest"
         predecessor = None
-        if live is not None and follows_latest:
+        if live is not None:
             metrics.HOLDOUT_AUC.labels("live").set(live.auc)
+        if live is not None and follows_latest:
             older = [v for v in self.repo.versions() if v < live.version and self.repo.broken(v) is None]
             predecessor = self._evaluate_published(older[-1], holdout) if older else None
             if predecessor is not None:
                 metrics.HOLDOUT_AUC.labels("predecessor").set(predecessor.auc)
-        elif live is not None:
-            metrics.HOLDOUT_AUC.labels("live").set(live.auc)
         candidate, error = None, ""
         try:
             candidate = evaluate(self._candidate(staged, previous), holdout, 0)
