@@ -34,7 +34,6 @@ MOMENTUM = "momentum"  # dense Adam: a step with the worker's momentum over the 
 class Lifecycle:
     """What a shard does with the rows of its sparse tables: admission and eviction (ps.server.lifecycle)."""
 
-
     admit_after: int = 1  # 1: every key gets a row at once
     bloom_counters: int = 1 << 24  # counters (bytes) of each table's counting Bloom filter
     ttl_s: float = 0.0  # 0: no time to live

@@ -439,7 +439,6 @@ class PSClient:
         self._dense_residual.clear()
 
 
-
 def _holding(length: int, n: int) -> list[int]:
     """The shards that hold part of a dense vector of `length` (a 1-long bias: one)."""
     return [s for s in range(n) if dense_range(length, s, n)[1] > dense_range(length, s, n)[0]]

@@ -14,7 +14,8 @@ from protos import ps_pb2, ps_pb2_grpc
 from ps.api import ModelIdentity, ModelMismatch
 from ps.compression.payload import BY_ID, CodecError, decode_payload, encode_rows, value_codec
 from ps.server import metrics
-from ps.server.shard import SessionExpired, Shard, ShardError, StaleGeneration
+from ps.server.errors import SessionExpired, ShardError, StaleGeneration
+from ps.server.shard import Shard
 from ps.server.store import StoreCorrupted
 from ps.server.tables import DELTA, GRADIENT, MOMENTUM
 from ps.wire import WireError, decode_keys, table_spec

@@ -124,11 +124,7 @@ def test_packages_import_only_downward_through_public_apis() -> None:
 
 
 def test_the_shared_layer_is_layered_too() -> None:
-    offenders = [
-        why[0]
-        for (a, b), why in edges().items()
-        if a in CTR_RANK and b in CTR_RANK and CTR_RANK[b] > CTR_RANK[a]
-    ]
+    offenders = [why[0] for (a, b), why in edges().items() if a in CTR_RANK and b in CTR_RANK and CTR_RANK[b] > CTR_RANK[a]]
     assert not offenders, offenders
 
 

@@ -58,11 +58,7 @@ def _type_comparisons(path: Path) -> list[str]:
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Compare):
             for side in (node.left, *node.comparators):
-                if (
-                    isinstance(side, ast.Attribute)
-                    and side.attr == "type"
-                    and "spec" in ast.unparse(side.value)
-                ):
+                if isinstance(side, ast.Attribute) and side.attr == "type" and "spec" in ast.unparse(side.value):
                     found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}")
     return found
 

@@ -308,7 +308,8 @@ def test_a_delta_may_take_an_accumulator_below_zero_and_the_weights_stay_finite(
 
 def test_a_momentum_push_to_a_sparse_table_is_refused():
     from ctr.model.spec import ModelSpec
-    from ps.server.shard import Shard, ShardError
+    from ps.server.errors import ShardError
+    from ps.server.shard import Shard
 
     shard = Shard(0, 1)
     shard.declare(ModelSpec("lr").tables())

@@ -118,7 +118,7 @@ def test_admission_counts_and_update_clocks_survive_a_restart_and_a_restore(tmp_
         }
     assert again.sparse["w"].find(twice).max() < 0 and {t.name: t for t in again.stats()}["w"].evicted == 2
     again.restore(1, generation=1)  # 44's sighting is undone with cut 2
-    np.testing.assert_array_equal(again._blooms["w"].counters, store_counters_at(tmp_path, 1, policy))
+    np.testing.assert_array_equal(again.rows.counters()["w"], store_counters_at(tmp_path, 1, policy))
 
 
 def store_counters_at(tmp_path, cut: int, policy: Lifecycle) -> np.ndarray:
@@ -127,7 +127,7 @@ def store_counters_at(tmp_path, cut: int, policy: Lifecycle) -> np.ndarray:
     fresh.declare(SPEC.tables())
     for keys in ([11, 22], [11, 22], [33])[: 3 if cut == 1 else 4]:
         _push(fresh, np.array(keys, dtype=np.uint64))
-    return fresh._blooms["w"].counters
+    return fresh.rows.counters()["w"]
 
 
 def test_the_row_cap_evicts_the_least_recently_updated(tmp_path):

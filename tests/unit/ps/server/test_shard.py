@@ -6,7 +6,8 @@ import pytest
 from ctr.model.optim import OptimizerSpec
 from ctr.model.spec import ModelSpec
 from ctr.routing import shard_of
-from ps.server.shard import Shard, ShardError
+from ps.server.errors import ShardError
+from ps.server.shard import Shard
 
 
 def _shard(model="fm"):

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from ctr.model.spec import ModelSpec
-from ps.server.shard import Shard, ShardError, StaleGeneration
+from ps.server.errors import ShardError, StaleGeneration
+from ps.server.shard import Shard
 from ps.server.store import ShardStore
 
 SPEC = ModelSpec("fm", k=4)

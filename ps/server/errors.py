@@ -1,0 +1,13 @@
+"""What a shard refuses; the servicer maps these to gRPC status codes."""
+
+
+class ShardError(ValueError):
+    """A request this shard cannot serve as asked (unknown table, misrouted keys...)."""
+
+
+class SessionExpired(ShardError):
+    """A push named a pull session this shard no longer remembers."""
+
+
+class StaleGeneration(ShardError):
+    """A push from a trainer generation older than the one that last restored this shard."""
