@@ -1,5 +1,5 @@
 """Sharded serving: 200 x 500 requests through `serve --router` to 2 and 4 serving shards
-(`serve --shard i/N`) of a 10M-key LR model with 4 shard files, one client; then 2 shards
+(`serve --shard-index i --shard-count N`) of a 10M-key LR model with 4 shard files, one client; then 2 shards
 of 2 replicas each, first as they are and then with one replica of shard 0 behind a proxy
 that holds its answers 20 ms (bench/slow_proxy.py), so hedged requests must go around it.
 Everything runs on this one machine (loopback), so the shards share its two cores.
@@ -46,7 +46,8 @@ def run(repo: str | Path, work: Path, shards: int, replicas: int, delay_s: float
         for i in range(shards):
             group = []
             for r in range(replicas):
-                d = start(f"s{shards}x{replicas}-{i}-{r}", ["serve", "--repo", str(repo), "--shard", f"{i}/{shards}"], work)
+                part = ["--shard-index", str(i), "--shard-count", str(shards)]
+                d = start(f"s{shards}x{replicas}-{i}-{r}", ["serve", "--repo", str(repo), *part], work)
                 daemons.append(d)
                 group.append(d)
             groups.append(group)
@@ -58,7 +59,7 @@ def run(repo: str | Path, work: Path, shards: int, replicas: int, delay_s: float
             addresses[0][0] = proxy.address
         router = start(
             f"router-{shards}x{replicas}-{delay_s}",
-            ["serve", "--repo", str(repo), "--router", "--shards", ",".join("|".join(g) for g in addresses)],
+            ["serve", "--repo", str(repo), "--router", "--shard-replicas", ",".join("|".join(g) for g in addresses)],
             work,
         )
         daemons.append(router)

@@ -29,11 +29,17 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 # flags renamed so that one name means one thing on every command; the old spelling is
 # refused with the new one named
-RENAMED = {
-    "--model": ("--model-name", "the model's name; --model is the model type, of train and demo only"),
-    "--workers": ("--grpc-threads", "gRPC threads; --workers is the trainer's worker processes"),
-    "--tokens-file": ("--accepted-tokens-file", "the tokens a server accepts, beside --token-file, this process's own"),
-    "--full-every": ("--full-export-every", "every Nth export is full; --full-checkpoint-every is the PS's cuts"),
+# (a command has at most one of a flag's new names)
+RENAMED: dict[str, tuple[tuple[str, str], ...]] = {
+    "--model": (("--model-name", "the model's name; --model is the model type, of train and demo only"),),
+    "--workers": (("--grpc-threads", "gRPC threads; --workers is the trainer's worker processes"),),
+    "--tokens-file": (("--accepted-tokens-file", "the tokens a server accepts, beside --token-file, this process's own"),),
+    "--full-every": (("--full-export-every", "every Nth export is full; --full-checkpoint-every is the PS's cuts"),),
+    "--shard": (("--shard-index", "with --shard-count: --shard-index I --shard-count N, as boundless ps takes them"),),
+    "--shards": (
+        ("--shard-replicas", "the router's list of each serving shard's replicas"),
+        ("--ps-shards", "how many PS shard processes the demo starts"),
+    ),
 }
 
 
@@ -57,8 +63,9 @@ class Parser(argparse.ArgumentParser):
             flag = token.split("=", 1)[0]
             if not flag.startswith("--") or flag in known:
                 continue
-            if flag in RENAMED and RENAMED[flag][0] in known:
-                hints.append(f"{flag} is now {RENAMED[flag][0]} ({RENAMED[flag][1]})")
+            renamed = [(new, why) for new, why in RENAMED.get(flag, ()) if new in known]
+            if renamed:
+                hints.append(f"{flag} is now {renamed[0][0]} ({renamed[0][1]})")
                 continue
             close = difflib.get_close_matches(flag, known, n=1, cutoff=0.6)
             if close:

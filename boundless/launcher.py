@@ -43,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", default="auto", help="format of --data (schema preset or auto)")
     parser.add_argument("--duration", type=float, default=60.0, help="seconds of synthetic stream")
     parser.add_argument("--rate", type=int, default=15000, help="synthetic samples per second")
-    parser.add_argument("--shards", type=int, default=2, help="PS shard processes")
+    parser.add_argument("--ps-shards", type=int, default=2, help="PS shard processes")
     parser.add_argument("--requests", type=int, default=300, help="Predict requests for the latency figure")
     parser.add_argument("--items", type=int, default=200, help="items per Predict request")
     parser.add_argument("--workdir", type=Path, default=None, help="run folder (default runs/demo-<time>)")
@@ -110,11 +110,11 @@ class Demo:
         shards = [
             start(
                 f"ps{i}",
-                ["ps", "--shard-index", str(i), "--shard-count", str(self.args.shards), "--data-dir", str(d / f"ps{i}")]
+                ["ps", "--shard-index", str(i), "--shard-count", str(self.args.ps_shards), "--data-dir", str(d / f"ps{i}")]
                 + ["--export-root", str(d / "exports"), *self.guarded],
                 d,
             )
-            for i in range(self.args.shards)
+            for i in range(self.args.ps_shards)
         ]
         serving = start("serving", ["serve", "--repo", str(d / "repo"), *self.guarded], d)
         serving.wait_ready()

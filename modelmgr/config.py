@@ -64,4 +64,3 @@ class ModelMgrConfig(ServerConfig):
         default="",
         metadata={"help": "serving replicas (host:port,...) told at once when a version is published or rolled back"},
     )
-

@@ -23,7 +23,7 @@ class DnnBatching:
 
 HELP_GROUPS: dict[str, tuple[str, ...]] = {
     "essential": ("repo", "model_name", "host", "port", "metrics_port", "strict_features"),
-    "sharded serving": ("shard", "router", "shards", "fanout_deadline_ms", "hedge_min_ms"),
+    "sharded serving": ("shard_index", "shard_count", "router", "shard_replicas", "fanout_deadline_ms", "hedge_min_ms"),
     "scoring": ("score_threads", "score_spin_us", "dnn_batching", "dnn_batch_wait_ms", "dnn_batch_items", "dnn_cuda_graphs"),
     "limits": ("max_concurrent", "max_request_mb", "max_items"),
 }
@@ -48,11 +48,14 @@ class ServingConfig(ServerConfig):
         default=200.0,
         metadata={"help": "how long an idle scoring thread spins for the next hand-off before it sleeps (0: never spins)"},
     )
-    shard: str = field(
-        default="", metadata={"help": "serve part i/N of the model (the shard files s with s mod N == i) to a router"}
+    shard_index: int = field(
+        default=0, metadata={"help": "with --shard-count N: serve part i of N (the PS shard files s with s mod N == i)"}
     )
-    router: bool = field(default=False, metadata={"help": "be the front end of sharded serving (needs --shards)"})
-    shards: str = field(
+    shard_count: int = field(
+        default=1, metadata={"help": "serving shards the model is split over, behind a router (1: the whole model)"}
+    )
+    router: bool = field(default=False, metadata={"help": "be the front end of sharded serving (needs --shard-replicas)"})
+    shard_replicas: str = field(
         default="", metadata={"help": "the router's serving shards: replicas of a shard split by |, shards by comma"}
     )
     fanout_deadline_ms: float = field(default=200.0, metadata={"help": "the router's deadline for every shard's answer"})
@@ -87,12 +90,15 @@ class ServingConfig(ServerConfig):
 
     def validate(self) -> None:
         super().validate()
-        if self.router and self.shard:
-            raise ConfigError("--router and --shard exclude each other")
-        if self.router and not self.shards:
-            raise ConfigError("--router needs --shards A1|A2,B1|B2 (each shard's replicas)")
-        if self.shards and not self.router:
-            raise ConfigError("--shards is the router's list of shard replicas: add --router")
+        if not 0 <= self.shard_index < self.shard_count:
+            last = self.shard_count - 1
+            raise ConfigError(f"--shard-index {self.shard_index}: must be 0..{last} (--shard-count {self.shard_count})")
+        if self.router and self.shard_count > 1:
+            raise ConfigError("--router and --shard-count exclude each other")
+        if self.router and not self.shard_replicas:
+            raise ConfigError("--router needs --shard-replicas A1|A2,B1|B2 (each shard's replicas)")
+        if self.shard_replicas and not self.router:
+            raise ConfigError("--shard-replicas is the router's list of shard replicas: add --router")
         if self.dnn_batching not in ("auto", "on", "off"):
             raise ConfigError(f"--dnn-batching {self.dnn_batching!r}: expected auto, on or off")
         if self.score_threads < 0:

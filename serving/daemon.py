@@ -36,14 +36,14 @@ def run(args: argparse.Namespace) -> int:
     conf = cfg.build(ServingConfig, ENV_PREFIX, args)
     log = daemon.setup_logging("serving", conf.log_level)
     splitter = Splitter(conf.score_threads or os.cpu_count() or 1, conf.score_spin_us * 1e-6)
-    part = ROUTER if conf.router else ShardPart.parse(conf.shard)
+    part = ROUTER if conf.router else ShardPart(conf.shard_index, conf.shard_count)
     max_bytes = int(conf.max_request_mb * (1 << 20))
     predictor, scorer = (predict_pb2.DESCRIPTOR.services_by_name[n].full_name for n in ("Predictor", "ShardScorer"))
     # Refresh only makes serving read the repository again; the model path calls it
     needs = {f"/{predictor}/": "predict", f"/{predictor}/Refresh": "trainer", f"/{scorer}/": "predict"}
     guarded = daemon.guard(conf, conf.host, service_policy(needs))  # before the router opens its channels
     fanout = (
-        FanOut(parse_shards(conf.shards), conf.fanout_deadline_ms / 1e3, conf.hedge_min_ms / 1e3, max_bytes)
+        FanOut(parse_shards(conf.shard_replicas), conf.fanout_deadline_ms / 1e3, conf.hedge_min_ms / 1e3, max_bytes)
         if conf.router
         else None
     )

@@ -28,6 +28,8 @@ RENAMED_SETTINGS = {
     "workers": "grpc_threads",
     "tokens_file": "accepted_tokens_file",
     "full_every": "full_export_every",
+    "shard": "shard_index",
+    "shards": "shard_replicas",
 }
 
 
@@ -155,8 +157,10 @@ def build(
     env = os.environ if environ is None else environ
     for old, new in RENAMED_SETTINGS.items():
         if old not in names and f"{env_prefix}{old.upper()}" in env:
-            raise _renamed(old, names, f"environment {env_prefix}{old.upper()}") if new in names else ConfigError(
-                f"environment {env_prefix}{old.upper()}: unknown setting"
+            raise (
+                _renamed(old, names, f"environment {env_prefix}{old.upper()}")
+                if new in names
+                else ConfigError(f"environment {env_prefix}{old.upper()}: unknown setting")
             )
     for name in names:
         var = f"{env_prefix}{name.upper()}"

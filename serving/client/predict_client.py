@@ -97,9 +97,7 @@ class RequestEncoder:
             owner += [who] * (len(acc.tokens) - before)
         return first
 
-    def _add_crosses(
-        self, acc: ParsedSample, owner: list[int], who: int, own: dict[str, str], shared: dict[str, str]
-    ) -> None:
+    def _add_crosses(self, acc: ParsedSample, owner: list[int], who: int, own: dict[str, str], shared: dict[str, str]) -> None:
         """The schema's crosses of one item (its own tokens over the context's), or of the
         context alone (who -1, shared empty): each pair once, where it is made."""
         for a, b, c in self.crosses:

@@ -1,4 +1,4 @@
-"""Which part of a model a serving process holds: `--shard i/N` keeps the images (and delta
+"""Which part of a model a serving process holds: `--shard-index i --shard-count N` keeps the images (and delta
 rows) of the parameter-server shards s with s mod N == i, so N serving shards split a model
 larger than one machine along the shard files the repository already has."""
 
@@ -11,16 +11,6 @@ from dataclasses import dataclass
 class ShardPart:
     index: int
     count: int  # 0: holds no sparse rows (the router)
-
-    @classmethod
-    def parse(cls, text: str) -> ShardPart:
-        """`i/N` with 0 <= i < N; an empty text is the whole model."""
-        if not text:
-            return WHOLE
-        head, sep, tail = text.partition("/")
-        if not sep or not head.isdigit() or not tail.isdigit() or not 0 <= int(head) < int(tail):
-            raise ValueError(f"shard: {text!r} is not i/N with 0 <= i < N")
-        return cls(int(head), int(tail))
 
     def holds(self, ps_shard: int) -> bool:
         return self.count > 0 and ps_shard % self.count == self.index

@@ -1,4 +1,4 @@
-"""The front end of sharded serving (`boundless serve --router --shards ...`): it decodes a
+"""The front end of sharded serving (`boundless serve --router --shard-replicas ...`): it decodes a
 request, sends each serving shard the request's keys that the shard owns, and finishes the
 scores. LR and FM shards answer with a few partial sums per item (ctr.model.partial_sums); FFM
 and the DNNs fetch the rows and score here. The router follows the repository's policy

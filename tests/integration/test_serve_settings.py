@@ -13,11 +13,13 @@ import pytest
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        (["--router"], "--router needs --shards"),
-        (["--shards", "127.0.0.1:1"], "--shards is the router's list of shard replicas: add --router"),
-        (["--router", "--shard", "0/2", "--shards", "127.0.0.1:1"], "--router and --shard exclude each other"),
-        (["--router", "--shards", "127.0.0.1:1,|"], "names no replica for some shard"),
-        (["--shard", "2/2"], "shard: '2/2' is not i/N with 0 <= i < N"),
+        (["--router"], "--router needs --shard-replicas"),
+        (["--shard-replicas", "127.0.0.1:1"], "--shard-replicas is the router's list of shard replicas: add --router"),
+        (["--router", "--shard-count", "2", "--shard-replicas", "127.0.0.1:1"], "--router and --shard-count exclude each other"),
+        (["--router", "--shard-replicas", "127.0.0.1:1,|"], "names no replica for some shard"),
+        (["--shard-index", "2", "--shard-count", "2"], "--shard-index 2: must be 0..1 (--shard-count 2)"),
+        (["--shard", "0/2"], "--shard is now --shard-index"),
+        (["--shards", "127.0.0.1:1"], "--shards is now --shard-replicas"),
         (["--dnn-batching", "sometimes"], "--dnn-batching 'sometimes': expected auto, on or off"),
     ],
 )

@@ -1,4 +1,4 @@
-"""Sharded serving with real processes: two serving shards (`serve --shard i/2`) behind a
+"""Sharded serving with real processes: two serving shards (`serve --shard-index i --shard-count 2`) behind a
 router give the scores of one process holding the whole model, for every model type; a
 slow replica is hedged around; a dead shard fails the request in time, never hangs. The
 whole-model process batches deepfm's MLP (serving.scoring.batcher), the router does not."""
@@ -33,14 +33,14 @@ def test_two_shards_behind_a_router_score_as_one_process(tmp_path, model):
     reqs = requests(3, seed=7, items=20)
     repo = Repository(tmp_path / "repo", "ctr")
     publish(repo, 1, spec, reqs, keys=40_000, shards=4)
-    shards = [_serve(f"shard{i}", repo.root, tmp_path, "--shard", f"{i}/2") for i in range(2)]
+    shards = [_serve(f"shard{i}", repo.root, tmp_path, "--shard-index", str(i), "--shard-count", "2") for i in range(2)]
     whole = _serve("whole", repo.root, tmp_path, "--dnn-batching", "on")  # batched MLP on the CPU for wdl, deepfm
     daemons = [*shards, whole]
     try:
         for d in shards:
             _ready(d)
         addresses = ",".join(d.address for d in shards)
-        router = _serve("router", repo.root, tmp_path, "--router", "--shards", addresses, "--fanout-deadline-ms", "10000")
+        router = _serve("router", repo.root, tmp_path, "--router", "--shard-replicas", addresses, "--fanout-deadline-ms", "10000")
         daemons.append(router)
         _ready(router)
         _ready(whole)
@@ -62,7 +62,11 @@ def test_a_slow_replica_is_hedged_and_a_dead_shard_fails_in_time(tmp_path):
     reqs = requests(2, seed=3, items=20)
     repo = Repository(tmp_path / "repo", "ctr")
     publish(repo, 1, spec, reqs, keys=20_000, shards=2)
-    replicas = [[_serve(f"shard{i}-{r}", repo.root, tmp_path, "--shard", f"{i}/2") for r in range(2)] for i in range(2)]
+
+    def part(i: int) -> list[str]:
+        return ["--shard-index", str(i), "--shard-count", "2"]
+
+    replicas = [[_serve(f"shard{i}-{r}", repo.root, tmp_path, *part(i)) for r in range(2)] for i in range(2)]
     daemons = [d for pair in replicas for d in pair]
     proxy = None
     try:
@@ -72,7 +76,7 @@ def test_a_slow_replica_is_hedged_and_a_dead_shard_fails_in_time(tmp_path):
         # a call that waited for it would fail, so every success below was hedged
         proxy = SlowProxy(replicas[0][0].address, 3.0)
         shards = f"{proxy.address}|{replicas[0][1].address},{replicas[1][0].address}|{replicas[1][1].address}"
-        router = _serve("router", repo.root, tmp_path, "--router", "--shards", shards, "--fanout-deadline-ms", "2000")
+        router = _serve("router", repo.root, tmp_path, "--router", "--shard-replicas", shards, "--fanout-deadline-ms", "2000")
         daemons.append(router)
         _ready(router)
         client = PredictClient(router.address)

@@ -174,9 +174,7 @@ class Exporter:
             shutil.rmtree(folder, ignore_errors=True)  # a manager never sees half an export (no READY)
             raise
 
-    def _write(
-        self, folder: Path, export_id: str, full: bool, metrics: dict[str, float], started: float, taken: float
-    ) -> str:
+    def _write(self, folder: Path, export_id: str, full: bool, metrics: dict[str, float], started: float, taken: float) -> str:
         files, seqs = self.client.control.export(full, export_id)  # the shards write under the same export folder
         dense_path = folder / DENSE_FILE
         save_file(dense_tensors(self.client, self.spec), str(dense_path))

@@ -51,6 +51,9 @@ def test_a_renamed_setting_is_refused_with_its_new_name(tmp_path):
         ("serve", "--workers", "--grpc-threads"),
         ("model watch", "--tokens-file", "--accepted-tokens-file"),
         ("train", "--full-every", "--full-export-every"),
+        ("serve", "--shard", "--shard-index"),
+        ("serve", "--shards", "--shard-replicas"),
+        ("demo", "--shards", "--ps-shards"),
     ],
 )
 def test_a_renamed_flag_is_refused_naming_the_new_one(capsys, command, old, new):
@@ -66,7 +69,9 @@ def test_every_daemon_config_checks_itself():
 
     with pytest.raises(ConfigError, match="--shard-index 2: must be 0..1"):
         build(PSConfig, "X_", environ={"X_SHARD_INDEX": "2", "X_SHARD_COUNT": "2"})
-    with pytest.raises(ConfigError, match="--router and --shard exclude each other"):
+    with pytest.raises(ConfigError, match="--router and --shard-count exclude each other"):
+        build(ServingConfig, "X_", environ={"X_ROUTER": "1", "X_SHARD_COUNT": "2"})
+    with pytest.raises(ConfigError, match="X_SHARD: setting 'shard' is now 'shard_index'"):
         build(ServingConfig, "X_", environ={"X_ROUTER": "1", "X_SHARD": "0/2"})
     with pytest.raises(ConfigError, match="--grpc-threads 0"):
         build(ServingConfig, "X_", environ={"X_GRPC_THREADS": "0"})
