@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ctr.runtime.config import ConfigError
+from ctr.runtime.config import ConfigError, flag, section
 from ctr.runtime.server_config import ServerConfig
+from ps.api import Lifecycle
 
 HELP_GROUPS: dict[str, tuple[str, ...]] = {
     "essential": ("shard_index", "shard_count", "host", "port", "metrics_port", "data_dir", "export_root"),
-    "row lifecycle": ("admit_after", "bloom_mb", "ttl_s", "ttl_updates", "max_rows"),
     "checkpoints": ("full_checkpoint_every",),
 }
 HELP_EXAMPLES = """\
@@ -21,10 +21,10 @@ HELP_EXAMPLES = """\
 
 
 @dataclass(frozen=True)
-class PSConfig(ServerConfig):
-    shard_index: int = field(default=0, metadata={"help": "this shard's index"})
-    shard_count: int = field(default=1, metadata={"help": "number of shards"})
-    data_dir: str | None = field(default=None, metadata={"help": "RocksDB folder; none keeps state in memory only"})
+class RowLifecycleSettings:
+    """Admission and eviction of sparse rows: a shard process's, and (as --local-*) the
+    trainer's in-process shards'."""
+
     admit_after: int = field(
         default=1, metadata={"help": "a key gets a row from the Nth push that names it (a counting Bloom filter counts)"}
     )
@@ -36,6 +36,25 @@ class PSConfig(ServerConfig):
     max_rows: int = field(
         default=0, metadata={"help": "rows per table; past it (by 5%) the least recently updated are evicted (0: no cap)"}
     )
+
+    def validate(self, prefix: str = "") -> None:
+        for name in ("admit_after", "bloom_mb"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{flag(name, prefix)} {getattr(self, name)}: must be >= 1")
+        for name in ("ttl_s", "ttl_updates", "max_rows"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{flag(name, prefix)} {getattr(self, name)}: must be >= 0 (0: off)")
+
+    def policy(self) -> Lifecycle:
+        return Lifecycle(self.admit_after, self.bloom_mb << 20, self.ttl_s, self.ttl_updates, self.max_rows)
+
+
+@dataclass(frozen=True)
+class PSConfig(ServerConfig):
+    shard_index: int = field(default=0, metadata={"help": "this shard's index"})
+    shard_count: int = field(default=1, metadata={"help": "number of shards"})
+    data_dir: str | None = field(default=None, metadata={"help": "RocksDB folder; none keeps state in memory only"})
+    lifecycle: RowLifecycleSettings = section(RowLifecycleSettings, "row lifecycle")
     full_checkpoint_every: int = field(
         default=10, metadata={"help": "every Nth checkpoint cut holds every row (the others: rows changed since the last)"}
     )
@@ -57,5 +76,3 @@ class PSConfig(ServerConfig):
             raise ConfigError(f"--shard-index {self.shard_index}: must be 0..{last} (--shard-count {self.shard_count})")
         if self.full_checkpoint_every < 1:
             raise ConfigError(f"--full-checkpoint-every {self.full_checkpoint_every}: must be >= 1")
-        if self.admit_after < 1 or self.bloom_mb < 1 or self.ttl_s < 0 or self.ttl_updates < 0 or self.max_rows < 0:
-            raise ConfigError("--admit-after and --bloom-mb must be >= 1; --ttl-s, --ttl-updates and --max-rows >= 0")

@@ -16,7 +16,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     conf = cfg.build(TrainerConfig, ENV_PREFIX, args)
-    if conf.workers > 1:
+    if conf.parallel.workers > 1:
         start_fork_server()
     from trainer import daemon as server  # numba and the kernels load here
 

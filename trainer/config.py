@@ -5,29 +5,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ctr.runtime.config import ConfigError, section
 from ctr.runtime.server_config import ServerConfig
+from ps.config import RowLifecycleSettings
 
 ENV_PREFIX = "BOUNDLESS_TRAINER_"
 # names a folder source never reads: dot-files and what producers write before they rename
 DEFAULT_IGNORE = (".*", "*.part", "*.tmp", "*.temp", "*.partial", "*.swp", "*~")
 
-# --help's groups, most needed first (ctr.runtime.config.add_arguments)
+# --help's groups: the most needed settings first, then one group per section, then the
+# process's own (ports, logging) and security
 HELP_GROUPS: dict[str, tuple[str, ...]] = {
     "essential": ("source", "format", "schema", "label", "model", "model_name", "ps", "export_dir", "metrics_out"),
-    "input": ("source_pattern", "source_ignore", "follow", "idle_exit_s", "max_samples", "max_line_bytes", "max_bad_fraction"),
-    "training": (
-        "k", "hidden", "update", "norm", "opt_w", "opt_v", "opt_emb", "opt_bias", "opt_mlp", "batch_size", "workers",
-        "staleness", "local_aggregate", "local_aggregate_mb", "window", "batch_cache", "batch_cache_max_gb",
-        "peek_timeout_s", "seed",
-    ),
-    "parameter server": (
-        "local_shards", "local_data_dir", "local_admit_after", "local_ttl_s", "local_ttl_updates", "local_max_rows",
-        "checkpoint_interval_s", "from_start", "replace_model", "ps_retry_s", "ps_call_timeout_s", "push_codec",
-        "pull_codec", "dense_codec", "residual_rows",
-    ),
-    "export": ("export_interval_s", "full_export_every", "holdout_samples"),
-    "process": ("curve_out", "progress_interval_s", "host", "port", "metrics_port", "reflection", "ready_file", "log_level"),
-}  # fmt: skip
+}
 HELP_EXAMPLES = """\
   boundless train --source day1.tsv --format criteo --ps local --export-dir exports
       a Criteo file, in-process shards; ends at the file's end, its tail held out for the last export
@@ -39,7 +29,9 @@ HELP_EXAMPLES = """\
 
 
 @dataclass(frozen=True)
-class TrainerConfig(ServerConfig):
+class InputSettings:
+    """Where samples come from and how they are read."""
+
     source: str = field(default="-", metadata={"help": "file or folder to stream ('-' is stdin), or kafka://HOST:PORT/TOPIC"})
     format: str = field(default="auto", metadata={"help": "schema preset (criteo, avazu, libsvm, libffm, kv...) or auto"})
     schema: str | None = field(default=None, metadata={"help": "YAML feature schema; overrides --format"})
@@ -53,8 +45,51 @@ class TrainerConfig(ServerConfig):
             " the lines read is bad (judged from 1000 bad lines on, and at the end)"
         },
     )
-    ps: str = field(default="local", metadata={"help": "'local' or comma-separated shard addresses"})
-    local_shards: int = field(default=1, metadata={"help": "in-process shards with --ps local"})
+    source_pattern: str = field(default="*", metadata={"help": "a folder source reads the files whose names match this glob"})
+    source_ignore: str = field(
+        default=",".join(DEFAULT_IGNORE),
+        metadata={"help": "comma-separated globs of names a folder source never reads (files a producer is still writing)"},
+    )
+    follow: bool | None = field(
+        default=None,
+        metadata={
+            "help": "keep reading as files grow and new files land; by default a folder and a Kafka topic are followed,"
+            " a file and standard input end at their end"
+        },
+    )
+    idle_exit_s: float = field(default=0.0, metadata={"help": "with --follow, stop after this long without data (0: never)"})
+    max_samples: int = field(default=0, metadata={"help": "stop after this many samples (0: no limit)"})
+    max_line_bytes: int = field(default=1 << 20, metadata={"help": "longer lines are skipped and reported as bad"})
+    peek_timeout_s: float = field(
+        default=60.0, metadata={"help": "how long to wait for the first data when the field list comes from it"}
+    )
+    batch_cache: str | None = field(
+        default=None,
+        metadata={
+            "help": "folder for a cache of parsed batches: a re-run over the same files reads them instead of parsing"
+            " ('off' or 'none': no cache; ./off for a folder of that name)"
+        },
+    )
+    batch_cache_max_gb: float = field(default=20.0, metadata={"help": "size cap of --batch-cache (least recently used go first)"})
+
+    def ignored_names(self) -> tuple[str, ...]:
+        return tuple(g.strip() for g in self.source_ignore.split(",") if g.strip())
+
+    def follows(self) -> bool:
+        """--follow, or its default: a folder or a topic is followed, a file or a pipe ends."""
+        if self.follow is not None:
+            return self.follow
+        return self.source.startswith("kafka://") or Path(self.source).is_dir()
+
+    def splits(self) -> bool:
+        """The stream splits between workers: by files (a folder) or partitions (a topic)."""
+        return self.source.startswith("kafka://") or Path(self.source).is_dir()
+
+
+@dataclass(frozen=True)
+class LearnerSettings:
+    """The model trained and how each step updates it."""
+
     model: str = field(default="lr", metadata={"help": "model type: lr, fm, ffm, wdl or deepfm"})
     k: int = field(default=8, metadata={"help": "embedding size of fm, ffm, wdl and deepfm"})
     hidden: str = field(default="400,400,400", metadata={"help": "MLP hidden layers of wdl and deepfm"})
@@ -70,6 +105,60 @@ class TrainerConfig(ServerConfig):
     opt_emb: str = field(default="", metadata={"help": "optimizer of table emb (wdl)"})
     opt_bias: str = field(default="", metadata={"help": "optimizer of the dense bias"})
     opt_mlp: str = field(default="", metadata={"help": "optimizer of the dense MLP table, e.g. 'adam lr=0.005'"})
+    batch_size: int = field(
+        default=0,
+        metadata={
+            "help": "lines per mini-batch; 0 picks 16384 for lr/fm/ffm with per-example updates (one worker's model does"
+            " not depend on it, only the per-batch overhead does) and 256 otherwise"
+        },
+    )
+    seed: int = field(default=0, metadata={"help": "seed of the push compressors' stochastic rounding"})
+
+
+@dataclass(frozen=True)
+class ParallelSettings:
+    """Worker processes sharing the PS."""
+
+    workers: int = field(
+        default=1, metadata={"help": "worker processes sharing the PS; a folder's files are split between them round-robin"}
+    )
+    staleness: int = field(
+        default=0,
+        metadata={"help": "SSP bound: a worker reuses a pulled row for up to this many of its own batches (0: synchronous)"},
+    )
+    local_aggregate: bool = field(
+        default=False,
+        metadata={
+            "help": "the workers sum their sparse pushes for the same keys in shared memory and worker 0 sends the sums"
+            " (hierarchical push; needs --workers >= 2)"
+        },
+    )
+    local_aggregate_mb: int = field(default=16, metadata={"help": "shared memory per worker for --local-aggregate, MiB"})
+
+    def validate(self, prefix: str = "") -> None:
+        if self.workers < 1 or self.staleness < 0:
+            raise ConfigError("--workers must be >= 1 and --staleness >= 0")
+        if self.local_aggregate and self.workers < 2:
+            raise ConfigError(f"--local-aggregate sums several workers' pushes: it needs --workers >= 2, not {self.workers}")
+        if self.local_aggregate_mb < 1:
+            raise ConfigError(f"--local-aggregate-mb {self.local_aggregate_mb}: must be >= 1")
+
+
+@dataclass(frozen=True)
+class PSAccessSettings:
+    """Which shards hold the model, how they are called, what travels, and the checkpoint cuts."""
+
+    ps: str = field(default="local", metadata={"help": "'local' or comma-separated shard addresses"})
+    ps_retry_s: float = field(
+        default=120.0, metadata={"help": "how long a call to an unreachable PS shard is retried (with backoff) before failing"}
+    )
+    ps_call_timeout_s: float = field(
+        default=60.0,
+        metadata={
+            "help": "a PS call unanswered this long is retried (reads) or taken as a lost shard (pushes: every shard"
+            " goes back to the last checkpoint cut)"
+        },
+    )
     push_codec: str = field(
         default="auto",
         metadata={
@@ -88,62 +177,8 @@ class TrainerConfig(ServerConfig):
             " or zeroone-adam[:WARMUP_STEPS] (0/1 Adam)"
         },
     )
-    seed: int = field(default=0, metadata={"help": "seed of the push compressors' stochastic rounding"})
     residual_rows: int = field(
         default=1 << 20, metadata={"help": "error-feedback memory of lossy push codecs, rows per table (older rows are flushed)"}
-    )
-    batch_size: int = field(
-        default=0,
-        metadata={
-            "help": "lines per mini-batch; 0 picks 16384 for lr/fm/ffm with per-example updates (one worker's model does"
-            " not depend on it, only the per-batch overhead does) and 256 otherwise"
-        },
-    )
-    workers: int = field(
-        default=1, metadata={"help": "worker processes sharing the PS; a folder's files are split between them round-robin"}
-    )
-    local_aggregate: bool = field(
-        default=False,
-        metadata={
-            "help": "the workers sum their sparse pushes for the same keys in shared memory and worker 0 sends the sums"
-            " (hierarchical push; needs --workers >= 2)"
-        },
-    )
-    local_aggregate_mb: int = field(default=16, metadata={"help": "shared memory per worker for --local-aggregate, MiB"})
-    staleness: int = field(
-        default=0,
-        metadata={"help": "SSP bound: a worker reuses a pulled row for up to this many of its own batches (0: synchronous)"},
-    )
-    batch_cache: str | None = field(
-        default=None,
-        metadata={
-            "help": "folder for a cache of parsed batches: a re-run over the same files reads them instead of parsing"
-            " ('off' or 'none': no cache; ./off for a folder of that name)"
-        },
-    )
-    batch_cache_max_gb: float = field(default=20.0, metadata={"help": "size cap of --batch-cache (least recently used go first)"})
-    max_line_bytes: int = field(default=1 << 20, metadata={"help": "longer lines are skipped and reported as bad"})
-    max_samples: int = field(default=0, metadata={"help": "stop after this many samples (0: no limit)"})
-    source_pattern: str = field(default="*", metadata={"help": "a folder source reads the files whose names match this glob"})
-    source_ignore: str = field(
-        default=",".join(DEFAULT_IGNORE),
-        metadata={"help": "comma-separated globs of names a folder source never reads (files a producer is still writing)"},
-    )
-    follow: bool | None = field(
-        default=None,
-        metadata={
-            "help": "keep reading as files grow and new files land; by default a folder and a Kafka topic are followed,"
-            " a file and standard input end at their end"
-        },
-    )
-    idle_exit_s: float = field(default=0.0, metadata={"help": "with --follow, stop after this long without data (0: never)"})
-    window: int = field(default=10000, metadata={"help": "samples in the progressive-metric window"})
-    export_dir: str | None = field(default=None, metadata={"help": "folder for model exports; none disables them"})
-    export_interval_s: float = field(default=10.0, metadata={"help": "seconds between delta exports"})
-    full_export_every: int = field(default=10, metadata={"help": "every Nth export is a full one (the rest are deltas)"})
-    holdout_samples: int = field(
-        default=2000,
-        metadata={"help": "samples read after each export, saved with it for the model manager's quality gate (0: none)"},
     )
     checkpoint_interval_s: float = field(default=0.0, metadata={"help": "seconds between PS checkpoints (0: off)"})
     from_start: bool = field(
@@ -160,31 +195,27 @@ class TrainerConfig(ServerConfig):
             " (without it such shards refuse this trainer and keep their model)"
         },
     )
-    ps_call_timeout_s: float = field(
-        default=60.0,
-        metadata={
-            "help": "a PS call unanswered this long is retried (reads) or taken as a lost shard (pushes: every shard"
-            " goes back to the last checkpoint cut)"
-        },
-    )
-    ps_retry_s: float = field(
-        default=120.0, metadata={"help": "how long a call to an unreachable PS shard is retried (with backoff) before failing"}
-    )
-    local_admit_after: int = field(
-        default=1, metadata={"help": "with --ps local: a key gets a row from its Nth sighting (boundless ps --admit-after)"}
-    )
-    local_ttl_s: float = field(default=0.0, metadata={"help": "with --ps local: evict rows not updated for this long (0: never)"})
-    local_ttl_updates: int = field(
-        default=0, metadata={"help": "with --ps local: evict rows not updated for this many updates (0: never)"}
-    )
-    local_max_rows: int = field(default=0, metadata={"help": "with --ps local: rows per table and shard (0: no cap)"})
-    local_data_dir: str | None = field(
-        default=None, metadata={"help": "with --ps local: RocksDB folder of the in-process shards, for checkpoints"}
-    )
+
+
+@dataclass(frozen=True)
+class ExportSettings:
+    """The model versions the trainer writes for the model manager."""
+
+    export_dir: str | None = field(default=None, metadata={"help": "folder for model exports; none disables them"})
     model_name: str = field(default="ctr", metadata={"help": "model name written in exports"})
-    peek_timeout_s: float = field(
-        default=60.0, metadata={"help": "how long to wait for the first data when the field list comes from it"}
+    export_interval_s: float = field(default=10.0, metadata={"help": "seconds between delta exports"})
+    full_export_every: int = field(default=10, metadata={"help": "every Nth export is a full one (the rest are deltas)"})
+    holdout_samples: int = field(
+        default=2000,
+        metadata={"help": "samples read after each export, saved with it for the model manager's quality gate (0: none)"},
     )
+
+
+@dataclass(frozen=True)
+class ProgressSettings:
+    """What the trainer reports while it runs."""
+
+    window: int = field(default=10000, metadata={"help": "samples in the progressive-metric window"})
     metrics_out: str | None = field(default=None, metadata={"help": "write final metrics JSON here"})
     curve_out: str | None = field(
         default=None,
@@ -193,15 +224,54 @@ class TrainerConfig(ServerConfig):
     progress_interval_s: float = field(
         default=5.0, metadata={"help": "seconds between progress records: the log line, the AUC gauges, --curve-out"}
     )
+
+
+@dataclass(frozen=True)
+class LocalShardSettings:
+    """The in-process shards of --ps local (flags --local-*): how many, their RocksDB folder,
+    and the row lifecycle a shard process takes as boundless ps --admit-after..."""
+
+    shards: int = field(default=1, metadata={"help": "in-process shards with --ps local"})
+    data_dir: str | None = field(
+        default=None, metadata={"help": "with --ps local: RocksDB folder of the in-process shards, for checkpoints"}
+    )
+    lifecycle: RowLifecycleSettings = section(RowLifecycleSettings, "")
+
+    def validate(self, prefix: str = "") -> None:
+        if self.shards < 1:
+            raise ConfigError(f"--{prefix.replace('_', '-')}shards {self.shards}: must be >= 1")
+
+
+@dataclass(frozen=True)
+class TrainerConfig(ServerConfig):
+    """The trainer daemon's settings, a section per part; flags, environment variables and
+    YAML keys are the sections' flat names (ctr.runtime.config)."""
+
+    input: InputSettings = section(InputSettings, "input")
+    learner: LearnerSettings = section(LearnerSettings, "model and training")
+    parallel: ParallelSettings = section(ParallelSettings, "workers")
+    ps_access: PSAccessSettings = section(PSAccessSettings, "parameter server")
+    local_ps: LocalShardSettings = section(LocalShardSettings, "in-process shards (--ps local)", prefix="local_")
+    export: ExportSettings = section(ExportSettings, "export")
+    progress: ProgressSettings = section(ProgressSettings, "progress")
     # the server settings (ctr.runtime.server_config): the trainer serves health only
     grpc_threads: int = field(default=1, metadata={"help": "threads that answer health checks"})
     max_concurrent: int = field(default=4, metadata={"help": "health calls in flight at once"})
 
-    def ignored_names(self) -> tuple[str, ...]:
-        return tuple(g.strip() for g in self.source_ignore.split(",") if g.strip())
+    @property
+    def local(self) -> bool:
+        return self.ps_access.ps == "local"
 
-    def follows(self) -> bool:
-        """--follow, or its default: a folder or a topic is followed, a file or a pipe ends."""
-        if self.follow is not None:
-            return self.follow
-        return self.source.startswith("kafka://") or Path(self.source).is_dir()
+    def validate(self) -> None:
+        super().validate()
+        if self.parallel.workers > 1 and not self.input.splits():
+            raise ConfigError(
+                f"--workers {self.parallel.workers}: the stream is split by files or partitions,"
+                " so --source must be a folder or a Kafka topic"
+            )
+        if not self.local and (self.local_ps.lifecycle != RowLifecycleSettings() or self.local_ps.data_dir):
+            raise ConfigError(
+                "--local-admit-after, --local-bloom-mb, --local-ttl-*, --local-max-rows and --local-data-dir are for"
+                " --ps local; shard processes take them as boundless ps --admit-after, --bloom-mb, --ttl-s,"
+                " --ttl-updates, --max-rows, --data-dir"
+            )

@@ -22,7 +22,7 @@ from ctr.model.registry import family
 from ctr.model.spec import ModelSpec
 from ctr.runtime import config as cfg
 from ctr.runtime import daemon
-from ps.api import Lifecycle, ModelIdentity, ShardRestarted, ShardStatus, StoppedWhileUnreachable
+from ps.api import ModelIdentity, ShardRestarted, ShardStatus, StoppedWhileUnreachable
 from ps.client import PSClient
 from ps.compression.compressor import parse_codec
 from ps.compression.payload import VALUE_CODECS
@@ -47,87 +47,66 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def load_schema(conf: TrainerConfig) -> FeatureSchema | None:
     """The configured schema; None means detect it from the first line."""
-    if conf.schema:
-        if not Path(conf.schema).is_file():
-            raise cfg.ConfigError(f"--schema {conf.schema}: no such file")
+    if conf.input.schema:
+        if not Path(conf.input.schema).is_file():
+            raise cfg.ConfigError(f"--schema {conf.input.schema}: no such file")
         try:
-            schema = FeatureSchema.from_dict(yaml.safe_load(Path(conf.schema).read_text()) or {})
+            schema = FeatureSchema.from_dict(yaml.safe_load(Path(conf.input.schema).read_text()) or {})
         except (ValueError, yaml.YAMLError) as e:
-            raise cfg.ConfigError(f"--schema {conf.schema}: {e}") from None
-    elif conf.format == "auto":
+            raise cfg.ConfigError(f"--schema {conf.input.schema}: {e}") from None
+    elif conf.input.format == "auto":
         return None
-    elif conf.format not in PRESETS:
-        raise cfg.ConfigError(f"--format: unknown preset {conf.format!r}; known: auto, {', '.join(PRESETS)}")
+    elif conf.input.format not in PRESETS:
+        raise cfg.ConfigError(f"--format: unknown preset {conf.input.format!r}; known: auto, {', '.join(PRESETS)}")
     else:
-        schema = PRESETS[conf.format]
-    return replace(schema, label=conf.label) if conf.label else schema
+        schema = PRESETS[conf.input.format]
+    return replace(schema, label=conf.input.label) if conf.input.label else schema
 
 
 def check_codecs(conf: TrainerConfig) -> None:
     try:
-        if conf.push_codec != "auto":
-            parse_codec(conf.push_codec)
+        if conf.ps_access.push_codec != "auto":
+            parse_codec(conf.ps_access.push_codec)
     except ValueError as e:
         raise cfg.ConfigError(f"--push-codec: {e}") from None
-    if conf.pull_codec != "auto" and conf.pull_codec not in VALUE_CODECS:
-        raise cfg.ConfigError(f"--pull-codec: unknown value codec {conf.pull_codec!r}; known: auto, {', '.join(VALUE_CODECS)}")
+    if conf.ps_access.pull_codec != "auto" and conf.ps_access.pull_codec not in VALUE_CODECS:
+        raise cfg.ConfigError(
+            f"--pull-codec: unknown value codec {conf.ps_access.pull_codec!r}; known: auto, {', '.join(VALUE_CODECS)}"
+        )
     try:
-        parse_dense_codec(conf.dense_codec)
+        parse_dense_codec(conf.ps_access.dense_codec)
     except ValueError as e:
         raise cfg.ConfigError(str(e)) from None
-    if conf.residual_rows < 1:
-        raise cfg.ConfigError(f"--residual-rows {conf.residual_rows}: the error-feedback memory needs at least 1 row")
-
-
-def check_workers(conf: TrainerConfig) -> None:
-    if conf.workers < 1 or conf.staleness < 0:
-        raise cfg.ConfigError("--workers must be >= 1 and --staleness >= 0")
-    if conf.local_aggregate and conf.workers < 2:
-        raise cfg.ConfigError(f"--local-aggregate sums several workers' pushes: it needs --workers >= 2, not {conf.workers}")
-    if conf.local_aggregate_mb < 1:
-        raise cfg.ConfigError(f"--local-aggregate-mb {conf.local_aggregate_mb}: must be >= 1")
-    if conf.workers == 1:
-        return
-    if not Path(conf.source).is_dir() and not conf.source.startswith("kafka://"):
-        raise cfg.ConfigError(
-            f"--workers {conf.workers}: the stream is split by files or partitions, so --source must be a folder or a Kafka topic"
-        )
+    if conf.ps_access.residual_rows < 1:
+        raise cfg.ConfigError(f"--residual-rows {conf.ps_access.residual_rows}: the error-feedback memory needs at least 1 row")
 
 
 def addresses_of(conf: TrainerConfig) -> list[str]:
-    return [a.strip() for a in conf.ps.split(",") if a.strip()]
+    return [a.strip() for a in conf.ps_access.ps.split(",") if a.strip()]
 
 
 def connect(conf: TrainerConfig, stopping: Callable[[], bool] = lambda: False) -> PSClient:
-    lifecycle = Lifecycle(
-        admit_after=conf.local_admit_after,
-        ttl_s=conf.local_ttl_s,
-        ttl_updates=conf.local_ttl_updates,
-        max_rows=conf.local_max_rows,
-    )
-    if conf.ps == "local":
-        data = Path(conf.local_data_dir) if conf.local_data_dir else None
-        exports = Path(conf.export_dir) if conf.export_dir else None
+    access = conf.ps_access
+    if conf.local:
+        local = conf.local_ps
+        data = Path(local.data_dir) if local.data_dir else None
+        exports = Path(conf.export.export_dir) if conf.export.export_dir else None
         return PSClient.local(
-            conf.local_shards, conf.push_codec, conf.residual_rows, conf.seed, conf.pull_codec, data, lifecycle, exports
-        )
-    if lifecycle != Lifecycle() or conf.local_data_dir:
-        raise cfg.ConfigError(
-            "--local-admit-after, --local-ttl-*, --local-max-rows and --local-data-dir are for --ps local;"
-            " shard processes take them as boundless ps --admit-after, --ttl-s, --ttl-updates, --max-rows, --data-dir"
-        )
+            local.shards, access.push_codec, access.residual_rows, conf.learner.seed, access.pull_codec, data,
+            local.lifecycle.policy(), exports,
+        )  # fmt: skip
     import grpc  # only for shard processes
 
     addresses = addresses_of(conf)
     client = PSClient.connect(
         addresses,
-        conf.push_codec,
-        conf.residual_rows,
-        conf.seed,
-        conf.pull_codec,
-        conf.ps_retry_s,
+        access.push_codec,
+        access.residual_rows,
+        conf.learner.seed,
+        access.pull_codec,
+        access.ps_retry_s,
         stopping,
-        conf.ps_call_timeout_s,
+        access.ps_call_timeout_s,
     )
     for addr, ch in zip(addresses, client.transport.channels, strict=True):  # type: ignore[attr-defined]
         ready, until = grpc.channel_ready_future(ch), time.monotonic() + 30
@@ -159,31 +138,33 @@ def detect_from(lines: list[str], label: str | None = None) -> FeatureSchema | N
 
 def resolve(conf: TrainerConfig, schema: FeatureSchema | None, source: Source) -> tuple[FeatureSchema | None, FieldIndex]:
     """The schema and the stream's field index, from the schema or the stream's first lines."""
-    needs_fields = family(conf.model).needs_fields
+    needs_fields = family(conf.learner.model).needs_fields
     fixed = schema is not None and bool(schema.base_fields())
-    lines = [] if fixed else source.peek(timeout_s=conf.peek_timeout_s)
+    lines = [] if fixed else source.peek(timeout_s=conf.input.peek_timeout_s)
     if schema is None:
-        schema = detect_from(lines, conf.label)
+        schema = detect_from(lines, conf.input.label)
     if schema is None:
         if needs_fields:
             raise cfg.ConfigError(
-                f"--model {conf.model}: needs the field list, but no data came within --peek-timeout-s and --format is auto"
+                f"--model {conf.learner.model}: needs the field list, but no data came within --peek-timeout-s"
+                " and --format is auto"
             )
         return None, FieldIndex()
     index = resolve_fields(schema, lines, freeze=needs_fields)
     if needs_fields and len(index) == 0:
         raise cfg.ConfigError(
-            f"--model {conf.model}: needs the field list; give schema fields, or data within --peek-timeout-s ({conf.source})"
+            f"--model {conf.learner.model}: needs the field list; give schema fields, or data within --peek-timeout-s"
+            f" ({conf.input.source})"
         )
     return schema, index
 
 
 def batch_size(conf: TrainerConfig, spec: ModelSpec) -> int:
     """--batch-size, or its default: large where batches only amortize per-batch costs."""
-    if conf.batch_size < 0 or conf.max_line_bytes < 1:
+    if conf.learner.batch_size < 0 or conf.input.max_line_bytes < 1:
         raise cfg.ConfigError("--batch-size must be >= 0 and --max-line-bytes >= 1")
-    if conf.batch_size:
-        return conf.batch_size
+    if conf.learner.batch_size:
+        return conf.learner.batch_size
     if spec.is_dnn or spec.update != "example":
         return 256
     # one worker trains the same model at any batch size, and each batch costs a round of
@@ -206,7 +187,7 @@ def train_with_workers(
 ) -> WorkerRun:
     """W worker processes, each taking up at its part of `start`; with --ps local this
     process serves its shards to them over gRPC."""
-    served = client.serve_local() if conf.ps == "local" else None
+    served = client.serve_local() if conf.ps_access.ps == "local" else None
     addresses = served.addresses if served is not None else addresses_of(conf)
     try:
         generation = client.transport.generation
@@ -236,7 +217,6 @@ def run(args: argparse.Namespace) -> int:
 
 def train(conf: TrainerConfig) -> int:
     log = daemon.setup_logging("trainer", conf.log_level)
-    check_workers(conf)
     check_codecs(conf)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -259,25 +239,25 @@ def check_shard_list(conf: TrainerConfig, statuses: list[ShardStatus]) -> None:
                 f"--ps: address {i + 1} of {len(addresses)}, {addr}, is shard {st.index} of {st.count};"
                 f" list all {st.count} shards in shard order (--shard-index 0, 1, ...)"
             )
-        if conf.export_dir and Path(st.export_root or "/").resolve() != Path(conf.export_dir).resolve():
+        if conf.export.export_dir and Path(st.export_root or "/").resolve() != Path(conf.export.export_dir).resolve():
             root = f"--export-root {st.export_root}" if st.export_root else "no --export-root (it writes no exports)"
             raise cfg.ConfigError(
-                f"--export-dir {conf.export_dir}: PS shard {i} at {addr} has {root}; an export's files come from both,"
+                f"--export-dir {conf.export.export_dir}: PS shard {i} at {addr} has {root}; an export's files come from both,"
                 " so give the trainer the shards' folder"
             )
 
 
 def ends(conf: TrainerConfig) -> bool:
     """The run has an end that is not a stop: the source's end, idleness or a sample limit."""
-    return not conf.follows() or conf.idle_exit_s > 0 or conf.max_samples > 0
+    return not conf.input.follows() or conf.input.idle_exit_s > 0 or conf.input.max_samples > 0
 
 
 def check_source(conf: TrainerConfig) -> None:
     """A path that is not there fails at once (not after --peek-timeout-s)."""
-    if conf.source != "-" and not conf.source.startswith("kafka://") and not Path(conf.source).exists():
-        raise cfg.ConfigError(f"--source {conf.source}: no such file or folder")
-    if not 0 <= conf.max_bad_fraction <= 1:
-        raise cfg.ConfigError(f"--max-bad-fraction {conf.max_bad_fraction}: must be within 0..1")
+    if conf.input.source != "-" and not conf.input.source.startswith("kafka://") and not Path(conf.input.source).exists():
+        raise cfg.ConfigError(f"--source {conf.input.source}: no such file or folder")
+    if not 0 <= conf.input.max_bad_fraction <= 1:
+        raise cfg.ConfigError(f"--max-bad-fraction {conf.input.max_bad_fraction}: must be within 0..1")
 
 
 def _train(conf: TrainerConfig, stop: threading.Event, log: logging.Logger) -> int:
@@ -286,24 +266,25 @@ def _train(conf: TrainerConfig, stop: threading.Event, log: logging.Logger) -> i
     guarded = daemon.guard(conf, conf.host)  # its identity for the PS channels; it serves health only
     client = connect(conf, stop.is_set)
     statuses = client.control.status()
-    if conf.ps != "local":
+    if conf.ps_access.ps != "local":
         check_shard_list(conf, statuses)
-    planned = planned_point(statuses, conf.from_start)  # read only: nothing changes before the model is named
+    planned = planned_point(statuses, conf.ps_access.from_start)  # read only: nothing changes before the model is named
     taken = len(planned.parts) or 1
-    if planned.cut and taken != conf.workers:
+    if planned.cut and taken != conf.parallel.workers:
         raise cfg.ConfigError(
-            f"checkpoint cut {planned.cut} was taken with {taken} worker(s), whose positions do not map to {conf.workers}:"
+            f"checkpoint cut {planned.cut} was taken with {taken} worker(s), whose positions do not map to"
+            f" {conf.parallel.workers}:"
             f" run with --workers {taken}, or start over with --from-start"
         )
 
     def reopen(position: Position | None) -> Source:
         return open_source(
-            conf.source,
-            conf.follows(),
+            conf.input.source,
+            conf.input.follows(),
             stop=stop.is_set,
             start=position,
-            pattern=conf.source_pattern,
-            ignore=conf.ignored_names(),
+            pattern=conf.input.source_pattern,
+            ignore=conf.input.ignored_names(),
         )
 
     try:
@@ -313,16 +294,16 @@ def _train(conf: TrainerConfig, stop: threading.Event, log: logging.Logger) -> i
     schema, fields = resolve(conf, schema, source)
     spec = model_spec(conf, tuple(fields.names))
     try:
-        model = build_model(spec, conf.staleness, conf.dense_codec)
+        model = build_model(spec, conf.parallel.staleness, conf.ps_access.dense_codec)
     except ValueError as e:
         raise cfg.ConfigError(str(e)) from None
     # the shards refuse a trainer of another model (name, type, field list) before they change
-    client.transport.model = ModelIdentity.of(conf.model_name, spec.type, spec.fields, spec.needs_fields)
-    client.transport.replace_model = conf.replace_model
-    point = restore_shards(client, conf.from_start)  # exactly once: back to the newest common cut
+    client.transport.model = ModelIdentity.of(conf.export.model_name, spec.type, spec.fields, spec.needs_fields)
+    client.transport.replace_model = conf.ps_access.replace_model
+    point = restore_shards(client, conf.ps_access.from_start)  # exactly once: back to the newest common cut
     if (point.cut, point.position) != (planned.cut, planned.position):  # a shard restarted meanwhile: the cut moved
         source = reopen(point.position)
-    again = restore_and_declare(client, model.prepare, conf.from_start) if _restarted_during(client, model) else None
+    again = restore_and_declare(client, model.prepare, conf.ps_access.from_start) if _restarted_during(client, model) else None
     if again is not None and again != point:  # a shard restarted meanwhile and the cut moved
         point, source = again, reopen(again.position)
     log.info(
@@ -335,35 +316,35 @@ def _train(conf: TrainerConfig, stop: threading.Event, log: logging.Logger) -> i
         served.ready()
         grpc_port = served.port
     exporter = None
-    if conf.export_dir:
+    if conf.export.export_dir:
         exporter = Exporter(
             client,
-            Path(conf.export_dir),
-            conf.model_name,
+            Path(conf.export.export_dir),
+            conf.export.model_name,
             spec,
             fields,
             schema.to_dict() if schema else {},
-            conf.full_export_every,
-            conf.holdout_samples,
+            conf.export.full_export_every,
+            conf.export.holdout_samples,
         )
     settings = LoopSettings(
         batch_size(conf, spec),
-        conf.max_samples,
-        conf.idle_exit_s,
-        conf.export_interval_s,
-        conf.checkpoint_interval_s,
-        max_line_bytes=conf.max_line_bytes,
-        batch_cache=None if (conf.batch_cache or "").lower() in ("", "off", "none") else conf.batch_cache,
-        batch_cache_max_bytes=int(conf.batch_cache_max_gb * 1e9),
-        progress_interval_s=conf.progress_interval_s,
+        conf.input.max_samples,
+        conf.input.idle_exit_s,
+        conf.export.export_interval_s,
+        conf.ps_access.checkpoint_interval_s,
+        max_line_bytes=conf.input.max_line_bytes,
+        batch_cache=None if (conf.input.batch_cache or "").lower() in ("", "off", "none") else conf.input.batch_cache,
+        batch_cache_max_bytes=int(conf.input.batch_cache_max_gb * 1e9),
+        progress_interval_s=conf.progress.progress_interval_s,
         # a stream that ends (a file, a pipe, --idle-exit-s, --max-samples) has its last export judged
         # on its tail, which is then never trained; a followed stream without an end trains at once
-        hold_back=conf.holdout_samples if exporter is not None and ends(conf) else 0,
-        max_bad_fraction=conf.max_bad_fraction,
+        hold_back=conf.export.holdout_samples if exporter is not None and ends(conf) else 0,
+        max_bad_fraction=conf.input.max_bad_fraction,
     )
-    progress_log = ProgressLog(conf.curve_out, count_samples=conf.workers > 1)
+    progress_log = ProgressLog(conf.progress.curve_out, count_samples=conf.parallel.workers > 1)
     daemon.write_ready_file(conf.ready_file, grpc_port=grpc_port, metrics_port=metrics_port)
-    if conf.workers > 1:
+    if conf.parallel.workers > 1:
         recover = lambda: restore_and_declare(client, model.prepare, False)  # noqa: E731
         run = train_with_workers(conf, client, schema, fields, settings, exporter, stop.is_set, point, recover, progress_log)
         result: dict[str, Any] = dict(run.progress.snapshot())
@@ -374,7 +355,9 @@ def _train(conf: TrainerConfig, stop: threading.Event, log: logging.Logger) -> i
         result["held_out_samples"] = float(run.held_out)
         first_bad, read_schema = [], schema
     else:
-        trainer = Trainer(client, model, schema, fields, source, settings, ProgressiveMetrics(conf.window), exporter, stop.is_set)
+        trainer = Trainer(
+            client, model, schema, fields, source, settings, ProgressiveMetrics(conf.progress.window), exporter, stop.is_set
+        )
         trainer.progress_log = progress_log
         trainer.take_up(point, reopen, lambda: restore_and_declare(client, model.prepare, False))
         result = dict(trainer.run())
@@ -405,21 +388,21 @@ def _train(conf: TrainerConfig, stop: threading.Event, log: logging.Logger) -> i
     result["pull_bytes"] = float(pull_bytes)
     result["push_bytes_per_sample"] = push_bytes / max(1.0, result["samples"])
     result["pull_bytes_per_sample"] = pull_bytes / max(1.0, result["samples"])
-    result["push_codec"] = conf.push_codec  # type: ignore[assignment]
-    result["workers"] = float(conf.workers)
-    result["staleness"] = float(conf.staleness)
+    result["push_codec"] = conf.ps_access.push_codec  # type: ignore[assignment]
+    result["workers"] = float(conf.parallel.workers)
+    result["staleness"] = float(conf.parallel.staleness)
     result["model"] = {**spec.to_dict(), "fields": list(fields.names)}
     summary = {k: v for k, v in result.items() if k != "model"}
     log.debug("done: %s", json.dumps(summary))
-    log.info("done: %s", summary_text(result, conf.export_dir, list(exports), conf.metrics_out))
-    if conf.metrics_out:
-        Path(conf.metrics_out).write_text(json.dumps(result, indent=1))
+    log.info("done: %s", summary_text(result, conf.export.export_dir, list(exports), conf.progress.metrics_out))
+    if conf.progress.metrics_out:
+        Path(conf.progress.metrics_out).write_text(json.dumps(result, indent=1))
     client.close()
     if served is not None:
         served.stop(grace_s=1)  # NOT_SERVING first, so a probe sees the end
     good = int(result["samples"] + result.get("held_out_samples", 0))
-    if too_bad(int(bad_lines), good, conf.max_bad_fraction, final=True) or (good == 0 and bad_lines):
-        raise BadInput(message(conf.source, int(bad_lines), good, first_bad, read_schema))
-    if good == 0 and not conf.follows() and not stop.is_set():
-        raise BadInput(f"--source {conf.source}: no sample line came (an empty file or stream)")
+    if too_bad(int(bad_lines), good, conf.input.max_bad_fraction, final=True) or (good == 0 and bad_lines):
+        raise BadInput(message(conf.input.source, int(bad_lines), good, first_bad, read_schema))
+    if good == 0 and not conf.input.follows() and not stop.is_set():
+        raise BadInput(f"--source {conf.input.source}: no sample line came (an empty file or stream)")
     return 0

@@ -28,19 +28,26 @@ def parse_optimizer(text: str, base: OptimizerSpec, flag: str) -> OptimizerSpec:
 
 
 def model_spec(conf: TrainerConfig, fields: tuple[str, ...]) -> ModelSpec:
-    if conf.model not in MODEL_TYPES:
-        raise ConfigError(f"--model: unknown model {conf.model!r}; expected one of {', '.join(MODEL_TYPES)}")
+    if conf.learner.model not in MODEL_TYPES:
+        raise ConfigError(f"--model: unknown model {conf.learner.model!r}; expected one of {', '.join(MODEL_TYPES)}")
     try:
-        hidden = parse_hidden(conf.hidden)
-        spec = ModelSpec(type=conf.model, k=conf.k, fields=fields, hidden=hidden, update=conf.update, norm=conf.norm)
+        hidden = parse_hidden(conf.learner.hidden)
+        spec = ModelSpec(
+            type=conf.learner.model,
+            k=conf.learner.k,
+            fields=fields,
+            hidden=hidden,
+            update=conf.learner.update,
+            norm=conf.learner.norm,
+        )
     except ModelSpecError as e:
         raise ConfigError(str(e).replace("model.", "--", 1).replace("--type", "--model")) from None
     for table, attr in TABLE_FLAGS.items():
-        text = getattr(conf, attr)
+        text = getattr(conf.learner, attr)
         if not text:
             continue
         flag = "--" + attr.replace("_", "-")
         if table not in spec.table_names():
-            raise ConfigError(f"{flag}: a {conf.model} model has no table {table!r}; its tables are {spec.table_names()}")
+            raise ConfigError(f"{flag}: a {conf.learner.model} model has no table {table!r}; its tables are {spec.table_names()}")
         spec = spec.with_optimizer(table, parse_optimizer(text, spec.optimizer(table), flag))
     return spec

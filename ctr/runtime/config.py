@@ -1,7 +1,12 @@
 """Daemon configuration: one frozen dataclass per daemon, built from defaults, then a YAML
-file, then BOUNDLESS_<DAEMON>_<FIELD> environment variables, then command-line flags.
+file, then BOUNDLESS_<DAEMON>_<SETTING> environment variables, then command-line flags.
 
-Fields may be str, int, float, bool or `str | None`; help text comes from field metadata.
+Fields may be str, int, float, bool or `str | None`, or a section: a field made with
+`section()` whose type is itself such a dataclass. Every leaf has one flat name (its
+section's prefix, then its own name), which is its flag (--batch-size), its environment
+variable and its YAML key; a YAML file may also nest a section's settings under its name
+(`training: {batch_size: 256}`). Help text comes from field metadata; a section's title is
+its --help group. Every section's `validate`, then the daemon's, runs once it is built.
 """
 
 from __future__ import annotations
@@ -77,6 +82,88 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         raise ConfigError(f"{where}: {value!r} is not a valid {base.__name__}") from None
 
 
+def section(cls: type[T], title: str, prefix: str = "") -> T:
+    """A field holding the settings of `cls`, shown in --help under `title`; `prefix` goes
+    before its leaves' names (the trainer's in-process shards take the PS's row-lifecycle
+    settings as --local-admit-after...)."""
+    return dataclasses.field(default_factory=cls, metadata={"section": title, "prefix": prefix})  # type: ignore[return-value]
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """One leaf of a config: its flat name (flag, environment, YAML key) and where it sits."""
+
+    name: str
+    path: tuple[str, ...]  # attribute names from the top config down to the leaf
+    field: dataclasses.Field[Any]
+    hint: Any
+    group: str | None  # the title of the innermost titled section holding it
+
+
+def _is_section(f: dataclasses.Field[Any]) -> bool:
+    return "section" in f.metadata
+
+
+def settings(cls: type, prefix: str = "", path: tuple[str, ...] = (), group: str | None = None) -> list[Setting]:
+    """Every leaf of `cls`, sections flattened, in declaration order."""
+    hints = get_type_hints(cls)
+    out: list[Setting] = []
+    for f in dataclasses.fields(cls):
+        if _is_section(f):
+            out += settings(hints[f.name], prefix + f.metadata["prefix"], (*path, f.name), f.metadata["section"] or group)
+        else:
+            out.append(Setting(prefix + f.name, (*path, f.name), f, hints[f.name], group))
+    names = [s.name for s in out]
+    if not path and len(set(names)) != len(names):
+        raise TypeError(f"{cls.__name__}: two settings share a name: {sorted({n for n in names if names.count(n) > 1})}")
+    return out
+
+
+def _sections(cls: type, prefix: str = "") -> dict[str, tuple[type, str]]:
+    """The sections directly in `cls`: name -> (type, the prefix of its leaves)."""
+    hints = get_type_hints(cls)
+    return {f.name: (hints[f.name], prefix + f.metadata["prefix"]) for f in dataclasses.fields(cls) if _is_section(f)}
+
+
+def _from_yaml(mapping: dict[Any, Any], cls: type, prefix: str, by_name: dict[str, Setting], where: str) -> dict[str, Any]:
+    """Flat values from a YAML mapping of `cls`'s settings: flat names, or sections nested."""
+    values: dict[str, Any] = {}
+    sections = _sections(cls, prefix)
+    for k, v in mapping.items():
+        key = str(k).replace("-", "_")
+        if key in sections and isinstance(v, dict):
+            inner, inner_prefix = sections[key]
+            values.update(_from_yaml(v, inner, inner_prefix, by_name, f"{where}: {k}"))
+            continue
+        name = prefix + key
+        if name not in by_name:
+            raise _renamed(name, set(by_name), where)
+        values[name] = _coerce(v, by_name[name].hint, f"{where}: {k}")
+    return values
+
+
+def _construct(cls: type[T], values: dict[str, Any], prefix: str = "", top: bool = True) -> T:
+    """`cls` from flat values, each section built first and checked: a section's
+    `validate(prefix)` gets the prefix of its flags, the daemon's `validate()` none; both
+    raise ConfigError naming the setting."""
+    kwargs: dict[str, Any] = {}
+    for name, (inner, inner_prefix) in _sections(cls, prefix).items():
+        kwargs[name] = _construct(inner, values, inner_prefix, top=False)
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if not _is_section(f) and prefix + f.name in values:
+            kwargs[f.name] = values[prefix + f.name]
+    conf = cls(**kwargs)
+    validate = getattr(conf, "validate", None)
+    if validate is not None:
+        validate() if top else validate(prefix)
+    return conf
+
+
+def flag(name: str, prefix: str = "") -> str:
+    """The flag of setting `name` in a section whose leaves take `prefix`."""
+    return "--" + (prefix + name).replace("_", "-")
+
+
 SECURITY_FIELDS = ("tls_cert", "tls_key", "tls_ca", "tls_client_auth", "accepted_tokens_file", "token_file")
 
 
@@ -89,33 +176,39 @@ def add_arguments(
     """One --flag per field (default None so that unset flags do not override), in the
     titled `groups` in their order (the rest under "other settings", TLS and tokens last),
     with `examples` after the flags in --help."""
-    hints = get_type_hints(cls)
     if examples:
         parser.formatter_class = argparse.RawDescriptionHelpFormatter
         parser.epilog = "examples:\n" + examples
-    names = [f.name for f in dataclasses.fields(cls)]
+    leaves = settings(cls)
+    names = [leaf.name for leaf in leaves]
     titled = {t: tuple(n for n in fields if n in names) for t, fields in (groups or {}).items()}
     listed = {n for fields in titled.values() for n in fields}
+    for leaf in leaves:  # a section's title is its group, after the groups named
+        if leaf.group and leaf.name not in listed and leaf.name not in SECURITY_FIELDS:
+            titled[leaf.group] = (*titled.get(leaf.group, ()), leaf.name)
+            listed.add(leaf.name)
     titled["other settings"] = tuple(n for n in names if n not in listed and n not in SECURITY_FIELDS)
     titled["security (TLS, bearer tokens)"] = tuple(n for n in SECURITY_FIELDS if n in names)
+    grouped = bool(groups) or any(leaf.group for leaf in leaves)
     target: dict[str, Any] = {}
     for title, fields in titled.items():
-        group = parser.add_argument_group(title) if groups else parser
+        group = parser.add_argument_group(title) if grouped and fields else parser
         for name in fields:
             target[name] = group
     parser.add_argument("--config", type=Path, default=None, help="YAML file with settings (flags override it)")
-    by_name = {f.name: f for f in dataclasses.fields(cls)}
-    for f in (by_name[n] for fields in titled.values() for n in fields):
-        parser_of = target[f.name]
-        flag = "--" + f.name.replace("_", "-")
-        base, _ = _base_type(hints[f.name])
+    by_name = {leaf.name: leaf for leaf in leaves}
+    for leaf in (by_name[n] for fields in titled.values() for n in fields):
+        f = leaf.field
+        parser_of = target[leaf.name]
+        flag = "--" + leaf.name.replace("_", "-")
+        base, _ = _base_type(leaf.hint)
         default = f.default if f.default is not dataclasses.MISSING else None
         # argparse expands %-formats in help: a literal "5%" would crash --help
         help_text = f"{f.metadata.get('help', '')} (default: {default})".replace("%", "%%")
         if base is bool:
             parser_of.add_argument(
                 flag,
-                dest=f.name,
+                dest=leaf.name,
                 default=None,
                 action=argparse.BooleanOptionalAction,
                 help=help_text,
@@ -123,7 +216,7 @@ def add_arguments(
         else:
             parser_of.add_argument(
                 flag,
-                dest=f.name,
+                dest=leaf.name,
                 default=None,
                 metavar=base.__name__.upper(),
                 help=help_text,
@@ -138,8 +231,8 @@ def build(
     environ: dict[str, str] | None = None,
 ) -> T:
     """The config for cls from defaults < YAML < environment < flags."""
-    hints = get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    by_name = {leaf.name: leaf for leaf in settings(cls)}
+    names = set(by_name)
     values: dict[str, Any] = {}
     path = yaml_path or (getattr(args, "config", None) if args else None)
     if path is not None:
@@ -149,11 +242,7 @@ def build(
             raise ConfigError(f"{path}: {e}") from None
         if not isinstance(loaded, dict):
             raise ConfigError(f"{path}: top level must be a mapping")
-        for k, v in loaded.items():
-            key = str(k).replace("-", "_")
-            if key not in names:
-                raise _renamed(key, names, str(path))
-            values[key] = _coerce(v, hints[key], f"{path}: {k}")
+        values.update(_from_yaml(loaded, cls, "", by_name, str(path)))
     env = os.environ if environ is None else environ
     for old, new in RENAMED_SETTINGS.items():
         if old not in names and f"{env_prefix}{old.upper()}" in env:
@@ -165,14 +254,10 @@ def build(
     for name in names:
         var = f"{env_prefix}{name.upper()}"
         if var in env:
-            values[name] = _coerce(env[var], hints[name], f"environment {var}")
+            values[name] = _coerce(env[var], by_name[name].hint, f"environment {var}")
     if args is not None:
         for name in names:
             v = getattr(args, name, None)
             if v is not None:
-                values[name] = _coerce(v, hints[name], "--" + name.replace("_", "-"))
-    conf = cls(**values)
-    validate = getattr(conf, "validate", None)
-    if validate is not None:
-        validate()  # raises ConfigError naming the setting
-    return conf
+                values[name] = _coerce(v, by_name[name].hint, "--" + name.replace("_", "-"))
+    return _construct(cls, values)

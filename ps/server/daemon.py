@@ -10,7 +10,6 @@ from ctr.runtime import daemon
 from ctr.runtime.auth import service_policy
 from protos import ps_pb2, ps_pb2_grpc
 from ps.config import PSConfig
-from ps.server.lifecycle import Lifecycle
 from ps.server.service import PSServicer
 from ps.server.shard import Shard
 from ps.server.store import ShardStore
@@ -23,7 +22,7 @@ def run(args: argparse.Namespace) -> int:
     conf = cfg.build(PSConfig, ENV_PREFIX, args)
     log = daemon.setup_logging(f"ps{conf.shard_index}", conf.log_level)
     store = ShardStore(Path(conf.data_dir)) if conf.data_dir else None
-    lifecycle = Lifecycle(conf.admit_after, conf.bloom_mb << 20, conf.ttl_s, conf.ttl_updates, conf.max_rows)
+    lifecycle = conf.lifecycle.policy()
     exports = Path(conf.export_root) if conf.export_root else None
     shard = Shard(
         conf.shard_index, conf.shard_count, store, full_every=conf.full_checkpoint_every, lifecycle=lifecycle, export_root=exports

@@ -95,12 +95,12 @@ def worker_main(job: WorkerJob, reports: Any) -> None:
         signal.signal(sig, lambda *_: stop.set())
     client = PSClient.connect(
         job.addresses,
-        conf.push_codec,
-        conf.residual_rows,
-        conf.seed,
-        conf.pull_codec,
-        conf.ps_retry_s,
-        call_timeout_s=conf.ps_call_timeout_s,
+        conf.ps_access.push_codec,
+        conf.ps_access.residual_rows,
+        conf.learner.seed,
+        conf.ps_access.pull_codec,
+        conf.ps_access.ps_retry_s,
+        call_timeout_s=conf.ps_access.ps_call_timeout_s,
     )
     client.transport.generation = job.generation
     client.control.status()  # whether the shards may drop a push's rows: then the pipeline does not overlap
@@ -108,22 +108,24 @@ def worker_main(job: WorkerJob, reports: Any) -> None:
         client.aggregate_locally(job.aggregation, job.index)
     start = job.start.position if job.start is not None else None
     source = open_source(
-        conf.source,
-        conf.follows(),
+        conf.input.source,
+        conf.input.follows(),
         stop=stop.is_set,
         start=start,
-        part=(job.index, conf.workers),
-        pattern=conf.source_pattern,
-        ignore=conf.ignored_names(),
+        part=(job.index, conf.parallel.workers),
+        pattern=conf.input.source_pattern,
+        ignore=conf.input.ignored_names(),
     )
     spec = model_spec(conf, tuple(job.fields.names))
-    model = build_model(spec, conf.staleness, conf.dense_codec)  # the coordinator declared the tables
+    model = build_model(spec, conf.parallel.staleness, conf.ps_access.dense_codec)  # the coordinator declared the tables
     client.know(spec.tables())
-    progress = ProgressiveMetrics(conf.window)
+    progress = ProgressiveMetrics(conf.progress.window)
     trainer = Trainer(client, model, job.schema, job.fields, source, job.settings, progress, None, stop.is_set)
     if job.start is not None:
         trainer.start_at(job.start)
-    feed = RecentBatches(conf.holdout_samples if conf.export_dir and job.index == 0 else 0)  # the exporter's holdouts
+    feed = RecentBatches(
+        conf.export.holdout_samples if conf.export.export_dir and job.index == 0 else 0
+    )  # the exporter's holdouts
     trainer.observe = feed.add
     trainer.report = lambda: reports.put(WorkerReport(job.index, progress.state(), holdout=feed.drain()))
     trainer.control = lambda: _obey(job.control, trainer, reports, job.index, job.coordinator)
@@ -262,12 +264,12 @@ def run_workers(
 
     def spawn(point: CutPoint | None, generation: int) -> None:
         plan = None
-        if conf.local_aggregate:  # the workers' shared memory, removed when they are gone
-            plan = AggregationPlan.create(ctx, conf.workers, len(addresses), conf.local_aggregate_mb << 20)
+        if conf.parallel.local_aggregate:  # the workers' shared memory, removed when they are gone
+            plan = AggregationPlan.create(ctx, conf.parallel.workers, len(addresses), conf.parallel.local_aggregate_mb << 20)
             plans.append(plan)
-        controls[:] = [ctx.Queue() for _ in range(conf.workers)]
-        for i in range(conf.workers):
-            limit = share(settings.max_samples, i, conf.workers)
+        controls[:] = [ctx.Queue() for _ in range(conf.parallel.workers)]
+        for i in range(conf.parallel.workers):
+            limit = share(settings.max_samples, i, conf.parallel.workers)
             # cuts are the coordinator's; worker 0 alone holds back a finite stream's tail, the last export's holdout
             hold_back = settings.hold_back if i == 0 else 0
             job_settings = LoopSettings(
@@ -278,23 +280,23 @@ def run_workers(
             p = ctx.Process(target=worker_main, args=(job, reports), name=f"trainer-w{i}", daemon=True)
             p.start()
             procs.append(p)
-        log.info("started %d workers (staleness %d) on %s", conf.workers, conf.staleness, ",".join(addresses))
+        log.info("started %d workers (staleness %d) on %s", conf.parallel.workers, conf.parallel.staleness, ",".join(addresses))
 
     spawn(start, generation)
     latest: dict[int, WorkerReport] = {}
-    run = WorkerRun(ProgressiveMetrics(conf.window), 0.0)
+    run = WorkerRun(ProgressiveMetrics(conf.progress.window), 0.0)
     started = last_export = last_log = last_cut = time.monotonic()
     cuts = None
     if client is not None and settings.checkpoint_interval_s > 0:
         cuts = WorkerCuts(
-            client, controls, reports, latest, start.cut if start else 0, lambda: _check(procs), conf.local_aggregate
+            client, controls, reports, latest, start.cut if start else 0, lambda: _check(procs), conf.parallel.local_aggregate
         )
     if exporter is not None and start is not None and start.cut:  # a model taken up from a cut: its base first
         run.exports.append(exporter.export(run.progress.snapshot(), force_full=True))
     stopping = False
     recoveries = 0
     try:
-        while not all(r.final for r in latest.values()) or len(latest) < conf.workers:
+        while not all(r.final for r in latest.values()) or len(latest) < conf.parallel.workers:
             try:
                 try:
                     report = reports.get(timeout=0.2)
@@ -328,10 +330,10 @@ def run_workers(
                 recoveries += 1
                 continue
             if exporter is not None and now - last_export >= settings.export_interval_s and not exporter.waiting:
-                run.exports.append(exporter.export(_merged(conf.window, latest).snapshot()))
+                run.exports.append(exporter.export(_merged(conf.progress.window, latest).snapshot()))
                 last_export = now
             if now - last_log >= settings.progress_interval_s:
-                snap = _merged(conf.window, latest).snapshot()
+                snap = _merged(conf.progress.window, latest).snapshot()
                 log.info("samples %d  window AUC %.4f  logloss %.4f", snap["samples"], snap["window_auc"], snap["window_logloss"])
                 if progress_log is not None:
                     progress_log.record(snap)
@@ -349,7 +351,7 @@ def run_workers(
         for plan in plans:
             plan.release()
     run.elapsed_s = time.monotonic() - started
-    run.progress = _merged(conf.window, latest)
+    run.progress = _merged(conf.progress.window, latest)
     for r in latest.values():
         run.bad_lines += r.bad_lines
         run.dropped += r.dropped

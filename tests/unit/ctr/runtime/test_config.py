@@ -75,3 +75,42 @@ def test_every_daemon_config_checks_itself():
         build(ServingConfig, "X_", environ={"X_ROUTER": "1", "X_SHARD": "0/2"})
     with pytest.raises(ConfigError, match="--grpc-threads 0"):
         build(ServingConfig, "X_", environ={"X_GRPC_THREADS": "0"})
+
+
+def test_sections_take_flat_names_or_nested_yaml_and_check_themselves_with_their_flags(tmp_path):
+    from trainer.config import TrainerConfig
+
+    y = tmp_path / "trainer.yaml"
+    y.write_text("learner: {model: fm, k: 4}\nbatch_size: 64\nlocal_ps: {shards: 2, lifecycle: {admit_after: 3}}\n")
+    conf = build(TrainerConfig, "X_", yaml_path=y, environ={"X_LOCAL_TTL_S": "5", "X_WORKERS": "1"})
+    assert (conf.learner.model, conf.learner.k, conf.learner.batch_size) == ("fm", 4, 64)
+    assert (conf.local_ps.shards, conf.local_ps.lifecycle.admit_after, conf.local_ps.lifecycle.ttl_s) == (2, 3, 5.0)
+    assert conf.local_ps.lifecycle.policy().admit_after == 3
+    y.write_text("learner: {nonsense: 1}\n")
+    with pytest.raises(ConfigError, match="learner: unknown setting 'nonsense'"):
+        build(TrainerConfig, "X_", yaml_path=y, environ={})
+    # the same section checks itself under each daemon's flag names
+    with pytest.raises(ConfigError, match="--local-bloom-mb 0: must be >= 1"):
+        build(TrainerConfig, "X_", environ={"X_LOCAL_BLOOM_MB": "0"})
+    with pytest.raises(ConfigError, match="--bloom-mb 0: must be >= 1"):
+        build(PSConfig, "X_", environ={"X_BLOOM_MB": "0"})
+    with pytest.raises(ConfigError, match="are for --ps local"):
+        build(TrainerConfig, "X_", environ={"X_PS": "127.0.0.1:1", "X_LOCAL_MAX_ROWS": "5"})
+
+
+def test_two_settings_with_one_flat_name_are_refused():
+    from dataclasses import dataclass, field
+
+    from ctr.runtime.config import section, settings
+
+    @dataclass(frozen=True)
+    class Part:
+        port: int = field(default=0)
+
+    @dataclass(frozen=True)
+    class Clash:
+        port: int = field(default=0)
+        part: Part = section(Part, "part")
+
+    with pytest.raises(TypeError, match="two settings share a name: \\['port'\\]"):
+        settings(Clash)
