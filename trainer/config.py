@@ -113,6 +113,13 @@ class LearnerSettings:
         },
     )
     seed: int = field(default=0, metadata={"help": "seed of the push compressors' stochastic rounding"})
+    device: str = field(
+        default="auto",
+        metadata={
+            "help": "where the MLP of wdl and deepfm trains: cpu, cuda, or auto (times a step on each at start and takes"
+            " the faster); lr, fm and ffm train on the CPU"
+        },
+    )
 
 
 @dataclass(frozen=True)
@@ -173,8 +180,9 @@ class PSAccessSettings:
     dense_codec: str = field(
         default="fp32",
         metadata={
-            "help": "MLP sync of wdl and deepfm: fp32 gradients, onebit-adam[:WARMUP_STEPS] (1-bit Adam)"
-            " or zeroone-adam[:WARMUP_STEPS] (0/1 Adam)"
+            "help": "the MLP of wdl and deepfm: fp32 trains it on the worker (hybrid training; worker processes sync"
+            " it through the PS in fp32); onebit-adam[:WARMUP_STEPS] (1-bit Adam) or zeroone-adam[:WARMUP_STEPS] (0/1"
+            " Adam) step it on the PS with compressed syncs"
         },
     )
     residual_rows: int = field(

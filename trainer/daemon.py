@@ -294,7 +294,15 @@ def _train(conf: TrainerConfig, stop: threading.Event, log: logging.Logger) -> i
     schema, fields = resolve(conf, schema, source)
     spec = model_spec(conf, tuple(fields.names))
     try:
-        model = build_model(spec, conf.parallel.staleness, conf.ps_access.dense_codec)
+        # the MLP trains on the worker with one process; worker processes sync it through the PS
+        model = build_model(
+            spec,
+            conf.parallel.staleness,
+            conf.ps_access.dense_codec,
+            replicated=conf.parallel.workers == 1,
+            device=conf.learner.device,
+            batch_size=batch_size(conf, spec),
+        )
     except ValueError as e:
         raise cfg.ConfigError(str(e)) from None
     # the shards refuse a trainer of another model (name, type, field list) before they change
@@ -390,6 +398,7 @@ def _train(conf: TrainerConfig, stop: threading.Event, log: logging.Logger) -> i
     result["pull_bytes_per_sample"] = pull_bytes / max(1.0, result["samples"])
     result["push_codec"] = conf.ps_access.push_codec  # type: ignore[assignment]
     result["workers"] = float(conf.parallel.workers)
+    result["device"] = model.device  # type: ignore[assignment]
     result["staleness"] = float(conf.parallel.staleness)
     result["model"] = {**spec.to_dict(), "fields": list(fields.names)}
     summary = {k: v for k, v in result.items() if k != "model"}

@@ -165,6 +165,47 @@ def train_deep_batch(
     return probs, dlogit, gw, ge, total
 
 
+@nb.njit(cache=True, nogil=True)
+def deep_partials(offsets: I64, uidx: I64, x: F32, w: F32, pooled: F32, bias: float, with_fm: bool, norm: bool) -> F32:
+    """Each example's logit without the MLP, from the batch-start rows: bias + sum_j w_j x_j
+    (+ r FM over its pooled fields [n, F, k], for deepfm). w: the wide weights per unique key."""
+    n = offsets.shape[0] - 1
+    out = np.empty(n, dtype=np.float32)
+    n_fields, k = pooled.shape[1], pooled.shape[2]
+    for e in range(n):
+        a, b = offsets[e], offsets[e + 1]
+        z = bias
+        for j in range(a, b):
+            z += w[uidx[j]] * x[j]
+        if with_fm:
+            fm = 0.0
+            for t in range(k):
+                s = 0.0
+                q = 0.0
+                for f in range(n_fields):
+                    v = pooled[e, f, t]
+                    s += v
+                    q += v * v
+                fm += 0.5 * (s * s - q)
+            z += pair_scale(a, b, x, norm) * fm
+        out[e] = z
+    return out
+
+
+def deep_partials_reference(offsets: I64, uidx: I64, x: F32, w: F32, pooled: F32, bias: float, with_fm: bool, norm: bool) -> F32:
+    sample = np.repeat(np.arange(offsets.shape[0] - 1), np.diff(offsets))
+    z = np.full(offsets.shape[0] - 1, bias, dtype=np.float64)
+    np.add.at(z, sample, w[uidx].astype(np.float64) * x)
+    if with_fm:
+        p = pooled.astype(np.float64)
+        fm = 0.5 * (p.sum(axis=1) ** 2 - (p**2).sum(axis=1)).sum(axis=1)
+        sq = np.zeros_like(z)
+        np.add.at(sq, sample, x.astype(np.float64) ** 2)
+        r = np.where(sq > 0, 1.0 / np.where(sq > 0, sq, 1.0), 0.0) if norm else np.ones_like(z)
+        z += r * fm
+    return z.astype(np.float32)
+
+
 def pool_fields_reference(offsets: I64, uidx: I64, fields: I32, x: F32, emb: F32, n_fields: int) -> F32:
     n = offsets.shape[0] - 1
     out = np.zeros((n, n_fields, emb.shape[1]), dtype=np.float64)

@@ -284,9 +284,10 @@ class Trainer:
         rate = (self.submitted - before) / (now - then) if now > then else 0.0
         self._last_progress = (now, self.submitted)
         log.info(
-            "samples %d  %.0f/s  window AUC %.4f  logloss %.4f  push %.1f B/sample  pull %.1f B/sample%s",
+            "samples %d  %.0f/s on %s  window AUC %.4f  logloss %.4f  push %.1f B/sample  pull %.1f B/sample%s",
             snap["samples"],
             rate,
+            self.model.device,
             snap["window_auc"],
             snap["window_logloss"],
             self.client.push_bytes / per,
@@ -337,6 +338,7 @@ class Trainer:
     def _export(self) -> None:
         assert self.exporter is not None
         self.flush()
+        self.model.publish(self.client)
         snap = self.progress.snapshot()
         try:
             export_id = self.exporter.export(snap)

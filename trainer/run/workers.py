@@ -117,7 +117,10 @@ def worker_main(job: WorkerJob, reports: Any) -> None:
         ignore=conf.input.ignored_names(),
     )
     spec = model_spec(conf, tuple(job.fields.names))
-    model = build_model(spec, conf.parallel.staleness, conf.ps_access.dense_codec)  # the coordinator declared the tables
+    # the coordinator declared the tables; the MLP syncs through the PS between worker processes
+    model = build_model(
+        spec, conf.parallel.staleness, conf.ps_access.dense_codec, False, conf.learner.device, job.settings.batch_size
+    )
     client.know(spec.tables())
     progress = ProgressiveMetrics(conf.progress.window)
     trainer = Trainer(client, model, job.schema, job.fields, source, job.settings, progress, None, stop.is_set)

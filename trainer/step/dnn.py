@@ -3,7 +3,9 @@ the MLP's weights from the dense table `mlp`. The MLP runs in torch (CUDA when p
 the whole batch with the batch-start embeddings; the numba kernel then trains the rows
 example by example with the current wide and FM terms, using the MLP's output and its
 Jacobian for the deep share (update: example), or sums the gradients (update: batch). The MLP
-itself steps once per batch: its mean gradient is pushed and the shard applies Adam."""
+itself steps once per batch on its mean gradient: by default on this worker
+(trainer.step.dense_replica: hybrid training, the PS holds it at cuts and exports), or, with
+a compressed --dense-codec, on the shards (trainer.step.dense_sync)."""
 
 from __future__ import annotations
 
@@ -15,29 +17,46 @@ import torch
 
 from ctr.data.batch import SampleBatch
 from ctr.data.unique import sorted_unique_inverse
-from ctr.model.dnn import pool_fields, train_deep_batch
-from ctr.model.mlp import DeepCTR, device
+from ctr.model.dnn import deep_partials, pool_fields, train_deep_batch
+from ctr.model.mlp import DeepCTR
 from ctr.model.optim import PLAIN, plain_state, rows_with_weights, weights_of_rows
 from ctr.model.spec import ModelSpec
 from ps.api import DELTA, GRADIENT
 from ps.client import PSClient
+from trainer.step.dense_replica import DenseReplica
 from trainer.step.dense_sync import DenseSync, dense_sync
 from trainer.step.own_view import own_view
 
+# |dloss/dlogit| at least this in the MLP's backward: the Jacobian is read back as the input
+# gradient over it, so a saturated prediction (sigmoid rounds to the label) keeps it
+JAC_FLOOR = 1e-6
+
 
 class DeepModel:
-    def __init__(self, spec: ModelSpec, dense_codec: str = "fp32") -> None:
+    """replicated: the MLP trains on this worker (with `group`'s other ranks, all-reduced);
+    otherwise through the PS with `dense_codec`."""
+
+    def __init__(
+        self,
+        spec: ModelSpec,
+        dense_codec: str = "fp32",
+        replicated: bool = True,
+        group: torch.distributed.ProcessGroup | None = None,
+        device: torch.device | None = None,
+    ) -> None:
         self.spec = spec
         self.tables = {t.name: t for t in spec.tables()}
         self.emb = spec.embedding_table() or "v"
         self.sequential = spec.update == "example"
         opt = spec.optimizer("mlp")
-        self.net = DeepCTR(spec, seed=opt.seed).to(device())
+        self.net = DeepCTR(spec, seed=opt.seed).to(device or torch.device("cpu"))
+        self.device = self.net.device.type
         self.params = {n: t.optimizer.params() for n, t in self.tables.items()}
         if dense_codec != "fp32" and opt.kind != "adam":
             raise ValueError(f"--dense-codec {dense_codec} needs an adam MLP optimizer, not {opt.kind} (--opt-mlp)")
         self._dense_sync = lambda: dense_sync(dense_codec, "mlp", opt.lr, opt.beta1, opt.beta2, opt.eps)
         self.dense: DenseSync = self._dense_sync()
+        self.replica = DenseReplica(self.net, opt, group) if replicated and dense_codec == "fp32" else None
 
     def prepare(self, client: PSClient) -> None:
         created = client.control.declare(self.spec.tables())
@@ -47,16 +66,62 @@ class DeepModel:
             client.push_dense("mlp", start - client.pull_dense("mlp", state=True), kind=DELTA)
 
     def finish(self, client: PSClient) -> None:
-        self.dense.flush(client)
+        """Before a cut and at the end: the shards get what this worker holds of the MLP."""
+        if self.replica is not None:
+            self.replica.write_to(client)
+        else:
+            self.dense.flush(client)
+
+    def publish(self, client: PSClient) -> None:
+        """Before an export: the shards hold the MLP this worker trains."""
+        if self.replica is not None:
+            self.replica.write_to(client)
 
     def reset(self) -> None:
         self.dense = self._dense_sync()
 
     def state(self, client: PSClient) -> dict[str, Any]:
-        return {"dense_sync": self.dense.state(client)}
+        return {} if self.replica is not None else {"dense_sync": self.dense.state(client)}
 
     def take_up(self, client: PSClient, state: dict[str, Any]) -> None:
-        self.dense.take_up(client, dict(state.get("dense_sync") or {}))
+        if self.replica is not None:
+            self.replica.read_from(client)  # the cut's MLP, or the initial one
+        else:
+            self.dense.take_up(client, dict(state.get("dense_sync") or {}))
+
+    def _mlp_step(
+        self,
+        batch: SampleBatch,
+        uidx: npt.NDArray[np.int64],
+        pooled: npt.NDArray[np.float32],
+        w_state: npt.NDArray[np.float64],
+        pw: npt.NDArray[np.float64],
+        bias_state: npt.NDArray[np.float64],
+        pb: npt.NDArray[np.float64],
+    ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]:
+        """One forward and one backward of the MLP: its output per example and, from the
+        same backward, its Jacobian d out[e] / d pooled[e]. The backward is weighted by the
+        batch-start dloss/dlogit (the logit with the rows as pulled), which gives the MLP's
+        gradient in the parameters' .grad and dlogit[e] * Jacobian[e] for the input; the
+        Jacobian is that over dlogit[e], kept off zero (JAC_FLOOR) where the prediction is
+        saturated. A separate Jacobian pass would cost a third more of the MLP's time."""
+        w32 = weights_of_rows(w_state, 1, pw)[:, 0].astype(np.float32)
+        bias = float(weights_of_rows(bias_state, 1, pb)[0, 0])
+        partial = deep_partials(
+            batch.offsets, uidx, batch.values, w32, pooled, bias, self.spec.family.pairwise, self.spec.pair_norm
+        )
+        dev = self.net.device
+        p_t = torch.from_numpy(pooled).to(dev).requires_grad_(True)
+        self.net.zero_grad(set_to_none=True)
+        out = self.net(p_t)
+        with torch.no_grad():
+            y = torch.from_numpy(np.asarray(batch.labels, np.float32)).to(dev)
+            d = torch.sigmoid(out + torch.from_numpy(partial).to(dev)) - y
+            d = torch.where(d.abs() < JAC_FLOOR, (1.0 - 2.0 * y) * JAC_FLOOR, d)
+        out.backward(d)
+        assert p_t.grad is not None
+        jac = p_t.grad / d[:, None, None]
+        return out.detach().cpu().numpy(), jac.cpu().numpy()
 
     def train(self, client: PSClient, batch: SampleBatch) -> npt.NDArray[np.float32]:
         uniq, inv = sorted_unique_inverse(batch.keys)
@@ -67,7 +132,8 @@ class DeepModel:
             own_view(client, self.tables["w"], uniq, w_rows)
             own_view(client, self.tables[self.emb], uniq, e_rows)
         bias_rows = client.pull_dense("bias", state=seq)
-        self.net.load_flat(np.asarray(self.dense.weights(client), dtype=np.float32))
+        if self.replica is None:
+            self.net.load_flat(np.asarray(self.dense.weights(client), dtype=np.float32))
         k = self.spec.k
         if seq:
             pw, pe, pb = self.params["w"], self.params[self.emb], self.params["bias"]
@@ -78,11 +144,8 @@ class DeepModel:
             w_state, e_state, bias_state = plain_state(w_rows), plain_state(e_rows), plain_state(np.reshape(bias_rows, (1, 1)))
         e32 = weights_of_rows(e_state, k, pe).astype(np.float32)
         pooled = pool_fields(batch.offsets, uidx, batch.fields, batch.values, e32, self.spec.field_count)
-        p_t = torch.from_numpy(pooled).to(self.net.device).requires_grad_(True)
-        self.net.zero_grad(set_to_none=True)
-        mlp_out = self.net(p_t)
-        (jac,) = torch.autograd.grad(mlp_out.sum(), p_t, retain_graph=True)  # examples are independent
-        probs, dlogit, gw, ge, gbias = train_deep_batch(
+        mlp_out, jac = self._mlp_step(batch, uidx, pooled, w_state, pw, bias_state, pb)
+        probs, _, gw, ge, gbias = train_deep_batch(
             seq,
             self.spec.family.pairwise,  # DeepFM: the FM over fields
             self.spec.pair_norm,
@@ -91,8 +154,8 @@ class DeepModel:
             batch.fields,
             batch.values,
             batch.labels,
-            mlp_out.detach().cpu().numpy().astype(np.float32),
-            jac.cpu().numpy().astype(np.float32),
+            mlp_out,
+            jac,
             w_state,
             pw,
             e_state,
@@ -100,7 +163,6 @@ class DeepModel:
             bias_state,
             pb,
         )
-        mlp_out.backward(torch.from_numpy(dlogit).to(self.net.device))
         n = len(batch)
         if seq:
             client.push("w", uniq, w_state - w_rows, w_session, kind=DELTA, samples=n)
@@ -110,6 +172,8 @@ class DeepModel:
             client.push("w", uniq, gw.astype(np.float32), w_session, kind=GRADIENT, samples=n)
             client.push(self.emb, uniq, ge.astype(np.float32), e_session, kind=GRADIENT, samples=n)
             client.push_dense("bias", np.array([gbias], np.float32), kind=GRADIENT, samples=n)
-        grad = self.net.flat_grad() / max(1, n)
-        self.dense.push(client, grad, n)
+        if self.replica is not None:
+            self.replica.step(n)
+        else:
+            self.dense.push(client, self.net.flat_grad() / max(1, n), n)
         return probs  # type: ignore[no-any-return]

@@ -56,6 +56,7 @@ class Trained:
 
 class TrainableModel(Protocol):
     spec: ModelSpec
+    device: str  # where it trains: "cpu", or "cuda" for an MLP on the GPU
 
     def prepare(self, client: PSClient) -> None:
         """Declares the tables; initializes those that start empty and need it."""
@@ -64,8 +65,12 @@ class TrainableModel(Protocol):
         """Trains on a batch; returns each example's probability predicted before training on it."""
 
     def finish(self, client: PSClient) -> None:
-        """Sends what the model holds back (0/1 Adam's local steps): at the end of a run and
-        before a checkpoint."""
+        """Sends what the model holds back (0/1 Adam's local steps, the MLP a worker trains):
+        at the end of a run and before a checkpoint."""
+
+    def publish(self, client: PSClient) -> None:
+        """Before an export: the shards get what an export must hold that this worker keeps
+        (the MLP of hybrid training)."""
 
     def reset(self) -> None:
         """Forgets what it keeps between batches (rows cached for staleness, the MLP sync's
@@ -87,6 +92,7 @@ class FactorizationModel:
 
     def __init__(self, spec: ModelSpec, staleness: int = 0) -> None:
         self.spec = spec
+        self.device = "cpu"
         self.code = spec.family.train_code
         self.tables = {t.name: t for t in spec.tables()}
         self.sequential = spec.update == "example"
@@ -208,6 +214,9 @@ class FactorizationModel:
     def finish(self, client: PSClient) -> None:
         pass  # nothing held back: every batch is pushed
 
+    def publish(self, client: PSClient) -> None:
+        pass
+
     def reset(self) -> None:
         self.cache = RowCache(self.cache.staleness, self.sparse)
 
@@ -224,15 +233,29 @@ class FactorizationModel:
         return probs
 
 
-def build_model(spec: ModelSpec, staleness: int = 0, dense_codec: str = "fp32") -> TrainableModel:
-    """dense_codec: how the MLP syncs (trainer.step.dense_sync)."""
+def build_model(
+    spec: ModelSpec,
+    staleness: int = 0,
+    dense_codec: str = "fp32",
+    replicated: bool = True,
+    device: str = "auto",
+    batch_size: int = 256,
+) -> TrainableModel:
+    """dense_codec: how the MLP syncs through the PS (trainer.step.dense_sync) when it is not
+    `replicated` on the worker (hybrid training, trainer.step.dense_replica); device: where
+    it trains (trainer.step.device), at batch_size examples a step."""
     if spec.is_dnn:
         if staleness:
             raise ValueError(f"--staleness applies to lr, fm and ffm; {spec.type} pulls every batch")
         require("torch")  # torch loads only for DNN models
+        from trainer.step.device import choose
         from trainer.step.dnn import DeepModel
 
-        return DeepModel(spec, dense_codec)
+        return DeepModel(spec, dense_codec, replicated, device=choose(device, spec, batch_size))
     if dense_codec != "fp32":
         raise ValueError(f"--dense-codec {dense_codec} applies to the MLP of wdl and deepfm, not {spec.type}")
+    if device == "cuda":
+        raise ValueError(f"--device cuda: {spec.type} trains with numba kernels on the CPU; only wdl and deepfm use a GPU")
+    if device not in ("auto", "cpu"):
+        raise ValueError(f"--device {device!r}: expected auto, cpu or cuda")
     return FactorizationModel(spec, staleness)

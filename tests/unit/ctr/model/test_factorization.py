@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from ctr.model.dnn import pool_fields, pool_fields_reference, train_deep_batch
+from ctr.model.dnn import deep_partials, deep_partials_reference, pool_fields, pool_fields_reference, train_deep_batch
 from ctr.model.factorization import MODEL_CODES, batch_logloss_reference, logit_reference, logits, train_batch
 from ctr.model.optim import PLAIN, OptimizerSpec, init_rows, plain_state
 
@@ -152,6 +152,21 @@ def test_pooling_matches_the_reference():
     emb = rng.normal(size=(U, K)).astype(np.float32)
     np.testing.assert_allclose(
         pool_fields(offsets, uidx, fields, x, emb, F), pool_fields_reference(offsets, uidx, fields, x, emb, F), atol=1e-6
+    )
+
+
+@pytest.mark.parametrize("with_fm,norm", [(False, False), (True, False), (True, True)], ids=["wdl", "deepfm", "deepfm-norm"])
+def test_deep_partials_match_the_reference(with_fm, norm):
+    rng = np.random.default_rng(4)
+    offsets, uidx, fields, x, _ = _batch(rng)
+    emb = rng.normal(size=(U, K)).astype(np.float32)
+    w = rng.normal(size=U).astype(np.float32)
+    pooled = pool_fields(offsets, uidx, fields, x, emb, F)
+    np.testing.assert_allclose(
+        deep_partials(offsets, uidx, x, w, pooled, 0.3, with_fm, norm),
+        deep_partials_reference(offsets, uidx, x, w, pooled, 0.3, with_fm, norm),
+        rtol=1e-5,
+        atol=1e-5,
     )
 
 

@@ -1,0 +1,109 @@
+"""Hybrid training's dense half: the worker's Adam is the shard's, the PS round trip loses
+nothing, and two ranks on the halves of a batch end where one rank on the whole batch does."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import socket
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from ctr.model.mlp import DeepCTR
+from ctr.model.optim import OptimizerSpec, step_rows
+from ctr.model.spec import ModelSpec
+from ps.client import PSClient
+from trainer.step.dense_replica import DenseReplica
+
+SPEC = ModelSpec("deepfm", k=2, fields=("a", "b", "c"), hidden=(8, 4))
+OPT = OptimizerSpec("adam", lr=0.01, l2=1e-3)
+
+
+def _grads(net: DeepCTR, pooled: torch.Tensor, dlogit: torch.Tensor) -> None:
+    net.zero_grad(set_to_none=True)
+    net(pooled).backward(dlogit)
+
+
+def _batch(seed: int, n: int = 32) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n, 3, 2, generator=g), torch.randn(n, generator=g)
+
+
+def test_the_workers_adam_is_the_shards():
+    net = DeepCTR(SPEC, seed=1)
+    replica = DenseReplica(net, OPT)
+    rows = replica.state_rows()
+    assert rows.shape == (sum(int(np.prod(s)) for _, s in SPEC.mlp_shapes()), 4) and (rows[:, 1:] == 0).all()
+    for i in range(5):
+        pooled, dlogit = _batch(i)
+        _grads(net, pooled, dlogit)
+        mean = torch.cat([p.grad.reshape(-1) for p in net.params]).double().numpy() / 32  # type: ignore[union-attr]
+        step_rows(rows, mean.reshape(-1, 1), 1, OPT.params())  # the shard's Adam, in float64
+        replica.step(32)
+    np.testing.assert_allclose(replica.state_rows(), rows, rtol=2e-4, atol=1e-6)
+    assert replica.state_rows()[0, 3] == 5
+
+
+def test_the_ps_holds_the_replica_exactly_and_a_new_worker_takes_it_up():
+    client = PSClient.local(1)
+    client.control.declare(SPEC.tables())
+    a = DenseReplica(DeepCTR(SPEC, seed=1), OPT)
+    for i in range(3):
+        _grads(a.net, *_batch(i))
+        a.step(32)
+    a.write_to(client)
+    b = DenseReplica(DeepCTR(SPEC, seed=2), OPT)  # another start: the PS's MLP replaces it
+    b.read_from(client)
+    np.testing.assert_array_equal(b.state_rows(), a.state_rows())
+    for r in (a, b):  # and both go on alike
+        _grads(r.net, *_batch(9))
+        r.step(32)
+    np.testing.assert_array_equal(b.state_rows(), a.state_rows())
+    client.close()
+
+
+def _rank(rank: int, port: int, out: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=2)
+    try:
+        replica = DenseReplica(DeepCTR(SPEC, seed=1), OPT, torch.distributed.group.WORLD)
+        for i in range(3):
+            pooled, dlogit = _batch(i)
+            half = slice(0, 20) if rank == 0 else slice(20, 32)  # uneven halves: the mean is over samples
+            _grads(replica.net, pooled[half], dlogit[half])
+            replica.step(20 if rank == 0 else 12)
+        np.save(out, replica.state_rows())
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_two_ranks_on_halves_of_each_batch_end_as_one_rank_on_the_whole(tmp_path: Path):
+    whole = DenseReplica(DeepCTR(SPEC, seed=1), OPT)
+    for i in range(3):
+        _grads(whole.net, *_batch(i))
+        whole.step(32)
+    ctx = mp.get_context("spawn")
+    port = _free_port()
+    procs = [ctx.Process(target=_rank, args=(r, port, str(tmp_path / f"r{r}.npy"))) for r in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=120)
+        assert p.exitcode == 0
+    ranks = [np.load(tmp_path / f"r{r}.npy") for r in range(2)]
+    np.testing.assert_array_equal(ranks[0], ranks[1])  # every rank holds the same MLP
+    np.testing.assert_allclose(ranks[0], whole.state_rows(), rtol=1e-4, atol=1e-6)
+
+
+def test_only_adam_trains_on_the_worker():
+    with pytest.raises(ValueError, match="--opt-mlp sgd"):
+        DenseReplica(DeepCTR(SPEC), OptimizerSpec("sgd"))

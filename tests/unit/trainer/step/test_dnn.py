@@ -1,0 +1,53 @@
+"""The DNN step's one backward: the MLP's output, its Jacobian and its parameter gradient
+are those of separate autograd passes."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ctr.data.batch import SampleBatch
+from ctr.model.dnn import deep_partials_reference, pool_fields
+from ctr.model.optim import PLAIN, plain_state
+from ctr.model.spec import ModelSpec
+from trainer.step.dnn import DeepModel
+
+SPEC = ModelSpec("deepfm", k=3, fields=("a", "b", "c", "d"), hidden=(16, 8))
+
+
+def _batch(rng: np.random.Generator, n: int = 24) -> tuple[SampleBatch, np.ndarray]:
+    counts = rng.integers(1, 5, n)
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    uidx = rng.integers(0, 10, int(offsets[-1])).astype(np.int64)
+    batch = SampleBatch(
+        labels=(rng.random(n) < 0.4).astype(np.float32),
+        offsets=offsets,
+        keys=(uidx + 1).astype(np.uint64),
+        fields=(uidx % 4).astype(np.int32),
+        values=np.asarray(rng.uniform(0.5, 1.5, uidx.shape[0]), dtype=np.float32),
+    )
+    return batch, uidx
+
+
+def test_one_backward_gives_the_jacobian_and_the_gradient_of_two():
+    rng = np.random.default_rng(0)
+    model = DeepModel(SPEC)
+    batch, uidx = _batch(rng)
+    emb = rng.normal(scale=0.3, size=(10, 3)).astype(np.float32)
+    w = rng.normal(scale=0.3, size=(10, 1))
+    pooled = pool_fields(batch.offsets, uidx, batch.fields, batch.values, emb, 4)
+    p = PLAIN.params()
+    out, jac = model._mlp_step(batch, uidx, pooled, plain_state(w), p, plain_state(np.array([[0.1]])), p)
+    grads = [q.grad.clone() for q in model.net.params]  # type: ignore[union-attr]
+
+    x = torch.from_numpy(pooled).requires_grad_(True)
+    model.net.zero_grad(set_to_none=True)
+    expected_out = model.net(x)
+    (expected_jac,) = torch.autograd.grad(expected_out.sum(), x, retain_graph=True)
+    partial = deep_partials_reference(batch.offsets, uidx, batch.values, w[:, 0].astype(np.float32), pooled, 0.1, True, True)
+    dlogit = torch.sigmoid(expected_out.detach() + torch.from_numpy(partial)) - torch.from_numpy(batch.labels)
+    expected_out.backward(dlogit)
+    np.testing.assert_allclose(out, expected_out.detach().numpy(), rtol=1e-6)
+    np.testing.assert_allclose(jac, expected_jac.numpy(), rtol=1e-3, atol=1e-6)
+    for got, q in zip(grads, model.net.params, strict=True):
+        np.testing.assert_allclose(got.numpy(), q.grad.numpy(), rtol=1e-4, atol=1e-7)  # type: ignore[union-attr]

@@ -1,0 +1,105 @@
+"""Hybrid training's dense half (PERSIA's split, docs/design/hybrid-training.md): the MLP's
+weights and its Adam state live on this worker's device. Every step sums the gradient and
+the sample count over the process group's ranks (one all-reduce: NCCL between GPUs, gloo on
+CPU; nothing with one rank) and steps Adam on the mean, so every rank holds the same MLP.
+Adam is the shard's (ctr.model.optim: L2 in the gradient, bias corrections per step) in
+torch's foreach ops: torch.optim would import torch._dynamo, a second of start-up.
+
+The PS holds the MLP only where it must: before a checkpoint cut or an export, rank 0 writes
+the weights and the Adam state into the dense table `mlp` (the layout the shard's Adam
+keeps, w | m | v | t per element), and every rank that takes up at a cut reads them back.
+Sparse rows stay on the PS."""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+import torch
+
+from ctr.model.mlp import DeepCTR
+from ctr.model.optim import OptimizerSpec
+from ps.api import DELTA
+from ps.client import PSClient
+
+F64 = npt.NDArray[np.float64]
+TABLE = "mlp"
+
+
+class DenseReplica:
+    def __init__(self, net: DeepCTR, opt: OptimizerSpec, group: torch.distributed.ProcessGroup | None = None) -> None:
+        if opt.kind != "adam":
+            raise ValueError(f"--opt-mlp {opt.kind}: the MLP trains on the worker with Adam; give 'adam lr=...'")
+        self.net = net
+        self.opt = opt
+        self.group = group
+        self.rank = torch.distributed.get_rank(group) if group is not None else 0
+        self.world = torch.distributed.get_world_size(group) if group is not None else 1
+        self.params = list(net.params)
+        self.m = [torch.zeros_like(p) for p in self.params]
+        self.v = [torch.zeros_like(p) for p in self.params]
+        self.steps = 0
+
+    def step(self, samples: int) -> None:
+        """One Adam step on the mean gradient of the group's batches: this rank's gradient
+        of its summed loss (the parameters' .grad) over `samples` samples, with the other
+        ranks' summed in."""
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
+        total = float(samples)
+        if self.world > 1:
+            flat = torch.cat([*(g.reshape(-1) for g in grads), torch.tensor([total], device=grads[0].device)])
+            torch.distributed.all_reduce(flat, group=self.group)
+            total = float(flat[-1])
+            sizes = [g.numel() for g in grads]
+            grads = [part.view_as(p) for part, p in zip(flat[:-1].split(sizes), self.params, strict=True)]
+        o = self.opt
+        t = self.steps + 1
+        c1, c2 = 1.0 - o.beta1**t, 1.0 - o.beta2**t
+        with torch.no_grad():
+            torch._foreach_div_(grads, max(1.0, total))
+            if o.l2:
+                torch._foreach_add_(grads, self.params, alpha=o.l2)
+            torch._foreach_lerp_(self.m, grads, 1.0 - o.beta1)  # m = beta1 m + (1 - beta1) g
+            torch._foreach_mul_(self.v, o.beta2)
+            torch._foreach_addcmul_(self.v, grads, grads, value=1.0 - o.beta2)
+            denom = torch._foreach_div(self.v, c2)
+            torch._foreach_sqrt_(denom)
+            torch._foreach_add_(denom, o.eps)
+            torch._foreach_addcdiv_(self.params, self.m, denom, value=-o.lr / c1)
+        for p in self.params:
+            p.grad = None
+        self.steps = t
+
+    def state_rows(self) -> F64:
+        """The MLP as the PS's adam rows [n, 4]: weight, m, v, t, in ModelSpec.mlp_shapes() order."""
+        with torch.no_grad():
+            cols = [
+                torch.stack([p.reshape(-1), m.reshape(-1), v.reshape(-1)], dim=1)
+                for p, m, v in zip(self.params, self.m, self.v, strict=True)
+            ]
+            rows = torch.cat(cols).double().cpu().numpy()
+        return np.concatenate([rows, np.full((rows.shape[0], 1), float(self.steps))], axis=1)
+
+    def load_rows(self, rows: F64) -> None:
+        """Takes up the PS's adam rows [n, 4] (see state_rows)."""
+        offset = 0
+        with torch.no_grad():
+            for p, m, v in zip(self.params, self.m, self.v, strict=True):
+                n = p.numel()
+                part = torch.from_numpy(np.ascontiguousarray(rows[offset : offset + n, :3], np.float32)).to(p.device)
+                p.copy_(part[:, 0].view_as(p))
+                m.copy_(part[:, 1].view_as(p))
+                v.copy_(part[:, 2].view_as(p))
+                offset += n
+        self.steps = int(rows[0, 3]) if rows.shape[0] else 0
+
+    def write_to(self, client: PSClient) -> None:
+        """Rank 0 makes the PS's `mlp` table hold this MLP and its Adam state (a state delta
+        from what the shards hold); the other ranks hold the same and write nothing."""
+        if self.rank != 0:
+            return
+        mine = self.state_rows()
+        client.push_dense(TABLE, mine - client.pull_dense(TABLE, state=True), kind=DELTA)
+
+    def read_from(self, client: PSClient) -> None:
+        """Takes up the MLP the PS holds (at a cut, or the initial one rank 0 wrote)."""
+        self.load_rows(np.asarray(client.pull_dense(TABLE, state=True), dtype=np.float64))
