@@ -1,5 +1,6 @@
-"""DeepCTR-Torch DeepFM: one epoch over the first 80% of the rows (batch 256), scores the
-last 20%. Runs in bench/.peers-venv. Input: an .npz of labels and per-field ids. Prints JSON."""
+"""DeepCTR-Torch DeepFM or WDL: one epoch over the first 80% of the rows (batch 256), scores
+the last 20%. Runs in bench/.peers-venv. Input: an .npz of labels and per-field ids, then k
+and the hidden layers, then optionally the model (deepfm, the default, or wdl). Prints JSON."""
 
 import json
 import sys
@@ -9,18 +10,20 @@ import numpy as np
 import pandas as pd
 import torch
 from deepctr_torch.inputs import SparseFeat, get_feature_names
-from deepctr_torch.models import DeepFM
+from deepctr_torch.models import WDL, DeepFM
 from sklearn.metrics import roc_auc_score
 
 data = np.load(sys.argv[1])
 k, hidden = int(sys.argv[2]), tuple(int(h) for h in sys.argv[3].split(","))
+model_type = sys.argv[4] if len(sys.argv) > 4 else "deepfm"
 labels, ids = data["labels"], data["ids"]
 cut = int(len(labels) * 0.8)
 names = [f"f{i}" for i in range(ids.shape[1])]
 frame = pd.DataFrame(ids, columns=names)
 columns = [SparseFeat(n, vocabulary_size=int(ids[:, i].max()) + 1, embedding_dim=k) for i, n in enumerate(names)]
 torch.manual_seed(0)
-model = DeepFM(columns, columns, task="binary", dnn_hidden_units=hidden, device="cpu")
+build = {"deepfm": DeepFM, "wdl": WDL}[model_type]
+model = build(columns, columns, task="binary", dnn_hidden_units=hidden, device="cpu")
 model.compile("adam", "binary_crossentropy")
 x = {n: frame[n].values for n in get_feature_names(columns)}
 start = time.perf_counter()
@@ -37,6 +40,7 @@ print(
             "examples_per_s": cut / elapsed,
             "k": k,
             "hidden": list(hidden),
+            "model": model_type,
         }
     )
 )

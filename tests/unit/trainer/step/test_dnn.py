@@ -4,6 +4,7 @@ are those of separate autograd passes."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from ctr.data.batch import SampleBatch
@@ -51,3 +52,21 @@ def test_one_backward_gives_the_jacobian_and_the_gradient_of_two():
     np.testing.assert_allclose(jac, expected_jac.numpy(), rtol=1e-3, atol=1e-6)
     for got, q in zip(grads, model.net.params, strict=True):
         np.testing.assert_allclose(got.numpy(), q.grad.numpy(), rtol=1e-4, atol=1e-7)  # type: ignore[union-attr]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_the_step_on_a_gpu_equals_the_step_on_the_cpu():
+    rng = np.random.default_rng(1)
+    batch, uidx = _batch(rng)
+    emb = rng.normal(scale=0.3, size=(10, 3)).astype(np.float32)
+    pooled = pool_fields(batch.offsets, uidx, batch.fields, batch.values, emb, 4)
+    p, w, bias = PLAIN.params(), plain_state(rng.normal(scale=0.3, size=(10, 1))), plain_state(np.array([[0.1]]))
+    cpu, gpu = DeepModel(SPEC), DeepModel(SPEC, device=torch.device("cuda"))
+    assert gpu.device == "cuda" and gpu.replica is not None
+    for model in (cpu, gpu):
+        model._mlp_step(batch, uidx, pooled, w, p, bias, p)
+        model.replica.step(len(batch))  # type: ignore[union-attr]
+    got, want = (m._mlp_step(batch, uidx, pooled, w, p, bias, p) for m in (gpu, cpu))
+    for g, c in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, c, rtol=1e-3, atol=1e-5)
+    np.testing.assert_allclose(gpu.replica.state_rows(), cpu.replica.state_rows(), rtol=1e-4, atol=1e-6)  # type: ignore[union-attr]

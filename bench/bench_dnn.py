@@ -1,0 +1,120 @@
+"""DNN training side by side (issue 31): Boundless's Wide&Deep and DeepFM against
+DeepCTR-Torch and TorchRec (EmbeddingBagCollection + MLP) on the same rows, in one run,
+all on this machine's CPU unless --device says otherwise.
+
+- Boundless: `boundless train --ps local` (whole process), one online pass in stream order;
+  AUC progressive over the last 20%; examples/s in the trainer.
+- Peers (bench/.peers-venv, bench/install_peers.sh): one epoch over the first 80% of the
+  same rows (same fields, same ids), batch 256, scoring the last 20%.
+Every system runs once per round, in turn, for --reps rounds (this machine is noisy: a
+peer's speed has swung 10x between runs of a day); the table gives medians.
+
+Writes bench/results/dnn.json and prints a markdown table; asserts nothing about speed.
+Run: .venv/bin/python bench/bench_dnn.py [--reps 3] [--datasets frappe,criteo10k] [--device cpu]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.datasets import DATASETS, encode_ids, write_stream  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+PEERS = ROOT / "bench" / ".peers-venv" / "bin" / "python"
+FORMATS = {"frappe": "libsvm", "criteo10k": "criteo", "avazu10k": "avazu"}
+K, HIDDEN = "16", "400,400,400"
+
+
+def boundless(stream: Path, fmt: str, rows: int, model: str, device: str, work: Path) -> dict[str, float]:
+    out = work / f"run-{time.time_ns()}.json"
+    cmd = [sys.executable, "-m", "boundless", "train", "--source", str(stream), "--no-follow", "--ps", "local"]
+    cmd += [
+        "--format",
+        fmt,
+        "--metrics-port",
+        "-1",
+        "--port",
+        "-1",
+        "--metrics-out",
+        str(out),
+        "--window",
+        str(max(1, rows // 5)),
+    ]
+    cmd += ["--model", model, "--k", K, "--hidden", HIDDEN, "--device", device]
+    started = time.perf_counter()
+    subprocess.run(cmd, check=True, capture_output=True, timeout=3600)
+    wall = time.perf_counter() - started
+    r = json.loads(out.read_text())
+    return {"auc": r["window_auc"], "examples_per_s": r["examples_per_s"], "wall_s": wall, "device": r.get("device", "cpu")}
+
+
+def peer(script: str, *args: str) -> dict[str, float] | None:
+    if not PEERS.exists():
+        return None
+    env = {**os.environ, "USER": os.environ.get("USER", "root") or "root"}
+    proc = subprocess.run([str(PEERS), str(ROOT / "bench" / "peers" / script), *args], capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        return {"error": proc.stderr[-500:]}  # type: ignore[dict-item]
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+def median(runs: list[dict[str, float] | None], key: str) -> float | None:
+    values = [float(r[key]) for r in runs if r and key in r]
+    return statistics.median(values) if values else None
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(allow_abbrev=False)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--datasets", default="frappe,criteo10k")
+    ap.add_argument("--models", default="deepfm,wdl")
+    ap.add_argument("--device", default="cpu", help="Boundless's --device (the peers run on the CPU)")
+    args = ap.parse_args()
+    results: dict[str, dict[str, dict[str, Any]]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        for name in args.datasets.split(","):
+            ds = DATASETS[name]
+            stream = write_stream(ds, work)
+            labels, ids, _ = encode_ids(ds)
+            npz = work / f"{name}.npz"
+            np.savez(npz, labels=labels, ids=ids)
+            for model in args.models.split(","):
+                runs: dict[str, list[dict[str, float] | None]] = {"boundless": [], "deepctr-torch": [], "torchrec": []}
+                for _ in range(args.reps):
+                    runs["boundless"].append(boundless(stream, FORMATS[name], len(labels), model, args.device, work))
+                    runs["deepctr-torch"].append(peer("run_deepctr.py", str(npz), K, HIDDEN, model))
+                    runs["torchrec"].append(peer("run_torchrec.py", str(npz), model, K, HIDDEN))
+                key = f"{name}/{model}"
+                results[key] = {
+                    system: {"auc": median(r, "auc"), "examples_per_s": median(r, "examples_per_s"), "runs": r}
+                    for system, r in runs.items()
+                }
+                print(
+                    key,
+                    json.dumps({s: {m: v[m] for m in ("auc", "examples_per_s")} for s, v in results[key].items()}),
+                    flush=True,
+                )
+    out = ROOT / "bench" / "results" / "dnn.json"
+    out.write_text(json.dumps(results, indent=1))
+    print("\n| dataset / model | system | AUC, last 20% | examples/s (median) |\n|---|---|---|---|")
+    for key, systems in results.items():
+        for system, v in systems.items():
+            auc, rate = v["auc"], v["examples_per_s"]
+            print(f"| {key} | {system} | {auc if auc is None else f'{auc:.4f}'} | {rate if rate is None else f'{rate:,.0f}'} |")
+
+
+if __name__ == "__main__":
+    main()
