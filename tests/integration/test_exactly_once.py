@@ -35,11 +35,13 @@ def _shard(i: int, work: Path, port: int = 0, lifecycle: tuple[str, ...] = ()) -
     return d
 
 
-def _trainer(stream: Path, shards: list[Daemon], out: Path, log: Path | None = None) -> subprocess.Popen[str]:
+def _trainer(
+    stream: Path, shards: list[Daemon], out: Path, log: Path | None = None, model: tuple[str, ...] = ()
+) -> subprocess.Popen[str]:
     """The trainer, its log piped (read by _finish) or, with `log`, written there."""
     cmd = [sys.executable, "-m", "boundless", "train", "--source", str(stream), "--no-follow", "--metrics-port", "-1"]
     cmd += ["--ps", ",".join(s.address for s in shards), "--batch-size", "1024", "--checkpoint-interval-s", "0.3"]
-    cmd += ["--ps-retry-s", "60", "--metrics-out", str(out)]
+    cmd += ["--ps-retry-s", "60", "--metrics-out", str(out), *model]
     if log is None:
         return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     with open(log, "w") as err:
@@ -155,15 +157,17 @@ def test_shards_with_admission_and_eviction_dying_change_nothing(data_dir, tmp_p
     assert samples == total
 
 
-def test_a_trainer_killed_at_random_moments_changes_nothing(uninterrupted, tmp_path):
-    stream, expected, total = uninterrupted
-    rng = random.Random(7)
-    shards = [_shard(i, tmp_path) for i in range(2)]
+def _trainer_killed(
+    stream: Path, work: Path, rng: random.Random, kills_wanted: int, model: tuple[str, ...] = ()
+) -> tuple[int, str, dict[str, Any]]:
+    """Trains the stream, killing the trainer (kill -9) at random moments and starting it
+    again; returns (kills, the last run's log, the model the shards end with)."""
+    shards = [_shard(i, work) for i in range(2)]
     try:
         kills = 0
-        for run in range(KILLS):
-            log = tmp_path / f"trainer{run}.log"
-            trainer = _trainer(stream, shards, tmp_path / "m.json", log)
+        for run in range(kills_wanted):
+            log = work / f"trainer{run}.log"
+            trainer = _trainer(stream, shards, work / "m.json", log, model)
             _training(trainer, log)  # past its start-up: a kill there would test nothing
             time.sleep(rng.uniform(0.1, 1.5))
             if trainer.poll() is not None:
@@ -171,13 +175,44 @@ def test_a_trainer_killed_at_random_moments_changes_nothing(uninterrupted, tmp_p
             trainer.kill()
             trainer.wait()
             kills += 1
-        err = _finish(_trainer(stream, shards, tmp_path / "m.json"))
-        assert kills >= 2 and "the stream takes up at" in err, err[-3000:]
-        assert _model(shards) == expected
-        assert json.loads((tmp_path / "m.json").read_text())["samples"] == total
+        err = _finish(_trainer(stream, shards, work / "m.json", model=model))
+        return kills, err, _model(shards)
     finally:
         for s in shards:
             s.stop()
+
+
+def test_a_trainer_killed_at_random_moments_changes_nothing(uninterrupted, tmp_path):
+    stream, expected, total = uninterrupted
+    kills, err, model = _trainer_killed(stream, tmp_path, random.Random(7), KILLS)
+    assert kills >= 2 and "the stream takes up at" in err, err[-3000:]
+    assert model == expected
+    assert json.loads((tmp_path / "m.json").read_text())["samples"] == total
+
+
+DEEPFM = ("--model", "deepfm", "--k", "4", "--hidden", "32,16")
+
+
+def test_a_deepfm_trainer_killed_at_random_moments_changes_nothing(data_dir, tmp_path):
+    """Hybrid training: the MLP and its Adam state live on the trainer and reach the shards
+    at each cut, so a trainer killed between cuts takes up the cut's MLP; the shards end
+    with the same rows and the same MLP, bit for bit, as an uninterrupted run."""
+    stream = tmp_path / "stream.libfm"
+    total = _stream(data_dir, stream, repeat=3)
+    once = tmp_path / "once"
+    once.mkdir()
+    shards = [_shard(i, once) for i in range(2)]
+    try:
+        _finish(_trainer(stream, shards, once / "m.json", model=DEEPFM))
+        expected = _model(shards)
+    finally:
+        for s in shards:
+            s.stop()
+    assert "mlp" in expected
+    kills, err, model = _trainer_killed(stream, tmp_path, random.Random(5), 3, DEEPFM)
+    assert kills >= 2 and "the stream takes up at" in err, err[-3000:]
+    assert model == expected
+    assert json.loads((tmp_path / "m.json").read_text())["samples"] == total
 
 
 def test_in_process_shards_checkpoint_and_take_up_like_shard_processes(data_dir, tmp_path):

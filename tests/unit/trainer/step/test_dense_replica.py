@@ -107,3 +107,20 @@ def test_two_ranks_on_halves_of_each_batch_end_as_one_rank_on_the_whole(tmp_path
 def test_only_adam_trains_on_the_worker():
     with pytest.raises(ValueError, match="--opt-mlp sgd"):
         DenseReplica(DeepCTR(SPEC), OptimizerSpec("sgd"))
+
+
+def test_a_write_is_exact_where_one_delta_would_round():
+    """Held 1.0, wanted 1e-30: 1.0 + (1e-30 - 1.0) is 0 in float64, so a second delta sends
+    the rest; the PS then holds the replica bit for bit."""
+    client = PSClient.local(1)
+    client.control.declare(SPEC.tables())
+    r = DenseReplica(DeepCTR(SPEC, seed=1), OPT)
+    size = r.state_rows().shape[0]
+    client.push_dense("mlp", np.ones((size, 4)) - client.pull_dense("mlp", state=True), kind="delta")
+    with torch.no_grad():
+        r.v[0].fill_(1e-30)
+        r.m[0].fill_(-3.5e-20)
+    r.steps = 7
+    r.write_to(client)
+    np.testing.assert_array_equal(client.pull_dense("mlp", state=True), r.state_rows())
+    client.close()
