@@ -5,8 +5,8 @@
   over the last 20%, examples/s (min/median over repetitions).
 - The mini-batch gap: LR-FTRL progressive logloss at batch 1 and 256, with per-example
   updates (the default) and with summed batch gradients, beside Vowpal Wabbit.
-- Peers on the same rows: xLearn FFM and DeepCTR-Torch DeepFM (train on the first 80%,
-  score the last 20%), from bench/.peers-venv (bench/install_peers.sh).
+- Peers on the same rows: xLearn FFM (trains on the first 80%, scores the last 20%), from
+  bench/.peers-venv (bench/install_peers.sh). The DNN models and their peers: bench/bench_dnn.py.
 
 Writes bench/results/models.json and prints markdown tables; asserts nothing about speed.
 Run: .venv/bin/python bench/bench_models.py [--reps 3] [--datasets frappe,criteo10k,avazu10k]
@@ -24,21 +24,16 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.datasets import DATASETS, encode_ids, write_libffm, write_stream, write_vw  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 PEERS = ROOT / "bench" / ".peers-venv" / "bin" / "python"
-# label -> trainer flags; defaults everywhere, plus one tuned DeepFM row
+# label -> trainer flags; defaults everywhere (wdl and deepfm: bench/bench_dnn.py)
 MODELS: dict[str, list[str]] = {
     "lr": ["--model", "lr"],
     "fm": ["--model", "fm", "--k", "8"],
     "ffm": ["--model", "ffm", "--k", "8"],
-    "wdl": ["--model", "wdl", "--k", "16", "--hidden", "400,400,400"],
-    "deepfm": ["--model", "deepfm", "--k", "16", "--hidden", "400,400,400"],
-    "deepfm (v lr 1.0)": ["--model", "deepfm", "--k", "16", "--hidden", "400,400,400", "--opt-v", "lr=1.0"],
 }
 FORMATS = {"frappe": "libsvm", "criteo10k": "criteo", "avazu10k": "avazu"}
 
@@ -116,10 +111,7 @@ def main() -> None:
             write_libffm(labels[:cut], ids[:cut], tr)
             write_libffm(labels[cut:], ids[cut:], te)
             res["xlearn_ffm"] = peer("run_xlearn.py", str(tr), str(te), "4", "10")
-            npz = work / f"{name}.npz"
-            np.savez(npz, labels=labels, ids=ids)
-            res["deepctr_deepfm"] = peer("run_deepctr.py", str(npz), "16", "400,400,400")
-            print(name, "peers", json.dumps({k: res[k] for k in ("xlearn_ffm", "deepctr_deepfm")}), flush=True)
+            print(name, "peers", json.dumps({"xlearn_ffm": res["xlearn_ffm"]}), flush=True)
             results[name] = res
     out_dir = ROOT / "bench" / "results"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -151,7 +143,7 @@ def print_tables(results: dict[str, dict]) -> None:
     print("\n| dataset | peer | AUC (last 20%, held out) | examples/s | settings |")
     print("|---|---|---|---|---|")
     for name, res in results.items():
-        for key in ("xlearn_ffm", "deepctr_deepfm"):
+        for key in ("xlearn_ffm",):
             p = res.get(key) or {}
             if "auc" in p:
                 print(f"| {name} | {key} | {p['auc']:.4f} | {p['examples_per_s']:,.0f} | k={p['k']}, {p['epochs']} epochs |")
