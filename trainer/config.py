@@ -141,6 +141,18 @@ class ParallelSettings:
         },
     )
     local_aggregate_mb: int = field(default=16, metadata={"help": "shared memory per worker for --local-aggregate, MiB"})
+    rank: int = field(default=-1, metadata={"help": "this trainer's rank in a group of --world-size (default: $RANK, else 0)"})
+    world_size: int = field(
+        default=0,
+        metadata={
+            "help": "trainer processes, on any hosts, that train one model together, each on its share of the stream"
+            " (default: $WORLD_SIZE, else 1)"
+        },
+    )
+    master: str = field(
+        default="",
+        metadata={"help": "HOST:PORT where the ranks meet, rank 0's (default: $MASTER_ADDR:$MASTER_PORT)"},
+    )
 
     def validate(self, prefix: str = "") -> None:
         if self.workers < 1 or self.staleness < 0:

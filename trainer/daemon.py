@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -22,6 +23,7 @@ from ctr.model.registry import family
 from ctr.model.spec import ModelSpec
 from ctr.runtime import config as cfg
 from ctr.runtime import daemon
+from ctr.runtime.extras import require
 from ps.api import ModelIdentity, ShardRestarted, ShardStatus, StoppedWhileUnreachable
 from ps.client import PSClient
 from ps.compression.compressor import parse_codec
@@ -33,12 +35,16 @@ from trainer.run.exporter import Exporter
 from trainer.run.loop import LoopSettings, Trainer
 from trainer.run.progress_log import ProgressLog
 from trainer.run.recovery import CutPoint, planned_point, restore_and_declare, restore_shards
+from trainer.run.rendezvous import EXIT_RESTART, GroupLost, rendezvous
 from trainer.run.summary import summary_text
 from trainer.run.workers import WorkerFailed, WorkerRun, run_workers
 from trainer.spec import model_spec
 from trainer.step.dense_sync import parse_dense_codec
 from trainer.step.factorization import TrainableModel, build_model
 from trainer.step.progressive import ProgressiveMetrics
+
+if TYPE_CHECKING:
+    from trainer.run.group import Group
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -211,6 +217,16 @@ def _restarted_during(client: PSClient, model: TrainableModel) -> bool:
         return True
 
 
+def _run_rank(trainer: Trainer, group: Group, log: logging.Logger) -> dict[str, float]:
+    """A rank's run; a lost rank or shard ends it with EXIT_RESTART (SystemExit), for its
+    supervisor to start every rank again at the last common cut."""
+    try:
+        return trainer.run()
+    except (GroupLost, ShardRestarted) as e:
+        log.error("rank %d: %s; exiting with %d for a restart at the last checkpoint cut", group.rank, e, EXIT_RESTART)
+        raise SystemExit(EXIT_RESTART) from None
+
+
 def run(args: argparse.Namespace) -> int:
     return train(cfg.build(TrainerConfig, ENV_PREFIX, args))
 
@@ -260,21 +276,49 @@ def check_source(conf: TrainerConfig) -> None:
         raise cfg.ConfigError(f"--max-bad-fraction {conf.input.max_bad_fraction}: must be within 0..1")
 
 
+def form_group(conf: TrainerConfig) -> Group | None:
+    """The ranks' group when the flags or the environment name one of several (None: this
+    process trains alone)."""
+    rv = rendezvous(conf.parallel.rank, conf.parallel.world_size, conf.parallel.master, os.environ)
+    if rv.world == 1:
+        return None
+    if conf.parallel.workers > 1:
+        raise cfg.ConfigError(f"--world-size {rv.world}: each rank is one process; --workers starts several in one")
+    if conf.local:
+        raise cfg.ConfigError(
+            f"--world-size {rv.world}: the ranks share shard processes (--ps HOST:PORT,...);"
+            " --ps local shards live in one process"
+        )
+    require("torch")  # the group is torch.distributed's
+    from trainer.run.group import Group
+
+    return Group(rv)
+
+
+def _part(point: CutPoint, rank: int) -> CutPoint:
+    """Where rank `rank` takes up: its part of a cut the ranks took together (at cut 0, the
+    start of its share of the stream)."""
+    return point.parts[rank] if point.parts else point
+
+
 def _train(conf: TrainerConfig, stop: threading.Event, log: logging.Logger) -> int:
     check_source(conf)
     schema = load_schema(conf)
     guarded = daemon.guard(conf, conf.host)  # its identity for the PS channels; it serves health only
+    group = form_group(conf)
+    rank, world = (group.rank, group.world) if group is not None else (0, 1)
+    lead = rank == 0
     client = connect(conf, stop.is_set)
     statuses = client.control.status()
     if conf.ps_access.ps != "local":
         check_shard_list(conf, statuses)
     planned = planned_point(statuses, conf.ps_access.from_start)  # read only: nothing changes before the model is named
     taken = len(planned.parts) or 1
-    if planned.cut and taken != conf.parallel.workers:
+    ways = world if group is not None else conf.parallel.workers
+    if planned.cut and taken != ways:
         raise cfg.ConfigError(
-            f"checkpoint cut {planned.cut} was taken with {taken} worker(s), whose positions do not map to"
-            f" {conf.parallel.workers}:"
-            f" run with --workers {taken}, or start over with --from-start"
+            f"checkpoint cut {planned.cut} was taken with {taken} worker(s) or rank(s), whose positions do not map to"
+            f" {ways}: run with --workers {taken} (or --world-size {taken}), or start over with --from-start"
         )
 
     def reopen(position: Position | None) -> Source:
@@ -283,15 +327,19 @@ def _train(conf: TrainerConfig, stop: threading.Event, log: logging.Logger) -> i
             conf.input.follows(),
             stop=stop.is_set,
             start=position,
+            part=(rank, world),
             pattern=conf.input.source_pattern,
             ignore=conf.input.ignored_names(),
         )
 
     try:
-        source = reopen(planned.position)
+        source = reopen(_part(planned, rank).position)
     except ValueError as e:
         raise cfg.ConfigError(str(e)) from None
-    schema, fields = resolve(conf, schema, source)
+    if lead:
+        schema, fields = resolve(conf, schema, source)
+    if group is not None:  # every rank trains the field list rank 0 resolved
+        schema, fields = group.broadcast((schema, fields) if lead else None)
     spec = model_spec(conf, tuple(fields.names))
     try:
         # the MLP trains on the worker with one process; worker processes sync it through the PS
@@ -302,18 +350,26 @@ def _train(conf: TrainerConfig, stop: threading.Event, log: logging.Logger) -> i
             replicated=conf.parallel.workers == 1,
             device=conf.learner.device,
             batch_size=batch_size(conf, spec),
+            ranks=(rank, world),
         )
     except ValueError as e:
         raise cfg.ConfigError(str(e)) from None
     # the shards refuse a trainer of another model (name, type, field list) before they change
     client.transport.model = ModelIdentity.of(conf.export.model_name, spec.type, spec.fields, spec.needs_fields)
     client.transport.replace_model = conf.ps_access.replace_model
-    point = restore_shards(client, conf.ps_access.from_start)  # exactly once: back to the newest common cut
-    if (point.cut, point.position) != (planned.cut, planned.position):  # a shard restarted meanwhile: the cut moved
-        source = reopen(point.position)
-    again = restore_and_declare(client, model.prepare, conf.ps_access.from_start) if _restarted_during(client, model) else None
-    if again is not None and again != point:  # a shard restarted meanwhile and the cut moved
-        point, source = again, reopen(again.position)
+    if lead:
+        point = restore_shards(client, conf.ps_access.from_start)  # exactly once: back to the newest common cut
+        again = (
+            restore_and_declare(client, model.prepare, conf.ps_access.from_start) if _restarted_during(client, model) else None
+        )
+        point = again if again is not None else point
+    if group is not None:  # the other ranks wait for rank 0's restore and push under its generation
+        point, generation = group.broadcast((point, client.transport.generation) if lead else None)
+        client.transport.generation = generation
+        client.know(spec.tables())
+    mine = _part(point, rank)
+    if (mine.cut, mine.position) != (planned.cut, _part(planned, rank).position):  # a shard restarted meanwhile: the cut moved
+        source = reopen(mine.position)
     log.info(
         "model %s, %d fields, tables %s", spec.type, len(fields), ", ".join(f"{t.name}:{t.optimizer.kind}" for t in spec.tables())
     )
@@ -324,7 +380,7 @@ def _train(conf: TrainerConfig, stop: threading.Event, log: logging.Logger) -> i
         served.ready()
         grpc_port = served.port
     exporter = None
-    if conf.export.export_dir:
+    if conf.export.export_dir and lead:  # rank 0 exports for the group
         exporter = Exporter(
             client,
             Path(conf.export.export_dir),
@@ -350,7 +406,7 @@ def _train(conf: TrainerConfig, stop: threading.Event, log: logging.Logger) -> i
         hold_back=conf.export.holdout_samples if exporter is not None and ends(conf) else 0,
         max_bad_fraction=conf.input.max_bad_fraction,
     )
-    progress_log = ProgressLog(conf.progress.curve_out, count_samples=conf.parallel.workers > 1)
+    progress_log = ProgressLog(conf.progress.curve_out if lead else None, count_samples=conf.parallel.workers > 1 or world > 1)
     daemon.write_ready_file(conf.ready_file, grpc_port=grpc_port, metrics_port=metrics_port)
     if conf.parallel.workers > 1:
         recover = lambda: restore_and_declare(client, model.prepare, False)  # noqa: E731
@@ -366,9 +422,21 @@ def _train(conf: TrainerConfig, stop: threading.Event, log: logging.Logger) -> i
         trainer = Trainer(
             client, model, schema, fields, source, settings, ProgressiveMetrics(conf.progress.window), exporter, stop.is_set
         )
-        trainer.progress_log = progress_log
-        trainer.take_up(point, reopen, lambda: restore_and_declare(client, model.prepare, False))
-        result = dict(trainer.run())
+        trainer.progress_log = progress_log if lead else None
+        if group is None:
+            trainer.take_up(point, reopen, lambda: restore_and_declare(client, model.prepare, False))
+            result = dict(trainer.run())
+        else:
+            trainer.group = group
+            trainer.start_at(mine)
+            result = dict(_run_rank(trainer, group, log))
+            if not lead:
+                log.info("rank %d: trained %d samples of its share; rank 0 reports the run", rank, trainer.submitted)
+                client.close()
+                group.close()
+                if served is not None:
+                    served.stop(grace_s=1)
+                return 0
         elapsed_s, bad_lines, exports = trainer.elapsed_s, trainer.bad_lines, trainer.exports
         first_bad, read_schema = trainer.reader.first_bad, trainer.reader.schema or schema
         result["held_out_samples"] = float(sum(len(b) for b in trainer.held_out))
@@ -376,6 +444,14 @@ def _train(conf: TrainerConfig, stop: threading.Event, log: logging.Logger) -> i
             result["batch_cache_hits"] = float(trainer.reader.cache.hits)
             result["batch_cache_misses"] = float(trainer.reader.cache.misses)
         push_bytes, pull_bytes = client.push_bytes, client.pull_bytes
+        if trainer.merged:  # rank 0 of a group: every rank's
+            push_bytes, pull_bytes, bad_lines = (
+                trainer.merged["push_bytes"],
+                trainer.merged["pull_bytes"],
+                trainer.merged["bad_lines"],
+            )
+            result["ranks"] = float(world)
+            result["rank_samples"] = trainer.merged["rank_samples"]
         result.update(client.compression_stats())
     sparse = [t for st in client.control.status() for t in st.tables if t.kind == "sparse"]
     result["sparse_rows"] = float(sum(t.rows for t in sparse))  # the model's size, after the lifecycle
@@ -407,6 +483,8 @@ def _train(conf: TrainerConfig, stop: threading.Event, log: logging.Logger) -> i
     if conf.progress.metrics_out:
         Path(conf.progress.metrics_out).write_text(json.dumps(result, indent=1))
     client.close()
+    if group is not None:
+        group.close()
     if served is not None:
         served.stop(grace_s=1)  # NOT_SERVING first, so a probe sees the end
     good = int(result["samples"] + result.get("held_out_samples", 0))

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ctr.data.batch import SampleBatch
 from ctr.data.fields import FieldIndex
@@ -25,10 +26,13 @@ from trainer.input.reader import BatchReader, ThreadedReader
 from trainer.input.source import Position, Source
 from trainer.run.exporter import Exporter, ExportFailed
 from trainer.run.progress_log import ProgressLog
-from trainer.run.recovery import CutPoint, encode_offsets, load_progress
+from trainer.run.recovery import CutPoint, encode_offsets, encode_workers, load_progress, worker_state
 from trainer.step.factorization import TrainableModel
 from trainer.step.pipeline import Pipeline, Result
 from trainer.step.progressive import ProgressiveMetrics
+
+if TYPE_CHECKING:
+    from trainer.run.group import Group, Round
 
 log = logging.getLogger("trainer")
 
@@ -104,6 +108,11 @@ class Trainer:
         self._exported_at = 0  # samples submitted at the last export
         self._taken_up_at = 0
         self._last_progress = (time.monotonic(), 0)  # when, and samples submitted, at the last progress line
+        # the ranks of a run of several (trainer.run.group): every batch boundary is a round
+        self.group: Group | None = None
+        self._last_cut_at = time.monotonic()
+        self._last_report_at = time.monotonic()
+        self.merged: dict[str, Any] = {}  # rank 0 of a group: the ranks' merged figures at the end
 
     def train_batch(self, batch: SampleBatch) -> None:
         if self.observe is not None:
@@ -160,6 +169,8 @@ class Trainer:
                 if self._recover is None or self._reopen is None:
                     raise
                 self._recover_from(e)
+        if self.group is not None:
+            self._join()
         self.pipeline.close()
         # the other workers' last pushes go out meanwhile; a cut may pause this worker too
         self.client.leave_local_aggregation(self.control)
@@ -179,6 +190,8 @@ class Trainer:
         self._wait_commit()
         self._committer.shutdown()
         final = self.progress.snapshot()
+        if self.group is not None:
+            final = self._merge_ranks(final)
         if self.progress_log is not None:
             self.progress_log.record(final, self.client.push_bytes, self.client.pull_bytes)
         return final
@@ -208,7 +221,7 @@ class Trainer:
                 if self.exporter is not None and due and changed and not self.exporter.waiting:
                     self._export()
                     last_export = now
-                if self.s.checkpoint_interval_s > 0 and now - last_ckpt >= self.s.checkpoint_interval_s:
+                if self.group is None and self.s.checkpoint_interval_s > 0 and now - last_ckpt >= self.s.checkpoint_interval_s:
                     self.checkpoint()
                     last_ckpt = now
                 if self.control is not None:
@@ -216,11 +229,17 @@ class Trainer:
                 if self.report is not None and now - last_report >= 1.0:
                     self.report()
                     last_report = now
-                if now - last_log >= self.s.progress_interval_s or (tty and now - last_log >= 1):
+                if self.group is None and (now - last_log >= self.s.progress_interval_s or (tty and now - last_log >= 1)):
                     self._log_progress()
                     last_log = now
                 self._check_bad_lines(final=False)
-                if done or idle or self.stop():
+                finished = done or idle
+                if self.group is not None:
+                    r = self._round(training=not finished)
+                    if r.stop or finished:
+                        self.ended = idle and not r.stop
+                        break
+                elif finished or self.stop():
                     self.ended = idle  # idleness ends the stream as its end does: the tail is the holdout
                     break
             else:
@@ -229,6 +248,80 @@ class Trainer:
             ready.close()
         self._hold_out_tail()
         self.flush()
+
+    def _round(self, training: bool) -> Round:
+        """A round of the ranks at this batch boundary (trainer.run.group): rank 0 calls the
+        cuts and the progress reports on its clocks; every rank then takes the cut."""
+        assert self.group is not None
+        now = time.monotonic()
+        cut = self.s.checkpoint_interval_s > 0 and now - self._last_cut_at >= self.s.checkpoint_interval_s
+        report = now - self._last_report_at >= self.s.progress_interval_s
+        replica = getattr(self.model, "replica", None)
+        r = self.group.round(training, self.stop(), cut, report, replica)
+        if r.cut:
+            self.checkpoint()
+            self._last_cut_at = time.monotonic()
+        if r.report:
+            self._report_ranks()
+            self._last_report_at = time.monotonic()
+        return r
+
+    def _join(self) -> None:
+        """This rank's stream is over: it joins the rounds with nothing until every rank's
+        is (its last batches' MLP gradient goes out in the first), or a stop."""
+        while True:
+            r = self._round(training=False)
+            if r.training == 0 or r.stop:
+                return
+
+    def _rank_figures(self) -> dict[str, Any]:
+        return {
+            "progress": self.progress.state(),
+            "submitted": self.submitted,
+            "push_bytes": self.client.push_bytes,
+            "pull_bytes": self.client.pull_bytes,
+            "bad_lines": self.bad_lines,
+        }
+
+    def _report_ranks(self) -> None:
+        """Rank 0 logs the ranks' merged progressive metrics."""
+        assert self.group is not None
+        figures = self.group.gather(self._rank_figures())
+        if figures is None:
+            return
+        merged = ProgressiveMetrics.merge(self.progress.window, [f["progress"] for f in figures])
+        snap = merged.snapshot()
+        now = time.monotonic()
+        then, before = self._last_progress
+        total = sum(int(f["submitted"]) for f in figures)
+        rate = (total - before) / (now - then) if now > then else 0.0
+        self._last_progress = (now, total)
+        log.info(
+            "samples %d  %.0f/s on %d ranks (%s)  window AUC %.4f  logloss %.4f",
+            snap["samples"],
+            rate,
+            self.group.world,
+            self.model.device,
+            snap["window_auc"],
+            snap["window_logloss"],
+        )
+        if self.progress_log is not None:
+            self.progress_log.record(snap, sum(f["push_bytes"] for f in figures), sum(f["pull_bytes"] for f in figures))
+
+    def _merge_ranks(self, own: dict[str, float]) -> dict[str, float]:
+        """At the end: rank 0 gets the ranks' merged metrics (and their bytes and bad lines
+        in self.merged); the others keep their own."""
+        assert self.group is not None
+        figures = self.group.gather(self._rank_figures())
+        if figures is None:
+            return own
+        self.merged = {
+            "push_bytes": sum(f["push_bytes"] for f in figures),
+            "pull_bytes": sum(f["pull_bytes"] for f in figures),
+            "bad_lines": sum(f["bad_lines"] for f in figures),
+            "rank_samples": [int(f["progress"]["count"]) for f in figures],
+        }
+        return ProgressiveMetrics.merge(self.progress.window, [f["progress"] for f in figures]).snapshot()
 
     def _check_bad_lines(self, final: bool) -> None:
         """Stops a stream that is mostly bad lines (another format, a missing label column)
@@ -366,6 +459,9 @@ class Trainer:
         snapshot."""
         started = time.perf_counter()
         self.settle()
+        if self.group is not None:
+            self._group_checkpoint(started)
+            return
         self._wait_commit()  # cuts commit in order
         self.cut += 1
         offsets = encode_offsets(self.position, self.submitted, self.progress, self.model.state(self.client))
@@ -373,6 +469,21 @@ class Trainer:
         stall = time.perf_counter() - started
         metrics.CHECKPOINT_STALL.observe(stall)
         self._commit = self._committer.submit(self._commit_cut, self.cut, rows, stall, time.perf_counter())
+
+    def _group_checkpoint(self, started: float) -> None:
+        """Every rank is settled at the same round: rank 0 gathers where each stands and
+        prepares the cut; no rank pushes again until the shards have taken their snapshot."""
+        assert self.group is not None
+        state = worker_state(self.position, self.submitted, self.progress.state(), self.model.state(self.client))
+        states = self.group.gather(state)
+        if states is not None:
+            self._wait_commit()
+            self.cut += 1
+            rows = self.client.control.prepare(self.cut, encode_workers(states))
+            stall = time.perf_counter() - started
+            metrics.CHECKPOINT_STALL.observe(stall)
+            self._commit = self._committer.submit(self._commit_cut, self.cut, rows, stall, time.perf_counter())
+        self.group.barrier()
 
     def settle(self) -> None:
         """Trains what is queued and waits for its pushes; sends what the model and the

@@ -173,5 +173,6 @@ def _restore_once(client: PSClient, from_start: bool) -> CutPoint:
         log.info("PS shards start empty%s (trainer generation %d)", " (--from-start)" if from_start else "", generation)
         return CutPoint(0)
     point = decode_offsets(cut, client.control.status()[0].checkpoint_offsets)
-    log.info("PS shards at checkpoint cut %d (trainer generation %d); the stream takes up at %s", cut, generation, point.position)
+    where = point.position if not point.parts else "; ".join(f"part {i} at {p.position}" for i, p in enumerate(point.parts))
+    log.info("PS shards at checkpoint cut %d (trainer generation %d); the stream takes up at %s", cut, generation, where)
     return point

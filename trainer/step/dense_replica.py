@@ -1,7 +1,8 @@
 """Hybrid training's dense half (PERSIA's split, docs/design/hybrid-training.md): the MLP's
-weights and its Adam state live on this worker's device. Every step sums the gradient and
-the sample count over the process group's ranks (one all-reduce: NCCL between GPUs, gloo on
-CPU; nothing with one rank) and steps Adam on the mean, so every rank holds the same MLP.
+weights and its Adam state live on this worker's device. Alone, it steps after every batch;
+with several ranks, once a round, on the gradients and sample counts every rank summed since
+the last (one all-reduce with the round's control words, trainer.run.group), so every rank
+holds the same MLP.
 Adam is the shard's (ctr.model.optim: L2 in the gradient, bias corrections per step) in
 torch's foreach ops: torch.optim would import torch._dynamo, a second of start-up.
 
@@ -26,36 +27,70 @@ TABLE = "mlp"
 
 
 class DenseReplica:
-    def __init__(self, net: DeepCTR, opt: OptimizerSpec, group: torch.distributed.ProcessGroup | None = None) -> None:
+    """rounds: the MLP steps in the ranks' rounds (trainer.run.group: `sync`), on the sum of
+    every rank's gradients since the last one; otherwise (one process) after every batch."""
+
+    def __init__(self, net: DeepCTR, opt: OptimizerSpec, rounds: bool = False, rank: int = 0) -> None:
         if opt.kind != "adam":
             raise ValueError(f"--opt-mlp {opt.kind}: the MLP trains on the worker with Adam; give 'adam lr=...'")
         self.net = net
         self.opt = opt
-        self.group = group
-        self.rank = torch.distributed.get_rank(group) if group is not None else 0
-        self.world = torch.distributed.get_world_size(group) if group is not None else 1
+        self.rounds = rounds
+        self.rank = rank
         self.params = list(net.params)
         self.m = [torch.zeros_like(p) for p in self.params]
         self.v = [torch.zeros_like(p) for p in self.params]
         self.steps = 0
+        self._acc: list[torch.Tensor] | None = None  # gradients summed since the last step
+        self._acc_samples = 0
 
     def step(self, samples: int) -> None:
-        """One Adam step on the mean gradient of the group's batches: this rank's gradient
-        of its summed loss (the parameters' .grad) over `samples` samples, with the other
-        ranks' summed in."""
+        """After a batch's backward: its gradient (of its summed loss, in the parameters'
+        .grad) over `samples` samples joins what this rank holds for the next step; alone,
+        it steps now."""
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
-        total = float(samples)
-        if self.world > 1:
-            flat = torch.cat([*(g.reshape(-1) for g in grads), torch.tensor([total], device=grads[0].device)])
-            torch.distributed.all_reduce(flat, group=self.group)
-            total = float(flat[-1])
-            sizes = [g.numel() for g in grads]
-            grads = [part.view_as(p) for part, p in zip(flat[:-1].split(sizes), self.params, strict=True)]
+        if self._acc is None:
+            self._acc = grads
+        else:
+            torch._foreach_add_(self._acc, grads)
+        self._acc_samples += samples
+        for p in self.params:
+            p.grad = None
+        if not self.rounds:
+            acc, total = self._take()
+            self._adam(acc, total)
+
+    def sync(self, control: torch.Tensor, group: torch.distributed.ProcessGroup | None = None) -> torch.Tensor:
+        """A round: `control` and this rank's gradient sum and sample count, summed over
+        the group in one all-reduce; Adam steps on the mean when any rank trained. Returns
+        the summed control."""
+        acc, total = self._take()
+        n = control.shape[0]
+        flat = torch.cat([control.float(), *(g.reshape(-1).float().cpu() for g in acc), torch.tensor([float(total)])])
+        torch.distributed.all_reduce(flat, group=group)  # gloo: on the CPU (NCCL between GPUs is to come)
+        total = int(flat[-1])
+        if total > 0:
+            sizes = [p.numel() for p in self.params]
+            device = self.params[0].device
+            summed = [g.view_as(p).to(device) for g, p in zip(flat[n:-1].split(sizes), self.params, strict=True)]
+            self._adam(summed, total)
+        return flat[:n].double()
+
+    def _take(self) -> tuple[list[torch.Tensor], int]:
+        acc = self._acc if self._acc is not None else [torch.zeros_like(p) for p in self.params]
+        total = self._acc_samples
+        self._acc, self._acc_samples = None, 0
+        return acc, total
+
+    def _adam(self, grads: list[torch.Tensor], total: int) -> None:
+        """One Adam step on the mean gradient: the summed `grads` over `total` samples."""
+        if total <= 0:
+            return
         o = self.opt
         t = self.steps + 1
         c1, c2 = 1.0 - o.beta1**t, 1.0 - o.beta2**t
         with torch.no_grad():
-            torch._foreach_div_(grads, max(1.0, total))
+            torch._foreach_div_(grads, float(total))
             if o.l2:
                 torch._foreach_add_(grads, self.params, alpha=o.l2)
             torch._foreach_lerp_(self.m, grads, 1.0 - o.beta1)  # m = beta1 m + (1 - beta1) g
@@ -65,8 +100,6 @@ class DenseReplica:
             torch._foreach_sqrt_(denom)
             torch._foreach_add_(denom, o.eps)
             torch._foreach_addcdiv_(self.params, self.m, denom, value=-o.lr / c1)
-        for p in self.params:
-            p.grad = None
         self.steps = t
 
     def state_rows(self) -> F64:

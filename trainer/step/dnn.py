@@ -33,16 +33,17 @@ JAC_FLOOR = 1e-6
 
 
 class DeepModel:
-    """replicated: the MLP trains on this worker (with `group`'s other ranks, all-reduced);
-    otherwise through the PS with `dense_codec`."""
+    """replicated: the MLP trains on this worker (rank `rank` of `world`: with several, it
+    steps in the ranks' rounds); otherwise through the PS with `dense_codec`."""
 
     def __init__(
         self,
         spec: ModelSpec,
         dense_codec: str = "fp32",
         replicated: bool = True,
-        group: torch.distributed.ProcessGroup | None = None,
         device: torch.device | None = None,
+        rank: int = 0,
+        world: int = 1,
     ) -> None:
         self.spec = spec
         self.tables = {t.name: t for t in spec.tables()}
@@ -56,7 +57,7 @@ class DeepModel:
             raise ValueError(f"--dense-codec {dense_codec} needs an adam MLP optimizer, not {opt.kind} (--opt-mlp)")
         self._dense_sync = lambda: dense_sync(dense_codec, "mlp", opt.lr, opt.beta1, opt.beta2, opt.eps)
         self.dense: DenseSync = self._dense_sync()
-        self.replica = DenseReplica(self.net, opt, group) if replicated and dense_codec == "fp32" else None
+        self.replica = DenseReplica(self.net, opt, world > 1, rank) if replicated and dense_codec == "fp32" else None
 
     def prepare(self, client: PSClient) -> None:
         created = client.control.declare(self.spec.tables())

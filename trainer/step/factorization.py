@@ -240,10 +240,12 @@ def build_model(
     replicated: bool = True,
     device: str = "auto",
     batch_size: int = 256,
+    ranks: tuple[int, int] = (0, 1),
 ) -> TrainableModel:
     """dense_codec: how the MLP syncs through the PS (trainer.step.dense_sync) when it is not
     `replicated` on the worker (hybrid training, trainer.step.dense_replica); device: where
-    it trains (trainer.step.device), at batch_size examples a step."""
+    it trains (trainer.step.device), at batch_size examples a step; ranks: (this rank, the
+    group's size) of a run of several ranks (trainer.run.group)."""
     if spec.is_dnn:
         if staleness:
             raise ValueError(f"--staleness applies to lr, fm and ffm; {spec.type} pulls every batch")
@@ -251,7 +253,7 @@ def build_model(
         from trainer.step.device import choose
         from trainer.step.dnn import DeepModel
 
-        return DeepModel(spec, dense_codec, replicated, device=choose(device, spec, batch_size))
+        return DeepModel(spec, dense_codec, replicated, device=choose(device, spec, batch_size), rank=ranks[0], world=ranks[1])
     if dense_codec != "fp32":
         raise ValueError(f"--dense-codec {dense_codec} applies to the MLP of wdl and deepfm, not {spec.type}")
     if device == "cuda":

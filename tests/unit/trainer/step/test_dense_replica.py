@@ -69,12 +69,20 @@ def _rank(rank: int, port: int, out: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.distributed.init_process_group("gloo", rank=rank, world_size=2)
     try:
-        replica = DenseReplica(DeepCTR(SPEC, seed=1), OPT, torch.distributed.group.WORLD)
+        replica = DenseReplica(DeepCTR(SPEC, seed=1), OPT, rounds=True, rank=rank)
         for i in range(3):
             pooled, dlogit = _batch(i)
             half = slice(0, 20) if rank == 0 else slice(20, 32)  # uneven halves: the mean is over samples
             _grads(replica.net, pooled[half], dlogit[half])
-            replica.step(20 if rank == 0 else 12)
+            replica.step(20 if rank == 0 else 12)  # held for the round
+            control = replica.sync(torch.tensor([1.0, float(rank)], dtype=torch.float64), torch.distributed.group.WORLD)
+            assert control.tolist() == [2.0, 1.0]  # the control words are summed in the same call
+        # a round where rank 1 has nothing (its stream ended): rank 0's batch alone steps
+        pooled, dlogit = _batch(7)
+        if rank == 0:
+            _grads(replica.net, pooled, dlogit)
+            replica.step(32)
+        replica.sync(torch.zeros(1, dtype=torch.float64), torch.distributed.group.WORLD)
         np.save(out, replica.state_rows())
     finally:
         torch.distributed.destroy_process_group()
@@ -88,7 +96,7 @@ def _free_port() -> int:
 
 def test_two_ranks_on_halves_of_each_batch_end_as_one_rank_on_the_whole(tmp_path: Path):
     whole = DenseReplica(DeepCTR(SPEC, seed=1), OPT)
-    for i in range(3):
+    for i in (0, 1, 2, 7):
         _grads(whole.net, *_batch(i))
         whole.step(32)
     ctx = mp.get_context("spawn")

@@ -1,0 +1,148 @@
+"""Trainer ranks (torch.distributed over gloo) as separate processes that meet only through
+the rendezvous address, on two PS shard processes: each rank trains its share of a folder,
+rank 0 reports and checkpoints for the group, and a rank killed by kill -9 (rank 0 or
+another) ends every rank with the restart code; started again, they take up at the last
+common cut, and every table has counted each sample of the stream exactly once."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from boundless.processes import Daemon, start
+from trainer.run.rendezvous import EXIT_RESTART
+
+
+def _folder(data_dir: Path, folder: Path, copies: int) -> int:
+    lines = (data_dir / "frappe/frappe.validation.libfm").read_text().splitlines()
+    folder.mkdir()
+    for i in range(4):
+        (folder / f"part{i}.libfm").write_text("\n".join(lines * copies) + "\n")
+    return 4 * copies * len(lines)
+
+
+def _shards(work: Path) -> list[Daemon]:
+    shards = []
+    for i in range(2):
+        d = start(f"ps{i}", ["ps", "--shard-index", str(i), "--shard-count", "2", "--data-dir", str(work / f"ps{i}")], work)
+        d.wait_ready()
+        shards.append(d)
+    return shards
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _ranks(folder: Path, shards: list[Daemon], work: Path, *extra: str, tag: str = "") -> list[subprocess.Popen[str]]:
+    """Two ranks, each its own process with no flag but its rank naming the other."""
+    master = f"127.0.0.1:{_port()}"
+    procs = []
+    for rank in range(2):
+        cmd = [sys.executable, "-m", "boundless", "train", "--source", str(folder), "--no-follow", "--metrics-port", "-1"]
+        cmd += ["--ps", ",".join(s.address for s in shards), "--rank", str(rank), "--world-size", "2", "--master", master]
+        cmd += ["--batch-size", "2048", "--checkpoint-interval-s", "0.3", "--metrics-out", str(work / f"r{rank}.json"), *extra]
+        log = open(work / f"rank{rank}{tag}.log", "w")  # noqa: SIM115 - closed with the process
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, text=True))
+    return procs
+
+
+def _log(work: Path, rank: int, tag: str = "") -> str:
+    return (work / f"rank{rank}{tag}.log").read_text()
+
+
+def _samples(shards: list[Daemon]) -> set[int]:
+    """The samples each shard counted for each table it holds part of (a push counts its
+    samples on every shard it reaches; the 1-long bias lives on one shard)."""
+    cmd = [sys.executable, "-m", "boundless", "ps", "stats", ",".join(s.address for s in shards), "--json"]
+    tables = json.loads(subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=True).stdout)["tables"]
+    return {int(n) for t in tables.values() for n in t["samples"] if n}
+
+
+def _wait(procs: list[subprocess.Popen[str]], timeout: float = 300) -> list[int]:
+    return [p.wait(timeout) for p in procs]
+
+
+def test_two_ranks_split_the_stream_and_rank_0_reports_the_group(data_dir, tmp_path):
+    total = _folder(data_dir, tmp_path / "stream", 1)
+    shards = _shards(tmp_path)
+    try:
+        assert _wait(_ranks(tmp_path / "stream", shards, tmp_path, "--model", "fm")) == [0, 0]
+        result = json.loads((tmp_path / "r0.json").read_text())
+        assert result["samples"] == total and result["ranks"] == 2
+        assert min(result["rank_samples"]) > 0 and sum(result["rank_samples"]) == total  # each rank trained its share
+        assert not (tmp_path / "r1.json").exists()  # rank 0 reports for the group
+        assert "committed" in _log(tmp_path, 0) and "rank 0 reports the run" in _log(tmp_path, 1)
+        assert _samples(shards) == {total}
+    finally:
+        for s in shards:
+            s.stop()
+
+
+@pytest.mark.parametrize("victim", [1, 0])
+def test_a_rank_killed_ends_the_group_and_a_restart_trains_each_sample_once(data_dir, tmp_path, victim):
+    total = _folder(data_dir, tmp_path / "stream", 4)
+    shards = _shards(tmp_path)
+    try:
+        procs = _ranks(tmp_path / "stream", shards, tmp_path, "--model", "fm")
+        until = time.monotonic() + 120
+        while "committed" not in _log(tmp_path, 0):  # past the start-up and a cut
+            assert time.monotonic() < until and procs[0].poll() is None, _log(tmp_path, 0)[-2000:]
+            time.sleep(0.05)
+        procs[victim].kill()
+        codes = _wait(procs)
+        assert codes[1 - victim] == EXIT_RESTART, _log(tmp_path, 1 - victim)[-2000:]
+        assert "a rank was lost" in _log(tmp_path, 1 - victim)
+        assert _wait(_ranks(tmp_path / "stream", shards, tmp_path, "--model", "fm", tag="again")) == [0, 0]
+        assert "the stream takes up at part 0 at" in _log(tmp_path, 0, "again")
+        assert json.loads((tmp_path / "r0.json").read_text())["samples"] == total
+        assert _samples(shards) == {total}
+    finally:
+        for s in shards:
+            s.stop()
+
+
+def test_deepfm_ranks_train_one_mlp(data_dir, tmp_path):
+    total = _folder(data_dir, tmp_path / "stream", 1)
+    shards = _shards(tmp_path)
+    try:
+        extra = ("--model", "deepfm", "--k", "4", "--hidden", "32,16", "--batch-size", "512")
+        assert _wait(_ranks(tmp_path / "stream", shards, tmp_path, *extra)) == [0, 0]
+        result = json.loads((tmp_path / "r0.json").read_text())
+        assert result["samples"] == total and result["window_auc"] > 0.85
+        assert _samples(shards) == {total}  # the mlp table counts no samples: rank 0 writes it
+    finally:
+        for s in shards:
+            s.stop()
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--ps", "local", "--world-size", "2", "--master", "127.0.0.1:1"], "--ps local shards live in one process"),
+        (["--ps", "127.0.0.1:1", "--world-size", "2", "--workers", "2", "--master", "127.0.0.1:1"], "--workers starts several"),
+        (["--ps", "127.0.0.1:1", "--world-size", "2"], "the ranks meet at rank 0's --master"),
+    ],
+)
+def test_a_group_that_cannot_work_is_refused(data_dir, tmp_path, flags, message):
+    cmd = [
+        sys.executable,
+        "-m",
+        "boundless",
+        "train",
+        "--source",
+        str(data_dir / "frappe"),
+        "--no-follow",
+        "--metrics-port",
+        "-1",
+    ]
+    proc = subprocess.run([*cmd, *flags], capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-2000:]
