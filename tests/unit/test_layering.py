@@ -19,7 +19,8 @@ PACKAGES = ("protos", "ctr", "ps", "serving", "trainer", "modelmgr", "boundless"
 RANK = {"protos": 0, "ctr": 1, "ps": 2, "serving": 2, "trainer": 3, "modelmgr": 3, "boundless": 4}
 # what a package above may import of one below; ctr and protos are shared layers, all of them public
 PUBLIC = {
-    "ps": ("ps.api", "ps.client", "ps.compression"),
+    # ps.config: the trainer's in-process shards take the shard daemon's row-lifecycle section
+    "ps": ("ps.api", "ps.client", "ps.compression", "ps.config"),
     "serving": ("serving.client", "serving.request", "serving.loading"),
     "modelmgr": ("modelmgr.publish",),  # boundless warms the gate's kernels
     "trainer": (),
