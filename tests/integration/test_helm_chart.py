@@ -1,5 +1,6 @@
-"""The chart lints, renders for the default values and for a Kafka + S3 + TLS values file,
-and every rendered manifest validates against the Kubernetes schemas. Its containers'
+"""The chart lints, renders for the default values, for a Kafka + S3 + TLS values file and
+for a trainer of 4 GPU ranks, and every rendered manifest validates against the Kubernetes
+schemas. Its containers'
 arguments parse with boundless's own parser, every mount names a volume, every pod runs as
 a non-root user, and the trainer reads only what is mounted."""
 
@@ -16,7 +17,11 @@ import yaml
 from boundless.cli import build_parser
 
 CHART = Path(__file__).resolve().parents[2] / "helm" / "boundless"
-VALUES = {"default": None, "kafka-s3-tls": CHART / "ci" / "kafka-s3-tls-values.yaml"}
+VALUES = {
+    "default": None,
+    "kafka-s3-tls": CHART / "ci" / "kafka-s3-tls-values.yaml",
+    "ranks-gpu": CHART / "ci" / "ranks-gpu-values.yaml",
+}
 KUBERNETES = "1.33.0"
 CRDS = {"ServiceMonitor"}  # the Prometheus Operator's: no schema in kubernetes-validate
 
@@ -90,3 +95,23 @@ def test_every_daemon_the_chart_runs_takes_its_arguments_and_its_mounts_exist(va
             assert "--tls-cert" in args and "--tls-ca" in args
         assert "--tls-client-auth" in commands["serve"][0] and "--accepted-tokens-file" in commands["ps"][0]
         assert "--token-file" in train
+
+
+def test_the_trainer_runs_as_ranks_that_meet_at_rank_0():
+    """trainer.replicas pods of a StatefulSet: pod i is rank i (the pod-index label), every
+    rank meets at pod 0 through the headless Service, and each asks for its GPU."""
+    docs = _render(VALUES["ranks-gpu"])
+    sets = {d["metadata"]["name"]: d for d in docs if d["kind"] == "StatefulSet"}
+    trainer = sets["demo-boundless-trainer"]
+    assert trainer["spec"]["replicas"] == 4 and trainer["spec"]["podManagementPolicy"] == "Parallel"
+    service = next(d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == trainer["spec"]["serviceName"])
+    assert service["spec"]["clusterIP"] == "None" and service["spec"]["publishNotReadyAddresses"] is True
+    container = trainer["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["RANK"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.labels['apps.kubernetes.io/pod-index']"
+    assert env["WORLD_SIZE"]["value"] == "4"
+    assert env["MASTER_ADDR"]["value"] == "demo-boundless-trainer-0.demo-boundless-trainer"
+    assert int(env["MASTER_PORT"]["value"]) in {p["port"] for p in service["spec"]["ports"]}
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
+    one = next(d for d in _render(None) if d["kind"] == "StatefulSet" and d["metadata"]["name"] == "demo-boundless-trainer")
+    assert "RANK" not in {e["name"] for e in one["spec"]["template"]["spec"]["containers"][0]["env"]}  # one rank: alone
