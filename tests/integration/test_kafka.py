@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,6 +14,7 @@ import pytest
 
 from boundless.kafka_broker import KafkaBroker, produce_lines
 from boundless.processes import start
+from trainer.run.rendezvous import EXIT_RESTART
 
 TOPIC = "frappe"
 
@@ -94,3 +97,51 @@ def test_the_backlog_of_a_topic_is_the_messages_past_the_position(broker, tmp_pa
         assert src.backlog(Position(partitions={"0": 150, "1": 150})) == ("messages", 0)
         behind = {"0": 100, "1": 20}
         assert src.backlog(Position(partitions=behind)) == ("messages", sum(150 - behind[str(p)] for p in partitions))
+
+
+def test_two_ranks_split_the_partitions_and_train_each_message_once_across_a_restart(broker, data_dir, tmp_path):
+    """Two rank processes on a 4-partition topic and 2 shard processes: rank r reads the
+    partitions p with p mod 2 == r; rank 1 killed after a cut ends rank 0 too (exit 75), and
+    both started again train only what the cut does not hold: each message once in all."""
+    lines = (data_dir / "frappe/frappe.validation.libfm").read_text().splitlines() * 4
+    source = broker.create_topic(TOPIC, 4)
+    produce_lines(broker.producer(), TOPIC, lines, 4)
+    shards = [
+        start(f"ps{i}", ["ps", "--shard-index", str(i), "--shard-count", "2", "--data-dir", str(tmp_path / f"ps{i}")], tmp_path)
+        for i in range(2)
+    ]
+
+    def ranks(tag: str) -> list[subprocess.Popen[str]]:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            master = f"127.0.0.1:{s.getsockname()[1]}"
+        procs = []
+        for rank in range(2):
+            cmd = [sys.executable, "-m", "boundless", "train", "--no-follow", "--metrics-port", "-1", "--format", "libsvm"]
+            cmd += ["--source", source, "--ps", ps, "--rank", str(rank), "--world-size", "2", "--master", master]
+            cmd += ["--batch-size", "2048", "--checkpoint-interval-s", "0.3", "--metrics-out", str(tmp_path / "r.json")]
+            log = open(tmp_path / f"{tag}{rank}.log", "w")  # noqa: SIM115 - closed with the process
+            procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, text=True))
+        return procs
+
+    try:
+        ps = ",".join(s.address for s in shards if s.wait_ready())
+        first = ranks("a")
+        until = time.monotonic() + 120
+        while "committed" not in (tmp_path / "a0.log").read_text():
+            assert time.monotonic() < until and first[0].poll() is None, (tmp_path / "a0.log").read_text()[-2000:]
+            time.sleep(0.05)
+        first[1].kill()
+        assert first[0].wait(120) == EXIT_RESTART
+        first[1].wait(30)
+        again = ranks("b")
+        assert [p.wait(300) for p in again] == [0, 0], (tmp_path / "b0.log").read_text()[-2000:]
+        assert "the stream takes up at part 0 at" in (tmp_path / "b0.log").read_text()
+        result = json.loads((tmp_path / "r.json").read_text())
+        assert result["samples"] == len(lines) and result["ranks"] == 2
+        stats = [sys.executable, "-m", "boundless", "ps", "stats", ps, "--json"]
+        tables = json.loads(subprocess.run(stats, capture_output=True, text=True, timeout=60, check=True).stdout)["tables"]
+        assert {int(n) for t in tables.values() for n in t["samples"] if n} == {len(lines)}
+    finally:
+        for s in shards:
+            s.stop()
