@@ -4,11 +4,12 @@ torch.distributed group (gloo over TCP) through the standard rendezvous (`RANK`,
 --rank, --world-size, --master) and train in rounds (docs/design/ranks.md).
 
 A round is one all-reduce per batch boundary that every rank joins: a few control words
-(whether this rank still has data, a stop, and rank 0's calls for a cut or a progress
+(whether this rank's stream is over, a stop, and rank 0's calls for a cut or a progress
 report) and, for wdl and deepfm, the MLP's gradient summed since the last round with its
 sample count (trainer.step.dense_replica). So ranks whose streams differ in length stay in
-step (a rank whose stream ended joins with nothing until every rank's has), and a cut is
-taken by every rank at the same batch boundary. A rank that dies fails the others'
+step (a rank whose stream is over joins with nothing until every rank's is: they all leave
+at the first round where all are over), and a cut is taken by every rank at the same batch
+boundary. A rank that dies fails the others'
 collective: every rank then exits with EXIT_RESTART for its supervisor to start it again,
 and all take up at the last common cut. Importing this module imports torch."""
 
@@ -29,7 +30,7 @@ log = logging.getLogger("trainer")
 
 @dataclass(frozen=True)
 class Round:
-    training: int  # ranks whose stream has not ended
+    over: int  # ranks whose stream is over (they only join the rounds)
     stop: bool  # some rank was asked to stop
     cut: bool  # rank 0 calls a checkpoint cut at this boundary
     report: bool  # rank 0 calls for the merged progress
@@ -53,11 +54,11 @@ class Group:
     def leader(self) -> bool:
         return self.rank == 0
 
-    def round(self, training: bool, stop: bool, cut: bool = False, report: bool = False, dense: Any = None) -> Round:
+    def round(self, over: bool, stop: bool, cut: bool = False, report: bool = False, dense: Any = None) -> Round:
         """One round: every rank's control words summed (cut and report count from rank 0
         only), and `dense`'s gradient (a DenseReplica) summed and stepped in the same call."""
         lead = self.leader
-        control = torch.tensor([float(training), float(stop), float(cut and lead), float(report and lead)], dtype=torch.float64)
+        control = torch.tensor([float(over), float(stop), float(cut and lead), float(report and lead)], dtype=torch.float64)
         try:
             summed = dense.sync(control, self.pg) if dense is not None else self._sum(control)
         except RuntimeError as e:

@@ -235,7 +235,7 @@ class Trainer:
                 self._check_bad_lines(final=False)
                 finished = done or idle
                 if self.group is not None:
-                    r = self._round(training=not finished)
+                    r = self._round(over=False)
                     if r.stop or finished:
                         self.ended = idle and not r.stop
                         break
@@ -249,7 +249,7 @@ class Trainer:
         self._hold_out_tail()
         self.flush()
 
-    def _round(self, training: bool) -> Round:
+    def _round(self, over: bool) -> Round:
         """A round of the ranks at this batch boundary (trainer.run.group): rank 0 calls the
         cuts and the progress reports on its clocks; every rank then takes the cut."""
         assert self.group is not None
@@ -257,7 +257,7 @@ class Trainer:
         cut = self.s.checkpoint_interval_s > 0 and now - self._last_cut_at >= self.s.checkpoint_interval_s
         report = now - self._last_report_at >= self.s.progress_interval_s
         replica = getattr(self.model, "replica", None)
-        r = self.group.round(training, self.stop(), cut, report, replica)
+        r = self.group.round(over, self.stop(), cut, report, replica)
         if r.cut:
             self.checkpoint()
             self._last_cut_at = time.monotonic()
@@ -267,11 +267,12 @@ class Trainer:
         return r
 
     def _join(self) -> None:
-        """This rank's stream is over: it joins the rounds with nothing until every rank's
-        is (its last batches' MLP gradient goes out in the first), or a stop."""
+        """This rank's stream is over (its end, idleness, its sample limit, a stop): it joins
+        the rounds with nothing until every rank's is, and all leave at that same round. Its
+        first round sends the MLP gradient of what it trained since the last (the tail)."""
+        assert self.group is not None
         while True:
-            r = self._round(training=False)
-            if r.training == 0 or r.stop:
+            if self._round(over=True).over == self.group.world:
                 return
 
     def _rank_figures(self) -> dict[str, Any]:
