@@ -146,3 +146,26 @@ def test_a_group_that_cannot_work_is_refused(data_dir, tmp_path, flags, message)
     ]
     proc = subprocess.run([*cmd, *flags], capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+
+
+def test_sigterm_to_one_rank_stops_every_rank_at_one_boundary_and_a_restart_trains_the_rest(data_dir, tmp_path):
+    """A stop asked of rank 1 alone: both ranks leave at the same round, take a last cut
+    together and exit 0; started again they train what the cut does not hold."""
+    total = _folder(data_dir, tmp_path / "stream", 4)
+    shards = _shards(tmp_path)
+    try:
+        procs = _ranks(tmp_path / "stream", shards, tmp_path, "--model", "fm")
+        until = time.monotonic() + 120
+        while "committed" not in _log(tmp_path, 0):
+            assert time.monotonic() < until and procs[0].poll() is None, _log(tmp_path, 0)[-2000:]
+            time.sleep(0.05)
+        procs[1].terminate()
+        assert _wait(procs) == [0, 0], _log(tmp_path, 0)[-2000:]
+        first = json.loads((tmp_path / "r0.json").read_text())["samples"]
+        assert 0 < first < total
+        assert _wait(_ranks(tmp_path / "stream", shards, tmp_path, "--model", "fm", tag="again")) == [0, 0]
+        assert json.loads((tmp_path / "r0.json").read_text())["samples"] == total
+        assert _samples(shards) == {total}
+    finally:
+        for s in shards:
+            s.stop()
