@@ -37,7 +37,7 @@ from trainer.run.progress_log import ProgressLog
 from trainer.run.recovery import CutPoint, planned_point, restore_and_declare, restore_shards
 from trainer.run.rendezvous import EXIT_RESTART, GroupLost, rendezvous
 from trainer.run.summary import summary_text
-from trainer.run.workers import WorkerFailed, WorkerRun, run_workers
+from trainer.run.workers import WorkerFailed, WorkerRun, run_workers, share
 from trainer.spec import model_spec
 from trainer.step.dense_sync import parse_dense_codec
 from trainer.step.factorization import TrainableModel, build_model
@@ -393,7 +393,7 @@ def _train(conf: TrainerConfig, stop: threading.Event, log: logging.Logger) -> i
         )
     settings = LoopSettings(
         batch_size(conf, spec),
-        conf.input.max_samples,
+        share(conf.input.max_samples, rank, world),  # each rank its part of a sample limit
         conf.input.idle_exit_s,
         conf.export.export_interval_s,
         conf.ps_access.checkpoint_interval_s,
