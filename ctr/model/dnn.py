@@ -171,23 +171,13 @@ def deep_partials(offsets: I64, uidx: I64, x: F32, w: F32, pooled: F32, bias: fl
     (+ r FM over its pooled fields [n, F, k], for deepfm). w: the wide weights per unique key."""
     n = offsets.shape[0] - 1
     out = np.empty(n, dtype=np.float32)
-    n_fields, k = pooled.shape[1], pooled.shape[2]
     for e in range(n):
         a, b = offsets[e], offsets[e + 1]
         z = bias
         for j in range(a, b):
             z += w[uidx[j]] * x[j]
         if with_fm:
-            fm = 0.0
-            for t in range(k):
-                s = 0.0
-                q = 0.0
-                for f in range(n_fields):
-                    v = pooled[e, f, t]
-                    s += v
-                    q += v * v
-                fm += 0.5 * (s * s - q)
-            z += pair_scale(a, b, x, norm) * fm
+            z += pair_scale(a, b, x, norm) * _fm_fields(pooled[e])
         out[e] = z
     return out
 
@@ -253,16 +243,7 @@ def deep_inputs(
             for t in range(k):
                 into[t] += v[t] * xj
         if with_fm:
-            fm = 0.0
-            for t in range(k):
-                s = 0.0
-                q = 0.0
-                for f in range(n_fields):
-                    p = pooled[i, f, t]
-                    s += p
-                    q += p * p
-                fm += 0.5 * (s * s - q)
-            z += norm_scale(sq_ctx, indices[offsets[i] : offsets[i + 1]], x, norm) * fm
+            z += norm_scale(sq_ctx, indices[offsets[i] : offsets[i + 1]], x, norm) * _fm_fields(pooled[i])
         partial[i] = z
     return pooled, partial
 
