@@ -127,20 +127,21 @@ class DenseReplica:
 
     def write_to(self, client: PSClient) -> None:
         """Rank 0 makes the PS's `mlp` table hold exactly this MLP and its Adam state; the
-        other ranks hold the same and write nothing. The table takes state deltas, and
-        held + (mine - held) can round in float64 where the two differ by more than a
-        factor of 2, so a second delta sends what the first missed (then the two are
-        within a rounding, and the sum is exact): a write must not change the model, or
-        where the cuts fell would (exactly-once compares digests bit for bit)."""
+        other ranks hold the same and write nothing. The table adds state deltas in float64,
+        and held + (mine - held) can round where the two differ by more than a factor of 2,
+        so a second delta sends what the first missed (then the two are within a rounding,
+        and the sum is exact): a write must not change the model, or where the cuts fell
+        would (exactly-once compares digests bit for bit)."""
         if self.rank != 0:
             return
         mine = self.state_rows()
         held = np.asarray(client.pull_dense(TABLE, state=True), dtype=np.float64)
         for _ in range(3):
-            if np.array_equal(held, mine):
+            delta = mine - held
+            if not delta.any():
                 return
-            client.push_dense(TABLE, mine - held, kind=DELTA)
-            held = np.asarray(client.pull_dense(TABLE, state=True), dtype=np.float64)
+            client.push_dense(TABLE, delta, kind=DELTA)
+            held = held + delta  # what the shards hold now: the same float64 sum
         raise RuntimeError("the PS's mlp table does not take the worker's MLP exactly")
 
     def read_from(self, client: PSClient) -> None:
