@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -29,10 +28,10 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.bench_models import peer  # noqa: E402
 from bench.datasets import DATASETS, encode_ids, write_stream  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-PEERS = ROOT / "bench" / ".peers-venv" / "bin" / "python"
 FORMATS = {"frappe": "libsvm", "criteo10k": "criteo", "avazu10k": "avazu"}
 K, HIDDEN = "16", "400,400,400"
 
@@ -58,16 +57,6 @@ def boundless(stream: Path, fmt: str, rows: int, model: str, device: str, work: 
     wall = time.perf_counter() - started
     r = json.loads(out.read_text())
     return {"auc": r["window_auc"], "examples_per_s": r["examples_per_s"], "wall_s": wall, "device": r.get("device", "cpu")}
-
-
-def peer(script: str, *args: str) -> dict[str, float] | None:
-    if not PEERS.exists():
-        return None
-    env = {**os.environ, "USER": os.environ.get("USER", "root") or "root"}
-    proc = subprocess.run([str(PEERS), str(ROOT / "bench" / "peers" / script), *args], capture_output=True, text=True, env=env)
-    if proc.returncode != 0:
-        return {"error": proc.stderr[-500:]}  # type: ignore[dict-item]
-    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
 
 
 def median(runs: list[dict[str, float] | None], key: str) -> float | None:
