@@ -6,7 +6,6 @@ import json
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import pytest
 
 from boundless.kafka_broker import KafkaBroker, produce_lines
 from boundless.processes import start
+from tests.support import wait_for_text
 from trainer.run.rendezvous import EXIT_RESTART
 
 TOPIC = "frappe"
@@ -127,10 +127,7 @@ def test_two_ranks_split_the_partitions_and_train_each_message_once_across_a_res
     try:
         ps = ",".join(s.address for s in shards if s.wait_ready())
         first = ranks("a")
-        until = time.monotonic() + 120
-        while "committed" not in (tmp_path / "a0.log").read_text():
-            assert time.monotonic() < until and first[0].poll() is None, (tmp_path / "a0.log").read_text()[-2000:]
-            time.sleep(0.05)
+        wait_for_text(tmp_path / "a0.log", "committed", first[0], timeout=120)
         first[1].kill()
         assert first[0].wait(120) == EXIT_RESTART
         first[1].wait(30)

@@ -10,12 +10,12 @@ import json
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from boundless.processes import Daemon, start
+from tests.support import wait_for_text
 from trainer.run.rendezvous import EXIT_RESTART
 
 
@@ -93,10 +93,7 @@ def test_a_rank_killed_ends_the_group_and_a_restart_trains_each_sample_once(data
     shards = _shards(tmp_path)
     try:
         procs = _ranks(tmp_path / "stream", shards, tmp_path, "--model", "fm")
-        until = time.monotonic() + 120
-        while "committed" not in _log(tmp_path, 0):  # past the start-up and a cut
-            assert time.monotonic() < until and procs[0].poll() is None, _log(tmp_path, 0)[-2000:]
-            time.sleep(0.05)
+        wait_for_text(tmp_path / "rank0.log", "committed", procs[0], timeout=120)  # past the start-up and a cut
         procs[victim].kill()
         codes = _wait(procs)
         assert codes[1 - victim] == EXIT_RESTART, _log(tmp_path, 1 - victim)[-2000:]
@@ -155,10 +152,7 @@ def test_sigterm_to_one_rank_stops_every_rank_at_one_boundary_and_a_restart_trai
     shards = _shards(tmp_path)
     try:
         procs = _ranks(tmp_path / "stream", shards, tmp_path, "--model", "fm")
-        until = time.monotonic() + 120
-        while "committed" not in _log(tmp_path, 0):
-            assert time.monotonic() < until and procs[0].poll() is None, _log(tmp_path, 0)[-2000:]
-            time.sleep(0.05)
+        wait_for_text(tmp_path / "rank0.log", "committed", procs[0], timeout=120)
         procs[1].terminate()
         assert _wait(procs) == [0, 0], _log(tmp_path, 0)[-2000:]
         first = json.loads((tmp_path / "r0.json").read_text())["samples"]
