@@ -193,7 +193,7 @@ def train_with_workers(
 ) -> WorkerRun:
     """W worker processes, each taking up at its part of `start`; with --ps local this
     process serves its shards to them over gRPC."""
-    served = client.serve_local() if conf.ps_access.ps == "local" else None
+    served = client.serve_local() if conf.local else None
     addresses = served.addresses if served is not None else addresses_of(conf)
     try:
         generation = client.transport.generation
@@ -310,7 +310,7 @@ def _train(conf: TrainerConfig, stop: threading.Event, log: logging.Logger) -> i
     lead = rank == 0
     client = connect(conf, stop.is_set)
     statuses = client.control.status()
-    if conf.ps_access.ps != "local":
+    if not conf.local:
         check_shard_list(conf, statuses)
     planned = planned_point(statuses, conf.ps_access.from_start)  # read only: nothing changes before the model is named
     taken = len(planned.parts) or 1

@@ -9,13 +9,15 @@ report) and, for wdl and deepfm, the MLP's gradient summed since the last round 
 sample count (trainer.step.dense_replica). So ranks whose streams differ in length stay in
 step (a rank whose stream is over joins with nothing until every rank's is: they all leave
 at the first round where all are over), and a cut is taken by every rank at the same batch
-boundary. A rank that dies fails the others'
-collective: every rank then exits with EXIT_RESTART for its supervisor to start it again,
-and all take up at the last common cut. Importing this module imports torch."""
+boundary. A rank that dies fails the others' collective: every rank then exits with
+EXIT_RESTART for its supervisor to start it again, and all take up at the last common cut.
+Importing this module imports torch."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -59,40 +61,41 @@ class Group:
         only), and `dense`'s gradient (a DenseReplica) summed and stepped in the same call."""
         lead = self.leader
         control = torch.tensor([float(over), float(stop), float(cut and lead), float(report and lead)], dtype=torch.float64)
-        try:
-            summed = dense.sync(control, self.pg) if dense is not None else self._sum(control)
-        except RuntimeError as e:
-            raise GroupLost(f"a rank was lost: {e}") from None
+        with _collective():
+            if dense is not None:
+                summed = dense.sync(control, self.pg)
+            else:
+                dist.all_reduce(control, group=self.pg)
+                summed = control
         return Round(int(summed[0]), bool(summed[1] > 0), bool(summed[2] > 0), bool(summed[3] > 0))
-
-    def _sum(self, t: torch.Tensor) -> torch.Tensor:
-        dist.all_reduce(t, group=self.pg)
-        return t
 
     def gather(self, obj: Any) -> list[Any] | None:
         """Every rank's `obj`, in rank order, at rank 0 (None elsewhere)."""
         out: list[Any] | None = [None] * self.world if self.leader else None
-        try:
+        with _collective():
             dist.gather_object(obj, out, dst=0, group=self.pg)
-        except RuntimeError as e:
-            raise GroupLost(f"a rank was lost: {e}") from None
         return out
 
     def broadcast(self, obj: Any = None) -> Any:
         """Rank 0's `obj`, on every rank."""
         box = [obj]
-        try:
+        with _collective():
             dist.broadcast_object_list(box, src=0, group=self.pg)
-        except RuntimeError as e:
-            raise GroupLost(f"a rank was lost: {e}") from None
         return box[0]
 
     def barrier(self) -> None:
-        try:
+        with _collective():
             dist.barrier(group=self.pg)
-        except RuntimeError as e:
-            raise GroupLost(f"a rank was lost: {e}") from None
 
     def close(self) -> None:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+@contextmanager
+def _collective() -> Iterator[None]:
+    """A collective that fails (a peer's connection closed, a timeout) means a lost rank."""
+    try:
+        yield
+    except RuntimeError as e:
+        raise GroupLost(f"a rank was lost: {e}") from None

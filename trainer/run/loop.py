@@ -284,13 +284,21 @@ class Trainer:
             "bad_lines": self.bad_lines,
         }
 
-    def _report_ranks(self) -> None:
-        """Rank 0 logs the ranks' merged progressive metrics."""
+    def _gather_ranks(self) -> tuple[list[dict[str, Any]], ProgressiveMetrics] | None:
+        """Every rank's figures and their merged progressive metrics, at rank 0 (None elsewhere)."""
         assert self.group is not None
         figures = self.group.gather(self._rank_figures())
         if figures is None:
+            return None
+        return figures, ProgressiveMetrics.merge(self.progress.window, [f["progress"] for f in figures])
+
+    def _report_ranks(self) -> None:
+        """Rank 0 logs the ranks' merged progressive metrics."""
+        assert self.group is not None
+        gathered = self._gather_ranks()
+        if gathered is None:
             return
-        merged = ProgressiveMetrics.merge(self.progress.window, [f["progress"] for f in figures])
+        figures, merged = gathered
         snap = merged.snapshot()
         now = time.monotonic()
         then, before = self._last_progress
@@ -312,17 +320,17 @@ class Trainer:
     def _merge_ranks(self, own: dict[str, float]) -> dict[str, float]:
         """At the end: rank 0 gets the ranks' merged metrics (and their bytes and bad lines
         in self.merged); the others keep their own."""
-        assert self.group is not None
-        figures = self.group.gather(self._rank_figures())
-        if figures is None:
+        gathered = self._gather_ranks()
+        if gathered is None:
             return own
+        figures, merged = gathered
         self.merged = {
             "push_bytes": sum(f["push_bytes"] for f in figures),
             "pull_bytes": sum(f["pull_bytes"] for f in figures),
             "bad_lines": sum(f["bad_lines"] for f in figures),
             "rank_samples": [int(f["progress"]["count"]) for f in figures],
         }
-        return ProgressiveMetrics.merge(self.progress.window, [f["progress"] for f in figures]).snapshot()
+        return merged.snapshot()
 
     def _check_bad_lines(self, final: bool) -> None:
         """Stops a stream that is mostly bad lines (another format, a missing label column)
