@@ -159,6 +159,11 @@ class ParallelSettings:
             raise ConfigError("--workers must be >= 1 and --staleness >= 0")
         if self.local_aggregate and self.workers < 2:
             raise ConfigError(f"--local-aggregate sums several workers' pushes: it needs --workers >= 2, not {self.workers}")
+        if self.workers > 1 and (self.rank >= 0 or self.world_size or self.master):
+            raise ConfigError(
+                f"--workers {self.workers} starts several ranks on this host; --rank, --world-size and --master join"
+                " one process to a group across hosts (start one trainer per rank)"
+            )
         if self.local_aggregate_mb < 1:
             raise ConfigError(f"--local-aggregate-mb {self.local_aggregate_mb}: must be >= 1")
 

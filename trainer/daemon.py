@@ -35,15 +35,15 @@ from trainer.run.exporter import Exporter
 from trainer.run.loop import LoopSettings, Trainer
 from trainer.run.progress_log import ProgressLog
 from trainer.run.recovery import CutPoint, planned_point, restore_and_declare, restore_shards
-from trainer.run.rendezvous import EXIT_RESTART, GroupLost, rendezvous
+from trainer.run.rendezvous import EXIT_RESTART, GroupLost, rendezvous, share
 from trainer.run.summary import summary_text
-from trainer.run.workers import WorkerFailed, WorkerRun, run_workers, share
 from trainer.spec import model_spec
 from trainer.step.dense_sync import parse_dense_codec
 from trainer.step.factorization import TrainableModel, build_model
 from trainer.step.progressive import ProgressiveMetrics
 
 if TYPE_CHECKING:
+    from ps.client.local_aggregate import AggregationPlan
     from trainer.run.group import Group
 
 
@@ -179,34 +179,6 @@ def batch_size(conf: TrainerConfig, spec: ModelSpec) -> int:
     return 16384
 
 
-def train_with_workers(
-    conf: TrainerConfig,
-    client: PSClient,
-    schema: FeatureSchema | None,
-    fields: FieldIndex,
-    settings: LoopSettings,
-    exporter: Exporter | None,
-    stop: Callable[[], bool],
-    start: CutPoint,
-    recover: Callable[[], CutPoint],
-    progress_log: ProgressLog | None = None,
-) -> WorkerRun:
-    """W worker processes, each taking up at its part of `start`; with --ps local this
-    process serves its shards to them over gRPC."""
-    served = client.serve_local() if conf.local else None
-    addresses = served.addresses if served is not None else addresses_of(conf)
-    try:
-        generation = client.transport.generation
-        return run_workers(
-            conf, addresses, schema, fields, settings, exporter, stop, generation, client, start, recover, progress_log
-        )
-    except WorkerFailed as e:
-        raise SystemExit(f"trainer: {e}") from None
-    finally:
-        if served is not None:
-            served.stop()
-
-
 def _restarted_during(client: PSClient, model: TrainableModel) -> bool:
     """Declares the model's tables; True when a shard restarted since the restore (the
     caller restores again)."""
@@ -231,14 +203,16 @@ def run(args: argparse.Namespace) -> int:
     return train(cfg.build(TrainerConfig, ENV_PREFIX, args))
 
 
-def train(conf: TrainerConfig) -> int:
-    log = daemon.setup_logging("trainer", conf.log_level)
+def train(conf: TrainerConfig, aggregation: AggregationPlan | None = None, name: str = "trainer") -> int:
+    """aggregation: the host's shared memory for --local-aggregate, when this process is
+    one of --workers local ranks (trainer.local_ranks)."""
+    log = daemon.setup_logging(name, conf.log_level)
     check_codecs(conf)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     try:
-        return _train(conf, stop, log)
+        return _train(conf, stop, log, aggregation)
     except StoppedWhileUnreachable as e:
         # exactly once still holds: the shards and the stream go back to the last cut
         log.warning("%s: stopped; the next start takes up from the last checkpoint cut", e)
@@ -282,8 +256,6 @@ def form_group(conf: TrainerConfig) -> Group | None:
     rv = rendezvous(conf.parallel.rank, conf.parallel.world_size, conf.parallel.master, os.environ)
     if rv.world == 1:
         return None
-    if conf.parallel.workers > 1:
-        raise cfg.ConfigError(f"--world-size {rv.world}: each rank is one process; --workers starts several in one")
     if conf.local:
         raise cfg.ConfigError(
             f"--world-size {rv.world}: the ranks share shard processes (--ps HOST:PORT,...);"
@@ -301,7 +273,7 @@ def _part(point: CutPoint, rank: int) -> CutPoint:
     return point.parts[rank] if point.parts else point
 
 
-def _train(conf: TrainerConfig, stop: threading.Event, log: logging.Logger) -> int:
+def _train(conf: TrainerConfig, stop: threading.Event, log: logging.Logger, aggregation: AggregationPlan | None) -> int:
     check_source(conf)
     schema = load_schema(conf)
     guarded = daemon.guard(conf, conf.host)  # its identity for the PS channels; it serves health only
@@ -314,11 +286,10 @@ def _train(conf: TrainerConfig, stop: threading.Event, log: logging.Logger) -> i
         check_shard_list(conf, statuses)
     planned = planned_point(statuses, conf.ps_access.from_start)  # read only: nothing changes before the model is named
     taken = len(planned.parts) or 1
-    ways = world if group is not None else conf.parallel.workers
-    if planned.cut and taken != ways:
+    if planned.cut and taken != world:
         raise cfg.ConfigError(
-            f"checkpoint cut {planned.cut} was taken with {taken} worker(s) or rank(s), whose positions do not map to"
-            f" {ways}: run with --workers {taken} (or --world-size {taken}), or start over with --from-start"
+            f"checkpoint cut {planned.cut} was taken with {taken} rank(s), whose positions do not map to"
+            f" {world}: run with --workers {taken} (or --world-size {taken}), or start over with --from-start"
         )
 
     def reopen(position: Position | None) -> Source:
@@ -342,12 +313,12 @@ def _train(conf: TrainerConfig, stop: threading.Event, log: logging.Logger) -> i
         schema, fields = group.broadcast((schema, fields) if lead else None)
     spec = model_spec(conf, tuple(fields.names))
     try:
-        # the MLP trains on the worker with one process; worker processes sync it through the PS
+        # the MLP trains on this process's device; ranks sum its gradients over the group
         model = build_model(
             spec,
             conf.parallel.staleness,
             conf.ps_access.dense_codec,
-            replicated=conf.parallel.workers == 1,
+            replicated=True,
             device=conf.learner.device,
             batch_size=batch_size(conf, spec),
             ranks=(rank, world),
@@ -367,6 +338,8 @@ def _train(conf: TrainerConfig, stop: threading.Event, log: logging.Logger) -> i
         point, generation = group.broadcast((point, client.transport.generation) if lead else None)
         client.transport.generation = generation
         client.know(spec.tables())
+    if aggregation is not None:  # the host's ranks push their sums through rank 0 (--local-aggregate)
+        client.aggregate_locally(aggregation, rank)
     mine = _part(point, rank)
     if (mine.cut, mine.position) != (planned.cut, _part(planned, rank).position):  # a shard restarted meanwhile: the cut moved
         source = reopen(mine.position)
@@ -406,53 +379,43 @@ def _train(conf: TrainerConfig, stop: threading.Event, log: logging.Logger) -> i
         hold_back=conf.export.holdout_samples if exporter is not None and ends(conf) else 0,
         max_bad_fraction=conf.input.max_bad_fraction,
     )
-    progress_log = ProgressLog(conf.progress.curve_out if lead else None, count_samples=conf.parallel.workers > 1 or world > 1)
+    progress_log = ProgressLog(conf.progress.curve_out if lead else None, count_samples=world > 1)
     daemon.write_ready_file(conf.ready_file, grpc_port=grpc_port, metrics_port=metrics_port)
-    if conf.parallel.workers > 1:
-        recover = lambda: restore_and_declare(client, model.prepare, False)  # noqa: E731
-        run = train_with_workers(conf, client, schema, fields, settings, exporter, stop.is_set, point, recover, progress_log)
-        result: dict[str, Any] = dict(run.progress.snapshot())
-        elapsed_s, bad_lines, exports = run.elapsed_s, run.bad_lines, run.exports
-        fields.dropped = run.dropped
-        push_bytes, pull_bytes = run.push_bytes, run.pull_bytes
-        result.update(run.compression)
-        result["held_out_samples"] = float(run.held_out)
-        first_bad, read_schema = [], schema
+    trainer = Trainer(
+        client, model, schema, fields, source, settings, ProgressiveMetrics(conf.progress.window), exporter, stop.is_set
+    )
+    trainer.progress_log = progress_log if lead else None
+    if group is None:
+        trainer.take_up(point, reopen, lambda: restore_and_declare(client, model.prepare, False))
+        result: dict[str, Any] = dict(trainer.run())
     else:
-        trainer = Trainer(
-            client, model, schema, fields, source, settings, ProgressiveMetrics(conf.progress.window), exporter, stop.is_set
+        trainer.group = group
+        trainer.start_at(mine)
+        result = dict(_run_rank(trainer, group, log))
+        if not lead:
+            log.info("rank %d: trained %d samples of its share; rank 0 reports the run", rank, trainer.submitted)
+            client.close()
+            group.close()
+            if served is not None:
+                served.stop(grace_s=1)
+            return 0
+    elapsed_s, bad_lines, exports = trainer.elapsed_s, trainer.bad_lines, trainer.exports
+    first_bad, read_schema = trainer.reader.first_bad, trainer.reader.schema or schema
+    result["held_out_samples"] = float(sum(len(b) for b in trainer.held_out))
+    if trainer.reader.cache is not None:
+        result["batch_cache_hits"] = float(trainer.reader.cache.hits)
+        result["batch_cache_misses"] = float(trainer.reader.cache.misses)
+    push_bytes, pull_bytes = client.push_bytes, client.pull_bytes
+    if trainer.merged:  # rank 0 of a group: every rank's
+        push_bytes, pull_bytes, bad_lines = (
+            trainer.merged["push_bytes"],
+            trainer.merged["pull_bytes"],
+            trainer.merged["bad_lines"],
         )
-        trainer.progress_log = progress_log if lead else None
-        if group is None:
-            trainer.take_up(point, reopen, lambda: restore_and_declare(client, model.prepare, False))
-            result = dict(trainer.run())
-        else:
-            trainer.group = group
-            trainer.start_at(mine)
-            result = dict(_run_rank(trainer, group, log))
-            if not lead:
-                log.info("rank %d: trained %d samples of its share; rank 0 reports the run", rank, trainer.submitted)
-                client.close()
-                group.close()
-                if served is not None:
-                    served.stop(grace_s=1)
-                return 0
-        elapsed_s, bad_lines, exports = trainer.elapsed_s, trainer.bad_lines, trainer.exports
-        first_bad, read_schema = trainer.reader.first_bad, trainer.reader.schema or schema
-        result["held_out_samples"] = float(sum(len(b) for b in trainer.held_out))
-        if trainer.reader.cache is not None:
-            result["batch_cache_hits"] = float(trainer.reader.cache.hits)
-            result["batch_cache_misses"] = float(trainer.reader.cache.misses)
-        push_bytes, pull_bytes = client.push_bytes, client.pull_bytes
-        if trainer.merged:  # rank 0 of a group: every rank's
-            push_bytes, pull_bytes, bad_lines = (
-                trainer.merged["push_bytes"],
-                trainer.merged["pull_bytes"],
-                trainer.merged["bad_lines"],
-            )
-            result["ranks"] = float(world)
-            result["rank_samples"] = trainer.merged["rank_samples"]
-        result.update(client.compression_stats())
+        fields.dropped = trainer.merged["dropped"]
+        result["ranks"] = float(world)
+        result["rank_samples"] = trainer.merged["rank_samples"]
+    result.update(trainer.merged.get("compression", client.compression_stats()))
     sparse = [t for st in client.control.status() for t in st.tables if t.kind == "sparse"]
     result["sparse_rows"] = float(sum(t.rows for t in sparse))  # the model's size, after the lifecycle
     result["not_admitted"] = float(sum(t.not_admitted for t in sparse))
@@ -473,7 +436,7 @@ def _train(conf: TrainerConfig, stop: threading.Event, log: logging.Logger) -> i
     result["push_bytes_per_sample"] = push_bytes / max(1.0, result["samples"])
     result["pull_bytes_per_sample"] = pull_bytes / max(1.0, result["samples"])
     result["push_codec"] = conf.ps_access.push_codec  # type: ignore[assignment]
-    result["workers"] = float(conf.parallel.workers)
+    result["workers"] = float(world)
     result["device"] = model.device  # type: ignore[assignment]
     result["staleness"] = float(conf.parallel.staleness)
     result["model"] = {**spec.to_dict(), "fields": list(fields.names)}

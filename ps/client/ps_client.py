@@ -446,7 +446,7 @@ def _holding(length: int, n: int) -> list[int]:
 
 def load_wire_kernels() -> None:
     """Imports the gRPC transport and runs its key codec once, so a process that forks
-    workers has them loaded (trainer.run.preload)."""
+    ranks has them loaded (trainer.preload)."""
     import ps.client.grpc_transport  # noqa: F401
     from ps.wire import KEYS_DELTA_VARINT, encode_keys
 

@@ -125,7 +125,10 @@ def test_deepfm_ranks_train_one_mlp(data_dir, tmp_path):
     ("flags", "message"),
     [
         (["--ps", "local", "--world-size", "2", "--master", "127.0.0.1:1"], "--ps local shards live in one process"),
-        (["--ps", "127.0.0.1:1", "--world-size", "2", "--workers", "2", "--master", "127.0.0.1:1"], "--workers starts several"),
+        (
+            ["--ps", "127.0.0.1:1", "--world-size", "2", "--workers", "2", "--master", "127.0.0.1:1"],
+            "--workers 2 starts several ranks",
+        ),
         (["--ps", "127.0.0.1:1", "--world-size", "2"], "the ranks meet at rank 0's --master"),
     ],
 )

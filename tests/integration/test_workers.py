@@ -38,7 +38,7 @@ def test_two_workers_on_two_shard_processes_converge_and_publish(platform, data_
         "0.2",
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "started 2 workers (staleness 2)" in proc.stderr
+    assert "started 2 local ranks (staleness 2)" in proc.stderr
     result = json.loads(out.read_text())
     assert result["samples"] + result["held_out_samples"] == total and result["workers"] == 2
     # one worker reaches AUC 0.916 and logloss 0.384 on this stream; two, each a step stale

@@ -98,9 +98,7 @@ class Trainer:
         self.elapsed_s = 0.0
         self.pipeline = Pipeline(client, model)
         self.submitted = 0  # samples handed to the pipeline (progress lags it by a batch)
-        self.report: Callable[[], None] | None = None  # called about once a second (a worker's coordinator)
-        self.control: Callable[[], None] | None = None  # called at every batch boundary (a worker's coordinator)
-        self.progress_log: ProgressLog | None = None  # None in a worker: its coordinator records the merged progress
+        self.progress_log: ProgressLog | None = None  # None on ranks other than 0: rank 0 records the merged progress
         self._tail: deque[tuple[Position, SampleBatch]] = deque()  # read, not trained yet (settings.hold_back)
         self._tail_samples = 0
         self.held_out: list[SampleBatch] = []  # the stream's tail, never trained: the last export's holdout
@@ -172,8 +170,8 @@ class Trainer:
         if self.group is not None:
             self._join()
         self.pipeline.close()
-        # the other workers' last pushes go out meanwhile; a cut may pause this worker too
-        self.client.leave_local_aggregation(self.control)
+        # --local-aggregate: every rank of the host leaves its rounds here (they left the group's together)
+        self.client.leave_local_aggregation()
         self.model.finish(self.client)
         self.client.flush_residuals()  # the shards end with every update, exactly
         self._count_bytes()
@@ -198,7 +196,7 @@ class Trainer:
 
     def _stream(self) -> None:
         """Trains the stream until it ends (or the sample limit, idleness, a stop)."""
-        last_export = last_ckpt = last_log = last_report = time.monotonic()
+        last_export = last_ckpt = last_log = time.monotonic()
         busy_until = time.monotonic()  # when this loop last finished training an item: the idle clock
         tty = sys.stderr.isatty()
         ready = ThreadedReader(self.reader, self.s.queue_depth, self.stop)
@@ -224,11 +222,6 @@ class Trainer:
                 if self.group is None and self.s.checkpoint_interval_s > 0 and now - last_ckpt >= self.s.checkpoint_interval_s:
                     self.checkpoint()
                     last_ckpt = now
-                if self.control is not None:
-                    self.control()
-                if self.report is not None and now - last_report >= 1.0:
-                    self.report()
-                    last_report = now
                 if self.group is None and (now - last_log >= self.s.progress_interval_s or (tty and now - last_log >= 1)):
                     self._log_progress()
                     last_log = now
@@ -282,6 +275,8 @@ class Trainer:
             "push_bytes": self.client.push_bytes,
             "pull_bytes": self.client.pull_bytes,
             "bad_lines": self.bad_lines,
+            "dropped": self.fields.dropped,
+            "compression": self.client.compression_stats(),
         }
 
     def _gather_ranks(self) -> tuple[list[dict[str, Any]], ProgressiveMetrics] | None:
@@ -328,6 +323,8 @@ class Trainer:
             "push_bytes": sum(f["push_bytes"] for f in figures),
             "pull_bytes": sum(f["pull_bytes"] for f in figures),
             "bad_lines": sum(f["bad_lines"] for f in figures),
+            "dropped": sum(f["dropped"] for f in figures),
+            "compression": _summed([f["compression"] for f in figures]),
             "rank_samples": [int(f["progress"]["count"]) for f in figures],
         }
         return merged.snapshot()
@@ -483,6 +480,11 @@ class Trainer:
         """Every rank is settled at the same round: rank 0 gathers where each stands and
         prepares the cut; no rank pushes again until the shards have taken their snapshot."""
         assert self.group is not None
+        if self.client.aggregator is not None:
+            # every rank of the host is settled: rank 0, which pushed their sums, sends what
+            # its error feedback holds back, and the others forget their mirror of it
+            self.group.barrier()
+            self.client.flush_local_aggregation()
         state = worker_state(self.position, self.submitted, self.progress.state(), self.model.state(self.client))
         states = self.group.gather(state)
         if states is not None:
@@ -521,3 +523,11 @@ class Trainer:
         if self._commit is not None:
             self._commit.result()
             self._commit = None
+
+
+def _summed(parts: list[dict[str, float]]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for part in parts:
+        for k, v in part.items():
+            out[k] = out.get(k, 0.0) + v
+    return out

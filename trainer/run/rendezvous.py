@@ -45,3 +45,10 @@ def rendezvous(rank: int, world_size: int, master: str, environ: Mapping[str, st
             f" got {master or (host + ':' + port)!r}"
         )
     return Rendezvous(me, world, host, int(port) if port.isdigit() else 0)
+
+
+def share(total: int, index: int, count: int) -> int:
+    """Rank `index`'s part of a sample limit (0: no limit)."""
+    if total <= 0:
+        return 0
+    return total // count + (1 if index < total % count else 0)

@@ -1,6 +1,7 @@
-"""Loads the worker's numba kernels and gRPC modules once, in the process that forks the
-workers (the multiprocessing forkserver preloads this module), so each worker starts
-without paying numba's start-up again (about 0.5 s of CPU per worker on this machine)."""
+"""Loads a rank's modules (numba kernels, gRPC, torch for the group) once, in the process
+that forks the `--workers` ranks (the multiprocessing forkserver preloads this module), so
+each rank starts without paying numba's and torch's start-up again (about 0.5 s and 1 s of
+CPU per rank on this machine)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from ctr.data.fields import FieldIndex
 from ctr.data.schema import PRESETS
 from ctr.model.spec import ModelSpec
 from ps.client import PSClient, load_wire_kernels
+from trainer import daemon  # noqa: F401 - the ranks run it
 from trainer.input.block_parser import BlockParser
-from trainer.run.workers import worker_main  # noqa: F401 - the forked workers run it
+from trainer.run import group  # noqa: F401 - torch.distributed, for the ranks' group
 from trainer.step.factorization import build_model
 
 
