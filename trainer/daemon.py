@@ -32,7 +32,7 @@ from trainer.config import ENV_PREFIX, HELP_EXAMPLES, HELP_GROUPS, TrainerConfig
 from trainer.input.bad_input import BadInput, message, too_bad
 from trainer.input.source import Position, Source, open_source
 from trainer.run.exporter import Exporter
-from trainer.run.loop import LoopSettings, Trainer
+from trainer.run.loop import LoopSettings, Trainer, merged_wire
 from trainer.run.progress_log import ProgressLog
 from trainer.run.recovery import CutPoint, planned_point, restore_and_declare, restore_shards
 from trainer.run.rendezvous import EXIT_RESTART, GroupLost, rendezvous, share
@@ -380,7 +380,8 @@ def _train(conf: TrainerConfig, stop: threading.Event, log: logging.Logger, aggr
         max_bad_fraction=conf.input.max_bad_fraction,
     )
     progress_log = ProgressLog(conf.progress.curve_out if lead else None, count_samples=world > 1)
-    daemon.write_ready_file(conf.ready_file, grpc_port=grpc_port, metrics_port=metrics_port)
+    if lead or conf.ready_file:  # a local rank other than 0 has none to write and prints none
+        daemon.write_ready_file(conf.ready_file, grpc_port=grpc_port, metrics_port=metrics_port)
     trainer = Trainer(
         client, model, schema, fields, source, settings, ProgressiveMetrics(conf.progress.window), exporter, stop.is_set
     )
@@ -433,6 +434,10 @@ def _train(conf: TrainerConfig, stop: threading.Event, log: logging.Logger, aggr
     result["examples_per_s"] = result["samples"] / elapsed_s if elapsed_s > 0 else 0.0
     result["push_bytes"] = float(push_bytes)
     result["pull_bytes"] = float(pull_bytes)
+    wire = merged_wire([*trainer.merged.get("wire_others", []), client.wire.snapshot()])  # every call made, the last status's too
+    result["wire"] = {t: {k: {"sent": b[0], "received": b[1]} for k, b in kinds.items()} for t, kinds in wire.items()}
+    result["wire_bytes"] = float(sum(sum(b) for kinds in wire.values() for b in kinds.values()))
+    result["wire_bytes_per_sample"] = result["wire_bytes"] / max(1.0, result["samples"])
     result["push_bytes_per_sample"] = push_bytes / max(1.0, result["samples"])
     result["pull_bytes_per_sample"] = pull_bytes / max(1.0, result["samples"])
     result["push_codec"] = conf.ps_access.push_codec  # type: ignore[assignment]

@@ -13,6 +13,11 @@ WINDOW_LOGLOSS = Gauge("boundless_trainer_window_logloss", "progressive logloss 
 PROGRESSIVE_LOGLOSS = Gauge("boundless_trainer_progressive_logloss", "progressive logloss over every sample trained")
 PUSH_BYTES = Counter("boundless_trainer_push_bytes_total", "bytes this trainer put on the wire for pushes (headers, keys)")
 PULL_BYTES = Counter("boundless_trainer_pull_bytes_total", "bytes of pull requests and replies (headers, keys, rows)")
+WIRE_BYTES = Counter(
+    "boundless_trainer_wire_bytes_total",
+    "serialized bytes of PS calls: per table and kind (sparse/dense pull/push, drain_<cause>, control), sent and received",
+    ["table", "kind", "direction"],
+)
 RECOVERIES = Counter("boundless_trainer_recoveries_total", "times a PS shard restarted and every shard went back to a common cut")
 BACKLOG = {  # what the stream holds past the trained position (the trainer's lag)
     "bytes": Gauge("boundless_trainer_backlog_bytes", "bytes of the source's files past the trained position"),

@@ -27,7 +27,7 @@ from ps.api import (
     TableStats,
 )
 from ps.compression.payload import decode_payload
-from ps.transport import ByteCounter
+from ps.transport import CONTROL, ByteCounter
 from ps.wire import KEYS_DELTA_VARINT, decode_rows, encode_keys, table_decl
 
 log = logging.getLogger("ps.client")
@@ -88,6 +88,12 @@ class GrpcTransport(ByteCounter):
         self.stopping = stopping
         self.addresses = addresses
 
+    def _control(self, shard: int, method: str, req: Any, timeout: float | None = None) -> Any:
+        """A control-plane call, counted under CONTROL."""
+        resp = self._rpc(shard, method, req, timeout)
+        self.count("", CONTROL, req.ByteSize(), resp.ByteSize())
+        return resp
+
     def _rpc(self, shard: int, method: str, req: Any, timeout: float | None = None) -> Any:
         started = time.monotonic()
         deadline = started + self.retry_s
@@ -98,7 +104,9 @@ class GrpcTransport(ByteCounter):
         while True:
             try:
                 if delay > 0.05 and method != "Stats":  # back after an outage: the same process?
-                    self.saw(shard, self.stubs[shard].Stats(ps_pb2.StatsRequest(), timeout=self.timeout).incarnation)
+                    stats = self.stubs[shard].Stats(ps_pb2.StatsRequest(), timeout=self.timeout)
+                    self.count("", CONTROL, 0, stats.ByteSize())
+                    self.saw(shard, stats.incarnation)
                 return getattr(self.stubs[shard], method)(req, timeout=timeout or self.timeout)
             except grpc.RpcError as e:
                 late = e.code() == grpc.StatusCode.DEADLINE_EXCEEDED
@@ -147,7 +155,7 @@ class GrpcTransport(ByteCounter):
         """A restore or a declaration; a shard holding another model refuses it with
         FAILED_PRECONDITION, raised here as ModelMismatch with the shard's message."""
         try:
-            return self._rpc(shard, method, req, timeout)
+            return self._control(shard, method, req, timeout)
         except grpc.RpcError as e:
             if e.code() == grpc.StatusCode.FAILED_PRECONDITION:
                 raise ModelMismatch(f"{self.addresses[shard]}: {e.details()}") from None
@@ -173,7 +181,7 @@ class GrpcTransport(ByteCounter):
         )
         resp = self._rpc(shard, "Pull", req)
         self.saw(shard, resp.incarnation)
-        self.count(pull=req.ByteSize() + resp.ByteSize())
+        self.count(table, "sparse_pull", req.ByteSize(), resp.ByteSize())
         if codec:
             return resp.session_id, decode_payload(resp.rows, keys.shape[0], resp.dim)[1]
         return resp.session_id, decode_rows(resp.rows, keys.shape[0], resp.dim, np.float64 if resp.state else np.float32)
@@ -203,19 +211,20 @@ class GrpcTransport(ByteCounter):
         else:
             req.keys = encode_keys(keys, self.key_encoding)
             req.key_encoding = self.key_encoding  # type: ignore[assignment]
-        self.count(push=req.ByteSize())
         try:
-            self.saw(shard, self._rpc(shard, "Push", req).incarnation)
+            resp = self._rpc(shard, "Push", req)
         except grpc.RpcError as e:
             if e.code() == grpc.StatusCode.FAILED_PRECONDITION and sessions:
                 raise SessionLost(str(e.details())) from None
             raise
+        self.count(table, "sparse_push", req.ByteSize(), resp.ByteSize())
+        self.saw(shard, resp.incarnation)
 
     def pull_dense(self, shard: int, table: str, state: bool) -> tuple[int, Rows]:
         req = ps_pb2.DensePullRequest(table=table, state=state)
         resp = self._rpc(shard, "PullDense", req)
         self.saw(shard, resp.incarnation)
-        self.count(pull=req.ByteSize() + resp.ByteSize())
+        self.count(table, "dense_pull", req.ByteSize(), resp.ByteSize())
         if state:
             return resp.offset, np.frombuffer(resp.values, dtype="<f8").reshape(-1, max(1, resp.width)).copy()
         return resp.offset, np.frombuffer(resp.values, dtype="<f4").copy()
@@ -229,20 +238,21 @@ class GrpcTransport(ByteCounter):
             samples=samples,
             generation=self.generation,
         )
-        self.count(push=req.ByteSize())
-        self.saw(shard, self._rpc(shard, "PushDense", req).incarnation)
+        resp = self._rpc(shard, "PushDense", req)
+        self.count(table, "dense_push", req.ByteSize(), resp.ByteSize())
+        self.saw(shard, resp.incarnation)
 
     def export(self, shard: int, full: bool, name: str) -> tuple[list[ExportedFile], int]:
         kind = ps_pb2.EXPORT_FULL if full else ps_pb2.EXPORT_DELTA
-        resp = self._rpc(shard, "Export", ps_pb2.ExportRequest(kind=kind, directory=name), timeout=600)
+        resp = self._control(shard, "Export", ps_pb2.ExportRequest(kind=kind, directory=name), timeout=600)
         files = [ExportedFile(f.name, f.table, f.role, f.size, f.sha256, f.rows, f.columns) for f in resp.files]
         return files, resp.export_seq
 
     def prepare(self, shard: int, cut: int, offsets: bytes) -> int:
-        return int(self._rpc(shard, "Prepare", ps_pb2.PrepareRequest(cut=cut, stream_offsets=offsets)).rows)
+        return int(self._control(shard, "Prepare", ps_pb2.PrepareRequest(cut=cut, stream_offsets=offsets)).rows)
 
     def commit(self, shard: int, cut: int) -> int:
-        return int(self._rpc(shard, "Commit", ps_pb2.CommitRequest(cut=cut), timeout=600).rows_written)
+        return int(self._control(shard, "Commit", ps_pb2.CommitRequest(cut=cut), timeout=600).rows_written)
 
     def restore(self, shard: int, cut: int, generation: int) -> int:
         req = ps_pb2.RestoreRequest(
@@ -251,7 +261,7 @@ class GrpcTransport(ByteCounter):
         return int(self._refusing_other_models(shard, "Restore", req, timeout=600).incarnation)
 
     def status(self, shard: int) -> ShardStatus:
-        r = self._rpc(shard, "Stats", ps_pb2.StatsRequest())
+        r = self._control(shard, "Stats", ps_pb2.StatsRequest())
         tables = [
             TableStats(t.name, t.kind, t.rows, t.capacity, t.dim, t.memory_bytes, t.digest, t.samples, t.not_admitted, t.evicted)
             for t in r.tables

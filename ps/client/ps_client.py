@@ -39,7 +39,7 @@ from ps.client.control import ControlPlane
 from ps.client.local_aggregate import AggregationPlan, LocalAggregator
 from ps.compression.compressor import CodecSpec, Compressor, parse_codec
 from ps.compression.payload import VALUE_CODECS, Compressed, encode_rows, value_codec
-from ps.transport import ShardTransport
+from ps.transport import ShardTransport, WireLedger
 
 if TYPE_CHECKING:
     from ps.server.lifecycle import Lifecycle
@@ -98,10 +98,8 @@ class PSClient:
         self.residual_rows = residual_rows
         self.seed = seed
         self._rng = np.random.default_rng(seed)
-        self.dense_push_bytes = 0  # of push_bytes, what push_dense sent
         self.compressors: dict[str, Compressor] = {}
         self._kinds: dict[str, str] = {}  # what each table's pushes carry
-        self.drain_bytes = 0  # push bytes of flush_residuals, counted in push_bytes too
         self._dense_residual: dict[str, npt.NDArray[np.float64]] = {}  # error feedback of 1-bit dense pushes
         self.rows_may_drop = False  # a shard admits or evicts rows (known from the last status())
         self.pool = ThreadPoolExecutor(max_workers=max(1, shard_count))
@@ -333,7 +331,7 @@ class PSClient:
         if self.aggregator is None:
             return
         if self.aggregator.leader:
-            self.flush_residuals()
+            self.flush_residuals("cut")
         else:
             self.aggregator.forget_residuals()
 
@@ -368,19 +366,27 @@ class PSClient:
         comp = self.compressors.get(table)
         return None if comp is None or comp.residuals is None else comp.unsent(keys, cols)
 
-    def flush_residuals(self) -> None:
+    def flush_residuals(self, cause: str = "end") -> None:
         """Sends every table's error-feedback residual exactly: the shards then hold exactly
-        what uncompressed pushes would have left (at the end of a run, before a checkpoint)."""
-        before = self.push_bytes
-        for table, comp in self.compressors.items():
-            keys, rows = comp.drain()
-            if keys.shape[0]:
-                self._push_exact(table, keys, rows, self._kinds[table])
-        self.drain_bytes += self.push_bytes - before
+        what uncompressed pushes would have left. cause: why, for the wire ledger (a
+        checkpoint "cut", an "export", the "end" of a run)."""
+        with self.transport.wire.draining(cause):
+            for table, comp in self.compressors.items():
+                keys, rows = comp.drain()
+                if keys.shape[0]:
+                    self._push_exact(table, keys, rows, self._kinds[table])
+
+    @property
+    def wire(self) -> WireLedger:
+        """Every byte of every call, both ways, by table and kind (ps.transport)."""
+        return self.transport.wire
 
     def compression_stats(self) -> dict[str, float]:
         """Error-feedback memory summed over tables (ps.compression.compressor.stats)."""
-        out = {"residual_drain_bytes": float(self.drain_bytes), "dense_push_bytes": float(self.dense_push_bytes)}
+        out = {
+            "residual_drain_bytes": float(self.wire.total(("drain",))),
+            "dense_push_bytes": float(self.wire.total(("dense_push",))),
+        }
         if self.aggregator is not None:
             out.update(self.aggregator.stats())
         for comp in self.compressors.values():
@@ -412,11 +418,9 @@ class PSClient:
             parts.append((s, Compressed(codec, hi - lo, v.shape[1], None, body).payload(with_subset=False)))
         if onebit:
             self._dense_residual[table] = v - sent
-        before = self.push_bytes
         self.on_shards(
             lambda i: self.transport.push_dense(parts[i][0], table, parts[i][1], kind, steps, samples), list(range(len(parts)))
         )
-        self.dense_push_bytes += self.push_bytes - before  # pushes run from one thread, so this is ours
 
     def dense_residual(self, table: str) -> Rows | None:
         """The quantization error 1-bit dense pushes of `table` still owe the shards."""

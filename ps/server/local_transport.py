@@ -38,7 +38,7 @@ class LocalTransport(ByteCounter):
             payload = encode_rows(rows, codec, self.rng)
             size = len(payload)
             rows = decode_payload(payload, *rows.shape)[1]
-        self.count(pull=len(encode_keys(keys, KEYS_DELTA_VARINT)) + size)
+        self.count(table, "sparse_pull", len(encode_keys(keys, KEYS_DELTA_VARINT)), size)
         # no session is kept in-process; a nonzero id tells push that gRPC would name one
         return int(open_session), rows
 
@@ -54,18 +54,18 @@ class LocalTransport(ByteCounter):
     ) -> None:
         named = np.asarray(sessions, dtype=np.uint64)
         keys_bytes = len(encode_varints(named)) if sessions else len(encode_keys(keys, KEYS_DELTA_VARINT))
-        self.count(push=keys_bytes + len(payload))
+        self.count(table, "sparse_push", keys_bytes + len(payload))
         s = self.shards[shard]
         subset, values = decode_payload(payload, keys.shape[0], s.push_width(table, kind))
         s.push(table, keys if subset is None else keys[subset], values, kind, samples, self.generation)
 
     def pull_dense(self, shard: int, table: str, state: bool) -> tuple[int, Rows]:
         lo, values = self.shards[shard].pull_dense(table, state)
-        self.count(pull=values.nbytes)
+        self.count(table, "dense_pull", 0, values.nbytes)
         return lo, values
 
     def push_dense(self, shard: int, table: str, payload: bytes, kind: str, steps: int = 1, samples: int = 0) -> None:
-        self.count(push=len(payload))
+        self.count(table, "dense_push", len(payload))
         s = self.shards[shard]
         _, values = decode_payload(payload, *s.dense_push_shape(table, kind))
         s.push_dense(table, values, kind, steps, samples, self.generation)

@@ -70,8 +70,13 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
         self.shard = shard
         self.rng = np.random.default_rng(shard.index)  # int8 pull replies round stochastically
 
-    def _call(self, method: str, context: grpc.ServicerContext, fn: Callable[[], R]) -> R:
-        return _call(method, context, fn, self.shard.incarnation)
+    def _call(self, method: str, context: grpc.ServicerContext, fn: Callable[[], R], request: Any) -> R:
+        """Runs the call; counts the serialized request and reply (what the trainer's wire
+        ledger counts from its side)."""
+        metrics.WIRE_BYTES.labels(method, "received").inc(request.ByteSize())
+        reply = _call(method, context, fn, self.shard.incarnation)
+        metrics.WIRE_BYTES.labels(method, "sent").inc(reply.ByteSize())  # type: ignore[attr-defined]
+        return reply
 
     def DeclareTables(self, request: ps_pb2.DeclareTablesRequest, context: grpc.ServicerContext) -> ps_pb2.DeclareTablesResponse:
         def run() -> ps_pb2.DeclareTablesResponse:
@@ -79,7 +84,7 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
             specs = [table_spec(t) for t in request.tables]
             return ps_pb2.DeclareTablesResponse(created=self.shard.declare(specs, model, request.replace_model))
 
-        return self._call("DeclareTables", context, run)
+        return self._call("DeclareTables", context, run, request)
 
     def Pull(self, request: ps_pb2.PullRequest, context: grpc.ServicerContext) -> ps_pb2.PullResponse:
         def run() -> ps_pb2.PullResponse:
@@ -93,7 +98,7 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
                 session_id=sid, dim=rows.shape[1], rows=data, state=request.state, incarnation=self.shard.incarnation
             )
 
-        return self._call("Pull", context, run)
+        return self._call("Pull", context, run, request)
 
     def Push(self, request: ps_pb2.PushRequest, context: grpc.ServicerContext) -> ps_pb2.PushResponse:
         def run() -> ps_pb2.PushResponse:
@@ -114,7 +119,7 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
             metrics.UPDATE_SEQ.set(self.shard.update_seq)
             return ps_pb2.PushResponse(applied_rows=applied, incarnation=self.shard.incarnation)
 
-        return self._call("Push", context, run)
+        return self._call("Push", context, run, request)
 
     def PullDense(self, request: ps_pb2.DensePullRequest, context: grpc.ServicerContext) -> ps_pb2.DensePullResponse:
         def run() -> ps_pb2.DensePullResponse:
@@ -124,7 +129,7 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
                 offset=offset, values=values.tobytes(), width=width, incarnation=self.shard.incarnation
             )
 
-        return self._call("PullDense", context, run)
+        return self._call("PullDense", context, run, request)
 
     def PushDense(self, request: ps_pb2.DensePushRequest, context: grpc.ServicerContext) -> ps_pb2.DensePushResponse:
         def run() -> ps_pb2.DensePushResponse:
@@ -133,7 +138,7 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
             self.shard.push_dense(request.table, values, kind, max(1, request.steps), request.samples, request.generation)
             return ps_pb2.DensePushResponse(incarnation=self.shard.incarnation)
 
-        return self._call("PushDense", context, run)
+        return self._call("PushDense", context, run, request)
 
     def Export(self, request: ps_pb2.ExportRequest, context: grpc.ServicerContext) -> ps_pb2.ExportResponse:
         def run() -> ps_pb2.ExportResponse:
@@ -143,15 +148,18 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
             ]  # the caller knows the shard
             return ps_pb2.ExportResponse(files=wire, export_seq=seq)
 
-        return self._call("Export", context, run)
+        return self._call("Export", context, run, request)
 
     def Prepare(self, request: ps_pb2.PrepareRequest, context: grpc.ServicerContext) -> ps_pb2.PrepareResponse:
         return self._call(
-            "Prepare", context, lambda: ps_pb2.PrepareResponse(rows=self.shard.prepare(request.cut, request.stream_offsets))
+            "Prepare",
+            context,
+            lambda: ps_pb2.PrepareResponse(rows=self.shard.prepare(request.cut, request.stream_offsets)),
+            request,
         )
 
     def Commit(self, request: ps_pb2.CommitRequest, context: grpc.ServicerContext) -> ps_pb2.CommitResponse:
-        return self._call("Commit", context, lambda: ps_pb2.CommitResponse(rows_written=self.shard.commit(request.cut)))
+        return self._call("Commit", context, lambda: ps_pb2.CommitResponse(rows_written=self.shard.commit(request.cut)), request)
 
     def Restore(self, request: ps_pb2.RestoreRequest, context: grpc.ServicerContext) -> ps_pb2.RestoreResponse:
         def run() -> ps_pb2.RestoreResponse:
@@ -159,7 +167,7 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
             self.shard.restore(request.cut, request.generation, model, request.replace_model)
             return ps_pb2.RestoreResponse(incarnation=self.shard.incarnation)
 
-        return self._call("Restore", context, run)
+        return self._call("Restore", context, run, request)
 
     def Stats(self, request: ps_pb2.StatsRequest, context: grpc.ServicerContext) -> ps_pb2.StatsResponse:
         def run() -> ps_pb2.StatsResponse:
@@ -181,4 +189,4 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
                 export_root=str(self.shard.export_root.resolve()) if self.shard.export_root else "",
             )
 
-        return self._call("Stats", context, run)
+        return self._call("Stats", context, run, request)

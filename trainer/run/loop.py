@@ -70,6 +70,7 @@ class Trainer:
     ) -> None:
         self.client = client
         self._bytes_seen = (0, 0)
+        self._wire_seen: dict[tuple[str, str], tuple[int, int]] = {}
         self.model = model
 
         self.fields = fields
@@ -277,6 +278,7 @@ class Trainer:
             "bad_lines": self.bad_lines,
             "dropped": self.fields.dropped,
             "compression": self.client.compression_stats(),
+            "wire": self.client.wire.snapshot(),
         }
 
     def _gather_ranks(self) -> tuple[list[dict[str, Any]], ProgressiveMetrics] | None:
@@ -325,6 +327,7 @@ class Trainer:
             "bad_lines": sum(f["bad_lines"] for f in figures),
             "dropped": sum(f["dropped"] for f in figures),
             "compression": _summed([f["compression"] for f in figures]),
+            "wire_others": [f["wire"] for f in figures[1:]],  # rank 0 adds its own at the very end
             "rank_samples": [int(f["progress"]["count"]) for f in figures],
         }
         return merged.snapshot()
@@ -383,12 +386,13 @@ class Trainer:
         rate = (self.submitted - before) / (now - then) if now > then else 0.0
         self._last_progress = (now, self.submitted)
         log.info(
-            "samples %d  %.0f/s on %s  window AUC %.4f  logloss %.4f  push %.1f B/sample  pull %.1f B/sample%s",
+            "samples %d  %.0f/s on %s  window AUC %.4f  logloss %.4f  wire %.1f B/sample (push %.1f, pull %.1f)%s",
             snap["samples"],
             rate,
             self.model.device,
             snap["window_auc"],
             snap["window_logloss"],
+            self.client.wire.total() / per,
             self.client.push_bytes / per,
             self.client.pull_bytes / per,
             self._outlook(backlog, rate),
@@ -456,6 +460,14 @@ class Trainer:
         metrics.PUSH_BYTES.inc(push - self._bytes_seen[0])
         metrics.PULL_BYTES.inc(pull - self._bytes_seen[1])
         self._bytes_seen = (push, pull)
+        for table, kinds in self.client.wire.snapshot().items():
+            for kind, both in kinds.items():
+                for direction, now, seen in zip(
+                    ("sent", "received"), both, self._wire_seen.get((table, kind), (0, 0)), strict=True
+                ):
+                    if now > seen:
+                        metrics.WIRE_BYTES.labels(table or "-", kind, direction).inc(now - seen)
+                self._wire_seen[(table, kind)] = both
 
     def checkpoint(self) -> None:
         """A consistent cut: every batch read so far is trained and its pushes acknowledged
@@ -501,7 +513,7 @@ class Trainer:
         compressors hold back: the shards then hold everything up to self.position."""
         self.flush()
         self.model.finish(self.client)
-        self.client.flush_residuals()  # a restart loses the worker's memory, so the cut holds every update
+        self.client.flush_residuals("cut")  # a restart loses the worker's memory, so the cut holds every update
 
     def _commit_cut(self, cut: int, rows: int, stall: float, prepared: float) -> None:
         try:
@@ -530,4 +542,18 @@ def _summed(parts: list[dict[str, float]]) -> dict[str, float]:
     for part in parts:
         for k, v in part.items():
             out[k] = out.get(k, 0.0) + v
+    return out
+
+
+Wire = dict[str, dict[str, tuple[int, int]]]
+
+
+def merged_wire(parts: list[Wire]) -> Wire:
+    """Several ranks' wire ledgers (ps.transport.WireLedger.snapshot) as one."""
+    out: dict[str, dict[str, tuple[int, int]]] = {}
+    for part in parts:
+        for table, kinds in part.items():
+            for kind, (sent, received) in kinds.items():
+                was = out.setdefault(table, {}).get(kind, (0, 0))
+                out[table][kind] = (was[0] + sent, was[1] + received)
     return out
