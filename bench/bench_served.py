@@ -1,0 +1,231 @@
+"""Compression judged where it runs (issue 32): every byte both ways, and the quality of
+the versions serving loads.
+
+For each dataset, model and push/pull codec pair: 2 fresh PS shard processes over gRPC,
+`boundless train` streaming the dataset repeated to --rows rows (one file; with --workers 2
+a folder dealt out to two local ranks) with a checkpoint cut every --cut-s seconds and an
+export every --export-s seconds, and a model manager (`boundless model watch`) publishing
+every export with the quality gate opened wide. The manager scores each candidate, loaded
+as serving loads it, on the export's holdout: the samples read right after the export,
+which that version was not trained on. Reported per run:
+
+- wire bytes per sample, both ways (the trainer's ledger: sparse and dense pulls and pushes,
+  residual drains, control calls), and its ratio to the uncompressed protocol (fp32/fp64
+  pushes, raw pull replies) of the same configuration;
+- the served AUC: the mean over published versions of their holdout AUC (the gate's own
+  figure, in each version's manifest), and its difference from the uncompressed run;
+- the worker's view (progressive window AUC), labelled as such: one worker predicts from
+  what it pulled plus its own unsent residual, so it cannot see what the shards hold;
+- examples/s of the training loop.
+
+Runs alternate configurations within a repetition; medians over --reps. Writes
+bench/results/served.json and prints markdown; asserts nothing.
+Run: .venv/bin/python bench/bench_served.py [--datasets frappe,criteo10k] [--models lr,ffm]
+     [--codecs fp32/raw,auto/auto,onebit/raw,onebit/bf16] [--rows 300000] [--reps 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.datasets import DATASETS  # noqa: E402
+from boundless.processes import start  # noqa: E402
+from ctr.data.schema import PRESETS  # noqa: E402
+from ctr.repository.versions import Repository  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+BASELINE = "fp32/raw"  # the uncompressed protocol: fp32 gradients, fp64 state deltas, raw pull replies
+MODEL_FLAGS = {"lr": [], "ffm": ["--k", "4"], "deepfm": ["--k", "8", "--hidden", "400,400,400"]}
+# the gate opened wide: every export is published, so every one is judged
+OPEN_GATE = ["--min-samples", "1", "--max-auc-drop", "1", "--min-auc", "0", "--max-logloss", "100"]
+OPEN_GATE += ["--calibration-low", "0", "--calibration-high", "1000", "--rollback-auc-drop", "1", "--keep-full", "1000"]
+
+
+def write_stream(name: str, rows: int, work: Path, workers: int) -> tuple[Path, int]:
+    ds = DATASETS[name]
+    base = ds.lines()
+    header = base[0] if PRESETS[ds.preset].format == "csv" else None
+    body = base[1:] if header else base
+    lines = (body * -(-rows // len(body)))[:rows]
+    if workers == 1:
+        path = work / f"{name}.txt"
+        path.write_text("\n".join([header, *lines] if header else lines) + "\n")
+        return path, len(lines)
+    folder = work / f"{name}-w{workers}"
+    folder.mkdir()
+    parts = 2 * workers
+    step = -(-len(lines) // parts)
+    for i in range(parts):
+        part = lines[i * step : (i + 1) * step]
+        (folder / f"part{i:02d}.txt").write_text("\n".join([header, *part] if header else part) + "\n")
+    return folder, len(lines)
+
+
+def run_one(
+    stream: Path, preset: str, model: str, codecs: str, workers: int, work: Path, args: argparse.Namespace
+) -> dict[str, Any]:
+    push, _, pull = codecs.partition("/")
+    work.mkdir()
+    exports, repo = work / "exports", work / "repo"
+    shards = [
+        start(
+            f"ps{i}",
+            [
+                "ps",
+                "--shard-index",
+                str(i),
+                "--shard-count",
+                "2",
+                "--export-root",
+                str(exports),
+                "--data-dir",
+                str(work / f"ps{i}"),
+            ],
+            work,
+        )
+        for i in range(2)
+    ]
+    manager = start("model", ["model", "watch", "--exports", str(exports), "--repo", str(repo), *OPEN_GATE], work)
+    try:
+        for d in (*shards, manager):
+            d.wait_ready()
+        out = work / "m.json"
+        cmd = [sys.executable, "-m", "boundless", "train", "--source", str(stream), "--format", preset, "--no-follow"]
+        cmd += ["--ps", ",".join(s.address for s in shards), "--model", model, *MODEL_FLAGS[model]]
+        cmd += ["--push-codec", "fp32" if push == "fp32" else push, "--pull-codec", "auto" if pull == "raw" else pull]
+        cmd += ["--export-dir", str(exports), "--export-interval-s", str(args.export_s)]
+        cmd += ["--checkpoint-interval-s", str(args.cut_s), "--workers", str(workers)]
+        cmd += ["--metrics-port", "-1", "--port", "-1", "--metrics-out", str(out)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+        if proc.returncode:
+            raise SystemExit(proc.stderr[-3000:])
+        m = json.loads(out.read_text())
+        versions = _published(Repository(repo, "ctr"), int(m["exports"]))
+    finally:
+        manager.stop()
+        for s in shards:
+            s.stop()
+    n = m["samples"]
+    kinds: dict[str, float] = {}
+    for table in m["wire"].values():
+        for kind, both in table.items():
+            kinds[kind] = kinds.get(kind, 0.0) + (both["sent"] + both["received"]) / n
+    served = [v["auc"] for v in versions]
+    return {
+        "samples": n,
+        "examples_per_s": m["examples_per_s"],
+        "wire_bytes_per_sample": m["wire_bytes_per_sample"],
+        "by_kind": kinds,
+        "exports": int(m["exports"]),
+        "published": len(versions),
+        "served_auc": statistics.mean(served) if served else float("nan"),
+        "worker_view_auc": m["window_auc"],
+        "progressive_logloss": m["progressive_logloss"],
+    }
+
+
+def _published(repo: Repository, exports: int, timeout_s: float = 300) -> list[dict[str, float]]:
+    """Each published version's holdout evaluation, once the manager handled every export."""
+    deadline = time.monotonic() + timeout_s
+    while len(repo.processed_exports()) < exports and time.monotonic() < deadline:
+        time.sleep(0.2)
+    out = []
+    for v in repo.versions():
+        ev = (repo.manifest(v).get("evaluation") or {}).get("candidate") or {}
+        if ev.get("samples"):
+            out.append({"auc": float(ev["auc"]), "samples": float(ev["samples"])})
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(allow_abbrev=False)
+    ap.add_argument("--datasets", default="frappe,criteo10k")
+    ap.add_argument("--models", default="lr,ffm")
+    ap.add_argument("--codecs", default=f"{BASELINE},auto/auto,onebit/raw,onebit/bf16,topk:0.01+onebit/bf16")
+    ap.add_argument("--workers", default="1")
+    ap.add_argument("--rows", type=int, default=300_000)
+    ap.add_argument("--reps", type=int, default=1)
+    ap.add_argument("--cut-s", type=float, default=5.0)
+    ap.add_argument("--export-s", type=float, default=2.0)
+    ap.add_argument("--out", default=str(ROOT / "bench/results/served.json"))
+    args = ap.parse_args()
+    codecs = args.codecs.split(",")
+    if codecs[0] != BASELINE:
+        codecs = [BASELINE, *[c for c in codecs if c != BASELINE]]
+    results: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        for name in args.datasets.split(","):
+            for workers in (int(w) for w in args.workers.split(",")):
+                stream, rows = write_stream(name, args.rows, work, workers)
+                for model in args.models.split(","):
+                    runs: dict[str, list[dict[str, Any]]] = {c: [] for c in codecs}
+                    for rep in range(args.reps):
+                        for c in codecs:  # alternating within a repetition
+                            tag = f"{name}-{model}-w{workers}-{c.replace('/', '_').replace(':', '').replace('+', '')}-{rep}"
+                            r = run_one(stream, DATASETS[name].preset, model, c, workers, work / tag, args)
+                            print(name, model, workers, c, json.dumps({k: v for k, v in r.items() if k != "by_kind"}), flush=True)
+                            runs[c].append(r)
+                    results += _summarize(name, model, workers, runs)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(results, indent=1))
+    _print(results)
+
+
+def _med(rs: list[dict[str, Any]], key: str) -> float:
+    return statistics.median(r[key] for r in rs)
+
+
+def _summarize(name: str, model: str, workers: int, runs: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    base = runs[BASELINE]
+    out = []
+    for c, rs in runs.items():
+        kinds = sorted({k for r in rs for k in r["by_kind"]})
+        out.append(
+            {
+                "dataset": name,
+                "model": model,
+                "workers": workers,
+                "codecs": c,
+                "wire_bytes_per_sample": _med(rs, "wire_bytes_per_sample"),
+                "ratio": _med(base, "wire_bytes_per_sample") / _med(rs, "wire_bytes_per_sample"),
+                "by_kind": {k: statistics.median(r["by_kind"].get(k, 0.0) for r in rs) for k in kinds},
+                "served_auc": _med(rs, "served_auc"),
+                "d_served_auc": _med(rs, "served_auc") - _med(base, "served_auc"),
+                "published": _med(rs, "published"),
+                "worker_view_auc": _med(rs, "worker_view_auc"),
+                "examples_per_s": _med(rs, "examples_per_s"),
+            }
+        )
+    return out
+
+
+def _print(results: list[dict[str, Any]]) -> None:
+    print(
+        "| data | model | W | push/pull codec | wire B/sample | vs uncompressed | of it: pulls, pushes, drains |"
+        " served AUC | dAUC | versions | worker's view AUC | ex/s |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in results:
+        k = r["by_kind"]
+        pulls = k.get("sparse_pull", 0.0) + k.get("dense_pull", 0.0)
+        pushes = k.get("sparse_push", 0.0) + k.get("dense_push", 0.0)
+        drains = sum(v for kind, v in k.items() if kind.startswith("drain_"))
+        print(
+            f"| {r['dataset']} | {r['model']} | {r['workers']} | {r['codecs']} | {r['wire_bytes_per_sample']:.2f} |"
+            f" {r['ratio']:.2f}x | {pulls:.2f}, {pushes:.2f}, {drains:.2f} | {r['served_auc']:.4f} | {r['d_served_auc']:+.4f} |"
+            f" {r['published']:.0f} | {r['worker_view_auc']:.4f} | {r['examples_per_s']:,.0f} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
