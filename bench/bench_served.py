@@ -7,11 +7,13 @@ a folder dealt out to two local ranks) with a checkpoint cut every --cut-s secon
 export every --export-s seconds, and a model manager (`boundless model watch`) publishing
 every export with the quality gate opened wide. The manager scores each candidate, loaded
 as serving loads it, on the export's holdout: the samples read right after the export,
-which that version was not trained on. Reported per run:
+which that version was not trained on. A codec pair ending in "~nodrain" runs with
+--no-export-drain (error-feedback residuals reach the shards only at cuts and the end).
+Reported per run:
 
 - wire bytes per sample, both ways (the trainer's ledger: sparse and dense pulls and pushes,
-  residual drains, control calls), and its ratio to the uncompressed protocol (fp32/fp64
-  pushes, raw pull replies) of the same configuration;
+  residual drains, control calls), and its ratio to the uncompressed protocol of the same
+  configuration (`auto/raw`: fp32 gradients, fp64 state deltas, raw pull replies);
 - the served AUC: the mean over published versions of their holdout AUC (the gate's own
   figure, in each version's manifest), and its difference from the uncompressed run;
 - the worker's view (progressive window AUC), labelled as such: one worker predicts from
@@ -21,7 +23,7 @@ which that version was not trained on. Reported per run:
 Runs alternate configurations within a repetition; medians over --reps. Writes
 bench/results/served.json and prints markdown; asserts nothing.
 Run: .venv/bin/python bench/bench_served.py [--datasets frappe,criteo10k] [--models lr,ffm]
-     [--codecs fp32/raw,auto/auto,onebit/raw,onebit/bf16] [--rows 300000] [--reps 1]
+     [--codecs auto/raw,onebit/bf16] [--rows 1000000] [--reps 1]
 """
 
 from __future__ import annotations
@@ -43,7 +45,8 @@ from ctr.data.schema import PRESETS  # noqa: E402
 from ctr.repository.versions import Repository  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-BASELINE = "fp32/raw"  # the uncompressed protocol: fp32 gradients, fp64 state deltas, raw pull replies
+NO_DRAIN = "~nodrain"  # a codec pair with this suffix runs with --no-export-drain
+BASELINE = "auto/raw"  # the uncompressed protocol: fp32 gradients, fp64 state deltas, raw pull replies
 MODEL_FLAGS = {"lr": [], "ffm": ["--k", "4"], "deepfm": ["--k", "8", "--hidden", "400,400,400"]}
 # the gate opened wide: every export is published, so every one is judged
 OPEN_GATE = ["--min-samples", "1", "--max-auc-drop", "1", "--min-auc", "0", "--max-logloss", "100"]
@@ -73,6 +76,7 @@ def write_stream(name: str, rows: int, work: Path, workers: int) -> tuple[Path, 
 def run_one(
     stream: Path, preset: str, model: str, codecs: str, workers: int, work: Path, args: argparse.Namespace
 ) -> dict[str, Any]:
+    codecs, nodrain = codecs.removesuffix(NO_DRAIN), codecs.endswith(NO_DRAIN)
     push, _, pull = codecs.partition("/")
     work.mkdir()
     exports, repo = work / "exports", work / "repo"
@@ -105,6 +109,7 @@ def run_one(
         cmd += ["--export-dir", str(exports), "--export-interval-s", str(args.export_s)]
         cmd += ["--checkpoint-interval-s", str(args.cut_s), "--workers", str(workers)]
         cmd += ["--metrics-port", "-1", "--port", "-1", "--metrics-out", str(out)]
+        cmd += ["--no-export-drain"] if nodrain else []
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
         if proc.returncode:
             raise SystemExit(proc.stderr[-3000:])
@@ -150,12 +155,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(allow_abbrev=False)
     ap.add_argument("--datasets", default="frappe,criteo10k")
     ap.add_argument("--models", default="lr,ffm")
-    ap.add_argument("--codecs", default=f"{BASELINE},auto/auto,onebit/raw,onebit/bf16,topk:0.01+onebit/bf16")
+    ap.add_argument(
+        "--codecs", default=f"{BASELINE},auto/bf16,int8/raw,epgc11/bf16,onebit/bf16,onebit/bf16{NO_DRAIN},topk:0.01+onebit/bf16"
+    )
     ap.add_argument("--workers", default="1")
-    ap.add_argument("--rows", type=int, default=300_000)
+    ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--reps", type=int, default=1)
-    ap.add_argument("--cut-s", type=float, default=5.0)
-    ap.add_argument("--export-s", type=float, default=2.0)
+    # a file is read far faster than a stream arrives (LR trains ~500k samples/s here): these
+    # keep several exports and cuts in a run, about the cadence in samples of an export every
+    # 2 s and a cut every 5 s on a stream of ~70k samples/s
+    ap.add_argument("--cut-s", type=float, default=0.75)
+    ap.add_argument("--export-s", type=float, default=0.3)
     ap.add_argument("--out", default=str(ROOT / "bench/results/served.json"))
     args = ap.parse_args()
     codecs = args.codecs.split(",")
@@ -171,7 +181,8 @@ def main() -> None:
                     runs: dict[str, list[dict[str, Any]]] = {c: [] for c in codecs}
                     for rep in range(args.reps):
                         for c in codecs:  # alternating within a repetition
-                            tag = f"{name}-{model}-w{workers}-{c.replace('/', '_').replace(':', '').replace('+', '')}-{rep}"
+                            safe = "".join(ch if ch.isalnum() else "_" for ch in c)
+                            tag = f"{name}-{model}-w{workers}-{safe}-{rep}"
                             r = run_one(stream, DATASETS[name].preset, model, c, workers, work / tag, args)
                             print(name, model, workers, c, json.dumps({k: v for k, v in r.items() if k != "by_kind"}), flush=True)
                             runs[c].append(r)

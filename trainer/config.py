@@ -234,6 +234,13 @@ class ExportSettings:
         default=2000,
         metadata={"help": "samples read after each export, saved with it for the model manager's quality gate (0: none)"},
     )
+    export_drain: bool = field(
+        default=True,
+        metadata={
+            "help": "before each export, send what a lossy --push-codec's error feedback still holds back, exactly, so the"
+            " version served holds every update trained (costs those rows' bytes at each export)"
+        },
+    )
 
 
 @dataclass(frozen=True)

@@ -378,6 +378,7 @@ def _train(conf: TrainerConfig, stop: threading.Event, log: logging.Logger, aggr
         # on its tail, which is then never trained; a followed stream without an end trains at once
         hold_back=conf.export.holdout_samples if exporter is not None and ends(conf) else 0,
         max_bad_fraction=conf.input.max_bad_fraction,
+        export_drain=conf.export.export_drain,
     )
     progress_log = ProgressLog(conf.progress.curve_out if lead else None, count_samples=world > 1)
     if lead or conf.ready_file:  # a local rank other than 0 has none to write and prints none

@@ -325,13 +325,12 @@ class PSClient:
         (`--local-aggregate`); worker 0 leads, pushing the sums with this client."""
         self.aggregator = LocalAggregator(plan, index, self.push_merged, self.residual_rows)
 
-    def flush_local_aggregation(self) -> None:
-        """With every worker of the host paused: the leader sends its residuals exactly and
-        the others forget their mirror of them, so the shards hold every update (a cut)."""
-        if self.aggregator is None:
-            return
-        if self.aggregator.leader:
-            self.flush_residuals("cut")
+    def drain_residuals(self, cause: str) -> None:
+        """Every update trained reaches the shards exactly: this client's residuals, or with
+        local aggregation the leader's (which hold the host's) while the others forget their
+        mirror. With local aggregation every worker must be settled first (a cut, an export)."""
+        if self.aggregator is None or self.aggregator.leader:
+            self.flush_residuals(cause)
         else:
             self.aggregator.forget_residuals()
 

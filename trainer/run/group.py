@@ -36,6 +36,7 @@ class Round:
     stop: bool  # some rank was asked to stop
     cut: bool  # rank 0 calls a checkpoint cut at this boundary
     report: bool  # rank 0 calls for the merged progress
+    export: bool = False  # rank 0 calls an export: every rank drains its residuals first
 
 
 class Group:
@@ -56,18 +57,21 @@ class Group:
     def leader(self) -> bool:
         return self.rank == 0
 
-    def round(self, over: bool, stop: bool, cut: bool = False, report: bool = False, dense: Any = None) -> Round:
+    def round(
+        self, over: bool, stop: bool, cut: bool = False, report: bool = False, dense: Any = None, export: bool = False
+    ) -> Round:
         """One round: every rank's control words summed (cut and report count from rank 0
         only), and `dense`'s gradient (a DenseReplica) summed and stepped in the same call."""
         lead = self.leader
-        control = torch.tensor([float(over), float(stop), float(cut and lead), float(report and lead)], dtype=torch.float64)
+        words = [float(over), float(stop), float(cut and lead), float(report and lead), float(export and lead)]
+        control = torch.tensor(words, dtype=torch.float64)
         with _collective():
             if dense is not None:
                 summed = dense.sync(control, self.pg)
             else:
                 dist.all_reduce(control, group=self.pg)
                 summed = control
-        return Round(int(summed[0]), bool(summed[1] > 0), bool(summed[2] > 0), bool(summed[3] > 0))
+        return Round(int(summed[0]), bool(summed[1] > 0), bool(summed[2] > 0), bool(summed[3] > 0), bool(summed[4] > 0))
 
     def gather(self, obj: Any) -> list[Any] | None:
         """Every rank's `obj`, in rank order, at rank 0 (None elsewhere)."""

@@ -53,6 +53,7 @@ class LoopSettings:
     # trainer trains each batch only once this many samples have been read after it
     hold_back: int = 0
     max_bad_fraction: float = 0.1  # more bad lines than this share of the lines read stops the run (BadInput)
+    export_drain: bool = True  # residuals sent exactly before each export (docs/design/wire-bytes.md)
 
 
 class Trainer:
@@ -217,7 +218,7 @@ class Trainer:
                 idle = item is None and self.s.idle_exit_s > 0 and quiet > self.s.idle_exit_s
                 due = now - last_export >= self.s.export_interval_s
                 changed = self.submitted > self._exported_at  # an export of an unchanged model says nothing new
-                if self.exporter is not None and due and changed and not self.exporter.waiting:
+                if self.group is None and self.exporter is not None and due and changed and not self.exporter.waiting:
                     self._export()
                     last_export = now
                 if self.group is None and self.s.checkpoint_interval_s > 0 and now - last_ckpt >= self.s.checkpoint_interval_s:
@@ -229,7 +230,11 @@ class Trainer:
                 self._check_bad_lines(final=False)
                 finished = done or idle
                 if self.group is not None:
-                    r = self._round(over=False)
+                    # rank 0 calls an export in the round, so every rank can drain for it first
+                    export = self.exporter is not None and due and changed and not self.exporter.waiting
+                    r = self._round(over=False, export=export)
+                    if r.export:
+                        last_export = now
                     if r.stop or finished:
                         self.ended = idle and not r.stop
                         break
@@ -243,15 +248,18 @@ class Trainer:
         self._hold_out_tail()
         self.flush()
 
-    def _round(self, over: bool) -> Round:
+    def _round(self, over: bool, export: bool = False) -> Round:
         """A round of the ranks at this batch boundary (trainer.run.group): rank 0 calls the
-        cuts and the progress reports on its clocks; every rank then takes the cut."""
+        cuts, the exports and the progress reports on its clocks; every rank then takes
+        the cut, or drains its residuals for the export."""
         assert self.group is not None
         now = time.monotonic()
         cut = self.s.checkpoint_interval_s > 0 and now - self._last_cut_at >= self.s.checkpoint_interval_s
         report = now - self._last_report_at >= self.s.progress_interval_s
         replica = getattr(self.model, "replica", None)
-        r = self.group.round(over, self.stop(), cut, report, replica)
+        r = self.group.round(over, self.stop(), cut, report, replica, export)
+        if r.export:
+            self._drain_for_export()
         if r.cut:
             self.checkpoint()
             self._last_cut_at = time.monotonic()
@@ -259,6 +267,19 @@ class Trainer:
             self._report_ranks()
             self._last_report_at = time.monotonic()
         return r
+
+    def _drain_for_export(self) -> None:
+        """Every rank's pushes acknowledged and, with --export-drain, its residuals sent
+        (with --local-aggregate, rank 0's, which hold the host's); then rank 0 exports."""
+        assert self.group is not None
+        self.flush()
+        if self.s.export_drain:
+            if self.client.aggregator is not None:
+                self.group.barrier()  # no rank pushes through rank 0 while it drains
+            self.client.drain_residuals("export")
+        self.group.barrier()
+        if self.exporter is not None:
+            self._export(drained=True)
 
     def _join(self) -> None:
         """This rank's stream is over (its end, idleness, its sample limit, a stop): it joins
@@ -438,9 +459,12 @@ class Trainer:
         metrics.RECOVERIES.inc()
         log.info("recovered at cut %d in %.2f s; training takes up at %s", point.cut, time.monotonic() - started, self.position)
 
-    def _export(self) -> None:
+    def _export(self, drained: bool = False) -> None:
+        """drained: the ranks drained their residuals together for it (_drain_for_export)."""
         assert self.exporter is not None
         self.flush()
+        if self.s.export_drain and not drained and self.group is None:
+            self.client.drain_residuals("export")
         self.model.publish(self.client)
         snap = self.progress.snapshot()
         try:
@@ -496,7 +520,7 @@ class Trainer:
             # every rank of the host is settled: rank 0, which pushed their sums, sends what
             # its error feedback holds back, and the others forget their mirror of it
             self.group.barrier()
-            self.client.flush_local_aggregation()
+            self.client.drain_residuals("cut")
         state = worker_state(self.position, self.submitted, self.progress.state(), self.model.state(self.client))
         states = self.group.gather(state)
         if states is not None:
