@@ -4,7 +4,7 @@ the versions serving loads.
 For each dataset, model and push/pull codec pair: 2 fresh PS shard processes over gRPC,
 `boundless train` streaming the dataset repeated to --rows rows (one file; with --workers 2
 a folder dealt out to two local ranks) with a checkpoint cut every --cut-s seconds and an
-export every --export-s seconds, and a model manager (`boundless model watch`) publishing
+export every --export-every samples, and a model manager (`boundless model watch`) publishing
 every export with the quality gate opened wide. The manager scores each candidate, loaded
 as serving loads it, on the export's holdout: the samples read right after the export,
 which that version was not trained on. A codec pair ending in "~nodrain" runs with
@@ -106,7 +106,7 @@ def run_one(
         cmd = [sys.executable, "-m", "boundless", "train", "--source", str(stream), "--format", preset, "--no-follow"]
         cmd += ["--ps", ",".join(s.address for s in shards), "--model", model, *MODEL_FLAGS[model]]
         cmd += ["--push-codec", "fp32" if push == "fp32" else push, "--pull-codec", "auto" if pull == "raw" else pull]
-        cmd += ["--export-dir", str(exports), "--export-interval-s", str(args.export_s)]
+        cmd += ["--export-dir", str(exports), "--export-interval-s", "0", "--holdout-samples", str(args.export_every)]
         cmd += ["--checkpoint-interval-s", str(args.cut_s), "--workers", str(workers)]
         cmd += ["--metrics-port", "-1", "--port", "-1", "--metrics-out", str(out)]
         cmd += ["--no-export-drain"] if nodrain else []
@@ -161,11 +161,12 @@ def main() -> None:
     ap.add_argument("--workers", default="1")
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--reps", type=int, default=1)
-    # a file is read far faster than a stream arrives (LR trains ~500k samples/s here): these
-    # keep several exports and cuts in a run, about the cadence in samples of an export every
-    # 2 s and a cut every 5 s on a stream of ~70k samples/s
-    ap.add_argument("--cut-s", type=float, default=0.75)
-    ap.add_argument("--export-s", type=float, default=0.3)
+    # a file is read far faster than a stream arrives (LR trains ~500k samples/s here), so
+    # exports go by samples: one whenever the last has its holdout of --export-every samples
+    # (an export every 2 s of a 25k samples/s stream), at the same samples in every run, so
+    # codecs are compared on the same versions and holdouts; cuts stay on a clock
+    ap.add_argument("--cut-s", type=float, default=1.0)
+    ap.add_argument("--export-every", type=int, default=50_000)
     ap.add_argument("--out", default=str(ROOT / "bench/results/served.json"))
     args = ap.parse_args()
     codecs = args.codecs.split(",")

@@ -45,6 +45,8 @@ if TYPE_CHECKING:
     from ps.server.lifecycle import Lifecycle
     from ps.server.local_server import LocalServers
 
+EXPORT_DRAIN_CODEC = "bf16"  # residuals sent before an export: fp32's range, a quarter of fp64's bytes
+
 __all__ = [
     "DELTA",
     "GRADIENT",
@@ -348,6 +350,22 @@ class PSClient:
             self._kinds[table] = kind
         return self.compressors[table]
 
+    def _push_coded(
+        self, table: str, keys: npt.NDArray[np.uint64], rows: npt.NDArray[np.float64], kind: str, codec_name: str
+    ) -> npt.NDArray[np.float64]:
+        """Sends rows of these keys (keys included) in a value codec; returns what the
+        shards received, decoded."""
+        codec = value_codec(codec_name)
+        sent = np.empty_like(rows)
+        order, bounds = self._split(keys)
+        for s in range(self.n):
+            idx = order[bounds[s] : bounds[s + 1]]
+            if idx.shape[0]:
+                body, sent[idx] = codec.encode(rows[idx], self._rng)
+                payload = Compressed(codec, idx.shape[0], rows.shape[1], None, body).payload(with_subset=False)
+                self.transport.push(s, table, keys[idx], (), payload, kind)
+        return sent
+
     def _push_exact(self, table: str, keys: npt.NDArray[np.uint64], rows: npt.NDArray[np.float64], kind: str) -> None:
         """Sends residuals leaving the error-feedback memory, in fp64, keys included."""
         order, bounds = self._split(keys)
@@ -366,13 +384,18 @@ class PSClient:
         return None if comp is None or comp.residuals is None else comp.unsent(keys, cols)
 
     def flush_residuals(self, cause: str = "end") -> None:
-        """Sends every table's error-feedback residual exactly: the shards then hold exactly
-        what uncompressed pushes would have left. cause: why, for the wire ledger (a
-        checkpoint "cut", an "export", the "end" of a run)."""
+        """Sends every table's error-feedback residual: at a checkpoint "cut" and the "end"
+        exactly, so the shards hold exactly what uncompressed pushes would have left; before
+        an "export" in EXPORT_DRAIN_CODEC, keeping what it rounds off (the version served
+        lacks at most that rounding). The cause also files the bytes in the wire ledger."""
         with self.transport.wire.draining(cause):
             for table, comp in self.compressors.items():
                 keys, rows = comp.drain()
-                if keys.shape[0]:
+                if not keys.shape[0]:
+                    continue
+                if cause == "export":  # freshness, not exactness: bf16, what it loses kept for later
+                    comp.keep(keys, rows - self._push_coded(table, keys, rows, self._kinds[table], EXPORT_DRAIN_CODEC))
+                else:
                     self._push_exact(table, keys, rows, self._kinds[table])
 
     @property

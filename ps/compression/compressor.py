@@ -82,6 +82,17 @@ class Compressor:
             self.flushed_rows += int(out[0].shape[0])
             return out
 
+    def keep(self, keys: Keys, rows: F64) -> None:
+        """Puts residuals back after a drain that sent them in a lossy codec (an export's):
+        what that codec lost is owed to the shards still. keys sorted, unique, and among
+        those the drain took, so nothing is evicted."""
+        if self.residuals is None or not keys.shape[0]:
+            return
+        nonzero = np.any(rows != 0.0, axis=1)
+        with self._lock:
+            gone, _ = self.residuals.put(keys[nonzero], rows[nonzero])
+        assert not gone.shape[0], "a drain's keys fit the store they came from"
+
     def compress(self, keys: Keys, rows: F64) -> tuple[Compressed, Keys, F64]:
         """(the push's rows compressed, keys and residuals evicted from the residual store,
         which the caller sends exactly). keys are sorted and unique."""

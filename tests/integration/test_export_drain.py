@@ -1,7 +1,8 @@
 """What serving gets from a lossy push codec (issue 32): with --export-drain (the default)
-every export holds every update trained, so one worker's exports under 1-bit pushes are the
-uncompressed run's, row for row; without it they lack the residuals error feedback still
-holds back, which the worker's own view never shows."""
+every export holds every update trained but bf16's rounding of the residuals, so one
+worker's exports under 1-bit pushes are the uncompressed run's to that rounding; without it
+they lack the residuals error feedback still holds back, which the worker's own view never
+shows."""
 
 from __future__ import annotations
 
@@ -69,7 +70,11 @@ def test_exports_under_1bit_pushes_hold_every_update_only_when_drained(data_dir:
     assert len(exact) == len(drained) == len(kept) >= 5
     # the residuals went out before each export but the last (the end's drain came first)
     assert got["wire"]["w"]["drain_export"]["sent"] > 0, got["wire"]
-    for e, d in zip(exact, drained, strict=True):
-        assert _gap(e, d) < 1e-6  # float32 rows: (shard + residual) rounds as the exact sum did
-    assert max(_gap(e, k) for e, k in zip(exact[:-1], kept[:-1], strict=True)) > 1e-3
-    assert _gap(exact[-1], kept[-1]) < 1e-6  # the last export follows the end's drain either way
+    # an export's drain sends the residuals in bf16: a version lacks at most that rounding
+    gaps_drained = [_gap(e, d) for e, d in zip(exact[:-1], drained[:-1], strict=True)]
+    gaps_kept = [_gap(e, k) for e, k in zip(exact[:-1], kept[:-1], strict=True)]
+    assert max(gaps_kept) > 1e-3
+    for g_drained, g_kept in zip(gaps_drained, gaps_kept, strict=True):
+        assert g_drained <= g_kept / 20, (gaps_drained, gaps_kept)
+    for last in (drained[-1], kept[-1]):  # the last export follows the end's exact drain either way
+        assert _gap(exact[-1], last) < 1e-6

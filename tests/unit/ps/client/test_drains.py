@@ -1,0 +1,49 @@
+"""Residual drains (docs/design/wire-bytes.md): before an export the residuals go out in
+bf16 and what bf16 rounds off stays owed; at a cut or the end they go out exactly. Either
+way the shard plus what the worker still holds is every update pushed, and the wire ledger
+files the bytes under the drain's cause."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ctr.model.spec import ModelSpec
+from ps.api import DELTA
+from ps.client import PSClient
+
+
+def _client() -> tuple[PSClient, np.ndarray, np.ndarray]:
+    client = PSClient.local(2, push_codec="onebit")
+    client.control.declare(ModelSpec("lr").tables())
+    keys = np.arange(1, 2001, dtype=np.uint64)
+    rng = np.random.default_rng(0)
+    total = np.zeros((keys.shape[0], 2))
+    for _ in range(5):
+        delta = rng.normal(size=(keys.shape[0], 2))
+        total += delta
+        _, session = client.pull("w", keys, state=True)
+        client.push("w", keys, delta, session, kind=DELTA)
+    return client, keys, total
+
+
+def _shard_rows(client: PSClient, keys: np.ndarray) -> np.ndarray:
+    rows, _ = client.pull("w", keys, session=False, state=True)
+    return np.asarray(rows, dtype=np.float64)[:, :2]
+
+
+def test_an_export_drain_leaves_only_bf16_rounding_owed_and_a_cut_drain_nothing():
+    client, keys, total = _client()
+    before = client.unsent("w", keys, 2)
+    assert before is not None and np.abs(before).max() > 0.1  # 1-bit pushes owe a lot
+    client.flush_residuals("export")
+    owed = client.unsent("w", keys, 2)
+    assert owed is not None and 0 < np.abs(owed).max() <= np.abs(before).max() * 2**-7  # bf16's rounding
+    np.testing.assert_allclose(_shard_rows(client, keys) + owed, total, rtol=0, atol=1e-9)
+    client.flush_residuals("cut")
+    assert not np.any(client.unsent("w", keys, 2))
+    np.testing.assert_allclose(_shard_rows(client, keys), total, rtol=0, atol=1e-9)
+    wire = client.wire.snapshot()["w"]
+    assert wire["drain_export"][0] > 0 and wire["drain_cut"][0] > 0
+    # the export's drain sent 2-byte values, the cut's 8-byte ones, for the same keys
+    assert wire["drain_export"][0] < wire["drain_cut"][0]
+    client.close()
