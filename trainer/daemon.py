@@ -442,6 +442,7 @@ def _train(conf: TrainerConfig, stop: threading.Event, log: logging.Logger, aggr
     result["push_bytes_per_sample"] = push_bytes / max(1.0, result["samples"])
     result["pull_bytes_per_sample"] = pull_bytes / max(1.0, result["samples"])
     result["push_codec"] = conf.ps_access.push_codec  # type: ignore[assignment]
+    result["codecs"] = client.codecs()  # type: ignore[assignment]  # what `auto` chose, per table
     result["workers"] = float(world)
     result["device"] = model.device  # type: ignore[assignment]
     result["staleness"] = float(conf.parallel.staleness)

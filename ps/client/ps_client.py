@@ -403,6 +403,16 @@ class PSClient:
         """Every byte of every call, both ways, by table and kind (ps.transport)."""
         return self.transport.wire
 
+    def codecs(self) -> dict[str, str]:
+        """What travels, per sparse table pushed so far ("push:TABLE") and for pull replies
+        ("pull"): the codecs `auto` chose, spelled as --push-codec and --pull-codec take them."""
+        out = {}
+        for table, comp in sorted(self.compressors.items()):
+            spec = comp.spec
+            out[f"push:{table}"] = (f"topk:{spec.topk:g}+" if spec.topk is not None else "") + spec.value
+        out["pull"] = self.pull_codec or "raw"
+        return out
+
     def compression_stats(self) -> dict[str, float]:
         """Error-feedback memory summed over tables (ps.compression.compressor.stats)."""
         out = {

@@ -72,3 +72,5 @@ def test_the_trainers_ledger_equals_what_the_shards_received_and_sent(data_dir: 
     total = sum(sum(b) for b in by_kind.values())
     assert got["wire_bytes"] == total > 0
     assert any(k.startswith("drain_") for kinds in got["wire"].values() for k in kinds), got["wire"]  # 1-bit residuals
+    pushes = {k: v for k, v in got["codecs"].items() if k.startswith("push:")}
+    assert got["codecs"]["pull"] == "raw" and pushes and set(pushes.values()) == {"onebit"}, got["codecs"]
