@@ -185,9 +185,11 @@ def main() -> None:
                             safe = "".join(ch if ch.isalnum() else "_" for ch in c)
                             tag = f"{name}-{model}-w{workers}-{safe}-{rep}"
                             r = run_one(stream, DATASETS[name].preset, model, c, workers, work / tag, args)
-                            print(name, model, workers, c, json.dumps({k: v for k, v in r.items() if k != "by_kind"}), flush=True)
+                            print(name, model, workers, c, json.dumps(r), flush=True)
                             runs[c].append(r)
                     results += _summarize(name, model, workers, runs)
+                    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+                    Path(args.out).write_text(json.dumps(results, indent=1))  # kept if a later run is cut short
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=1))
     _print(results)
