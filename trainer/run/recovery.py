@@ -7,11 +7,15 @@ metrics, so a trainer that goes back to a cut also takes up its metrics from the
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
+import numpy.typing as npt
 
 from ctr.runtime import config as cfg
 from ps.api import ShardRestarted, ShardStatus
@@ -44,7 +48,7 @@ def worker_state(
         "count": progress["count"],
         "positives": progress["positives"],
         "loss_sum": progress["loss_sum"],
-        "labels": array_text(progress["labels"], "<f4"),
+        **_labels_text(np.asarray(progress["labels"])),
         "probs": array_text(progress["probs"], "<f4"),
     }
     return {"position": vars(position), "samples": samples, "progress": metrics, "model": model or {}}
@@ -71,10 +75,24 @@ def decode_offsets(cut: int, blob: bytes) -> CutPoint:
     return _part(cut, d)
 
 
+def _labels_text(labels: npt.NDArray[Any]) -> dict[str, Any]:
+    """The metrics window's labels: one bit each when they are 0 and 1 (every cut sends
+    them to every shard, so they are a cut's largest part), else float32."""
+    if np.all((labels == 0) | (labels == 1)):
+        return {
+            "label_bits": base64.b64encode(np.packbits(labels.astype(np.uint8)).tobytes()).decode(),
+            "label_count": len(labels),
+        }
+    return {"labels": array_text(labels, "<f4")}
+
+
 def _part(cut: int, d: dict[str, Any]) -> CutPoint:
     progress = dict(d.get("progress") or {})
+    if "label_bits" in progress:
+        bits = np.frombuffer(base64.b64decode(progress.pop("label_bits")), dtype=np.uint8)
+        progress["labels"] = np.unpackbits(bits)[: int(progress.pop("label_count"))].astype(np.float32)
     for k in ("labels", "probs"):
-        if k in progress:
+        if isinstance(progress.get(k), str):
             progress[k] = text_array(progress[k], "<f4")
     return CutPoint(cut, Position(**d["position"]), int(d.get("samples", 0)), progress, model=dict(d.get("model") or {}))
 

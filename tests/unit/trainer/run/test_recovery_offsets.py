@@ -1,0 +1,39 @@
+"""A cut's offsets (trainer.run.recovery) come back as they went: position, samples and the
+metrics window, whose 0/1 labels travel as bits; soft labels and cuts written before bits
+still read."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from trainer.input.source import Position
+from trainer.json_arrays import array_text
+from trainer.run.recovery import decode_offsets, encode_workers, worker_state
+
+
+def _progress(labels: np.ndarray) -> dict[str, object]:
+    probs = np.random.default_rng(0).random(labels.shape[0]).astype(np.float32)
+    return {"count": 1234, "positives": 300, "loss_sum": 512.25, "labels": labels, "probs": probs}
+
+
+def test_binary_labels_travel_as_bits_and_come_back_exactly():
+    labels = (np.random.default_rng(1).random(10_001) < 0.3).astype(np.float32)
+    state = worker_state(Position(file="a", offset=7, line=3), 1234, _progress(labels))
+    assert "labels" not in state["progress"] and len(state["progress"]["label_bits"]) < 2000
+    point = decode_offsets(5, json.dumps(state).encode())
+    assert point.cut == 5 and point.samples == 1234 and point.position == Position(file="a", offset=7, line=3)
+    np.testing.assert_array_equal(point.progress["labels"], labels)
+    np.testing.assert_array_equal(point.progress["probs"], _progress(labels)["probs"])
+    assert point.progress["loss_sum"] == 512.25
+
+
+def test_soft_labels_and_cuts_written_before_bits_still_read():
+    soft = np.array([0.0, 0.25, 1.0], dtype=np.float32)
+    point = decode_offsets(1, json.dumps(worker_state(Position(), 3, _progress(soft))).encode())
+    np.testing.assert_array_equal(point.progress["labels"], soft)
+    old = worker_state(Position(), 3, _progress(soft))
+    old["progress"]["labels"] = array_text(np.array([1.0, 0.0, 1.0]), "<f4")  # as cuts were written before
+    parts = decode_offsets(2, encode_workers([old, old])).parts
+    assert len(parts) == 2 and list(parts[1].progress["labels"]) == [1.0, 0.0, 1.0]
