@@ -168,7 +168,12 @@ def main() -> None:
     ap.add_argument("--cut-s", type=float, default=1.0)
     ap.add_argument("--export-every", type=int, default=50_000)
     ap.add_argument("--out", default=str(ROOT / "bench/results/served.json"))
+    ap.add_argument("--plot", default="", help="a PNG of served AUC against wire bytes per sample, one line per model")
+    ap.add_argument("--plot-from", default="", help="only draw --plot from these result files (comma-separated)")
     args = ap.parse_args()
+    if args.plot_from:
+        plot([r for f in args.plot_from.split(",") for r in json.loads(Path(f).read_text())], Path(args.plot))
+        return
     codecs = args.codecs.split(",")
     if codecs[0] != BASELINE:
         codecs = [BASELINE, *[c for c in codecs if c != BASELINE]]
@@ -193,6 +198,38 @@ def main() -> None:
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=1))
     _print(results)
+    if args.plot:
+        plot(results, Path(args.plot))
+
+
+def plot(results: list[dict[str, Any]], path: Path) -> None:
+    """Served AUC against wire bytes per sample (log scale), a line per dataset, model and
+    worker count through its codec pairs from most to fewest bytes."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in results:
+        groups.setdefault(f"{r['dataset']} {r['model']} W={r['workers']}", []).append(r)
+    cols = min(3, len(groups))
+    rows = -(-len(groups) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.8 * rows), squeeze=False)
+    for ax in axes.flat[len(groups) :]:
+        ax.set_visible(False)
+    for ax, (name, rs) in zip(axes.flat, groups.items(), strict=False):
+        rs = sorted(rs, key=lambda r: -r["wire_bytes_per_sample"])
+        ax.plot([r["wire_bytes_per_sample"] for r in rs], [r["served_auc"] for r in rs], "o-")
+        for r in rs:
+            ax.annotate(r["codecs"], (r["wire_bytes_per_sample"], r["served_auc"]), fontsize=6, rotation=20)
+        ax.set_xscale("log")
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("wire bytes per sample, both ways")
+        ax.set_ylabel("served AUC (holdouts)")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
 
 
 def _med(rs: list[dict[str, Any]], key: str) -> float:
