@@ -41,6 +41,7 @@ class DenseReplica:
         self.m = [torch.zeros_like(p) for p in self.params]
         self.v = [torch.zeros_like(p) for p in self.params]
         self.steps = 0
+        self._held: npt.NDArray[np.float64] | None = None  # what the shards' mlp table holds, once known
         self._acc: list[torch.Tensor] | None = None  # gradients summed since the last step
         self._acc_samples = 0
 
@@ -135,15 +136,21 @@ class DenseReplica:
         if self.rank != 0:
             return
         mine = self.state_rows()
-        held = np.asarray(client.pull_dense(TABLE, state=True), dtype=np.float64)
+        # what the shards hold: what this rank wrote or read last (only rank 0 writes the
+        # table, and a restore reads it back), so only the first write pulls it
+        held = self._held if self._held is not None else np.asarray(client.pull_dense(TABLE, state=True), dtype=np.float64)
         for _ in range(3):
             delta = mine - held
             if not delta.any():
+                self._held = held
                 return
+            self._held = None  # unknown if the push fails part way
             client.push_dense(TABLE, delta, kind=DELTA)
             held = held + delta  # what the shards hold now: the same float64 sum
         raise RuntimeError("the PS's mlp table does not take the worker's MLP exactly")
 
     def read_from(self, client: PSClient) -> None:
         """Takes up the MLP the PS holds (at a cut, or the initial one rank 0 wrote)."""
-        self.load_rows(np.asarray(client.pull_dense(TABLE, state=True), dtype=np.float64))
+        held = np.asarray(client.pull_dense(TABLE, state=True), dtype=np.float64)
+        self.load_rows(held)
+        self._held = held.copy()  # load_rows may share its memory
