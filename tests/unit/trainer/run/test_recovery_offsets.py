@@ -14,7 +14,7 @@ from trainer.run.recovery import decode_offsets, encode_workers, worker_state
 
 
 def _progress(labels: np.ndarray) -> dict[str, object]:
-    probs = np.random.default_rng(0).random(labels.shape[0]).astype(np.float32)
+    probs = np.random.default_rng(0).random(size=int(labels.shape[0]), dtype=np.float32)
     return {"count": 1234, "positives": 300, "loss_sum": 512.25, "labels": labels, "probs": probs}
 
 
