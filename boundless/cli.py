@@ -32,7 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 # (a command has at most one of a flag's new names)
 RENAMED: dict[str, tuple[tuple[str, str], ...]] = {
     "--model": (("--model-name", "the model's name; --model is the model type, of train and demo only"),),
-    "--workers": (("--grpc-threads", "gRPC threads; --workers is the trainer's worker processes"),),
+    "--workers": (("--grpc-threads", "gRPC threads; --workers is the trainer's local ranks"),),
     "--tokens-file": (("--accepted-tokens-file", "the tokens a server accepts, beside --token-file, this process's own"),),
     "--full-every": (("--full-export-every", "every Nth export is full; --full-checkpoint-every is the PS's cuts"),),
     "--shard": (("--shard-index", "with --shard-count: --shard-index I --shard-count N, as boundless ps takes them"),),

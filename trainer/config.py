@@ -124,10 +124,14 @@ class LearnerSettings:
 
 @dataclass(frozen=True)
 class ParallelSettings:
-    """Worker processes sharing the PS."""
+    """Ranks sharing the PS: --workers on this host, or --rank and --world-size across hosts."""
 
     workers: int = field(
-        default=1, metadata={"help": "worker processes sharing the PS; a folder's files are split between them round-robin"}
+        default=1,
+        metadata={
+            "help": "ranks to start on this host, one process each, sharing the PS; a folder's files or a topic's"
+            " partitions are split between them"
+        },
     )
     staleness: int = field(
         default=0,
@@ -136,11 +140,11 @@ class ParallelSettings:
     local_aggregate: bool = field(
         default=False,
         metadata={
-            "help": "the workers sum their sparse pushes for the same keys in shared memory and worker 0 sends the sums"
-            " (hierarchical push; needs --workers >= 2)"
+            "help": "the --workers ranks sum their sparse pushes for the same keys in shared memory and rank 0 sends"
+            " the sums (hierarchical push; needs --workers >= 2)"
         },
     )
-    local_aggregate_mb: int = field(default=16, metadata={"help": "shared memory per worker for --local-aggregate, MiB"})
+    local_aggregate_mb: int = field(default=16, metadata={"help": "shared memory per rank for --local-aggregate, MiB"})
     rank: int = field(default=-1, metadata={"help": "this trainer's rank in a group of --world-size (default: $RANK, else 0)"})
     world_size: int = field(
         default=0,

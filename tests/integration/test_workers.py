@@ -1,4 +1,4 @@
-"""Several worker processes (--workers W, --staleness s) on one PS."""
+"""Several local ranks (--workers W, --staleness s) on one PS."""
 
 from __future__ import annotations
 
