@@ -7,6 +7,7 @@ common cut, and every table has counted each sample of the stream exactly once."
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -180,3 +181,14 @@ def test_a_sample_limit_is_shared_between_the_ranks(data_dir, tmp_path):
     finally:
         for s in shards:
             s.stop()
+
+
+def test_workers_inside_a_rank_of_another_group_are_refused(data_dir, tmp_path):
+    """--workers starts ranks itself: under torchrun or a pod that made this process a rank
+    (WORLD_SIZE > 1), it is refused before anything starts."""
+    cmd = [sys.executable, "-m", "boundless", "train", "--source", str(data_dir / "frappe"), "--no-follow"]
+    cmd += ["--metrics-port", "-1", "--workers", "2"]
+    env = {**os.environ, "WORLD_SIZE": "2", "RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 2 and "this process is one rank of WORLD_SIZE 2" in proc.stderr, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
