@@ -9,7 +9,9 @@ many hosts do: rank 0 drives the cuts, the exports and the merged progress
 (trainer.run.loop). With `--local-aggregate` the ranks also share a host's push sums
 through shared memory this process makes (ps.client.local_aggregate).
 
-Only the standard library loads here unless --ps local asks for shards.
+The settings the ranks would each refuse (the source, the codecs, the schema) are checked
+here first, so a mistake is said once; a rank that fails on its own later ends the run with
+its exit code.
 """
 
 from __future__ import annotations
@@ -102,7 +104,12 @@ def supervise(conf: TrainerConfig) -> int:
             f"--workers {conf.parallel.workers}: this process is one rank of WORLD_SIZE {os.environ['WORLD_SIZE']}"
             " (torchrun, a pod); --workers starts several ranks itself: drop one or the other"
         )
-    ctx = start_fork_server()
+    ctx = start_fork_server()  # its warm-up runs while the settings are checked here
+    from trainer.daemon import check_codecs, check_source, load_schema
+
+    check_source(conf)  # refused once, here, rather than by every rank
+    check_codecs(conf)
+    load_schema(conf)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -155,8 +162,9 @@ def _run(conf: TrainerConfig, ctx: Any, addresses: list[str], stop: threading.Ev
         # a rank that failed on its own (a bad setting, bad input, a bug) ends the run; one
         # killed by a signal, or told a rank or shard was lost (EXIT_RESTART), is started again
         fatal = [(i, c) for i, c in enumerate(codes) if c > 0 and c != EXIT_RESTART]
-        if fatal:
-            raise RanksFailed(f"trainer: rank {fatal[0][0]} exited with code {fatal[0][1]}; its log is above")
+        if fatal:  # the run ends with that rank's code (2: a setting), as one process would
+            log.error("rank %d exited with code %d; its log is above", *fatal[0])
+            return fatal[0][1]
         if all(c == 0 for c in codes):
             return 0
         if stop.is_set():

@@ -353,24 +353,28 @@ def test_two_workers_killed_with_their_trainer_train_every_sample_once(data_dir,
 
 
 def test_two_workers_go_back_to_a_cut_when_a_shard_restarts(data_dir, tmp_path):
-    """A shard killed with -9 under two workers: the coordinator stops them, takes every
-    shard back to the last cut and starts them there; every sample is applied once."""
+    """A shard killed with -9 under two local ranks: they exit for a restart, the command
+    starts them again, rank 0 takes every shard back to the last cut and each rank takes
+    up there; every sample is applied once."""
     folder, total = _folder(data_dir, tmp_path)
     shards = [_shard(i, tmp_path) for i in range(2)]
     ports = [s.ready["grpc_port"] for s in shards]
-    proc = _two_workers(folder, shards, tmp_path / "m.json", "--ps-retry-s", "60")
+    log = tmp_path / "trainer.log"
+    with open(log, "w") as err_file:
+        proc = _two_workers(folder, shards, tmp_path / "m.json", "--ps-retry-s", "60", err=err_file)
     rng = random.Random(5)
     try:
         kills = 0
+        _training(proc, log)  # past the ranks' start-up: a shard killed before they restore changes nothing
         for _ in range(2):
-            time.sleep(rng.uniform(2.0, 3.0))
+            time.sleep(rng.uniform(0.5, 1.5))
             if proc.poll() is not None:
                 break
             i = rng.randrange(2)
             shards[i].kill()
             shards[i] = _shard(i, tmp_path, ports[i])
             kills += 1
-        err = _finish(proc)
+        err = _finish_logged(proc, log)
         assert kills >= 1 and "every rank starts again at the last common checkpoint cut" in err, err[-3000:]
         assert json.loads((tmp_path / "m.json").read_text())["samples"] == total
         assert _model(shards)["w"][2] == [total, total]
