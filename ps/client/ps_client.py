@@ -38,7 +38,7 @@ from ps.api import (
 from ps.client.control import ControlPlane
 from ps.client.local_aggregate import AggregationPlan, LocalAggregator
 from ps.compression.compressor import CodecSpec, Compressor, parse_codec
-from ps.compression.payload import VALUE_CODECS, Compressed, encode_rows, value_codec
+from ps.compression.payload import VALUE_CODECS, Compressed, value_codec
 from ps.transport import ShardTransport, WireLedger
 
 if TYPE_CHECKING:
@@ -328,9 +328,10 @@ class PSClient:
         self.aggregator = LocalAggregator(plan, index, self.push_merged, self.residual_rows)
 
     def drain_residuals(self, cause: str) -> None:
-        """Every update trained reaches the shards exactly: this client's residuals, or with
-        local aggregation the leader's (which hold the host's) while the others forget their
-        mirror. With local aggregation every worker must be settled first (a cut, an export)."""
+        """Every update trained reaches the shards (flush_residuals: exactly, or to bf16's
+        rounding for an export): this client's residuals, or with local aggregation the
+        leader's (which hold the host's) while the others forget their mirror. With local
+        aggregation every worker must be settled first (a cut, an export)."""
         if self.aggregator is None or self.aggregator.leader:
             self.flush_residuals(cause)
         else:
@@ -368,11 +369,7 @@ class PSClient:
 
     def _push_exact(self, table: str, keys: npt.NDArray[np.uint64], rows: npt.NDArray[np.float64], kind: str) -> None:
         """Sends residuals leaving the error-feedback memory, in fp64, keys included."""
-        order, bounds = self._split(keys)
-        for s in range(self.n):
-            idx = order[bounds[s] : bounds[s + 1]]
-            if idx.shape[0]:
-                self.transport.push(s, table, keys[idx], (), encode_rows(rows[idx], "fp64", self._rng), kind)
+        self._push_coded(table, keys, rows, kind, "fp64")
 
     def unsent(self, table: str, keys: npt.NDArray[np.uint64], cols: int) -> npt.NDArray[np.float64] | None:
         """What this client's compressor has not yet sent of these keys' rows, or None when

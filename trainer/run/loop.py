@@ -53,7 +53,7 @@ class LoopSettings:
     # trainer trains each batch only once this many samples have been read after it
     hold_back: int = 0
     max_bad_fraction: float = 0.1  # more bad lines than this share of the lines read stops the run (BadInput)
-    export_drain: bool = True  # residuals sent exactly before each export (docs/design/wire-bytes.md)
+    export_drain: bool = True  # residuals sent (in bf16) before each export (docs/design/wire-bytes.md)
 
 
 class Trainer:
@@ -279,7 +279,7 @@ class Trainer:
             self.client.drain_residuals("export")
         self.group.barrier()
         if self.exporter is not None:
-            self._export(drained=True)
+            self._export()
 
     def _join(self) -> None:
         """This rank's stream is over (its end, idleness, its sample limit, a stop): it joins
@@ -459,11 +459,11 @@ class Trainer:
         metrics.RECOVERIES.inc()
         log.info("recovered at cut %d in %.2f s; training takes up at %s", point.cut, time.monotonic() - started, self.position)
 
-    def _export(self, drained: bool = False) -> None:
-        """drained: the ranks drained their residuals together for it (_drain_for_export)."""
+    def _export(self) -> None:
+        """Ranks drained their residuals together before it (_drain_for_export)."""
         assert self.exporter is not None
         self.flush()
-        if self.s.export_drain and not drained and self.group is None:
+        if self.s.export_drain and self.group is None:
             self.client.drain_residuals("export")
         self.model.publish(self.client)
         snap = self.progress.snapshot()
