@@ -257,6 +257,10 @@ class PullRequest(_message.Message):
     OPEN_SESSION_FIELD_NUMBER: _builtins.int
     STATE_FIELD_NUMBER: _builtins.int
     REPLY_CODEC_FIELD_NUMBER: _builtins.int
+    CLIENT_FIELD_NUMBER: _builtins.int
+    LAYOUT_FIELD_NUMBER: _builtins.int
+    KNOWN_IDS_FIELD_NUMBER: _builtins.int
+    KNOWN_COUNT_FIELD_NUMBER: _builtins.int
     table: _builtins.str
     keys: _builtins.bytes
     key_count: _builtins.int
@@ -269,6 +273,16 @@ class PullRequest(_message.Message):
     """"": raw rows; else a value codec (fp16, bf16, int8, epgc8...): the reply's rows are a
     self-describing payload (docs/ps-compression.md) in that codec
     """
+    client: _builtins.int
+    """The pull of a client that keeps the rows it pulled (docs/design/pull-cache.md): `keys`
+    are the keys it does not hold; the rows it holds travel as their row ids on this shard,
+    valid while the table's layout is `layout`. A nonzero client is the writer id its pushes
+    carry too.
+    """
+    layout: _builtins.int
+    known_ids: _builtins.bytes
+    """sorted unique row ids, delta varints (as keys)"""
+    known_count: _builtins.int
     def __init__(
         self,
         *,
@@ -279,10 +293,14 @@ class PullRequest(_message.Message):
         open_session: _builtins.bool = ...,
         state: _builtins.bool = ...,
         reply_codec: _builtins.str = ...,
+        client: _builtins.int = ...,
+        layout: _builtins.int = ...,
+        known_ids: _builtins.bytes = ...,
+        known_count: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["key_count", b"key_count", "key_encoding", b"key_encoding", "keys", b"keys", "open_session", b"open_session", "reply_codec", b"reply_codec", "state", b"state", "table", b"table"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["client", b"client", "key_count", b"key_count", "key_encoding", b"key_encoding", "keys", b"keys", "known_count", b"known_count", "known_ids", b"known_ids", "layout", b"layout", "open_session", b"open_session", "reply_codec", b"reply_codec", "state", b"state", "table", b"table"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -297,6 +315,11 @@ class PullResponse(_message.Message):
     ROWS_FIELD_NUMBER: _builtins.int
     STATE_FIELD_NUMBER: _builtins.int
     INCARNATION_FIELD_NUMBER: _builtins.int
+    STALE_FIELD_NUMBER: _builtins.int
+    LAYOUT_FIELD_NUMBER: _builtins.int
+    STORED_FIELD_NUMBER: _builtins.int
+    STORED_IDS_FIELD_NUMBER: _builtins.int
+    CHANGED_FIELD_NUMBER: _builtins.int
     session_id: _builtins.int
     """0 when no session was opened"""
     dim: _builtins.int
@@ -307,6 +330,20 @@ class PullResponse(_message.Message):
     state: _builtins.bool
     incarnation: _builtins.int
     """the shard process's id: a new one means it restarted from its committed cut"""
+    stale: _builtins.bool
+    """Replies to a client's pull (PullRequest.client): `rows` holds the stored rows of the
+    keys sent, then the rows among known_ids another writer changed since this client's
+    view of them. A key the shard never stored reads as its initial row and does not travel.
+    the table's layout is no longer the request's: nothing else is set
+    """
+    layout: _builtins.int
+    """the layout the row ids below belong to"""
+    stored: _builtins.bytes
+    """bitmap (little bit order) over the keys sent: the shard stores the row"""
+    stored_ids: _builtins.bytes
+    """the stored rows' ids, varints, in key order"""
+    changed: _builtins.bytes
+    """bitmap over known_ids: the row travels (another writer changed it)"""
     def __init__(
         self,
         *,
@@ -315,10 +352,15 @@ class PullResponse(_message.Message):
         rows: _builtins.bytes = ...,
         state: _builtins.bool = ...,
         incarnation: _builtins.int = ...,
+        stale: _builtins.bool = ...,
+        layout: _builtins.int = ...,
+        stored: _builtins.bytes = ...,
+        stored_ids: _builtins.bytes = ...,
+        changed: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["dim", b"dim", "incarnation", b"incarnation", "rows", b"rows", "session_id", b"session_id", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["changed", b"changed", "dim", b"dim", "incarnation", b"incarnation", "layout", b"layout", "rows", b"rows", "session_id", b"session_id", "stale", b"stale", "state", b"state", "stored", b"stored", "stored_ids", b"stored_ids"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -362,6 +404,7 @@ class PushRequest(_message.Message):
     KIND_FIELD_NUMBER: _builtins.int
     SAMPLES_FIELD_NUMBER: _builtins.int
     GENERATION_FIELD_NUMBER: _builtins.int
+    CLIENT_FIELD_NUMBER: _builtins.int
     table: _builtins.str
     session_id: _builtins.int
     keys: _builtins.bytes
@@ -377,6 +420,8 @@ class PushRequest(_message.Message):
     """samples whose updates this push carries (counted per table)"""
     generation: _builtins.int
     """the trainer's; a shard refuses (ABORTED) pushes older than its own"""
+    client: _builtins.int
+    """the writer id of a client that keeps its rows (PullRequest.client)"""
     @_builtins.property
     def sessions(self) -> Global___SessionList: ...
     def __init__(
@@ -392,10 +437,11 @@ class PushRequest(_message.Message):
         kind: Global___PushKind.ValueType = ...,
         samples: _builtins.int = ...,
         generation: _builtins.int = ...,
+        client: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["keys", b"keys", "session_id", b"session_id", "sessions", b"sessions", "target", b"target"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["generation", b"generation", "key_count", b"key_count", "key_encoding", b"key_encoding", "keys", b"keys", "kind", b"kind", "payload", b"payload", "samples", b"samples", "session_id", b"session_id", "sessions", b"sessions", "table", b"table", "target", b"target"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["client", b"client", "generation", b"generation", "key_count", b"key_count", "key_encoding", b"key_encoding", "keys", b"keys", "kind", b"kind", "payload", b"payload", "samples", b"samples", "session_id", b"session_id", "sessions", b"sessions", "table", b"table", "target", b"target"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_target: _TypeAlias = _typing.Literal["session_id", "keys", "sessions"]  # noqa: Y015
     _WhichOneofArgType_target: _TypeAlias = _typing.Literal["target", b"target"]  # noqa: Y015
@@ -409,17 +455,24 @@ class PushResponse(_message.Message):
 
     APPLIED_ROWS_FIELD_NUMBER: _builtins.int
     INCARNATION_FIELD_NUMBER: _builtins.int
+    CONFLICTS_FIELD_NUMBER: _builtins.int
     applied_rows: _builtins.int
     incarnation: _builtins.int
+    conflicts: _builtins.bytes
+    """for a push with a client: bitmap over the keys the push names, set where the client's
+    copy of the row is no longer the shard's (another writer changed it since the client's
+    view, or the row was not kept); empty when none
+    """
     def __init__(
         self,
         *,
         applied_rows: _builtins.int = ...,
         incarnation: _builtins.int = ...,
+        conflicts: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied_rows", b"applied_rows", "incarnation", b"incarnation"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied_rows", b"applied_rows", "conflicts", b"conflicts", "incarnation", b"incarnation"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -21,6 +21,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
 import numpy.typing as npt
 
 Rows = npt.NDArray[Any]  # float32 weights or gradients, float64 optimizer state or deltas
@@ -70,6 +71,33 @@ class TableStats:
     samples: int = 0  # samples whose pushes this shard applied to the table
     not_admitted: int = 0  # pushed rows dropped: their keys were not seen often enough yet
     evicted: int = 0  # rows evicted (TTL, row cap)
+
+
+@dataclass(frozen=True)
+class KnownRows:
+    """What a client that keeps rows sends besides the keys it does not hold: its writer id,
+    and the row ids (sorted) of the rows it holds on a shard, valid for `layout`."""
+
+    client: int
+    layout: int
+    ids: npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class CachedPull:
+    """A shard's reply to a pull with KnownRows (docs/design/pull-cache.md). `stale`: the
+    table's layout changed, nothing else is set. Otherwise, of the keys sent: which the
+    shard stores (`stored`), their row ids and state rows; of the known ids: which another
+    writer changed (`changed`) and their state rows."""
+
+    session_id: int
+    stale: bool
+    layout: int
+    stored: npt.NDArray[np.bool_]
+    stored_ids: npt.NDArray[np.int64]
+    stored_rows: npt.NDArray[np.float64]
+    changed: npt.NDArray[np.bool_]
+    changed_rows: npt.NDArray[np.float64]
 
 
 class SessionLost(RuntimeError):

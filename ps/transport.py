@@ -18,12 +18,13 @@ import numpy as np
 import numpy.typing as npt
 
 from ctr.model.spec import TableSpec
-from ps.api import ExportedFile, ModelIdentity, Rows, ShardRestarted, ShardStatus
+from ps.api import CachedPull, ExportedFile, KnownRows, ModelIdentity, Rows, ShardRestarted, ShardStatus
 
 PULLS = ("sparse_pull", "dense_pull")
 PUSHES = ("sparse_push", "dense_push")
 DRAIN_CAUSES = ("cut", "export", "end")  # when error-feedback residuals are sent exactly
 CONTROL = "control"  # declare, stats, prepare, commit, export, restore
+Conflicts = npt.NDArray[np.bool_] | None  # per key a push names: the client's copy is no longer the row
 
 
 class WireLedger:
@@ -97,6 +98,10 @@ class ShardTransport(Protocol):
     ) -> tuple[int, Rows]:
         """codec: "" for raw rows, else the value codec the rows travel in."""
 
+    def pull_known(self, shard: int, table: str, keys: npt.NDArray[np.uint64], known: KnownRows, codec: str = "") -> CachedPull:
+        """A state pull of a client that keeps rows: `keys` it does not hold, `known` the
+        row ids it does (docs/design/pull-cache.md); opens a session over both."""
+
     def push(
         self,
         shard: int,
@@ -106,11 +111,14 @@ class ShardTransport(Protocol):
         payload: bytes,
         kind: str,
         samples: int = 0,
-    ) -> None:
+        client: int = 0,
+    ) -> Conflicts:
         """keys: those the named pull sessions hold (one session's, or the union of several
         workers' when a leader summed their pushes; the payload may carry a subset of them),
         or, with no session, the keys the payload's rows belong to, which then travel.
-        samples: of the batches whose updates the push carries (counted per table)."""
+        samples: of the batches whose updates the push carries (counted per table).
+        client: the writer id of a client that keeps rows; then returns, per key named,
+        whether its copy is no longer the row (None for client 0)."""
 
     def pull_dense(self, shard: int, table: str, state: bool) -> tuple[int, Rows]: ...
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from ctr.format.varint import decode_sorted_keys, encode_sorted_keys
+from ctr.format.varint import decode_sorted_keys, encode_sorted_keys, read_varints
 from ctr.model.spec import TableSpec
 from protos import ps_pb2
 
@@ -34,6 +34,41 @@ def decode_keys(data: bytes, count: int, encoding: int) -> npt.NDArray[np.uint64
         except ValueError as e:
             raise WireError(f"keys: {e}") from None
     raise WireError(f"key_encoding: unknown value {encoding}")
+
+
+def encode_row_ids(ids: npt.NDArray[np.int64]) -> bytes:
+    """Sorted unique row ids (>= 0) as delta varints: the keys' encoding of ids + 1."""
+    return encode_keys(ids.astype(np.uint64) + np.uint64(1), KEYS_DELTA_VARINT)
+
+
+def decode_row_ids(data: bytes, count: int) -> npt.NDArray[np.int64]:
+    return (decode_keys(data, count, KEYS_DELTA_VARINT) - np.uint64(1)).astype(np.int64)
+
+
+def decode_varint_list(data: bytes, count: int, what: str) -> npt.NDArray[np.int64]:
+    """`count` unsorted varints (row ids in key order)."""
+    out = np.zeros(count, dtype=np.uint64)
+    try:
+        end = read_varints(np.frombuffer(data, dtype=np.uint8), 0, out, 0, count)
+    except (ValueError, IndexError) as e:
+        raise WireError(f"{what}: {e}") from None
+    if end != len(data):
+        raise WireError(f"{what}: {len(data)} bytes for {count} varints ({end} read)")
+    return out.astype(np.int64)
+
+
+def encode_bits(mask: npt.NDArray[np.bool_]) -> bytes:
+    """A bitmap, little bit order (bit i of byte i // 8 is mask[i])."""
+    return np.packbits(mask, bitorder="little").tobytes()
+
+
+def decode_bits(data: bytes, count: int, what: str) -> npt.NDArray[np.bool_]:
+    """The bitmap of encode_bits; empty bytes read as all False."""
+    if not data:
+        return np.zeros(count, dtype=np.bool_)
+    if len(data) != (count + 7) // 8:
+        raise WireError(f"{what}: {len(data)} bytes for a bitmap of {count}")
+    return np.unpackbits(np.frombuffer(data, dtype=np.uint8), count=count, bitorder="little").astype(np.bool_)
 
 
 def decode_rows(

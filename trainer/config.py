@@ -198,6 +198,17 @@ class PSAccessSettings:
         default="auto",
         metadata={"help": "sparse pull replies: auto (fp32 weights, fp64 state) or fp32, fp16, bf16, int8, epgc8, epgc11..."},
     )
+    pull_cache: str = field(
+        default="auto",
+        metadata={
+            "help": "keep pulled rows on the worker so a row travels only when it is new to the worker or another"
+            " writer changed it (per-example updates; docs/design/pull-cache.md): on, off, or auto (on with shard"
+            " processes, off with --ps local and --local-aggregate)"
+        },
+    )
+    pull_cache_rows: int = field(
+        default=1 << 22, metadata={"help": "rows the pull cache keeps per table; past it the table's cache starts over"}
+    )
     dense_codec: str = field(
         default="fp32",
         metadata={

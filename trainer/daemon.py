@@ -75,6 +75,10 @@ def check_codecs(conf: TrainerConfig) -> None:
             parse_codec(conf.ps_access.push_codec)
     except ValueError as e:
         raise cfg.ConfigError(f"--push-codec: {e}") from None
+    if conf.ps_access.pull_cache not in ("auto", "on", "off"):
+        raise cfg.ConfigError(f"--pull-cache: {conf.ps_access.pull_cache!r} is not one of auto, on, off")
+    if conf.ps_access.pull_cache_rows < 1:
+        raise cfg.ConfigError(f"--pull-cache-rows {conf.ps_access.pull_cache_rows}: must be >= 1")
     if conf.ps_access.pull_codec != "auto" and conf.ps_access.pull_codec not in VALUE_CODECS:
         raise cfg.ConfigError(
             f"--pull-codec: unknown value codec {conf.ps_access.pull_codec!r}; known: auto, {', '.join(VALUE_CODECS)}"
@@ -85,6 +89,15 @@ def check_codecs(conf: TrainerConfig) -> None:
         raise cfg.ConfigError(str(e)) from None
     if conf.ps_access.residual_rows < 1:
         raise cfg.ConfigError(f"--residual-rows {conf.ps_access.residual_rows}: the error-feedback memory needs at least 1 row")
+
+
+def keeps_pulled_rows(conf: TrainerConfig) -> bool:
+    """--pull-cache: on, off, or auto: on for shard processes, where rows cost wire bytes,
+    unless the host's ranks sum their pushes (--local-aggregate: no worker's copy follows them)."""
+    cache = conf.ps_access.pull_cache
+    if cache == "auto":
+        return not conf.local and not conf.parallel.local_aggregate
+    return cache == "on"
 
 
 def addresses_of(conf: TrainerConfig) -> list[str]:
@@ -328,6 +341,8 @@ def _train(conf: TrainerConfig, stop: threading.Event, log: logging.Logger, aggr
     # the shards refuse a trainer of another model (name, type, field list) before they change
     client.transport.model = ModelIdentity.of(conf.export.model_name, spec.type, spec.fields, spec.needs_fields)
     client.transport.replace_model = conf.ps_access.replace_model
+    if keeps_pulled_rows(conf):
+        client.keep_rows(conf.ps_access.pull_cache_rows)
     if lead:
         point = restore_shards(client, conf.ps_access.from_start)  # exactly once: back to the newest common cut
         again = (

@@ -16,7 +16,9 @@ from ctr.runtime.daemon import PS_MAX_MESSAGE_BYTES
 from ctr.runtime.security import open_channel
 from protos import ps_pb2, ps_pb2_grpc
 from ps.api import (
+    CachedPull,
     ExportedFile,
+    KnownRows,
     ModelIdentity,
     ModelMismatch,
     Rows,
@@ -27,8 +29,8 @@ from ps.api import (
     TableStats,
 )
 from ps.compression.payload import decode_payload
-from ps.transport import CONTROL, ByteCounter
-from ps.wire import KEYS_DELTA_VARINT, decode_rows, encode_keys, table_decl
+from ps.transport import CONTROL, ByteCounter, Conflicts
+from ps.wire import KEYS_DELTA_VARINT, decode_bits, decode_rows, decode_varint_list, encode_keys, encode_row_ids, table_decl
 
 log = logging.getLogger("ps.client")
 _PUSH_KINDS = {"gradient": ps_pb2.PUSH_GRADIENT, "delta": ps_pb2.PUSH_STATE_DELTA, "momentum": ps_pb2.PUSH_MOMENTUM}
@@ -51,6 +53,22 @@ def identity_message(model: ModelIdentity | None) -> ps_pb2.ModelIdentity | None
     if model is None:
         return None
     return ps_pb2.ModelIdentity(name=model.name, type=model.type, fields_sha256=model.fields_sha256, fields=model.fields)
+
+
+def cached_pull(resp: ps_pb2.PullResponse, sent: int, known: int, codec: str) -> CachedPull:
+    """The reply to a pull with known rows, decoded (ps.api.CachedPull)."""
+    if resp.stale:
+        none = np.zeros((0, 0))
+        return CachedPull(0, True, resp.layout, np.zeros(0, np.bool_), np.zeros(0, np.int64), none, np.zeros(0, np.bool_), none)
+    stored = decode_bits(resp.stored, sent, "stored")
+    changed = decode_bits(resp.changed, known, "changed")
+    n_stored, n_changed = int(stored.sum()), int(changed.sum())
+    ids = decode_varint_list(resp.stored_ids, n_stored, "stored_ids")
+    n = n_stored + n_changed
+    rows = np.asarray(
+        decode_payload(resp.rows, n, resp.dim)[1] if codec else decode_rows(resp.rows, n, resp.dim, np.float64), np.float64
+    )
+    return CachedPull(resp.session_id, False, resp.layout, stored, ids, rows[:n_stored], changed, rows[n_stored:])
 
 
 def _busy(e: grpc.RpcError) -> bool:
@@ -186,6 +204,25 @@ class GrpcTransport(ByteCounter):
             return resp.session_id, decode_payload(resp.rows, keys.shape[0], resp.dim)[1]
         return resp.session_id, decode_rows(resp.rows, keys.shape[0], resp.dim, np.float64 if resp.state else np.float32)
 
+    def pull_known(self, shard: int, table: str, keys: npt.NDArray[np.uint64], known: KnownRows, codec: str = "") -> CachedPull:
+        req = ps_pb2.PullRequest(
+            table=table,
+            keys=encode_keys(keys, self.key_encoding),
+            key_count=keys.shape[0],
+            key_encoding=self.key_encoding,  # type: ignore[arg-type]
+            open_session=True,
+            state=True,
+            reply_codec=codec,
+            client=known.client,
+            layout=known.layout,
+            known_ids=encode_row_ids(known.ids),
+            known_count=known.ids.shape[0],
+        )
+        resp = self._rpc(shard, "Pull", req)
+        self.saw(shard, resp.incarnation)
+        self.count(table, "sparse_pull", req.ByteSize(), resp.ByteSize())
+        return cached_pull(resp, keys.shape[0], known.ids.shape[0], codec)
+
     def push(
         self,
         shard: int,
@@ -195,7 +232,8 @@ class GrpcTransport(ByteCounter):
         payload: bytes,
         kind: str,
         samples: int = 0,
-    ) -> None:
+        client: int = 0,
+    ) -> Conflicts:
         req = ps_pb2.PushRequest(
             table=table,
             key_count=keys.shape[0],
@@ -203,6 +241,7 @@ class GrpcTransport(ByteCounter):
             kind=_PUSH_KINDS[kind],
             samples=samples,
             generation=self.generation,
+            client=client,
         )
         if len(sessions) == 1:
             req.session_id = sessions[0]
@@ -219,6 +258,7 @@ class GrpcTransport(ByteCounter):
             raise
         self.count(table, "sparse_push", req.ByteSize(), resp.ByteSize())
         self.saw(shard, resp.incarnation)
+        return decode_bits(resp.conflicts, keys.shape[0], "conflicts") if client else None
 
     def pull_dense(self, shard: int, table: str, state: bool) -> tuple[int, Rows]:
         req = ps_pb2.DensePullRequest(table=table, state=state)

@@ -11,8 +11,13 @@ split is pure, the shard calls go through a thread pool, and the transports are 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import itertools
+import os
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
@@ -20,6 +25,7 @@ from typing import TYPE_CHECKING, TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from ctr.model.optim import init_rows
 from ctr.model.spec import TableSpec
 from ctr.routing import dense_range, shard_of
 from ps.api import (
@@ -27,6 +33,7 @@ from ps.api import (
     GRADIENT,
     MOMENTUM,
     ExportedFile,
+    KnownRows,
     ModelIdentity,
     ModelMismatch,
     Rows,
@@ -36,10 +43,11 @@ from ps.api import (
     StoppedWhileUnreachable,
 )
 from ps.client.control import ControlPlane
+from ps.client.kept_rows import KeptRows
 from ps.client.local_aggregate import AggregationPlan, LocalAggregator
 from ps.compression.compressor import CodecSpec, Compressor, parse_codec
-from ps.compression.payload import VALUE_CODECS, Compressed, value_codec
-from ps.transport import ShardTransport, WireLedger
+from ps.compression.payload import VALUE_CODECS, Compressed, decode_payload, value_codec
+from ps.transport import Conflicts, ShardTransport, WireLedger
 
 if TYPE_CHECKING:
     from ps.server.lifecycle import Lifecycle
@@ -66,6 +74,8 @@ __all__ = [
 
 T = TypeVar("T")
 DEFAULT_RESIDUAL_ROWS = 1 << 20
+DEFAULT_KEPT_ROWS = 1 << 22  # rows a client keeps per table (pull-cache.md); past it the table starts over
+RECENT_PUSHES = 64  # pushes remembered for the pulls they overlapped
 
 
 @dataclass(frozen=True)
@@ -108,6 +118,17 @@ class PSClient:
         self._dense_len: dict[str, int] = {}
         self.aggregator: LocalAggregator | None = None  # --local-aggregate
         self._control: ControlPlane | None = None
+        # rows kept between pulls (docs/design/pull-cache.md), off until keep_rows()
+        self.kept_max = 0
+        self.client_id = int.from_bytes(os.urandom(8), "little") >> 1 or 1  # the writer id pushes carry
+        self._specs: dict[str, TableSpec] = {}
+        self._kept: dict[str, KeptRows] = {}
+        self._kept_lock = threading.Lock()
+        self._push_numbers = itertools.count(1)
+        self._next_push = 1
+        self._in_flight: dict[int, tuple[str, npt.NDArray[np.uint64]]] = {}
+        self._recent: deque[tuple[int, str, npt.NDArray[np.uint64]]] = deque(maxlen=RECENT_PUSHES)
+        self.kept_stats = {"kept_rows_sent_as_ids": 0, "kept_rows_changed": 0, "rows_pulled": 0, "initial_rows_made": 0}
 
     @classmethod
     def connect(
@@ -192,6 +213,48 @@ class PSClient:
         for spec in specs:
             if spec.kind == "dense":
                 self._dense_len[spec.name] = spec.dim
+            else:
+                self._specs[spec.name] = spec
+
+    def keep_rows(self, max_rows: int = DEFAULT_KEPT_ROWS) -> None:
+        """From now on, state pulls of known sparse tables keep their rows on this client
+        (docs/design/pull-cache.md): a row travels when this client does not hold it or
+        another writer changed it. Not under local aggregation (the leader pushes the
+        host's sums, so no client's copy follows its own pushes)."""
+        self.kept_max = max_rows
+
+    def _keeping(self, table: str) -> bool:
+        return self.kept_max > 0 and self.aggregator is None and table in self._specs
+
+    def _kept_table(self, table: str) -> KeptRows:
+        kept = self._kept.get(table)
+        if kept is None:
+            kept = self._kept[table] = KeptRows(self._specs[table].width, self.n, self.kept_max)
+        return kept
+
+    @contextmanager
+    def _flying(self, table: str, keys: npt.NDArray[np.uint64]) -> Iterator[None]:
+        """A push of these keys is on its way: a pull that overlaps it cannot tell whether
+        its rows include it, so it keeps none of them."""
+        with self._kept_lock:
+            number = next(self._push_numbers)
+            self._next_push = number + 1
+            self._in_flight[number] = (table, keys)
+            self._recent.append((number, table, keys))
+        try:
+            yield
+        finally:
+            with self._kept_lock:
+                del self._in_flight[number]
+
+    def _overlapping(self, table: str, first: int, flying: list[npt.NDArray[np.uint64]]) -> npt.NDArray[np.uint64] | None:
+        """Keys of the pushes in flight when a pull was sent (`flying`) or started since
+        (number >= first); None when those are no longer all remembered. Caller holds the lock."""
+        if self._recent and self._recent[0][0] > first and self._next_push > first:
+            return None
+        later = [k for n, t, k in self._recent if n >= first and t == table]
+        parts = flying + later
+        return np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.uint64)
 
     def _dense_shards(self, table: str) -> list[int]:
         length = self._dense_len.get(table)
@@ -217,6 +280,8 @@ class PSClient:
         self, table: str, keys: npt.NDArray[np.uint64], session: bool = True, state: bool = False
     ) -> tuple[Rows, PullSession]:
         """Rows for sorted unique keys, and the session a following push may name."""
+        if state and session and self._keeping(table):
+            return self._pull_kept(table, keys)
         order, bounds = self._split(keys)
 
         def one(s: int) -> tuple[int, Rows]:
@@ -232,6 +297,78 @@ class PSClient:
             if r.shape[0]:
                 rows[order[bounds[s] : bounds[s + 1]]] = r
         return rows, PullSession(keys, order, bounds, tuple(sid for sid, _ in results))
+
+    def _pull_kept(self, table: str, keys: npt.NDArray[np.uint64]) -> tuple[Rows, PullSession]:
+        """A state pull that sends only the keys this client does not hold and the row ids
+        of those it does; rows come back for the former (stored ones: absent keys read as
+        their initial rows, made here) and for the latter another writer changed."""
+        spec = self._specs[table]
+        params = spec.optimizer.params()
+        order, bounds = self._split(keys)
+        kept = self._kept_table(table)
+        with self._kept_lock:
+            first = self._next_push
+            flying = [k for t, k in self._in_flight.values() if t == table]
+
+        def one(s: int) -> tuple[int, npt.NDArray[np.float64]]:
+            part = keys[order[bounds[s] : bounds[s + 1]]]
+            if part.shape[0] == 0:
+                return 0, np.zeros((0, spec.width))
+            with self._kept_lock:  # the copies read now: a row this shard's reply does not send is unchanged
+                held, ids = kept.held(part)
+                layout = kept.layouts[s]
+                copies = kept.read(part[held])
+            known = KnownRows(self.client_id, layout, np.sort(ids))
+            got = self.transport.pull_known(s, table, part[~held], known, self.pull_codec)
+            if got.stale:  # rows moved on the shard: every key of this part travels
+                with self._kept_lock:
+                    kept.drop_shard(s)
+                    kept.layouts[s] = got.layout
+                held = np.zeros(part.shape[0], dtype=np.bool_)
+                ids = np.zeros(0, dtype=np.int64)
+                copies = np.zeros((0, spec.width))
+                got = self.transport.pull_known(s, table, part, KnownRows(self.client_id, got.layout, ids), self.pull_codec)
+            held_at = np.flatnonzero(held)[np.argsort(ids, kind="stable")]  # in the order of the ids sent
+            new_at = np.flatnonzero(~held)
+            rows = np.empty((part.shape[0], spec.width), dtype=np.float64)
+            stored_at, made_at, changed_at = new_at[got.stored], new_at[~got.stored], held_at[got.changed]
+            rows[held] = copies
+            rows[changed_at] = got.changed_rows
+            rows[stored_at] = got.stored_rows
+            rows[made_at] = init_rows(part[made_at], spec.width, spec.dim, params)
+            with self._kept_lock:
+                overlap = self._overlapping(table, first, flying)
+                sure = np.zeros(part.shape[0], dtype=np.bool_) if overlap is None else ~np.isin(part, overlap)
+                kept.store(part[stored_at[sure[stored_at]]], got.stored_ids[sure[stored_at]], got.stored_rows[sure[stored_at]])
+                kept.update(part[changed_at[sure[changed_at]]], got.changed_rows[sure[changed_at]])
+                kept.invalidate(part[~sure])
+                kept.layouts[s] = got.layout
+                st = self.kept_stats
+                st["kept_rows_sent_as_ids"] += int(held_at.shape[0])
+                st["kept_rows_changed"] += int(changed_at.shape[0])
+                st["rows_pulled"] += int(stored_at.shape[0] + changed_at.shape[0])
+                st["initial_rows_made"] += int(made_at.shape[0])
+            return got.session_id, rows
+
+        results = self.on_shards(one)
+        rows = np.zeros((keys.shape[0], spec.width), dtype=np.float64)
+        for s, (_, r) in enumerate(results):
+            if r.shape[0]:
+                rows[order[bounds[s] : bounds[s + 1]]] = r
+        return rows, PullSession(keys, order, bounds, tuple(sid for sid, _ in results))
+
+    def _landed(self, table: str, named: npt.NDArray[np.uint64], payload: bytes, conflicts: Conflicts) -> None:
+        """A push of this client's landed: its kept copies of the rows it changed take the
+        delta as the shard did, or are dropped where the shard says they are not the rows."""
+        if conflicts is None:
+            return
+        subset, values = decode_payload(payload, named.shape[0], self._specs[table].width)
+        keys = named if subset is None else named[subset]
+        bad = conflicts if subset is None else conflicts[subset]
+        with self._kept_lock:
+            kept = self._kept_table(table)
+            kept.add(keys[~bad], values[~bad])
+            kept.invalidate(keys[bad])
 
     def push(
         self,
@@ -303,18 +440,23 @@ class PSClient:
                 flush_keys.append(gone_keys)
                 flush_rows.append(gone_rows)
 
+        client = self.client_id if kind == DELTA and self._keeping(table) else 0
+
         def one(part: tuple[int, npt.NDArray[np.uint64], Compressed]) -> None:
             s, part_keys, packed = part
             try:
                 payload = packed.payload(with_subset=bool(targets[s]))
-                self.transport.push(s, table, part_keys, targets[s], payload, kind, samples)
+                conflicts = self.transport.push(s, table, part_keys, targets[s], payload, kind, samples, client)
+                self._landed(table, part_keys, payload, conflicts)
                 return
             except SessionLost:
                 pass
             sent = part_keys if packed.sent is None else part_keys[packed.sent]
-            self.transport.push(s, table, sent, (), packed.payload(with_subset=False), kind, samples)
+            payload = packed.payload(with_subset=False)
+            self._landed(table, sent, payload, self.transport.push(s, table, sent, (), payload, kind, samples, client))
 
-        self.on_shards(lambda i: one(parts[i]), list(range(len(parts))))
+        with self._flying(table, keys) if client else _nothing():
+            self.on_shards(lambda i: one(parts[i]), list(range(len(parts))))
         gone = np.concatenate(flush_keys) if flush_keys else np.zeros(0, np.uint64)
         order = np.argsort(gone)
         gone = gone[order]
@@ -359,12 +501,15 @@ class PSClient:
         codec = value_codec(codec_name)
         sent = np.empty_like(rows)
         order, bounds = self._split(keys)
-        for s in range(self.n):
-            idx = order[bounds[s] : bounds[s + 1]]
-            if idx.shape[0]:
-                body, sent[idx] = codec.encode(rows[idx], self._rng)
-                payload = Compressed(codec, idx.shape[0], rows.shape[1], None, body).payload(with_subset=False)
-                self.transport.push(s, table, keys[idx], (), payload, kind)
+        client = self.client_id if kind == DELTA and self._keeping(table) else 0
+        with self._flying(table, keys) if client else _nothing():
+            for s in range(self.n):
+                idx = order[bounds[s] : bounds[s + 1]]
+                if idx.shape[0]:
+                    body, sent[idx] = codec.encode(rows[idx], self._rng)
+                    payload = Compressed(codec, idx.shape[0], rows.shape[1], None, body).payload(with_subset=False)
+                    conflicts = self.transport.push(s, table, keys[idx], (), payload, kind, 0, client)
+                    self._landed(table, keys[idx], payload, conflicts)
         return sent
 
     def _push_exact(self, table: str, keys: npt.NDArray[np.uint64], rows: npt.NDArray[np.float64], kind: str) -> None:
@@ -408,6 +553,7 @@ class PSClient:
             spec = comp.spec
             out[f"push:{table}"] = (f"topk:{spec.topk:g}+" if spec.topk is not None else "") + spec.value
         out["pull"] = self.pull_codec or "raw"
+        out["pull_cache"] = "on" if self.kept_max and self.aggregator is None else "off"
         return out
 
     def compression_stats(self) -> dict[str, float]:
@@ -418,6 +564,11 @@ class PSClient:
         }
         if self.aggregator is not None:
             out.update(self.aggregator.stats())
+        if self._kept:
+            with self._kept_lock:
+                out.update({k: float(v) for k, v in self.kept_stats.items()})
+                out["kept_rows"] = float(sum(k.size for k in self._kept.values()))
+                out["kept_restarts"] = float(sum(k.restarts for k in self._kept.values()))
         for comp in self.compressors.values():
             for k, v in comp.stats().items():
                 out[k] = out.get(k, 0.0) + v
@@ -470,6 +621,18 @@ class PSClient:
         for comp in self.compressors.values():
             comp.drain()
         self._dense_residual.clear()
+        self.forget_kept_rows()
+
+    def forget_kept_rows(self) -> None:
+        """Drops every row kept between pulls (the shards went back to a cut)."""
+        with self._kept_lock:
+            for kept in self._kept.values():
+                kept.clear()
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield
 
 
 def _holding(length: int, n: int) -> list[int]:

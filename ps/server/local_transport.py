@@ -9,11 +9,11 @@ import numpy.typing as npt
 
 from ctr.format.varint import encode_varints
 from ctr.model.spec import TableSpec
-from ps.api import ExportedFile, Rows, ShardStatus
+from ps.api import CachedPull, ExportedFile, KnownRows, Rows, ShardStatus
 from ps.compression.payload import decode_payload, encode_rows
 from ps.server.shard import Shard
-from ps.transport import ByteCounter
-from ps.wire import KEYS_DELTA_VARINT, encode_keys
+from ps.transport import ByteCounter, Conflicts
+from ps.wire import KEYS_DELTA_VARINT, encode_keys, encode_row_ids
 
 
 class LocalTransport(ByteCounter):
@@ -42,6 +42,22 @@ class LocalTransport(ByteCounter):
         # no session is kept in-process; a nonzero id tells push that gRPC would name one
         return int(open_session), rows
 
+    def pull_known(self, shard: int, table: str, keys: npt.NDArray[np.uint64], known: KnownRows, codec: str = "") -> CachedPull:
+        got = self.shards[shard].pull_known(table, keys, known)  # a real session: its push checks conflicts
+        rows = np.concatenate([got.stored_rows, got.changed_rows])
+        size = rows.nbytes
+        if codec and not got.stale:
+            payload = encode_rows(rows, codec, self.rng)
+            size = len(payload)
+            rows = decode_payload(payload, *rows.shape)[1]
+            n = got.stored_rows.shape[0]
+            got = CachedPull(got.session_id, False, got.layout, got.stored, got.stored_ids, rows[:n], got.changed, rows[n:])
+        sent = len(encode_keys(keys, KEYS_DELTA_VARINT)) + len(encode_row_ids(known.ids)) + 16
+        bitmaps = (keys.shape[0] + 7) // 8 + (known.ids.shape[0] + 7) // 8
+        ids = len(encode_varints(got.stored_ids.astype(np.uint64)))
+        self.count(table, "sparse_pull", sent, size + bitmaps + ids + 16)
+        return got
+
     def push(
         self,
         shard: int,
@@ -51,13 +67,27 @@ class LocalTransport(ByteCounter):
         payload: bytes,
         kind: str,
         samples: int = 0,
-    ) -> None:
+        client: int = 0,
+    ) -> Conflicts:
         named = np.asarray(sessions, dtype=np.uint64)
         keys_bytes = len(encode_varints(named)) if sessions else len(encode_keys(keys, KEYS_DELTA_VARINT))
         self.count(table, "sparse_push", keys_bytes + len(payload))
         s = self.shards[shard]
         subset, values = decode_payload(payload, keys.shape[0], s.push_width(table, kind))
-        s.push(table, keys if subset is None else keys[subset], values, kind, samples, self.generation)
+        sent = keys if subset is None else keys[subset]
+        if not client:
+            s.push(table, sent, values, kind, samples, self.generation)
+            return None
+        recorded = None
+        if len(sessions) == 1:  # a session of pull_known: the shard kept it
+            session = s.session(table, sessions)
+            recorded = session.recorded if session.client == client else None
+            if recorded is not None and subset is not None:
+                recorded = recorded[subset]
+        _, conflicts = s.push_as(client, recorded, table, sent, values, kind, samples, self.generation)
+        named_keys = np.zeros(keys.shape[0], dtype=np.bool_)
+        named_keys[subset if subset is not None else slice(None)] = conflicts
+        return named_keys
 
     def pull_dense(self, shard: int, table: str, state: bool) -> tuple[int, Rows]:
         lo, values = self.shards[shard].pull_dense(table, state)

@@ -9,16 +9,17 @@ from typing import Any, TypeVar
 import grpc
 import numpy as np
 
+from ctr.format.varint import encode_varints
 from ctr.model.spec import ModelSpecError
 from protos import ps_pb2, ps_pb2_grpc
-from ps.api import ModelIdentity, ModelMismatch
+from ps.api import KnownRows, ModelIdentity, ModelMismatch
 from ps.compression.payload import BY_ID, CodecError, decode_payload, encode_rows, value_codec
 from ps.server import metrics
 from ps.server.errors import SessionExpired, ShardError, StaleGeneration
 from ps.server.shard import Shard
 from ps.server.store import StoreCorrupted
 from ps.server.tables import DELTA, GRADIENT, MOMENTUM
-from ps.wire import WireError, decode_keys, table_spec
+from ps.wire import WireError, decode_keys, decode_row_ids, encode_bits, table_spec
 
 R = TypeVar("R")
 
@@ -91,8 +92,10 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
             keys = decode_keys(request.keys, request.key_count, request.key_encoding)
             if request.reply_codec:
                 value_codec(request.reply_codec)  # an unknown codec fails before the session opens
-            sid, rows = self.shard.pull(request.table, keys, request.open_session, request.state)
             metrics.KEYS.labels("pull", request.table).inc(keys.shape[0])
+            if request.client:
+                return self._pull_known(request, keys)
+            sid, rows = self.shard.pull(request.table, keys, request.open_session, request.state)
             data = encode_rows(rows, request.reply_codec, self.rng) if request.reply_codec else rows.tobytes()
             return ps_pb2.PullResponse(
                 session_id=sid, dim=rows.shape[1], rows=data, state=request.state, incarnation=self.shard.incarnation
@@ -100,24 +103,59 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
 
         return self._call("Pull", context, run, request)
 
+    def _pull_known(self, request: ps_pb2.PullRequest, keys: np.ndarray) -> ps_pb2.PullResponse:
+        """The pull of a client that keeps rows (docs/design/pull-cache.md)."""
+        if not request.state or not request.open_session:
+            raise ShardError("a pull with a client id reads state and opens a session")
+        ids = decode_row_ids(request.known_ids, request.known_count)
+        got = self.shard.pull_known(request.table, keys, KnownRows(request.client, request.layout, ids))
+        if got.stale:
+            return ps_pb2.PullResponse(stale=True, layout=got.layout, state=True, incarnation=self.shard.incarnation)
+        rows = np.concatenate([got.stored_rows, got.changed_rows])
+        data = encode_rows(rows, request.reply_codec, self.rng) if request.reply_codec else rows.tobytes()
+        return ps_pb2.PullResponse(
+            session_id=got.session_id,
+            dim=rows.shape[1],
+            rows=data,
+            state=True,
+            incarnation=self.shard.incarnation,
+            layout=got.layout,
+            stored=encode_bits(got.stored),
+            stored_ids=bytes(encode_varints(got.stored_ids.astype(np.uint64))),
+            changed=encode_bits(got.changed),
+        )
+
     def Push(self, request: ps_pb2.PushRequest, context: grpc.ServicerContext) -> ps_pb2.PushResponse:
         def run() -> ps_pb2.PushResponse:
             target = request.WhichOneof("target")
+            recorded = None
             if target in ("session_id", "sessions"):
                 ids = [request.session_id] if target == "session_id" else list(request.sessions.ids)
-                keys = self.shard.session_keys(request.table, ids)
+                session = self.shard.session(request.table, ids)
+                keys = session.keys
                 if request.key_count != keys.shape[0]:
                     raise ShardError(f"key_count {request.key_count} but the sessions hold {keys.shape[0]} keys")
+                if session.client == request.client:
+                    recorded = session.recorded
             else:
                 keys = decode_keys(request.keys, request.key_count, request.key_encoding)
             kind = _push_kind(request.kind)
             subset, values = decode_payload(request.payload, keys.shape[0], self.shard.push_width(request.table, kind))
             sent = keys if subset is None else keys[subset]
-            applied = self.shard.push(request.table, sent, values, kind, request.samples, request.generation)
+            if recorded is not None and subset is not None:
+                recorded = recorded[subset]
+            applied, conflicts = self.shard.push_as(
+                request.client, recorded, request.table, sent, values, kind, request.samples, request.generation
+            )
             metrics.KEYS.labels("push", request.table).inc(applied)
             metrics.PUSH_BYTES.labels(BY_ID[request.payload[2]].name).inc(len(request.payload))
             metrics.UPDATE_SEQ.set(self.shard.update_seq)
-            return ps_pb2.PushResponse(applied_rows=applied, incarnation=self.shard.incarnation)
+            flagged = b""
+            if conflicts.any():  # over the keys named, as the client holds them
+                named = np.zeros(keys.shape[0], dtype=np.bool_)
+                named[subset if subset is not None else slice(None)] = conflicts
+                flagged = encode_bits(named)
+            return ps_pb2.PushResponse(applied_rows=applied, incarnation=self.shard.incarnation, conflicts=flagged)
 
         return self._call("Push", context, run, request)
 

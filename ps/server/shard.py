@@ -11,22 +11,33 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
 from ctr.model.spec import TableSpec
 from ctr.routing import dense_range, shard_of
-from ps.api import ExportedFile, ModelIdentity, TableStats, mismatch
+from ps.api import CachedPull, ExportedFile, KnownRows, ModelIdentity, TableStats, mismatch
 from ps.server.checkpoints import Checkpoints, CutImage, CutSnapshot, read_cut
 from ps.server.errors import SessionExpired, ShardError, StaleGeneration
 from ps.server.export import changed_rows, export_folder, write_export
 from ps.server.lifecycle import Lifecycle
 from ps.server.row_lifecycle import RowLifecycle
 from ps.server.store import CutMeta, ShardStore
-from ps.server.tables import GRADIENT, MOMENTUM, DenseTable, PushRejected, SparseTable
+from ps.server.tables import ANONYMOUS, GRADIENT, MOMENTUM, DenseTable, PushRejected, SparseTable
 
 log = logging.getLogger("ps")
+Recorded = npt.NDArray[np.int64] | None  # per session key, its row's sequence when pulled (-1 absent)
+
+
+class Session(NamedTuple):
+    """What a pull leaves for the push that names it."""
+
+    table: str
+    keys: npt.NDArray[np.uint64]
+    recorded: Recorded  # for a client keeping rows (pull-cache.md), None otherwise
+    client: int
 
 
 class Shard:
@@ -55,7 +66,7 @@ class Shard:
         self.update_seq = 0
         self.export_seq = -1  # no export yet: the first delta holds everything
         self.samples: dict[str, int] = {}  # per table, samples of the pushes applied
-        self._sessions: OrderedDict[int, tuple[str, npt.NDArray[np.uint64]]] = OrderedDict()
+        self._sessions: OrderedDict[int, Session] = OrderedDict()
         self._session_ids = itertools.count(1)
         self._max_sessions = max_sessions
         self.incarnation = int.from_bytes(os.urandom(8), "little") >> 1  # new at every start
@@ -195,17 +206,55 @@ class Shard:
         self.check_keys(keys)
         with self.lock:
             rows = t.pull_state(keys) if state else t.pull(keys)
-            sid = 0
-            if open_session:
-                sid = next(self._session_ids)
-                self._sessions[sid] = (table, keys)
-                while len(self._sessions) > self._max_sessions:
-                    self._sessions.popitem(last=False)
+            sid = self._open(Session(table, keys, None, ANONYMOUS)) if open_session else 0
         return sid, rows
 
-    def session_keys(self, table: str, session_ids: Sequence[int]) -> npt.NDArray[np.uint64]:
-        """The keys of the pull sessions a push names (each used once): one session's, or
-        the sorted union of several (pushes a host's workers summed, --local-aggregate)."""
+    def _open(self, session: Session) -> int:
+        """Keeps a session for the push that names it (the oldest go past max_sessions).
+        Caller holds the lock."""
+        sid = next(self._session_ids)
+        self._sessions[sid] = session
+        while len(self._sessions) > self._max_sessions:
+            self._sessions.popitem(last=False)
+        return sid
+
+    def pull_known(self, table: str, keys: npt.NDArray[np.uint64], known: KnownRows) -> CachedPull:
+        """The state pull of a client that keeps rows (docs/design/pull-cache.md): rows of
+        the keys it sends that the shard stores (absent ones it makes itself), and those of
+        its known row ids another writer changed. Opens a session over the union of both,
+        in key order, recording each row's sequence for the push's conflict check."""
+        if known.client == ANONYMOUS:
+            raise ShardError("a pull with known rows needs a nonzero client id")
+        t = self._table(table)
+        self.check_keys(keys)
+        ids = known.ids
+        if ids.shape[0] > 1 and not bool(np.all(ids[1:] > ids[:-1])):
+            raise ShardError("known row ids are not sorted and unique")
+        empty = np.zeros(0, dtype=np.bool_)
+        with self.lock:
+            if ids.shape[0] and known.layout != t.layout:
+                none = np.zeros((0, t.width))
+                return CachedPull(0, True, t.layout, empty, np.zeros(0, np.int64), none, empty, none)
+            if ids.shape[0] and (ids[0] < 0 or ids[-1] >= t.size):
+                raise ShardError(f"known row id {int(ids[-1])} outside table {table}'s {t.size} rows")
+            found = t.find(keys)
+            stored = found >= 0
+            stored_ids = found[stored]
+            changed = t.changed_for(ids, known.client)
+            all_keys = np.concatenate([keys, t.keys[ids]])
+            recorded = np.full(all_keys.shape[0], -1, dtype=np.int64)
+            recorded[: keys.shape[0]][stored] = t.row_seq(stored_ids)
+            recorded[keys.shape[0] :] = t.row_seq(ids)
+            order = np.argsort(all_keys, kind="stable")
+            all_keys, recorded = all_keys[order], recorded[order]
+            if all_keys.shape[0] > 1 and not bool(np.all(all_keys[1:] > all_keys[:-1])):
+                raise ShardError("a key sent is also named by a known row id")
+            sid = self._open(Session(table, all_keys, recorded, known.client))
+            return CachedPull(sid, False, t.layout, stored, stored_ids, t.state[stored_ids], changed, t.state[ids[changed]])
+
+    def session(self, table: str, session_ids: Sequence[int]) -> Session:
+        """The pull sessions a push names (each used once): one session, or the sorted union
+        of several (pushes a host's workers summed, --local-aggregate; nothing recorded)."""
         with self.lock:
             entries = [(sid, self._sessions.pop(sid, None)) for sid in session_ids]
         if not entries:
@@ -214,10 +263,16 @@ class Shard:
         for sid, entry in entries:
             if entry is None:
                 raise SessionExpired(f"pull session {sid} is unknown or expired")
-            if entry[0] != table:
-                raise ShardError(f"pull session {sid} was opened on table {entry[0]!r}, not {table!r}")
-            parts.append(entry[1])
-        return parts[0] if len(parts) == 1 else np.unique(np.concatenate(parts))
+            if entry.table != table:
+                raise ShardError(f"pull session {sid} was opened on table {entry.table!r}, not {table!r}")
+            parts.append(entry)
+        if len(parts) == 1:
+            return parts[0]
+        return Session(table, np.unique(np.concatenate([p.keys for p in parts])), None, ANONYMOUS)
+
+    def session_keys(self, table: str, session_ids: Sequence[int]) -> npt.NDArray[np.uint64]:
+        """The keys of the pull sessions a push names (each used once)."""
+        return self.session(table, session_ids).keys
 
     def dense_push_shape(self, table: str, kind: str) -> tuple[int, int]:
         """(rows, values per row) of a dense push of `kind` to this shard's range."""
@@ -243,21 +298,44 @@ class Shard:
     ) -> int:
         """Applies gradients or state deltas of `samples` samples; a push with a bad value,
         or from a trainer generation older than the current one, changes nothing."""
+        return self.push_as(ANONYMOUS, None, table, keys, values, kind, samples, generation)[0]
+
+    def push_as(
+        self,
+        client: int,
+        recorded: Recorded,
+        table: str,
+        keys: npt.NDArray[np.uint64],
+        values: npt.NDArray[np.float64],
+        kind: str = GRADIENT,
+        samples: int = 0,
+        generation: int = 0,
+    ) -> tuple[int, npt.NDArray[np.bool_]]:
+        """push() by writer `client`; also returns, per key, whether the client's copy of
+        the row is no longer the row once this push lands (SparseTable.conflicts against
+        the session's `recorded` sequences, or None for a push that named no session of
+        its own; rows admission dropped count too). All False for ANONYMOUS."""
         t = self._table(table)
         self.check_keys(keys)
         with self.lock:  # a delta is checked against the rows it lands on
             self._check_generation(generation)
+            named = keys
+            conflicts = np.zeros(keys.shape[0], dtype=np.bool_)
+            if client != ANONYMOUS:
+                conflicts = t.conflicts(t.find(keys), client, recorded) | (kind == GRADIENT)
             if self.rows.admits:
                 keys, values = self.rows.admit(t, keys, values)
+                if client != ANONYMOUS and keys.shape[0] < named.shape[0]:
+                    conflicts |= ~np.isin(named, keys, assume_unique=True)
             try:
-                t.apply(kind, keys, values, self.update_seq + 1)
+                t.apply(kind, keys, values, self.update_seq + 1, client)
             except PushRejected as e:
                 raise ShardError(str(e)) from None
             self.update_seq += 1
             self.samples[table] = self.samples.get(table, 0) + samples
             if self.lifecycle.evicts:
                 self.rows.evict(t, self.update_seq)
-        return int(keys.shape[0])
+        return int(keys.shape[0]), conflicts
 
     def pull_dense(self, table: str, state: bool = False) -> tuple[int, npt.NDArray[np.float32] | npt.NDArray[np.float64]]:
         """(offset of this shard's range, weights [n] or state [n, width])."""

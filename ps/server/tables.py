@@ -6,6 +6,8 @@ A push is either a gradient (the table steps its optimizer once per row) or a st
 
 from __future__ import annotations
 
+import itertools
+import os
 import time
 
 import numpy as np
@@ -20,6 +22,10 @@ from ps.server.digest import rows_digest
 
 MAX_MOMENTUM_STEPS = 1024  # local steps one momentum push may stand for
 STATE_LIMIT = 1e30  # no optimizer state value may pass this: far beyond any trained model
+ANONYMOUS = 0  # the writer of rows loaded from a cut, or pushed by a client that keeps no rows
+# layout tokens: unique within a process, and (random start) unlikely to repeat across restarts,
+# so a client's row ids from before a restart or an eviction are never taken for current ones
+_LAYOUTS = itertools.count(int.from_bytes(os.urandom(6), "little") << 8)
 
 
 class PushRejected(ValueError):
@@ -54,6 +60,50 @@ class SparseTable:
         self.keys = np.zeros(capacity, dtype=np.uint64)
         self.state = np.zeros((capacity, self.width), dtype=np.float64)
         self.meta = np.zeros((capacity, kernels.META_WORDS), dtype=np.uint32)
+        # who wrote each row last, and the sequence of the last write by anyone else (0: none):
+        # what tells a client keeping rows whether its copy is still the row (pull-cache.md).
+        # Not stored: rows loaded from a cut are ANONYMOUS.
+        self.writer = np.zeros(capacity, dtype=np.uint64)
+        self.before = np.zeros(capacity, dtype=np.uint64)
+        self.layout = next(_LAYOUTS)  # row ids are valid while it holds: a delete moves rows
+
+    def row_seq(self, ids: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """The update sequence of each row's last write (0: never written)."""
+        m = self.meta[ids]
+        return (m[:, 2].astype(np.int64)) | (m[:, 3].astype(np.int64) << 32)
+
+    def changed_for(self, ids: npt.NDArray[np.int64], client: int) -> npt.NDArray[np.bool_]:
+        """Rows whose last write was not `client`'s: a copy it keeps may be behind."""
+        return self.writer[ids] != np.uint64(client)  # type: ignore[no-any-return]
+
+    def conflicts(
+        self, found: npt.NDArray[np.int64], client: int, recorded: npt.NDArray[np.int64] | None
+    ) -> npt.NDArray[np.bool_]:
+        """Before a push by `client` lands on rows `found` (-1: absent): where the client's
+        copy is not the row. With `recorded` (each row's sequence when the client's pull
+        session read it, -1 absent), the copy is the row when no one else wrote it since;
+        without, when the client wrote it last. Absent rows are never kept copies."""
+        out = np.ones(found.shape[0], dtype=np.bool_)
+        here = found >= 0
+        ids = found[here]
+        mine = self.writer[ids] == np.uint64(client)
+        if recorded is None:
+            out[here] = ~mine
+            return out
+        rec = recorded[here]
+        # every write since the read was the client's: it wrote last, and the last write by
+        # anyone else came no later than the read (a row it created: none at all)
+        only_mine = mine & (self.before[ids].astype(np.int64) <= np.maximum(rec, 0))
+        unchanged = self.row_seq(ids) == rec
+        out[here] = np.where(rec < 0, ~only_mine, ~unchanged & ~only_mine)
+        out[~here] = recorded[~here] >= 0  # gone since the read (evicted)
+        return out
+
+    def mark_written(self, ids: npt.NDArray[np.int64], client: int) -> None:
+        """Records `client` as the rows' writer, before their sequence moves."""
+        foreign = ids[self.writer[ids] != np.uint64(client)]
+        self.before[foreign] = self.row_seq(foreign).astype(np.uint64)
+        self.writer[ids] = np.uint64(client)
 
     @property
     def row_words(self) -> int:
@@ -85,9 +135,12 @@ class SparseTable:
         keys = np.zeros(cap, np.uint64)
         state = np.zeros((cap, self.width), np.float64)
         meta = np.zeros((cap, kernels.META_WORDS), np.uint32)
+        writer = np.zeros(cap, np.uint64)
+        before = np.zeros(cap, np.uint64)
         n = self.size
         keys[:n], state[:n], meta[:n] = self.keys[:n], self.state[:n], self.meta[:n]
-        self.keys, self.state, self.meta = keys, state, meta
+        writer[:n], before[:n] = self.writer[:n], self.before[:n]
+        self.keys, self.state, self.meta, self.writer, self.before = keys, state, meta, writer, before
 
     def insert(
         self, keys: npt.NDArray[np.uint64], ids: npt.NDArray[np.int64] | None = None
@@ -114,11 +167,14 @@ class SparseTable:
         """Optimizer state [n, width]; absent keys read as their initial state."""
         return kernels.gather_state(self.state, self.find(keys), keys, self.dim, self.params)  # type: ignore[no-any-return]
 
-    def apply(self, kind: str, keys: npt.NDArray[np.uint64], values: npt.NDArray[np.float64], seq: int) -> None:
+    def apply(
+        self, kind: str, keys: npt.NDArray[np.uint64], values: npt.NDArray[np.float64], seq: int, client: int = ANONYMOUS
+    ) -> None:
         """Applies gradients (one optimizer step per row) or state deltas (added), absent keys
         starting from their initial row, if all of it is safe: gradients within max_abs;
         deltas keeping every row finite and within STATE_LIMIT. Otherwise raises
-        PushRejected and changes nothing."""
+        PushRejected and changes nothing. `client` writes the deltas (a gradient step is
+        the shard's own arithmetic, which no client copy follows: ANONYMOUS)."""
         v = as_rows(self.name, kind, values, keys.shape[0], self.dim if kind == GRADIENT else self.width)
         found = self.find(keys)
         if kind == GRADIENT:
@@ -130,6 +186,7 @@ class SparseTable:
         ids, created = self.insert(keys, found)
         if created.shape[0]:
             kernels.init_rows_at(self.state, created, self.keys[created], self.dim, self.params)
+        self.mark_written(ids, client if kind != GRADIENT else ANONYMOUS)
         now = int(time.time())
         if kind == GRADIENT:
             kernels.apply_gradients(self.state, self.meta, ids, v, self.dim, self.params, seq, now)
@@ -149,12 +206,16 @@ class SparseTable:
         tail_dead[gone[gone >= m] - m] = True
         movers = m + np.flatnonzero(~tail_dead)  # as many as holes
         self.keys[holes], self.state[holes], self.meta[holes] = self.keys[movers], self.state[movers], self.meta[movers]
+        self.writer[holes], self.before[holes] = self.writer[movers], self.before[movers]
+        self.layout = next(_LAYOUTS)  # rows moved: ids a client holds no longer name them
         self.map.delete(removed)
         if holes.shape[0]:
             self.map.words[self.map.find(self.keys[holes])] = holes.view(np.uint32).reshape(-1, 2)
         self.keys[m:n] = 0
         self.state[m:n] = 0.0
         self.meta[m:n] = 0
+        self.writer[m:n] = 0
+        self.before[m:n] = 0
         self.size = m
         return removed
 
@@ -176,6 +237,8 @@ class SparseTable:
         ids, _ = self.insert(keys)
         self.state[ids] = np.ascontiguousarray(rows[:, : 2 * self.width]).view(np.float64)
         self.meta[ids] = rows[:, 2 * self.width :]
+        self.writer[ids] = ANONYMOUS
+        self.before[ids] = 0
 
 
 class DenseTable:

@@ -449,6 +449,7 @@ class Trainer:
         self.pipeline.abandon()
         self._wait_commit()
         self.model.reset()
+        self.client.forget_kept_rows()  # rows kept from before the cut: the shards went back
         point = self._recover()  # restores the shards and declares the model's tables again
         self.start_at(point)
         self.bad_lines_before += self.reader.bad_lines

@@ -1,0 +1,129 @@
+"""The rows a PS client keeps between pulls, as the shards hold them (docs/design/pull-cache.md).
+
+Per sparse table: key -> an entry holding the row's id on its shard, its optimizer state as
+the shard holds it, and whether that copy is still valid. A pull sends the ids of valid
+entries instead of their keys and gets back only the rows another writer changed; a push's
+reply says which rows this client no longer mirrors. The copy follows the shard's own
+arithmetic (state + the decoded delta, in float64), so one client alone keeps it bit for bit.
+
+Not thread-safe: the PS client calls it under its own lock.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from ctr.format.hashmap import CompactHashMap
+from ctr.routing import shard_of
+
+Keys = npt.NDArray[np.uint64]
+F64 = npt.NDArray[np.float64]
+
+
+class KeptRows:
+    """max_rows bounds the entries; a table that would pass it starts over empty (every row
+    then travels once more), which keeps memory bounded without an eviction order."""
+
+    def __init__(self, width: int, shard_count: int, max_rows: int) -> None:
+        self.width = width
+        self.shard_count = shard_count
+        self.max_rows = max(1, max_rows)
+        self.layouts = [0] * shard_count  # the layout each shard's row ids belong to
+        self.restarts = 0  # times the table passed max_rows and started over
+        self._empty()
+
+    def _empty(self) -> None:
+        self.index = CompactHashMap(2, capacity=1024)  # key -> entry (int64 in two words)
+        self.size = 0
+        self.row_id = np.zeros(1024, dtype=np.int64)
+        self.rows = np.zeros((1024, self.width), dtype=np.float64)
+        self.valid = np.zeros(1024, dtype=np.bool_)
+
+    def clear(self) -> None:
+        self._empty()
+
+    def _entries(self, keys: Keys) -> npt.NDArray[np.int64]:
+        """Entry of each key, -1 where none."""
+        slots = self.index.find(keys)
+        out = np.full(keys.shape[0], -1, dtype=np.int64)
+        hit = slots >= 0
+        out[hit] = self.index.words[slots[hit]].view(np.int64).reshape(-1)
+        return out
+
+    def held(self, keys: Keys) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.int64]]:
+        """(whether a valid copy of each key's row is kept, the row ids of those kept)."""
+        e = self._entries(keys)
+        ok = e >= 0
+        ok[ok] = self.valid[e[ok]]
+        return ok, self.row_id[e[ok]]
+
+    def read(self, keys: Keys) -> F64:
+        """The kept rows of keys that held() accepted."""
+        e = self._entries(keys)
+        assert bool((e >= 0).all()), "a key held was dropped"
+        return self.rows[e]
+
+    def store(self, keys: Keys, ids: npt.NDArray[np.int64], rows: F64) -> None:
+        """Keeps rows as a shard holds them (ids: their row ids there)."""
+        if keys.shape[0] == 0:
+            return
+        e = self._entries(keys)
+        absent = e < 0
+        if self.size + int(absent.sum()) > self.max_rows:
+            self.restarts += 1
+            self._empty()
+            e = np.full(keys.shape[0], -1, dtype=np.int64)
+            absent = np.ones(keys.shape[0], dtype=np.bool_)
+        if absent.any():
+            new = np.arange(self.size, self.size + int(absent.sum()), dtype=np.int64)
+            self._grow(self.size + new.shape[0])
+            slots = self.index.insert(keys[absent])
+            self.index.words[slots] = new.view(np.uint32).reshape(-1, 2)
+            self.size += new.shape[0]
+            e[absent] = new
+        self.row_id[e] = ids
+        self.rows[e] = rows
+        self.valid[e] = True
+
+    def update(self, keys: Keys, rows: F64) -> None:
+        """New rows of kept keys (another writer changed them), same row ids."""
+        e = self._entries(keys)
+        here = e >= 0
+        self.rows[e[here]] = rows[here]
+        self.valid[e[here]] = True
+
+    def add(self, keys: Keys, deltas: F64) -> None:
+        """A push this client made landed on these rows, and the shard says its copy of them
+        is still the row: adds the delta as the shard did (row + delta)."""
+        e = self._entries(keys)
+        ok = e >= 0
+        ok[ok] = self.valid[e[ok]]
+        self.rows[e[ok]] = self.rows[e[ok]] + deltas[ok]
+
+    def invalidate(self, keys: Keys) -> None:
+        """These copies may not be the rows any more: the next pull sends their keys."""
+        e = self._entries(keys)
+        self.valid[e[e >= 0]] = False
+
+    def drop_shard(self, shard: int) -> None:
+        """A shard's row ids no longer hold (its table's layout changed): drops its copies."""
+        keys, slots = self.index.items()
+        mine = shard_of(keys, self.shard_count) == shard
+        self.valid[self.index.words[slots[mine]].view(np.int64).reshape(-1)] = False
+
+    def _grow(self, n: int) -> None:
+        cap = self.row_id.shape[0]
+        if n <= cap:
+            return
+        while cap < n:
+            cap *= 2
+        row_id = np.zeros(cap, dtype=np.int64)
+        rows = np.zeros((cap, self.width), dtype=np.float64)
+        valid = np.zeros(cap, dtype=np.bool_)
+        row_id[: self.size], rows[: self.size], valid[: self.size] = (
+            self.row_id[: self.size],
+            self.rows[: self.size],
+            self.valid[: self.size],
+        )
+        self.row_id, self.rows, self.valid = row_id, rows, valid

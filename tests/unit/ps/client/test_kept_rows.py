@@ -1,0 +1,137 @@
+"""Rows a client keeps between pulls (docs/design/pull-cache.md): what a kept pull returns is
+always what the shards hold, whoever else writes, and a row a client holds does not travel."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ctr.model.optim import OptimizerSpec
+from ctr.model.spec import TableSpec
+from ps.api import DELTA, Lifecycle
+from ps.client import PSClient
+from ps.server.local_transport import LocalTransport
+from ps.server.shard import Shard
+
+FTRL = TableSpec("w", "sparse", 1, OptimizerSpec("ftrl", lr=0.05), "example")
+ADAGRAD_V = TableSpec("v", "sparse", 4, OptimizerSpec("adagrad", lr=0.05, init_std=0.01), "example")
+
+
+def _shards(n: int = 2, lifecycle: Lifecycle | None = None) -> list[Shard]:
+    return [Shard(i, n, lifecycle=lifecycle) for i in range(n)]
+
+
+def _client(shards: list[Shard], keep: bool, push_codec: str = "auto", seed: int = 0) -> PSClient:
+    client = PSClient(LocalTransport(shards), len(shards), push_codec=push_codec, seed=seed)
+    client.control.declare([FTRL, ADAGRAD_V])
+    if keep:
+        client.keep_rows()
+    return client
+
+
+def _truth(shards: list[Shard], table: str, keys: np.ndarray) -> np.ndarray:
+    """The rows as the shards hold them, read without any client's copy."""
+    reader = PSClient(LocalTransport(shards), len(shards))
+    rows, _ = reader.pull(table, keys, session=False, state=True)
+    return rows
+
+
+def _keys(rng: np.random.Generator, pool: np.ndarray, n: int) -> np.ndarray:
+    return np.unique(rng.choice(pool, size=n))
+
+
+@pytest.mark.parametrize("table", ["w", "v"])
+def test_one_client_keeps_bit_identical_rows_and_sends_each_row_once(table: str) -> None:
+    rng = np.random.default_rng(1)
+    pool = np.unique(rng.integers(1, 1 << 40, size=300, dtype=np.uint64))
+    kept_shards, plain_shards = _shards(), _shards()
+    kept, plain = _client(kept_shards, keep=True), _client(plain_shards, keep=False)
+    width = (FTRL if table == "w" else ADAGRAD_V).width
+    for _ in range(30):
+        keys = _keys(rng, pool, 80)
+        a, sa = kept.pull(table, keys, state=True)
+        b, sb = plain.pull(table, keys, state=True)
+        np.testing.assert_array_equal(a, b)  # bit for bit: the copy follows the shard's arithmetic
+        delta = rng.normal(size=(keys.shape[0], width)) * 0.1
+        delta[:, -1] = np.abs(delta[:, -1])  # accumulators grow
+        kept.push(table, keys, delta, sa, kind=DELTA, samples=1)
+        plain.push(table, keys, delta, sb, kind=DELTA, samples=1)
+    np.testing.assert_array_equal(_truth(kept_shards, table, pool), _truth(plain_shards, table, pool))
+    stats = kept.compression_stats()
+    assert stats["kept_rows_changed"] == 0  # nobody else wrote
+    assert stats["rows_pulled"] <= 300  # each row's values travelled at most once (after it was stored)
+    assert stats["kept_rows_sent_as_ids"] > 1000
+    assert kept.wire.total(("sparse_pull",)) < plain.wire.total(("sparse_pull",)) / 3
+
+
+@pytest.mark.parametrize("codec", ["auto", "onebit"])
+def test_a_pull_never_returns_a_row_older_than_another_clients_acknowledged_push(codec: str) -> None:
+    rng = np.random.default_rng(2)
+    pool = np.unique(rng.integers(1, 1 << 40, size=60, dtype=np.uint64))  # few keys: the clients collide often
+    shards = _shards()
+    clients = [_client(shards, keep=True, push_codec=codec, seed=i) for i in range(3)]
+    for _ in range(200):
+        c = clients[int(rng.integers(0, 3))]
+        keys = _keys(rng, pool, 20)
+        rows, session = c.pull("w", keys, state=True)
+        np.testing.assert_array_equal(rows, _truth(shards, "w", keys))
+        if rng.random() < 0.8:
+            delta = rng.normal(size=(keys.shape[0], FTRL.width)) * 0.1
+            delta[:, 1] = np.abs(delta[:, 1])
+            c.push("w", keys, delta, session if rng.random() < 0.7 else None, kind=DELTA, samples=1)
+        if rng.random() < 0.1:
+            c.drain_residuals("cut")
+    assert sum(c.compression_stats()["kept_rows_changed"] for c in clients) > 0
+
+
+def test_a_push_between_a_pull_and_its_push_is_seen_as_a_conflict() -> None:
+    shards = _shards(1)
+    a, b = _client(shards, keep=True, seed=1), _client(shards, keep=True, seed=2)
+    keys = np.array([5, 9, 17], dtype=np.uint64)
+    ones = np.tile([0.1, 1.0], (3, 1))
+    for c in (a, b):  # both hold the rows
+        rows, s = c.pull("w", keys, state=True)
+        c.push("w", keys, ones, s, kind=DELTA)
+    rows, sa = a.pull("w", keys, state=True)
+    rows_b, sb = b.pull("w", keys[:1], state=True)
+    b.push("w", keys[:1], ones[:1], sb, kind=DELTA)  # lands between a's pull and a's push
+    a.push("w", keys, ones, sa, kind=DELTA)
+    got, _ = a.pull("w", keys, state=True)
+    np.testing.assert_array_equal(got, _truth(shards, "w", keys))
+    np.testing.assert_allclose(got[:, 1], [4.0, 3.0, 3.0])  # two pushes each, b one more on key 5
+
+
+def test_rows_evicted_on_a_shard_are_pulled_again_by_key() -> None:
+    shards = _shards(1, Lifecycle(max_rows=40))
+    client = _client(shards, keep=True)
+    rng = np.random.default_rng(3)
+    pool = np.unique(rng.integers(1, 1 << 40, size=200, dtype=np.uint64))
+    for _ in range(40):
+        keys = _keys(rng, pool, 30)
+        rows, session = client.pull("w", keys, state=True)
+        np.testing.assert_array_equal(rows, _truth(shards, "w", keys))
+        client.push("w", keys, np.tile([0.01, 0.5], (keys.shape[0], 1)), session, kind=DELTA)
+
+
+def test_a_client_past_its_row_bound_starts_over_and_stays_exact() -> None:
+    shards = _shards()
+    client = _client(shards, keep=False)
+    client.keep_rows(max_rows=50)
+    rng = np.random.default_rng(4)
+    pool = np.unique(rng.integers(1, 1 << 40, size=400, dtype=np.uint64))
+    for _ in range(20):
+        keys = _keys(rng, pool, 60)
+        rows, session = client.pull("w", keys, state=True)
+        np.testing.assert_array_equal(rows, _truth(shards, "w", keys))
+        client.push("w", keys, np.tile([0.01, 0.5], (keys.shape[0], 1)), session, kind=DELTA)
+    assert client.compression_stats()["kept_restarts"] > 0
+
+
+def test_absent_keys_do_not_travel_and_read_as_the_shards_initial_rows() -> None:
+    shards = _shards()
+    client = _client(shards, keep=True)
+    keys = np.array([3, 8, 1 << 33, 1 << 50], dtype=np.uint64)
+    rows, _ = client.pull("v", keys, state=True)
+    np.testing.assert_array_equal(rows, _truth(shards, "v", keys))
+    assert client.compression_stats()["initial_rows_made"] == 4
+    assert client.compression_stats()["rows_pulled"] == 0
