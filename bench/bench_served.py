@@ -7,13 +7,15 @@ a folder dealt out to two local ranks) with a checkpoint cut every --cut-s secon
 export every --export-every samples, and a model manager (`boundless model watch`) publishing
 every export with the quality gate opened wide. The manager scores each candidate, loaded
 as serving loads it, on the export's holdout: the samples read right after the export,
-which that version was not trained on. A codec pair ending in "~nodrain" runs with
---no-export-drain (error-feedback residuals reach the shards only at cuts and the end).
+which that version was not trained on. A codec pair with "~nodrain" runs with
+--no-export-drain (error-feedback residuals reach the shards only at cuts and the end);
+with "~nocache", with --pull-cache off (every pull sends every key and gets every row).
 Reported per run:
 
 - wire bytes per sample, both ways (the trainer's ledger: sparse and dense pulls and pushes,
   residual drains, control calls), and its ratio to the uncompressed protocol of the same
-  configuration (`auto/raw`: fp32 gradients, fp64 state deltas, raw pull replies);
+  configuration (`auto/raw~nocache`: fp32 gradients, fp64 state deltas, raw pull replies,
+  no pull cache);
 - the served AUC: the mean over published versions of their holdout AUC (the gate's own
   figure, in each version's manifest), and its difference from the uncompressed run;
 - the worker's view (progressive window AUC), labelled as such: one worker predicts from
@@ -23,7 +25,7 @@ Reported per run:
 Runs alternate configurations within a repetition; medians over --reps. Writes
 bench/results/served.json and prints markdown; asserts nothing.
 Run: .venv/bin/python bench/bench_served.py [--datasets frappe,criteo10k] [--models lr,ffm]
-     [--codecs auto/raw,onebit/bf16] [--rows 1000000] [--reps 1]
+     [--codecs auto/raw~nocache,onebit/raw] [--rows 1000000] [--reps 1] [--cut-s 5]
 """
 
 from __future__ import annotations
@@ -46,7 +48,9 @@ from ctr.repository.versions import Repository  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 NO_DRAIN = "~nodrain"  # a codec pair with this suffix runs with --no-export-drain
-BASELINE = "auto/raw"  # the uncompressed protocol: fp32 gradients, fp64 state deltas, raw pull replies
+NO_CACHE = "~nocache"  # ... with --pull-cache off (every pull sends every key and gets every row)
+# the uncompressed protocol: fp32 gradients, fp64 state deltas, raw pull replies, no pull cache
+BASELINE = f"auto/raw{NO_CACHE}"
 MODEL_FLAGS = {"lr": [], "ffm": ["--k", "4"], "deepfm": ["--k", "8", "--hidden", "400,400,400"]}
 # the gate opened wide: every export is published, so every one is judged
 OPEN_GATE = ["--min-samples", "1", "--max-auc-drop", "1", "--min-auc", "0", "--max-logloss", "100"]
@@ -76,7 +80,8 @@ def write_stream(name: str, rows: int, work: Path, workers: int) -> tuple[Path, 
 def run_one(
     stream: Path, preset: str, model: str, codecs: str, workers: int, work: Path, args: argparse.Namespace
 ) -> dict[str, Any]:
-    codecs, nodrain = codecs.removesuffix(NO_DRAIN), codecs.endswith(NO_DRAIN)
+    nodrain, nocache = NO_DRAIN in codecs, NO_CACHE in codecs
+    codecs = codecs.replace(NO_DRAIN, "").replace(NO_CACHE, "")
     push, _, pull = codecs.partition("/")
     work.mkdir()
     exports, repo = work / "exports", work / "repo"
@@ -110,6 +115,7 @@ def run_one(
         cmd += ["--checkpoint-interval-s", str(args.cut_s), "--workers", str(workers)]
         cmd += ["--metrics-port", "-1", "--port", "-1", "--metrics-out", str(out)]
         cmd += ["--no-export-drain"] if nodrain else []
+        cmd += ["--pull-cache", "off"] if nocache else []
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
         if proc.returncode:
             raise SystemExit(proc.stderr[-3000:])
@@ -156,7 +162,7 @@ def main() -> None:
     ap.add_argument("--datasets", default="frappe,criteo10k")
     ap.add_argument("--models", default="lr,ffm")
     ap.add_argument(
-        "--codecs", default=f"{BASELINE},auto/bf16,int8/raw,epgc11/bf16,onebit/bf16,onebit/bf16{NO_DRAIN},topk:0.01+onebit/bf16"
+        "--codecs", default=f"{BASELINE},auto/raw,int8/raw,onebit/raw,onebit/raw{NO_DRAIN},topk:0.01+onebit/raw"
     )
     ap.add_argument("--workers", default="1")
     ap.add_argument("--rows", type=int, default=1_000_000)

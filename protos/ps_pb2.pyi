@@ -261,6 +261,7 @@ class PullRequest(_message.Message):
     LAYOUT_FIELD_NUMBER: _builtins.int
     KNOWN_IDS_FIELD_NUMBER: _builtins.int
     KNOWN_COUNT_FIELD_NUMBER: _builtins.int
+    KNOWN_BITMAP_FIELD_NUMBER: _builtins.int
     table: _builtins.str
     keys: _builtins.bytes
     key_count: _builtins.int
@@ -281,8 +282,11 @@ class PullRequest(_message.Message):
     """
     layout: _builtins.int
     known_ids: _builtins.bytes
-    """sorted unique row ids, delta varints (as keys)"""
+    """sorted unique row ids, delta varints (as keys), or a bitmap:"""
     known_count: _builtins.int
+    """how many ids; with known_bitmap, the bitmap's length in bits"""
+    known_bitmap: _builtins.bool
+    """known_ids is a bitmap over row ids 0..known_count-1 (dense ids)"""
     def __init__(
         self,
         *,
@@ -297,10 +301,11 @@ class PullRequest(_message.Message):
         layout: _builtins.int = ...,
         known_ids: _builtins.bytes = ...,
         known_count: _builtins.int = ...,
+        known_bitmap: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["client", b"client", "key_count", b"key_count", "key_encoding", b"key_encoding", "keys", b"keys", "known_count", b"known_count", "known_ids", b"known_ids", "layout", b"layout", "open_session", b"open_session", "reply_codec", b"reply_codec", "state", b"state", "table", b"table"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["client", b"client", "key_count", b"key_count", "key_encoding", b"key_encoding", "keys", b"keys", "known_bitmap", b"known_bitmap", "known_count", b"known_count", "known_ids", b"known_ids", "layout", b"layout", "open_session", b"open_session", "reply_codec", b"reply_codec", "state", b"state", "table", b"table"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -343,7 +348,7 @@ class PullResponse(_message.Message):
     stored_ids: _builtins.bytes
     """the stored rows' ids, varints, in key order"""
     changed: _builtins.bytes
-    """bitmap over known_ids: the row travels (another writer changed it)"""
+    """bitmap over known_ids in id order: the row travels (another writer"""
     def __init__(
         self,
         *,
@@ -456,6 +461,9 @@ class PushResponse(_message.Message):
     APPLIED_ROWS_FIELD_NUMBER: _builtins.int
     INCARNATION_FIELD_NUMBER: _builtins.int
     CONFLICTS_FIELD_NUMBER: _builtins.int
+    NEW_IDS_FIELD_NUMBER: _builtins.int
+    NEW_ID_COUNT_FIELD_NUMBER: _builtins.int
+    LAYOUT_FIELD_NUMBER: _builtins.int
     applied_rows: _builtins.int
     incarnation: _builtins.int
     conflicts: _builtins.bytes
@@ -463,16 +471,26 @@ class PushResponse(_message.Message):
     copy of the row is no longer the shard's (another writer changed it since the client's
     view, or the row was not kept); empty when none
     """
+    new_ids: _builtins.bytes
+    """for a push naming a session of such a client: the row ids (+1, varints; 0: no row) of
+    the keys its pull sent as keys (it held no copy) and that do not conflict, in key
+    order, and the layout they belong to: the client keeps those rows from now on
+    """
+    new_id_count: _builtins.int
+    layout: _builtins.int
     def __init__(
         self,
         *,
         applied_rows: _builtins.int = ...,
         incarnation: _builtins.int = ...,
         conflicts: _builtins.bytes = ...,
+        new_ids: _builtins.bytes = ...,
+        new_id_count: _builtins.int = ...,
+        layout: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied_rows", b"applied_rows", "conflicts", b"conflicts", "incarnation", b"incarnation"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied_rows", b"applied_rows", "conflicts", b"conflicts", "incarnation", b"incarnation", "layout", b"layout", "new_id_count", b"new_id_count", "new_ids", b"new_ids"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

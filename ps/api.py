@@ -100,6 +100,18 @@ class CachedPull:
     changed_rows: npt.NDArray[np.float64]
 
 
+@dataclass(frozen=True)
+class PushAck:
+    """What a push by a client that keeps rows learns (docs/design/pull-cache.md):
+    `conflicts`, per key named, where its copy is no longer the row; `new_ids`, for the
+    keys its pull sent as keys and that do not conflict (in key order), their row ids (-1:
+    no row), valid for `layout`."""
+
+    conflicts: npt.NDArray[np.bool_]
+    new_ids: npt.NDArray[np.int64]
+    layout: int
+
+
 class SessionLost(RuntimeError):
     """The shard forgot a pull session; the caller resends the keys."""
 

@@ -18,13 +18,12 @@ import numpy as np
 import numpy.typing as npt
 
 from ctr.model.spec import TableSpec
-from ps.api import CachedPull, ExportedFile, KnownRows, ModelIdentity, Rows, ShardRestarted, ShardStatus
+from ps.api import CachedPull, ExportedFile, KnownRows, ModelIdentity, PushAck, Rows, ShardRestarted, ShardStatus
 
 PULLS = ("sparse_pull", "dense_pull")
 PUSHES = ("sparse_push", "dense_push")
 DRAIN_CAUSES = ("cut", "export", "end")  # when error-feedback residuals are sent exactly
 CONTROL = "control"  # declare, stats, prepare, commit, export, restore
-Conflicts = npt.NDArray[np.bool_] | None  # per key a push names: the client's copy is no longer the row
 
 
 class WireLedger:
@@ -112,13 +111,13 @@ class ShardTransport(Protocol):
         kind: str,
         samples: int = 0,
         client: int = 0,
-    ) -> Conflicts:
+    ) -> PushAck | None:
         """keys: those the named pull sessions hold (one session's, or the union of several
         workers' when a leader summed their pushes; the payload may carry a subset of them),
         or, with no session, the keys the payload's rows belong to, which then travel.
         samples: of the batches whose updates the push carries (counted per table).
-        client: the writer id of a client that keeps rows; then returns, per key named,
-        whether its copy is no longer the row (None for client 0)."""
+        client: the writer id of a client that keeps rows; then returns what it learns
+        (ps.api.PushAck; None for client 0)."""
 
     def pull_dense(self, shard: int, table: str, state: bool) -> tuple[int, Rows]: ...
 

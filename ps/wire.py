@@ -45,6 +45,26 @@ def decode_row_ids(data: bytes, count: int) -> npt.NDArray[np.int64]:
     return (decode_keys(data, count, KEYS_DELTA_VARINT) - np.uint64(1)).astype(np.int64)
 
 
+def encode_known_ids(ids: npt.NDArray[np.int64]) -> tuple[bytes, int, bool]:
+    """Sorted unique row ids in the smaller of two forms: (bytes, count, as a bitmap). A
+    worker's rows are often dense among a shard's, and then a bit each beats a varint gap."""
+    if ids.shape[0] == 0:
+        return b"", 0, False
+    length = int(ids[-1]) + 1
+    varints = encode_row_ids(ids)
+    if (length + 7) // 8 < len(varints):
+        mask = np.zeros(length, dtype=np.bool_)
+        mask[ids] = True
+        return encode_bits(mask), length, True
+    return varints, int(ids.shape[0]), False
+
+
+def decode_known_ids(data: bytes, count: int, bitmap: bool) -> npt.NDArray[np.int64]:
+    if bitmap:
+        return np.flatnonzero(decode_bits(data, count, "known_ids")).astype(np.int64)
+    return decode_row_ids(data, count)
+
+
 def decode_varint_list(data: bytes, count: int, what: str) -> npt.NDArray[np.int64]:
     """`count` unsorted varints (row ids in key order)."""
     out = np.zeros(count, dtype=np.uint64)

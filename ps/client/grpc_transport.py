@@ -21,6 +21,7 @@ from ps.api import (
     KnownRows,
     ModelIdentity,
     ModelMismatch,
+    PushAck,
     Rows,
     SessionLost,
     ShardRestarted,
@@ -29,8 +30,8 @@ from ps.api import (
     TableStats,
 )
 from ps.compression.payload import decode_payload
-from ps.transport import CONTROL, ByteCounter, Conflicts
-from ps.wire import KEYS_DELTA_VARINT, decode_bits, decode_rows, decode_varint_list, encode_keys, encode_row_ids, table_decl
+from ps.transport import CONTROL, ByteCounter
+from ps.wire import KEYS_DELTA_VARINT, decode_bits, decode_rows, decode_varint_list, encode_keys, encode_known_ids, table_decl
 
 log = logging.getLogger("ps.client")
 _PUSH_KINDS = {"gradient": ps_pb2.PUSH_GRADIENT, "delta": ps_pb2.PUSH_STATE_DELTA, "momentum": ps_pb2.PUSH_MOMENTUM}
@@ -205,6 +206,7 @@ class GrpcTransport(ByteCounter):
         return resp.session_id, decode_rows(resp.rows, keys.shape[0], resp.dim, np.float64 if resp.state else np.float32)
 
     def pull_known(self, shard: int, table: str, keys: npt.NDArray[np.uint64], known: KnownRows, codec: str = "") -> CachedPull:
+        ids, count, bitmap = encode_known_ids(known.ids)
         req = ps_pb2.PullRequest(
             table=table,
             keys=encode_keys(keys, self.key_encoding),
@@ -215,8 +217,9 @@ class GrpcTransport(ByteCounter):
             reply_codec=codec,
             client=known.client,
             layout=known.layout,
-            known_ids=encode_row_ids(known.ids),
-            known_count=known.ids.shape[0],
+            known_ids=ids,
+            known_count=count,
+            known_bitmap=bitmap,
         )
         resp = self._rpc(shard, "Pull", req)
         self.saw(shard, resp.incarnation)
@@ -233,7 +236,7 @@ class GrpcTransport(ByteCounter):
         kind: str,
         samples: int = 0,
         client: int = 0,
-    ) -> Conflicts:
+    ) -> PushAck | None:
         req = ps_pb2.PushRequest(
             table=table,
             key_count=keys.shape[0],
@@ -258,7 +261,10 @@ class GrpcTransport(ByteCounter):
             raise
         self.count(table, "sparse_push", req.ByteSize(), resp.ByteSize())
         self.saw(shard, resp.incarnation)
-        return decode_bits(resp.conflicts, keys.shape[0], "conflicts") if client else None
+        if not client:
+            return None
+        new_ids = decode_varint_list(resp.new_ids, resp.new_id_count, "new_ids") - 1
+        return PushAck(decode_bits(resp.conflicts, keys.shape[0], "conflicts"), new_ids, resp.layout)
 
     def pull_dense(self, shard: int, table: str, state: bool) -> tuple[int, Rows]:
         req = ps_pb2.DensePullRequest(table=table, state=state)

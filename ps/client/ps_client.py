@@ -36,6 +36,7 @@ from ps.api import (
     KnownRows,
     ModelIdentity,
     ModelMismatch,
+    PushAck,
     Rows,
     SessionLost,
     ShardRestarted,
@@ -47,7 +48,7 @@ from ps.client.kept_rows import KeptRows
 from ps.client.local_aggregate import AggregationPlan, LocalAggregator
 from ps.compression.compressor import CodecSpec, Compressor, parse_codec
 from ps.compression.payload import VALUE_CODECS, Compressed, decode_payload, value_codec
-from ps.transport import Conflicts, ShardTransport, WireLedger
+from ps.transport import ShardTransport, WireLedger
 
 if TYPE_CHECKING:
     from ps.server.lifecycle import Lifecycle
@@ -76,6 +77,10 @@ T = TypeVar("T")
 DEFAULT_RESIDUAL_ROWS = 1 << 20
 DEFAULT_KEPT_ROWS = 1 << 22  # rows a client keeps per table (pull-cache.md); past it the table starts over
 RECENT_PUSHES = 64  # pushes remembered for the pulls they overlapped
+FRESH_SESSIONS = 64  # kept pulls remembered for the pushes that name them
+# of a kept pull: the keys sent as keys, the rows read for them, and whether no push of this
+# client's overlapped the read
+Fresh = tuple[npt.NDArray[np.uint64], npt.NDArray[np.float64], npt.NDArray[np.bool_]]
 
 
 @dataclass(frozen=True)
@@ -128,6 +133,9 @@ class PSClient:
         self._next_push = 1
         self._in_flight: dict[int, tuple[str, npt.NDArray[np.uint64]]] = {}
         self._recent: deque[tuple[int, str, npt.NDArray[np.uint64]]] = deque(maxlen=RECENT_PUSHES)
+        # per (table, shard, session): the keys a kept pull sent as keys, with the rows it read
+        # for them, for the push that names the session to keep (what the shard then holds)
+        self._fresh: dict[tuple[str, int, int], Fresh] = {}
         self.kept_stats = {"kept_rows_sent_as_ids": 0, "kept_rows_changed": 0, "rows_pulled": 0, "initial_rows_made": 0}
 
     @classmethod
@@ -341,8 +349,13 @@ class PSClient:
                 sure = np.zeros(part.shape[0], dtype=np.bool_) if overlap is None else ~np.isin(part, overlap)
                 kept.store(part[stored_at[sure[stored_at]]], got.stored_ids[sure[stored_at]], got.stored_rows[sure[stored_at]])
                 kept.update(part[changed_at[sure[changed_at]]], got.changed_rows[sure[changed_at]])
-                kept.invalidate(part[~sure])
+                # a returned row an overlapping push may or may not include: not kept (a held
+                # row that did not travel keeps its copy, which that push's reply updates)
+                kept.invalidate(part[changed_at[~sure[changed_at]]])
                 kept.layouts[s] = got.layout
+                self._fresh[(table, s, got.session_id)] = (part[new_at], rows[new_at], sure[new_at])
+                while len(self._fresh) > FRESH_SESSIONS:  # sessions never pushed (a pipeline abandoned)
+                    del self._fresh[next(iter(self._fresh))]
                 st = self.kept_stats
                 st["kept_rows_sent_as_ids"] += int(held_at.shape[0])
                 st["kept_rows_changed"] += int(changed_at.shape[0])
@@ -357,18 +370,35 @@ class PSClient:
                 rows[order[bounds[s] : bounds[s + 1]]] = r
         return rows, PullSession(keys, order, bounds, tuple(sid for sid, _ in results))
 
-    def _landed(self, table: str, named: npt.NDArray[np.uint64], payload: bytes, conflicts: Conflicts) -> None:
+    def _landed(
+        self, table: str, shard: int, named: npt.NDArray[np.uint64], payload: bytes, ack: PushAck | None, session: int = 0
+    ) -> None:
         """A push of this client's landed: its kept copies of the rows it changed take the
-        delta as the shard did, or are dropped where the shard says they are not the rows."""
-        if conflicts is None:
+        delta as the shard did, or are dropped where the shard says they are not the rows;
+        rows its pull read for keys it held no copy of are kept from now on, with the push's
+        delta, when the shard gave their ids (the pull read them with no push of this
+        client's in flight, so what it read plus this delta is the row)."""
+        if ack is None:
             return
         subset, values = decode_payload(payload, named.shape[0], self._specs[table].width)
         keys = named if subset is None else named[subset]
-        bad = conflicts if subset is None else conflicts[subset]
+        bad = ack.conflicts if subset is None else ack.conflicts[subset]
         with self._kept_lock:
             kept = self._kept_table(table)
             kept.add(keys[~bad], values[~bad])
             kept.invalidate(keys[bad])
+            fresh = self._fresh.pop((table, shard, session), None) if session else None
+            if fresh is None or not ack.new_ids.shape[0] or ack.layout != kept.layouts[shard]:
+                return
+            sent_as_keys, read, sure = fresh
+            listed = np.isin(keys, sent_as_keys, assume_unique=True) & ~bad  # the keys new_ids speaks of
+            if int(listed.sum()) != ack.new_ids.shape[0]:
+                return  # not the session the reply speaks of: keep nothing
+            at = np.searchsorted(sent_as_keys, keys[listed])
+            held, _ = kept.held(keys[listed])
+            take = (ack.new_ids >= 0) & sure[at] & ~held
+            rows = read[at[take]] + values[listed][take]  # the shard's arithmetic: row + delta
+            kept.store(keys[listed][take], ack.new_ids[take], rows)
 
     def push(
         self,
@@ -446,14 +476,14 @@ class PSClient:
             s, part_keys, packed = part
             try:
                 payload = packed.payload(with_subset=bool(targets[s]))
-                conflicts = self.transport.push(s, table, part_keys, targets[s], payload, kind, samples, client)
-                self._landed(table, part_keys, payload, conflicts)
+                ack = self.transport.push(s, table, part_keys, targets[s], payload, kind, samples, client)
+                self._landed(table, s, part_keys, payload, ack, targets[s][0] if len(targets[s]) == 1 else 0)
                 return
             except SessionLost:
                 pass
             sent = part_keys if packed.sent is None else part_keys[packed.sent]
             payload = packed.payload(with_subset=False)
-            self._landed(table, sent, payload, self.transport.push(s, table, sent, (), payload, kind, samples, client))
+            self._landed(table, s, sent, payload, self.transport.push(s, table, sent, (), payload, kind, samples, client))
 
         with self._flying(table, keys) if client else _nothing():
             self.on_shards(lambda i: one(parts[i]), list(range(len(parts))))
@@ -508,8 +538,8 @@ class PSClient:
                 if idx.shape[0]:
                     body, sent[idx] = codec.encode(rows[idx], self._rng)
                     payload = Compressed(codec, idx.shape[0], rows.shape[1], None, body).payload(with_subset=False)
-                    conflicts = self.transport.push(s, table, keys[idx], (), payload, kind, 0, client)
-                    self._landed(table, keys[idx], payload, conflicts)
+                    ack = self.transport.push(s, table, keys[idx], (), payload, kind, 0, client)
+                    self._landed(table, s, keys[idx], payload, ack)
         return sent
 
     def _push_exact(self, table: str, keys: npt.NDArray[np.uint64], rows: npt.NDArray[np.float64], kind: str) -> None:
@@ -628,6 +658,7 @@ class PSClient:
         with self._kept_lock:
             for kept in self._kept.values():
                 kept.clear()
+            self._fresh.clear()
 
 
 @contextmanager

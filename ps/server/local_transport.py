@@ -9,11 +9,11 @@ import numpy.typing as npt
 
 from ctr.format.varint import encode_varints
 from ctr.model.spec import TableSpec
-from ps.api import CachedPull, ExportedFile, KnownRows, Rows, ShardStatus
+from ps.api import CachedPull, ExportedFile, KnownRows, PushAck, Rows, ShardStatus
 from ps.compression.payload import decode_payload, encode_rows
 from ps.server.shard import Shard
-from ps.transport import ByteCounter, Conflicts
-from ps.wire import KEYS_DELTA_VARINT, encode_keys, encode_row_ids
+from ps.transport import ByteCounter
+from ps.wire import KEYS_DELTA_VARINT, encode_keys, encode_known_ids
 
 
 class LocalTransport(ByteCounter):
@@ -52,8 +52,8 @@ class LocalTransport(ByteCounter):
             rows = decode_payload(payload, *rows.shape)[1]
             n = got.stored_rows.shape[0]
             got = CachedPull(got.session_id, False, got.layout, got.stored, got.stored_ids, rows[:n], got.changed, rows[n:])
-        sent = len(encode_keys(keys, KEYS_DELTA_VARINT)) + len(encode_row_ids(known.ids)) + 16
-        bitmaps = (keys.shape[0] + 7) // 8 + (known.ids.shape[0] + 7) // 8
+        sent = len(encode_keys(keys, KEYS_DELTA_VARINT)) + len(encode_known_ids(known.ids)[0]) + 16
+        bitmaps = (keys.shape[0] + 7) // 8 + ((known.ids.shape[0] + 7) // 8 if got.changed.any() else 0)
         ids = len(encode_varints(got.stored_ids.astype(np.uint64)))
         self.count(table, "sparse_pull", sent, size + bitmaps + ids + 16)
         return got
@@ -68,26 +68,31 @@ class LocalTransport(ByteCounter):
         kind: str,
         samples: int = 0,
         client: int = 0,
-    ) -> Conflicts:
+    ) -> PushAck | None:
         named = np.asarray(sessions, dtype=np.uint64)
         keys_bytes = len(encode_varints(named)) if sessions else len(encode_keys(keys, KEYS_DELTA_VARINT))
-        self.count(table, "sparse_push", keys_bytes + len(payload))
         s = self.shards[shard]
         subset, values = decode_payload(payload, keys.shape[0], s.push_width(table, kind))
         sent = keys if subset is None else keys[subset]
         if not client:
+            self.count(table, "sparse_push", keys_bytes + len(payload))
             s.push(table, sent, values, kind, samples, self.generation)
             return None
-        recorded = None
+        recorded, as_key = None, None
         if len(sessions) == 1:  # a session of pull_known: the shard kept it
             session = s.session(table, sessions)
-            recorded = session.recorded if session.client == client else None
-            if recorded is not None and subset is not None:
-                recorded = recorded[subset]
-        _, conflicts = s.push_as(client, recorded, table, sent, values, kind, samples, self.generation)
-        named_keys = np.zeros(keys.shape[0], dtype=np.bool_)
-        named_keys[subset if subset is not None else slice(None)] = conflicts
-        return named_keys
+            if session.client == client:
+                recorded, as_key = session.recorded, session.as_key
+            if subset is not None:
+                recorded = None if recorded is None else recorded[subset]
+                as_key = None if as_key is None else as_key[subset]
+        out = s.push_as(client, recorded, table, sent, values, kind, samples, self.generation, as_key)
+        conflicts = np.zeros(keys.shape[0], dtype=np.bool_)
+        conflicts[subset if subset is not None else slice(None)] = out.conflicts
+        reply = len(encode_varints(out.new_ids.astype(np.uint64) + np.uint64(1)))
+        reply += (len(conflicts) + 7) // 8 if out.conflicts.any() else 0
+        self.count(table, "sparse_push", keys_bytes + len(payload), reply)
+        return PushAck(conflicts, out.new_ids, out.layout)
 
     def pull_dense(self, shard: int, table: str, state: bool) -> tuple[int, Rows]:
         lo, values = self.shards[shard].pull_dense(table, state)

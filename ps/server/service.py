@@ -19,7 +19,7 @@ from ps.server.errors import SessionExpired, ShardError, StaleGeneration
 from ps.server.shard import Shard
 from ps.server.store import StoreCorrupted
 from ps.server.tables import DELTA, GRADIENT, MOMENTUM
-from ps.wire import WireError, decode_keys, decode_row_ids, encode_bits, table_spec
+from ps.wire import WireError, decode_keys, decode_known_ids, encode_bits, table_spec
 
 R = TypeVar("R")
 
@@ -107,7 +107,7 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
         """The pull of a client that keeps rows (docs/design/pull-cache.md)."""
         if not request.state or not request.open_session:
             raise ShardError("a pull with a client id reads state and opens a session")
-        ids = decode_row_ids(request.known_ids, request.known_count)
+        ids = decode_known_ids(request.known_ids, request.known_count, request.known_bitmap)
         got = self.shard.pull_known(request.table, keys, KnownRows(request.client, request.layout, ids))
         if got.stale:
             return ps_pb2.PullResponse(stale=True, layout=got.layout, state=True, incarnation=self.shard.incarnation)
@@ -122,13 +122,13 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
             layout=got.layout,
             stored=encode_bits(got.stored),
             stored_ids=bytes(encode_varints(got.stored_ids.astype(np.uint64))),
-            changed=encode_bits(got.changed),
+            changed=encode_bits(got.changed) if got.changed.any() else b"",
         )
 
     def Push(self, request: ps_pb2.PushRequest, context: grpc.ServicerContext) -> ps_pb2.PushResponse:
         def run() -> ps_pb2.PushResponse:
             target = request.WhichOneof("target")
-            recorded = None
+            recorded, as_key = None, None
             if target in ("session_id", "sessions"):
                 ids = [request.session_id] if target == "session_id" else list(request.sessions.ids)
                 session = self.shard.session(request.table, ids)
@@ -136,7 +136,7 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
                 if request.key_count != keys.shape[0]:
                     raise ShardError(f"key_count {request.key_count} but the sessions hold {keys.shape[0]} keys")
                 if session.client == request.client:
-                    recorded = session.recorded
+                    recorded, as_key = session.recorded, session.as_key
             else:
                 keys = decode_keys(request.keys, request.key_count, request.key_encoding)
             kind = _push_kind(request.kind)
@@ -144,8 +144,9 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
             sent = keys if subset is None else keys[subset]
             if recorded is not None and subset is not None:
                 recorded = recorded[subset]
-            applied, conflicts = self.shard.push_as(
-                request.client, recorded, request.table, sent, values, kind, request.samples, request.generation
+                as_key = None if as_key is None else as_key[subset]
+            applied, conflicts, new_ids, layout = self.shard.push_as(
+                request.client, recorded, request.table, sent, values, kind, request.samples, request.generation, as_key
             )
             metrics.KEYS.labels("push", request.table).inc(applied)
             metrics.PUSH_BYTES.labels(BY_ID[request.payload[2]].name).inc(len(request.payload))
@@ -155,7 +156,14 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
                 named = np.zeros(keys.shape[0], dtype=np.bool_)
                 named[subset if subset is not None else slice(None)] = conflicts
                 flagged = encode_bits(named)
-            return ps_pb2.PushResponse(applied_rows=applied, incarnation=self.shard.incarnation, conflicts=flagged)
+            return ps_pb2.PushResponse(
+                applied_rows=applied,
+                incarnation=self.shard.incarnation,
+                conflicts=flagged,
+                new_ids=bytes(encode_varints(new_ids.astype(np.uint64) + np.uint64(1))) if new_ids.shape[0] else b"",
+                new_id_count=new_ids.shape[0],
+                layout=layout if new_ids.shape[0] else 0,
+            )
 
         return self._call("Push", context, run, request)
 

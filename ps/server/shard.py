@@ -38,6 +38,19 @@ class Session(NamedTuple):
     keys: npt.NDArray[np.uint64]
     recorded: Recorded  # for a client keeping rows (pull-cache.md), None otherwise
     client: int
+    as_key: npt.NDArray[np.bool_] | None = None  # which keys the client sent as keys (it holds no copy)
+
+
+class PushOutcome(NamedTuple):
+    """What a push by a client that keeps rows learns (pull-cache.md): per key named,
+    whether its copy is no longer the row; for the keys its pull sent as keys and that do
+    not conflict, in key order, their row ids (the rows it may keep from now on) and the
+    layout they belong to."""
+
+    applied: int
+    conflicts: npt.NDArray[np.bool_]
+    new_ids: npt.NDArray[np.int64]
+    layout: int
 
 
 class Shard:
@@ -245,11 +258,13 @@ class Shard:
             recorded = np.full(all_keys.shape[0], -1, dtype=np.int64)
             recorded[: keys.shape[0]][stored] = t.row_seq(stored_ids)
             recorded[keys.shape[0] :] = t.row_seq(ids)
+            as_key = np.zeros(all_keys.shape[0], dtype=np.bool_)
+            as_key[: keys.shape[0]] = True
             order = np.argsort(all_keys, kind="stable")
-            all_keys, recorded = all_keys[order], recorded[order]
+            all_keys, recorded, as_key = all_keys[order], recorded[order], as_key[order]
             if all_keys.shape[0] > 1 and not bool(np.all(all_keys[1:] > all_keys[:-1])):
                 raise ShardError("a key sent is also named by a known row id")
-            sid = self._open(Session(table, all_keys, recorded, known.client))
+            sid = self._open(Session(table, all_keys, recorded, known.client, as_key))
             return CachedPull(sid, False, t.layout, stored, stored_ids, t.state[stored_ids], changed, t.state[ids[changed]])
 
     def session(self, table: str, session_ids: Sequence[int]) -> Session:
@@ -298,7 +313,7 @@ class Shard:
     ) -> int:
         """Applies gradients or state deltas of `samples` samples; a push with a bad value,
         or from a trainer generation older than the current one, changes nothing."""
-        return self.push_as(ANONYMOUS, None, table, keys, values, kind, samples, generation)[0]
+        return self.push_as(ANONYMOUS, None, table, keys, values, kind, samples, generation).applied
 
     def push_as(
         self,
@@ -310,11 +325,13 @@ class Shard:
         kind: str = GRADIENT,
         samples: int = 0,
         generation: int = 0,
-    ) -> tuple[int, npt.NDArray[np.bool_]]:
+        as_key: npt.NDArray[np.bool_] | None = None,
+    ) -> PushOutcome:
         """push() by writer `client`; also returns, per key, whether the client's copy of
         the row is no longer the row once this push lands (SparseTable.conflicts against
         the session's `recorded` sequences, or None for a push that named no session of
-        its own; rows admission dropped count too). All False for ANONYMOUS."""
+        its own; rows admission dropped count too; all False for ANONYMOUS), and the row
+        ids of the keys `as_key` marks that do not conflict."""
         t = self._table(table)
         self.check_keys(keys)
         with self.lock:  # a delta is checked against the rows it lands on
@@ -333,9 +350,13 @@ class Shard:
                 raise ShardError(str(e)) from None
             self.update_seq += 1
             self.samples[table] = self.samples.get(table, 0) + samples
+            new_ids = np.zeros(0, dtype=np.int64)
+            if as_key is not None and client != ANONYMOUS and kind != GRADIENT:
+                new_ids = t.find(named[as_key & ~conflicts])
+            layout = t.layout  # the ids' layout: an eviction below draws a new one
             if self.lifecycle.evicts:
                 self.rows.evict(t, self.update_seq)
-        return int(keys.shape[0]), conflicts
+        return PushOutcome(int(keys.shape[0]), conflicts, new_ids, layout)
 
     def pull_dense(self, table: str, state: bool = False) -> tuple[int, npt.NDArray[np.float32] | npt.NDArray[np.float64]]:
         """(offset of this shard's range, weights [n] or state [n, width])."""

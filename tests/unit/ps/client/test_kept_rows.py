@@ -135,3 +135,21 @@ def test_absent_keys_do_not_travel_and_read_as_the_shards_initial_rows() -> None
     np.testing.assert_array_equal(rows, _truth(shards, "v", keys))
     assert client.compression_stats()["initial_rows_made"] == 4
     assert client.compression_stats()["rows_pulled"] == 0
+
+
+def test_pulls_that_overlap_the_last_push_keep_exact_rows_and_rows_travel_once() -> None:
+    """The trainer's pipeline pulls batch i+1 before batch i's push lands."""
+    rng = np.random.default_rng(5)
+    pool = np.unique(rng.integers(1, 1 << 40, size=120, dtype=np.uint64))
+    shards = _shards()
+    client = _client(shards, keep=True)
+    waiting = None  # the batch pulled and not pushed yet
+    for _ in range(40):
+        keys = _keys(rng, pool, 60)
+        rows, session = client.pull("w", keys, state=True)
+        np.testing.assert_array_equal(rows, _truth(shards, "w", keys))
+        if waiting is not None:
+            client.push("w", *waiting, kind=DELTA)
+        waiting = (keys, np.tile([0.01, 0.5], (keys.shape[0], 1)), session)
+    stats = client.compression_stats()
+    assert stats["rows_pulled"] <= pool.shape[0] // 4, stats  # kept from their first push's reply on
