@@ -16,6 +16,7 @@ import numpy.typing as npt
 
 from ctr.format.hashmap import CompactHashMap
 from ctr.routing import shard_of
+from ps.client import kept_kernels as kk
 
 Keys = npt.NDArray[np.uint64]
 F64 = npt.NDArray[np.float64]
@@ -45,24 +46,16 @@ class KeptRows:
 
     def _entries(self, keys: Keys) -> npt.NDArray[np.int64]:
         """Entry of each key, -1 where none."""
-        slots = self.index.find(keys)
-        out = np.full(keys.shape[0], -1, dtype=np.int64)
-        hit = slots >= 0
-        out[hit] = self.index.words[slots[hit]].view(np.int64).reshape(-1)
-        return out
+        return kk.entries_of(self.index.slots, np.ascontiguousarray(keys, dtype=np.uint64))  # type: ignore[no-any-return]
+
+    def take(self, keys: Keys) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.int64], F64]:
+        """(whether a valid copy of each key's row is kept, the row ids and rows of those kept)."""
+        return kk.take_held(self.index.slots, self.valid, self.row_id, self.rows, np.ascontiguousarray(keys, dtype=np.uint64))  # type: ignore[no-any-return]
 
     def held(self, keys: Keys) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.int64]]:
         """(whether a valid copy of each key's row is kept, the row ids of those kept)."""
-        e = self._entries(keys)
-        ok = e >= 0
-        ok[ok] = self.valid[e[ok]]
-        return ok, self.row_id[e[ok]]
-
-    def read(self, keys: Keys) -> F64:
-        """The kept rows of keys that held() accepted."""
-        e = self._entries(keys)
-        assert bool((e >= 0).all()), "a key held was dropped"
-        return self.rows[e]
+        held, ids, _ = self.take(keys)
+        return held, ids
 
     def store(self, keys: Keys, ids: npt.NDArray[np.int64], rows: F64) -> None:
         """Keeps rows as a shard holds them (ids: their row ids there)."""
@@ -93,13 +86,17 @@ class KeptRows:
         self.rows[e[here]] = rows[here]
         self.valid[e[here]] = True
 
-    def add(self, keys: Keys, deltas: F64) -> None:
-        """A push this client made landed on these rows, and the shard says its copy of them
-        is still the row: adds the delta as the shard did (row + delta)."""
-        e = self._entries(keys)
-        ok = e >= 0
-        ok[ok] = self.valid[e[ok]]
-        self.rows[e[ok]] = self.rows[e[ok]] + deltas[ok]
+    def landed(self, keys: Keys, deltas: F64, conflicts: npt.NDArray[np.bool_]) -> None:
+        """A push this client made landed on these rows: copies the shard says are still
+        the rows add the delta as the shard did (row + delta), the others are dropped."""
+        kk.add_deltas(
+            self.index.slots,
+            self.valid,
+            self.rows,
+            np.ascontiguousarray(keys, dtype=np.uint64),
+            np.ascontiguousarray(deltas, dtype=np.float64),
+            np.ascontiguousarray(conflicts, dtype=np.bool_),
+        )
 
     def invalidate(self, keys: Keys) -> None:
         """These copies may not be the rows any more: the next pull sends their keys."""

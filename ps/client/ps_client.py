@@ -323,9 +323,8 @@ class PSClient:
             if part.shape[0] == 0:
                 return 0, np.zeros((0, spec.width))
             with self._kept_lock:  # the copies read now: a row this shard's reply does not send is unchanged
-                held, ids = kept.held(part)
+                held, ids, copies = kept.take(part)
                 layout = kept.layouts[s]
-                copies = kept.read(part[held])
             known = KnownRows(self.client_id, layout, np.sort(ids))
             got = self.transport.pull_known(s, table, part[~held], known, self.pull_codec)
             if got.stale:  # rows moved on the shard: every key of this part travels
@@ -385,8 +384,7 @@ class PSClient:
         bad = ack.conflicts if subset is None else ack.conflicts[subset]
         with self._kept_lock:
             kept = self._kept_table(table)
-            kept.add(keys[~bad], values[~bad])
-            kept.invalidate(keys[bad])
+            kept.landed(keys, values, bad)
             fresh = self._fresh.pop((table, shard, session), None) if session else None
             if fresh is None or not ack.new_ids.shape[0] or ack.layout != kept.layouts[shard]:
                 return

@@ -1,0 +1,88 @@
+"""numba kernels of the rows a PS client keeps (ps.client.kept_rows), each with a plain
+reference its tests compare against. Entries live in a CompactHashMap whose two row words
+hold an int64 entry index; `valid` says whether an entry's copy is still the shard's row."""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+import numpy.typing as npt
+
+from ctr.format.hashmap_kernels import probe
+
+U32 = npt.NDArray[np.uint32]
+U64 = npt.NDArray[np.uint64]
+I64 = npt.NDArray[np.int64]
+F64 = npt.NDArray[np.float64]
+B = npt.NDArray[np.bool_]
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _entry(slots: U32, key: np.uint64) -> np.int64:
+    s = probe(slots, key)
+    if s < 0:
+        return np.int64(-1)
+    return np.int64(slots[s, 2]) | (np.int64(slots[s, 3]) << np.int64(32))
+
+
+@nb.njit(cache=True, nogil=True)
+def entries_of(slots: U32, keys: U64) -> I64:
+    """The entry of each key, -1 where none."""
+    out = np.empty(keys.shape[0], dtype=np.int64)
+    for i in range(keys.shape[0]):
+        out[i] = _entry(slots, keys[i])
+    return out
+
+
+@nb.njit(cache=True, nogil=True)
+def take_held(slots: U32, valid: B, row_id: I64, rows: F64, keys: U64) -> tuple[B, I64, F64]:
+    """(which keys have a valid copy, their row ids, their rows), in key order."""
+    held = np.zeros(keys.shape[0], dtype=np.bool_)
+    entries = np.empty(keys.shape[0], dtype=np.int64)
+    n = 0
+    for i in range(keys.shape[0]):
+        e = _entry(slots, keys[i])
+        if e >= 0 and valid[e]:
+            held[i] = True
+            entries[n] = e
+            n += 1
+    ids = np.empty(n, dtype=np.int64)
+    out = np.empty((n, rows.shape[1]), dtype=np.float64)
+    for j in range(n):
+        ids[j] = row_id[entries[j]]
+        out[j] = rows[entries[j]]
+    return held, ids, out
+
+
+@nb.njit(cache=True, nogil=True)
+def add_deltas(slots: U32, valid: B, rows: F64, keys: U64, deltas: F64, drop: B) -> None:
+    """A push landed: rows of valid copies take the delta (row + delta, the shard's
+    arithmetic) where not `drop`; copies of `drop` keys become invalid."""
+    for i in range(keys.shape[0]):
+        e = _entry(slots, keys[i])
+        if e < 0:
+            continue
+        if drop[i]:
+            valid[e] = False
+        elif valid[e]:
+            for j in range(rows.shape[1]):
+                rows[e, j] = rows[e, j] + deltas[i, j]
+
+
+def take_held_reference(entries: dict[int, int], valid: B, row_id: I64, rows: F64, keys: U64) -> tuple[B, I64, F64]:
+    """Plain reference of take_held over a dict key -> entry."""
+    held = [int(k) in entries and bool(valid[entries[int(k)]]) for k in keys.tolist()]
+    chosen = [entries[int(k)] for k, h in zip(keys.tolist(), held, strict=True) if h]
+    return np.array(held, dtype=np.bool_), row_id[chosen].astype(np.int64), rows[chosen].reshape(-1, rows.shape[1])
+
+
+def add_deltas_reference(entries: dict[int, int], valid: B, rows: F64, keys: U64, deltas: F64, drop: B) -> None:
+    """Plain reference of add_deltas over a dict key -> entry."""
+    for i, k in enumerate(keys.tolist()):
+        e = entries.get(int(k), -1)
+        if e < 0:
+            continue
+        if drop[i]:
+            valid[e] = False
+        elif valid[e]:
+            rows[e] = rows[e] + deltas[i]
