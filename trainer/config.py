@@ -191,7 +191,8 @@ class PSAccessSettings:
         default="auto",
         metadata={
             "help": "sparse push compressor: fp32, fp16, bf16, fp64, int8, epgc8, epgc9, epgc11, onebit, topk:RATIO[+CODEC];"
-            " auto: fp64 state deltas, fp32 gradients"
+            " none: fp64 state deltas, fp32 gradients (uncompressed); auto: none with --ps local, else onebit state"
+            " deltas (error feedback, drained exactly at cuts) and fp32 gradients"
         },
     )
     pull_codec: str = field(
@@ -202,8 +203,8 @@ class PSAccessSettings:
         default="auto",
         metadata={
             "help": "keep pulled rows on the worker so a row travels only when it is new to the worker or another"
-            " writer changed it (per-example updates; docs/design/pull-cache.md): on, off, or auto (on with shard"
-            " processes, off with --ps local and --local-aggregate)"
+            " writer changed it (per-example updates; docs/design/pull-cache.md): on, off, or auto (on whenever"
+            " shards are reached over gRPC, off in-process and with --local-aggregate)"
         },
     )
     pull_cache_rows: int = field(

@@ -71,7 +71,7 @@ def load_schema(conf: TrainerConfig) -> FeatureSchema | None:
 
 def check_codecs(conf: TrainerConfig) -> None:
     try:
-        if conf.ps_access.push_codec != "auto":
+        if conf.ps_access.push_codec not in ("auto", "none"):
             parse_codec(conf.ps_access.push_codec)
     except ValueError as e:
         raise cfg.ConfigError(f"--push-codec: {e}") from None

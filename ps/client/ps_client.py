@@ -54,6 +54,9 @@ if TYPE_CHECKING:
     from ps.server.lifecycle import Lifecycle
     from ps.server.local_server import LocalServers
 
+# what `auto` sends state deltas in over a network: with the pull cache and the export drain,
+# 8-13x fewer bytes than the uncompressed protocol at the same served AUC (docs/benchmarks.md)
+AUTO_REMOTE_DELTAS = "onebit"
 EXPORT_DRAIN_CODEC = "bf16"  # residuals sent before an export: fp32's range, a quarter of fp64's bytes
 
 __all__ = [
@@ -94,8 +97,10 @@ class PullSession:
 
 
 class PSClient:
-    """push_codec: the compressor spec of sparse pushes (ps.compression.compressor), or
-    "auto": fp64 for state deltas (accumulators need every digit), fp32 for gradients.
+    """push_codec: the compressor spec of sparse pushes (ps.compression.compressor);
+    "none": the uncompressed protocol, fp64 for state deltas (accumulators need every
+    digit), fp32 for gradients; "auto": "none" in-process, and over a network 1-bit state
+    deltas with error feedback (AUTO_REMOTE_DELTAS, docs/design/wire-bytes.md), fp32 gradients.
     residual_rows caps each table's error-feedback memory. pull_codec: the value codec
     sparse pull replies travel in ("auto": raw fp32 weights, fp64 state)."""
 
@@ -110,7 +115,8 @@ class PSClient:
     ) -> None:
         self.transport = transport
         self.n = shard_count
-        self.push_codec = None if push_codec == "auto" else parse_codec(push_codec)
+        self.push_codec = None if push_codec in ("auto", "none") else parse_codec(push_codec)
+        self.compress_auto = push_codec == "auto" and transport.remote
         self.pull_codec = "" if pull_codec == "auto" else value_codec(pull_codec).name
         self.residual_rows = residual_rows
         self.seed = seed
@@ -516,7 +522,8 @@ class PSClient:
 
     def _compressor(self, table: str, kind: str) -> Compressor:
         if table not in self.compressors:
-            spec = self.push_codec or CodecSpec("fp64" if kind == DELTA else "fp32")
+            auto = AUTO_REMOTE_DELTAS if self.compress_auto else "fp64"
+            spec = self.push_codec or CodecSpec(auto if kind == DELTA else "fp32")
             self.compressors[table] = Compressor(spec, self.residual_rows, seed=self.seed * 1000 + len(self.compressors))
             self._kinds[table] = kind
         return self.compressors[table]
