@@ -14,8 +14,8 @@ Reported per run:
 
 - wire bytes per sample, both ways (the trainer's ledger: sparse and dense pulls and pushes,
   residual drains, control calls), and its ratio to the uncompressed protocol of the same
-  configuration (`auto/raw~nocache`: fp32 gradients, fp64 state deltas, raw pull replies,
-  no pull cache);
+  configuration (`none/raw~nocache`: fp32 gradients, fp64 state deltas, raw pull replies,
+  no pull cache); `auto/raw` is what a user gets by default with shard processes;
 - the served AUC: the mean over published versions of their holdout AUC (the gate's own
   figure, in each version's manifest), and its difference from the uncompressed run;
 - the worker's view (progressive window AUC), labelled as such: one worker predicts from
@@ -25,7 +25,7 @@ Reported per run:
 Runs alternate configurations within a repetition; medians over --reps. Writes
 bench/results/served.json and prints markdown; asserts nothing.
 Run: .venv/bin/python bench/bench_served.py [--datasets frappe,criteo10k] [--models lr,ffm]
-     [--codecs auto/raw~nocache,onebit/raw] [--rows 1000000] [--reps 1] [--cut-s 5]
+     [--codecs none/raw~nocache,auto/raw] [--rows 1000000] [--reps 1] [--cut-s 5]
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 NO_DRAIN = "~nodrain"  # a codec pair with this suffix runs with --no-export-drain
 NO_CACHE = "~nocache"  # ... with --pull-cache off (every pull sends every key and gets every row)
 # the uncompressed protocol: fp32 gradients, fp64 state deltas, raw pull replies, no pull cache
-BASELINE = f"auto/raw{NO_CACHE}"
+BASELINE = f"none/raw{NO_CACHE}"
 MODEL_FLAGS = {"lr": [], "ffm": ["--k", "4"], "deepfm": ["--k", "8", "--hidden", "400,400,400"]}
 # the gate opened wide: every export is published, so every one is judged
 OPEN_GATE = ["--min-samples", "1", "--max-auc-drop", "1", "--min-auc", "0", "--max-logloss", "100"]
@@ -110,7 +110,7 @@ def run_one(
         out = work / "m.json"
         cmd = [sys.executable, "-m", "boundless", "train", "--source", str(stream), "--format", preset, "--no-follow"]
         cmd += ["--ps", ",".join(s.address for s in shards), "--model", model, *MODEL_FLAGS[model]]
-        cmd += ["--push-codec", "fp32" if push == "fp32" else push, "--pull-codec", "auto" if pull == "raw" else pull]
+        cmd += ["--push-codec", push, "--pull-codec", "auto" if pull == "raw" else pull]
         cmd += ["--export-dir", str(exports), "--export-interval-s", "0", "--holdout-samples", str(args.export_every)]
         cmd += ["--checkpoint-interval-s", str(args.cut_s), "--workers", str(workers)]
         cmd += ["--metrics-port", "-1", "--port", "-1", "--metrics-out", str(out)]
@@ -162,7 +162,7 @@ def main() -> None:
     ap.add_argument("--datasets", default="frappe,criteo10k")
     ap.add_argument("--models", default="lr,ffm")
     ap.add_argument(
-        "--codecs", default=f"{BASELINE},auto/raw,int8/raw,onebit/raw,onebit/raw{NO_DRAIN},topk:0.01+onebit/raw"
+        "--codecs", default=f"{BASELINE},none/raw,auto/raw,auto/raw{NO_DRAIN},topk:0.01+onebit/raw,topk:0.01+onebit/bf16"
     )
     ap.add_argument("--workers", default="1")
     ap.add_argument("--rows", type=int, default=1_000_000)
@@ -171,7 +171,7 @@ def main() -> None:
     # exports go by samples: one whenever the last has its holdout of --export-every samples
     # (an export every 2 s of a 25k samples/s stream), at the same samples in every run, so
     # codecs are compared on the same versions and holdouts; cuts stay on a clock
-    ap.add_argument("--cut-s", type=float, default=1.0)
+    ap.add_argument("--cut-s", type=float, default=5.0)
     ap.add_argument("--export-every", type=int, default=50_000)
     ap.add_argument("--out", default=str(ROOT / "bench/results/served.json"))
     ap.add_argument("--plot", default="", help="a PNG of served AUC against wire bytes per sample, one line per model")

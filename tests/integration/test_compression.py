@@ -131,6 +131,8 @@ def test_bad_codec_flags_name_the_flag(data_dir, tmp_path):
         (["--dense-codec", "onebit-adam:0"], "--dense-codec"),
         (["--model", "lr", "--dense-codec", "onebit-adam"], "applies to the MLP"),
         (["--residual-rows", "0"], "--residual-rows"),
+        (["--pull-cache", "sometimes"], "--pull-cache"),
+        (["--pull-cache-rows", "0"], "--pull-cache-rows"),
     ):
         cmd = [sys.executable, "-m", "boundless", "train", "--source", str(data_dir / "frappe/frappe.test.libfm"), "--no-follow"]
         proc = subprocess.run([*cmd, "--metrics-port", "-1", *flags], capture_output=True, text=True, timeout=120)

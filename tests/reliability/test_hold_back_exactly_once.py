@@ -21,6 +21,7 @@ def _train(stream: Path, shards: list, work: Path) -> subprocess.Popen[str]:
     cmd += ["--ps", ",".join(s.address for s in shards), "--batch-size", "1024", "--checkpoint-interval-s", "0.3"]
     cmd += ["--ps-retry-s", "60", "--export-dir", str(work / "exports"), "--export-interval-s", "1e9"]
     cmd += ["--holdout-samples", "5000"]
+    cmd += ["--push-codec", "none"]  # lossless: the bits depend on the stream alone, not on when cuts fell
     with open(work / "trainer.log", "w") as err:
         return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, text=True)
 
