@@ -268,6 +268,8 @@ class PSClient:
             return None
         later = [k for n, t, k in self._recent if n >= first and t == table]
         parts = flying + later
+        if len(parts) == 1:
+            return parts[0]  # sorted and unique already
         return np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.uint64)
 
     def _dense_shards(self, table: str) -> list[int]:
@@ -351,7 +353,7 @@ class PSClient:
             rows[made_at] = init_rows(part[made_at], spec.width, spec.dim, params)
             with self._kept_lock:
                 overlap = self._overlapping(table, first, flying)
-                sure = np.zeros(part.shape[0], dtype=np.bool_) if overlap is None else ~np.isin(part, overlap)
+                sure = np.zeros(part.shape[0], dtype=np.bool_) if overlap is None else ~_among(part, overlap)
                 kept.store(part[stored_at[sure[stored_at]]], got.stored_ids[sure[stored_at]], got.stored_rows[sure[stored_at]])
                 kept.update(part[changed_at[sure[changed_at]]], got.changed_rows[sure[changed_at]])
                 # a returned row an overlapping push may or may not include: not kept (a held
@@ -376,7 +378,14 @@ class PSClient:
         return rows, PullSession(keys, order, bounds, tuple(sid for sid, _ in results))
 
     def _landed(
-        self, table: str, shard: int, named: npt.NDArray[np.uint64], payload: bytes, ack: PushAck | None, session: int = 0
+        self,
+        table: str,
+        shard: int,
+        named: npt.NDArray[np.uint64],
+        payload: bytes,
+        ack: PushAck | None,
+        session: int = 0,
+        packed: Compressed | None = None,
     ) -> None:
         """A push of this client's landed: its kept copies of the rows it changed take the
         delta as the shard did, or are dropped where the shard says they are not the rows;
@@ -385,7 +394,11 @@ class PSClient:
         client's in flight, so what it read plus this delta is the row)."""
         if ack is None:
             return
-        subset, values = decode_payload(payload, named.shape[0], self._specs[table].width)
+        if packed is not None and packed.values is not None:  # as the encoder made them: the shard's decoding
+            subset = packed.sent if packed.count != named.shape[0] else None
+            values = packed.values
+        else:
+            subset, values = decode_payload(payload, named.shape[0], self._specs[table].width)
         keys = named if subset is None else named[subset]
         bad = ack.conflicts if subset is None else ack.conflicts[subset]
         with self._kept_lock:
@@ -395,7 +408,7 @@ class PSClient:
             if fresh is None or not ack.new_ids.shape[0] or ack.layout != kept.layouts[shard]:
                 return
             sent_as_keys, read, sure = fresh
-            listed = np.isin(keys, sent_as_keys, assume_unique=True) & ~bad  # the keys new_ids speaks of
+            listed = _among(keys, sent_as_keys) & ~bad  # the keys new_ids speaks of
             if int(listed.sum()) != ack.new_ids.shape[0]:
                 return  # not the session the reply speaks of: keep nothing
             at = np.searchsorted(sent_as_keys, keys[listed])
@@ -481,13 +494,14 @@ class PSClient:
             try:
                 payload = packed.payload(with_subset=bool(targets[s]))
                 ack = self.transport.push(s, table, part_keys, targets[s], payload, kind, samples, client)
-                self._landed(table, s, part_keys, payload, ack, targets[s][0] if len(targets[s]) == 1 else 0)
+                self._landed(table, s, part_keys, payload, ack, targets[s][0] if len(targets[s]) == 1 else 0, packed)
                 return
             except SessionLost:
                 pass
             sent = part_keys if packed.sent is None else part_keys[packed.sent]
             payload = packed.payload(with_subset=False)
-            self._landed(table, s, sent, payload, self.transport.push(s, table, sent, (), payload, kind, samples, client))
+            ack = self.transport.push(s, table, sent, (), payload, kind, samples, client)
+            self._landed(table, s, sent, payload, ack, 0, packed)
 
         with self._flying(table, keys) if client else _nothing():
             self.on_shards(lambda i: one(parts[i]), list(range(len(parts))))
@@ -664,6 +678,15 @@ class PSClient:
             for kept in self._kept.values():
                 kept.clear()
             self._fresh.clear()
+
+
+def _among(keys: npt.NDArray[np.uint64], sorted_keys: npt.NDArray[np.uint64]) -> npt.NDArray[np.bool_]:
+    """Which keys are in sorted_keys (sorted, unique): a binary search each, where np.isin
+    would sort both."""
+    if sorted_keys.shape[0] == 0:
+        return np.zeros(keys.shape[0], dtype=np.bool_)
+    pos = np.minimum(np.searchsorted(sorted_keys, keys), sorted_keys.shape[0] - 1)
+    return sorted_keys[pos] == keys  # type: ignore[no-any-return]
 
 
 @contextmanager

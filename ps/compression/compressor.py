@@ -122,7 +122,7 @@ class Compressor:
                 residual[sent] -= decoded
             gone_keys, gone_rows = self.residuals.put(keys, residual)
             self.flushed_rows += int(gone_keys.shape[0])
-        return Compressed(self.codec, n, d, sent, body), gone_keys, gone_rows
+        return Compressed(self.codec, n, d, sent, body, decoded), gone_keys, gone_rows
 
     def stats(self) -> dict[str, float]:
         r = self.residuals

@@ -173,6 +173,7 @@ class Compressed:
     cols: int
     sent: I64 | None
     body: bytes
+    values: F64 | None = None  # the carried rows as the receiver decodes them, when the encoder kept them
 
     @property
     def count(self) -> int:
