@@ -55,7 +55,8 @@ if TYPE_CHECKING:
     from ps.server.local_server import LocalServers
 
 # what `auto` sends state deltas in over a network: with the pull cache and the export drain,
-# 8-13x fewer bytes than the uncompressed protocol at the same served AUC (docs/benchmarks.md)
+# 9-23x fewer bytes than the uncompressed protocol at the same served AUC for one worker on
+# LR and FFM (docs/benchmarks.md, "Compression as served")
 AUTO_REMOTE_DELTAS = "onebit"
 EXPORT_DRAIN_CODEC = "bf16"  # residuals sent before an export: fp32's range, a quarter of fp64's bytes
 
