@@ -16,8 +16,8 @@ def _table(rng: np.random.Generator, n: int, width: int) -> Table:
     slots = index.insert(keys)
     entries = rng.permutation(keys.shape[0]).astype(np.int64)
     index.words[slots] = entries.view(np.uint32).reshape(-1, 2)
-    valid = rng.random(keys.shape[0]) < 0.7
-    row_id = rng.integers(0, 1 << 20, size=keys.shape[0]).astype(np.int64)
+    valid = np.asarray(rng.random(keys.shape[0]) < 0.7, dtype=np.bool_)
+    row_id = np.asarray(rng.integers(0, 1 << 20, size=keys.shape[0]), dtype=np.int64)
     rows = rng.normal(size=(keys.shape[0], width))
     return index, dict(zip(keys.tolist(), entries.tolist(), strict=True)), valid, row_id, rows
 
@@ -41,7 +41,7 @@ def test_add_deltas_matches_the_reference() -> None:
     known = np.array(sorted(entries), dtype=np.uint64)
     keys = np.unique(np.concatenate([rng.choice(known, 120), rng.integers(1, 1 << 60, size=20, dtype=np.uint64)]))
     deltas = rng.normal(size=(keys.shape[0], 4))
-    drop = rng.random(keys.shape[0]) < 0.2
+    drop = np.asarray(rng.random(keys.shape[0]) < 0.2, dtype=np.bool_)
     valid_ref, rows_ref = valid.copy(), rows.copy()
     kk.add_deltas(index.slots, valid, rows, keys, deltas, drop)
     kk.add_deltas_reference(entries, valid_ref, rows_ref, keys, deltas, drop)
