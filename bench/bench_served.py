@@ -15,7 +15,7 @@ Reported per run:
 - wire bytes per sample, both ways (the trainer's ledger: sparse and dense pulls and pushes,
   residual drains, control calls), and its ratio to the uncompressed protocol of the same
   configuration (`none/raw~nocache`: fp32 gradients, fp64 state deltas, raw pull replies,
-  no pull cache); `auto/raw` is what a user gets by default with shard processes;
+  no pull cache); `none/raw` (the pull cache alone) is what a user gets by default;
 - the served AUC: the mean over published versions of their holdout AUC (the gate's own
   figure, in each version's manifest), and its difference from the uncompressed run;
 - the worker's view (progressive window AUC), labelled as such: one worker predicts from
@@ -25,7 +25,7 @@ Reported per run:
 Runs alternate configurations within a repetition; medians over --reps. Writes
 bench/results/served.json and prints markdown; asserts nothing.
 Run: .venv/bin/python bench/bench_served.py [--datasets frappe,criteo10k] [--models lr,ffm]
-     [--codecs none/raw~nocache,auto/raw] [--rows 1000000] [--reps 1] [--cut-s 5]
+     [--codecs none/raw~nocache,none/raw,onebit/raw] [--rows 1000000] [--reps 1] [--cut-s 5]
 """
 
 from __future__ import annotations
@@ -162,7 +162,7 @@ def main() -> None:
     ap.add_argument("--datasets", default="frappe,criteo10k")
     ap.add_argument("--models", default="lr,ffm")
     ap.add_argument(
-        "--codecs", default=f"{BASELINE},none/raw,auto/raw,auto/raw{NO_DRAIN},topk:0.01+onebit/raw,topk:0.01+onebit/bf16"
+        "--codecs", default=f"{BASELINE},none/raw,onebit/raw,onebit/raw{NO_DRAIN},topk:0.01+onebit/raw,topk:0.01+onebit/bf16"
     )
     ap.add_argument("--workers", default="1")
     ap.add_argument("--rows", type=int, default=1_000_000)

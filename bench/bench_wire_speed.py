@@ -4,8 +4,8 @@ to --rows rows, no cuts and no exports (bench_served.py measures those), for eac
 
 - `none~nocache`: the uncompressed protocol (fp64 state deltas, every pull sends every key
   and gets every row back);
-- `none`: the same pushes with the pull cache (the default's pulls);
-- `auto`: the default over a network (1-bit state deltas with error feedback, pull cache).
+- `none`: the same pushes with the pull cache (the default);
+- `onebit`: 1-bit state deltas with error feedback, pull cache.
 
 Reports the training loop's examples/s (the summary's examples_per_s) and the wire bytes
 per sample both ways; medians over --reps runs, settings alternating within a repetition.
@@ -29,7 +29,11 @@ from bench.datasets import DATASETS  # noqa: E402
 from boundless.processes import start  # noqa: E402
 from ctr.data.schema import PRESETS  # noqa: E402
 
-SETTINGS = {"none~nocache": ["--push-codec", "none", "--pull-cache", "off"], "none": ["--push-codec", "none"], "auto": []}
+SETTINGS = {
+    "none~nocache": ["--push-codec", "none", "--pull-cache", "off"],
+    "none": ["--push-codec", "none"],
+    "onebit": ["--push-codec", "onebit"],
+}
 
 
 def main() -> None:

@@ -191,8 +191,7 @@ class PSAccessSettings:
         default="auto",
         metadata={
             "help": "sparse push compressor: fp32, fp16, bf16, fp64, int8, epgc8, epgc9, epgc11, onebit, topk:RATIO[+CODEC];"
-            " none: fp64 state deltas, fp32 gradients (uncompressed); auto: none with --ps local, else onebit state"
-            " deltas (error feedback, drained exactly at cuts) and fp32 gradients"
+            " auto or none: fp64 state deltas, fp32 gradients (uncompressed)"
         },
     )
     pull_codec: str = field(
@@ -208,7 +207,10 @@ class PSAccessSettings:
         },
     )
     pull_cache_rows: int = field(
-        default=1 << 22, metadata={"help": "rows the pull cache keeps per table; past it the table's cache starts over"}
+        default=1 << 22,
+        metadata={
+            "help": "rows the pull cache keeps per table (and at most 1 GiB of state); past it the table's cache starts over"
+        },
     )
     dense_codec: str = field(
         default="fp32",

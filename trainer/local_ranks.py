@@ -50,8 +50,6 @@ def rank_conf(conf: TrainerConfig, rank: int, addresses: list[str], master: str)
     world = conf.parallel.workers
     parallel = replace(conf.parallel, workers=1, rank=rank, world_size=world, master=master, local_aggregate=False)
     access = replace(conf.ps_access, ps=",".join(addresses))
-    if conf.local and access.push_codec == "auto":  # --ps local compresses nothing, loopback or not
-        access = replace(access, push_codec="none")
     lead = rank == 0
     return replace(
         conf,

@@ -54,10 +54,6 @@ if TYPE_CHECKING:
     from ps.server.lifecycle import Lifecycle
     from ps.server.local_server import LocalServers
 
-# what `auto` sends state deltas in over a network: with the pull cache and the export drain,
-# 9-23x fewer bytes than the uncompressed protocol at the same served AUC for one worker on
-# LR and FFM (docs/benchmarks.md, "Compression as served")
-AUTO_REMOTE_DELTAS = "onebit"
 EXPORT_DRAIN_CODEC = "bf16"  # residuals sent before an export: fp32's range, a quarter of fp64's bytes
 
 __all__ = [
@@ -80,6 +76,7 @@ __all__ = [
 T = TypeVar("T")
 DEFAULT_RESIDUAL_ROWS = 1 << 20
 DEFAULT_KEPT_ROWS = 1 << 22  # rows a client keeps per table (pull-cache.md); past it the table starts over
+KEPT_BYTES = 1 << 30  # and at most this much state per table: FFM rows can be kilobytes
 RECENT_PUSHES = 64  # pushes remembered for the pulls they overlapped
 FRESH_SESSIONS = 64  # kept pulls remembered for the pushes that name them
 # of a kept pull: the keys sent as keys, the rows read for them, and whether no push of this
@@ -98,10 +95,9 @@ class PullSession:
 
 
 class PSClient:
-    """push_codec: the compressor spec of sparse pushes (ps.compression.compressor);
-    "none": the uncompressed protocol, fp64 for state deltas (accumulators need every
-    digit), fp32 for gradients; "auto": "none" in-process, and over a network 1-bit state
-    deltas with error feedback (AUTO_REMOTE_DELTAS, docs/design/wire-bytes.md), fp32 gradients.
+    """push_codec: the compressor spec of sparse pushes (ps.compression.compressor), or
+    "auto" (or "none"): the uncompressed protocol, fp64 for state deltas (accumulators need
+    every digit), fp32 for gradients (why not 1-bit: docs/design/wire-bytes.md).
     residual_rows caps each table's error-feedback memory. pull_codec: the value codec
     sparse pull replies travel in ("auto": raw fp32 weights, fp64 state)."""
 
@@ -117,7 +113,6 @@ class PSClient:
         self.transport = transport
         self.n = shard_count
         self.push_codec = None if push_codec in ("auto", "none") else parse_codec(push_codec)
-        self.compress_auto = push_codec == "auto" and transport.remote
         self.pull_codec = "" if pull_codec == "auto" else value_codec(pull_codec).name
         self.residual_rows = residual_rows
         self.seed = seed
@@ -244,7 +239,8 @@ class PSClient:
     def _kept_table(self, table: str) -> KeptRows:
         kept = self._kept.get(table)
         if kept is None:
-            kept = self._kept[table] = KeptRows(self._specs[table].width, self.n, self.kept_max)
+            width = self._specs[table].width
+            kept = self._kept[table] = KeptRows(width, self.n, min(self.kept_max, KEPT_BYTES // (8 * width)))
         return kept
 
     @contextmanager
@@ -537,8 +533,7 @@ class PSClient:
 
     def _compressor(self, table: str, kind: str) -> Compressor:
         if table not in self.compressors:
-            auto = AUTO_REMOTE_DELTAS if self.compress_auto else "fp64"
-            spec = self.push_codec or CodecSpec(auto if kind == DELTA else "fp32")
+            spec = self.push_codec or CodecSpec("fp64" if kind == DELTA else "fp32")
             self.compressors[table] = Compressor(spec, self.residual_rows, seed=self.seed * 1000 + len(self.compressors))
             self._kinds[table] = kind
         return self.compressors[table]

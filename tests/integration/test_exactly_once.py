@@ -196,13 +196,12 @@ def test_a_trainer_killed_at_random_moments_changes_nothing(uninterrupted, tmp_p
     assert json.loads((tmp_path / "m.json").read_text())["samples"] == total
 
 
-def test_a_trainer_killed_with_the_default_compression_trains_every_sample_once(uninterrupted, tmp_path):
-    """The default over shard processes (1-bit state deltas with error feedback, the pull
-    cache): killed with -9 at random moments, every sample reaches every table on every
-    shard once, and the shards hold the same rows (the bits, which depend on when the
-    cuts fell, are not compared)."""
+def test_a_trainer_killed_with_1bit_pushes_trains_every_sample_once(uninterrupted, tmp_path):
+    """1-bit state deltas with error feedback and the pull cache: killed with -9 at random
+    moments, every sample reaches every table on every shard once, and the shards hold the
+    same rows (the bits, which depend on when the cuts fell, are not compared)."""
     stream, expected, total = uninterrupted
-    kills, err, model = _trainer_killed(stream, tmp_path, random.Random(3), KILLS, ("--push-codec", "auto"))
+    kills, err, model = _trainer_killed(stream, tmp_path, random.Random(3), KILLS, ("--push-codec", "onebit"))
     assert kills >= 2 and "the stream takes up at" in err, err[-3000:]
     summary = json.loads((tmp_path / "m.json").read_text())
     assert summary["samples"] == total and summary["codecs"]["push:w"] == "onebit", summary["codecs"]

@@ -155,19 +155,12 @@ def test_pulls_that_overlap_the_last_push_keep_exact_rows_and_rows_travel_once()
     assert stats["rows_pulled"] <= pool.shape[0] // 4, stats  # kept from their first push's reply on
 
 
-def test_auto_compresses_state_deltas_over_a_network_only() -> None:
-    local = _client(_shards(), keep=False)
-    local.push("w", np.array([3], dtype=np.uint64), np.array([[0.1, 1.0]]), kind=DELTA)
-    assert local.codecs()["push:w"] == "fp64"
-
+def test_auto_is_the_uncompressed_protocol_over_a_network_too() -> None:
     class Remote(LocalTransport):
         remote = True
 
-    remote = PSClient(Remote(_shards()), 2)
-    remote.control.declare([FTRL])
-    remote.push("w", np.array([3], dtype=np.uint64), np.array([[0.1, 1.0]]), kind=DELTA)
-    assert remote.codecs()["push:w"] == "onebit"
-    none = PSClient(Remote(_shards()), 2, push_codec="none")
-    none.control.declare([FTRL])
-    none.push("w", np.array([3], dtype=np.uint64), np.array([[0.1, 1.0]]), kind=DELTA)
-    assert none.codecs()["push:w"] == "fp64"
+    for codec in ("auto", "none"):
+        client = PSClient(Remote(_shards()), 2, push_codec=codec)
+        client.control.declare([FTRL])
+        client.push("w", np.array([3], dtype=np.uint64), np.array([[0.1, 1.0]]), kind=DELTA)
+        assert client.codecs()["push:w"] == "fp64"
