@@ -37,7 +37,7 @@ SETTINGS = {
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(allow_abbrev=False)
     ap.add_argument("--datasets", default="frappe,criteo10k,avazu10k")
     ap.add_argument("--model", default="lr")
     ap.add_argument("--rows", type=int, default=1_000_000)
