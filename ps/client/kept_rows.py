@@ -52,10 +52,12 @@ class KeptRows:
         """(whether a valid copy of each key's row is kept, the row ids and rows of those kept)."""
         return kk.take_held(self.index.slots, self.valid, self.row_id, self.rows, np.ascontiguousarray(keys, dtype=np.uint64))  # type: ignore[no-any-return]
 
-    def held(self, keys: Keys) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.int64]]:
-        """(whether a valid copy of each key's row is kept, the row ids of those kept)."""
-        held, ids, _ = self.take(keys)
-        return held, ids
+    def held(self, keys: Keys) -> npt.NDArray[np.bool_]:
+        """Whether a valid copy of each key's row is kept."""
+        e = self._entries(keys)
+        out = e >= 0
+        out[out] = self.valid[e[out]]
+        return out
 
     def store(self, keys: Keys, ids: npt.NDArray[np.int64], rows: F64) -> None:
         """Keeps rows as a shard holds them (ids: their row ids there)."""

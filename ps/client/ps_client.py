@@ -17,7 +17,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
@@ -47,7 +47,7 @@ from ps.client.control import ControlPlane
 from ps.client.kept_rows import KeptRows
 from ps.client.local_aggregate import AggregationPlan, LocalAggregator
 from ps.compression.compressor import CodecSpec, Compressor, parse_codec
-from ps.compression.payload import VALUE_CODECS, Compressed, decode_payload, value_codec
+from ps.compression.payload import VALUE_CODECS, Compressed, value_codec
 from ps.transport import ShardTransport, WireLedger
 
 if TYPE_CHECKING:
@@ -379,10 +379,9 @@ class PSClient:
         table: str,
         shard: int,
         named: npt.NDArray[np.uint64],
-        payload: bytes,
+        packed: Compressed,
         ack: PushAck | None,
         session: int = 0,
-        packed: Compressed | None = None,
     ) -> None:
         """A push of this client's landed: its kept copies of the rows it changed take the
         delta as the shard did, or are dropped where the shard says they are not the rows;
@@ -391,11 +390,9 @@ class PSClient:
         client's in flight, so what it read plus this delta is the row)."""
         if ack is None:
             return
-        if packed is not None and packed.values is not None:  # as the encoder made them: the shard's decoding
-            subset = packed.sent if packed.count != named.shape[0] else None
-            values = packed.values
-        else:
-            subset, values = decode_payload(payload, named.shape[0], self._specs[table].width)
+        assert packed.values is not None, "the encoder keeps the values it sent"
+        values = packed.values  # as the encoder made them: what the shard decodes, bit for bit
+        subset = packed.sent if packed.count != named.shape[0] else None
         keys = named if subset is None else named[subset]
         bad = ack.conflicts if subset is None else ack.conflicts[subset]
         with self._kept_lock:
@@ -409,7 +406,7 @@ class PSClient:
             if int(listed.sum()) != ack.new_ids.shape[0]:
                 return  # not the session the reply speaks of: keep nothing
             at = np.searchsorted(sent_as_keys, keys[listed])
-            held, _ = kept.held(keys[listed])
+            held = kept.held(keys[listed])
             take = (ack.new_ids >= 0) & sure[at] & ~held
             rows = read[at[take]] + values[listed][take]  # the shard's arithmetic: row + delta
             kept.store(keys[listed][take], ack.new_ids[take], rows)
@@ -491,16 +488,16 @@ class PSClient:
             try:
                 payload = packed.payload(with_subset=bool(targets[s]))
                 ack = self.transport.push(s, table, part_keys, targets[s], payload, kind, samples, client)
-                self._landed(table, s, part_keys, payload, ack, targets[s][0] if len(targets[s]) == 1 else 0, packed)
+                self._landed(table, s, part_keys, packed, ack, targets[s][0] if len(targets[s]) == 1 else 0)
                 return
             except SessionLost:
                 pass
             sent = part_keys if packed.sent is None else part_keys[packed.sent]
             payload = packed.payload(with_subset=False)
             ack = self.transport.push(s, table, sent, (), payload, kind, samples, client)
-            self._landed(table, s, sent, payload, ack, 0, packed)
+            self._landed(table, s, sent, packed, ack)
 
-        with self._flying(table, keys) if client else _nothing():
+        with self._flying(table, keys) if client else nullcontext():
             self.on_shards(lambda i: one(parts[i]), list(range(len(parts))))
         gone = np.concatenate(flush_keys) if flush_keys else np.zeros(0, np.uint64)
         order = np.argsort(gone)
@@ -547,14 +544,14 @@ class PSClient:
         sent = np.empty_like(rows)
         order, bounds = self._split(keys)
         client = self.client_id if kind == DELTA and self._keeping(table) else 0
-        with self._flying(table, keys) if client else _nothing():
+        with self._flying(table, keys) if client else nullcontext():
             for s in range(self.n):
                 idx = order[bounds[s] : bounds[s + 1]]
                 if idx.shape[0]:
                     body, sent[idx] = codec.encode(rows[idx], self._rng)
-                    payload = Compressed(codec, idx.shape[0], rows.shape[1], None, body).payload(with_subset=False)
-                    ack = self.transport.push(s, table, keys[idx], (), payload, kind, 0, client)
-                    self._landed(table, s, keys[idx], payload, ack)
+                    packed = Compressed(codec, idx.shape[0], rows.shape[1], None, body, sent[idx])
+                    ack = self.transport.push(s, table, keys[idx], (), packed.payload(with_subset=False), kind, 0, client)
+                    self._landed(table, s, keys[idx], packed, ack)
         return sent
 
     def _push_exact(self, table: str, keys: npt.NDArray[np.uint64], rows: npt.NDArray[np.float64], kind: str) -> None:
@@ -683,11 +680,6 @@ def _among(keys: npt.NDArray[np.uint64], sorted_keys: npt.NDArray[np.uint64]) ->
         return np.zeros(keys.shape[0], dtype=np.bool_)
     pos = np.minimum(np.searchsorted(sorted_keys, keys), sorted_keys.shape[0] - 1)
     return sorted_keys[pos] == keys  # type: ignore[no-any-return]
-
-
-@contextmanager
-def _nothing() -> Iterator[None]:
-    yield
 
 
 def _holding(length: int, n: int) -> list[int]:

@@ -15,6 +15,8 @@ from ps.server.shard import Shard
 from ps.transport import ByteCounter
 from ps.wire import KEYS_DELTA_VARINT, encode_keys, encode_known_ids
 
+FIXED_FIELDS = 16  # about what a kept pull's request and reply spend on table, counts, ids and layout
+
 
 class LocalTransport(ByteCounter):
     """Calls Shard objects in this process; the codec still round-trips the values."""
@@ -52,10 +54,10 @@ class LocalTransport(ByteCounter):
             rows = decode_payload(payload, *rows.shape)[1]
             n = got.stored_rows.shape[0]
             got = CachedPull(got.session_id, False, got.layout, got.stored, got.stored_ids, rows[:n], got.changed, rows[n:])
-        sent = len(encode_keys(keys, KEYS_DELTA_VARINT)) + len(encode_known_ids(known.ids)[0]) + 16
+        sent = len(encode_keys(keys, KEYS_DELTA_VARINT)) + len(encode_known_ids(known.ids)[0]) + FIXED_FIELDS
         bitmaps = (keys.shape[0] + 7) // 8 + ((known.ids.shape[0] + 7) // 8 if got.changed.any() else 0)
         ids = len(encode_varints(got.stored_ids.astype(np.uint64)))
-        self.count(table, "sparse_pull", sent, size + bitmaps + ids + 16)
+        self.count(table, "sparse_pull", sent, size + bitmaps + ids + FIXED_FIELDS)
         return got
 
     def push(
@@ -80,15 +82,9 @@ class LocalTransport(ByteCounter):
             return None
         recorded, as_key = None, None
         if len(sessions) == 1:  # a session of pull_known: the shard kept it
-            session = s.session(table, sessions)
-            if session.client == client:
-                recorded, as_key = session.recorded, session.as_key
-            if subset is not None:
-                recorded = None if recorded is None else recorded[subset]
-                as_key = None if as_key is None else as_key[subset]
+            recorded, as_key = s.session(table, sessions).reads_of(client, subset)
         out = s.push_as(client, recorded, table, sent, values, kind, samples, self.generation, as_key)
-        conflicts = np.zeros(keys.shape[0], dtype=np.bool_)
-        conflicts[subset if subset is not None else slice(None)] = out.conflicts
+        conflicts = out.conflicts_of_named(keys.shape[0], subset)
         reply = len(encode_varints(out.new_ids.astype(np.uint64) + np.uint64(1)))
         reply += (len(conflicts) + 7) // 8 if out.conflicts.any() else 0
         self.count(table, "sparse_push", keys_bytes + len(payload), reply)

@@ -128,41 +128,35 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
     def Push(self, request: ps_pb2.PushRequest, context: grpc.ServicerContext) -> ps_pb2.PushResponse:
         def run() -> ps_pb2.PushResponse:
             target = request.WhichOneof("target")
-            recorded, as_key = None, None
+            recorded, as_key, session = None, None, None
             if target in ("session_id", "sessions"):
                 ids = [request.session_id] if target == "session_id" else list(request.sessions.ids)
                 session = self.shard.session(request.table, ids)
                 keys = session.keys
                 if request.key_count != keys.shape[0]:
                     raise ShardError(f"key_count {request.key_count} but the sessions hold {keys.shape[0]} keys")
-                if session.client == request.client:
-                    recorded, as_key = session.recorded, session.as_key
             else:
                 keys = decode_keys(request.keys, request.key_count, request.key_encoding)
             kind = _push_kind(request.kind)
             subset, values = decode_payload(request.payload, keys.shape[0], self.shard.push_width(request.table, kind))
             sent = keys if subset is None else keys[subset]
-            if recorded is not None and subset is not None:
-                recorded = recorded[subset]
-                as_key = None if as_key is None else as_key[subset]
-            applied, conflicts, new_ids, layout = self.shard.push_as(
+            if session is not None:
+                recorded, as_key = session.reads_of(request.client, subset)
+            out = self.shard.push_as(
                 request.client, recorded, request.table, sent, values, kind, request.samples, request.generation, as_key
             )
+            applied, new_ids = out.applied, out.new_ids
             metrics.KEYS.labels("push", request.table).inc(applied)
             metrics.PUSH_BYTES.labels(BY_ID[request.payload[2]].name).inc(len(request.payload))
             metrics.UPDATE_SEQ.set(self.shard.update_seq)
-            flagged = b""
-            if conflicts.any():  # over the keys named, as the client holds them
-                named = np.zeros(keys.shape[0], dtype=np.bool_)
-                named[subset if subset is not None else slice(None)] = conflicts
-                flagged = encode_bits(named)
+            flagged = encode_bits(out.conflicts_of_named(keys.shape[0], subset)) if out.conflicts.any() else b""
             return ps_pb2.PushResponse(
                 applied_rows=applied,
                 incarnation=self.shard.incarnation,
                 conflicts=flagged,
                 new_ids=bytes(encode_varints(new_ids.astype(np.uint64) + np.uint64(1))) if new_ids.shape[0] else b"",
                 new_id_count=new_ids.shape[0],
-                layout=layout if new_ids.shape[0] else 0,
+                layout=out.layout if new_ids.shape[0] else 0,
             )
 
         return self._call("Push", context, run, request)

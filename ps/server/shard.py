@@ -40,6 +40,15 @@ class Session(NamedTuple):
     client: int
     as_key: npt.NDArray[np.bool_] | None = None  # which keys the client sent as keys (it holds no copy)
 
+    def reads_of(self, client: int, subset: npt.NDArray[np.int64] | None) -> tuple[Recorded, npt.NDArray[np.bool_] | None]:
+        """(recorded sequences, sent-as-key flags) of the rows a push by `client` carries
+        (`subset` of the session's keys, None: all); (None, None) when another opened it."""
+        if self.client != client or self.recorded is None:
+            return None, None
+        if subset is None:
+            return self.recorded, self.as_key
+        return self.recorded[subset], None if self.as_key is None else self.as_key[subset]
+
 
 class PushOutcome(NamedTuple):
     """What a push by a client that keeps rows learns (pull-cache.md): per key named,
@@ -51,6 +60,12 @@ class PushOutcome(NamedTuple):
     conflicts: npt.NDArray[np.bool_]
     new_ids: npt.NDArray[np.int64]
     layout: int
+
+    def conflicts_of_named(self, named: int, subset: npt.NDArray[np.int64] | None) -> npt.NDArray[np.bool_]:
+        """The conflicts over all `named` keys of a push that carried `subset` of them."""
+        out = np.zeros(named, dtype=np.bool_)
+        out[subset if subset is not None else slice(None)] = self.conflicts
+        return out
 
 
 class Shard:
@@ -284,10 +299,6 @@ class Shard:
         if len(parts) == 1:
             return parts[0]
         return Session(table, np.unique(np.concatenate([p.keys for p in parts])), None, ANONYMOUS)
-
-    def session_keys(self, table: str, session_ids: Sequence[int]) -> npt.NDArray[np.uint64]:
-        """The keys of the pull sessions a push names (each used once)."""
-        return self.session(table, session_ids).keys
 
     def dense_push_shape(self, table: str, kind: str) -> tuple[int, int]:
         """(rows, values per row) of a dense push of `kind` to this shard's range."""

@@ -52,12 +52,12 @@ def test_a_push_may_name_several_sessions_and_the_shard_takes_their_union():
     a, b = np.array([3, 9, 12], dtype=np.uint64), np.array([9, 40], dtype=np.uint64)
     sa, _ = s.pull("w", a, open_session=True)
     sb, _ = s.pull("w", b, open_session=True)
-    np.testing.assert_array_equal(s.session_keys("w", [sa, sb]), [3, 9, 12, 40])
+    np.testing.assert_array_equal(s.session("w", [sa, sb]).keys, [3, 9, 12, 40])
     with pytest.raises(SessionExpired):  # each session is used once
-        s.session_keys("w", [sa])
+        s.session("w", [sa])
     sc, _ = s.pull("w", a, open_session=True)
     with pytest.raises(ShardError, match="opened on table 'w'"):
-        s.session_keys("bias", [sc])
+        s.session("bias", [sc])
 
 
 Send = Callable[[str, np.ndarray, np.ndarray, list[tuple[int, ...]], str, int], tuple[np.ndarray, np.ndarray | None]]
