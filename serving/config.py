@@ -22,7 +22,7 @@ class DnnBatching:
 
 
 HELP_GROUPS: dict[str, tuple[str, ...]] = {
-    "essential": ("repo", "model_name", "host", "port", "metrics_port", "strict_features"),
+    "essential": ("repo", "model_name", "host", "port", "metrics_port", "processes", "strict_features"),
     "sharded serving": ("shard_index", "shard_count", "router", "shard_replicas", "fanout_deadline_ms", "hedge_min_ms"),
     "scoring": ("score_threads", "score_spin_us", "dnn_batching", "dnn_batch_wait_ms", "dnn_batch_items", "dnn_cuda_graphs"),
     "limits": ("max_concurrent", "max_request_mb", "max_items"),
@@ -40,6 +40,13 @@ class ServingConfig(ServerConfig):
     repo: str = field(default="repo", metadata={"help": "model repository folder"})
     model_name: str = field(default="ctr", metadata={"help": "the served model's name in the repository"})
     poll_s: float = field(default=0.5, metadata={"help": "seconds between policy checks"})
+    processes: int = field(
+        default=1,
+        metadata={
+            "help": "serving processes on the one port (SO_REUSEPORT), sharing the model's mapped files and a"
+            " supervisor that restarts them and merges their metrics (0: one per core)"
+        },
+    )
     score_threads: int = field(
         default=0,
         metadata={"help": "threads for one request's lookups and scoring, shared by the requests in flight (0: one per core)"},
@@ -101,6 +108,8 @@ class ServingConfig(ServerConfig):
             raise ConfigError("--shard-replicas is the router's list of shard replicas: add --router")
         if self.dnn_batching not in ("auto", "on", "off"):
             raise ConfigError(f"--dnn-batching {self.dnn_batching!r}: expected auto, on or off")
+        if self.processes < 0:
+            raise ConfigError(f"--processes {self.processes}: must be >= 0 (0: one per core)")
         if self.score_threads < 0:
             raise ConfigError(f"--score-threads {self.score_threads}: must be >= 0 (0: one per core)")
         if self.max_request_mb <= 0 or self.max_items < 1:

@@ -19,6 +19,7 @@ from serving.config import HELP_EXAMPLES, HELP_GROUPS, DnnBatching, ServingConfi
 from serving.loading.local_copies import LocalCopies
 from serving.loading.shard_part import ROUTER, WHOLE, ShardPart
 from serving.loading.watcher import ModelWatcher
+from serving.process_group import process_count, run_group
 from serving.scoring.parallel import Splitter
 from serving.service import PredictorServicer
 from serving.sharded.fanout import FanOut, parse_shards
@@ -34,6 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     conf = cfg.build(ServingConfig, ENV_PREFIX, args)
+    if process_count(conf) > 1:
+        return run_group(conf)  # a supervisor of that many processes like this one
     log = daemon.setup_logging("serving", conf.log_level)
     splitter = Splitter(conf.score_threads or os.cpu_count() or 1, conf.score_spin_us * 1e-6)
     part = ROUTER if conf.router else ShardPart(conf.shard_index, conf.shard_count)

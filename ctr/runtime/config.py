@@ -159,6 +159,24 @@ def _construct(cls: type[T], values: dict[str, Any], prefix: str = "", top: bool
     return conf
 
 
+def to_flags(conf: Any) -> list[str]:
+    """The command-line flags that build `conf` again (every setting that is not None), so
+    a supervisor can start its workers with exactly its own config."""
+    out: list[str] = []
+    for leaf in settings(type(conf)):
+        value = conf
+        for attr in leaf.path:
+            value = getattr(value, attr)
+        if value is None:
+            continue
+        name = leaf.name.replace("_", "-")
+        if isinstance(value, bool):
+            out.append(f"--{name}" if value else f"--no-{name}")
+        else:
+            out += [f"--{name}", str(value)]
+    return out
+
+
 def flag(name: str, prefix: str = "") -> str:
     """The flag of setting `name` in a section whose leaves take `prefix`."""
     return "--" + (prefix + name).replace("_", "-")
