@@ -5,16 +5,27 @@ transport floor ("floor", bench.grpc_floor): the same requests against a Predict
 as `boundless serve` serves but scoring nothing, so what gRPC costs reads apart from what
 decoding, lookups and scoring cost.
 
-Reports p50/p99/p999 latency (ms, the client's round trip, encoding excluded: it is
+Closed loop (the default): reports p50/p99/p999 latency (ms, the client's round trip, encoding excluded: it is
 measured in bench_client.py), requests/s, and the server's CPU use (cores busy, from
 /proc), each over --reps rounds of --requests (a tenth for FFM) against the same server:
 the median round's figure, and the min and max across rounds, since this machine is
-noisy (p999 needs 1,000 requests a round to mean more than the slowest). Writes
-bench/results/serving.json; asserts nothing about speed.
+noisy (p999 needs 1,000 requests a round to mean more than the slowest).
+
+Open loop (--open-loop): requests sent at a fixed rate, whatever the answers do, over 8
+channels (so a server of several processes gets them all), each latency taken from the
+moment the request was due (a late answer delays no later send, so queueing shows in
+p99). The rate steps up (--rates, or from 25/s by a quarter) until p99 passes --slo-ms or
+requests fail; it reports each step and the knee, the highest rate that held p99 <=
+--slo-ms, with the server's core-ms per request there (CPU of every server process, from
+/proc, over the step). The client runs on the same machine and takes CPU from the server.
+
+Writes bench/results/serving.json; asserts nothing about speed.
 
     .venv/bin/python bench/bench_serving.py [--models floor,lr,fm,ffm,deepfm] [--keys 10000000]
         [--requests 1000] [--reps 3] [--clients 1,4] [--score-threads 0]
         [--serve-args=--no-dnn-cuda-graphs] [--out serving.json]
+    .venv/bin/python bench/bench_serving.py --open-loop --models floor,lr [--serve-args=--processes=2]
+        [--rates 100,200,300] [--step-s 5] [--slo-ms 10]
 """
 
 from __future__ import annotations
@@ -40,12 +51,108 @@ from serving.client import PredictClient  # noqa: E402
 from serving.request.encoding import EncodedRequest  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
+OpenLoop = tuple[list[float], float, float]  # rates, seconds a step, the p99 objective (ms)
 KEYS_FOR = {"lr": 10_000_000, "fm": 10_000_000, "ffm": 1_000_000, "deepfm": 10_000_000}
 
 
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def server_pids(daemon: Any) -> list[int]:
+    """The processes that serve: a supervisor's (`serve --processes N`) and the ones it runs."""
+    return [daemon.proc.pid, *daemon.ready.get("pids", [])]
+
+
+def cpu_of(pids: list[int]) -> float:
+    return sum(cpu_seconds(p) for p in pids)
+
+
+CHANNELS = 8  # open loop: connections, spread by the kernel over a server's processes
+
+
+def open_step(address: str, pids: list[int], protos: list[Any], stubs: list[Any], rate: float, step_s: float) -> dict[str, float]:
+    """`rate` requests/s for `step_s` seconds, sent on schedule whatever the answers do;
+    each latency runs from the moment its request was due."""
+    n = max(1, int(rate * step_s))
+    lat: list[float] = []
+    failed = [0]
+    pending = threading.Semaphore(0)
+
+    def done(fut: Any, due: float) -> None:
+        if fut.exception() is None:
+            lat.append(time.perf_counter() - due)
+        else:
+            failed[0] += 1
+        pending.release()
+
+    cpu0 = cpu_of(pids)
+    t0 = time.perf_counter()
+    for i in range(n):
+        due = t0 + i / rate
+        wait = due - time.perf_counter()
+        if wait > 0:
+            time.sleep(wait)
+        fut = stubs[i % len(stubs)].Predict.future(protos[i % len(protos)], timeout=5)
+        fut.add_done_callback(lambda f, due=due: done(f, due))
+    for _ in range(n):
+        pending.acquire()
+    wall = time.perf_counter() - t0
+    cpu = cpu_of(pids) - cpu0
+    ms = np.array(lat or [float("inf")]) * 1e3
+    return {
+        "rate": rate,
+        "achieved_per_s": len(lat) / wall,
+        "p50_ms": float(np.percentile(ms, 50)),
+        "p99_ms": float(np.percentile(ms, 99)),
+        "failed": failed[0],
+        "server_cores_busy": cpu / wall,
+        "core_ms_per_request": 1e3 * cpu / max(1, len(lat)),
+    }
+
+
+def open_loop(
+    name: str, address: str, pids: list[int], reqs: list[EncodedRequest], rates: list[float], step_s: float, slo_ms: float
+) -> dict[str, Any]:
+    """Steps the rate up until p99 passes the objective; the knee is the last step that held it."""
+    clients = [PredictClient(address) for _ in range(CHANNELS)]
+    protos = [clients[0].to_proto(r) for r in reqs]
+    stubs = [c.stub for c in clients]
+    for stub in stubs:  # every channel connected before the clock starts
+        stub.Predict(protos[0], timeout=30)
+    steps: list[dict[str, float]] = []
+    rate = rates[0] if rates else 25.0
+    i = 0
+    while True:
+        row = open_step(address, pids, protos, stubs, rate, step_s)
+        steps.append(row)
+        print(
+            f"{name} open loop {rate:.0f}/s: achieved {row['achieved_per_s']:.0f}/s, p50 {row['p50_ms']:.2f} ms,"
+            f" p99 {row['p99_ms']:.2f} ms, failed {row['failed']}, server cores {row['server_cores_busy']:.2f},"
+            f" {row['core_ms_per_request']:.2f} core-ms/request",
+            flush=True,
+        )
+        if row["p99_ms"] > slo_ms or row["failed"] or row["achieved_per_s"] < 0.9 * rate:
+            break
+        i += 1
+        if rates:
+            if i >= len(rates):
+                break
+            rate = rates[i]
+        else:
+            rate = round(rate * 1.25)
+    for c in clients:
+        c.close()
+    held = [r for r in steps if r["p99_ms"] <= slo_ms and not r["failed"] and r["achieved_per_s"] >= 0.9 * r["rate"]]
+    knee = max(held, key=lambda r: r["rate"]) if held else None
+    if knee is not None:
+        print(
+            f"{name} knee: {knee['rate']:.0f} requests/s at p99 {knee['p99_ms']:.2f} ms,"
+            f" {knee['core_ms_per_request']:.2f} core-ms/request",
+            flush=True,
+        )
+    return {"slo_ms": slo_ms, "step_s": step_s, "steps": steps, "knee": knee}
 
 
 def load(address: str, reqs: list[EncodedRequest], clients: int, total: int) -> tuple[list[float], float]:
@@ -123,7 +230,7 @@ def rounds_by_clients(
     return out
 
 
-def bench_floor(clients: list[int], total: int, reps: int, work: Path) -> dict[str, Any]:
+def bench_floor(clients: list[int], total: int, reps: int, work: Path, loop: OpenLoop | None = None) -> dict[str, Any]:
     """The same requests against a Predictor that scores nothing (bench.grpc_floor): what
     gRPC, the loopback and protobuf cost before any decoding, lookup or scoring."""
     reqs = requests(8)
@@ -131,6 +238,9 @@ def bench_floor(clients: list[int], total: int, reps: int, work: Path) -> dict[s
     try:
         floor.wait_ready()
         out: dict[str, Any] = {"request_bytes": int(np.mean([r.nbytes for r in reqs]))}
+        if loop is not None:
+            out["open_loop"] = open_loop("floor", floor.address, server_pids(floor), reqs, *loop)
+            return out
         out.update(rounds_by_clients("floor", floor.address, floor.proc.pid, reqs, clients, total, reps))
         return out
     finally:
@@ -138,7 +248,15 @@ def bench_floor(clients: list[int], total: int, reps: int, work: Path) -> dict[s
 
 
 def bench_model(
-    model: str, keys: int, clients: list[int], total: int, reps: int, score_threads: int, work: Path, extra: list[str]
+    model: str,
+    keys: int,
+    clients: list[int],
+    total: int,
+    reps: int,
+    score_threads: int,
+    work: Path,
+    extra: list[str],
+    loop: OpenLoop | None = None,
 ) -> dict[str, Any]:
     spec = spec_for(model, k=8 if model != "ffm" else 4, hidden=(256, 128))
     reqs = requests(8)
@@ -156,6 +274,9 @@ def bench_model(
         client.wait_for_model(300)
         client.close()
         out: dict[str, Any] = {"keys": held, "request_bytes": int(np.mean([r.nbytes for r in reqs]))}
+        if loop is not None:
+            out["open_loop"] = open_loop(model, serving.address, server_pids(serving), reqs, *loop)
+            return out
         n = total if model != "ffm" else max(40, total // 10)
         out.update(rounds_by_clients(model, serving.address, serving.proc.pid, reqs, clients, n, reps))
         return out
@@ -173,12 +294,19 @@ def main() -> None:
     ap.add_argument("--score-threads", type=int, default=0)
     ap.add_argument("--serve-args", default="", help="more `boundless serve` flags, space-separated")
     ap.add_argument("--out", default="serving.json", help="file name under bench/results")
+    ap.add_argument("--open-loop", action="store_true", help="fixed-rate requests, stepped up to the knee")
+    ap.add_argument("--rates", default="", help="open loop: the rates to step through (default: from 25/s by a quarter)")
+    ap.add_argument("--step-s", type=float, default=5.0, help="open loop: seconds at each rate")
+    ap.add_argument("--slo-ms", type=float, default=10.0, help="open loop: the p99 objective")
     args = ap.parse_args()
-    results: dict[str, Any] = {"cores": os.cpu_count(), "serve_args": args.serve_args}
+    loop: OpenLoop | None = None
+    if args.open_loop:
+        loop = ([float(r) for r in args.rates.split(",") if r], args.step_s, args.slo_ms)
+    results: dict[str, Any] = {"cores": os.cpu_count(), "serve_args": args.serve_args, "open_loop": args.open_loop}
     with tempfile.TemporaryDirectory(prefix="bench-serving-") as tmp:
         for model in args.models.split(","):
             if model == "floor":
-                results[model] = bench_floor([int(c) for c in args.clients.split(",")], args.requests, args.reps, Path(tmp))
+                results[model] = bench_floor([int(c) for c in args.clients.split(",")], args.requests, args.reps, Path(tmp), loop)
                 continue
             results[model] = bench_model(
                 model,
@@ -189,6 +317,7 @@ def main() -> None:
                 args.score_threads,
                 Path(tmp),
                 args.serve_args.split(),
+                loop,
             )
     out = ROOT / "bench" / "results" / args.out
     out.parent.mkdir(exist_ok=True)
