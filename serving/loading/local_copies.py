@@ -12,7 +12,7 @@ kept from an earlier process) is checked against its sha256 before it is used.
 
 A folder given (--copies-dir) may be shared by several serving processes (`serve
 --processes N` gives its processes one, so a version's files sit once in the page cache):
-each process lists the copies it uses in a file of its own (`.using-NS-PID`), copies and
+each process lists the copies it uses in a file of its own (`.using-NS-PID-ID`), copies and
 removes only under a lock on the folder, and removes a copy only when no live process
 lists it.
 
@@ -44,8 +44,8 @@ from ctr.runtime import daemon
 PREFIX = "boundless-serving-"
 _OWNED_NAME = re.compile(re.escape(PREFIX) + r"(\d+)-(\d+)-")
 LOCK = ".lock"
-USING = ".using-"  # + pid namespace - pid: the copy folders that process uses
-_USING_NAME = re.compile(re.escape(USING) + r"(\d+)-(\d+)$")
+USING = ".using-"  # + pid namespace - pid - instance: the copy folders one LocalCopies uses
+_USING_NAME = re.compile(re.escape(USING) + r"(\d+)-(\d+)-[0-9a-f]+$")
 
 
 def pid_namespace() -> int:
@@ -93,7 +93,7 @@ class LocalCopies:
         self.root.mkdir(parents=True, exist_ok=True)
         self._checked: set[tuple[Path, str]] = set()  # (copy, sha256) this process copied or checked
         self._dirs: dict[int, Path] = {}  # version -> its copies' folder
-        self._using = self.root / f"{USING}{pid_namespace()}-{os.getpid()}"
+        self._using = self.root / f"{USING}{pid_namespace()}-{os.getpid()}-{os.urandom(4).hex()}"
 
     def version_dir(self, source: Path, version: int, manifest: dict[str, Any]) -> Path:
         """The version's files copied from `source` (ValueError when one does not match)."""

@@ -114,3 +114,15 @@ def test_two_settings_with_one_flat_name_are_refused():
 
     with pytest.raises(TypeError, match="two settings share a name: \\['port'\\]"):
         settings(Clash)
+
+
+def test_a_config_rendered_as_flags_builds_the_same_config():
+    """A supervisor starts its serving processes with its own config as flags (serving.process_group)."""
+    from ctr.runtime.config import to_flags
+    from serving.config import ServingConfig
+
+    p = argparse.ArgumentParser(allow_abbrev=False)
+    add_arguments(p, ServingConfig)
+    conf = build(ServingConfig, "X_", p.parse_args(["--repo", "r x", "--processes", "3", "--strict-features", "--poll-s", "0.25"]))
+    again = build(ServingConfig, "X_", p.parse_args(to_flags(conf)), environ={})
+    assert again == conf and again.processes == 3 and again.strict_features and again.repo == "r x"

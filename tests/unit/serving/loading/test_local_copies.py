@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -77,3 +78,26 @@ def test_a_copy_left_on_disk_is_checked_before_it_is_used(tmp_path):
     (first / "shard0.image").write_bytes(b"WEIGHTS " * 100)  # damaged while no process ran, same size
     d = LocalCopies(tmp_path / "copies").version_dir(src_dir, 3, m)
     assert (d / "shard0.image").read_bytes() == b"weights " * 100
+
+
+def test_processes_sharing_a_folder_keep_the_copies_any_of_them_uses(tmp_path):
+    """`serve --processes N`: one folder of copies; a process that moved on removes only
+    the copies no live process lists, and an exited process's list stops counting."""
+    one_dir, one = _version(tmp_path / "repo", 1, b"one " * 100)
+    two_dir, two = _version(tmp_path / "repo", 2, b"two " * 100)
+    a, b = LocalCopies(tmp_path / "copies"), LocalCopies(tmp_path / "copies")
+    d1 = a.version_dir(one_dir, 1, one)
+    assert b.version_dir(one_dir, 1, one) == d1  # the same files: once on disk, once in the page cache
+    d2 = a.version_dir(two_dir, 2, two)
+    a.keep_only({2})
+    assert d1.is_dir() and d2.is_dir()  # b still serves version 1
+    b.version_dir(two_dir, 2, two)
+    b.keep_only({2})
+    assert not d1.exists() and d2.is_dir()
+    b.close()  # b gone: its list with it; a's copy of 2 stays
+    a.keep_only({2})
+    assert d2.is_dir()
+    stale = tmp_path / "copies" / f".using-{pid_namespace()}-{_dead_pid()}-0a"
+    stale.write_text(json.dumps([d2.name]))
+    a.keep_only(set())  # a process that is gone protects nothing, and its list is removed
+    assert not d2.exists() and not stale.exists()

@@ -1,0 +1,157 @@
+"""`serve --processes 2`: two serving processes on one port under a supervisor. Swaps
+under load fail no request and every answer holds the scores of the version it reports;
+a process killed with -9 loses only the requests it held, the other keeps serving, and the
+supervisor starts it again; SIGTERM stops them all and removes the shared copies."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import grpc
+import numpy as np
+
+from bench.serving_model import publish, requests, spec_for
+from boundless.processes import Daemon, start
+from ctr.repository.versions import Policy, Repository
+from modelmgr.publish.evaluate import load_published
+from serving.client import PredictClient
+from serving.request.encoding import EncodedRequest, decode, field_hash_ids
+from tests.support import wait_until
+
+
+def _requests_by_process(daemon: Daemon) -> dict[str, float]:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{daemon.ready['metrics_port']}/metrics", timeout=10).read().decode()
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("boundless_serving_requests_total{") and 'code="OK"' in line:
+            process = line.split('process="')[1].split('"')[0]
+            out[process] = out.get(process, 0.0) + float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def _process_up(daemon: Daemon) -> dict[str, float]:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{daemon.ready['metrics_port']}/metrics", timeout=10).read().decode()
+    return {
+        line.split('process="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("boundless_serving_process_up{")
+    }
+
+
+def _both_serve(daemon: Daemon, req: EncodedRequest) -> None:
+    """Fresh connections until the kernel has given some to each process (SO_REUSEPORT
+    spreads connections, not requests)."""
+    for _ in range(48):
+        c = PredictClient(daemon.address)
+        c.predict_encoded(req)
+        c.close()
+        if len(_requests_by_process(daemon)) == 2:
+            return
+    raise AssertionError(f"one process took every connection: {_requests_by_process(daemon)}")
+
+
+def _load(address: str, reqs: list[EncodedRequest], expected: dict[int, list[np.ndarray]], clients: int):
+    """Clients scoring in a loop until the returned event is set; failures and versions seen."""
+    stop = threading.Event()
+    failures: list[tuple[grpc.StatusCode | None, str]] = []
+    seen: dict[int, int] = {}
+
+    def client(i: int) -> None:
+        c = PredictClient(address)
+        j = i
+        while not stop.is_set():
+            r = j % len(reqs)
+            j += 1
+            try:
+                got = c.predict_encoded(reqs[r])
+            except grpc.RpcError as e:
+                failures.append((e.code(), str(e.details())))
+                continue
+            seen[got.version] = seen.get(got.version, 0) + 1
+            if not np.allclose(got.scores, expected[got.version][r], atol=1e-5):
+                failures.append((None, f"request {r} answered as version {got.version} with other scores"))
+        c.close()
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    for t in threads:
+        t.start()
+    return stop, threads, failures, seen
+
+
+def _published(tmp_path: Path) -> tuple[Repository, list[EncodedRequest], dict[int, list[np.ndarray]]]:
+    spec = spec_for("fm", k=4, hidden=())
+    reqs = requests(3, seed=5, items=30)
+    repo = Repository(tmp_path / "repo", "ctr")
+    for v in (1, 2):
+        publish(repo, v, spec, reqs, keys=30_000, shards=2, seed=v)
+    hashes = field_hash_ids(tuple(spec.fields))
+    expected = {v: [load_published(repo, v).score(decode(r, spec.field_count, hashes)) for r in reqs] for v in (1, 2)}
+    assert not np.allclose(expected[1][0], expected[2][0], atol=1e-3)
+    return repo, reqs, expected
+
+
+def test_two_processes_swap_under_load_with_no_failure_and_stop_together(tmp_path):
+    repo, reqs, expected = _published(tmp_path)
+    repo.set_policy(Policy("pinned", 1))
+    copies = tmp_path / "copies"
+    serving = start(
+        "serving",
+        ["serve", "--repo", str(repo.root), "--processes", "2", "--poll-s", "0.02", "--copies-dir", str(copies)],
+        tmp_path,
+    )
+    try:
+        serving.wait_ready()
+        pids = serving.ready["pids"]
+        assert len(pids) == 2 and serving.proc.pid not in pids
+        PredictClient(serving.address).wait_for_model()
+        _both_serve(serving, reqs[0])
+        # one copy of each file for both processes
+        assert len([p for p in copies.rglob("*.image")]) == 2
+        stop, threads, failures, seen = _load(serving.address, reqs, expected, clients=4)
+        for flip in range(20):
+            repo.set_policy(Policy("pinned", 2 if flip % 2 == 0 else 1))
+            time.sleep(0.15)
+        stop.set()
+        for t in threads:
+            t.join(30)
+        assert failures == [] and seen.get(1, 0) > 10 and seen.get(2, 0) > 10, (failures[:3], seen)
+    finally:
+        serving.stop()
+    assert serving.proc.returncode == 0
+    wait_until("the serving processes to exit", lambda: not any(os.path.exists(f"/proc/{p}") for p in pids), 30)
+    assert not copies.exists() or not any(copies.glob(".using-*"))  # their lists of copies in use went with them
+
+
+def test_a_killed_process_loses_only_its_requests_and_comes_back(tmp_path):
+    repo, reqs, expected = _published(tmp_path)
+    repo.set_policy(Policy("pinned", 1))
+    serving = start("serving", ["serve", "--repo", str(repo.root), "--processes", "2"], tmp_path)
+    try:
+        serving.wait_ready()
+        PredictClient(serving.address).wait_for_model()
+        _both_serve(serving, reqs[0])
+        clients = 6
+        stop, threads, failures, seen = _load(serving.address, reqs, expected, clients)
+        time.sleep(0.5)
+        victim = serving.ready["pids"][0]
+        os.kill(victim, 9)
+        time.sleep(1.5)  # the other process serves every client meanwhile
+        served_after_kill = sum(seen.values())
+        time.sleep(1.0)
+        assert sum(seen.values()) > served_after_kill  # still answering with one process down
+        stop.set()
+        for t in threads:
+            t.join(30)
+        # at most the request each client had in flight on the killed process
+        assert len(failures) <= clients and all(code == grpc.StatusCode.UNAVAILABLE for code, _ in failures), failures
+        wait_until("the restarted process", lambda: "serving process 0 serving again" in serving.log.read_text(), 120, [serving])
+        assert _process_up(serving) == {"0": 1.0, "1": 1.0}
+        c = PredictClient(serving.address)
+        assert np.allclose(c.predict_encoded(reqs[1]).scores, expected[1][1], atol=1e-5)
+        c.close()
+    finally:
+        serving.stop()
