@@ -123,6 +123,8 @@ def test_a_config_rendered_as_flags_builds_the_same_config():
 
     p = argparse.ArgumentParser(allow_abbrev=False)
     add_arguments(p, ServingConfig)
-    conf = build(ServingConfig, "X_", p.parse_args(["--repo", "r x", "--processes", "3", "--strict-features", "--poll-s", "0.25"]))
+    conf = build(
+        ServingConfig, "X_", p.parse_args(["--repo", "r x", "--processes", "3", "--strict-features", "--poll-s", "0.25"])
+    )
     again = build(ServingConfig, "X_", p.parse_args(to_flags(conf)), environ={})
     assert again == conf and again.processes == 3 and again.strict_features and again.repo == "r x"
