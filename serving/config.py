@@ -44,7 +44,7 @@ class ServingConfig(ServerConfig):
         default=1,
         metadata={
             "help": "serving processes on the one port (SO_REUSEPORT), sharing the model's mapped files and a"
-            " supervisor that restarts them and merges their metrics (0: one per core)"
+            " supervisor that restarts them and merges their metrics (0: one per core this process may use)"
         },
     )
     score_threads: int = field(

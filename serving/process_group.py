@@ -23,6 +23,7 @@ from __future__ import annotations
 import ctypes
 import json
 import logging
+import math
 import os
 import shutil
 import signal
@@ -46,8 +47,21 @@ STEADY_S = 60.0  # a process that ran this long restarts without waiting
 _PR_SET_PDEATHSIG = 1
 
 
+def usable_cores() -> int:
+    """The cores this process may use: its CPU affinity, capped by a cgroup v2 CPU quota
+    (a container's limit, which os.cpu_count() does not see), rounded up."""
+    cores = len(os.sched_getaffinity(0))
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()
+        if quota != "max":
+            cores = min(cores, max(1, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    return max(1, cores)
+
+
 def process_count(conf: ServingConfig) -> int:
-    return conf.processes or os.cpu_count() or 1
+    return conf.processes or usable_cores()
 
 
 def child_config(conf: ServingConfig, count: int, port: int, ready: Path, copies: Path) -> ServingConfig:
@@ -55,7 +69,7 @@ def child_config(conf: ServingConfig, count: int, port: int, ready: Path, copies
     metrics port, the shared copies, and (unless set) an equal share of the cores for its
     scoring threads, which then never spin (a spinning thread takes a core from a
     neighbour process)."""
-    threads = conf.score_threads or max(1, (os.cpu_count() or 1) // count)
+    threads = conf.score_threads or max(1, usable_cores() // count)
     return replace(
         conf,
         processes=1,
