@@ -5,16 +5,17 @@ transport floor ("floor", bench.grpc_floor): the same requests against a Predict
 as `boundless serve` serves but scoring nothing, so what gRPC costs reads apart from what
 decoding, lookups and scoring cost.
 
-Closed loop (the default): reports p50/p99/p999 latency (ms, the client's round trip, encoding excluded: it is
-measured in bench_client.py), requests/s, and the server's CPU use (cores busy, from
-/proc), each over --reps rounds of --requests (a tenth for FFM) against the same server:
-the median round's figure, and the min and max across rounds, since this machine is
+Closed loop (the default): reports p50/p99/p999 latency (ms, the client's round trip,
+encoding excluded: it is measured in bench_client.py), requests/s, and the server's CPU use
+(cores busy and core-ms per request, from /proc, summed over the processes of `serve
+--processes N`), each over --reps rounds of --requests (a tenth for FFM) against the same
+server: the median round's figure, and the min and max across rounds, since this machine is
 noisy (p999 needs 1,000 requests a round to mean more than the slowest).
 
-Open loop (--open-loop): requests sent at a fixed rate, whatever the answers do, over 8
+Open loop (--open-loop): requests due at a fixed rate, sent when due by 16 threads over 8
 channels (so a server of several processes gets them all), each latency taken from the
-moment the request was due (a late answer delays no later send, so queueing shows in
-p99). The rate steps up (--rates, or from 25/s by a quarter) until p99 passes --slo-ms or
+moment the request was due (a slow answer delays no other request's clock, so queueing
+shows in p99). The rate steps up (--rates, or from 25/s by a quarter) until p99 passes --slo-ms or
 requests fail; it reports each step and the knee, the highest rate that held p99 <=
 --slo-ms, with the server's core-ms per request there (CPU of every server process, from
 /proc, over the step). The client runs on the same machine and takes CPU from the server.
@@ -31,6 +32,7 @@ Writes bench/results/serving.json; asserts nothing about speed.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import sys
@@ -40,6 +42,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import grpc
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -70,34 +73,39 @@ def cpu_of(pids: list[int]) -> float:
 
 
 CHANNELS = 8  # open loop: connections, spread by the kernel over a server's processes
+SENDERS = 16  # open loop: threads sending requests when due (at most this many in flight)
 
 
 def open_step(address: str, pids: list[int], protos: list[Any], stubs: list[Any], rate: float, step_s: float) -> dict[str, float]:
-    """`rate` requests/s for `step_s` seconds, sent on schedule whatever the answers do;
-    each latency runs from the moment its request was due."""
+    """`rate` requests/s for `step_s` seconds: request i is due at i / rate and sent then by
+    the first of SENDERS threads free (blocking calls: grpcio's futures cost the client a
+    millisecond more per call); each latency runs from the moment its request was due, so
+    a request that waited for a sender counts its wait."""
     n = max(1, int(rate * step_s))
     lat: list[float] = []
     failed = [0]
-    pending = threading.Semaphore(0)
+    turn = itertools.count()
+    t0 = time.perf_counter() + 0.05
 
-    def done(fut: Any, due: float) -> None:
-        if fut.exception() is None:
-            lat.append(time.perf_counter() - due)
-        else:
-            failed[0] += 1
-        pending.release()
+    def sender(k: int) -> None:
+        stub = stubs[k % len(stubs)]
+        while (i := next(turn)) < n:
+            due = t0 + i / rate
+            wait = due - time.perf_counter()
+            if wait > 0:
+                time.sleep(wait)
+            try:
+                stub.Predict(protos[i % len(protos)], timeout=5)
+                lat.append(time.perf_counter() - due)
+            except grpc.RpcError:
+                failed[0] += 1
 
     cpu0 = cpu_of(pids)
-    t0 = time.perf_counter()
-    for i in range(n):
-        due = t0 + i / rate
-        wait = due - time.perf_counter()
-        if wait > 0:
-            time.sleep(wait)
-        fut = stubs[i % len(stubs)].Predict.future(protos[i % len(protos)], timeout=5)
-        fut.add_done_callback(lambda f, due=due: done(f, due))
-    for _ in range(n):
-        pending.acquire()
+    threads = [threading.Thread(target=sender, args=(k,)) for k in range(SENDERS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
     wall = time.perf_counter() - t0
     cpu = cpu_of(pids) - cpu0
     ms = np.array(lat or [float("inf")]) * 1e3
@@ -183,13 +191,13 @@ def load(address: str, reqs: list[EncodedRequest], clients: int, total: int) -> 
     return [x for part in lat for x in part], time.perf_counter() - t0
 
 
-FIGURES = ("p50_ms", "p99_ms", "p999_ms", "requests_per_s", "server_cores_busy")
+FIGURES = ("p50_ms", "p99_ms", "p999_ms", "requests_per_s", "server_cores_busy", "core_ms_per_request")
 
 
-def one_round(address: str, pid: int, reqs: list[EncodedRequest], clients: int, total: int) -> dict[str, float]:
-    cpu0 = cpu_seconds(pid)
+def one_round(address: str, pids: list[int], reqs: list[EncodedRequest], clients: int, total: int) -> dict[str, float]:
+    cpu0 = cpu_of(pids)
     lat, wall = load(address, reqs, clients, total)
-    busy = (cpu_seconds(pid) - cpu0) / wall
+    busy = (cpu_of(pids) - cpu0) / wall
     ms = np.array(lat) * 1e3
     return {
         "p50_ms": float(np.percentile(ms, 50)),
@@ -197,6 +205,7 @@ def one_round(address: str, pid: int, reqs: list[EncodedRequest], clients: int, 
         "p999_ms": float(np.percentile(ms, 99.9)),
         "requests_per_s": len(lat) / wall,
         "server_cores_busy": busy,
+        "core_ms_per_request": 1e3 * busy * wall / len(lat),
         "requests": len(lat),
     }
 
@@ -214,13 +223,13 @@ def summary(rounds: list[dict[str, float]]) -> dict[str, Any]:
 
 
 def rounds_by_clients(
-    name: str, address: str, pid: int, reqs: list[EncodedRequest], clients: list[int], n: int, reps: int
+    name: str, address: str, pids: list[int], reqs: list[EncodedRequest], clients: list[int], n: int, reps: int
 ) -> dict[str, Any]:
     """`reps` rounds of n requests for each client count, summarized (and printed)."""
     out: dict[str, Any] = {}
     for c in clients:
         load(address, reqs, c, 4 * c)  # warm-up
-        rounds = [one_round(address, pid, reqs, c, n) for _ in range(reps)]
+        rounds = [one_round(address, pids, reqs, c, n) for _ in range(reps)]
         out[f"clients_{c}"] = row = summary(rounds)
         print(
             f"{name} clients={c} ({reps} x {n} requests; median [min-max]): "
@@ -241,7 +250,7 @@ def bench_floor(clients: list[int], total: int, reps: int, work: Path, loop: Ope
         if loop is not None:
             out["open_loop"] = open_loop("floor", floor.address, server_pids(floor), reqs, *loop)
             return out
-        out.update(rounds_by_clients("floor", floor.address, floor.proc.pid, reqs, clients, total, reps))
+        out.update(rounds_by_clients("floor", floor.address, server_pids(floor), reqs, clients, total, reps))
         return out
     finally:
         floor.stop()
@@ -278,7 +287,7 @@ def bench_model(
             out["open_loop"] = open_loop(model, serving.address, server_pids(serving), reqs, *loop)
             return out
         n = total if model != "ffm" else max(40, total // 10)
-        out.update(rounds_by_clients(model, serving.address, serving.proc.pid, reqs, clients, n, reps))
+        out.update(rounds_by_clients(model, serving.address, server_pids(serving), reqs, clients, n, reps))
         return out
     finally:
         serving.stop()
