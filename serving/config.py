@@ -22,7 +22,7 @@ class DnnBatching:
 
 
 HELP_GROUPS: dict[str, tuple[str, ...]] = {
-    "essential": ("repo", "model_name", "host", "port", "metrics_port", "processes", "strict_features"),
+    "essential": ("repo", "model_name", "host", "port", "rest_port", "metrics_port", "processes", "strict_features"),
     "sharded serving": ("shard_index", "shard_count", "router", "shard_replicas", "fanout_deadline_ms", "hedge_min_ms"),
     "scoring": ("score_threads", "score_spin_us", "dnn_batching", "dnn_batch_wait_ms", "dnn_batch_items", "dnn_cuda_graphs"),
     "limits": ("max_concurrent", "max_request_mb", "max_items"),
@@ -40,6 +40,10 @@ class ServingConfig(ServerConfig):
     repo: str = field(default="repo", metadata={"help": "model repository folder"})
     model_name: str = field(default="ctr", metadata={"help": "the served model's name in the repository"})
     poll_s: float = field(default=0.5, metadata={"help": "seconds between policy checks"})
+    rest_port: int = field(
+        default=-1,
+        metadata={"help": "REST/JSON port beside gRPC (POST /v1/models/NAME:predict; 0 picks a free one; -1: none)"},
+    )
     processes: int = field(
         default=1,
         metadata={
@@ -108,6 +112,8 @@ class ServingConfig(ServerConfig):
             raise ConfigError("--shard-replicas is the router's list of shard replicas: add --router")
         if self.dnn_batching not in ("auto", "on", "off"):
             raise ConfigError(f"--dnn-batching {self.dnn_batching!r}: expected auto, on or off")
+        if not -1 <= self.rest_port <= 65535:
+            raise ConfigError(f"--rest-port {self.rest_port}: must be 0..65535, or -1 (none)")
         if self.processes < 0:
             raise ConfigError(f"--processes {self.processes}: must be >= 0 (0: one per core)")
         if self.score_threads < 0:

@@ -20,6 +20,7 @@ from serving.loading.local_copies import LocalCopies
 from serving.loading.shard_part import ROUTER, WHOLE, ShardPart
 from serving.loading.watcher import ModelWatcher
 from serving.process_group import process_count, run_group
+from serving.rest import RestFront, serve_rest
 from serving.scoring.parallel import Splitter
 from serving.service import PredictorServicer
 from serving.sharded.fanout import FanOut, parse_shards
@@ -60,8 +61,9 @@ def run(args: argparse.Namespace) -> int:
     if part not in (WHOLE, ROUTER):
         names.append(predict_pb2.DESCRIPTOR.services_by_name["ShardScorer"].full_name)
 
+    servicer = PredictorServicer(watcher, conf.max_items, router, conf.strict_features)
+
     def register(s: grpc.Server) -> None:
-        servicer = PredictorServicer(watcher, conf.max_items, router, conf.strict_features)
         predict_pb2_grpc.add_PredictorServicer_to_server(servicer, s)
         if part not in (WHOLE, ROUTER):
             predict_pb2_grpc.add_ShardScorerServicer_to_server(ShardScorerServicer(watcher), s)
@@ -75,20 +77,27 @@ def run(args: argparse.Namespace) -> int:
     if watcher.current is not None:  # it switched before on_switch was set
         watcher.on_switch()
     metrics_port = daemon.metrics_server(conf.host, conf.metrics_port)
+    rest, rest_port = None, -1
+    if conf.rest_port >= 0:
+        front = RestFront(servicer, watcher, max_bytes, conf.max_concurrent, guarded["tokens"])
+        rest, rest_port = serve_rest(front, conf.host, conf.rest_port, guarded["identity"])
     log.info(
-        "serving %s from %s on %s:%d (%s), metrics on :%d",
+        "serving %s from %s on %s:%d (%s), REST on :%d, metrics on :%d",
         conf.model_name,
         conf.repo,
         conf.host,
         port,
         "whole model" if part == WHOLE else f"shard {part}",
+        rest_port,
         metrics_port,
     )
     # every object of start-up (imports, the first version) out of the collector's reach: a
     # full collection then walks only what came after, not 250k objects for tens of ms
     gc.freeze()
-    daemon.write_ready_file(conf.ready_file, grpc_port=port, metrics_port=metrics_port)
+    daemon.write_ready_file(conf.ready_file, grpc_port=port, metrics_port=metrics_port, rest_port=rest_port)
     daemon.wait_for_stop_signal()
+    if rest is not None:
+        rest.shutdown()
     watcher.stop()
     served.stop(grace_s=2)
     splitter.close()

@@ -11,7 +11,7 @@ cache however many processes map them. Each process watches the repository and s
 its own; a request is scored by one version, the one its answer reports.
 
 The supervisor loads no model. It waits for the first process to bind (the port it
-picked, when --port is 0), starts the others on that port, serves one metrics endpoint
+picked, when --port is 0, and its REST port), starts the others on those ports, serves one metrics endpoint
 merging theirs (serving.merged_metrics), restarts a process that exits (the others keep
 serving: only the requests the dead one held fail), and on SIGTERM stops them all. Its
 processes die with it (PR_SET_PDEATHSIG), so a supervisor killed with -9 leaves no
@@ -64,7 +64,7 @@ def process_count(conf: ServingConfig) -> int:
     return conf.processes or usable_cores()
 
 
-def child_config(conf: ServingConfig, count: int, port: int, ready: Path, copies: Path) -> ServingConfig:
+def child_config(conf: ServingConfig, count: int, port: int, rest_port: int, ready: Path, copies: Path) -> ServingConfig:
     """One process's config: the supervisor's on `port`, with its own ready file and
     metrics port, the shared copies, and (unless set) an equal share of the cores for its
     scoring threads, which then never spin (a spinning thread takes a core from a
@@ -74,6 +74,7 @@ def child_config(conf: ServingConfig, count: int, port: int, ready: Path, copies
         conf,
         processes=1,
         port=port,
+        rest_port=rest_port,
         metrics_port=0 if conf.metrics_port >= 0 else -1,
         ready_file=str(ready),
         copies_dir=str(copies),
@@ -121,13 +122,15 @@ class ProcessGroup:
             remove_orphans(Path(tempfile.gettempdir()))
             self.copies, self._owns_copies = Path(tempfile.mkdtemp(prefix=owned_prefix())), True
         self.port = conf.port
+        self.rest_port = conf.rest_port
         self.workers: dict[int, Worker] = {}
         self._lock = threading.Lock()
 
     def start(self) -> int:
         """Starts every process; returns the port they share."""
         first = self._spawn(0)
-        self.port = int(first.wait_ready(START_TIMEOUT_S)["grpc_port"])
+        ready = first.wait_ready(START_TIMEOUT_S)
+        self.port, self.rest_port = int(ready["grpc_port"]), int(ready.get("rest_port", -1))
         self._ready(first)
         rest = [self._spawn(i) for i in range(1, self.count)]
         for w in rest:
@@ -138,7 +141,7 @@ class ProcessGroup:
     def _spawn(self, index: int) -> Worker:
         ready = self.run_dir / f"process-{index}.ready.json"
         ready.unlink(missing_ok=True)
-        conf = child_config(self.conf, self.count, self.port, ready, self.copies)
+        conf = child_config(self.conf, self.count, self.port, self.rest_port, ready, self.copies)
         proc = subprocess.Popen(
             [sys.executable, "-m", "boundless", "serve", *cfg.to_flags(conf)],
             stdin=subprocess.DEVNULL,
@@ -227,7 +230,9 @@ def run_group(conf: ServingConfig) -> int:
             port,
             metrics_port,
         )
-        daemon.write_ready_file(conf.ready_file, grpc_port=port, metrics_port=metrics_port, pids=group.pids())
+        daemon.write_ready_file(
+            conf.ready_file, grpc_port=port, rest_port=group.rest_port, metrics_port=metrics_port, pids=group.pids()
+        )
         group.watch(stop)
     except RuntimeError as e:
         log.error("%s", e)

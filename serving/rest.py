@@ -1,0 +1,329 @@
+"""REST/JSON beside gRPC (`boundless serve --rest-port P`), in TF Serving's shape, for curl
+and for languages without a gRPC client:
+
+    POST /v1/models/NAME:predict   {"instances": [{feature: value, ...}, ...],
+                                    "context": {feature: value, ...}, "strict": true}
+                              or   {"inputs": {feature: [value per item], ...}, "context": ...}
+        -> {"predictions": [score, ...], "model": NAME, "model_version": V, "unknown_features": n}
+    GET  /v1/models/NAME           -> {"model_version_status": [{"version": "V", "state": "AVAILABLE", ...}]}
+
+A value is a string or a number (a token, bucketed as the served version's feature
+transform says: the JSON is encoded as `PredictClient.predict` encodes dicts), or
+[token, x] for a weighted feature. The columnar form (TF Serving's "inputs") takes a list
+per feature, one value (or one equal-length list of values) per item, and is encoded as
+`PredictClient.predict_columns` encodes arrays: a whole column at a time, several times
+faster on the server than the same features as rows. The request then takes the gRPC servicer's own path, so
+its limits, checks and metrics are the same; refusals keep its message under the HTTP
+status of its code (INVALID_ARGUMENT 400, NOT_FOUND 404, RESOURCE_EXHAUSTED 413,
+UNAVAILABLE 503, ...). Bad JSON is a 400 naming the field (`instances[3].age: ...`). The
+same bearer tokens (`Authorization: Bearer T`, the predict role) and TLS certificate as
+gRPC apply; more than --max-concurrent requests at once are refused with 429.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import ssl
+import tempfile
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import grpc
+import numpy as np
+import numpy.typing as npt
+
+from ctr.runtime.auth import RANK, role_of
+from ctr.runtime.security import Identity
+from protos import predict_pb2
+from serving.client.predict_client import RequestEncoder, Value
+from serving.loading.servable import ServableModel
+from serving.loading.watcher import ModelWatcher
+from serving.service import PredictorServicer
+
+log = logging.getLogger("serving.rest")
+
+HTTP_OF: dict[grpc.StatusCode, HTTPStatus] = {
+    grpc.StatusCode.INVALID_ARGUMENT: HTTPStatus.BAD_REQUEST,
+    grpc.StatusCode.NOT_FOUND: HTTPStatus.NOT_FOUND,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+    grpc.StatusCode.FAILED_PRECONDITION: HTTPStatus.PRECONDITION_FAILED,
+    grpc.StatusCode.UNAVAILABLE: HTTPStatus.SERVICE_UNAVAILABLE,
+    grpc.StatusCode.UNAUTHENTICATED: HTTPStatus.UNAUTHORIZED,
+    grpc.StatusCode.PERMISSION_DENIED: HTTPStatus.FORBIDDEN,
+}
+PREFIX = "/v1/models/"
+
+
+class Refused(Exception):
+    def __init__(self, status: HTTPStatus, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class _Context:
+    """What the servicer needs of a gRPC context: abort() as a Refused."""
+
+    def abort(self, code: grpc.StatusCode, details: str) -> None:
+        raise Refused(HTTP_OF.get(code, HTTPStatus.INTERNAL_SERVER_ERROR), details)
+
+
+def features_of(raw: Any, where: str) -> dict[str, Value]:
+    """One JSON object of features, checked: names to strings, numbers or [token, x]."""
+    if not isinstance(raw, dict):
+        raise Refused(HTTPStatus.BAD_REQUEST, f"{where}: expected an object of features, got {type(raw).__name__}")
+    out: dict[str, Value] = {}
+    for name, value in raw.items():
+        if isinstance(value, bool) or not isinstance(value, (str, int, float, list)):
+            raise Refused(HTTPStatus.BAD_REQUEST, f"{where}.{name}: expected a string, a number or [token, value]")
+        if isinstance(value, list):
+            if len(value) != 2 or not isinstance(value[0], (str, int)) or isinstance(value[1], bool):
+                raise Refused(HTTPStatus.BAD_REQUEST, f"{where}.{name}: a weighted feature is [token, value]")
+            if not isinstance(value[1], (int, float)):
+                raise Refused(HTTPStatus.BAD_REQUEST, f"{where}.{name}: its value {value[1]!r} is not a number")
+            out[name] = (str(value[0]), float(value[1]))
+        else:
+            out[name] = value
+    return out
+
+
+@dataclass(frozen=True)
+class PredictBody:
+    """A predict body, checked: rows (`instances`) or columns (`inputs`), and the context."""
+
+    rows: list[dict[str, Value]] | None
+    columns: dict[str, npt.NDArray[Any]] | None
+    context: dict[str, Value]
+    context_columns: dict[str, npt.NDArray[Any]]
+    strict: bool
+
+
+def column_of(raw: Any, where: str, length: int | None) -> npt.NDArray[Any]:
+    """One JSON column: numbers or strings of one kind, `length` long when given."""
+    if not isinstance(raw, list) or not raw:
+        raise Refused(HTTPStatus.BAD_REQUEST, f"{where}: expected a non-empty list")
+    if length is not None and len(raw) != length:
+        raise Refused(HTTPStatus.BAD_REQUEST, f"{where}: {len(raw)} values for {length} items")
+    try:
+        arr = np.asarray(raw)
+    except ValueError:
+        raise Refused(HTTPStatus.BAD_REQUEST, f"{where}: items' lists differ in length") from None
+    if arr.dtype.kind not in "iufU" or arr.ndim > 2 or arr.dtype == np.bool_:
+        raise Refused(HTTPStatus.BAD_REQUEST, f"{where}: expected numbers or strings (one kind), a value or a list per item")
+    return arr
+
+
+def parse_predict(body: bytes) -> PredictBody:
+    """The checked body of a predict call, or Refused naming what is wrong."""
+    try:
+        doc = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise Refused(HTTPStatus.BAD_REQUEST, f"body: not JSON: {e}") from None
+    if not isinstance(doc, dict):
+        raise Refused(HTTPStatus.BAD_REQUEST, "body: expected an object with 'instances' or 'inputs'")
+    unknown = sorted(set(doc) - {"instances", "inputs", "context", "strict"})
+    if unknown:
+        raise Refused(HTTPStatus.BAD_REQUEST, f"body: unknown key(s) {', '.join(map(repr, unknown))}")
+    if ("instances" in doc) == ("inputs" in doc):
+        raise Refused(HTTPStatus.BAD_REQUEST, "body: give either 'instances' (rows) or 'inputs' (columns)")
+    strict = doc.get("strict", True)
+    if not isinstance(strict, bool):
+        raise Refused(HTTPStatus.BAD_REQUEST, "strict: expected true or false")
+    if "instances" in doc:
+        instances = doc["instances"]
+        if not isinstance(instances, list) or not instances:
+            raise Refused(HTTPStatus.BAD_REQUEST, "instances: expected a non-empty list of objects")
+        rows = [features_of(x, f"instances[{i}]") for i, x in enumerate(instances)]
+        return PredictBody(rows, None, features_of(doc.get("context") or {}, "context"), {}, strict)
+    inputs = doc["inputs"]
+    if not isinstance(inputs, dict) or not inputs:
+        raise Refused(HTTPStatus.BAD_REQUEST, "inputs: expected an object of columns, one value per item")
+    first = next(iter(inputs.values()))
+    length = len(first) if isinstance(first, list) else 0
+    columns = {name: column_of(col, f"inputs.{name}", length) for name, col in inputs.items()}
+    raw_context = doc.get("context") or {}
+    if not isinstance(raw_context, dict):
+        raise Refused(HTTPStatus.BAD_REQUEST, "context: expected an object of features")
+    context = {
+        name: column_of(v if isinstance(v, list) else [v], f"context.{name}", None).reshape(-1) for name, v in raw_context.items()
+    }
+    return PredictBody(None, columns, {}, context, strict)
+
+
+class RestFront:
+    """The REST endpoint of one serving process, scoring through its gRPC servicer."""
+
+    def __init__(
+        self,
+        servicer: PredictorServicer,
+        watcher: ModelWatcher,
+        max_bytes: int,
+        max_concurrent: int,
+        tokens: Mapping[str, str] | None,
+    ) -> None:
+        self.servicer = servicer
+        self.watcher = watcher
+        self.max_bytes = max_bytes
+        self.slots = threading.BoundedSemaphore(max_concurrent)
+        self.tokens = dict(tokens) if tokens is not None else None
+        self._encoders: dict[tuple[str, int], RequestEncoder] = {}
+        self._lock = threading.Lock()
+
+    def encoder(self, model: ServableModel) -> RequestEncoder:
+        """The served version's encoder (its transform and fields), made once per version."""
+        key = (model.name, model.version)
+        with self._lock:
+            enc = self._encoders.get(key)
+            if enc is None:
+                self._encoders = {key: (enc := RequestEncoder(model.schema, list(model.spec.fields)))}
+        return enc
+
+    def check_token(self, header: str | None) -> None:
+        if self.tokens is None:
+            return
+        if not header or not header.startswith("Bearer "):
+            raise Refused(HTTPStatus.UNAUTHORIZED, "no bearer token")
+        role = role_of(self.tokens, header[len("Bearer ") :])
+        if role is None:
+            raise Refused(HTTPStatus.UNAUTHORIZED, "unknown token")
+        if RANK[role] < RANK["predict"]:
+            raise Refused(HTTPStatus.FORBIDDEN, f"role {role} may not predict (needs predict)")
+
+    def predict(self, name: str, body: bytes) -> dict[str, Any]:
+        parsed = parse_predict(body)
+        current = self.watcher.current
+        if current is None:
+            raise Refused(HTTPStatus.SERVICE_UNAVAILABLE, "no model version is loaded yet")
+        if name != current.name:
+            raise Refused(HTTPStatus.NOT_FOUND, f"model: {name!r} is not served here (serving {current.name!r})")
+        encoder = self.encoder(current)
+        if parsed.columns is not None:
+            enc = encoder.encode_columns(parsed.columns, parsed.context_columns)
+        else:
+            enc = encoder.encode(parsed.rows or [], parsed.context)
+        request = predict_pb2.PredictRequest(
+            model=name,
+            item_count=enc.item_count,
+            dictionary=enc.dictionary,
+            values=enc.values,
+            context=enc.context,
+            items=enc.items,
+            fields=enc.fields,
+            tokens=enc.tokens,
+            compression=enc.compression,
+            unknown_features=enc.unknown_features,
+            unknown_fields=list(enc.unknown_fields),
+            strict=parsed.strict,
+        )
+        reply = self.servicer.Predict(request, _Context())  # type: ignore[arg-type]
+        return {
+            "predictions": [float(s) for s in reply.scores],
+            "model": reply.model,
+            "model_version": reply.version,
+            "unknown_features": reply.unknown_features,
+        }
+
+    def status(self, name: str) -> dict[str, Any]:
+        current = self.watcher.current
+        if current is None or name != current.name:
+            raise Refused(HTTPStatus.NOT_FOUND, f"model: {name!r} is not served here")
+        state = {"error_code": "OK", "error_message": ""}
+        return {"model_version_status": [{"version": str(current.version), "state": "AVAILABLE", "status": state}]}
+
+
+def _handler(front: RestFront) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+            log.debug("%s " + format, self.address_string(), *args)
+
+        def _reply(self, status: HTTPStatus, doc: dict[str, Any]) -> None:
+            body = json.dumps(doc).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def _route(self, method: str) -> None:
+            try:
+                front.check_token(self.headers.get("Authorization"))
+                if not self.path.startswith(PREFIX):
+                    raise Refused(HTTPStatus.NOT_FOUND, f"{self.path}: expected {PREFIX}NAME or {PREFIX}NAME:predict")
+                rest = self.path[len(PREFIX) :]
+                if method == "POST" and rest.endswith(":predict"):
+                    self._predict(rest[: -len(":predict")])
+                elif method == "GET" and rest and ":" not in rest and "/" not in rest:
+                    self._reply(HTTPStatus.OK, front.status(rest))
+                else:
+                    raise Refused(HTTPStatus.NOT_FOUND, f"{method} {self.path}: no such endpoint")
+            except Refused as e:
+                self._reply(e.status, {"error": str(e)})
+            except Exception as e:  # a daemon answers 500 and keeps serving
+                log.exception("REST %s %s failed", method, self.path)
+                self._reply(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"{type(e).__name__}: {e}"})
+
+        def _predict(self, name: str) -> None:
+            length = self.headers.get("Content-Length")
+            if length is None or not length.isdigit():
+                raise Refused(HTTPStatus.LENGTH_REQUIRED, "Content-Length: required")
+            if int(length) > front.max_bytes:
+                self.close_connection = True  # the body is not read
+                raise Refused(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body: {length} bytes, above this server's {front.max_bytes}")
+            body = self.rfile.read(int(length))
+            if not front.slots.acquire(blocking=False):
+                raise Refused(HTTPStatus.TOO_MANY_REQUESTS, "more requests in flight than --max-concurrent")
+            try:
+                self._reply(HTTPStatus.OK, front.predict(name, body))
+            finally:
+                front.slots.release()
+
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            self._route("POST")
+
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            self._route("GET")
+
+    return Handler
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def server_bind(self) -> None:
+        # several serving processes share the port, as they share gRPC's (serving.process_group)
+        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        super().server_bind()
+
+
+def serve_rest(front: RestFront, host: str, port: int, identity: Identity) -> tuple[ThreadingHTTPServer, int]:
+    """Starts the endpoint on a thread; returns it and its bound port. With a certificate,
+    it speaks TLS, asking clients for theirs where gRPC does (tls_client_auth)."""
+    server = _Server((host, port), _handler(front))
+    if identity.cert is not None and identity.key is not None:
+        # the handshake runs on the request's thread (at its first read), not in the accept loop
+        server.socket = tls_context(identity).wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
+    threading.Thread(target=server.serve_forever, name="rest", daemon=True).start()
+    return server, int(server.server_address[1])
+
+
+def tls_context(identity: Identity) -> ssl.SSLContext:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    with tempfile.TemporaryDirectory() as d:  # ssl loads PEM from files only
+        cert, key = Path(d) / "cert.pem", Path(d) / "key.pem"
+        cert.write_bytes(identity.cert or b"")
+        key.write_bytes(identity.key or b"")
+        key.chmod(0o600)
+        ctx.load_cert_chain(cert, key)
+    if identity.client_auth and identity.ca is not None:
+        ctx.load_verify_locations(cadata=identity.ca.decode())
+        ctx.verify_mode = ssl.CERT_REQUIRED
+    return ctx
