@@ -240,6 +240,9 @@ class RestFront:
 def _handler(front: RestFront) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # the reply's headers and body go in two writes: with Nagle's algorithm the body
+        # waited for the client's delayed ACK, 40 ms a request on a kept-alive connection
+        disable_nagle_algorithm = True
 
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
             log.debug("%s " + format, self.address_string(), *args)
