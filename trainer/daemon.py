@@ -225,11 +225,11 @@ def train(conf: TrainerConfig, aggregation: AggregationPlan | None = None, name:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     try:
-        return _train(conf, stop, log, aggregation)
+        train_run(conf, stop, log, aggregation)
     except StoppedWhileUnreachable as e:
         # exactly once still holds: the shards and the stream go back to the last cut
         log.warning("%s: stopped; the next start takes up from the last checkpoint cut", e)
-        return 0
+    return 0
 
 
 def check_shard_list(conf: TrainerConfig, statuses: list[ShardStatus]) -> None:
@@ -286,7 +286,15 @@ def _part(point: CutPoint, rank: int) -> CutPoint:
     return point.parts[rank] if point.parts else point
 
 
-def _train(conf: TrainerConfig, stop: threading.Event, log: logging.Logger, aggregation: AggregationPlan | None) -> int:
+def train_run(
+    conf: TrainerConfig,
+    stop: threading.Event,
+    log: logging.Logger,
+    aggregation: AggregationPlan | None = None,
+    on_progress: Callable[[dict[str, float]], None] | None = None,
+) -> dict[str, Any]:
+    """One training run to its end (a finite source's end, or `stop`): the summary rank 0
+    reports (other ranks: {}). on_progress gets every progress record (boundless.api's bar)."""
     check_source(conf)
     schema = load_schema(conf)
     guarded = daemon.guard(conf, conf.host)  # its identity for the PS channels; it serves health only
@@ -395,7 +403,7 @@ def _train(conf: TrainerConfig, stop: threading.Event, log: logging.Logger, aggr
         max_bad_fraction=conf.input.max_bad_fraction,
         export_drain=conf.export.export_drain,
     )
-    progress_log = ProgressLog(conf.progress.curve_out if lead else None, count_samples=world > 1)
+    progress_log = ProgressLog(conf.progress.curve_out if lead else None, count_samples=world > 1, on_record=on_progress)
     if lead or conf.ready_file:  # a local rank other than 0 has none to write and prints none
         daemon.write_ready_file(conf.ready_file, grpc_port=grpc_port, metrics_port=metrics_port)
     trainer = Trainer(
@@ -415,7 +423,7 @@ def _train(conf: TrainerConfig, stop: threading.Event, log: logging.Logger, aggr
             group.close()
             if served is not None:
                 served.stop(grace_s=1)
-            return 0
+            return {}
     elapsed_s, bad_lines, exports = trainer.elapsed_s, trainer.bad_lines, trainer.exports
     first_bad, read_schema = trainer.reader.first_bad, trainer.reader.schema or schema
     result["held_out_samples"] = float(sum(len(b) for b in trainer.held_out))
@@ -477,4 +485,4 @@ def _train(conf: TrainerConfig, stop: threading.Event, log: logging.Logger, aggr
         raise BadInput(message(conf.input.source, int(bad_lines), good, first_bad, read_schema))
     if good == 0 and not conf.input.follows() and not stop.is_set():
         raise BadInput(f"--source {conf.input.source}: no sample line came (an empty file or stream)")
-    return 0
+    return result

@@ -159,6 +159,15 @@ def _construct(cls: type[T], values: dict[str, Any], prefix: str = "", top: bool
     return conf
 
 
+def from_settings(cls: type[T], settings_: dict[str, Any], where: str) -> T:
+    """cls from flat setting names (the flags' names with underscores, as YAML takes
+    them), each checked and coerced as a flag would be, then validated: the one config a
+    Python caller builds (boundless.api) is the command line's. ConfigError names `where`."""
+    by_name = {leaf.name: leaf for leaf in settings(cls)}
+    values = _from_yaml(settings_, cls, "", by_name, where)
+    return _construct(cls, values)
+
+
 def to_flags(conf: Any) -> list[str]:
     """The command-line flags that build `conf` again (every setting that is not None), so
     a supervisor can start its workers with exactly its own config."""

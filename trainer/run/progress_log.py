@@ -7,17 +7,24 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from trainer import metrics
 
 
 class ProgressLog:
-    def __init__(self, curve_out: str | None = None, count_samples: bool = False) -> None:
+    def __init__(
+        self,
+        curve_out: str | None = None,
+        count_samples: bool = False,
+        on_record: Callable[[dict[str, float]], None] | None = None,
+    ) -> None:
         self.path = Path(curve_out) if curve_out else None
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         self.count_samples = count_samples  # a coordinator counts its workers' samples here
+        self.on_record = on_record  # a listener (boundless.api's progress bar)
         self._samples = 0.0
         self._started = time.monotonic()
 
@@ -32,6 +39,8 @@ class ProgressLog:
         if self.count_samples and snap["samples"] > self._samples:
             metrics.SAMPLES.inc(snap["samples"] - self._samples)
             self._samples = snap["samples"]
+        if self.on_record is not None:
+            self.on_record(snap)
         if self.path is None:
             return
         line = {

@@ -1,0 +1,266 @@
+"""The Python API: what the command line does, from a notebook or a pipeline.
+
+    import boundless
+
+    summary = boundless.train(source="clicks.csv", model="fm", ps="local", k=8, label="clicked")
+    print(summary.samples, summary.progressive_logloss, summary.window_auc)
+
+    with boundless.local_platform(shards=2) as p:      # PS shards, model manager, serving
+        p.train(source="clicks.csv", model="ffm", label="clicked")
+        p.wait_published()
+        print(p.client.predict(items=[{"ad": "17"}], context={"user": "3"}).scores)
+        p.models.rollback()
+
+Settings are the trainer's own (one config type, `trainer.config.TrainerConfig`): every flag
+of `boundless train` by its name with underscores (`batch_size=4096` for `--batch-size`),
+checked and refused as the flag would be (ConfigError names the setting).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import signal
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from boundless.processes import Daemon, start
+from ctr.repository.versions import Policy, Repository
+from ctr.runtime import config as cfg
+from modelmgr.commands import actions
+from serving.client import PredictClient
+from trainer.config import TrainerConfig
+
+API_PROGRESS_INTERVAL_S = 1.0  # a bar in a notebook moves every second unless told otherwise
+
+
+@dataclass(frozen=True)
+class TrainingSummary:
+    """What one training run did: the figures `boundless train --metrics-out` writes, the
+    common ones typed; `metrics` holds them all."""
+
+    samples: int
+    examples_per_s: float
+    elapsed_s: float
+    progressive_logloss: float
+    window_auc: float
+    exports: int
+    device: str
+    wire_bytes_per_sample: float
+    metrics: dict[str, Any] = field(repr=False)
+
+    @classmethod
+    def of(cls, result: dict[str, Any]) -> TrainingSummary:
+        def num(key: str) -> float:
+            value = result.get(key, math.nan)
+            return float(value) if isinstance(value, int | float) else math.nan
+
+        return cls(
+            samples=int(result.get("samples", 0)),
+            examples_per_s=num("examples_per_s"),
+            elapsed_s=num("elapsed_s"),
+            progressive_logloss=num("progressive_logloss"),
+            window_auc=num("window_auc"),
+            exports=int(result.get("exports", 0)),
+            device=str(result.get("device", "")),
+            wire_bytes_per_sample=num("wire_bytes_per_sample"),
+            metrics=dict(result),
+        )
+
+
+class _Bar:
+    """A tqdm bar (tqdm.auto: a widget in a notebook, text in a terminal) fed by the
+    trainer's progress records: samples, examples/s and the window AUC."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.bar: Any = None
+        self._last = (time.monotonic(), 0.0)
+        if enabled:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(unit=" samples", unit_scale=True, dynamic_ncols=True)
+
+    def record(self, snap: dict[str, float]) -> None:
+        if self.bar is None:
+            return
+        samples = snap.get("samples", 0.0)
+        now = time.monotonic()
+        then, before = self._last
+        self._last = (now, samples)
+        self.bar.update(max(0, int(samples) - self.bar.n))
+        rate = (samples - before) / (now - then) if now > then else 0.0
+        self.bar.set_postfix({"ex/s": f"{rate:,.0f}", "window AUC": f"{snap.get('window_auc', math.nan):.4f}"})
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def trainer_config(source: str, model: str, ps: str, **settings: Any) -> TrainerConfig:
+    """The TrainerConfig of `boundless train --source SOURCE --model MODEL --ps PS --NAME VALUE...`."""
+    values = {"source": source, "model": model, "ps": ps, **settings}
+    values.setdefault("progress_interval_s", API_PROGRESS_INTERVAL_S)
+    return cfg.from_settings(TrainerConfig, values, "boundless.train")
+
+
+def train(source: str, model: str = "lr", ps: str = "local", *, progress: bool = True, **settings: Any) -> TrainingSummary:
+    """Trains `model` (lr, fm, ffm, wdl, deepfm) on `source` (a file, a folder, '-' for
+    stdin, kafka://HOST:PORT/TOPIC) with the parameter server `ps` ('local': shards in this
+    process; else their addresses, comma-separated), until a finite source ends or the
+    run is interrupted (Ctrl-C, or the notebook's stop button: the run stops at the next
+    batch and still returns its summary). `settings` are `boundless train`'s flags by name
+    (`k=8`, `batch_size=4096`, `export_dir="exports"`, `label="clicked"`...). progress: a
+    tqdm bar of samples, examples/s and the window AUC."""
+    from trainer.daemon import check_codecs, train_run
+
+    conf = trainer_config(source, model, ps, **settings)
+    check_codecs(conf)
+    log = logging.getLogger("trainer")
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=getattr(logging, conf.log_level.upper(), logging.INFO))
+    stop = threading.Event()
+    bar = _Bar(progress)
+    previous = None
+    if threading.current_thread() is threading.main_thread():  # signals reach the main thread only
+        previous = signal.signal(signal.SIGINT, lambda *_: stop.set())
+    try:
+        return TrainingSummary.of(train_run(conf, stop, log, on_progress=bar.record))
+    finally:
+        bar.close()
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+
+
+class Models:
+    """The served model's versions and its policy, on the repository: what `boundless
+    model list / pin / unpin / rollback` do."""
+
+    def __init__(self, repo: Repository) -> None:
+        self.repo = repo
+
+    def list(self) -> list[int]:
+        return self.repo.versions()
+
+    def policy(self) -> Policy:
+        return self.repo.policy()
+
+    def target(self) -> int | None:
+        """The version serving should load under the policy."""
+        return self.repo.target()
+
+    def pin(self, version: int, reason: str = "pinned from Python") -> Policy:
+        return actions.pin(self.repo, version, reason)
+
+    def unpin(self, reason: str = "unpinned from Python") -> Policy:
+        return actions.unpin(self.repo, reason)
+
+    def rollback(self, version: int | None = None, reason: str = "rollback from Python") -> Policy:
+        return actions.rollback(self.repo, version, reason)
+
+
+class LocalPlatform:
+    """What `boundless demo` starts, as processes on this machine: PS shards over gRPC, the
+    model manager (its quality gate included), and serving; their logs in `work_dir`."""
+
+    def __init__(self, shards: int = 2, work_dir: str | Path | None = None, model_name: str = "ctr") -> None:
+        self._tmp = None if work_dir is not None else tempfile.TemporaryDirectory(prefix="boundless-local-")
+        self.dir = Path(work_dir) if work_dir is not None else Path(self._tmp.name)  # type: ignore[union-attr]
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.model_name = model_name
+        self.exports = self.dir / "exports"
+        self.repo = Repository(self.dir / "repo", model_name)
+        self.daemons: list[Daemon] = []
+        self.shards: list[Daemon] = []
+        self._client: PredictClient | None = None
+        self.models = Models(self.repo)
+        try:
+            self._start(shards)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self, count: int) -> None:
+        d = self.dir
+        self.shards = [
+            start(
+                f"ps{i}",
+                ["ps", "--shard-index", str(i), "--shard-count", str(count), "--data-dir", str(d / f"ps{i}")]
+                + ["--export-root", str(self.exports)],
+                d,
+            )
+            for i in range(count)
+        ]
+        self.daemons += self.shards
+        self.serving = start("serving", ["serve", "--repo", str(d / "repo"), "--model-name", self.model_name], d)
+        self.daemons.append(self.serving)
+        self.serving.wait_ready()
+        watch = ["model", "watch", "--exports", str(self.exports), "--repo", str(d / "repo")]
+        self.manager = start("modelmgr", [*watch, "--model-name", self.model_name, "--notify", self.serving.address], d)
+        self.daemons.append(self.manager)
+        for x in self.daemons:
+            x.wait_ready()
+
+    @property
+    def ps(self) -> str:
+        """The shards' addresses, as `--ps` takes them."""
+        return ",".join(s.address for s in self.shards)
+
+    def train(self, source: str, model: str = "lr", *, progress: bool = True, **settings: Any) -> TrainingSummary:
+        """boundless.train against these shards, exporting where the manager watches."""
+        settings.setdefault("export_dir", str(self.exports))
+        settings.setdefault("model_name", self.model_name)
+        return train(source, model, self.ps, progress=progress, **settings)
+
+    def wait_published(self, after: int = 0, timeout: float = 120.0) -> int:
+        """Waits until the policy names a version above `after` and serving scores with it;
+        returns it (the manager publishes what its quality gate passes: an export it
+        rejects never comes, and this times out naming the logs)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            target = self.repo.target()
+            if target is not None and target > after:
+                try:
+                    status = self.client.status()
+                    if status.version == target:
+                        return int(target)
+                except Exception:  # noqa: BLE001 - not serving yet: asked again until the deadline
+                    pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no version served within {timeout:.0f} s (logs in {self.dir})")
+            for x in self.daemons:
+                x.check()
+            time.sleep(0.2)
+
+    @property
+    def client(self) -> PredictClient:
+        if self._client is None:
+            self._client = PredictClient(self.serving.address, self.model_name)
+        return self._client
+
+    def stop(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+        for x in reversed(self.daemons):
+            x.stop()
+        self.daemons = []
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+
+@contextmanager
+def local_platform(shards: int = 2, work_dir: str | Path | None = None, model_name: str = "ctr") -> Iterator[LocalPlatform]:
+    """A LocalPlatform for a `with` block, stopped at its end (its folder removed unless
+    `work_dir` was given)."""
+    platform = LocalPlatform(shards, work_dir, model_name)
+    try:
+        yield platform
+    finally:
+        platform.stop()

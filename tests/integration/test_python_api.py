@@ -1,0 +1,61 @@
+"""The Python API: boundless.train trains as `boundless train` does with the same settings
+(the same progressive logloss, to the last bit), refuses a bad setting by its name, and
+local_platform starts the platform, trains against its shards, serves and scores, and
+rolls back."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import boundless
+from ctr.runtime.config import ConfigError
+
+
+def test_train_from_python_equals_the_command_line(data_dir: Path, tmp_path: Path) -> None:
+    source = data_dir / "frappe/frappe.test.libfm"
+    out = tmp_path / "cli.json"
+    cmd = [sys.executable, "-m", "boundless", "train", "--source", str(source), "--model", "fm", "--k", "4"]
+    cmd += ["--ps", "local", "--batch-size", "1024", "--metrics-port", "-1", "--metrics-out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    cli = json.loads(out.read_text())
+    summary = boundless.train(str(source), "fm", "local", k=4, batch_size=1024, metrics_port=-1, progress=True)
+    assert isinstance(summary, boundless.TrainingSummary)
+    assert summary.samples == cli["samples"] > 20_000
+    assert summary.progressive_logloss == cli["progressive_logloss"]
+    assert summary.window_auc == cli["window_auc"] and 0.8 < summary.window_auc < 1.0
+    assert "batch_size=4096" in (boundless.train.__doc__ or "")  # help(boundless.train) tells the settings
+
+
+def test_a_bad_setting_is_refused_by_its_name() -> None:
+    with pytest.raises(ConfigError, match="batch_sise"):
+        boundless.train("x.tsv", "lr", "local", batch_sise=10)
+    with pytest.raises(ConfigError, match="batch_size.*'many' is not a valid int"):
+        boundless.train("x.tsv", "lr", "local", batch_size="many")
+
+
+def test_local_platform_trains_serves_scores_and_rolls_back(data_dir: Path, tmp_path: Path) -> None:
+    lines = (data_dir / "frappe/frappe.validation.libfm").read_text().splitlines()
+    first, second = tmp_path / "a.libfm", tmp_path / "b.libfm"
+    first.write_text("\n".join(lines[:12_000]) + "\n")
+    second.write_text("\n".join(lines[12_000:24_000]) + "\n")
+    with boundless.local_platform(shards=2, work_dir=tmp_path / "platform") as p:
+        one = p.train(str(first), "lr", progress=False, metrics_port=-1)
+        assert one.samples > 5_000 and one.exports >= 1
+        v1 = p.wait_published()
+        two = p.train(str(second), "lr", progress=False, metrics_port=-1)
+        assert two.samples > 5_000
+        v2 = p.wait_published(after=v1)
+        assert v2 > v1 and v1 in p.models.list()
+        got = p.client.predict([{"1": "5"}, {"1": "6"}, {"1": "7"}], {"0": "3"})
+        assert got.version == v2 and got.scores.shape == (3,) and np.all((got.scores > 0) & (got.scores < 1))
+        p.models.rollback(v1)
+        assert p.models.target() == v1
+        assert p.wait_published() == v1
+        assert p.client.predict([{"1": "5"}], {"0": "3"}).version == v1
