@@ -35,7 +35,7 @@ from ctr.repository.versions import Policy, Repository
 from ctr.runtime import config as cfg
 from modelmgr.commands import actions
 from serving.client import PredictClient
-from trainer.config import TrainerConfig
+from trainer.api import TrainerConfig, run_training
 
 API_PROGRESS_INTERVAL_S = 1.0  # a bar in a notebook moves every second unless told otherwise
 
@@ -117,11 +117,7 @@ def train(source: str, model: str = "lr", ps: str = "local", *, progress: bool =
     batch and still returns its summary). `settings` are `boundless train`'s flags by name
     (`k=8`, `batch_size=4096`, `export_dir="exports"`, `label="clicked"`...). progress: a
     tqdm bar of samples, examples/s and the window AUC."""
-    from trainer.daemon import check_codecs, train_run
-
     conf = trainer_config(source, model, ps, **settings)
-    check_codecs(conf)
-    log = logging.getLogger("trainer")
     if not logging.getLogger().handlers:
         logging.basicConfig(level=getattr(logging, conf.log_level.upper(), logging.INFO))
     stop = threading.Event()
@@ -130,7 +126,7 @@ def train(source: str, model: str = "lr", ps: str = "local", *, progress: bool =
     if threading.current_thread() is threading.main_thread():  # signals reach the main thread only
         previous = signal.signal(signal.SIGINT, lambda *_: stop.set())
     try:
-        return TrainingSummary.of(train_run(conf, stop, log, on_progress=bar.record))
+        return TrainingSummary.of(run_training(conf, stop, bar.record))
     finally:
         bar.close()
         if previous is not None:

@@ -153,6 +153,8 @@ class ModelStatusResponse(_message.Message):
     MODEL_TYPE_FIELD_NUMBER: _builtins.int
     FIELDS_FIELD_NUMBER: _builtins.int
     TRANSFORM_FIELD_NUMBER: _builtins.int
+    LOAD_ERROR_FIELD_NUMBER: _builtins.int
+    SERVED_FIELD_NUMBER: _builtins.int
     model: _builtins.str
     version: _builtins.int
     base_version: _builtins.int
@@ -162,6 +164,8 @@ class ModelStatusResponse(_message.Message):
     """unix seconds"""
     model_type: _builtins.str
     """lr, fm, ffm, wdl or deepfm"""
+    load_error: _builtins.str
+    """why the last version tried was not loaded ("": it loaded), e.g. over the memory budget"""
     @_builtins.property
     def fields(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """the model's field list: a feature of field fields[i] has index i"""
@@ -169,6 +173,10 @@ class ModelStatusResponse(_message.Message):
     @_builtins.property
     def transform(self) -> Global___FeatureTransform:
         """how raw values became the features the model trained on"""
+
+    @_builtins.property
+    def served(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """every model this server serves (serve --models)"""
 
     def __init__(
         self,
@@ -182,10 +190,12 @@ class ModelStatusResponse(_message.Message):
         model_type: _builtins.str = ...,
         fields: _abc.Iterable[_builtins.str] | None = ...,
         transform: Global___FeatureTransform | None = ...,
+        load_error: _builtins.str = ...,
+        served: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["transform", b"transform"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["base_version", b"base_version", "fields", b"fields", "keys", b"keys", "loaded_at", b"loaded_at", "model", b"model", "model_type", b"model_type", "policy", b"policy", "transform", b"transform", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["base_version", b"base_version", "fields", b"fields", "keys", b"keys", "load_error", b"load_error", "loaded_at", b"loaded_at", "model", b"model", "model_type", b"model_type", "policy", b"policy", "served", b"served", "transform", b"transform", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -22,7 +22,18 @@ class DnnBatching:
 
 
 HELP_GROUPS: dict[str, tuple[str, ...]] = {
-    "essential": ("repo", "model_name", "host", "port", "rest_port", "metrics_port", "processes", "strict_features"),
+    "essential": (
+        "repo",
+        "model_name",
+        "models",
+        "model_memory_mb",
+        "host",
+        "port",
+        "rest_port",
+        "metrics_port",
+        "processes",
+        "strict_features",
+    ),
     "sharded serving": ("shard_index", "shard_count", "router", "shard_replicas", "fanout_deadline_ms", "hedge_min_ms"),
     "scoring": ("score_threads", "score_spin_us", "dnn_batching", "dnn_batch_wait_ms", "dnn_batch_items", "dnn_cuda_graphs"),
     "limits": ("max_concurrent", "max_request_mb", "max_items"),
@@ -39,6 +50,19 @@ HELP_EXAMPLES = """\
 class ServingConfig(ServerConfig):
     repo: str = field(default="repo", metadata={"help": "model repository folder"})
     model_name: str = field(default="ctr", metadata={"help": "the served model's name in the repository"})
+    models: str = field(
+        default="",
+        metadata={
+            "help": "serve several models of the repository: names, comma-separated, or 'all' (the models it holds at"
+            " start); a request names its model. Empty: --model-name alone"
+        },
+    )
+    model_memory_mb: float = field(
+        default=0.0,
+        metadata={
+            "help": "each model's budget: a version whose files take more is not loaded, and ModelStatus says why (0: none)"
+        },
+    )
     poll_s: float = field(default=0.5, metadata={"help": "seconds between policy checks"})
     rest_port: int = field(
         default=-1,
@@ -114,6 +138,10 @@ class ServingConfig(ServerConfig):
             raise ConfigError(f"--dnn-batching {self.dnn_batching!r}: expected auto, on or off")
         if not -1 <= self.rest_port <= 65535:
             raise ConfigError(f"--rest-port {self.rest_port}: must be 0..65535, or -1 (none)")
+        if self.models and (self.router or self.shard_count > 1):
+            raise ConfigError("--models serves whole models; sharded serving (--router, --shard-count) takes one --model-name")
+        if self.model_memory_mb < 0:
+            raise ConfigError(f"--model-memory-mb {self.model_memory_mb}: must be >= 0 (0: no budget)")
         if self.processes < 0:
             raise ConfigError(f"--processes {self.processes}: must be >= 0 (0: one per core)")
         if self.score_threads < 0:

@@ -13,6 +13,7 @@ from ctr.repository.versions import Repository
 from ctr.runtime import config as cfg
 from ctr.runtime import daemon
 from ctr.runtime.auth import service_policy
+from ctr.runtime.config import ConfigError
 from protos import predict_pb2, predict_pb2_grpc
 from serving import metrics
 from serving.config import HELP_EXAMPLES, HELP_GROUPS, DnnBatching, ServingConfig
@@ -34,6 +35,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     cfg.add_arguments(parser, ServingConfig, HELP_GROUPS, HELP_EXAMPLES)
 
 
+def model_names(conf: ServingConfig) -> list[str]:
+    """The models to serve: --models (names, or 'all' the repository holds now), else --model-name."""
+    if not conf.models:
+        return [conf.model_name]
+    if conf.models.strip() == "all":
+        found = Repository.models_in(conf.repo)
+        if not found:
+            raise ConfigError(f"--models all: the repository {conf.repo} holds no model yet; name them")
+        return found
+    names = [n.strip() for n in conf.models.split(",") if n.strip()]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"--models {conf.models}: a model is named twice")
+    return names
+
+
+def copies_root(conf: ServingConfig) -> Path | None:
+    return Path(conf.copies_dir) if conf.copies_dir else None
+
+
 def run(args: argparse.Namespace) -> int:
     conf = cfg.build(ServingConfig, ENV_PREFIX, args)
     if process_count(conf) > 1:
@@ -52,38 +72,59 @@ def run(args: argparse.Namespace) -> int:
         else None
     )
     batching = DnnBatching(conf.dnn_batching, conf.dnn_batch_wait_ms / 1e3, conf.dnn_batch_items, conf.dnn_cuda_graphs)
-    copies = LocalCopies(Path(conf.copies_dir) if conf.copies_dir else None)  # after the checks: none left behind
-    watcher = ModelWatcher(Repository(conf.repo, conf.model_name), conf.poll_s, copies, splitter, part, batching)
+    names = model_names(conf)
+    budget = int(conf.model_memory_mb * (1 << 20))
+    watchers = {
+        # each model its own copies (a shared --copies-dir: a subfolder each), so one model's
+        # swaps never remove another's files
+        name: ModelWatcher(
+            Repository(conf.repo, name),
+            conf.poll_s,
+            LocalCopies(Path(conf.copies_dir) / name if conf.copies_dir and len(names) > 1 else copies_root(conf)),
+            splitter,
+            part,
+            batching,
+            budget,
+        )
+        for name in names
+    }
+    watcher = watchers[names[0]]
     metrics.IN_FLIGHT.set_function(lambda: splitter.in_flight)  # read when scraped
-    watcher.start()
+    for w in watchers.values():
+        w.start()
     router = Router(fanout, watcher) if fanout is not None else None
-    names = [predict_pb2.DESCRIPTOR.services_by_name["Predictor"].full_name]
+    services = [predict_pb2.DESCRIPTOR.services_by_name["Predictor"].full_name]
     if part not in (WHOLE, ROUTER):
-        names.append(predict_pb2.DESCRIPTOR.services_by_name["ShardScorer"].full_name)
+        services.append(predict_pb2.DESCRIPTOR.services_by_name["ShardScorer"].full_name)
 
-    servicer = PredictorServicer(watcher, conf.max_items, router, conf.strict_features)
+    servicer = PredictorServicer(watchers, conf.max_items, router, conf.strict_features)
 
     def register(s: grpc.Server) -> None:
         predict_pb2_grpc.add_PredictorServicer_to_server(servicer, s)
         if part not in (WHOLE, ROUTER):
             predict_pb2_grpc.add_ShardScorerServicer_to_server(ShardScorerServicer(watcher), s)
 
-    served = daemon.serve(conf, "serving", register, names, guarded, max_message_bytes=max_bytes)
+    served = daemon.serve(conf, "serving", register, services, guarded, max_message_bytes=max_bytes)
     port = served.port
     # the scoring services are ready once a (warmed) version serves: a readiness probe on
     # them keeps traffic away until then, while "" (liveness) says the process is up
     served.ready("")
-    watcher.on_switch = lambda: served.ready(*names)
-    if watcher.current is not None:  # it switched before on_switch was set
-        watcher.on_switch()
+
+    def on_switch() -> None:  # ready once every model serves a version or was refused one (its status says why)
+        if all(w.current is not None or w.last_error for w in watchers.values()):
+            served.ready(*services)
+
+    for w in watchers.values():
+        w.on_switch = on_switch
+    on_switch()  # they may have switched before on_switch was set
     metrics_port = daemon.metrics_server(conf.host, conf.metrics_port)
     rest, rest_port = None, -1
     if conf.rest_port >= 0:
-        front = RestFront(servicer, watcher, max_bytes, conf.max_concurrent, guarded["tokens"])
+        front = RestFront(servicer, max_bytes, conf.max_concurrent, guarded["tokens"])
         rest, rest_port = serve_rest(front, conf.host, conf.rest_port, guarded["identity"])
     log.info(
         "serving %s from %s on %s:%d (%s), REST on :%d, metrics on :%d",
-        conf.model_name,
+        ", ".join(names),
         conf.repo,
         conf.host,
         port,
@@ -98,7 +139,8 @@ def run(args: argparse.Namespace) -> int:
     daemon.wait_for_stop_signal()
     if rest is not None:
         rest.shutdown()
-    watcher.stop()
+    for w in watchers.values():
+        w.stop()
     served.stop(grace_s=2)
     splitter.close()
     if fanout is not None:

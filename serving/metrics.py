@@ -22,9 +22,14 @@ IN_FLIGHT = Gauge(
     "boundless_serving_requests_in_flight",
     "requests holding a model version now; they share the scoring threads (--score-threads)",
 )
-VERSION = Gauge("boundless_serving_model_version", "version being served")
-KEYS = Gauge("boundless_serving_model_keys", "keys in the served version")
-LOAD_FAILURES = Counter("boundless_serving_load_failures_total", "versions that failed to load")
+VERSION = Gauge("boundless_serving_model_version", "version being served", ["model"])
+KEYS = Gauge("boundless_serving_model_keys", "keys in the served version", ["model"])
+LOAD_FAILURES = Counter("boundless_serving_load_failures_total", "versions that failed to load", ["model"])
+REFUSED_VERSIONS = Counter(
+    "boundless_serving_versions_over_budget_total",
+    "versions not loaded because their files pass the model's memory budget (--model-memory-mb)",
+    ["model"],
+)
 HEDGED = Counter("boundless_serving_hedged_requests_total", "second requests the router sent to a slow shard's next replica")
 FANOUT_FAILURES = Counter("boundless_serving_fanout_failures_total", "router fan-outs that failed", ["code"])
 SHARD_SECONDS = Histogram(

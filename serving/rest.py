@@ -44,7 +44,6 @@ from ctr.runtime.security import Identity
 from protos import predict_pb2
 from serving.client.predict_client import RequestEncoder, Value
 from serving.loading.servable import ServableModel
-from serving.loading.watcher import ModelWatcher
 from serving.service import PredictorServicer
 
 log = logging.getLogger("serving.rest")
@@ -162,26 +161,24 @@ class RestFront:
     def __init__(
         self,
         servicer: PredictorServicer,
-        watcher: ModelWatcher,
         max_bytes: int,
         max_concurrent: int,
         tokens: Mapping[str, str] | None,
     ) -> None:
         self.servicer = servicer
-        self.watcher = watcher
         self.max_bytes = max_bytes
         self.slots = threading.BoundedSemaphore(max_concurrent)
         self.tokens = dict(tokens) if tokens is not None else None
-        self._encoders: dict[tuple[str, int], RequestEncoder] = {}
+        self._encoders: dict[str, tuple[int, RequestEncoder]] = {}  # model -> its version's encoder
         self._lock = threading.Lock()
 
     def encoder(self, model: ServableModel) -> RequestEncoder:
         """The served version's encoder (its transform and fields), made once per version."""
-        key = (model.name, model.version)
         with self._lock:
-            enc = self._encoders.get(key)
-            if enc is None:
-                self._encoders = {key: (enc := RequestEncoder(model.schema, list(model.spec.fields)))}
+            version, enc = self._encoders.get(model.name, (-1, None))
+            if enc is None or version != model.version:
+                enc = RequestEncoder(model.schema, list(model.spec.fields))
+                self._encoders[model.name] = (model.version, enc)
         return enc
 
     def check_token(self, header: str | None) -> None:
@@ -197,11 +194,9 @@ class RestFront:
 
     def predict(self, name: str, body: bytes) -> dict[str, Any]:
         parsed = parse_predict(body)
-        current = self.watcher.current
+        current = self.servicer.watcher_for(name, _Context()).current  # type: ignore[arg-type]
         if current is None:
-            raise Refused(HTTPStatus.SERVICE_UNAVAILABLE, "no model version is loaded yet")
-        if name != current.name:
-            raise Refused(HTTPStatus.NOT_FOUND, f"model: {name!r} is not served here (serving {current.name!r})")
+            raise Refused(HTTPStatus.SERVICE_UNAVAILABLE, f"no version of model {name!r} is loaded yet")
         encoder = self.encoder(current)
         if parsed.columns is not None:
             enc = encoder.encode_columns(parsed.columns, parsed.context_columns)
@@ -230,9 +225,9 @@ class RestFront:
         }
 
     def status(self, name: str) -> dict[str, Any]:
-        current = self.watcher.current
-        if current is None or name != current.name:
-            raise Refused(HTTPStatus.NOT_FOUND, f"model: {name!r} is not served here")
+        current = self.servicer.watcher_for(name, _Context()).current  # type: ignore[arg-type]
+        if current is None:
+            raise Refused(HTTPStatus.SERVICE_UNAVAILABLE, f"no version of model {name!r} is loaded yet")
         state = {"error_code": "OK", "error_message": ""}
         return {"model_version_status": [{"version": str(current.version), "state": "AVAILABLE", "status": state}]}
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 
 import grpc
 import numpy as np
@@ -21,23 +22,49 @@ from serving.sharded.router import Router
 
 class PredictorServicer(predict_pb2_grpc.PredictorServicer):
     def __init__(
-        self, watcher: ModelWatcher, max_items: int = 20000, router: Router | None = None, strict_features: bool = False
+        self,
+        watchers: ModelWatcher | Mapping[str, ModelWatcher],
+        max_items: int = 20000,
+        router: Router | None = None,
+        strict_features: bool = False,
     ) -> None:
-        self.watcher = watcher
+        # one watcher per model served (serve --models a,b): a request names its model
+        self.watchers = dict(watchers) if isinstance(watchers, Mapping) else {watchers.repo.model: watchers}
         self.max_items = max_items
         self.router = router  # sharded serving: the shards hold the rows
         self.strict_features = strict_features  # refuse every request that names a field the model lacks
 
+    def watcher_for(self, name: str, context: grpc.ServicerContext) -> ModelWatcher:
+        """The watcher of the model a call names; a call naming none goes to the one model
+        of a one-model server (NOT_FOUND for a model not served, INVALID_ARGUMENT for no
+        name where several are)."""
+        if name:
+            found = self.watchers.get(name)
+            if found is None:
+                served = ", ".join(map(repr, sorted(self.watchers)))
+                abort(context, grpc.StatusCode.NOT_FOUND, f"model: {name!r} is not served here (serving {served})")
+            return found
+        if len(self.watchers) == 1:
+            return next(iter(self.watchers.values()))
+        served = ", ".join(map(repr, sorted(self.watchers)))
+        abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"model: this server serves {served}: name the model")
+
     def Predict(self, request: predict_pb2.PredictRequest, context: grpc.ServicerContext) -> predict_pb2.PredictResponse:
         start = time.perf_counter()
-        with self.watcher.use() as model:  # the whole request uses this version
-            return self._predict(request, context, model, start)
+        watcher = self.watcher_for(request.model, context)
+        with watcher.use() as model:  # the whole request uses this version
+            return self._predict(request, context, watcher, model, start)
 
     def _predict(
-        self, request: predict_pb2.PredictRequest, context: grpc.ServicerContext, model: ServableModel | None, start: float
+        self,
+        request: predict_pb2.PredictRequest,
+        context: grpc.ServicerContext,
+        watcher: ModelWatcher,
+        model: ServableModel | None,
+        start: float,
     ) -> predict_pb2.PredictResponse:
         if model is None:
-            abort(context, grpc.StatusCode.UNAVAILABLE, "no model version is loaded yet")
+            abort(context, grpc.StatusCode.UNAVAILABLE, f"no version of model {watcher.repo.model!r} is loaded yet")
         if request.item_count > self.max_items:
             abort(
                 context,
@@ -79,7 +106,7 @@ class PredictorServicer(predict_pb2_grpc.PredictorServicer):
                 abort(context, e.code, f"Predict: {e}")
         else:
             scores = model.score(req)
-            self.watcher.remember(req)  # the router holds no rows to warm
+            watcher.remember(req)  # the router holds no rows to warm
         if not np.isfinite(scores).all():  # never an OK answer with NaN scores
             abort(context, grpc.StatusCode.INTERNAL, f"version {version} gave a non-finite score")
         metrics.REQUESTS.labels("OK").inc()
@@ -90,26 +117,35 @@ class PredictorServicer(predict_pb2_grpc.PredictorServicer):
         )
 
     def Refresh(self, request: predict_pb2.RefreshRequest, context: grpc.ServicerContext) -> predict_pb2.RefreshResponse:
-        self.watcher.wake()
-        current = self.watcher.current
+        if not request.model and len(self.watchers) > 1:  # the manager of one model says its repository changed
+            for w in self.watchers.values():
+                w.wake()
+            return predict_pb2.RefreshResponse(version=0)
+        watcher = self.watcher_for(request.model, context)
+        watcher.wake()
+        current = watcher.current
         return predict_pb2.RefreshResponse(version=current.version if current is not None else 0)
 
     def ModelStatus(
         self, request: predict_pb2.ModelStatusRequest, context: grpc.ServicerContext
     ) -> predict_pb2.ModelStatusResponse:
-        model = self.watcher.current
+        watcher = self.watcher_for(request.model, context)
+        model = watcher.current
         if model is None:
-            abort(context, grpc.StatusCode.UNAVAILABLE, "no model version is loaded yet")
+            why = f": {watcher.last_error}" if watcher.last_error else ""
+            abort(context, grpc.StatusCode.UNAVAILABLE, f"no version of model {watcher.repo.model!r} is loaded yet{why}")
         return predict_pb2.ModelStatusResponse(
             model=model.name,
             version=model.version,
             base_version=model.base_version,
-            policy=self.watcher.repo.policy().describe(),
+            policy=watcher.repo.policy().describe(),
             keys=model.keys,
             loaded_at=model.loaded_at,
             model_type=model.spec.type,
             fields=list(model.spec.fields),
             transform=transform_of(model.schema),
+            load_error=watcher.last_error,
+            served=sorted(self.watchers),
         )
 
 

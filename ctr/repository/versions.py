@@ -74,6 +74,12 @@ class Repository:
     def _key(self, *parts: str) -> str:
         return "/".join((self.model, *parts))
 
+    @staticmethod
+    def models_in(root: str | Path) -> list[str]:
+        """The models a repository holds: its folders that hold a published version."""
+        storage = open_storage(root)
+        return [m for m in storage.children("") if not m.startswith(".") and Repository(root, m).versions()]
+
     def versions(self) -> list[int]:
         """Published versions (folders with DONE), ascending; a broken one included."""
         out = []

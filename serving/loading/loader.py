@@ -14,6 +14,10 @@ from serving.loading.shard_part import WHOLE, ShardPart
 from serving.scoring.parallel import SERIAL, Splitter
 
 
+class OverBudget(ValueError):
+    """A version whose files would pass the model's memory budget: not loaded."""
+
+
 class VersionLoader:
     def __init__(
         self,
@@ -47,6 +51,21 @@ class VersionLoader:
         return load(
             version_dir, manifest, base_manifest, base_dir, chain, current, spare, self.splitter, self.part, self.batching
         )
+
+    def footprint(self) -> int:
+        """The bytes of every file the version is built from (its base and delta chain):
+        what its images, overlay and dense weights take once mapped and loaded."""
+        manifest = self.repo.manifest(self.version)
+        versions = [int(manifest["base_version"]), *(int(v) for v in manifest["delta_chain"])]
+        return sum(int(f["size"]) for v in versions for f in self.repo.manifest(v)["files"])
+
+    def check_budget(self, budget: int) -> None:
+        """Raises OverBudget when the version's files take more than `budget` bytes (0: none)."""
+        if budget > 0 and (size := self.footprint()) > budget:
+            raise OverBudget(
+                f"its files take {size / 2**20:.1f} MiB, above the model's budget of {budget / 2**20:.1f} MiB"
+                " (--model-memory-mb); not loaded"
+            )
 
     def check_links(self) -> None:
         """Each delta of the chain names its predecessor by the checksum of its manifest: a

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from ctr.repository.versions import Repository
 from serving import metrics
 from serving.config import DnnBatching
-from serving.loading.loader import VersionLoader
+from serving.loading.loader import OverBudget, VersionLoader
 from serving.loading.local_copies import LocalCopies
 from serving.loading.manager import Backoff, Idle, LoadState, failed, loaded, next_action
 from serving.loading.servable import NO_BATCHING, ServableModel
@@ -44,9 +44,12 @@ class ModelWatcher:
         splitter: Splitter = SERIAL,
         part: ShardPart = WHOLE,
         batching: DnnBatching = NO_BATCHING,
+        memory_budget: int = 0,
     ) -> None:
         self.repo = repo
         self.batching = batching
+        self.memory_budget = memory_budget  # bytes a version's files may take (0: no budget)
+        self.last_error = ""  # why the last version tried was not loaded (ModelStatus reports it)
         self.splitter = splitter
         self.part = part
         self.copies = copies or LocalCopies()
@@ -155,12 +158,16 @@ class ModelWatcher:
         if isinstance(action, Backoff):
             return
         try:
-            model = VersionLoader(self.repo, action.version, self.copies, self.splitter, self.part, self.batching).load(
-                self.current, self._spare()
-            )
+            loader = VersionLoader(self.repo, action.version, self.copies, self.splitter, self.part, self.batching)
+            loader.check_budget(self.memory_budget)
+            model = loader.load(self.current, self._spare())
         except Exception as e:  # noqa: BLE001 - a damaged version must never stop serving the current one
             delay = failed(self._state, action.version, action.failures, time.monotonic(), self.poll_s)
-            metrics.LOAD_FAILURES.inc()
+            metrics.LOAD_FAILURES.labels(self.repo.model).inc()
+            if isinstance(e, OverBudget):
+                metrics.REFUSED_VERSIONS.labels(self.repo.model).inc()
+            self.last_error = f"version {action.version}: {e}"
+            self.on_switch()  # readiness counts a model that cannot load as settled, not loading
             log.error(
                 "cannot load version %d: %s; still serving %s, trying again in %.0f s",
                 action.version,
@@ -191,8 +198,9 @@ class ModelWatcher:
         self._retired = previous
         self.on_switch()
         self.copies.keep_only({model.base_version, *model.chain})
-        metrics.VERSION.set(model.version)
-        metrics.KEYS.set(model.keys)
+        metrics.VERSION.labels(model.name).set(model.version)
+        metrics.KEYS.labels(model.name).set(model.keys)
+        self.last_error = ""
         log.info(
             "serving %s version %d (base %d, %d deltas, %d keys)%s",
             model.name,

@@ -22,8 +22,8 @@ PUBLIC = {
     # ps.config: the trainer's in-process shards take the shard daemon's row-lifecycle section
     "ps": ("ps.api", "ps.client", "ps.compression", "ps.config"),
     "serving": ("serving.client", "serving.request", "serving.loading"),
-    "modelmgr": ("modelmgr.publish",),  # boundless warms the gate's kernels
-    "trainer": (),
+    "modelmgr": ("modelmgr.publish", "modelmgr.commands"),  # boundless warms the gate's kernels; its API pins and rolls back
+    "trainer": ("trainer.api",),  # boundless.api trains in process
 }
 # inside the shared layer: data and runtime at the bottom, the repository contract on top
 CTR_RANK = {"ctr.runtime": 0, "ctr.data": 0, "ctr.routing": 0, "ctr.format": 1, "ctr.model": 2, "ctr.repository": 3}
