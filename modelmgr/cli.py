@@ -44,6 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         ("rollback", "pin serving to VERSION (default: the version before the served one)"),
         ("pin", "pin serving to VERSION"),
         ("unpin", "follow the latest version again"),
+        ("label", "label VERSION as NAME: a canary (--share of routed requests) or a shadow (--shadow of live requests)"),
+        ("unlabel", "remove the label NAME"),
         ("gc", "retention: remove versions outside the newest full ones and their chains"),
         ("publish", "have the manager daemon publish READY exports now (needs --manager)"),
         ("show", "one version's manifest and quality evidence"),
@@ -63,6 +65,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         if name in ("rollback", "pin"):
             p.add_argument("version", type=int, nargs="?" if name == "rollback" else None)
             p.add_argument("--reason", default="", help="why, kept in the policy and shown by list")
+        if name in ("label", "unlabel"):
+            p.add_argument("label", help="the label's name (e.g. canary)")
+        if name == "label":
+            p.add_argument("version", type=int)
+            p.add_argument("--share", type=float, default=0.0, help="share of routed requests (by routing key) it scores")
+            p.add_argument("--shadow", type=float, default=0.0, help="share of live requests it also scores, off the path")
         if name == "publish":
             p.add_argument("export_id", nargs="?", default="", help="the export folder to report on (default: all READY)")
         if name in ("list", "show", "diff", "status", "gc"):
@@ -161,6 +169,14 @@ def run(args: argparse.Namespace) -> int:
             actions.unpin(repo)
         elif args.action == "rollback":
             actions.rollback(repo, args.version, args.reason or "rollback from the CLI")
+        elif args.action in ("label", "unlabel"):
+            if args.action == "label":
+                labels = repo.set_label(args.label, args.version, args.share, args.shadow)
+            else:
+                labels = repo.remove_label(args.label)
+            shown = ", ".join(f"{n}={e.version} (share {e.share:g}, shadow {e.shadow:g})" for n, e in labels.items())
+            print(f"{args.model_name}: labels {shown or 'none'}; stable is the policy's version ({repo.policy().describe()})")
+            return 0
     except RepositoryError as e:
         print(f"boundless model {args.action}: error: {e}")
         return 2

@@ -37,6 +37,7 @@ class PredictRequest(_message.Message):
     UNKNOWN_FEATURES_FIELD_NUMBER: _builtins.int
     UNKNOWN_FIELDS_FIELD_NUMBER: _builtins.int
     STRICT_FIELD_NUMBER: _builtins.int
+    ROUTING_KEY_FIELD_NUMBER: _builtins.int
     model: _builtins.str
     item_count: _builtins.int
     dictionary: _builtins.bytes
@@ -63,6 +64,11 @@ class PredictRequest(_message.Message):
     refused with INVALID_ARGUMENT when `strict` (or serving's --strict-features) is set.
     """
     strict: _builtins.bool
+    routing_key: _builtins.str
+    """The key a traffic split routes by (a user id, say): a label with a share of routed
+    requests (ROUTING.json, `boundless model label`) takes the keys whose stable hash falls
+    in its share, so one key always meets one version. Empty: the stable version.
+    """
     @_builtins.property
     def unknown_fields(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """their names, the first few"""
@@ -82,10 +88,11 @@ class PredictRequest(_message.Message):
         unknown_features: _builtins.int = ...,
         unknown_fields: _abc.Iterable[_builtins.str] | None = ...,
         strict: _builtins.bool = ...,
+        routing_key: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["compression", b"compression", "context", b"context", "dictionary", b"dictionary", "fields", b"fields", "item_count", b"item_count", "items", b"items", "model", b"model", "strict", b"strict", "tokens", b"tokens", "unknown_features", b"unknown_features", "unknown_fields", b"unknown_fields", "values", b"values"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["compression", b"compression", "context", b"context", "dictionary", b"dictionary", "fields", b"fields", "item_count", b"item_count", "items", b"items", "model", b"model", "routing_key", b"routing_key", "strict", b"strict", "tokens", b"tokens", "unknown_features", b"unknown_features", "unknown_fields", b"unknown_fields", "values", b"values"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -99,10 +106,13 @@ class PredictResponse(_message.Message):
     MODEL_FIELD_NUMBER: _builtins.int
     VERSION_FIELD_NUMBER: _builtins.int
     UNKNOWN_FEATURES_FIELD_NUMBER: _builtins.int
+    LABEL_FIELD_NUMBER: _builtins.int
     model: _builtins.str
     version: _builtins.int
     unknown_features: _builtins.int
     """the request's features of fields the model does not have (dropped)"""
+    label: _builtins.str
+    """the version label that scored it: "stable" (the policy's version) or a canary's name"""
     @_builtins.property
     def scores(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]: ...
     def __init__(
@@ -112,10 +122,11 @@ class PredictResponse(_message.Message):
         model: _builtins.str = ...,
         version: _builtins.int = ...,
         unknown_features: _builtins.int = ...,
+        label: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["model", b"model", "scores", b"scores", "unknown_features", b"unknown_features", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["label", b"label", "model", b"model", "scores", b"scores", "unknown_features", b"unknown_features", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

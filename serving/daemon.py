@@ -23,6 +23,7 @@ from serving.loading.watcher import ModelWatcher
 from serving.process_group import process_count, run_group
 from serving.rest import RestFront, serve_rest
 from serving.scoring.parallel import Splitter
+from serving.scoring.shadow import ShadowScorer
 from serving.service import PredictorServicer
 from serving.sharded.fanout import FanOut, parse_shards
 from serving.sharded.router import Router
@@ -97,7 +98,8 @@ def run(args: argparse.Namespace) -> int:
     if part not in (WHOLE, ROUTER):
         services.append(predict_pb2.DESCRIPTOR.services_by_name["ShardScorer"].full_name)
 
-    servicer = PredictorServicer(watchers, conf.max_items, router, conf.strict_features)
+    shadow = ShadowScorer()
+    servicer = PredictorServicer(watchers, conf.max_items, router, conf.strict_features, shadow)
 
     def register(s: grpc.Server) -> None:
         predict_pb2_grpc.add_PredictorServicer_to_server(servicer, s)
@@ -142,6 +144,7 @@ def run(args: argparse.Namespace) -> int:
     for w in watchers.values():
         w.stop()
     served.stop(grace_s=2)
+    shadow.close()
     splitter.close()
     if fanout is not None:
         fanout.close()

@@ -18,6 +18,22 @@ LATENCY = Histogram(
     # objective reads from the buckets instead of between 2 and 5 ms
     buckets=(0.0005, 0.001, 0.0015, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.02, 0.05, 0.1, 0.5),
 )
+VERSION_LATENCY = Histogram(
+    "boundless_serving_version_predict_seconds",
+    "scoring time per model and version label (stable: the policy's version), live or as a shadow",
+    ["model", "label", "path"],
+    buckets=(0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.02, 0.05, 0.1, 0.5),
+)
+SHADOW_DIFF = Histogram(
+    "boundless_serving_shadow_score_difference",
+    "mean absolute difference between a shadow's scores and the live answer's, per request",
+    ["model", "label"],
+    buckets=(1e-6, 1e-5, 1e-4, 1e-3, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0),
+)
+SHADOW_DROPPED = Counter(
+    "boundless_serving_shadow_dropped_total", "shadow copies dropped: the queue was full", ["model", "label"]
+)
+SHADOW_FAILED = Counter("boundless_serving_shadow_failed_total", "shadow copies that failed to score", ["model", "label"])
 IN_FLIGHT = Gauge(
     "boundless_serving_requests_in_flight",
     "requests holding a model version now; they share the scoring threads (--score-threads)",

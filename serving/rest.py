@@ -101,6 +101,7 @@ class PredictBody:
     context: dict[str, Value]
     context_columns: dict[str, npt.NDArray[Any]]
     strict: bool
+    routing_key: str = ""
 
 
 def column_of(raw: Any, where: str, length: int | None) -> npt.NDArray[Any]:
@@ -126,7 +127,7 @@ def parse_predict(body: bytes) -> PredictBody:
         raise Refused(HTTPStatus.BAD_REQUEST, f"body: not JSON: {e}") from None
     if not isinstance(doc, dict):
         raise Refused(HTTPStatus.BAD_REQUEST, "body: expected an object with 'instances' or 'inputs'")
-    unknown = sorted(set(doc) - {"instances", "inputs", "context", "strict"})
+    unknown = sorted(set(doc) - {"instances", "inputs", "context", "strict", "routing_key"})
     if unknown:
         raise Refused(HTTPStatus.BAD_REQUEST, f"body: unknown key(s) {', '.join(map(repr, unknown))}")
     if ("instances" in doc) == ("inputs" in doc):
@@ -134,12 +135,15 @@ def parse_predict(body: bytes) -> PredictBody:
     strict = doc.get("strict", True)
     if not isinstance(strict, bool):
         raise Refused(HTTPStatus.BAD_REQUEST, "strict: expected true or false")
+    routing_key = doc.get("routing_key", "")
+    if not isinstance(routing_key, str | int):
+        raise Refused(HTTPStatus.BAD_REQUEST, "routing_key: expected a string or an integer")
     if "instances" in doc:
         instances = doc["instances"]
         if not isinstance(instances, list) or not instances:
             raise Refused(HTTPStatus.BAD_REQUEST, "instances: expected a non-empty list of objects")
         rows = [features_of(x, f"instances[{i}]") for i, x in enumerate(instances)]
-        return PredictBody(rows, None, features_of(doc.get("context") or {}, "context"), {}, strict)
+        return PredictBody(rows, None, features_of(doc.get("context") or {}, "context"), {}, strict, str(routing_key))
     inputs = doc["inputs"]
     if not isinstance(inputs, dict) or not inputs:
         raise Refused(HTTPStatus.BAD_REQUEST, "inputs: expected an object of columns, one value per item")
@@ -152,7 +156,7 @@ def parse_predict(body: bytes) -> PredictBody:
     context = {
         name: column_of(v if isinstance(v, list) else [v], f"context.{name}", None).reshape(-1) for name, v in raw_context.items()
     }
-    return PredictBody(None, columns, {}, context, strict)
+    return PredictBody(None, columns, {}, context, strict, str(routing_key))
 
 
 class RestFront:
@@ -215,12 +219,14 @@ class RestFront:
             unknown_features=enc.unknown_features,
             unknown_fields=list(enc.unknown_fields),
             strict=parsed.strict,
+            routing_key=parsed.routing_key,
         )
         reply = self.servicer.Predict(request, _Context())  # type: ignore[arg-type]
         return {
             "predictions": [float(s) for s in reply.scores],
             "model": reply.model,
             "model_version": reply.version,
+            "label": reply.label,
             "unknown_features": reply.unknown_features,
         }
 

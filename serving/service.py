@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Mapping
 
@@ -16,6 +17,7 @@ from serving.loading.shard_part import WHOLE
 from serving.loading.watcher import ModelWatcher
 from serving.metrics import abort
 from serving.request.encoding import EncodedRequest, EncodingError, decode, field_hash_ids
+from serving.scoring.shadow import ShadowScorer
 from serving.sharded.fanout import FanOutError
 from serving.sharded.router import Router
 
@@ -27,10 +29,13 @@ class PredictorServicer(predict_pb2_grpc.PredictorServicer):
         max_items: int = 20000,
         router: Router | None = None,
         strict_features: bool = False,
+        shadow: ShadowScorer | None = None,
     ) -> None:
         # one watcher per model served (serve --models a,b): a request names its model
         self.watchers = dict(watchers) if isinstance(watchers, Mapping) else {watchers.repo.model: watchers}
         self.max_items = max_items
+        self.shadow = shadow  # scores labelled versions' shadow copies off the request path
+        self._count = itertools.count()  # requests without a routing key take shadow shares by count
         self.router = router  # sharded serving: the shards hold the rows
         self.strict_features = strict_features  # refuse every request that names a field the model lacks
 
@@ -52,8 +57,8 @@ class PredictorServicer(predict_pb2_grpc.PredictorServicer):
     def Predict(self, request: predict_pb2.PredictRequest, context: grpc.ServicerContext) -> predict_pb2.PredictResponse:
         start = time.perf_counter()
         watcher = self.watcher_for(request.model, context)
-        with watcher.use() as model:  # the whole request uses this version
-            return self._predict(request, context, watcher, model, start)
+        with watcher.use_routed(request.routing_key) as (label, model):  # the whole request uses this version
+            return self._predict(request, context, watcher, model, start, label)
 
     def _predict(
         self,
@@ -62,6 +67,7 @@ class PredictorServicer(predict_pb2_grpc.PredictorServicer):
         watcher: ModelWatcher,
         model: ServableModel | None,
         start: float,
+        label: str = "stable",
     ) -> predict_pb2.PredictResponse:
         if model is None:
             abort(context, grpc.StatusCode.UNAVAILABLE, f"no version of model {watcher.repo.model!r} is loaded yet")
@@ -105,15 +111,21 @@ class PredictorServicer(predict_pb2_grpc.PredictorServicer):
                 metrics.FANOUT_FAILURES.labels(e.code.name).inc()
                 abort(context, e.code, f"Predict: {e}")
         else:
+            scored = time.perf_counter()
             scores = model.score(req)
+            metrics.VERSION_LATENCY.labels(model.name, label, "live").observe(time.perf_counter() - scored)
             watcher.remember(req)  # the router holds no rows to warm
+            if self.shadow is not None and watcher.labels:
+                for shadow_label, shadow_model in watcher.shadows(request.routing_key, next(self._count)):
+                    if shadow_model is not model:
+                        self.shadow.submit(model.name, shadow_label, shadow_model, req, scores)
         if not np.isfinite(scores).all():  # never an OK answer with NaN scores
             abort(context, grpc.StatusCode.INTERNAL, f"version {version} gave a non-finite score")
         metrics.REQUESTS.labels("OK").inc()
         metrics.ITEMS.inc(request.item_count)
         metrics.LATENCY.observe(time.perf_counter() - start)
         return predict_pb2.PredictResponse(
-            scores=scores.tolist(), model=model.name, version=version, unknown_features=request.unknown_features
+            scores=scores.tolist(), model=model.name, version=version, unknown_features=request.unknown_features, label=label
         )
 
     def Refresh(self, request: predict_pb2.RefreshRequest, context: grpc.ServicerContext) -> predict_pb2.RefreshResponse:

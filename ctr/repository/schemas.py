@@ -122,6 +122,25 @@ class VersionManifest(BaseModel):
         return self
 
 
+class LabelEntry(BaseModel):
+    """One version label of ROUTING.json: its version, the share of routed requests it takes
+    (by a stable hash of each request's routing key), and the share of live requests it
+    scores as a shadow (off the request path, recorded, never answered)."""
+
+    model_config = ConfigDict(extra="forbid")
+    version: int = Field(ge=1)
+    share: float = Field(default=0.0, ge=0.0, le=1.0)
+    shadow: float = Field(default=0.0, ge=0.0, le=1.0)
+
+
+class RoutingFile(BaseModel):
+    """ROUTING.json: version labels beside the policy (whose version is the stable one)."""
+
+    model_config = ConfigDict(extra="ignore")
+    labels: dict[str, LabelEntry] = Field(default_factory=dict)
+    set_at: float = 0.0
+
+
 class PolicyFile(BaseModel):
     """POLICY.json: which version serving follows."""
 

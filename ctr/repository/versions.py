@@ -23,10 +23,11 @@ from typing import Any
 
 from ctr.format import modelfile
 from ctr.repository import schemas
-from ctr.repository.schemas import CounterFile, PolicyFile, SchemaError, VersionManifest
+from ctr.repository.schemas import CounterFile, LabelEntry, PolicyFile, RoutingFile, SchemaError, VersionManifest
 from ctr.repository.storage import Storage, fsync_dir, open_storage
 
 POLICY_FILE = "POLICY.json"
+ROUTING_FILE = "ROUTING.json"  # version labels: canaries by share of routing keys, shadows
 COUNTER_FILE = "COUNTER.json"
 DONE = "DONE"
 MANIFEST = "manifest.json"
@@ -196,6 +197,41 @@ class Repository:
             raise RepositoryError(f"unknown policy mode {policy.mode!r}")
         body = PolicyFile(mode=policy.mode, version=policy.version, set_at=time.time(), reason=policy.reason)  # type: ignore[arg-type]
         self._write_json(POLICY_FILE, schemas.dump(body))
+
+    def routing(self) -> dict[str, LabelEntry]:
+        """The version labels (ROUTING.json): none when the file is absent or unreadable."""
+        raw = self._read(ROUTING_FILE)
+        if raw is None:
+            return {}
+        try:
+            return schemas.parse(RoutingFile, raw, f"{self.storage.url}/{self._key(ROUTING_FILE)}").labels
+        except SchemaError as e:
+            log.warning("%s; no version labels", e)
+            return {}
+
+    def set_label(self, label: str, version: int, share: float = 0.0, shadow: float = 0.0) -> dict[str, LabelEntry]:
+        """Labels a published, unbroken version; the shares of all labels add up to at most 1
+        (the rest of the routed requests go to the policy's version)."""
+        if not label or not label.replace("-", "").replace("_", "").isalnum() or label == "stable":
+            raise RepositoryError(f"label {label!r}: letters, digits, - and _ ('stable' is the policy's version)")
+        if version not in self.versions():
+            raise RepositoryError(f"cannot label {self.model} version {version}: no such published version")
+        why = self.broken(version)
+        if why is not None:
+            raise RepositoryError(f"cannot label {self.model} version {version}: {why}")
+        labels = {**self.routing(), label: LabelEntry(version=version, share=share, shadow=shadow)}
+        if sum(e.share for e in labels.values()) > 1.0 + 1e-9:
+            raise RepositoryError(f"label {label}: the labels' shares would add up to more than 1")
+        self._write_json(ROUTING_FILE, schemas.dump(RoutingFile(labels=labels, set_at=time.time())))
+        return labels
+
+    def remove_label(self, label: str) -> dict[str, LabelEntry]:
+        labels = self.routing()
+        if label not in labels:
+            raise RepositoryError(f"{self.model} has no label {label!r} (labels: {', '.join(labels) or 'none'})")
+        del labels[label]
+        self._write_json(ROUTING_FILE, schemas.dump(RoutingFile(labels=labels, set_at=time.time())))
+        return labels
 
     def target(self) -> int | None:
         """The version serving should load under the policy: the pinned one, else the newest

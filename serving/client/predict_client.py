@@ -44,6 +44,7 @@ class Prediction:
     model: str
     version: int
     unknown_features: int = 0  # features dropped: the model has no field of their name
+    label: str = "stable"  # the version label that scored it (a canary's name, or the policy's version)
 
 
 def schema_of(transform: predict_pb2.FeatureTransform) -> FeatureSchema:
@@ -270,17 +271,24 @@ class PredictClient:
                     raise
                 time.sleep(0.05)
 
-    def predict(self, items: Sequence[Mapping[str, Value]], context: Mapping[str, Value] | None = None) -> Prediction:
-        return self.predict_encoded(self.encoder.encode(items, context))
+    def predict(
+        self, items: Sequence[Mapping[str, Value]], context: Mapping[str, Value] | None = None, routing_key: str = ""
+    ) -> Prediction:
+        """routing_key: what a traffic split routes by (a user id): one key, one version label."""
+        return self.predict_encoded(self.encoder.encode(items, context), routing_key)
 
-    def predict_columns(self, items: Mapping[str, ColumnValues], context: Mapping[str, ColumnValues] | None = None) -> Prediction:
-        return self.predict_encoded(self.encoder.encode_columns(items, context))
+    def predict_columns(
+        self, items: Mapping[str, ColumnValues], context: Mapping[str, ColumnValues] | None = None, routing_key: str = ""
+    ) -> Prediction:
+        return self.predict_encoded(self.encoder.encode_columns(items, context), routing_key)
 
-    def predict_encoded(self, req: EncodedRequest) -> Prediction:
-        resp = self.stub.Predict(self.to_proto(req), timeout=self.timeout)
-        return Prediction(np.asarray(resp.scores, dtype=np.float32), resp.model, resp.version, resp.unknown_features)
+    def predict_encoded(self, req: EncodedRequest, routing_key: str = "") -> Prediction:
+        resp = self.stub.Predict(self.to_proto(req, routing_key), timeout=self.timeout)
+        return Prediction(
+            np.asarray(resp.scores, dtype=np.float32), resp.model, resp.version, resp.unknown_features, resp.label or "stable"
+        )
 
-    def to_proto(self, req: EncodedRequest) -> predict_pb2.PredictRequest:
+    def to_proto(self, req: EncodedRequest, routing_key: str = "") -> predict_pb2.PredictRequest:
         return predict_pb2.PredictRequest(
             model=self.model,
             item_count=req.item_count,
@@ -294,6 +302,7 @@ class PredictClient:
             unknown_features=req.unknown_features,
             unknown_fields=list(req.unknown_fields),
             strict=self.strict,
+            routing_key=routing_key,
         )
 
     def status(self) -> predict_pb2.ModelStatusResponse:

@@ -10,12 +10,14 @@ a growing delay (up to a minute) while the current version keeps serving."""
 from __future__ import annotations
 
 import collections
+import hashlib
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from ctr.repository.schemas import LabelEntry
 from ctr.repository.versions import Repository
 from serving import metrics
 from serving.config import DnnBatching
@@ -29,10 +31,30 @@ from serving.request.encoding import DecodedRequest
 from serving.scoring.parallel import SERIAL, Splitter
 
 WAITING_LOG_S = 30.0  # how often serving says it has no version yet
+LABEL_RETRY_S = 30.0  # how long a labelled version that failed to load waits before the next try
+STABLE = "stable"  # the label of the policy's version
 WARM_REQUESTS = 8  # recent requests a new version scores before it takes over
 SPARE_WAIT_S = 0.05  # how long a load waits for the last request on the retired version
 
 log = logging.getLogger("serving")
+
+
+def unit_of(key: str, salt: str = "") -> float:
+    """A stable number in [0, 1) for a key: the same in every process and after restarts."""
+    digest = hashlib.blake2b(f"{salt}\x00{key}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") / 2.0**64
+
+
+def route_of(key: str, labels: dict[str, LabelEntry]) -> str:
+    """The label a routing key goes to: labels take consecutive shares of [0, 1) in name
+    order; the rest is the stable version's."""
+    u = unit_of(key)
+    edge = 0.0
+    for label in sorted(labels):
+        edge += labels[label].share
+        if u < edge:
+            return label
+    return STABLE
 
 
 class ModelWatcher:
@@ -50,6 +72,9 @@ class ModelWatcher:
         self.batching = batching
         self.memory_budget = memory_budget  # bytes a version's files may take (0: no budget)
         self.last_error = ""  # why the last version tried was not loaded (ModelStatus reports it)
+        self.labels: dict[str, LabelEntry] = {}  # ROUTING.json as last read
+        self.labelled: dict[str, ServableModel] = {}  # label -> its loaded version
+        self._label_failed: dict[int, float] = {}  # version -> when its load failed (retried after LABEL_RETRY_S)
         self.splitter = splitter
         self.part = part
         self.copies = copies or LocalCopies()
@@ -94,25 +119,50 @@ class ModelWatcher:
         return warmed
 
     @contextmanager
-    def use(self) -> Iterator[ServableModel | None]:
-        """The current version, counted as in use until the block ends (a retired version's
-        overlay is reused only once no request holds it); the request counts as in flight
-        for the scoring threads (serving.scoring.parallel.Splitter.request)."""
+    def use(self, routing_key: str = "") -> Iterator[ServableModel | None]:
+        """The version a request scores with, counted as in use until the block ends (a
+        retired version's overlay is reused only once no request holds it); the request
+        counts as in flight for the scoring threads (serving.scoring.parallel.Splitter.request)."""
+        with self.use_routed(routing_key) as (_, model):
+            yield model
+
+    @contextmanager
+    def use_routed(self, routing_key: str = "") -> Iterator[tuple[str, ServableModel | None]]:
+        """use(), with the label that routed the request: a label's version when the key's
+        stable hash falls in its share (route_of), else "stable", the policy's version."""
         with self._use_lock:
-            model = self.current
+            label = route_of(routing_key, self.labels) if routing_key and self.labels else STABLE
+            model = self.labelled.get(label) if label != STABLE else None
+            if model is None:
+                label, model = STABLE, self.current
             if model is not None:
                 model.active += 1
         try:
             with self.splitter.request():
-                yield model
+                yield label, model
         finally:
             if model is not None:
                 with self._use_lock:
                     model.active -= 1
 
+    def shadows(self, routing_key: str, count: int) -> list[tuple[str, ServableModel]]:
+        """The labelled versions that also score this request off its path: each label with
+        a shadow share takes the requests whose key (or, without one, request count) falls
+        in it."""
+        out = []
+        for label, entry in self.labels.items():
+            model = self.labelled.get(label)
+            if entry.shadow > 0 and model is not None and unit_of(routing_key or str(count), label) < entry.shadow:
+                out.append((label, model))
+        return out
+
     def _spare(self) -> ServableModel | None:
-        """The retired version, once no request uses it (waits a little; None if it stays busy)."""
+        """The retired version, once no request uses it (waits a little; None if it stays busy
+        or a label still serves it: its overlay must not change under the label)."""
         retired = self._retired
+        if retired is not None and any(m is retired for m in self.labelled.values()):
+            self._retired = None
+            return None
         deadline = time.monotonic() + SPARE_WAIT_S
         while retired is not None and time.monotonic() < deadline:
             with self._use_lock:
@@ -149,6 +199,52 @@ class ModelWatcher:
                 log.exception("model refresh failed")
 
     def refresh(self) -> None:
+        """One look at the policy, then at the version labels."""
+        try:
+            self._refresh_policy()
+        finally:
+            self._refresh_labels()
+
+    def _refresh_labels(self) -> None:
+        """Loads the versions ROUTING.json labels (a label on the current version shares it),
+        drops the labels removed; a version that fails to load is retried after
+        LABEL_RETRY_S, and its label routes to the stable version meanwhile."""
+        labels = self.repo.routing()
+        if labels == self.labels and all(label in self.labelled for label in labels):
+            return
+        loaded: dict[str, ServableModel] = {}
+        for label, entry in labels.items():
+            have = self.labelled.get(label)
+            current = self.current
+            if have is not None and have.version == entry.version:
+                loaded[label] = have
+            elif current is not None and current.version == entry.version:
+                loaded[label] = current
+            elif time.monotonic() - self._label_failed.get(entry.version, -1e9) > LABEL_RETRY_S:
+                try:
+                    loader = VersionLoader(self.repo, entry.version, self.copies, self.splitter, self.part, self.batching)
+                    loader.check_budget(self.memory_budget)
+                    model = loader.load()
+                    self.warm(model)
+                    loaded[label] = model
+                    log.info("label %s: %s version %d loaded", label, self.repo.model, entry.version)
+                except Exception as e:  # noqa: BLE001 - a label that cannot load routes to the stable version
+                    self._label_failed[entry.version] = time.monotonic()
+                    log.error("label %s: cannot load %s version %d: %s", label, self.repo.model, entry.version, e)
+        with self._use_lock:
+            self.labels, self.labelled = labels, loaded
+        self.copies.keep_only(self._kept_versions())
+
+    def _kept_versions(self) -> set[int]:
+        """The versions whose copies serving still maps: the current and the labelled ones,
+        each with its base and delta chain."""
+        kept: set[int] = set()
+        for model in (self.current, *self.labelled.values()):
+            if model is not None:
+                kept |= {model.base_version, *model.chain}
+        return kept
+
+    def _refresh_policy(self) -> None:
         """One look: the Source (the policy's target), the Manager's ruling, its execution."""
         action = next_action(self._state, self.repo.target(), time.monotonic())
         if isinstance(action, Idle):
@@ -197,7 +293,7 @@ class ModelWatcher:
         loaded(self._state, model.version)
         self._retired = previous
         self.on_switch()
-        self.copies.keep_only({model.base_version, *model.chain})
+        self.copies.keep_only(self._kept_versions())
         metrics.VERSION.labels(model.name).set(model.version)
         metrics.KEYS.labels(model.name).set(model.keys)
         self.last_error = ""

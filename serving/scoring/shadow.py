@@ -1,0 +1,64 @@
+"""Shadow scoring: a labelled version scores a copy of live requests off the request path.
+
+The live answer never waits for it: the servicer hands the decoded request and its live
+scores to one background thread through a bounded queue, and a copy that finds the queue
+full is dropped and counted (a shadow must not take the cores the live path needs). The
+thread records, per model and label, the shadow's latency and how far its scores are from
+the live ones (mean absolute difference), which an operator or a gate reads before
+promoting the label.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from serving import metrics
+
+log = logging.getLogger("serving")
+QUEUE = 16  # copies waiting at most; more are dropped
+
+
+class ShadowScorer:
+    def __init__(self) -> None:
+        self._queue: queue.Queue[tuple[str, str, Any, Any, npt.NDArray[np.float32]] | None] = queue.Queue(QUEUE)
+        self._thread = threading.Thread(target=self._run, name="shadow", daemon=True)
+        self._thread.start()
+
+    def submit(self, model_name: str, label: str, model: Any, req: Any, live: npt.NDArray[np.float32]) -> bool:
+        """Queues a copy for `model` (a ServableModel); False (counted) when the queue is full."""
+        try:
+            self._queue.put_nowait((model_name, label, model, req, live))
+            return True
+        except queue.Full:
+            metrics.SHADOW_DROPPED.labels(model_name, label).inc()
+            return False
+
+    def _run(self) -> None:
+        while (job := self._queue.get()) is not None:
+            model_name, label, model, req, live = job
+            try:
+                start = time.perf_counter()
+                scores = model.score(req)
+                metrics.VERSION_LATENCY.labels(model_name, label, "shadow").observe(time.perf_counter() - start)
+                metrics.SHADOW_DIFF.labels(model_name, label).observe(float(np.mean(np.abs(scores - live))))
+            except Exception:  # noqa: BLE001 - a shadow's failure never touches live traffic
+                metrics.SHADOW_FAILED.labels(model_name, label).inc()
+                log.debug("shadow %s of %s failed", label, model_name, exc_info=True)
+            finally:
+                self._queue.task_done()
+
+    def drain(self, timeout: float = 10.0) -> None:
+        """Waits until the queued copies are scored (tests, shutdown)."""
+        deadline = time.monotonic() + timeout
+        while self._queue.unfinished_tasks and time.monotonic() < deadline:
+            time.sleep(0.005)
+
+    def close(self) -> None:
+        self._queue.put(None)

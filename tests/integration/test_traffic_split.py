@@ -1,0 +1,89 @@
+"""Version labels (`boundless model label`): a canary takes its share of routing keys, each
+key always meeting one version; a shadow scores copies of live requests off the request
+path and records its latency and score difference per label; unlabelling returns every key
+to the stable version."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import urllib.request
+
+import numpy as np
+
+from bench.serving_model import publish, requests, spec_for
+from boundless.processes import start
+from ctr.repository.versions import Policy, Repository
+from modelmgr.publish.evaluate import load_published
+from serving.client import PredictClient
+from serving.request.encoding import decode, field_hash_ids
+from tests.support import wait_until
+
+
+def _model(repo: Repository, *args: str) -> str:
+    cmd = [sys.executable, "-m", "boundless", "model", *args, "--repo", str(repo.root), "--model-name", repo.model]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+def _metric(address_port: int, name: str, **labels: str) -> float:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{address_port}/metrics", timeout=10).read().decode()
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_a_canary_takes_its_share_of_keys_and_a_shadow_scores_off_the_path(tmp_path):
+    spec = spec_for("fm", k=4, hidden=())
+    reqs = requests(2, seed=11, items=20)
+    repo = Repository(tmp_path / "repo", "ctr")
+    for v in (1, 2):
+        publish(repo, v, spec, reqs, keys=20_000, shards=2, seed=v)
+    hashes = field_hash_ids(tuple(spec.fields))
+    expected = {v: load_published(repo, v).score(decode(reqs[0], spec.field_count, hashes)) for v in (1, 2)}
+    repo.set_policy(Policy("pinned", 1))
+    assert "canary=2 (share 0.3" in _model(repo, "label", "canary", "2", "--share", "0.3")
+    serving = start("serving", ["serve", "--repo", str(repo.root), "--poll-s", "0.05"], tmp_path)
+    try:
+        serving.wait_ready()
+        client = PredictClient(serving.address)
+        client.wait_for_model()
+        wait_until("the canary loaded", lambda: any(client.predict_encoded(reqs[0], f"u{i}").version == 2 for i in range(50)))
+        seen: dict[str, tuple[str, int]] = {}
+        for _ in range(3):
+            for i in range(200):
+                got = client.predict_encoded(reqs[0], f"user-{i}")
+                assert np.allclose(got.scores, expected[got.version], atol=1e-5)
+                assert (got.label, got.version) in (("stable", 1), ("canary", 2))
+                assert seen.setdefault(f"user-{i}", (got.label, got.version)) == (got.label, got.version)  # one key, one version
+        share = sum(1 for label, _ in seen.values() if label == "canary") / len(seen)
+        assert 0.15 < share < 0.45, share
+        assert client.predict_encoded(reqs[0]).label == "stable"  # no key: the stable version
+
+        _model(repo, "unlabel", "canary")
+        _model(repo, "label", "shadow", "2", "--shadow", "1")
+        port = serving.ready["metrics_port"]
+
+        def shadowed() -> bool:
+            client.predict_encoded(reqs[0], "again")
+            return _metric(port, "boundless_serving_shadow_score_difference_count", label="shadow") >= 10
+
+        wait_until("shadow scores recorded", shadowed, 60)
+        for i in range(30):
+            got = client.predict_encoded(reqs[0], f"user-{i}")
+            assert got.label == "stable" and got.version == 1  # the shadow never answers
+            assert np.allclose(got.scores, expected[1], atol=1e-5)
+        diff_sum = _metric(port, "boundless_serving_shadow_score_difference_sum", label="shadow")
+        diff_count = _metric(port, "boundless_serving_shadow_score_difference_count", label="shadow")
+        assert abs(diff_sum / diff_count - float(np.mean(np.abs(expected[2] - expected[1])))) < 1e-4
+        assert _metric(port, "boundless_serving_version_predict_seconds_count", label="shadow", path="shadow") >= 10
+        live = {
+            label: _metric(port, "boundless_serving_version_predict_seconds_count", label=label, path="live")
+            for label in ("stable", "canary")
+        }
+        assert live["stable"] >= 300 and live["canary"] >= 60, live  # each label's own latency histogram
+    finally:
+        serving.stop()
