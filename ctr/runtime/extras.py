@@ -15,6 +15,7 @@ EXTRAS = {
     "boto3": ("s3", "S3 repositories"),
     "cryptography": ("tls", "certificates (boundless certs, expiry checks)"),
     "matplotlib": ("report", "boundless report's figures"),
+    "pyarrow": ("parquet", "Parquet sources"),
 }
 
 

@@ -22,6 +22,7 @@ from ctr.data.schema import FeatureSchema, detect_schema
 from trainer import metrics
 from trainer.input.batch_cache import BatchCache, CachedBatch, Recording
 from trainer.input.block_parser import BlockParser
+from trainer.input.parquet_text import ParquetText, header_of, is_parquet
 from trainer.input.source import Block, Position, Source, StreamSource
 
 log = logging.getLogger("trainer")
@@ -59,6 +60,7 @@ class BatchReader:
         self.bad_lines = 0
         self.first_bad: list[str] = []  # "file:line: reason" of the first bad lines, for the error a user sees
         self._parsers: dict[str, BlockParser] = {}
+        self._parquet: dict[str, ParquetText] = {}  # the Parquet file whose bad rows are being named
         # the unparsed lines of the current file: fewer than a batch, waiting for more
         self._held: Block | None = None
         self._header_next = False  # a detected csv format: the line detected is the header
@@ -82,6 +84,11 @@ class BatchReader:
             self._recording.bad.append((line, reason))
         self.bad_lines += 1
         metrics.BAD_LINES.inc()
+        told = len(self.first_bad) < FIRST_BAD_KEPT or self.bad_lines <= FIRST_BAD_LOGGED or self.bad_lines % LOG_EVERY == 0
+        if told and is_parquet(file):  # a row, not a line: (row group, row) of the file
+            if file not in self._parquet:
+                self._parquet = {file: ParquetText(file)}  # the file being read: one kept
+            reason = f"{self._parquet[file].where(line)}: {reason}"
         if len(self.first_bad) < FIRST_BAD_KEPT:
             self.first_bad.append(f"{file}:{line}: {reason}")
         # the first few, then one in LOG_EVERY: a file of another format is not a flood of warnings
@@ -121,6 +128,8 @@ class BatchReader:
                 rest = b"" if nl < 0 else block.data[nl + 1 :]
                 newlines = block.newlines - 1 if block.newlines > 0 and nl >= 0 else -1
                 block = Block(block.file, len(raw) + 1, block.line + 1, rest, block.final, newlines=newlines)
+            elif is_parquet(block.file):  # resumed inside a Parquet file: its column names
+                header = header_of(block.file)
             else:  # resumed inside the file: its first line is still its header
                 with open(block.file, encoding="utf-8", errors="replace") as fh:
                     header = fh.readline()

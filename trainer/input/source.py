@@ -1,4 +1,5 @@
-"""Sample sources: a file, a folder of rolling files (read as they grow), or stdin.
+"""Sample sources: a file, a folder of rolling files (read as they grow), or stdin; a
+Parquet file (`.parquet`) is read as the CSV text of its rows (trainer.input.parquet_text).
 
 The source hands over blocks of whole lines with the file, byte offset and line number of
 their start, so bad lines are reported as file:line and a checkpoint records exactly where
@@ -30,6 +31,7 @@ from typing import BinaryIO, Protocol
 import numpy as np
 
 from trainer.config import DEFAULT_IGNORE
+from trainer.input.parquet_text import ParquetText, is_parquet
 
 BLOCK_BYTES = 1 << 20
 FLOWING_POLL_S = 0.01  # the wait for more data while a stream flows
@@ -171,8 +173,11 @@ class StreamSource:
         while True:
             files = self._files() if Path(self.source).exists() else []
             if files and files[0].stat().st_size > 0:
-                with open(files[0], "rb") as fh:
-                    head = fh.read(max_bytes)
+                if is_parquet(str(files[0])):
+                    head = ParquetText(files[0]).read(max_bytes)
+                else:
+                    with open(files[0], "rb") as fh:
+                        head = fh.read(max_bytes)
                 text = head.decode("utf-8", errors="replace").splitlines()
                 return text[: max_lines if len(head) < max_bytes else max(0, min(max_lines, len(text) - 1))]
             if time.monotonic() >= deadline or self.stop():
@@ -232,7 +237,8 @@ class StreamSource:
                     continue
                 with fh:
                     ident = os.fstat(fh.fileno())
-                    if offset > ident.st_size:  # the checkpoint's file is shorter now: rewritten while down
+                    parquet = is_parquet(str(f))
+                    if offset > ident.st_size and not parquet:  # the checkpoint's file is shorter now: rewritten while down
                         log.error(
                             "%s holds %d bytes, fewer than the %d the checkpoint read: it was truncated or rewritten;"
                             " reading it from its start",
@@ -245,8 +251,18 @@ class StreamSource:
                         yield Block(str(f), 0, 0, b"", cached=True)
                         self._read_ids[ident.st_ino] = (str(f), _head(fh))
                         continue
-                    fh.seek(offset)
-                    finished = yield from self._read(fh, str(f), offset, line_no, last, max_line_bytes, block_bytes)
+                    if parquet:  # its text, rendered a row group at a time; whole once it is there
+                        try:
+                            text: BinaryIO = ParquetText(f)  # type: ignore[assignment]
+                        except Exception as e:  # noqa: BLE001 - a damaged file must not stop the stream
+                            log.error("%s: not a readable Parquet file (%s); skipped", f, e)
+                            self._read_ids[ident.st_ino] = (str(f), _head(fh))
+                            continue
+                        text.seek(offset)
+                        finished = yield from self._read(text, str(f), offset, line_no, lambda: True, max_line_bytes, block_bytes)
+                    else:
+                        fh.seek(offset)
+                        finished = yield from self._read(fh, str(f), offset, line_no, last, max_line_bytes, block_bytes)
                     if finished:
                         self._read_ids[ident.st_ino] = (str(f), _head(fh))
                 if finished:
@@ -332,7 +348,7 @@ class StreamSource:
                     partial = b""
                     skipping = True
                 continue
-            changed = None if name == "<stdin>" or not self.follow else self._changed(fh, name, offset)
+            changed = None if name == "<stdin>" or not self.follow or is_parquet(name) else self._changed(fh, name, offset)
             if changed == "truncated":  # copytruncate: the lines read stay trained, the new ones are read
                 log.error("%s was truncated below the %d bytes read (rewritten in place); read from the start", name, offset)
                 fh.seek(0)

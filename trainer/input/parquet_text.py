@@ -1,0 +1,140 @@
+"""A Parquet file read as the CSV text the trainer's parser takes (`--source x.parquet`, or
+`.parquet` files in a followed folder).
+
+Each row group is rendered by Arrow's C++ CSV writer (no Python per row) into lines of
+comma-separated values under one header line of the file's column names, so a Parquet file
+trains exactly as the CSV of the same values does: the same parser, feature transform,
+batches, bad-line accounting and exactly-once machinery. The stream position is a byte
+offset in that rendered text; it names one row (line n is row n - 1: the header is line 0's
+text), and `seek` renders row groups from the start until it reaches the offset, so a
+restart at a checkpoint cut takes up at the same row. Arrow renders a value the same way
+every time, so offsets mean the same after a restart.
+
+A string holding a comma, a quote or a line break cannot be one CSV field: it is written
+with those characters replaced by `_`, and counted and named (file, row group, column) in
+the log, as a malformed value. Nulls become empty fields (a missing feature, or a bad label).
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+from pathlib import Path
+from typing import Any
+
+from ctr.runtime.extras import require
+
+log = logging.getLogger("trainer")
+STRUCTURAL = r'[,"\r\n]'
+
+
+def is_parquet(name: str) -> bool:
+    return name.endswith(".parquet")
+
+
+class ParquetText(io.RawIOBase):
+    """The rendered text of one Parquet file, read forward from any offset."""
+
+    def __init__(self, path: str | Path) -> None:
+        require("pyarrow")
+        import pyarrow.parquet as pq
+
+        self.path = str(path)
+        self.file = pq.ParquetFile(self.path)
+        self.header = (",".join(self.file.schema_arrow.names) + "\n").encode()
+        self.malformed = 0  # values rewritten: they held a comma, quote or line break
+        self.failed_groups = 0  # row groups that could not be read
+        self._next_group = 0
+        self._buf = self.header  # text not read yet
+        self._at = 0  # the offset of _buf's first byte
+
+    @property
+    def row_groups(self) -> int:
+        return int(self.file.num_row_groups)
+
+    def rows_of(self, group: int) -> int:
+        return int(self.file.metadata.row_group(group).num_rows)
+
+    def where(self, line: int) -> str:
+        """Row group and row of a text line (1: the first row)."""
+        row = line - 1
+        for g in range(self.row_groups):
+            n = self.rows_of(g)
+            if row < n:
+                return f"row group {g}, row {row}"
+            row -= n
+        return f"line {line}"
+
+    def _render(self, group: int) -> bytes:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        import pyarrow.csv as pacsv
+
+        try:
+            table = self.file.read_row_group(group)
+        except Exception as e:  # noqa: BLE001 - a damaged row group is skipped, the rest trained
+            self.failed_groups += 1
+            log.error("%s: row group %d cannot be read (%s); skipped", self.path, group, e)
+            return b""
+        columns = []
+        for name, col in zip(table.column_names, table.columns, strict=True):
+            if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+                bad = pc.sum(pc.match_substring_regex(col, STRUCTURAL)).as_py() or 0
+                if bad:
+                    self.malformed += bad
+                    log.warning(
+                        "%s: row group %d, column %s: %d value(s) with a comma, quote or line break; written with _",
+                        self.path,
+                        group,
+                        name,
+                        bad,
+                    )
+                    col = pc.replace_substring_regex(col, STRUCTURAL, "_")
+            columns.append(col)
+        sink = io.BytesIO()
+        options = pacsv.WriteOptions(include_header=False, quoting_style="none")
+        pacsv.write_csv(pa.table(columns, names=table.column_names), sink, options)
+        return sink.getvalue()
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if whence != io.SEEK_SET:
+            raise io.UnsupportedOperation("ParquetText seeks from the start only")
+        self._next_group, self._buf, self._at = 0, self.header, 0
+        while self._at + len(self._buf) <= offset and self._next_group < self.row_groups:
+            self._at += len(self._buf)
+            self._buf = self._render(self._next_group)
+            self._next_group += 1
+        skip = min(len(self._buf), max(0, offset - self._at))
+        self._buf, self._at = self._buf[skip:], self._at + skip
+        return self._at
+
+    def tell(self) -> int:
+        return self._at
+
+    def read(self, size: int = -1) -> bytes:
+        while not self._buf and self._next_group < self.row_groups:
+            self._buf = self._render(self._next_group)
+            self._next_group += 1
+        n = len(self._buf) if size is None or size < 0 else size
+        out, self._buf = self._buf[:n], self._buf[n:]
+        self._at += len(out)
+        return out
+
+    def read1(self, size: int = -1) -> bytes:
+        return self.read(size)
+
+    def readinto(self, b: Any) -> int:
+        data = self.read(len(b))
+        b[: len(data)] = data
+        return len(data)
+
+
+def header_of(path: str) -> str:
+    """The header line of a Parquet file's text (its column names)."""
+    return ParquetText(path).header.decode()
