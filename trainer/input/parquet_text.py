@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import io
 import logging
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,15 @@ STRUCTURAL = r'[,"\r\n]'
 
 def is_parquet(name: str) -> bool:
     return name.endswith(".parquet")
+
+
+@dataclass(frozen=True)
+class _Ahead:
+    future: Future[bytes]
+    group: int
+
+    def result(self) -> bytes:
+        return self.future.result()
 
 
 class ParquetText(io.RawIOBase):
@@ -45,6 +56,8 @@ class ParquetText(io.RawIOBase):
         self.malformed = 0  # values rewritten: they held a comma, quote or line break
         self.failed_groups = 0  # row groups that could not be read
         self._next_group = 0
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="parquet")
+        self._ahead: _Ahead | None = None  # the next row group, rendering
         self._buf = self.header  # text not read yet
         self._at = 0  # the offset of _buf's first byte
 
@@ -76,6 +89,13 @@ class ParquetText(io.RawIOBase):
             self.failed_groups += 1
             log.error("%s: row group %d cannot be read (%s); skipped", self.path, group, e)
             return b""
+        options = pacsv.WriteOptions(include_header=False, quoting_style="none")
+        sink = io.BytesIO()
+        try:  # the usual case: no value needs quoting, and Arrow says so while it writes
+            pacsv.write_csv(table, sink, options)
+            return sink.getvalue()
+        except pa.ArrowInvalid:
+            pass  # some value holds a comma, quote or line break: found and rewritten below
         columns = []
         for name, col in zip(table.column_names, table.columns, strict=True):
             if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
@@ -92,9 +112,12 @@ class ParquetText(io.RawIOBase):
                     col = pc.replace_substring_regex(col, STRUCTURAL, "_")
             columns.append(col)
         sink = io.BytesIO()
-        options = pacsv.WriteOptions(include_header=False, quoting_style="none")
         pacsv.write_csv(pa.table(columns, names=table.column_names), sink, options)
         return sink.getvalue()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        super().close()
 
     def readable(self) -> bool:
         return True
@@ -117,10 +140,20 @@ class ParquetText(io.RawIOBase):
     def tell(self) -> int:
         return self._at
 
+    def _take_next(self) -> bytes:
+        """The next row group's text; the one after it renders meanwhile on a thread (Arrow
+        releases the GIL), so the parser of this one and the rendering of the next overlap."""
+        group = self._next_group
+        ahead, self._ahead = self._ahead, None
+        text = ahead.result() if ahead is not None and ahead.group == group else self._render(group)
+        self._next_group += 1
+        if self._next_group < self.row_groups:
+            self._ahead = _Ahead(self._pool.submit(self._render, self._next_group), self._next_group)
+        return text
+
     def read(self, size: int = -1) -> bytes:
         while not self._buf and self._next_group < self.row_groups:
-            self._buf = self._render(self._next_group)
-            self._next_group += 1
+            self._buf = self._take_next()
         n = len(self._buf) if size is None or size < 0 else size
         out, self._buf = self._buf[:n], self._buf[n:]
         self._at += len(out)
@@ -137,4 +170,5 @@ class ParquetText(io.RawIOBase):
 
 def header_of(path: str) -> str:
     """The header line of a Parquet file's text (its column names)."""
-    return ParquetText(path).header.decode()
+    with ParquetText(path) as text:
+        return text.header.decode()

@@ -174,7 +174,8 @@ class StreamSource:
             files = self._files() if Path(self.source).exists() else []
             if files and files[0].stat().st_size > 0:
                 if is_parquet(str(files[0])):
-                    head = ParquetText(files[0]).read(max_bytes)
+                    with ParquetText(files[0]) as rendered:
+                        head = rendered.read(max_bytes)
                 else:
                     with open(files[0], "rb") as fh:
                         head = fh.read(max_bytes)
@@ -258,8 +259,11 @@ class StreamSource:
                             log.error("%s: not a readable Parquet file (%s); skipped", f, e)
                             self._read_ids[ident.st_ino] = (str(f), _head(fh))
                             continue
-                        text.seek(offset)
-                        finished = yield from self._read(text, str(f), offset, line_no, lambda: True, max_line_bytes, block_bytes)
+                        with text:
+                            text.seek(offset)
+                            finished = yield from self._read(
+                                text, str(f), offset, line_no, lambda: True, max_line_bytes, block_bytes
+                            )
                     else:
                         fh.seek(offset)
                         finished = yield from self._read(fh, str(f), offset, line_no, last, max_line_bytes, block_bytes)

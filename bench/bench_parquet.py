@@ -1,0 +1,80 @@
+"""Parquet against CSV: the same rows (Avazu 10k repeated, every column a string) as a CSV
+file and as a Parquet file, trained by `boundless train --ps local` (LR, defaults), whole
+process, alternating --reps times; reports examples/s in the trainer and the whole
+process's seconds, medians, and checks both runs trained the same. Writes
+bench/results/parquet.json; asserts nothing about speed.
+
+    .venv/bin/python bench/bench_parquet.py [--repeat 40] [--reps 3] [--rows-per-group 65536]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.datasets import DATA  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(allow_abbrev=False)
+    ap.add_argument("--repeat", type=int, default=40)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--rows-per-group", type=int, default=65536)
+    args = ap.parse_args()
+    src = DATA / "avazu_10k/train_rows1-9999.csv"
+    lines = src.read_text().splitlines()
+    with tempfile.TemporaryDirectory(prefix="bench-parquet-") as tmp:
+        csv = Path(tmp) / "avazu.csv"
+        csv.write_text("\n".join([lines[0], *(lines[1:] * args.repeat)]) + "\n")
+        header = lines[0].split(",")
+        table = pacsv.read_csv(csv, convert_options=pacsv.ConvertOptions(column_types=dict.fromkeys(header, pa.string())))
+        parquet = Path(tmp) / "avazu.parquet"
+        pq.write_table(table, parquet, row_group_size=args.rows_per_group)
+        runs: dict[str, list[dict[str, float]]] = {"csv": [], "parquet": []}
+        for _ in range(args.reps):
+            for name, path in (("csv", csv), ("parquet", parquet)):
+                out = Path(tmp) / f"{name}.json"
+                cmd = [sys.executable, "-m", "boundless", "train", "--source", str(path), "--ps", "local"]
+                t = time.perf_counter()
+                subprocess.run([*cmd, "--metrics-port", "-1", "--metrics-out", str(out)], check=True, capture_output=True)
+                m = json.loads(out.read_text())
+                runs[name].append(
+                    {
+                        "examples_per_s": m["examples_per_s"],
+                        "whole_s": time.perf_counter() - t,
+                        "samples": m["samples"],
+                        "progressive_logloss": m["progressive_logloss"],
+                    }
+                )
+        result: dict[str, Any] = {
+            "rows": int(table.num_rows),
+            "bytes": {"csv": csv.stat().st_size, "parquet": parquet.stat().st_size},
+            **{n: {k: float(np.median([r[k] for r in rs])) for k in rs[0]} | {"runs": rs} for n, rs in runs.items()},
+        }
+    assert result["csv"]["progressive_logloss"] == result["parquet"]["progressive_logloss"]  # the same training
+    for name in ("csv", "parquet"):
+        r = result[name]
+        print(
+            f"{name}: {r['examples_per_s']:,.0f} examples/s in the trainer, {r['whole_s']:.1f} s whole process,"
+            f" {result['bytes'][name]:,} bytes"
+        )
+    (ROOT / "bench" / "results").mkdir(exist_ok=True)
+    (ROOT / "bench" / "results" / "parquet.json").write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
