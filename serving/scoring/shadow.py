@@ -2,7 +2,9 @@
 
 The live answer never waits for it: the servicer hands the decoded request and its live
 scores to one background thread through a bounded queue, and a copy that finds the queue
-full is dropped and counted (a shadow must not take the cores the live path needs). The
+full is dropped and counted. The thread runs at the lowest CPU priority (nice 19) and
+scores on itself alone, not on the scoring threads live requests share, so that where
+cores are short the shadow falls behind and drops copies instead of slowing live answers. The
 thread records, per model and label, the shadow's latency and how far its scores are from
 the live ones (mean absolute difference), which an operator or a gate reads before
 promoting the label.
@@ -11,15 +13,18 @@ promoting the label.
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 import time
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from serving import metrics
+from serving.scoring.parallel import SERIAL
 
 log = logging.getLogger("serving")
 QUEUE = 16  # copies waiting at most; more are dropped
@@ -41,11 +46,15 @@ class ShadowScorer:
             return False
 
     def _run(self) -> None:
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)  # this thread only (Linux)
+        except OSError:
+            log.debug("shadow thread: cannot lower its priority", exc_info=True)
         while (job := self._queue.get()) is not None:
             model_name, label, model, req, live = job
             try:
                 start = time.perf_counter()
-                scores = model.score(req)
+                scores = replace(model, splitter=SERIAL).score(req)  # on this thread: the scoring threads are live traffic's
                 metrics.VERSION_LATENCY.labels(model_name, label, "shadow").observe(time.perf_counter() - start)
                 metrics.SHADOW_DIFF.labels(model_name, label).observe(float(np.mean(np.abs(scores - live))))
             except Exception:  # noqa: BLE001 - a shadow's failure never touches live traffic
