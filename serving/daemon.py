@@ -112,8 +112,12 @@ def run(args: argparse.Namespace) -> int:
     # them keeps traffic away until then, while "" (liveness) says the process is up
     served.ready("")
 
-    def on_switch() -> None:  # ready once every model serves a version or was refused one (its status says why)
-        if all(w.current is not None or w.last_error for w in watchers.values()):
+    def on_switch() -> None:
+        """Ready once a model serves and every other one serves or was refused a version
+        (its status says why): one model over its budget keeps none of the others out of
+        rotation, and a server with no version at all never looks ready."""
+        serving_any = any(w.current is not None for w in watchers.values())
+        if serving_any and all(w.current is not None or w.last_error for w in watchers.values()):
             served.ready(*services)
 
     for w in watchers.values():
