@@ -41,8 +41,7 @@ import numpy.typing as npt
 
 from ctr.runtime.auth import RANK, role_of
 from ctr.runtime.security import Identity
-from protos import predict_pb2
-from serving.client.predict_client import RequestEncoder, Value
+from serving.client.predict_client import RequestEncoder, Value, request_proto
 from serving.loading.servable import ServableModel
 from serving.service import PredictorServicer
 
@@ -206,21 +205,7 @@ class RestFront:
             enc = encoder.encode_columns(parsed.columns, parsed.context_columns)
         else:
             enc = encoder.encode(parsed.rows or [], parsed.context)
-        request = predict_pb2.PredictRequest(
-            model=name,
-            item_count=enc.item_count,
-            dictionary=enc.dictionary,
-            values=enc.values,
-            context=enc.context,
-            items=enc.items,
-            fields=enc.fields,
-            tokens=enc.tokens,
-            compression=enc.compression,
-            unknown_features=enc.unknown_features,
-            unknown_fields=list(enc.unknown_fields),
-            strict=parsed.strict,
-            routing_key=parsed.routing_key,
-        )
+        request = request_proto(enc, name, parsed.strict, parsed.routing_key)
         reply = self.servicer.Predict(request, _Context())  # type: ignore[arg-type]
         return {
             "predictions": [float(s) for s in reply.scores],

@@ -200,6 +200,25 @@ class RequestEncoder:
         return items_out, context_out
 
 
+def request_proto(req: EncodedRequest, model: str, strict: bool, routing_key: str = "") -> predict_pb2.PredictRequest:
+    """The Predict message of an encoded request (the gRPC client's, and REST's in serving)."""
+    return predict_pb2.PredictRequest(
+        model=model,
+        item_count=req.item_count,
+        dictionary=req.dictionary,
+        values=req.values,
+        context=req.context,
+        items=req.items,
+        fields=req.fields,
+        tokens=req.tokens,
+        compression=req.compression,
+        unknown_features=req.unknown_features,
+        unknown_fields=list(req.unknown_fields),
+        strict=strict,
+        routing_key=routing_key,
+    )
+
+
 def _with_unknown(req: EncodedRequest, unknown: dict[str, int]) -> EncodedRequest:
     if not unknown:
         return req
@@ -289,21 +308,7 @@ class PredictClient:
         )
 
     def to_proto(self, req: EncodedRequest, routing_key: str = "") -> predict_pb2.PredictRequest:
-        return predict_pb2.PredictRequest(
-            model=self.model,
-            item_count=req.item_count,
-            dictionary=req.dictionary,
-            values=req.values,
-            context=req.context,
-            items=req.items,
-            fields=req.fields,
-            tokens=req.tokens,
-            compression=req.compression,
-            unknown_features=req.unknown_features,
-            unknown_fields=list(req.unknown_fields),
-            strict=self.strict,
-            routing_key=routing_key,
-        )
+        return request_proto(req, self.model, self.strict, routing_key)
 
     def status(self) -> predict_pb2.ModelStatusResponse:
         return self.stub.ModelStatus(predict_pb2.ModelStatusRequest(model=self.model), timeout=self.timeout)
