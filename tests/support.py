@@ -49,3 +49,24 @@ def wait_for_text(log: Path, text: str, proc: subprocess.Popen[str], timeout: fl
         assert proc.poll() is None, log.read_text()[-3000:]
         assert time.monotonic() - start < timeout, f"no {text!r} within {timeout} s: {log.read_text()[-3000:]}"
         time.sleep(0.05)
+
+
+def two_fm_versions(root: Path, reqs: list[Any], keys: int) -> tuple[Any, dict[int, list[Any]]]:
+    """Versions 1 and 2 of an FM model (k 4) holding the requests' keys, with other weights
+    each, published in a repository at `root`; returns the repository and each version's
+    scores of each request, as serving should answer them."""
+    import numpy as np
+
+    from bench.serving_model import publish, spec_for
+    from ctr.repository.versions import Repository
+    from modelmgr.publish.evaluate import load_published
+    from serving.request.encoding import decode, field_hash_ids
+
+    spec = spec_for("fm", k=4, hidden=())
+    repo = Repository(root, "ctr")
+    for v in (1, 2):
+        publish(repo, v, spec, reqs, keys=keys, shards=2, seed=v)
+    hashes = field_hash_ids(tuple(spec.fields))
+    expected = {v: [load_published(repo, v).score(decode(r, spec.field_count, hashes)) for r in reqs] for v in (1, 2)}
+    assert not np.allclose(expected[1][0], expected[2][0], atol=1e-3)  # the versions tell apart
+    return repo, expected

@@ -14,13 +14,12 @@ from pathlib import Path
 import grpc
 import numpy as np
 
-from bench.serving_model import publish, requests, spec_for
+from bench.serving_model import requests
 from boundless.processes import Daemon, start
 from ctr.repository.versions import Policy, Repository
-from modelmgr.publish.evaluate import load_published
 from serving.client import PredictClient
-from serving.request.encoding import EncodedRequest, decode, field_hash_ids
-from tests.support import wait_until
+from serving.request.encoding import EncodedRequest
+from tests.support import two_fm_versions, wait_until
 
 
 def _requests_by_process(daemon: Daemon) -> dict[str, float]:
@@ -83,14 +82,8 @@ def _load(address: str, reqs: list[EncodedRequest], expected: dict[int, list[np.
 
 
 def _published(tmp_path: Path) -> tuple[Repository, list[EncodedRequest], dict[int, list[np.ndarray]]]:
-    spec = spec_for("fm", k=4, hidden=())
     reqs = requests(3, seed=5, items=30)
-    repo = Repository(tmp_path / "repo", "ctr")
-    for v in (1, 2):
-        publish(repo, v, spec, reqs, keys=30_000, shards=2, seed=v)
-    hashes = field_hash_ids(tuple(spec.fields))
-    expected = {v: [load_published(repo, v).score(decode(r, spec.field_count, hashes)) for r in reqs] for v in (1, 2)}
-    assert not np.allclose(expected[1][0], expected[2][0], atol=1e-3)
+    repo, expected = two_fm_versions(tmp_path / "repo", reqs, keys=30_000)
     return repo, reqs, expected
 
 

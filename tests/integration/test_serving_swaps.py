@@ -11,20 +11,14 @@ import numpy as np
 from bench.serving_model import publish, requests, spec_for
 from boundless.processes import start
 from ctr.repository.versions import Policy, Repository
-from modelmgr.publish.evaluate import load_published
 from serving.client import PredictClient
 from serving.request.encoding import decode, field_hash_ids
+from tests.support import two_fm_versions
 
 
 def test_concurrent_predict_during_swaps_never_fails_and_matches_the_reported_version(tmp_path):
-    spec = spec_for("fm", k=4, hidden=())
     reqs = requests(3, seed=5, items=30)
-    repo = Repository(tmp_path / "repo", "ctr")
-    for v in (1, 2):
-        publish(repo, v, spec, reqs, keys=30_000, shards=2, seed=v)
-    hashes = field_hash_ids(tuple(spec.fields))
-    expected = {v: [load_published(repo, v).score(decode(r, spec.field_count, hashes)) for r in reqs] for v in (1, 2)}
-    assert not np.allclose(expected[1][0], expected[2][0], atol=1e-3)
+    repo, expected = two_fm_versions(tmp_path / "repo", reqs, keys=30_000)
     repo.set_policy(Policy("pinned", 1))
     serving = start("serving", ["serve", "--repo", str(repo.root), "--poll-s", "0.02"], tmp_path)
     stop = threading.Event()

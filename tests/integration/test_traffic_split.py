@@ -11,13 +11,11 @@ import urllib.request
 
 import numpy as np
 
-from bench.serving_model import publish, requests, spec_for
+from bench.serving_model import requests
 from boundless.processes import start
 from ctr.repository.versions import Policy, Repository
-from modelmgr.publish.evaluate import load_published
 from serving.client import PredictClient
-from serving.request.encoding import decode, field_hash_ids
-from tests.support import wait_until
+from tests.support import two_fm_versions, wait_until
 
 
 def _model(repo: Repository, *args: str) -> str:
@@ -42,13 +40,9 @@ def _metric(port_or_text: int | str, name: str, **labels: str) -> float:
 
 
 def test_a_canary_takes_its_share_of_keys_and_a_shadow_scores_off_the_path(tmp_path):
-    spec = spec_for("fm", k=4, hidden=())
     reqs = requests(2, seed=11, items=20)
-    repo = Repository(tmp_path / "repo", "ctr")
-    for v in (1, 2):
-        publish(repo, v, spec, reqs, keys=20_000, shards=2, seed=v)
-    hashes = field_hash_ids(tuple(spec.fields))
-    expected = {v: load_published(repo, v).score(decode(reqs[0], spec.field_count, hashes)) for v in (1, 2)}
+    repo, scores = two_fm_versions(tmp_path / "repo", reqs, keys=20_000)
+    expected = {v: scores[v][0] for v in (1, 2)}
     repo.set_policy(Policy("pinned", 1))
     assert "canary=2 (share 0.3" in _model(repo, "label", "canary", "2", "--share", "0.3")
     serving = start("serving", ["serve", "--repo", str(repo.root), "--poll-s", "0.05"], tmp_path)
