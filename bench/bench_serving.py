@@ -76,7 +76,7 @@ CHANNELS = 8  # open loop: connections, spread by the kernel over a server's pro
 SENDERS = 16  # open loop: threads sending requests when due (at most this many in flight)
 
 
-def open_step(address: str, pids: list[int], protos: list[Any], stubs: list[Any], rate: float, step_s: float) -> dict[str, float]:
+def open_step(pids: list[int], protos: list[Any], stubs: list[Any], rate: float, step_s: float) -> dict[str, float]:
     """`rate` requests/s for `step_s` seconds: request i is due at i / rate and sent then by
     the first of SENDERS threads free (blocking calls: grpcio's futures cost the client a
     millisecond more per call); each latency runs from the moment its request was due, so
@@ -133,7 +133,7 @@ def open_loop(
     rate = rates[0] if rates else 25.0
     i = 0
     while True:
-        row = open_step(address, pids, protos, stubs, rate, step_s)
+        row = open_step(pids, protos, stubs, rate, step_s)
         steps.append(row)
         print(
             f"{name} open loop {rate:.0f}/s: achieved {row['achieved_per_s']:.0f}/s, p50 {row['p50_ms']:.2f} ms,"
