@@ -112,6 +112,41 @@ class PushAck:
     layout: int
 
 
+@dataclass(frozen=True)
+class SparsePush:
+    """One shard's part of a sparse push, as every transport takes it: the one place the
+    push's fields are written.
+
+    keys: those the named pull `sessions` hold (one session's, or the union of several
+    workers' when a host's leader summed their pushes; the payload may carry a subset of
+    them), or, with no session, the keys the payload's rows belong to, which then travel.
+    payload: rows in a value codec (ps.compression.payload). samples: of the batches whose
+    updates the push carries (counted per table). client: the writer id of a client that
+    keeps rows (docs/design/pull-cache.md), which then gets a PushAck; 0: none."""
+
+    shard: int
+    table: str
+    keys: npt.NDArray[np.uint64]
+    sessions: tuple[int, ...]
+    payload: bytes
+    kind: str
+    samples: int = 0
+    client: int = 0
+
+
+@dataclass(frozen=True)
+class DensePush:
+    """One shard's range of a dense push: a GRADIENT, MOMENTUM (standing for `steps` steps)
+    or DELTA in a value codec."""
+
+    shard: int
+    table: str
+    payload: bytes
+    kind: str
+    steps: int = 1
+    samples: int = 0
+
+
 class SessionLost(RuntimeError):
     """The shard forgot a pull session; the caller resends the keys."""
 

@@ -10,15 +10,26 @@ counts what the same call would send over gRPC, less protobuf framing."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 from ctr.model.spec import TableSpec
-from ps.api import CachedPull, ExportedFile, KnownRows, ModelIdentity, PushAck, Rows, ShardRestarted, ShardStatus
+from ps.api import (
+    CachedPull,
+    DensePush,
+    ExportedFile,
+    KnownRows,
+    ModelIdentity,
+    PushAck,
+    Rows,
+    ShardRestarted,
+    ShardStatus,
+    SparsePush,
+)
 
 PULLS = ("sparse_pull", "dense_pull")
 PUSHES = ("sparse_push", "dense_push")
@@ -73,6 +84,15 @@ class WireLedger:
             )
 
 
+T = TypeVar("T")
+
+
+class FanOut(Protocol):
+    """Calls fn(shard) for each shard given (all when None), in parallel; results in that order."""
+
+    def __call__(self, fn: Callable[[int], T], shards: list[int] | None = None, /) -> list[T]: ...
+
+
 class ShardTransport(Protocol):
     wire: WireLedger
     generation: int  # the trainer generation pushes carry
@@ -101,27 +121,12 @@ class ShardTransport(Protocol):
         """A state pull of a client that keeps rows: `keys` it does not hold, `known` the
         row ids it does (docs/design/pull-cache.md); opens a session over both."""
 
-    def push(
-        self,
-        shard: int,
-        table: str,
-        keys: npt.NDArray[np.uint64],
-        sessions: tuple[int, ...],
-        payload: bytes,
-        kind: str,
-        samples: int = 0,
-        client: int = 0,
-    ) -> PushAck | None:
-        """keys: those the named pull sessions hold (one session's, or the union of several
-        workers' when a leader summed their pushes; the payload may carry a subset of them),
-        or, with no session, the keys the payload's rows belong to, which then travel.
-        samples: of the batches whose updates the push carries (counted per table).
-        client: the writer id of a client that keeps rows; then returns what it learns
-        (ps.api.PushAck; None for client 0)."""
+    def push(self, part: SparsePush) -> PushAck | None:
+        """Returns what a client that keeps rows learns (part.client != 0), else None."""
 
     def pull_dense(self, shard: int, table: str, state: bool) -> tuple[int, Rows]: ...
 
-    def push_dense(self, shard: int, table: str, payload: bytes, kind: str, steps: int = 1, samples: int = 0) -> None: ...
+    def push_dense(self, part: DensePush) -> None: ...
 
     def export(self, shard: int, full: bool, name: str) -> tuple[list[ExportedFile], int]:
         """Shard writes export `name`: a folder under its export root."""

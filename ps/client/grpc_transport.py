@@ -17,6 +17,7 @@ from ctr.runtime.security import open_channel
 from protos import ps_pb2, ps_pb2_grpc
 from ps.api import (
     CachedPull,
+    DensePush,
     ExportedFile,
     KnownRows,
     ModelIdentity,
@@ -26,6 +27,7 @@ from ps.api import (
     SessionLost,
     ShardRestarted,
     ShardStatus,
+    SparsePush,
     StoppedWhileUnreachable,
     TableStats,
 )
@@ -226,45 +228,35 @@ class GrpcTransport(ByteCounter):
         self.count(table, "sparse_pull", req.ByteSize(), resp.ByteSize())
         return cached_pull(resp, keys.shape[0], known.ids.shape[0], codec)
 
-    def push(
-        self,
-        shard: int,
-        table: str,
-        keys: npt.NDArray[np.uint64],
-        sessions: tuple[int, ...],
-        payload: bytes,
-        kind: str,
-        samples: int = 0,
-        client: int = 0,
-    ) -> PushAck | None:
+    def push(self, part: SparsePush) -> PushAck | None:
         req = ps_pb2.PushRequest(
-            table=table,
-            key_count=keys.shape[0],
-            payload=payload,
-            kind=_PUSH_KINDS[kind],
-            samples=samples,
+            table=part.table,
+            key_count=part.keys.shape[0],
+            payload=part.payload,
+            kind=_PUSH_KINDS[part.kind],
+            samples=part.samples,
             generation=self.generation,
-            client=client,
+            client=part.client,
         )
-        if len(sessions) == 1:
-            req.session_id = sessions[0]
-        elif sessions:
-            req.sessions.ids.extend(sessions)
+        if len(part.sessions) == 1:
+            req.session_id = part.sessions[0]
+        elif part.sessions:
+            req.sessions.ids.extend(part.sessions)
         else:
-            req.keys = encode_keys(keys, self.key_encoding)
+            req.keys = encode_keys(part.keys, self.key_encoding)
             req.key_encoding = self.key_encoding  # type: ignore[assignment]
         try:
-            resp = self._rpc(shard, "Push", req)
+            resp = self._rpc(part.shard, "Push", req)
         except grpc.RpcError as e:
-            if e.code() == grpc.StatusCode.FAILED_PRECONDITION and sessions:
+            if e.code() == grpc.StatusCode.FAILED_PRECONDITION and part.sessions:
                 raise SessionLost(str(e.details())) from None
             raise
-        self.count(table, "sparse_push", req.ByteSize(), resp.ByteSize())
-        self.saw(shard, resp.incarnation)
-        if not client:
+        self.count(part.table, "sparse_push", req.ByteSize(), resp.ByteSize())
+        self.saw(part.shard, resp.incarnation)
+        if not part.client:
             return None
         new_ids = decode_varint_list(resp.new_ids, resp.new_id_count, "new_ids") - 1
-        return PushAck(decode_bits(resp.conflicts, keys.shape[0], "conflicts"), new_ids, resp.layout)
+        return PushAck(decode_bits(resp.conflicts, part.keys.shape[0], "conflicts"), new_ids, resp.layout)
 
     def pull_dense(self, shard: int, table: str, state: bool) -> tuple[int, Rows]:
         req = ps_pb2.DensePullRequest(table=table, state=state)
@@ -275,18 +267,18 @@ class GrpcTransport(ByteCounter):
             return resp.offset, np.frombuffer(resp.values, dtype="<f8").reshape(-1, max(1, resp.width)).copy()
         return resp.offset, np.frombuffer(resp.values, dtype="<f4").copy()
 
-    def push_dense(self, shard: int, table: str, payload: bytes, kind: str, steps: int = 1, samples: int = 0) -> None:
+    def push_dense(self, part: DensePush) -> None:
         req = ps_pb2.DensePushRequest(
-            table=table,
-            payload=payload,
-            kind=_PUSH_KINDS[kind],
-            steps=steps if steps > 1 else 0,
-            samples=samples,
+            table=part.table,
+            payload=part.payload,
+            kind=_PUSH_KINDS[part.kind],
+            steps=part.steps if part.steps > 1 else 0,
+            samples=part.samples,
             generation=self.generation,
         )
-        resp = self._rpc(shard, "PushDense", req)
-        self.count(table, "dense_push", req.ByteSize(), resp.ByteSize())
-        self.saw(shard, resp.incarnation)
+        resp = self._rpc(part.shard, "PushDense", req)
+        self.count(part.table, "dense_push", req.ByteSize(), resp.ByteSize())
+        self.saw(part.shard, resp.incarnation)
 
     def export(self, shard: int, full: bool, name: str) -> tuple[list[ExportedFile], int]:
         kind = ps_pb2.EXPORT_FULL if full else ps_pb2.EXPORT_DELTA

@@ -34,15 +34,16 @@ import numpy.typing as npt
 
 from ctr.data.unique import sorted_unique_inverse
 from ctr.routing import shard_of
+from ps.client.push_path import PushBatch
 from ps.compression.residuals import ResidualStore
 
 Keys = npt.NDArray[np.uint64]
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
-# (table, sorted unique keys, summed rows, per shard the sessions whose union is its keys,
-# kind, samples) -> (keys whose residual left the leader's memory, sent exactly; the residual of the
-# pushed keys after the push, None when the table keeps no error feedback)
-SendMerged = Callable[[str, Keys, F64, list[tuple[int, ...]], str, int], tuple[Keys, F64 | None]]
+# the host's summed batch (targets: per shard the sessions whose union is its keys) ->
+# (keys whose residual left the leader's memory, sent exactly; the residual of the pushed
+# keys after the push, None when the table keeps no error feedback)
+SendMerged = Callable[[PushBatch], tuple[Keys, F64 | None]]
 
 HEADER_WORDS = 8  # rows (-1: nothing), cols, kind, more, ended, name length, failed, samples
 NAME_BYTES = 120
@@ -133,7 +134,11 @@ class LocalAggregator:
         self._thread = threading.Thread(target=self._run, name="local-aggregate", daemon=True)
         self._thread.start()
 
-    def push(self, table: str, keys: Keys, rows: F64, sessions: tuple[int, ...], kind: str, samples: int = 0) -> None:
+    def push(self, batch: PushBatch) -> None:
+        """Queues one worker's batch (a session per shard at most) for the rounds; returns
+        once the shards hold it."""
+        table, keys, rows, kind, samples = batch.table, batch.keys, batch.rows, batch.kind, batch.samples
+        sessions = tuple(t[0] if t else 0 for t in batch.targets)  # as the slots hold them: 0 for none
         if self._error is not None:
             raise RuntimeError(f"local aggregation failed: {self._error}")
         if self._leaving.is_set():
@@ -299,7 +304,7 @@ class LocalAggregator:
             table, kind, _ = what
             keys, rows, targets = merge_pushes(parts, self.plan.shards)
             if keys.shape[0]:
-                gone, residual = self.send(table, keys, rows, targets, kind, samples[what])
+                gone, residual = self.send(PushBatch(table, keys, rows, tuple(targets), kind, samples[what]))
                 self.rows_out += int(keys.shape[0])
                 if residual is not None:
                     news.add(table, keys, residual, gone)

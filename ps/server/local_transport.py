@@ -9,7 +9,7 @@ import numpy.typing as npt
 
 from ctr.format.varint import encode_varints
 from ctr.model.spec import TableSpec
-from ps.api import CachedPull, ExportedFile, KnownRows, PushAck, Rows, ShardStatus
+from ps.api import CachedPull, DensePush, ExportedFile, KnownRows, PushAck, Rows, ShardStatus, SparsePush
 from ps.compression.payload import decode_payload, encode_rows
 from ps.server.shard import Shard
 from ps.transport import ByteCounter
@@ -60,34 +60,25 @@ class LocalTransport(ByteCounter):
         self.count(table, "sparse_pull", sent, size + bitmaps + ids + FIXED_FIELDS)
         return got
 
-    def push(
-        self,
-        shard: int,
-        table: str,
-        keys: npt.NDArray[np.uint64],
-        sessions: tuple[int, ...],
-        payload: bytes,
-        kind: str,
-        samples: int = 0,
-        client: int = 0,
-    ) -> PushAck | None:
+    def push(self, part: SparsePush) -> PushAck | None:
+        table, keys, sessions, kind = part.table, part.keys, part.sessions, part.kind
         named = np.asarray(sessions, dtype=np.uint64)
         keys_bytes = len(encode_varints(named)) if sessions else len(encode_keys(keys, KEYS_DELTA_VARINT))
-        s = self.shards[shard]
-        subset, values = decode_payload(payload, keys.shape[0], s.push_width(table, kind))
+        s = self.shards[part.shard]
+        subset, values = decode_payload(part.payload, keys.shape[0], s.push_width(table, kind))
         sent = keys if subset is None else keys[subset]
-        if not client:
-            self.count(table, "sparse_push", keys_bytes + len(payload))
-            s.push(table, sent, values, kind, samples, self.generation)
+        if not part.client:
+            self.count(table, "sparse_push", keys_bytes + len(part.payload))
+            s.push(table, sent, values, kind, part.samples, self.generation)
             return None
         recorded, as_key = None, None
         if len(sessions) == 1:  # a session of pull_known: the shard kept it
-            recorded, as_key = s.session(table, sessions).reads_of(client, subset)
-        out = s.push_as(client, recorded, table, sent, values, kind, samples, self.generation, as_key)
+            recorded, as_key = s.session(table, sessions).reads_of(part.client, subset)
+        out = s.push_as(part.client, recorded, table, sent, values, kind, part.samples, self.generation, as_key)
         conflicts = out.conflicts_of_named(keys.shape[0], subset)
         reply = len(encode_varints(out.new_ids.astype(np.uint64) + np.uint64(1)))
         reply += (len(conflicts) + 7) // 8 if out.conflicts.any() else 0
-        self.count(table, "sparse_push", keys_bytes + len(payload), reply)
+        self.count(table, "sparse_push", keys_bytes + len(part.payload), reply)
         return PushAck(conflicts, out.new_ids, out.layout)
 
     def pull_dense(self, shard: int, table: str, state: bool) -> tuple[int, Rows]:
@@ -95,11 +86,11 @@ class LocalTransport(ByteCounter):
         self.count(table, "dense_pull", 0, values.nbytes)
         return lo, values
 
-    def push_dense(self, shard: int, table: str, payload: bytes, kind: str, steps: int = 1, samples: int = 0) -> None:
-        self.count(table, "dense_push", len(payload))
-        s = self.shards[shard]
-        _, values = decode_payload(payload, *s.dense_push_shape(table, kind))
-        s.push_dense(table, values, kind, steps, samples, self.generation)
+    def push_dense(self, part: DensePush) -> None:
+        self.count(part.table, "dense_push", len(part.payload))
+        s = self.shards[part.shard]
+        _, values = decode_payload(part.payload, *s.dense_push_shape(part.table, part.kind))
+        s.push_dense(part.table, values, part.kind, part.steps, part.samples, self.generation)
 
     def export(self, shard: int, full: bool, name: str) -> tuple[list[ExportedFile], int]:
         return self.shards[shard].export(full, name)

@@ -16,6 +16,7 @@ import pytest
 from boundless.processes import start
 from ctr.model.spec import ModelSpec
 from ctr.routing import shard_of
+from ps.api import SparsePush
 from ps.client import PSClient
 from ps.compression.compressor import Compressor, parse_codec
 
@@ -97,10 +98,10 @@ def test_compressed_pushes_cross_grpc_and_bad_payloads_are_refused(tmp_path):
             (b"\x00" + payload[1:], "magic"),
         ):
             with pytest.raises(grpc.RpcError) as err:
-                transport.push(0, "w", part, (), bad, "delta")  # type: ignore[arg-type]
+                transport.push(SparsePush(0, "w", part, (), bad, "delta"))
             assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and what in str(err.value.details())
         np.testing.assert_array_equal(client.pull("w", part, state=True)[0], before)
-        transport.push(0, "w", part, (), payload, "delta")  # type: ignore[arg-type]
+        transport.push(SparsePush(0, "w", part, (), payload, "delta"))
         assert not np.array_equal(client.pull("w", part, state=True)[0], before)
         client.close()
     finally:

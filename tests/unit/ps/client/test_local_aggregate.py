@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from ctr.model.spec import ModelSpec
 from ctr.routing import shard_of
 from ps.client.local_aggregate import AggregationPlan, LocalAggregator, merge_pushes, sum_rows
+from ps.client.push_path import PushBatch
 from ps.server.shard import SessionExpired, Shard, ShardError
 
 
@@ -60,7 +61,12 @@ def test_a_push_may_name_several_sessions_and_the_shard_takes_their_union():
         s.session("bias", [sc])
 
 
-Send = Callable[[str, np.ndarray, np.ndarray, list[tuple[int, ...]], str, int], tuple[np.ndarray, np.ndarray | None]]
+Send = Callable[[PushBatch], tuple[np.ndarray, np.ndarray | None]]
+
+
+def _batch(keys: np.ndarray, rows: np.ndarray, sessions: tuple[int, int], kind: str, samples: int = 0) -> PushBatch:
+    """One worker's push of table w, naming a pull session per shard (0: none)."""
+    return PushBatch("w", keys, rows, tuple((sid,) if sid else () for sid in sessions), kind, samples)
 
 
 def _run(workers: int, jobs: list[Callable[[LocalAggregator], None]], send: Send, slot_bytes: int = 1 << 20) -> list[Any]:
@@ -107,16 +113,16 @@ def test_every_pushed_row_reaches_the_leader_summed_even_across_chunks():
 
     samples_sent = []
 
-    def send(table, keys, rows, targets, kind, samples):  # type: ignore[no-untyped-def]
-        assert table == "w" and kind == "delta" and np.all(np.diff(keys.astype(np.int64)) > 0)
-        sent.append((keys, rows))
-        samples_sent.append(samples)
+    def send(batch: PushBatch) -> tuple[np.ndarray, np.ndarray | None]:
+        assert batch.table == "w" and batch.kind == "delta" and np.all(np.diff(batch.keys.astype(np.int64)) > 0)
+        sent.append((batch.keys, batch.rows))
+        samples_sent.append(batch.samples)
         return np.zeros(0, np.uint64), None
 
     def job(i: int) -> Callable[[LocalAggregator], None]:
         def run(agg: LocalAggregator) -> None:
             for keys, rows in pushes[i]:
-                agg.push("w", keys, rows, (1, 2), "delta", samples=7)
+                agg.push(_batch(keys, rows, (1, 2), "delta", 7))
 
         return run
 
@@ -133,13 +139,13 @@ def test_every_pushed_row_reaches_the_leader_summed_even_across_chunks():
 def test_a_worker_that_ends_early_keeps_the_rounds_going():
     sent: list[np.ndarray] = []
 
-    def send(table, keys, rows, targets, kind, samples):  # type: ignore[no-untyped-def]
-        sent.append(keys)
+    def send(batch: PushBatch) -> tuple[np.ndarray, np.ndarray | None]:
+        sent.append(batch.keys)
         return np.zeros(0, np.uint64), None
 
     def busy(agg: LocalAggregator) -> None:
         for i in range(20):
-            agg.push("w", np.array([i + 1], np.uint64), np.ones((1, 1)), (0, 0), "delta")
+            agg.push(_batch(np.array([i + 1], np.uint64), np.ones((1, 1)), (0, 0), "delta"))
 
     assert _run(2, [lambda agg: None, busy], send) == [None, None]
     assert sorted(int(k[0]) for k in sent) == list(range(1, 21))
@@ -148,17 +154,17 @@ def test_a_worker_that_ends_early_keeps_the_rounds_going():
 def test_the_leaders_residuals_become_every_workers_view():
     calls = []
 
-    def send(table, keys, rows, targets, kind, samples):  # type: ignore[no-untyped-def]
-        calls.append(keys)
+    def send(batch: PushBatch) -> tuple[np.ndarray, np.ndarray | None]:
+        calls.append(batch.keys)
         gone = np.array([7], np.uint64) if len(calls) == 2 else np.zeros(0, np.uint64)  # 7's residual was flushed
-        return gone, rows * 0.25  # a quarter of each row stays unsent
+        return gone, batch.rows * 0.25  # a quarter of each row stays unsent
 
     views: dict[str, Any] = {}
 
     def other(agg: LocalAggregator) -> None:
-        agg.push("w", np.array([7, 8], np.uint64), np.ones((2, 2)), (0, 0), "delta")
+        agg.push(_batch(np.array([7, 8], np.uint64), np.ones((2, 2)), (0, 0), "delta"))
         views["first"] = agg.unsent("w", np.array([7, 8, 9], np.uint64), 2)
-        agg.push("w", np.array([8, 9], np.uint64), np.full((2, 2), 2.0), (0, 0), "delta")
+        agg.push(_batch(np.array([8, 9], np.uint64), np.full((2, 2), 2.0), (0, 0), "delta"))
         views["w"] = agg.unsent("w", np.array([7, 8, 9, 10], np.uint64), 2)
         views["bias"] = agg.unsent("bias", np.array([1], np.uint64), 1)
 
@@ -169,11 +175,11 @@ def test_the_leaders_residuals_become_every_workers_view():
 
 
 def test_a_failed_leader_push_fails_every_worker_instead_of_hanging():
-    def send(table, keys, rows, targets, kind, samples):  # type: ignore[no-untyped-def]
+    def send(batch: PushBatch) -> tuple[np.ndarray, np.ndarray | None]:
         raise ConnectionError("shard 1 is unreachable")
 
     def push(agg: LocalAggregator) -> None:
-        agg.push("w", np.array([1, 2], np.uint64), np.ones((2, 1)), (0, 0), "gradient")
+        agg.push(_batch(np.array([1, 2], np.uint64), np.ones((2, 1)), (0, 0), "gradient"))
 
     errors = _run(2, [push, push], send)
     assert isinstance(errors[0], ConnectionError) or "unreachable" in str(errors[0])

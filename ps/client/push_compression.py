@@ -1,0 +1,143 @@
+"""The compression stage of the push path (ps.client.push_path): one compressor per table
+(ps.compression.compressor) with its error feedback, and the drains that send what the
+feedback still holds back. Dense pushes are encoded here too (fp32/fp64, or 1-bit with the
+quantization error kept for the next push)."""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from ctr.routing import dense_range
+from ps.api import DELTA, DensePush
+from ps.client.push_path import PushBatch, ShardSender
+from ps.compression.compressor import CodecSpec, Compressor
+from ps.compression.payload import VALUE_CODECS, Compressed
+from ps.transport import WireLedger
+
+Keys = npt.NDArray[np.uint64]
+F64 = npt.NDArray[np.float64]
+
+EXPORT_DRAIN_CODEC = "bf16"  # residuals sent before an export: fp32's range, a quarter of fp64's bytes
+
+
+class PushCompression:
+    """spec: every sparse table's compressor, or None for the uncompressed protocol (fp64
+    state deltas, whose accumulators need every digit; fp32 gradients). residual_rows caps
+    each table's error-feedback memory."""
+
+    def __init__(self, spec: CodecSpec | None, residual_rows: int, seed: int, sender: ShardSender, wire: WireLedger) -> None:
+        self.spec = spec
+        self.residual_rows = residual_rows
+        self.seed = seed
+        self.sender = sender
+        self.wire = wire
+        self.n = sender.n
+        self._rng = np.random.default_rng(seed)  # exact drains and dense values round with it
+        self.compressors: dict[str, Compressor] = {}
+        self._kinds: dict[str, str] = {}  # what each table's pushes carry
+        self._dense_residual: dict[str, F64] = {}  # error feedback of 1-bit dense pushes
+
+    def _compressor(self, table: str, kind: str) -> Compressor:
+        if table not in self.compressors:
+            spec = self.spec or CodecSpec("fp64" if kind == DELTA else "fp32")
+            self.compressors[table] = Compressor(spec, self.residual_rows, seed=self.seed * 1000 + len(self.compressors))
+            self._kinds[table] = kind
+        return self.compressors[table]
+
+    def push(self, batch: PushBatch) -> Keys:
+        """Compresses each shard's part and sends it; returns the sorted keys whose residual
+        left the error-feedback memory (sent exactly, keys included)."""
+        comp = self._compressor(batch.table, batch.kind)
+        order, bounds = batch.by_shard(self.n)
+        parts, gone_keys, gone_rows = [], [], []
+        for s in range(self.n):  # compressed in turn (one residual store), then sent in parallel
+            idx = order[bounds[s] : bounds[s + 1]]
+            if idx.shape[0]:
+                packed, keys_out, rows_out = comp.compress(batch.keys[idx], batch.rows[idx])
+                parts.append((s, batch.keys[idx], packed))
+                gone_keys.append(keys_out)
+                gone_rows.append(rows_out)
+        self.sender.send(batch, parts)
+        gone = np.concatenate(gone_keys) if gone_keys else np.zeros(0, np.uint64)
+        at = np.argsort(gone)
+        gone = gone[at]
+        if gone.shape[0]:
+            self.sender.send_coded(batch.table, gone, np.concatenate(gone_rows)[at], batch.kind, "fp64", self._rng)
+        return gone
+
+    def unsent(self, table: str, keys: Keys, cols: int) -> F64 | None:
+        """What this table's compressor has not yet sent of these keys' rows, or None when it
+        keeps no error feedback."""
+        comp = self.compressors.get(table)
+        return None if comp is None or comp.residuals is None else comp.unsent(keys, cols)
+
+    def drain(self, cause: str) -> None:
+        """Sends every table's error-feedback residual: at a checkpoint "cut" and the "end"
+        exactly (fp64), so the shards hold exactly what uncompressed pushes would have left;
+        before an "export" in EXPORT_DRAIN_CODEC, keeping what it rounds off (the version
+        served lacks at most that rounding). The cause also files the bytes in the ledger."""
+        with self.wire.draining(cause):
+            for table, comp in self.compressors.items():
+                keys, rows = comp.drain()
+                if not keys.shape[0]:
+                    continue
+                kind = self._kinds[table]
+                if cause == "export":  # freshness, not exactness: bf16, what it loses kept for later
+                    comp.keep(keys, rows - self.sender.send_coded(table, keys, rows, kind, EXPORT_DRAIN_CODEC, self._rng))
+                else:
+                    self.sender.send_coded(table, keys, rows, kind, "fp64", self._rng)
+
+    def reset(self) -> None:
+        """Forgets every residual, sparse and dense (after a restore they belong to a dropped past)."""
+        for comp in self.compressors.values():
+            comp.drain()
+        self._dense_residual.clear()
+
+    def codecs(self) -> dict[str, str]:
+        """Per sparse table pushed so far, its codec as --push-codec spells it."""
+        out = {}
+        for table, comp in sorted(self.compressors.items()):
+            spec = comp.spec
+            out[f"push:{table}"] = (f"topk:{spec.topk:g}+" if spec.topk is not None else "") + spec.value
+        return out
+
+    def stats(self) -> dict[str, float]:
+        """Error-feedback memory summed over tables (Compressor.stats)."""
+        out: dict[str, float] = {}
+        for comp in self.compressors.values():
+            for k, v in comp.stats().items():
+                out[k] = out.get(k, 0.0) + v
+        return out
+
+    def dense(
+        self, table: str, values: F64, kind: str, onebit: bool, shards: list[int], steps: int = 1, samples: int = 0
+    ) -> list[DensePush]:
+        """A whole dense vector's push [n, cols], cut into the given shards' ranges: fp32
+        (gradient, momentum) or fp64 (delta) values, or with onebit signs and two means per
+        shard, the quantization error kept for the next push."""
+        v = values + self._dense_residual.get(table, 0.0) if onebit else values
+        codec = VALUE_CODECS["onebit" if onebit else "fp64" if kind == DELTA else "fp32"]
+        sent = np.empty_like(v)
+        parts = []
+        for s in shards:
+            lo, hi = dense_range(v.shape[0], s, self.n)
+            body, sent[lo:hi] = codec.encode(v[lo:hi], self._rng)
+            payload = Compressed(codec, hi - lo, v.shape[1], None, body).payload(with_subset=False)
+            parts.append(DensePush(s, table, payload, kind, steps, samples))
+        if onebit:
+            self._dense_residual[table] = v - sent
+        return parts
+
+    def dense_residual(self, table: str) -> F64 | None:
+        """The quantization error 1-bit dense pushes of `table` still owe the shards."""
+        r = self._dense_residual.get(table)
+        return None if r is None else r.copy()
+
+    def set_dense_residual(self, table: str, residual: npt.NDArray[np.floating] | None) -> None:
+        """Takes up a residual a checkpoint cut recorded (None: none owed)."""
+        if residual is None:
+            self._dense_residual.pop(table, None)
+        else:
+            r = np.array(residual, dtype=np.float64)
+            self._dense_residual[table] = r.reshape(r.shape[0], -1)  # as dense() keeps it: [n, 1]

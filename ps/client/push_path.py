@@ -1,0 +1,115 @@
+"""The stages a sparse push passes on its way to the shards, and what travels between them.
+
+    PSClient.push(table, keys, rows, session)          one worker's push, as a PushBatch
+      -> LocalAggregator  (--local-aggregate)            a host's workers sum their batches in
+                                                         shared memory; the leader forwards the sum
+      -> PushCompression                                 per shard, the table's compressor and its
+                                                         error feedback; evicted residuals go exactly
+      -> ShardSender                                     SparsePush parts to every shard in parallel;
+                                                         a lost session resends the keys; the pull
+                                                         cache's copies follow what landed
+      -> ShardTransport   (gRPC, or in-process shards)   ps.api.SparsePush
+
+A PushBatch is the one place a client-side push's fields are written; ps.api.SparsePush is
+the one place a shard's part of it is."""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from ctr.routing import shard_of
+from ps.api import SessionLost, SparsePush
+from ps.client.pull_cache import PullCache
+from ps.compression.payload import Compressed, value_codec
+from ps.transport import FanOut, ShardTransport
+
+Keys = npt.NDArray[np.uint64]
+F64 = npt.NDArray[np.float64]
+I64 = npt.NDArray[np.int64]
+
+
+def split_by_shard(keys: Keys, shards: int) -> tuple[I64, I64]:
+    """(order, bounds): shard s's keys are keys[order[bounds[s]:bounds[s + 1]]], still sorted."""
+    owner = shard_of(keys, shards)
+    order = np.argsort(owner, kind="stable")  # stable keeps each shard's keys sorted
+    bounds = np.searchsorted(owner[order], np.arange(shards + 1))
+    return order, bounds
+
+
+@dataclass(frozen=True)
+class PushBatch:
+    """A sparse push between stages. keys: sorted unique; rows: float64 [n, cols];
+    targets[s]: the pull sessions whose keys' union is shard s's part of keys, or () when
+    that part's keys travel; samples: of the batches whose updates it carries; split: the
+    keys' (order, bounds) by shard when a pull session already made it."""
+
+    table: str
+    keys: Keys
+    rows: F64
+    targets: tuple[tuple[int, ...], ...]
+    kind: str
+    samples: int = 0
+    split: tuple[I64, I64] | None = None
+
+    def by_shard(self, shards: int) -> tuple[I64, I64]:
+        return self.split if self.split is not None else split_by_shard(self.keys, shards)
+
+
+class ShardSender:
+    """The last stage: each shard's encoded part to the transport, all in parallel."""
+
+    def __init__(
+        self,
+        transport: ShardTransport,
+        shard_count: int,
+        cache: PullCache,
+        on_shards: FanOut,
+    ) -> None:
+        self.transport = transport
+        self.n = shard_count
+        self.cache = cache
+        self.on_shards = on_shards
+
+    def send(self, batch: PushBatch, parts: list[tuple[int, Keys, Compressed]]) -> None:
+        """Sends each shard's encoded part (shard, its keys, its rows in a codec), naming
+        the batch's pull sessions for that shard; a shard that lost them gets the keys."""
+        table, kind, samples = batch.table, batch.kind, batch.samples
+        client = self.cache.writer(table, kind)
+
+        def one(i: int) -> None:
+            s, keys, packed = parts[i]
+            sessions = batch.targets[s]
+            try:
+                push = SparsePush(s, table, keys, sessions, packed.payload(with_subset=bool(sessions)), kind, samples, client)
+                ack = self.transport.push(push)
+                self.cache.landed(table, s, keys, packed, ack, sessions[0] if len(sessions) == 1 else 0)
+                return
+            except SessionLost:
+                pass
+            sent = keys if packed.sent is None else keys[packed.sent]
+            push = SparsePush(s, table, sent, (), packed.payload(with_subset=False), kind, samples, client)
+            self.cache.landed(table, s, sent, packed, self.transport.push(push))
+
+        with self.cache.flying(table, batch.keys) if client else nullcontext():
+            self.on_shards(one, list(range(len(parts))))
+
+    def send_coded(self, table: str, keys: Keys, rows: F64, kind: str, codec_name: str, rng: np.random.Generator) -> F64:
+        """Sends rows of these sorted unique keys (keys included) in a value codec, one
+        shard after another; returns what the shards received, decoded."""
+        codec = value_codec(codec_name)
+        received = np.empty_like(rows)
+        order, bounds = split_by_shard(keys, self.n)
+        client = self.cache.writer(table, kind)
+        with self.cache.flying(table, keys) if client else nullcontext():
+            for s in range(self.n):
+                idx = order[bounds[s] : bounds[s + 1]]
+                if idx.shape[0]:
+                    body, received[idx] = codec.encode(rows[idx], rng)
+                    packed = Compressed(codec, idx.shape[0], rows.shape[1], None, body, received[idx])
+                    push = SparsePush(s, table, keys[idx], (), packed.payload(with_subset=False), kind, 0, client)
+                    self.cache.landed(table, s, keys[idx], packed, self.transport.push(push))
+        return received
