@@ -9,8 +9,9 @@ import numpy.typing as npt
 
 from ctr.format.varint import encode_varints
 from ctr.model.spec import TableSpec
-from ps.api import CachedPull, DensePush, ExportedFile, KnownRows, PushAck, Rows, ShardStatus, SparsePush
+from ps.api import CachedPull, DensePush, ExportedFile, KnownRows, PushAck, Rows, SessionLost, ShardStatus, SparsePush
 from ps.compression.payload import decode_payload, encode_rows
+from ps.server.errors import SessionExpired
 from ps.server.shard import Shard
 from ps.transport import ByteCounter
 from ps.wire import KEYS_DELTA_VARINT, encode_keys, encode_known_ids
@@ -73,7 +74,11 @@ class LocalTransport(ByteCounter):
             return None
         recorded, as_key = None, None
         if len(sessions) == 1:  # a session of pull_known: the shard kept it
-            recorded, as_key = s.session(table, sessions).reads_of(part.client, subset)
+            try:
+                session = s.session(table, sessions)
+            except SessionExpired as e:  # as gRPC says FAILED_PRECONDITION: the client resends the keys
+                raise SessionLost(str(e)) from None
+            recorded, as_key = session.reads_of(part.client, subset)
         out = s.push_as(part.client, recorded, table, sent, values, kind, part.samples, self.generation, as_key)
         conflicts = out.conflicts_of_named(keys.shape[0], subset)
         reply = len(encode_varints(out.new_ids.astype(np.uint64) + np.uint64(1)))
