@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test check reliability install lint protos helm-tool clean
+.PHONY: demo test check reliability install lint protos helm-tool clean image test-image
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -32,6 +32,14 @@ test: install helm-tool
 	$(BIN)/mypy .
 	PATH="$(CURDIR)/.tools/bin:$$PATH" $(BIN)/python -m pytest -q; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
+
+# The image the chart runs, built without a registry (podman, a debootstrapped Debian base),
+# and the test that runs the platform from it (.ci/run runs both after `make test`).
+image:
+	bash scripts/build_image.sh
+
+test-image: install
+	CONTAINERS_CONF="$(CURDIR)/scripts/image/containers.conf" $(BIN)/python -m pytest -q -m image tests/image
 
 # the quick loop: lint, types and the unit tests (no daemons)
 check: install

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-MARKED_BY_FOLDER = {"integration": "integration", "reliability": "reliability"}
+MARKED_BY_FOLDER = {"integration": "integration", "reliability": "reliability", "image": "image"}
 
 DATA = Path(os.environ.get("BOUNDLESS_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 
@@ -17,7 +17,8 @@ def data_dir() -> Path:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """tests/integration and tests/reliability start daemons: their folder marks them, so
-    `make check` (-m "not integration and not reliability and not slow") skips them."""
+    `make check` (-m "not integration and not reliability and not slow") skips them.
+    tests/image runs the built image: marked `image`, which only `make test-image` selects."""
     for item in items:
         folder = Path(str(item.fspath)).relative_to(Path(__file__).parent).parts[0]
         if folder in MARKED_BY_FOLDER:
