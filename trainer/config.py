@@ -32,7 +32,13 @@ HELP_EXAMPLES = """\
 class InputSettings:
     """Where samples come from and how they are read."""
 
-    source: str = field(default="-", metadata={"help": "file or folder to stream ('-' is stdin), or kafka://HOST:PORT/TOPIC"})
+    source: str = field(
+        default="-",
+        metadata={
+            "help": "file or folder to stream ('-' is stdin), s3://BUCKET/PREFIX/ (its objects as a folder's files;"
+            " endpoint and credentials from AWS_* variables), or kafka://HOST:PORT/TOPIC"
+        },
+    )
     format: str = field(default="auto", metadata={"help": "schema preset (criteo, avazu, libsvm, libffm, kv...) or auto"})
     schema: str | None = field(default=None, metadata={"help": "YAML feature schema; overrides --format"})
     label: str | None = field(
@@ -76,14 +82,14 @@ class InputSettings:
         return tuple(g.strip() for g in self.source_ignore.split(",") if g.strip())
 
     def follows(self) -> bool:
-        """--follow, or its default: a folder or a topic is followed, a file or a pipe ends."""
+        """--follow, or its default: a folder, an S3 prefix or a topic is followed, a file or a pipe ends."""
         if self.follow is not None:
             return self.follow
-        return self.source.startswith("kafka://") or Path(self.source).is_dir()
+        return self.source.startswith(("kafka://", "s3://")) or Path(self.source).is_dir()
 
     def splits(self) -> bool:
-        """The stream splits between workers: by files (a folder) or partitions (a topic)."""
-        return self.source.startswith("kafka://") or Path(self.source).is_dir()
+        """The stream splits between workers: by files (a folder, an S3 prefix) or partitions (a topic)."""
+        return self.source.startswith(("kafka://", "s3://")) or Path(self.source).is_dir()
 
 
 @dataclass(frozen=True)

@@ -257,7 +257,14 @@ def ends(conf: TrainerConfig) -> bool:
 
 def check_source(conf: TrainerConfig) -> None:
     """A path that is not there fails at once (not after --peek-timeout-s)."""
-    if conf.input.source != "-" and not conf.input.source.startswith("kafka://") and not Path(conf.input.source).exists():
+    if conf.input.source.startswith("s3://"):
+        from trainer.input.s3_source import check_prefix  # boto3 loads only for S3
+
+        try:
+            check_prefix(conf.input.source)
+        except ValueError as e:
+            raise cfg.ConfigError(f"--source {conf.input.source}: {e}") from None
+    elif conf.input.source != "-" and not conf.input.source.startswith("kafka://") and not Path(conf.input.source).exists():
         raise cfg.ConfigError(f"--source {conf.input.source}: no such file or folder")
     if not 0 <= conf.input.max_bad_fraction <= 1:
         raise cfg.ConfigError(f"--max-bad-fraction {conf.input.max_bad_fraction}: must be within 0..1")

@@ -39,7 +39,7 @@ def _shard(i: int, work: Path, port: int = 0, lifecycle: tuple[str, ...] = ()) -
 
 
 def _trainer(
-    stream: Path, shards: list[Daemon], out: Path, log: Path | None = None, model: tuple[str, ...] = ()
+    stream: Path | str, shards: list[Daemon], out: Path, log: Path | None = None, model: tuple[str, ...] = ()
 ) -> subprocess.Popen[str]:
     """The trainer, its log piped (read by _finish) or, with `log`, written there. Its pushes
     are lossless unless `model` says otherwise: then the model's bits depend on the stream
@@ -82,7 +82,7 @@ def _finish(proc: subprocess.Popen[str], timeout: float = 240) -> str:
     return err
 
 
-def _once(stream: Path, work: Path, lifecycle: tuple[str, ...] = ()) -> dict[str, Any]:
+def _once(stream: Path | str, work: Path, lifecycle: tuple[str, ...] = ()) -> dict[str, Any]:
     """The model an uninterrupted run of the stream leaves on fresh shards."""
     shards = [_shard(i, work, lifecycle=lifecycle) for i in range(2)]
     try:
@@ -164,7 +164,7 @@ def test_shards_with_admission_and_eviction_dying_change_nothing(data_dir, tmp_p
 
 
 def _trainer_killed(
-    stream: Path, work: Path, rng: random.Random, kills_wanted: int, model: tuple[str, ...] = ()
+    stream: Path | str, work: Path, rng: random.Random, kills_wanted: int, model: tuple[str, ...] = ()
 ) -> tuple[int, str, dict[str, Any]]:
     """Trains the stream, killing the trainer (kill -9) at random moments and starting it
     again; returns (kills, the last run's log, the model the shards end with)."""

@@ -1,5 +1,6 @@
-"""A Parquet file read as the CSV text the trainer's parser takes (`--source x.parquet`, or
-`.parquet` files in a followed folder).
+"""A Parquet file read as the CSV text the trainer's parser takes (`--source x.parquet`,
+`.parquet` files in a followed folder, or `.parquet` objects under an `s3://` prefix, read
+through pyarrow's S3 file system with boto3's environment: AWS_ENDPOINT_URL, credentials).
 
 Each row group is rendered by Arrow's C++ CSV writer (no Python per row) into lines of
 comma-separated values under one header line of the file's column names, so a Parquet file
@@ -51,7 +52,13 @@ class ParquetText(io.RawIOBase):
         import pyarrow.parquet as pq
 
         self.path = str(path)
-        self.file = pq.ParquetFile(self.path)
+        if self.path.startswith("s3://"):  # an object read in ranges, a row group at a time (pyarrow's S3)
+            import pyarrow.fs as pafs
+
+            fs, key = pafs.FileSystem.from_uri(self.path)
+            self.file = pq.ParquetFile(fs.open_input_file(key))
+        else:
+            self.file = pq.ParquetFile(self.path)
         self.header = (",".join(self.file.schema_arrow.names) + "\n").encode()
         self.malformed = 0  # values rewritten: they held a comma, quote or line break
         self.failed_groups = 0  # row groups that could not be read

@@ -130,6 +130,8 @@ class BatchReader:
                 block = Block(block.file, len(raw) + 1, block.line + 1, rest, block.final, newlines=newlines)
             elif is_parquet(block.file):  # resumed inside a Parquet file: its column names
                 header = header_of(block.file)
+            elif block.file.startswith("s3://"):  # resumed inside an object: its first line
+                header = self.source.first_line(block.file)  # type: ignore[attr-defined]
             else:  # resumed inside the file: its first line is still its header
                 with open(block.file, encoding="utf-8", errors="replace") as fh:
                     header = fh.readline()

@@ -103,7 +103,11 @@ def open_source(
     pattern: str = "*",
     ignore: tuple[str, ...] = DEFAULT_IGNORE,
 ) -> Source:
-    """A folder, a file, stdin ('-'), or kafka://HOST:PORT/TOPIC."""
+    """A folder, a file, stdin ('-'), s3://BUCKET/PREFIX, or kafka://HOST:PORT/TOPIC."""
+    if source.startswith("s3://"):
+        from trainer.input.s3_source import S3PrefixSource  # boto3 loads only for S3
+
+        return S3PrefixSource(source, follow, stop=stop, start=start, part=part, pattern=pattern, ignore=ignore)
     if source.startswith("kafka://"):
         from trainer.input.kafka_source import KafkaSource  # confluent-kafka loads only for Kafka
 

@@ -1,0 +1,115 @@
+"""An s3://bucket/prefix/ source on a real S3 server (SeaweedFS): its objects, CSV and
+Parquet, train exactly as a folder of the same files does, the folder's contract included
+(pattern, ignored names, key order); a followed prefix trains objects as they land; a trainer
+killed with -9 inside an object takes up at the cut's offset and trains every row once; a
+prefix that cannot be listed fails at start with what S3 said."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from tests.integration.s3_server import s3_server
+from tests.integration.test_exactly_once import _once, _trainer_killed
+from tests.integration.test_parquet import AVAZU, _as_parquet
+
+BUCKET = "stream"
+
+
+@pytest.fixture
+def s3(tmp_path: Path) -> Iterator[Any]:
+    """A client of a fresh S3 server; the server's endpoint and keys are in os.environ, so
+    the trainers started here find it as a user's would (AWS_ENDPOINT_URL...)."""
+    with s3_server(tmp_path / "weed", bucket=BUCKET):
+        yield boto3.client("s3")
+
+
+def _train(source: str, out: Path, *args: str) -> tuple[dict[str, Any], str]:
+    cmd = [sys.executable, "-m", "boundless", "train", "--source", source, "--ps", "local", "--metrics-port", "-1"]
+    proc = subprocess.run([*cmd, "--metrics-out", str(out), *args], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(out.read_text()), proc.stderr
+
+
+def _avazu_parts(data_dir: Path, folder: Path) -> int:
+    """Avazu's rows as a folder: two CSV files and a Parquet file between them, each with
+    its header, plus names the folder contract skips; returns the rows it trains on."""
+    folder.mkdir()
+    lines = (data_dir / AVAZU).read_text().splitlines()
+    header, rows = lines[0], lines[1:]
+    thirds = [rows[: len(rows) // 3], rows[len(rows) // 3 : 2 * len(rows) // 3], rows[2 * len(rows) // 3 :]]
+    (folder / "part-0.csv").write_text("\n".join([header, *thirds[0]]) + "\n")
+    middle = folder.parent / "middle.csv"
+    middle.write_text("\n".join([header, *thirds[1]]) + "\n")
+    _as_parquet(middle, folder / "part-1.parquet", rows_per_group=1000)
+    (folder / "part-2.csv").write_text("\n".join([header, *thirds[2]]) + "\n")
+    (folder / "part-3.csv.part").write_text("\n".join([header, *thirds[0]]) + "\n")  # a producer still writing
+    (folder / ".hidden.csv").write_text("\n".join([header, *thirds[0]]) + "\n")
+    return len(rows)
+
+
+def _upload(s3: Any, folder: Path, prefix: str) -> None:
+    for f in sorted(folder.iterdir()):
+        s3.upload_file(str(f), BUCKET, prefix + f.name)
+
+
+def test_a_prefix_trains_exactly_as_the_folder_of_its_objects(s3: Any, data_dir: Path, tmp_path: Path) -> None:
+    rows = _avazu_parts(data_dir, tmp_path / "folder")
+    _upload(s3, tmp_path / "folder", "in/day=1/")
+    s3.put_object(Bucket=BUCKET, Key="elsewhere/part-9.csv", Body=b"not,this\n")  # outside the prefix
+    args = ("--model", "fm", "--k", "4", "--no-follow", "--holdout-samples", "0")
+    from_folder, _ = _train(str(tmp_path / "folder"), tmp_path / "folder.json", *args)
+    from_s3, err = _train(f"s3://{BUCKET}/in/day=1/", tmp_path / "s3.json", *args)
+    assert from_folder["samples"] == from_s3["samples"] == rows
+    for key in ("progressive_logloss", "window_auc", "window_logloss", "bad_lines"):
+        assert from_s3[key] == from_folder[key], key
+
+
+def test_a_followed_prefix_trains_objects_as_they_land(s3: Any, data_dir: Path, tmp_path: Path) -> None:
+    rows = _avazu_parts(data_dir, tmp_path / "folder")
+    objects = sorted(f for f in (tmp_path / "folder").iterdir() if not f.name.startswith(".") and not f.name.endswith(".part"))
+    s3.upload_file(str(objects[0]), BUCKET, "live/" + objects[0].name)
+    out = tmp_path / "m.json"
+    cmd = [sys.executable, "-m", "boundless", "train", "--source", f"s3://{BUCKET}/live/", "--ps", "local"]
+    cmd += ["--metrics-port", "-1", "--metrics-out", str(out), "--idle-exit-s", "4", "--holdout-samples", "0"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(2.0)
+        for f in objects[1:]:  # later keys land while it follows
+            s3.upload_file(str(f), BUCKET, "live/" + f.name)
+            time.sleep(1.0)
+        _, err = proc.communicate(timeout=240)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err[-3000:]
+    assert json.loads(out.read_text())["samples"] == rows
+
+
+def test_a_trainer_killed_inside_an_object_trains_every_row_once(s3: Any, data_dir: Path, tmp_path: Path) -> None:
+    lines = (data_dir / "frappe/frappe.validation.libfm").read_text().splitlines()
+    stream = lines * 24
+    for i in range(4):  # four objects of Frappe repeated, in key order
+        part = stream[i * len(stream) // 4 : (i + 1) * len(stream) // 4]
+        s3.put_object(Bucket=BUCKET, Key=f"frappe/{i:02d}.libfm", Body=("\n".join(part) + "\n").encode())
+    uri = f"s3://{BUCKET}/frappe/"
+    expected = _once(uri, tmp_path / "once")
+    kills, err, model = _trainer_killed(uri, tmp_path / "killed", random.Random(5), 3)
+    assert kills >= 2 and "the stream takes up at" in err, err[-3000:]
+    assert model == expected
+    assert json.loads((tmp_path / "killed" / "m.json").read_text())["samples"] == len(stream)
+
+
+def test_a_prefix_that_cannot_be_listed_fails_at_start_naming_it(s3: Any, tmp_path: Path) -> None:
+    cmd = [sys.executable, "-m", "boundless", "train", "--source", "s3://no-such-bucket/x/", "--ps", "local"]
+    proc = subprocess.run([*cmd, "--metrics-port", "-1"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "s3://no-such-bucket/x/" in proc.stderr and "NoSuchBucket" in proc.stderr, proc.stderr[-2000:]

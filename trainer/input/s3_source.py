@@ -1,0 +1,233 @@
+"""An `s3://bucket/prefix/` source: the objects under a prefix read as a folder's files are
+(trainer.input.source), in key order, each to its end. Text objects stream through ranged
+GETs from the offset a checkpoint recorded; `.parquet` objects are read a row group at a
+time through pyarrow's S3 file system and rendered as text (trainer.input.parquet_text).
+
+The prefix's contract mirrors the folder's (docs/design/folder-source.md): the objects whose
+base names match `--source-pattern` and none of `--source-ignore`, in key order; worker i of
+W reads objects i, i+W, ... of that order. An object is known by its key and ETag: S3 objects
+do not grow, so an object is finished once read to its end, and a key that comes back with
+another ETag (overwritten) is read as the new object it is. With --follow the prefix is
+listed again every poll for new keys. A checkpoint's position is the object's URI and the
+offset in it; keys before that URI count as read on a restart, as a folder's names do.
+
+Endpoint and credentials come from boto3's and Arrow's common environment
+(AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_DEFAULT_REGION, or a
+profile); boto3 is the `[s3]` extra, pyarrow the `[parquet]` one."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from ctr.runtime.extras import require
+from trainer.input.parquet_text import ParquetText, is_parquet
+from trainer.input.source import BLOCK_BYTES, Block, Position, StreamSource
+
+log = logging.getLogger("trainer")
+MIN_LIST_S = 1.0  # a followed prefix is listed at most this often: a LIST is a billed request
+
+
+@dataclass(frozen=True)
+class S3Object:
+    uri: str
+    key: str
+    etag: str
+    size: int
+
+
+def parse_uri(uri: str) -> tuple[str, str]:
+    """(bucket, key prefix) of s3://bucket/prefix; ValueError when there is no bucket."""
+    rest = uri[len("s3://") :]
+    bucket, _, prefix = rest.partition("/")
+    if not uri.startswith("s3://") or not bucket:
+        raise ValueError(f"{uri!r} is not s3://BUCKET/PREFIX")
+    return bucket, prefix
+
+
+def s3_client() -> Any:
+    return require("boto3").client("s3")
+
+
+def check_prefix(uri: str) -> int:
+    """Lists the prefix once, so a wrong bucket, endpoint or credentials fail at start with
+    what S3 said; returns how many objects it holds (a first page's worth at most)."""
+    bucket, prefix = parse_uri(uri)
+    botocore = require("botocore.exceptions")
+    try:
+        page = s3_client().list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=1000)
+    except (botocore.ClientError, botocore.BotoCoreError) as e:
+        raise ValueError(f"cannot list {uri}: {e}") from None
+    return int(page.get("KeyCount", 0))
+
+
+class S3PrefixSource(StreamSource):
+    """The folder source's reading (`_read`: blocks of whole lines, over-long lines) over
+    the objects under a prefix."""
+
+    def __init__(
+        self,
+        source: str,
+        follow: bool,
+        poll_s: float = 0.2,
+        stop: Callable[[], bool] = lambda: False,
+        start: Position | None = None,
+        part: tuple[int, int] = (0, 1),
+        pattern: str = "*",
+        ignore: tuple[str, ...] = (),
+    ) -> None:
+        super().__init__(source, follow, poll_s, stop, start, part, pattern, ignore)
+        self.bucket, self.prefix = parse_uri(source)
+        self.s3 = s3_client()
+        self._done: dict[str, str] = {}  # key -> ETag of the objects read to their end
+        self._objects: tuple[float, list[S3Object]] = (-MIN_LIST_S, [])
+
+    def _all_objects(self) -> list[S3Object]:
+        """The prefix's objects the contract reads, in key order (a listing reused for
+        MIN_LIST_S: a followed prefix is not listed every few ms)."""
+        now = time.monotonic()
+        if now - self._objects[0] < MIN_LIST_S:
+            return self._objects[1]
+        found = []
+        for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=self.prefix):
+            for o in page.get("Contents", []):
+                key = o["Key"]
+                if not key.endswith("/") and self._takes(key.rsplit("/", 1)[-1]):
+                    found.append(S3Object(f"s3://{self.bucket}/{key}", key, str(o.get("ETag", "")), int(o["Size"])))
+        found.sort(key=lambda o: o.key)
+        self._objects = (now, found)
+        return found
+
+    def _mine(self) -> list[S3Object]:
+        index, count = self.part
+        return self._all_objects()[index::count]
+
+    def peek(self, max_lines: int = 2000, max_bytes: int = 4 << 20, timeout_s: float = 0.0) -> list[str]:
+        """The first object's first lines, waiting up to timeout_s for one to land."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            objects = [o for o in self._mine() if o.size > 0]
+            if objects:
+                first = objects[0]
+                if is_parquet(first.key):
+                    with ParquetText(first.uri) as rendered:
+                        head = rendered.read(max_bytes)
+                else:
+                    head = self._range(first.key, 0, max_bytes)
+                text = head.decode("utf-8", errors="replace").splitlines()
+                return text[: max_lines if len(head) < max_bytes else max(0, min(max_lines, len(text) - 1))]
+            if time.monotonic() >= deadline or self.stop():
+                return []
+            time.sleep(max(self.poll_s, MIN_LIST_S))
+
+    def _range(self, key: str, start: int, length: int) -> bytes:
+        got = self.s3.get_object(Bucket=self.bucket, Key=key, Range=f"bytes={start}-{start + length - 1}")
+        return bytes(got["Body"].read())
+
+    def first_line(self, uri: str) -> str:
+        """The first line of a text object (its csv header), for a reader resumed inside it."""
+        head = self._range(uri[len(f"s3://{self.bucket}/") :], 0, 1 << 20)
+        return head.split(b"\n", 1)[0].decode("utf-8", errors="replace")
+
+    def backlog(self, position: Position) -> tuple[str, int] | None:
+        """Bytes of this worker's objects past `position`."""
+        total = 0
+        for o in self._mine():
+            if position.file and o.uri < position.file or self._done.get(o.key) == o.etag:
+                continue
+            total += max(0, o.size - (position.offset if o.uri == position.file else 0))
+        return "bytes", total
+
+    def blocks(self, max_line_bytes: int, block_bytes: int = BLOCK_BYTES) -> Iterator[Block | None]:
+        """Blocks in key order; yields None while waiting for new objects."""
+        start = self.start
+        while not self.stop():
+            pending = [o for o in self._mine() if self._done.get(o.key) != o.etag]
+            if start.file:  # objects before the start's: read before the cut, on every pass
+                for o in pending:
+                    if o.uri < start.file:
+                        self._done[o.key] = o.etag
+                pending = [o for o in pending if o.uri >= start.file]
+            if not pending:
+                if not self.follow:
+                    return
+                yield None
+                time.sleep(self._nap())
+                continue
+            for o in pending:
+                offset = start.offset if o.uri == start.file else 0
+                line_no = start.line if o.uri == start.file else 0
+                finished = yield from self._object(o, offset, line_no, max_line_bytes, block_bytes)
+                if finished:
+                    self._done[o.key] = o.etag
+                    yield Block(o.uri, 0, 0, b"", eof=True)
+                if self.stop():
+                    return
+                start = Position()
+            start = Position()
+
+    def _object(
+        self, o: S3Object, offset: int, line_no: int, max_line: int, block_bytes: int
+    ) -> Generator[Block | None, None, bool]:
+        """One object's blocks from `offset`; True once read to its end."""
+        if is_parquet(o.key):
+            try:
+                text = ParquetText(o.uri)
+            except Exception as e:  # noqa: BLE001 - a damaged object must not stop the stream
+                log.error("%s: not a readable Parquet file (%s); skipped", o.uri, e)
+                return True
+            with text:
+                text.seek(offset)
+                return (yield from self._read(text, o.uri, offset, line_no, lambda: True, max_line, block_bytes))  # type: ignore[arg-type]
+        if offset >= o.size and o.size:
+            return True
+        try:
+            got = self.s3.get_object(Bucket=self.bucket, Key=o.key, Range=f"bytes={offset}-") if o.size else None
+        except Exception as e:  # noqa: BLE001 - deleted since the listing: the next listing tells
+            log.warning("%s: cannot be read (%s); taken up at the next listing", o.uri, e)
+            return False
+        if got is None:
+            return True
+        body = _RangedBody(self.s3, self.bucket, o.key, offset, got["Body"])
+        try:
+            return (yield from self._read(body, o.uri, offset, line_no, lambda: True, max_line, block_bytes))  # type: ignore[arg-type]
+        finally:
+            body.close()
+
+    def _changed(self, fh: Any, name: str, offset: int) -> str | None:
+        return None  # an object does not grow, shrink or rotate: it is read to its end
+
+
+class _RangedBody:
+    """An object's bytes from an offset; a connection lost mid-object is taken up with a new
+    ranged GET from the byte it reached (a few times), instead of failing the run."""
+
+    RETRIES = 5
+
+    def __init__(self, s3: Any, bucket: str, key: str, offset: int, body: Any) -> None:
+        self.s3, self.bucket, self.key = s3, bucket, key
+        self.offset = offset
+        self.body = body
+
+    def read(self, size: int = -1) -> bytes:
+        for attempt in range(self.RETRIES + 1):
+            try:
+                data = bytes(self.body.read(size if size >= 0 else None))
+                self.offset += len(data)
+                return data
+            except Exception as e:  # noqa: BLE001 - urllib3/botocore raise several kinds
+                if attempt == self.RETRIES:
+                    raise
+                where = f"s3://{self.bucket}/{self.key}"
+                log.warning("%s: read failed at byte %d (%s); reading on from there", where, self.offset, e)
+                self.body.close()
+                time.sleep(0.5 * (attempt + 1))
+                got = self.s3.get_object(Bucket=self.bucket, Key=self.key, Range=f"bytes={self.offset}-")
+                self.body = got["Body"]
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        self.body.close()
