@@ -1,5 +1,5 @@
-"""The chart lints, renders for the default values, for a Kafka + S3 + TLS values file and
-for a trainer of 4 GPU ranks, and every rendered manifest validates against the Kubernetes
+"""The chart lints, renders for the default values, for a Kafka + S3 + TLS values file, for
+a trainer of 4 GPU ranks and for a trainer following an S3 prefix, and every rendered manifest validates against the Kubernetes
 schemas. Its containers'
 arguments parse with boundless's own parser, every mount names a volume, every pod runs as
 a non-root user, and the trainer reads only what is mounted."""
@@ -21,6 +21,7 @@ VALUES = {
     "default": None,
     "kafka-s3-tls": CHART / "ci" / "kafka-s3-tls-values.yaml",
     "ranks-gpu": CHART / "ci" / "ranks-gpu-values.yaml",
+    "s3-source": CHART / "ci" / "s3-source-values.yaml",
 }
 KUBERNETES = "1.33.0"
 CRDS = {"ServiceMonitor"}  # the Prometheus Operator's: no schema in kubernetes-validate
@@ -89,12 +90,23 @@ def test_every_daemon_the_chart_runs_takes_its_arguments_and_its_mounts_exist(va
     assert set(commands) == {"ps", "train", "serve", "model"}, commands
     train, mounts = commands["train"]
     source = train[train.index("--source") + 1]
-    assert source.startswith("kafka://") or any(source.startswith(p + "/") for p in mounts), source
+    assert source.startswith(("kafka://", "s3://")) or any(source.startswith(p + "/") for p in mounts), source
     if values == "kafka-s3-tls":
         for args, _ in commands.values():
             assert "--tls-cert" in args and "--tls-ca" in args
         assert "--tls-client-auth" in commands["serve"][0] and "--accepted-tokens-file" in commands["ps"][0]
         assert "--token-file" in train
+
+
+def test_an_s3_source_gives_the_trainer_its_endpoint_and_keys():
+    docs = _render(VALUES["s3-source"])
+    trainer = next(d for d in docs if d["kind"] == "StatefulSet" and d["metadata"]["name"] == "demo-boundless-trainer")
+    container = trainer["spec"]["template"]["spec"]["containers"][0]
+    args = [str(a) for a in container["args"]]
+    assert args[args.index("--source") + 1] == "s3://clicks/parquet/day=2026-11-27/"
+    env = {e["name"]: e for e in container["env"]}
+    assert env["AWS_ENDPOINT_URL"]["value"] == "http://minio.storage:9000"
+    assert env["AWS_ACCESS_KEY_ID"]["valueFrom"]["secretKeyRef"]["name"] == "stream-s3"
 
 
 def test_the_trainer_runs_as_ranks_that_meet_at_rank_0():
