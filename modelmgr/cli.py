@@ -46,6 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         ("unpin", "follow the latest version again"),
         ("label", "label VERSION as NAME: a canary (--share of routed requests) or a shadow (--shadow of live requests)"),
         ("unlabel", "remove the label NAME"),
+        ("promote", "pin the version labelled NAME as stable, if its shadow evidence on every --serving replica passes"),
         ("gc", "retention: remove versions outside the newest full ones and their chains"),
         ("publish", "have the manager daemon publish READY exports now (needs --manager)"),
         ("show", "one version's manifest and quality evidence"),
@@ -65,8 +66,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         if name in ("rollback", "pin"):
             p.add_argument("version", type=int, nargs="?" if name == "rollback" else None)
             p.add_argument("--reason", default="", help="why, kept in the policy and shown by list")
-        if name in ("label", "unlabel"):
+        if name in ("label", "unlabel", "promote"):
             p.add_argument("label", help="the label's name (e.g. canary)")
+        if name == "promote":
+            p.add_argument("--min-shadow", type=int, default=1000, help="shadow copies scored, over all replicas, at least")
+            p.add_argument(
+                "--max-mean-abs-diff",
+                type=float,
+                default=0.01,
+                help="the shadow's mean |score - live score| over its copies, at most",
+            )
+            p.add_argument("--dry-run", action="store_true", help="judge the evidence, change nothing")
         if name == "label":
             p.add_argument("version", type=int)
             p.add_argument("--share", type=float, default=0.0, help="share of routed requests (by routing key) it scores")
@@ -83,7 +93,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         if name == "gc":
             p.add_argument("--keep-full", type=int, default=3, help="full versions kept with their delta chains")
             p.add_argument("--dry-run", action="store_true", help="list what would go, remove nothing")
-        if name in ("status", "pin", "rollback", "unpin"):
+        if name in ("status", "pin", "rollback", "unpin", "promote"):
             p.add_argument(
                 "--serving",
                 default="",
@@ -169,6 +179,20 @@ def run(args: argparse.Namespace) -> int:
             actions.unpin(repo)
         elif args.action == "rollback":
             actions.rollback(repo, args.version, args.reason or "rollback from the CLI")
+        elif args.action == "promote":
+            from modelmgr.commands import promote
+
+            totals, why_not = promote.promote(
+                repo, args.label, _split_addresses(args.serving), args.min_shadow, args.max_mean_abs_diff, args.dry_run
+            )
+            print(f"{args.model_name}: shadow evidence {totals.describe()}")
+            if why_not is not None:
+                print(f"boundless model promote: not promoted: {why_not}")
+                return 2
+            if args.dry_run:
+                print(f"would promote {args.label} (dry run: nothing changed)")
+                return 0
+            print(f"promoted {args.label}: version {totals.version} is stable, the label is removed")
         elif args.action in ("label", "unlabel"):
             if args.action == "label":
                 labels = repo.set_label(args.label, args.version, args.share, args.shadow)
@@ -183,6 +207,10 @@ def run(args: argparse.Namespace) -> int:
     target = repo.target()
     print(f"{args.model_name}: policy {repo.policy().describe()}, serving should load version {target}")
     return _wait(args, target)
+
+
+def _split_addresses(text: str) -> list[str]:
+    return [a for a in text.split(",") if a]
 
 
 def _wait(args: argparse.Namespace, target: int | None) -> int:

@@ -166,6 +166,7 @@ class ModelStatusResponse(_message.Message):
     TRANSFORM_FIELD_NUMBER: _builtins.int
     LOAD_ERROR_FIELD_NUMBER: _builtins.int
     SERVED_FIELD_NUMBER: _builtins.int
+    SHADOWS_FIELD_NUMBER: _builtins.int
     model: _builtins.str
     version: _builtins.int
     base_version: _builtins.int
@@ -189,6 +190,10 @@ class ModelStatusResponse(_message.Message):
     def served(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """every model this server serves (serve --models)"""
 
+    @_builtins.property
+    def shadows(self) -> _containers.RepeatedCompositeFieldContainer[Global___ShadowEvidence]:
+        """what this process's shadow scoring saw of the model's labelled versions"""
+
     def __init__(
         self,
         *,
@@ -203,14 +208,66 @@ class ModelStatusResponse(_message.Message):
         transform: Global___FeatureTransform | None = ...,
         load_error: _builtins.str = ...,
         served: _abc.Iterable[_builtins.str] | None = ...,
+        shadows: _abc.Iterable[Global___ShadowEvidence] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["transform", b"transform"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["base_version", b"base_version", "fields", b"fields", "keys", b"keys", "load_error", b"load_error", "loaded_at", b"loaded_at", "model", b"model", "model_type", b"model_type", "policy", b"policy", "served", b"served", "transform", b"transform", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["base_version", b"base_version", "fields", b"fields", "keys", b"keys", "load_error", b"load_error", "loaded_at", b"loaded_at", "model", b"model", "model_type", b"model_type", "policy", b"policy", "served", b"served", "shadows", b"shadows", "transform", b"transform", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ModelStatusResponse: _TypeAlias = ModelStatusResponse  # noqa: Y015
+
+@_typing.final
+class ShadowEvidence(_message.Message):
+    """One labelled version's shadow scoring in one serving process since it started (or since
+    the version was labelled): copies of live requests it scored off the path and how far its
+    scores were from the live answer's. `boundless model promote` reads it from every replica.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LABEL_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
+    SCORED_FIELD_NUMBER: _builtins.int
+    DROPPED_FIELD_NUMBER: _builtins.int
+    FAILED_FIELD_NUMBER: _builtins.int
+    MEAN_ABS_DIFF_FIELD_NUMBER: _builtins.int
+    MEAN_DIFF_FIELD_NUMBER: _builtins.int
+    MEAN_SECONDS_FIELD_NUMBER: _builtins.int
+    label: _builtins.str
+    version: _builtins.int
+    scored: _builtins.int
+    """copies scored"""
+    dropped: _builtins.int
+    """copies dropped: the shadow was behind"""
+    failed: _builtins.int
+    """copies whose scoring failed"""
+    mean_abs_diff: _builtins.float
+    """mean over scored copies of the mean |shadow - live| of its items"""
+    mean_diff: _builtins.float
+    """the same, signed (shadow - live): a shift up or down"""
+    mean_seconds: _builtins.float
+    """the shadow's scoring time per copy, on its own nice-19 thread"""
+    def __init__(
+        self,
+        *,
+        label: _builtins.str = ...,
+        version: _builtins.int = ...,
+        scored: _builtins.int = ...,
+        dropped: _builtins.int = ...,
+        failed: _builtins.int = ...,
+        mean_abs_diff: _builtins.float = ...,
+        mean_diff: _builtins.float = ...,
+        mean_seconds: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dropped", b"dropped", "failed", b"failed", "label", b"label", "mean_abs_diff", b"mean_abs_diff", "mean_diff", b"mean_diff", "mean_seconds", b"mean_seconds", "scored", b"scored", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ShadowEvidence: _TypeAlias = ShadowEvidence  # noqa: Y015
 
 @_typing.final
 class FeatureTransform(_message.Message):

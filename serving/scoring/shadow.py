@@ -6,8 +6,8 @@ full is dropped and counted. The thread runs at the lowest CPU priority (nice 19
 scores on itself alone, not on the scoring threads live requests share, so that where
 cores are short the shadow falls behind and drops copies instead of slowing live answers. The
 thread records, per model and label, the shadow's latency and how far its scores are from
-the live ones (mean absolute difference), which an operator or a gate reads before
-promoting the label.
+the live ones (mean absolute difference), in Prometheus and, per version, as the evidence
+ModelStatus reports and `boundless model promote` gates a promotion on.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import os
 import queue
 import threading
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -30,11 +30,52 @@ log = logging.getLogger("serving")
 QUEUE = 16  # copies waiting at most; more are dropped
 
 
+@dataclass
+class Evidence:
+    """What one labelled version's shadow scoring saw in this process (ShadowEvidence on the wire)."""
+
+    label: str
+    version: int
+    scored: int = 0
+    dropped: int = 0
+    failed: int = 0
+    sum_abs_diff: float = 0.0
+    sum_diff: float = 0.0
+    seconds: float = 0.0
+
+    @property
+    def mean_abs_diff(self) -> float:
+        return self.sum_abs_diff / self.scored if self.scored else 0.0
+
+    @property
+    def mean_diff(self) -> float:
+        return self.sum_diff / self.scored if self.scored else 0.0
+
+    @property
+    def mean_seconds(self) -> float:
+        return self.seconds / self.scored if self.scored else 0.0
+
+
 class ShadowScorer:
     def __init__(self) -> None:
         self._queue: queue.Queue[tuple[str, str, Any, Any, npt.NDArray[np.float32]] | None] = queue.Queue(QUEUE)
+        self._evidence: dict[tuple[str, str, int], Evidence] = {}  # (model, label, version)
+        self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="shadow", daemon=True)
         self._thread.start()
+
+    def _of(self, model_name: str, label: str, version: int) -> Evidence:
+        """Caller holds the lock."""
+        key = (model_name, label, version)
+        if key not in self._evidence:
+            self._evidence[key] = Evidence(label, version)
+        return self._evidence[key]
+
+    def evidence(self, model_name: str) -> list[Evidence]:
+        """Copies of what each labelled version of the model saw, by label then version."""
+        with self._lock:
+            found = [replace(e) for (m, _, _), e in self._evidence.items() if m == model_name]
+        return sorted(found, key=lambda e: (e.label, e.version))
 
     def submit(self, model_name: str, label: str, model: Any, req: Any, live: npt.NDArray[np.float32]) -> bool:
         """Queues a copy for `model` (a ServableModel); False (counted) when the queue is full."""
@@ -43,6 +84,8 @@ class ShadowScorer:
             return True
         except queue.Full:
             metrics.SHADOW_DROPPED.labels(model_name, label).inc()
+            with self._lock:
+                self._of(model_name, label, int(model.version)).dropped += 1
             return False
 
     def _run(self) -> None:
@@ -55,10 +98,21 @@ class ShadowScorer:
             try:
                 start = time.perf_counter()
                 scores = replace(model, splitter=SERIAL).score(req)  # on this thread: the scoring threads are live traffic's
-                metrics.VERSION_LATENCY.labels(model_name, label, "shadow").observe(time.perf_counter() - start)
-                metrics.SHADOW_DIFF.labels(model_name, label).observe(float(np.mean(np.abs(scores - live))))
+                took = time.perf_counter() - start
+                diff = scores.astype(np.float64) - live
+                abs_diff = float(np.mean(np.abs(diff)))
+                metrics.VERSION_LATENCY.labels(model_name, label, "shadow").observe(took)
+                metrics.SHADOW_DIFF.labels(model_name, label).observe(abs_diff)
+                with self._lock:
+                    e = self._of(model_name, label, int(model.version))
+                    e.scored += 1
+                    e.sum_abs_diff += abs_diff
+                    e.sum_diff += float(np.mean(diff))
+                    e.seconds += took
             except Exception:  # noqa: BLE001 - a shadow's failure never touches live traffic
                 metrics.SHADOW_FAILED.labels(model_name, label).inc()
+                with self._lock:
+                    self._of(model_name, label, int(model.version)).failed += 1
                 log.debug("shadow %s of %s failed", label, model_name, exc_info=True)
             finally:
                 self._queue.task_done()

@@ -1,7 +1,8 @@
 """Version labels (`boundless model label`): a canary takes its share of routing keys, each
 key always meeting one version; a shadow scores copies of live requests off the request
 path and records its latency and score difference per label; unlabelling returns every key
-to the stable version."""
+to the stable version; `boundless model promote` makes a shadow stable only when every
+replica's evidence passes its gate."""
 
 from __future__ import annotations
 
@@ -91,3 +92,57 @@ def test_a_canary_takes_its_share_of_keys_and_a_shadow_scores_off_the_path(tmp_p
         assert live["stable"] >= 300 and live["canary"] >= 60, live  # each label's own latency histogram
     finally:
         serving.stop()
+
+
+def _promote(repo: Repository, *args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "boundless", "model", "promote", *args, "--repo", str(repo.root), "--model-name", repo.model]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+
+
+def test_a_shadow_is_promoted_only_on_evidence_every_replica_gives(tmp_path):
+    reqs = requests(2, seed=12, items=20)
+    repo, scores = two_fm_versions(tmp_path / "repo", reqs, keys=20_000)
+    want = float(np.mean(np.abs(scores[2][0] - scores[1][0])))
+    repo.set_policy(Policy("pinned", 1))
+    _model(repo, "label", "candidate", "2", "--shadow", "1")
+    replicas = [start(f"serving{i}", ["serve", "--repo", str(repo.root), "--poll-s", "0.05"], tmp_path) for i in range(2)]
+    try:
+        for r in replicas:
+            r.wait_ready()
+        addresses = ",".join(r.address for r in replicas)
+        clients = [PredictClient(r.address) for r in replicas]
+        for c in clients:
+            c.wait_for_model()
+        too_early = _promote(repo, "candidate", "--serving", addresses, "--min-shadow", "20", "--max-mean-abs-diff", "1")
+        assert too_early.returncode == 2 and "fewer than the 20 asked" in too_early.stdout, too_early.stdout + too_early.stderr
+
+        def evidence() -> int:
+            for c in clients:
+                c.predict_encoded(reqs[0])
+            return min(sum(e.scored for e in c.status().shadows if e.label == "candidate") for c in clients)
+
+        wait_until("15 shadow copies scored on each replica", lambda: evidence() >= 15, 60)
+        for c in clients:
+            (seen,) = [e for e in c.status().shadows if e.label == "candidate"]
+            assert seen.version == 2 and seen.failed == 0
+            assert abs(seen.mean_abs_diff - want) < 1e-5, (seen.mean_abs_diff, want)  # the versions' real difference
+
+        strict = _promote(repo, "candidate", "--serving", addresses, "--min-shadow", "20", "--max-mean-abs-diff", "1e-9")
+        assert strict.returncode == 2 and "(--max-mean-abs-diff)" in strict.stdout, strict.stdout + strict.stderr
+        assert repo.policy().version == 1 and "candidate" in repo.routing()  # nothing changed
+        dry = _promote(repo, "candidate", "--serving", addresses, "--min-shadow", "20", "--max-mean-abs-diff", "1", "--dry-run")
+        assert dry.returncode == 0 and "dry run" in dry.stdout and repo.policy().version == 1, dry.stdout
+
+        done = _promote(repo, "candidate", "--serving", addresses, "--min-shadow", "20", "--max-mean-abs-diff", "1")
+        assert done.returncode == 0 and "every replica serves version 2" in done.stdout, done.stdout + done.stderr
+        assert repo.policy().version == 2 and "promoted candidate on shadow evidence" in repo.policy().reason
+        assert "candidate" not in repo.routing()
+        for c in clients:
+            got = c.predict_encoded(reqs[0])
+            assert got.version == 2 and got.label == "stable" and np.allclose(got.scores, scores[2][0], atol=1e-5)
+            c.close()
+        missing = _promote(repo, "candidate", "--serving", addresses)
+        assert missing.returncode == 2 and "no label 'candidate'" in missing.stdout, missing.stdout
+    finally:
+        for r in replicas:
+            r.stop()
