@@ -31,9 +31,11 @@ from pathlib import Path
 from typing import Any
 
 from boundless.processes import Daemon, start
-from ctr.repository.versions import Policy, Repository
+from ctr.repository.schemas import LabelEntry
+from ctr.repository.versions import Policy, Repository, RepositoryError
 from ctr.runtime import config as cfg
-from modelmgr.commands import actions
+from modelmgr.commands import actions, promote
+from modelmgr.commands.promote import ShadowTotals
 from serving.client import PredictClient
 from trainer.api import TrainerConfig, run_training
 
@@ -134,11 +136,13 @@ def train(source: str, model: str = "lr", ps: str = "local", *, progress: bool =
 
 
 class Models:
-    """The served model's versions and its policy, on the repository: what `boundless
-    model list / pin / unpin / rollback` do."""
+    """The served model's versions, its policy and its labels, on the repository: what
+    `boundless model list / pin / unpin / rollback / label / unlabel / promote` do.
+    `serving`: the replicas' addresses a promotion reads the shadow evidence from."""
 
-    def __init__(self, repo: Repository) -> None:
+    def __init__(self, repo: Repository, serving: list[str] | None = None) -> None:
         self.repo = repo
+        self.serving = list(serving or [])
 
     def list(self) -> list[int]:
         return self.repo.versions()
@@ -158,6 +162,22 @@ class Models:
 
     def rollback(self, version: int | None = None, reason: str = "rollback from Python") -> Policy:
         return actions.rollback(self.repo, version, reason)
+
+    def label(self, name: str, version: int, share: float = 0.0, shadow: float = 0.0) -> dict[str, LabelEntry]:
+        """Labels `version` as `name`: a canary (`share` of routed requests) and/or a
+        shadow (`shadow` of live requests, scored off the path)."""
+        return self.repo.set_label(name, version, share, shadow)
+
+    def unlabel(self, name: str) -> dict[str, LabelEntry]:
+        return self.repo.remove_label(name)
+
+    def promote(self, name: str, min_shadow: int = 1000, max_mean_abs_diff: float = 0.01) -> ShadowTotals:
+        """Makes the version labelled `name` stable if its shadow evidence on every serving
+        replica passes the gate; raises RepositoryError naming why not (nothing changed)."""
+        totals, why_not = promote.promote(self.repo, name, self.serving, min_shadow, max_mean_abs_diff)
+        if why_not is not None:
+            raise RepositoryError(f"not promoted: {why_not} ({totals.describe()})")
+        return totals
 
 
 class LocalPlatform:
@@ -201,6 +221,7 @@ class LocalPlatform:
         self.daemons.append(self.manager)
         for x in self.daemons:
             x.wait_ready()
+        self.models.serving = [self.serving.address]
 
     @property
     def ps(self) -> str:

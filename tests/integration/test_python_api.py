@@ -14,7 +14,9 @@ import numpy as np
 import pytest
 
 import boundless
+from ctr.repository.versions import RepositoryError
 from ctr.runtime.config import ConfigError
+from tests.support import wait_until
 
 
 def test_train_from_python_equals_the_command_line(data_dir: Path, tmp_path: Path) -> None:
@@ -59,3 +61,17 @@ def test_local_platform_trains_serves_scores_and_rolls_back(data_dir: Path, tmp_
         assert p.models.target() == v1
         assert p.wait_published() == v1
         assert p.client.predict([{"1": "5"}], {"0": "3"}).version == v1
+        # the newer version shadows the stable one, then is promoted on that evidence
+        p.models.label("next", v2, shadow=1.0)
+        with pytest.raises(RepositoryError, match="fewer than the 1000"):
+            p.models.promote("next")
+        wait_until(
+            "shadow copies scored",
+            lambda: (
+                p.client.predict([{"1": "5"}], {"0": "3"}) is not None
+                and sum(e.scored for e in p.client.status().shadows if e.label == "next") >= 10
+            ),
+            60,
+        )
+        totals = p.models.promote("next", min_shadow=10, max_mean_abs_diff=1.0)
+        assert totals.version == v2 and p.models.target() == v2 and "next" not in p.repo.routing()
