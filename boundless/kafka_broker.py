@@ -80,7 +80,9 @@ class KafkaBroker:
     def producer(self) -> Any:
         from confluent_kafka import Producer
 
-        return Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5, "log.connection.close": False})
+        # warnings and errors only: at close librdkafka notes at info level the events it
+        # purged from its background queue, which says nothing wrong to a demo's user
+        return Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5, "log.connection.close": False, "log_level": 4})
 
     def stop(self) -> None:
         if self.proc.poll() is None:
