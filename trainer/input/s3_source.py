@@ -164,10 +164,13 @@ class S3PrefixSource(StreamSource):
                 if finished:
                     self._done[o.key] = o.etag
                     yield Block(o.uri, 0, 0, b"", eof=True)
+                    start = Position()
                 if self.stop():
                     return
-                start = Position()
-            start = Position()
+                if not finished:  # it could not be opened: the next listing retries it, from the same offset
+                    yield None
+                    time.sleep(max(self.poll_s, MIN_LIST_S))
+                    break
 
     def _object(
         self, o: S3Object, offset: int, line_no: int, max_line: int, block_bytes: int
