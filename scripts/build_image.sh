@@ -39,7 +39,7 @@ fi
 
 # what the Dockerfile takes when present: torch's CPU wheel (pip would otherwise ask PyTorch's
 # index, unreachable here) and the CA bundle this machine's pip trusts
-rm -rf .image && mkdir -p .image/wheels
+mkdir -p .image/wheels && rm -f .image/wheels/*.whl .image/ca-certificates.crt
 wheel=$(find /opt/wheels -maxdepth 1 -name 'torch-2.13.0+cpu-*.whl' 2>/dev/null | head -1 || true)
 [ -n "$wheel" ] && cp "$wheel" .image/wheels/
 [ -f /etc/ssl/certs/ca-certificates.crt ] && cp /etc/ssl/certs/ca-certificates.crt .image/
