@@ -192,7 +192,7 @@ def run(args: argparse.Namespace) -> int:
             if args.dry_run:
                 print(f"would promote {args.label} (dry run: nothing changed)")
                 return 0
-            print(f"promoted {args.label}: version {totals.version} is stable, the label is removed")
+            print(f"promoted {args.label}: version {totals.evidence.version} is stable, the label is removed")
         elif args.action in ("label", "unlabel"):
             if args.action == "label":
                 labels = repo.set_label(args.label, args.version, args.share, args.shadow)

@@ -158,19 +158,7 @@ class PredictorServicer(predict_pb2_grpc.PredictorServicer):
             transform=transform_of(model.schema),
             load_error=watcher.last_error,
             served=sorted(self.watchers),
-            shadows=[
-                predict_pb2.ShadowEvidence(
-                    label=e.label,
-                    version=e.version,
-                    scored=e.scored,
-                    dropped=e.dropped,
-                    failed=e.failed,
-                    mean_abs_diff=e.mean_abs_diff,
-                    mean_diff=e.mean_diff,
-                    mean_seconds=e.mean_seconds,
-                )
-                for e in (self.shadow.evidence(model.name) if self.shadow is not None else [])
-            ],
+            shadows=[e.to_message() for e in (self.shadow.evidence(model.name) if self.shadow is not None else [])],
         )
 
 

@@ -16,45 +16,34 @@ from dataclasses import dataclass
 
 from ctr.repository.versions import Repository, RepositoryError
 from modelmgr.commands import actions
+from serving.client.shadow_evidence import ShadowEvidence
 
 
-@dataclass(frozen=True)
+@dataclass
 class ShadowTotals:
     """One label's evidence summed over the replicas that reported it."""
 
-    label: str
-    version: int
+    evidence: ShadowEvidence
     replicas: int = 0
-    scored: int = 0
-    dropped: int = 0
-    failed: int = 0
-    sum_abs_diff: float = 0.0
-    sum_diff: float = 0.0
-
-    @property
-    def mean_abs_diff(self) -> float:
-        return self.sum_abs_diff / self.scored if self.scored else float("nan")
-
-    @property
-    def mean_diff(self) -> float:
-        return self.sum_diff / self.scored if self.scored else float("nan")
 
     def describe(self) -> str:
+        e = self.evidence
         return (
-            f"{self.label}={self.version}: {self.scored} copies scored on {self.replicas} replica(s),"
-            f" {self.dropped} dropped, {self.failed} failed; mean |shadow - live| {self.mean_abs_diff:.6f},"
-            f" mean shadow - live {self.mean_diff:+.6f}"
+            f"{e.label}={e.version}: {e.scored} copies scored on {self.replicas} replica(s),"
+            f" {e.dropped} dropped, {e.failed} failed; mean |shadow - live| {e.mean_abs_diff:.6f},"
+            f" mean shadow - live {e.mean_diff:+.6f}"
         )
 
 
 def judge(totals: ShadowTotals, min_scored: int, max_mean_abs_diff: float) -> str | None:
     """Why the evidence does not allow the promotion, or None when it does."""
-    if totals.scored < min_scored:
-        return f"{totals.scored} shadow copies scored, fewer than the {min_scored} asked (--min-shadow)"
-    if totals.failed:
-        return f"{totals.failed} shadow copies failed to score (the serving log says why)"
-    if not totals.mean_abs_diff <= max_mean_abs_diff:
-        return f"mean |shadow - live| {totals.mean_abs_diff:.6f} is above {max_mean_abs_diff:g} (--max-mean-abs-diff)"
+    e = totals.evidence
+    if e.scored < min_scored:
+        return f"{e.scored} shadow copies scored, fewer than the {min_scored} asked (--min-shadow)"
+    if e.failed:
+        return f"{e.failed} shadow copies failed to score (the serving log says why)"
+    if not e.mean_abs_diff <= max_mean_abs_diff:  # NaN (no copy scored) never passes
+        return f"mean |shadow - live| {e.mean_abs_diff:.6f} is above {max_mean_abs_diff:g} (--max-mean-abs-diff)"
     return None
 
 
@@ -65,7 +54,7 @@ def gather(addresses: list[str], model: str, label: str, version: int) -> Shadow
 
     from serving.client import PredictClient
 
-    totals = ShadowTotals(label, version)
+    totals = ShadowTotals(ShadowEvidence(label, version))
     for address in addresses:
         client = PredictClient(address, model=model, timeout=5.0)
         try:
@@ -74,17 +63,10 @@ def gather(addresses: list[str], model: str, label: str, version: int) -> Shadow
             raise RepositoryError(f"serving replica {address} did not answer: {e.details()}") from None
         finally:
             client.close()
-        seen = [e for e in status.shadows if e.label == label and e.version == version]
-        totals = ShadowTotals(
-            label,
-            version,
-            totals.replicas + 1,
-            totals.scored + sum(e.scored for e in seen),
-            totals.dropped + sum(e.dropped for e in seen),
-            totals.failed + sum(e.failed for e in seen),
-            totals.sum_abs_diff + sum(e.mean_abs_diff * e.scored for e in seen),
-            totals.sum_diff + sum(e.mean_diff * e.scored for e in seen),
-        )
+        totals.replicas += 1
+        for m in status.shadows:
+            if m.label == label and m.version == version:
+                totals.evidence.add(ShadowEvidence.from_message(m))
     return totals
 
 

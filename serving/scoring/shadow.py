@@ -17,61 +17,36 @@ import os
 import queue
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from serving import metrics
+from serving.client.shadow_evidence import ShadowEvidence
 from serving.scoring.parallel import SERIAL
 
 log = logging.getLogger("serving")
 QUEUE = 16  # copies waiting at most; more are dropped
 
 
-@dataclass
-class Evidence:
-    """What one labelled version's shadow scoring saw in this process (ShadowEvidence on the wire)."""
-
-    label: str
-    version: int
-    scored: int = 0
-    dropped: int = 0
-    failed: int = 0
-    sum_abs_diff: float = 0.0
-    sum_diff: float = 0.0
-    seconds: float = 0.0
-
-    @property
-    def mean_abs_diff(self) -> float:
-        return self.sum_abs_diff / self.scored if self.scored else 0.0
-
-    @property
-    def mean_diff(self) -> float:
-        return self.sum_diff / self.scored if self.scored else 0.0
-
-    @property
-    def mean_seconds(self) -> float:
-        return self.seconds / self.scored if self.scored else 0.0
-
-
 class ShadowScorer:
     def __init__(self) -> None:
         self._queue: queue.Queue[tuple[str, str, Any, Any, npt.NDArray[np.float32]] | None] = queue.Queue(QUEUE)
-        self._evidence: dict[tuple[str, str, int], Evidence] = {}  # (model, label, version)
+        self._evidence: dict[tuple[str, str, int], ShadowEvidence] = {}  # (model, label, version)
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="shadow", daemon=True)
         self._thread.start()
 
-    def _of(self, model_name: str, label: str, version: int) -> Evidence:
+    def _of(self, model_name: str, label: str, version: int) -> ShadowEvidence:
         """Caller holds the lock."""
         key = (model_name, label, version)
         if key not in self._evidence:
-            self._evidence[key] = Evidence(label, version)
+            self._evidence[key] = ShadowEvidence(label, version)
         return self._evidence[key]
 
-    def evidence(self, model_name: str) -> list[Evidence]:
+    def evidence(self, model_name: str) -> list[ShadowEvidence]:
         """Copies of what each labelled version of the model saw, by label then version."""
         with self._lock:
             found = [replace(e) for (m, _, _), e in self._evidence.items() if m == model_name]

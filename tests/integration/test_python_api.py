@@ -74,4 +74,4 @@ def test_local_platform_trains_serves_scores_and_rolls_back(data_dir: Path, tmp_
             60,
         )
         totals = p.models.promote("next", min_shadow=10, max_mean_abs_diff=1.0)
-        assert totals.version == v2 and p.models.target() == v2 and "next" not in p.repo.routing()
+        assert totals.evidence.version == v2 and p.models.target() == v2 and "next" not in p.repo.routing()
