@@ -24,7 +24,7 @@ import numpy.typing as npt
 
 from ctr.model.optim import init_rows
 from ctr.model.spec import TableSpec
-from ps.api import KnownRows, PushAck
+from ps.api import DELTA, KnownRows, PushAck
 from ps.client.kept_rows import KeptRows
 from ps.compression.payload import Compressed
 from ps.transport import FanOut, ShardTransport
@@ -86,7 +86,7 @@ class PullCache:
     def writer(self, table: str, kind: str) -> int:
         """The writer id a push of this table and kind carries (0: none; only state deltas
         keep copies, gradients are stepped on the shard)."""
-        return self.client_id if kind == "delta" and self.keeping(table) else 0
+        return self.client_id if kind == DELTA and self.keeping(table) else 0
 
     def _table(self, table: str) -> KeptRows:
         kept = self._kept.get(table)

@@ -59,15 +59,14 @@ class PushCompression:
                 gone_keys.append(keys_out)
                 gone_rows.append(rows_out)
         self.sender.send(batch, parts)
-        if not gone_keys:
+        if not sum(k.shape[0] for k in gone_keys):  # the usual push: nothing left the memory
             return np.zeros(0, np.uint64)
         # a key can leave twice in one push: its old residual while one shard's part is put,
         # its new one while a later part is (a part larger than the memory); both are owed
         gone, inverse = np.unique(np.concatenate(gone_keys), return_inverse=True)
         rows = np.zeros((gone.shape[0], batch.rows.shape[1]))
         np.add.at(rows, inverse, np.concatenate(gone_rows))
-        if gone.shape[0]:
-            self.sender.send_coded(batch.table, gone, rows, batch.kind, "fp64", self._rng)
+        self.sender.send_coded(batch.table, gone, rows, batch.kind, "fp64", self._rng)
         return gone
 
     def unsent(self, table: str, keys: Keys, cols: int) -> F64 | None:
