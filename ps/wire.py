@@ -6,8 +6,6 @@ import numpy as np
 import numpy.typing as npt
 
 from ctr.format.varint import decode_sorted_keys, encode_sorted_keys, read_varints
-from ctr.model.spec import TableSpec
-from protos import ps_pb2
 
 KEYS_RAW_U64 = 0
 KEYS_DELTA_VARINT = 1
@@ -98,17 +96,3 @@ def decode_rows(
     if len(data) != size * count * dim:
         raise WireError(f"rows: {len(data)} bytes for {count} rows of dim {dim}")
     return np.frombuffer(data, dtype=np.dtype(dtype).newbyteorder("<")).reshape(count, dim)
-
-
-def table_spec(decl: ps_pb2.TableDecl) -> TableSpec:
-    params: dict[str, object] = {"kind": decl.optimizer, **dict(decl.params)}
-    return TableSpec.from_dict(
-        {"name": decl.name, "kind": decl.kind, "dim": decl.dim, "update": decl.update, "optimizer": params}
-    )
-
-
-def table_decl(spec: TableSpec) -> ps_pb2.TableDecl:
-    opt = {k: float(v) for k, v in spec.optimizer.to_dict().items() if k != "kind"}
-    return ps_pb2.TableDecl(
-        name=spec.name, kind=spec.kind, dim=spec.dim, update=spec.update, optimizer=spec.optimizer.kind, params=opt
-    )

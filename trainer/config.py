@@ -310,7 +310,9 @@ class TrainerConfig(ServerConfig):
     local_ps: LocalShardSettings = section(LocalShardSettings, "in-process shards (--ps local)", prefix="local_")
     export: ExportSettings = section(ExportSettings, "export")
     progress: ProgressSettings = section(ProgressSettings, "progress")
-    # the server settings (ctr.runtime.server_config): the trainer serves health only
+    # the server settings (ctr.runtime.server_config): the trainer serves health only, and only
+    # when asked (the chart sets a port), so a plain run starts without loading gRPC
+    port: int = field(default=-1, metadata={"help": "gRPC port of the health service (-1: none; 0 picks a free one)"})
     grpc_threads: int = field(default=1, metadata={"help": "threads that answer health checks"})
     max_concurrent: int = field(default=4, metadata={"help": "health calls in flight at once"})
 

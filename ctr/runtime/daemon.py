@@ -161,12 +161,15 @@ def serve(
 def guard(conf: SecurityConfig, host: str, policy: Policy | None = None) -> dict[str, Any]:
     """Installs this process's identity for every channel it opens, and returns what
     grpc_server takes to serve with it: TLS, and the tokens `policy`'s methods need."""
-    from ctr.runtime.auth import load_tokens
     from ctr.runtime.security import Identity, install
 
     identity = Identity.of(conf)
     install(identity)
-    tokens = load_tokens(conf.accepted_tokens_file) if policy is not None else None
+    tokens = None
+    if policy is not None:  # a client-only process (a trainer on --ps local) need not load gRPC
+        from ctr.runtime.auth import load_tokens
+
+        tokens = load_tokens(conf.accepted_tokens_file)
     if tokens is not None and identity.cert is None and host not in ("127.0.0.1", "localhost", "::1"):
         logging.getLogger("auth").warning("bearer tokens travel in the clear: %s serves without TLS", host)
     return {"identity": identity, "tokens": tokens, "policy": policy}

@@ -33,7 +33,7 @@ from ps.api import (
 )
 from ps.compression.payload import decode_payload
 from ps.transport import CONTROL, ByteCounter
-from ps.wire import KEYS_DELTA_VARINT, decode_bits, decode_rows, decode_varint_list, encode_keys, encode_known_ids, table_decl
+from ps.wire import KEYS_DELTA_VARINT, decode_bits, decode_rows, decode_varint_list, encode_keys, encode_known_ids
 
 log = logging.getLogger("ps.client")
 _PUSH_KINDS = {"gradient": ps_pb2.PUSH_GRADIENT, "delta": ps_pb2.PUSH_STATE_DELTA, "momentum": ps_pb2.PUSH_MOMENTUM}
@@ -56,6 +56,13 @@ def identity_message(model: ModelIdentity | None) -> ps_pb2.ModelIdentity | None
     if model is None:
         return None
     return ps_pb2.ModelIdentity(name=model.name, type=model.type, fields_sha256=model.fields_sha256, fields=model.fields)
+
+
+def table_decl(spec: TableSpec) -> ps_pb2.TableDecl:
+    opt = {k: float(v) for k, v in spec.optimizer.to_dict().items() if k != "kind"}
+    return ps_pb2.TableDecl(
+        name=spec.name, kind=spec.kind, dim=spec.dim, update=spec.update, optimizer=spec.optimizer.kind, params=opt
+    )
 
 
 def cached_pull(resp: ps_pb2.PullResponse, sent: int, known: int, codec: str) -> CachedPull:

@@ -10,7 +10,7 @@ import grpc
 import numpy as np
 
 from ctr.format.varint import encode_varints
-from ctr.model.spec import ModelSpecError
+from ctr.model.spec import ModelSpecError, TableSpec
 from protos import ps_pb2, ps_pb2_grpc
 from ps.api import KnownRows, ModelIdentity, ModelMismatch
 from ps.compression.payload import BY_ID, CodecError, decode_payload, encode_rows, value_codec
@@ -19,7 +19,7 @@ from ps.server.errors import SessionExpired, ShardError, StaleGeneration
 from ps.server.shard import Shard
 from ps.server.store import StoreCorrupted
 from ps.server.tables import DELTA, GRADIENT, MOMENTUM
-from ps.wire import WireError, decode_keys, decode_known_ids, encode_bits, table_spec
+from ps.wire import WireError, decode_keys, decode_known_ids, encode_bits
 
 R = TypeVar("R")
 
@@ -54,6 +54,13 @@ def _abort(context: grpc.ServicerContext, method: str, code: grpc.StatusCode, me
 
 def identity_of(m: ps_pb2.ModelIdentity) -> ModelIdentity:
     return ModelIdentity(m.name, m.type, m.fields_sha256, m.fields)
+
+
+def table_spec(decl: ps_pb2.TableDecl) -> TableSpec:
+    params: dict[str, object] = {"kind": decl.optimizer, **dict(decl.params)}
+    return TableSpec.from_dict(
+        {"name": decl.name, "kind": decl.kind, "dim": decl.dim, "update": decl.update, "optimizer": params}
+    )
 
 
 def _push_kind(value: int) -> str:

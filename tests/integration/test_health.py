@@ -34,7 +34,7 @@ def test_the_trainer_has_a_health_service_and_reflection_is_opt_in(tmp_path, dat
     (tmp_path / "in").mkdir()
     lines = (data_dir / "frappe/frappe.validation.libfm").read_text().splitlines()[:2000]
     (tmp_path / "in" / "a.libfm").write_text("\n".join(lines) + "\n")
-    trainer = start("trainer", ["train", "--source", str(tmp_path / "in"), "--ps", "local"], tmp_path)
+    trainer = start("trainer", ["train", "--source", str(tmp_path / "in"), "--ps", "local", "--port", "0"], tmp_path)
     ps = start("ps", ["ps"], tmp_path)
     ps_open = start("ps-open", ["ps", "--reflection"], tmp_path)
     try:

@@ -190,16 +190,18 @@ def test_the_client_library_loads_no_torch() -> None:
 
 
 @pytest.mark.slow
-def test_an_in_process_trainer_loads_no_grpc() -> None:
-    """`train --ps local` starts faster for not importing gRPC (docs/architecture.md)."""
+def test_an_in_process_lr_run_loads_no_grpc_protobuf_or_torch(tmp_path: Path) -> None:
+    """A whole `train --ps local` LR run, defaults otherwise, starts in under a second for
+    loading none of them (docs/architecture.md): the trainer's health port is off unless set."""
+    data = tmp_path / "a.libfm"
+    data.write_text("".join(f"{i % 2} {i}:1 {i + 7}:1\n" for i in range(200)))
     code = (
-        "import sys\n"
-        "from trainer import daemon\n"
-        "from ps.client import PSClient\n"
-        "from ctr.model.spec import ModelSpec\n"
-        "c = PSClient.local(2); c.control.declare(ModelSpec('lr').tables()); c.pull_dense('bias')\n"
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('grpc', 'torch')))\n"
+        "import sys, contextlib, io\n"
+        "from boundless.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        f"    rc = main(['train', '--model', 'lr', '--ps', 'local', '--source', {str(data)!r}])\n"
+        "print(rc, sorted({m.split('.')[0] for m in sys.modules} & {'grpc', 'torch', 'google'}))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[]"
+    assert out.stdout.strip().splitlines()[-1] == "0 []"
