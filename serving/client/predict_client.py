@@ -13,6 +13,7 @@ them (strict=False drops and counts them).
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -234,6 +235,34 @@ def encode_batch(batch: SampleBatch) -> EncodedRequest:
     return encode(batch.keys, batch.values, fields, owner, n, fields)
 
 
+# Scoring changes nothing, so a call that fails UNAVAILABLE before serving answered (its
+# process died, or was stopping, with the request in flight) is sent again, on a fresh
+# connection, to whichever process takes it: a replica or one of `serve --processes N`
+# lost costs its callers no failed request. The retry buffer must hold a whole request
+# (gRPC's default, 256 KiB, is smaller than a 200 x 500 one, which then goes unretried).
+RETRY_POLICY = json.dumps(
+    {
+        "methodConfig": [
+            {
+                "name": [{"service": "boundless.predict.Predictor", "method": m} for m in ("Predict", "ModelStatus")],
+                "retryPolicy": {
+                    "maxAttempts": 4,
+                    "initialBackoff": "0.02s",
+                    "maxBackoff": "0.2s",
+                    "backoffMultiplier": 2,
+                    "retryableStatusCodes": ["UNAVAILABLE"],
+                },
+            }
+        ]
+    }
+)
+CHANNEL_OPTIONS = (
+    ("grpc.enable_retries", 1),
+    ("grpc.service_config", RETRY_POLICY),
+    ("grpc.per_rpc_retry_buffer_size", 64 << 20),
+)
+
+
 class PredictClient:
     def __init__(
         self,
@@ -250,7 +279,7 @@ class PredictClient:
         request with features of fields the model does not have (INVALID_ARGUMENT, naming
         them); False drops them and counts them (Prediction.unknown_features).
         identity: TLS and token to call with (default: the process's, ctr.runtime.security)."""
-        self.channel = open_channel(address, identity=identity)
+        self.channel = open_channel(address, CHANNEL_OPTIONS, identity=identity)
         self.stub = predict_pb2_grpc.PredictorStub(self.channel)
         self.model = model
         self.schema = schema

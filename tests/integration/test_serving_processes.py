@@ -139,8 +139,9 @@ def test_a_killed_process_loses_only_its_requests_and_comes_back(tmp_path):
         stop.set()
         for t in threads:
             t.join(30)
-        # at most the request each client had in flight on the killed process
-        assert len(failures) <= clients and all(code == grpc.StatusCode.UNAVAILABLE for code, _ in failures), failures
+        # the requests the killed process held failed UNAVAILABLE and the client sent them
+        # again to the other (serving.client.predict_client.RETRY_POLICY): none is lost
+        assert failures == []
         wait_until("the restarted process", lambda: "serving process 0 serving again" in serving.log.read_text(), 120, [serving])
         assert _process_up(serving) == {"0": 1.0, "1": 1.0}
         c = PredictClient(serving.address)
