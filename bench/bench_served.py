@@ -24,6 +24,7 @@ Reported per run:
 
 Runs alternate configurations within a repetition; medians over --reps. Writes
 bench/results/served.json and prints markdown; asserts nothing.
+`--datasets synthetic` streams the product's default synthetic stream (none repeated).
 Run: .venv/bin/python bench/bench_served.py [--datasets frappe,criteo10k] [--models lr,ffm]
      [--codecs none/raw~nocache,none/raw,onebit/raw] [--rows 1000000] [--reps 1] [--cut-s 5]
 """
@@ -43,6 +44,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.datasets import DATASETS  # noqa: E402
 from boundless.processes import start  # noqa: E402
+from boundless.synthetic import SyntheticStream  # noqa: E402
 from ctr.data.schema import PRESETS  # noqa: E402
 from ctr.repository.versions import Repository  # noqa: E402
 
@@ -52,17 +54,37 @@ NO_CACHE = "~nocache"  # ... with --pull-cache off (every pull sends every key a
 # the uncompressed protocol: fp32 gradients, fp64 state deltas, raw pull replies, no pull cache
 BASELINE = f"none/raw{NO_CACHE}"
 MODEL_FLAGS = {"lr": [], "ffm": ["--k", "4"], "deepfm": ["--k", "8", "--hidden", "400,400,400"]}
+SYNTHETIC_PRESET = "kv"  # the demo's: label, then field=value per field
 # the gate opened wide: every export is published, so every one is judged
 OPEN_GATE = ["--min-samples", "1", "--max-auc-drop", "1", "--min-auc", "0", "--max-logloss", "100"]
 OPEN_GATE += ["--calibration-low", "0", "--calibration-high", "1000", "--rollback-auc-drop", "1", "--keep-full", "1000"]
 
 
+def preset_of(name: str) -> str:
+    return SYNTHETIC_PRESET if name == "synthetic" else DATASETS[name].preset
+
+
+def synthetic_lines(rows: int) -> list[str]:
+    """`rows` samples of the product's default stream (boundless.synthetic: 16 fields,
+    Zipf-distributed values up to 200,000 per field), none repeated: a stream with a long
+    tail of rare rows, which a repeated small file does not have."""
+    stream = SyntheticStream()
+    out: list[str] = []
+    while len(out) < rows:
+        vals, _, labels = stream.sample(min(100_000, rows - len(out)))
+        out += stream.format(vals, labels)
+    return out
+
+
 def write_stream(name: str, rows: int, work: Path, workers: int) -> tuple[Path, int]:
-    ds = DATASETS[name]
-    base = ds.lines()
-    header = base[0] if PRESETS[ds.preset].format == "csv" else None
-    body = base[1:] if header else base
-    lines = (body * -(-rows // len(body)))[:rows]
+    if name == "synthetic":
+        header, lines = None, synthetic_lines(rows)
+    else:
+        ds = DATASETS[name]
+        base = ds.lines()
+        header = base[0] if PRESETS[ds.preset].format == "csv" else None
+        body = base[1:] if header else base
+        lines = (body * -(-rows // len(body)))[:rows]
     if workers == 1:
         path = work / f"{name}.txt"
         path.write_text("\n".join([header, *lines] if header else lines) + "\n")
@@ -195,7 +217,7 @@ def main() -> None:
                         for c in codecs:  # alternating within a repetition
                             safe = "".join(ch if ch.isalnum() else "_" for ch in c)
                             tag = f"{name}-{model}-w{workers}-{safe}-{rep}"
-                            r = run_one(stream, DATASETS[name].preset, model, c, workers, work / tag, args)
+                            r = run_one(stream, preset_of(name), model, c, workers, work / tag, args)
                             print(name, model, workers, c, json.dumps(r), flush=True)
                             runs[c].append(r)
                     results += _summarize(name, model, workers, runs)

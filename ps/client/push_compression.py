@@ -76,13 +76,15 @@ class PushCompression:
         return None if comp is None or comp.residuals is None else comp.unsent(keys, cols)
 
     def drain(self, cause: str) -> None:
-        """Sends every table's error-feedback residual: at a checkpoint "cut" and the "end"
-        exactly (fp64), so the shards hold exactly what uncompressed pushes would have left;
-        before an "export" in EXPORT_DRAIN_CODEC, keeping what it rounds off (the version
-        served lacks at most that rounding). The cause also files the bytes in the ledger."""
+        """Sends the tables' error-feedback residuals: at a checkpoint "cut" and the "end"
+        every one exactly (fp64), so the shards hold exactly what uncompressed pushes would
+        have left; before an "export" those of the rows pushed since the last export, in
+        EXPORT_DRAIN_CODEC, keeping what it rounds off (the version served lacks at most
+        that rounding of each row, owed until the row's next push or the next cut). The
+        cause also files the bytes in the ledger."""
         with self.wire.draining(cause):
             for table, comp in self.compressors.items():
-                keys, rows = comp.drain()
+                keys, rows = comp.drain_pushed() if cause == "export" else comp.drain()
                 if not keys.shape[0]:
                     continue
                 kind = self._kinds[table]

@@ -61,6 +61,7 @@ class Compressor:
         self.residuals = ResidualStore(residual_rows) if spec.feedback else None
         self.rng = np.random.default_rng(seed)
         self.flushed_rows = 0
+        self._drained_at = 0  # the residual store's tick at the last export's drain
         self._lock = threading.Lock()  # the pull thread reads residuals while a push writes them
 
     def unsent(self, keys: Keys, cols: int) -> F64:
@@ -80,6 +81,21 @@ class Compressor:
             self.residuals = ResidualStore(r.capacity)
             self.residuals.peak_rows = r.peak_rows
             self.flushed_rows += int(out[0].shape[0])
+            self._drained_at = 0
+            return out
+
+    def drain_pushed(self) -> tuple[Keys, F64]:
+        """The residuals of the rows pushed since the last call (keys, rows), taken from the
+        store: an export's drain. A row only what that drain's codec rounded off (kept
+        back with `keep`) stays owed until it is pushed again or a cut drains everything,
+        so each export sends what changed since the last, not every row the memory holds."""
+        if self.residuals is None:
+            return np.zeros(0, dtype=np.uint64), np.zeros((0, 0))
+        with self._lock:
+            r = self.residuals
+            out = r.take_pushed_since(self._drained_at)
+            self._drained_at = r.tick
+            self.flushed_rows += int(out[0].shape[0])
             return out
 
     def keep(self, keys: Keys, rows: F64) -> None:
@@ -90,7 +106,7 @@ class Compressor:
             return
         nonzero = np.any(rows != 0.0, axis=1)
         with self._lock:
-            gone, _ = self.residuals.put(keys[nonzero], rows[nonzero])
+            gone, _ = self.residuals.put(keys[nonzero], rows[nonzero], touch=False)
         assert not gone.shape[0], "a drain's keys fit the store they came from"
 
     def compress(self, keys: Keys, rows: F64) -> tuple[Compressed, Keys, F64]:

@@ -20,6 +20,7 @@ class ResidualStore:
         self.rows = np.zeros((0, 0))
         self.last = np.zeros(0, dtype=np.int64)  # the push that last touched each row
         self.tick = 0
+        self.untouched_tick = 0  # the tick given rows put back untouched (a drain's leftovers)
         self.peak_rows = 0
 
     @property
@@ -34,23 +35,35 @@ class ResidualStore:
             out[found] = self.rows[pos[found]]
         return out
 
-    def put(self, keys: Keys, rows: F64) -> tuple[Keys, F64]:
+    def put(self, keys: Keys, rows: F64, touch: bool = True) -> tuple[Keys, F64]:
         """Sets the residual of sorted unique keys; returns the rows evicted to stay within
-        capacity (keys, residuals) for the caller to send exactly."""
-        self.tick += 1
+        capacity (keys, residuals) for the caller to send exactly. With `touch` False the
+        rows keep the tick of their last push (what a lossy drain left of them is not a
+        push: take_pushed_since skips them until they are pushed again)."""
+        if touch:
+            self.tick += 1
         if self.rows.shape[1:] != rows.shape[1:]:
             self.rows = np.zeros((self.keys.shape[0], rows.shape[1]))
         pos, found = self._find(keys)
         self.rows[pos[found]] = rows[found]
-        self.last[pos[found]] = self.tick
+        if touch:
+            self.last[pos[found]] = self.tick
         new = ~found
         if new.any():
             at = np.searchsorted(self.keys, keys[new])
             self.keys = np.insert(self.keys, at, keys[new])
             self.rows = np.insert(self.rows, at, rows[new], axis=0)
-            self.last = np.insert(self.last, at, self.tick)
+            self.last = np.insert(self.last, at, self.tick if touch else self.untouched_tick)
         self.peak_rows = max(self.peak_rows, min(self.keys.shape[0], self.capacity))
         return self._evict()
+
+    def take_pushed_since(self, tick: int) -> tuple[Keys, F64]:
+        """Removes and returns (keys, residuals) of the rows pushed after `tick`."""
+        pushed = self.last > tick
+        out = self.keys[pushed], self.rows[pushed]
+        keep = ~pushed
+        self.keys, self.rows, self.last = self.keys[keep], self.rows[keep], self.last[keep]
+        return out
 
     def drop(self, keys: Keys) -> None:
         """Forgets the residuals of these sorted unique keys (they were sent exactly)."""

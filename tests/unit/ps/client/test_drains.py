@@ -47,3 +47,29 @@ def test_an_export_drain_leaves_only_bf16_rounding_owed_and_a_cut_drain_nothing(
     # the export's drain sent 2-byte values, the cut's 8-byte ones, for the same keys
     assert wire["drain_export"][0] < wire["drain_cut"][0]
     client.close()
+
+
+def test_an_export_drain_sends_only_the_rows_pushed_since_the_last_one():
+    """What an export's bf16 rounded off stays owed, but is not sent again at the next
+    export unless its row was pushed since: exports cost what changed, and the cut still
+    settles everything exactly."""
+    client, keys, total = _client()
+    client.flush_residuals("export")
+    first = client.wire.snapshot()["w"]["drain_export"][0]
+    client.flush_residuals("export")  # nothing pushed since: nothing to send
+    assert client.wire.snapshot()["w"]["drain_export"][0] == first
+    some = keys[:100]
+    delta = np.random.default_rng(1).normal(size=(some.shape[0], 2))
+    total[:100] += delta
+    _, session = client.pull("w", some, state=True)
+    client.push("w", some, delta, session, kind=DELTA)
+    client.flush_residuals("export")
+    sent = client.wire.snapshot()["w"]["drain_export"][0] - first
+    assert 0 < sent < first / 10  # 100 of the 2,000 rows
+    owed = client.unsent("w", keys, 2)
+    assert owed is not None and np.abs(owed).max() > 0
+    np.testing.assert_allclose(_shard_rows(client, keys) + owed, total, rtol=0, atol=1e-9)
+    client.flush_residuals("cut")
+    assert not np.any(client.unsent("w", keys, 2))
+    np.testing.assert_allclose(_shard_rows(client, keys), total, rtol=0, atol=1e-9)
+    client.close()
