@@ -82,11 +82,11 @@ def _finish(proc: subprocess.Popen[str], timeout: float = 240) -> str:
     return err
 
 
-def _once(stream: Path | str, work: Path, lifecycle: tuple[str, ...] = ()) -> dict[str, Any]:
+def _once(stream: Path | str, work: Path, lifecycle: tuple[str, ...] = (), model: tuple[str, ...] = ()) -> dict[str, Any]:
     """The model an uninterrupted run of the stream leaves on fresh shards."""
     shards = [_shard(i, work, lifecycle=lifecycle) for i in range(2)]
     try:
-        _finish(_trainer(stream, shards, work / "m.json"))
+        _finish(_trainer(stream, shards, work / "m.json", model=model))
         return _model(shards)
     finally:
         for s in shards:

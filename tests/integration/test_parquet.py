@@ -59,8 +59,11 @@ def test_values_that_cannot_be_csv_fields_are_counted_by_row_group_and_column(tm
 def test_a_trainer_killed_inside_a_parquet_file_trains_every_row_once(data_dir: Path, tmp_path: Path) -> None:
     stream = tmp_path / "stream.parquet"
     total = _as_parquet(data_dir / AVAZU, stream, rows_per_group=4000, repeat=8)
-    expected = _once(stream, tmp_path / "once")
-    kills, err, model = _trainer_killed(stream, tmp_path / "killed", random.Random(3), 3)
+    # batches of 64 keep 80,000 rows training for seconds (at the default batch a fast
+    # machine finished them between two kills), so that the kills land inside the file
+    slow = ("--batch-size", "64")
+    expected = _once(stream, tmp_path / "once", model=slow)
+    kills, err, model = _trainer_killed(stream, tmp_path / "killed", random.Random(3), 3, slow)
     assert kills >= 2 and "the stream takes up at" in err, err[-3000:]
     assert model == expected
     assert json.loads((tmp_path / "killed" / "m.json").read_text())["samples"] == total
