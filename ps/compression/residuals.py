@@ -20,7 +20,6 @@ class ResidualStore:
         self.rows = np.zeros((0, 0))
         self.last = np.zeros(0, dtype=np.int64)  # the push that last touched each row
         self.tick = 0
-        self.untouched_tick = 0  # the tick given rows put back untouched (a drain's leftovers)
         self.peak_rows = 0
 
     @property
@@ -53,7 +52,8 @@ class ResidualStore:
             at = np.searchsorted(self.keys, keys[new])
             self.keys = np.insert(self.keys, at, keys[new])
             self.rows = np.insert(self.rows, at, rows[new], axis=0)
-            self.last = np.insert(self.last, at, self.tick if touch else self.untouched_tick)
+            # a drain's leftovers, put back untouched, count as pushed before any drain (tick 0)
+            self.last = np.insert(self.last, at, self.tick if touch else 0)
         self.peak_rows = max(self.peak_rows, min(self.keys.shape[0], self.capacity))
         return self._evict()
 
