@@ -191,8 +191,8 @@ def test_the_client_library_loads_no_torch() -> None:
 
 @pytest.mark.slow
 def test_an_in_process_lr_run_loads_no_grpc_protobuf_or_torch(tmp_path: Path) -> None:
-    """A whole `train --ps local` LR run, defaults otherwise, starts in under a second for
-    loading none of them (docs/architecture.md): the trainer's health port is off unless set."""
+    """A whole `train --ps local` LR run, defaults otherwise, loads none of them, which its
+    start-up would pay for (docs/design/trainer-startup.md): the health port is off unless set."""
     data = tmp_path / "a.libfm"
     data.write_text("".join(f"{i % 2} {i}:1 {i + 7}:1\n" for i in range(200)))
     code = (
