@@ -31,7 +31,7 @@ PROBE = (
     "sys.argv = ['boundless', *sys.argv[1:]]\n"
     "try:\n"
     "    runpy.run_module('boundless', run_name='__main__')\n"
-    "except SystemExit as e:\n"
+    "except SystemExit:\n"
     "    loaded = sorted({m.split('.')[0] for m in sys.modules} & {'grpc', 'google', 'torch'})\n"
     "    print('LOADED', ','.join(loaded), file=sys.stderr)\n"
     "    raise\n"
