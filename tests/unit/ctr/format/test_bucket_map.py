@@ -127,6 +127,35 @@ def test_wide_rows_are_copied_through_the_pipeline():
     assert found.all() and np.array_equal(out[1::2], rows[1::2]) and not out[::2].any()
 
 
+def test_line_lookups_read_both_buckets_and_leave_found_rows():
+    """The line kernel compares both buckets of every key without a branch: keys in either
+    bucket, absent keys and keys found before (left as they are) agree with the reference,
+    for lengths around its pipeline's depth and through positions `at`."""
+    rng = np.random.default_rng(6)
+    keys = np.unique(rng.integers(1, 2**64 - 1, 20_000, dtype=np.uint64))
+    rows = rng.integers(1, 2**32 - 1, (keys.shape[0], 1), dtype=np.uint32)
+    m = BucketMap.from_rows(keys, rows)
+    assert m.slots == bk.LINE_SLOTS
+    first = np.array([bk.find_slot_reference(m.table, int(k)) // bk.LINE_SLOTS for k in keys[:2000]])
+    in_first = first == np.array([((bk.mix_reference(int(k)) >> 32) * m.buckets) >> 32 for k in keys[:2000]])
+    assert 0.2 < in_first.mean() < 0.9  # both buckets hold keys
+    absent = rng.integers(1, 2**64 - 1, 2000, dtype=np.uint64)
+    for n in (1, bk.LINE_AHEAD - 1, bk.LINE_AHEAD, bk.LINE_AHEAD + 1, 2 * bk.LINE_AHEAD + 3, 3000):
+        pick = rng.integers(0, keys.shape[0], n)
+        probe = np.concatenate([keys[pick], absent[: n // 3 + 1]])
+        want = np.concatenate([rows[pick], np.zeros((n // 3 + 1, 1), np.uint32)])
+        at = rng.permutation(probe.shape[0])
+        out = np.zeros((probe.shape[0], 1), np.uint32)
+        found = np.zeros(probe.shape[0], np.bool_)
+        found[::5] = True  # found before: row and flag stay
+        out[::5] = 7
+        bk.lookup_at(m.table, probe, at, out, found)
+        expect = want.copy()
+        expect[::5] = 7
+        assert np.array_equal(out, expect), n
+        assert np.array_equal(found, np.r_[np.ones(n, bool), np.zeros(n // 3 + 1, bool)] | (np.arange(probe.shape[0]) % 5 == 0))
+
+
 def test_serving_lookups_honour_found_owner_and_filter():
     """The serving kernels: by_owner groups positions by shard, lookup_at skips found keys;
     a filter that rules a key out stops lookup_rows."""
