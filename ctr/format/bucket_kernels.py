@@ -171,17 +171,13 @@ def _prefetch_row(table: U32, s: int, width: int) -> None:
     prefetch_span(table, b, at, at + width - 1)
 
 
-@nb.njit(cache=True, inline="always")
-def _two_stage(
-    table: U32, keys: U64, at: I64, lo: int, hi: int, bits: U64, out: U32, found: BOOL, slots: int, last_word: int
-) -> None:
+@nb.njit(cache=True, nogil=True)
+def _lookup_narrow(table: U32, keys: U64, at: I64, lo: int, hi: int, bits: U64, out: U32, found: BOOL) -> None:
     """_lookup for a narrow wide-layout table, whose rows come with its keys' lines: two
-    stages, and no ring of slots to copy later. Inlined with `slots` and `last_word` (the
-    bucket's last word, prefetched with its first) constant where the layout fixes them:
-    with compares and row offsets the compiler knows, 40k LR hits in a 1M-bucket line
-    table took 0.95 ms against 1.18 through the general pipeline (line tables have their
-    own kernel since)."""
+    stages, and no ring of slots to copy later; the whole bucket (up to its last word) is
+    prefetched with its keys."""
     keys64 = table.view(np.uint64)
+    last_word = table.shape[1] - 1
     buckets = table.shape[0]
     filtered = bits.shape[0] > 0
     indexed = at.shape[0] > 0
@@ -199,9 +195,9 @@ def _two_stage(
             if not found[q] and (not filtered or may_contain(bits, keys[q])):
                 m = mix(keys[q])
                 b = first_bucket(m, buckets)
-                x = _index_in(keys64, b, keys[q], slots)
+                x = _index_in(keys64, b, keys[q], B)
                 if x >= 0:
-                    _copy_at(table, b, x, slots, out, q)
+                    _copy_at(table, b, x, B, out, q)
                     found[q] = True
                 else:
                     b2 = second_bucket(m, buckets)
@@ -211,9 +207,9 @@ def _two_stage(
         if lo <= k < hi and second[k & mask] >= 0:
             q = at[k] if indexed else k
             b = second[k & mask]
-            x = _index_in(keys64, b, keys[q], slots)
+            x = _index_in(keys64, b, keys[q], B)
             if x >= 0:
-                _copy_at(table, b, x, slots, out, q)
+                _copy_at(table, b, x, B, out, q)
                 found[q] = True
 
 
@@ -221,10 +217,10 @@ def _two_stage(
 def _lookup_line(table: U32, keys: U64, at: I64, lo: int, hi: int, bits: U64, out: U32, found: BOOL) -> None:
     """_lookup for a line table: both of a key's buckets (one line each) are prefetched
     LINE_AHEAD lookups ahead, then both are compared without a branch on which holds the
-    key. Half the keys of a table filled to 0.98 sit in their second bucket, so the lazy
-    second probe of _two_stage mispredicted a branch on every other key and emptied the
-    pipeline of misses in flight with it; the one extra line a key costs is cheaper (40k hits
-    in a 5M-key table, one thread, alternating: 0.82 ms against 1.30)."""
+    key. Half the keys of a table filled to 0.98 sit in their second bucket, so a lazy
+    second probe (as in _lookup_narrow) mispredicted a branch on every other key and
+    emptied the pipeline of misses in flight with it; the one extra line a key costs is
+    cheaper (40k hits in a 5M-key table, one thread, alternating: 0.82 ms against 1.30)."""
     keys64 = table.view(np.uint64)
     buckets = table.shape[0]
     filtered = bits.shape[0] > 0
@@ -264,11 +260,6 @@ def _lookup_line(table: U32, keys: U64, at: I64, lo: int, hi: int, bits: U64, ou
 
 
 @nb.njit(cache=True, nogil=True)
-def _lookup_narrow(table: U32, keys: U64, at: I64, lo: int, hi: int, bits: U64, out: U32, found: BOOL) -> None:
-    _two_stage(table, keys, at, lo, hi, bits, out, found, B, table.shape[1] - 1)
-
-
-@nb.njit(cache=True, nogil=True)
 def _lookup(table: U32, keys: U64, at: I64, lo: int, hi: int, bits: U64, out: U32, found: BOOL) -> None:
     """For positions q = at[i] (or q = i when `at` is empty), i in [lo, hi), whose key is
     not found yet and that the filter `bits` may hold (every key when it is empty):
@@ -281,7 +272,7 @@ def _lookup(table: U32, keys: U64, at: I64, lo: int, hi: int, bits: U64, out: U3
     i - 2 * AHEAD: prefetching both buckets up front fetched 4 lines per LR hit instead of
     2.4, and those fetches were the limit (80k LR hits, 10M keys, one thread: 3.6 -> 2.8
     ms; 9-word rows: 5.5 -> 4.2 ms, in one process, alternating). A narrow table's row is
-    copied when its key is found (_two_stage); a wide one is prefetched then and copied by
+    copied when its key is found (_lookup_narrow); a wide one is prefetched then and copied by
     lookup i - 3 * AHEAD."""
     if table.shape[1] == LINE_WIDTH:
         _lookup_line(table, keys, at, lo, hi, bits, out, found)
