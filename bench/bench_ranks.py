@@ -29,7 +29,7 @@ def _port() -> int:
         return int(s.getsockname()[1])
 
 
-def run(folder: Path, work: Path, model: str, ranks: int) -> dict[str, float]:
+def run(folder: Path, work: Path, model: str, ranks: int, extra: list[str]) -> dict[str, float]:
     shards = []
     for i in range(2):
         d = start(f"ps{i}-{model}-{ranks}", ["ps", "--shard-index", str(i), "--shard-count", "2"], work)
@@ -43,6 +43,7 @@ def run(folder: Path, work: Path, model: str, ranks: int) -> dict[str, float]:
             cmd = [sys.executable, "-m", "boundless", "train", "--source", str(folder), "--no-follow", "--format", "libsvm"]
             cmd += ["--ps", ",".join(s.address for s in shards), "--model", model, "--metrics-port", "-1", "--port", "-1"]
             cmd += ["--metrics-out", str(out)] if rank == 0 else []
+            cmd += extra
             if ranks > 1:
                 cmd += ["--rank", str(rank), "--world-size", str(ranks), "--master", master]
             procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
@@ -59,18 +60,21 @@ def main() -> None:
     ap.add_argument("--copies", type=int, default=2, help="Frappe copies per file (8 files)")
     ap.add_argument("--ranks", default="1,2,4")
     ap.add_argument("--models", default="lr,ffm")
+    ap.add_argument("--lines", type=int, default=0, help="lines per file (0: Frappe x --copies)")
+    ap.add_argument("--train-args", default="", help="more `boundless train` flags, space-separated (e.g. --device=cuda)")
     args = ap.parse_args()
-    lines = DATASETS["frappe"].lines()
+    lines = DATASETS["frappe"].lines() * args.copies
+    lines = lines[: args.lines] if args.lines else lines
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         folder = work / "stream"
         folder.mkdir()
         for i in range(8):
-            (folder / f"part{i}.libfm").write_text("\n".join(lines * args.copies) + "\n")
+            (folder / f"part{i}.libfm").write_text("\n".join(lines) + "\n")
         print("| model | ranks | samples | examples/s | progressive logloss |\n|---|---|---|---|---|")
         for model in args.models.split(","):
             for ranks in (int(r) for r in args.ranks.split(",")):
-                r = run(folder, work, model, ranks)
+                r = run(folder, work, model, ranks, args.train_args.split())
                 print(
                     f"| {model} | {ranks} | {r['samples']:,.0f} | {r['examples_per_s']:,.0f} | {r['progressive_logloss']:.4f} |",
                     flush=True,

@@ -12,7 +12,7 @@ encoding excluded: it is measured in bench_client.py), requests/s, and the serve
 server: the median round's figure, and the min and max across rounds, since this machine is
 noisy (p999 needs 1,000 requests a round to mean more than the slowest).
 
-Open loop (--open-loop): requests due at a fixed rate, sent when due by 16 threads over 8
+Open loop (--open-loop): requests due at a fixed rate, sent when due by --senders threads (16) over 8
 channels (so a server of several processes gets them all), each latency taken from the
 moment the request was due (a slow answer delays no other request's clock, so queueing
 shows in p99). The rate steps up (--rates, or from 25/s by a quarter) until p99 passes --slo-ms or
@@ -26,7 +26,7 @@ Writes bench/results/serving.json; asserts nothing about speed.
         [--requests 1000] [--reps 3] [--clients 1,4] [--score-threads 0]
         [--serve-args=--no-dnn-cuda-graphs] [--out serving.json]
     .venv/bin/python bench/bench_serving.py --open-loop --models floor,lr [--serve-args=--processes=2]
-        [--rates 100,200,300] [--step-s 5] [--slo-ms 10]
+        [--rates 100,200,300] [--step-s 5] [--slo-ms 10] [--senders 16]
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ from serving.client import PredictClient  # noqa: E402
 from serving.request.encoding import EncodedRequest  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-OpenLoop = tuple[list[float], float, float]  # rates, seconds a step, the p99 objective (ms)
+OpenLoop = tuple[list[float], float, float, int]  # rates, seconds a step, the p99 objective (ms), sender threads
 KEYS_FOR = {"lr": 10_000_000, "fm": 10_000_000, "ffm": 1_000_000, "deepfm": 10_000_000}
 
 
@@ -73,12 +73,12 @@ def cpu_of(pids: list[int]) -> float:
 
 
 CHANNELS = 8  # open loop: connections, spread by the kernel over a server's processes
-SENDERS = 16  # open loop: threads sending requests when due (at most this many in flight)
+SENDERS = 16  # open loop, by default: threads sending requests when due (at most this many in flight)
 
 
-def open_step(pids: list[int], protos: list[Any], stubs: list[Any], rate: float, step_s: float) -> dict[str, float]:
+def open_step(pids: list[int], protos: list[Any], stubs: list[Any], rate: float, step_s: float, senders: int) -> dict[str, float]:
     """`rate` requests/s for `step_s` seconds: request i is due at i / rate and sent then by
-    the first of SENDERS threads free (blocking calls: grpcio's futures cost the client a
+    the first of `senders` threads free (blocking calls: grpcio's futures cost the client a
     millisecond more per call); each latency runs from the moment its request was due, so
     a request that waited for a sender counts its wait."""
     n = max(1, int(rate * step_s))
@@ -101,7 +101,7 @@ def open_step(pids: list[int], protos: list[Any], stubs: list[Any], rate: float,
                 failed[0] += 1
 
     cpu0 = cpu_of(pids)
-    threads = [threading.Thread(target=sender, args=(k,)) for k in range(SENDERS)]
+    threads = [threading.Thread(target=sender, args=(k,)) for k in range(senders)]
     for t in threads:
         t.start()
     for t in threads:
@@ -121,7 +121,14 @@ def open_step(pids: list[int], protos: list[Any], stubs: list[Any], rate: float,
 
 
 def open_loop(
-    name: str, address: str, pids: list[int], reqs: list[EncodedRequest], rates: list[float], step_s: float, slo_ms: float
+    name: str,
+    address: str,
+    pids: list[int],
+    reqs: list[EncodedRequest],
+    rates: list[float],
+    step_s: float,
+    slo_ms: float,
+    senders: int,
 ) -> dict[str, Any]:
     """Steps the rate up until p99 passes the objective; the knee is the last step that held it."""
     clients = [PredictClient(address) for _ in range(CHANNELS)]
@@ -133,7 +140,7 @@ def open_loop(
     rate = rates[0] if rates else 25.0
     i = 0
     while True:
-        row = open_step(pids, protos, stubs, rate, step_s)
+        row = open_step(pids, protos, stubs, rate, step_s, senders)
         steps.append(row)
         print(
             f"{name} open loop {rate:.0f}/s: achieved {row['achieved_per_s']:.0f}/s, p50 {row['p50_ms']:.2f} ms,"
@@ -307,10 +314,11 @@ def main() -> None:
     ap.add_argument("--rates", default="", help="open loop: the rates to step through (default: from 25/s by a quarter)")
     ap.add_argument("--step-s", type=float, default=5.0, help="open loop: seconds at each rate")
     ap.add_argument("--slo-ms", type=float, default=10.0, help="open loop: the p99 objective")
+    ap.add_argument("--senders", type=int, default=SENDERS, help="open loop: sending threads (requests in flight at most)")
     args = ap.parse_args()
     loop: OpenLoop | None = None
     if args.open_loop:
-        loop = ([float(r) for r in args.rates.split(",") if r], args.step_s, args.slo_ms)
+        loop = ([float(r) for r in args.rates.split(",") if r], args.step_s, args.slo_ms, args.senders)
     results: dict[str, Any] = {"cores": os.cpu_count(), "serve_args": args.serve_args, "open_loop": args.open_loop}
     with tempfile.TemporaryDirectory(prefix="bench-serving-") as tmp:
         for model in args.models.split(","):

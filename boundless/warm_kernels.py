@@ -9,6 +9,7 @@ did and how long it took."""
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 import tempfile
@@ -54,6 +55,12 @@ def _publish_and_score(exports: Path, repo_dir: Path) -> None:
 
 
 def main() -> int:
+    ap = argparse.ArgumentParser(prog="python -m boundless.warm_kernels", allow_abbrev=False)
+    names = [m for m, _ in MODELS]
+    ap.add_argument("--models", default=",".join(names), help="the model types to warm (one process each may run in parallel)")
+    wanted = ap.parse_args().models.split(",")
+    if unknown := set(wanted) - set(names):
+        ap.error(f"--models: unknown {', '.join(sorted(unknown))}; expected some of {', '.join(names)}")
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="boundless-warm-") as tmp:
         work = Path(tmp)
@@ -61,7 +68,7 @@ def main() -> int:
         vals, _, labels = synth.sample(LINES)
         stream = work / "stream.txt"
         stream.write_text("\n".join(synth.format(vals, labels)) + "\n")
-        for model, flags in MODELS:
+        for model, flags in (m for m in MODELS if m[0] in wanted):
             t = time.monotonic()
             exports = work / f"exports-{model}"
             _train(stream, exports, model, flags, work)

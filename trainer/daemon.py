@@ -353,6 +353,9 @@ def train_run(
         )
     except ValueError as e:
         raise cfg.ConfigError(str(e)) from None
+    replica = getattr(model, "replica", None)
+    if group is not None and replica is not None:  # NCCL between GPUs, else gloo
+        group.place_dense(replica.net.device)
     # the shards refuse a trainer of another model (name, type, field list) before they change
     client.transport.model = ModelIdentity.of(conf.export.model_name, spec.type, spec.fields, spec.needs_fields)
     client.transport.replace_model = conf.ps_access.replace_model

@@ -66,6 +66,7 @@ def rank_main(conf: TrainerConfig, aggregation: Any, supervisor: int) -> None:
     """A rank process: trains as `boundless train --rank I` would, and ends when its
     supervisor is gone (its pushes would race the next run's)."""
     threading.Thread(target=_watch, args=(supervisor,), daemon=True).start()
+    os.environ["LOCAL_RANK"] = str(conf.parallel.rank)  # its GPU among the host's (trainer.step.device)
     from trainer import daemon as trainer_daemon
     from trainer.input.bad_input import BadInput
 

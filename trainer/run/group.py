@@ -11,12 +11,16 @@ step (a rank whose stream is over joins with nothing until every rank's is: they
 at the first round where all are over), and a cut is taken by every rank at the same batch
 boundary. A rank that dies fails the others' collective: every rank then exits with
 EXIT_RESTART for its supervisor to start it again, and all take up at the last common cut.
+The MLP's gradients go over NCCL instead when every rank's MLP is on a GPU of its own
+(`place_dense`): the control words still go over gloo first, so a lost rank still fails a
+round at once rather than at NCCL's timeout.
 Importing this module imports torch."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+import socket
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -28,6 +32,15 @@ import torch.distributed as dist
 from trainer.run.rendezvous import GroupLost, Rendezvous
 
 log = logging.getLogger("trainer")
+NCCL_TIMEOUT_S = 300.0  # a dense all-reduce that waits this long for a rank gives up (after the round's gloo words passed)
+
+
+def dense_backend(places: Sequence[tuple[str, str]], nccl: bool) -> str:
+    """How the ranks sum the MLP's gradients, from each rank's (host, device): 'nccl' when
+    every MLP is on a GPU and no two ranks share one (NCCL refuses two ranks on one
+    device), else 'gloo' on the CPU."""
+    on_gpus = all(device.startswith("cuda") for _, device in places)
+    return "nccl" if nccl and on_gpus and len(set(places)) == len(places) else "gloo"
 
 
 @dataclass(frozen=True)
@@ -51,7 +64,21 @@ class Group:
             timeout=timedelta(seconds=timeout_s),
         )
         self.pg = dist.group.WORLD
+        self.dense_pg: Any = None  # the NCCL group of the MLP's gradients, when place_dense chose it
         log.info("rank %d of %d: the group is formed", rv.rank, rv.world)
+
+    def place_dense(self, device: torch.device) -> str:
+        """Every rank says where its MLP trains (a collective, once, before the first
+        round); the MLP's gradients then go over NCCL or gloo (dense_backend)."""
+        places: list[Any] = [None] * self.world
+        with _collective():
+            dist.all_gather_object(places, (socket.gethostname(), str(device)), group=self.pg)
+        backend = dense_backend([tuple(p) for p in places], dist.is_nccl_available())
+        if backend == "nccl":
+            with _collective():
+                self.dense_pg = dist.new_group(backend="nccl", timeout=timedelta(seconds=NCCL_TIMEOUT_S))
+        log.info("rank %d of %d: the MLP on %s; its gradients summed over %s", self.rank, self.world, device, backend)
+        return backend
 
     @property
     def leader(self) -> bool:
@@ -66,7 +93,11 @@ class Group:
         words = [float(over), float(stop), float(cut and lead), float(report and lead), float(export and lead)]
         control = torch.tensor(words, dtype=torch.float64)
         with _collective():
-            if dense is not None:
+            if dense is not None and self.dense_pg is not None:
+                dist.all_reduce(control, group=self.pg)  # gloo first: a lost rank fails here, not at NCCL's timeout
+                dense.sync_on_device(self.dense_pg)
+                summed = control
+            elif dense is not None:
                 summed = dense.sync(control, self.pg)
             else:
                 dist.all_reduce(control, group=self.pg)

@@ -62,20 +62,34 @@ class DenseReplica:
             self._adam(acc, total)
 
     def sync(self, control: torch.Tensor, group: torch.distributed.ProcessGroup | None = None) -> torch.Tensor:
-        """A round: `control` and this rank's gradient sum and sample count, summed over
-        the group in one all-reduce; Adam steps on the mean when any rank trained. Returns
-        the summed control."""
+        """A round over gloo: `control` and this rank's gradient sum and sample count, summed
+        over the group in one all-reduce on the CPU; Adam steps on the mean when any rank
+        trained. Returns the summed control."""
         acc, total = self._take()
         n = control.shape[0]
         flat = torch.cat([control.float(), *(g.reshape(-1).float().cpu() for g in acc), torch.tensor([float(total)])])
-        torch.distributed.all_reduce(flat, group=group)  # gloo: on the CPU (NCCL between GPUs is to come)
+        torch.distributed.all_reduce(flat, group=group)
+        self._step_on(flat[n:])
+        return flat[:n].double()
+
+    def sync_on_device(self, group: torch.distributed.ProcessGroup) -> None:
+        """A round's gradients over NCCL (every rank's MLP on a GPU of its own): this rank's
+        gradient sum and sample count summed where they are, on the device; Adam steps on
+        the mean when any rank trained."""
+        acc, total = self._take()
+        device = self.params[0].device
+        flat = torch.cat([*(g.reshape(-1).float() for g in acc), torch.tensor([float(total)], device=device)])
+        torch.distributed.all_reduce(flat, group=group)
+        self._step_on(flat)
+
+    def _step_on(self, flat: torch.Tensor) -> None:
+        """Adam on a summed round: the parameters' gradients, flat, then the sample count."""
         total = int(flat[-1])
         if total > 0:
             sizes = [p.numel() for p in self.params]
             device = self.params[0].device
-            summed = [g.view_as(p).to(device) for g, p in zip(flat[n:-1].split(sizes), self.params, strict=True)]
+            summed = [g.view_as(p).to(device) for g, p in zip(flat[:-1].split(sizes), self.params, strict=True)]
             self._adam(summed, total)
-        return flat[:n].double()
 
     def _take(self) -> tuple[list[torch.Tensor], int]:
         acc = self._acc if self._acc is not None else [torch.zeros_like(p) for p in self.params]

@@ -6,7 +6,9 @@ measures it instead of guessing. Importing this module imports torch."""
 from __future__ import annotations
 
 import logging
+import os
 import time
+from collections.abc import Mapping
 
 import torch
 
@@ -40,15 +42,26 @@ def step_seconds(spec: ModelSpec, batch: int, device: torch.device, reps: int = 
     return times[len(times) // 2]
 
 
-def choose(wanted: str, spec: ModelSpec, batch: int) -> torch.device:
-    """The device the MLP trains on; ValueError names --device when it cannot be had."""
+def local_rank(environ: Mapping[str, str] = os.environ) -> int:
+    """This rank's index among the ranks on its host: torchrun's LOCAL_RANK (the --workers
+    ranks set it too), else 0, as for a pod that runs one rank on its own GPUs."""
+    try:
+        return max(0, int(environ.get("LOCAL_RANK", "0")))
+    except ValueError:
+        return 0
+
+
+def choose(wanted: str, spec: ModelSpec, batch: int, local: int = 0) -> torch.device:
+    """The device the MLP trains on: a GPU is the host's `local`-th (round robin), so the
+    ranks of one host spread over its GPUs. ValueError names --device when it cannot be had."""
     if wanted not in DEVICES:
         raise ValueError(f"--device {wanted!r}: expected one of {', '.join(DEVICES)}")
     if wanted == "cpu" or (wanted == "auto" and not cuda_available()):
         return torch.device("cpu")
     if not cuda_available():
         raise ValueError("--device cuda: torch sees no CUDA device (torch.cuda.is_available() is False)")
-    gpu = torch.device("cuda")
+    gpu = torch.device("cuda", local % torch.cuda.device_count())
+    torch.cuda.set_device(gpu)  # NCCL and the allocator work on the current device
     if wanted == "cuda":
         return gpu
     on_gpu, on_cpu = step_seconds(spec, batch, gpu), step_seconds(spec, batch, torch.device("cpu"))

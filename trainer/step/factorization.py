@@ -250,10 +250,11 @@ def build_model(
         if staleness:
             raise ValueError(f"--staleness applies to lr, fm and ffm; {spec.type} pulls every batch")
         require("torch")  # torch loads only for DNN models
-        from trainer.step.device import choose
+        from trainer.step.device import choose, local_rank
         from trainer.step.dnn import DeepModel
 
-        return DeepModel(spec, dense_codec, replicated, device=choose(device, spec, batch_size), rank=ranks[0], world=ranks[1])
+        placed = choose(device, spec, batch_size, local_rank())
+        return DeepModel(spec, dense_codec, replicated, device=placed, rank=ranks[0], world=ranks[1])
     if dense_codec != "fp32":
         raise ValueError(f"--dense-codec {dense_codec} applies to the MLP of wdl and deepfm, not {spec.type}")
     if device == "cuda":

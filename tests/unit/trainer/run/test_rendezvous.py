@@ -25,3 +25,21 @@ def test_flags_and_environment():
 def test_a_group_that_cannot_meet_is_refused(rank, world, master, env, message):
     with pytest.raises(ConfigError, match=message):
         rendezvous(rank, world, master, env)
+
+
+def test_the_mlps_gradients_go_over_nccl_only_where_every_rank_has_a_gpu_of_its_own():
+    from trainer.run.group import dense_backend  # imports torch
+
+    assert dense_backend([("a", "cuda:0"), ("a", "cuda:1"), ("b", "cuda:0")], nccl=True) == "nccl"
+    assert dense_backend([("a", "cuda:0"), ("a", "cuda:0")], nccl=True) == "gloo"  # NCCL refuses two ranks on one GPU
+    assert dense_backend([("a", "cuda:0"), ("b", "cpu")], nccl=True) == "gloo"  # --device auto chose the CPU on one
+    assert dense_backend([("a", "cuda:0"), ("b", "cuda:0")], nccl=False) == "gloo"  # a torch built without NCCL
+    assert dense_backend([("a", "cpu")], nccl=True) == "gloo"
+
+
+def test_a_rank_finds_its_gpu_among_its_hosts():
+    from trainer.step.device import local_rank
+
+    assert local_rank({"LOCAL_RANK": "3"}) == 3
+    assert local_rank({}) == 0  # a pod of one rank, on its own GPUs
+    assert local_rank({"LOCAL_RANK": "x"}) == 0

@@ -132,3 +132,47 @@ def test_a_write_is_exact_where_one_delta_would_round():
     r.write_to(client)
     np.testing.assert_array_equal(client.pull_dense("mlp", state=True), r.state_rows())
     client.close()
+
+
+def _rank_nccl(rank: int, world: int, port: int, out: str) -> None:
+    """A rank whose MLP is on its own GPU, summing its gradients over NCCL as the group
+    does (trainer.run.group: Group.place_dense)."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    device = torch.device("cuda", rank)
+    torch.cuda.set_device(device)
+    torch.distributed.init_process_group("nccl", rank=rank, world_size=world, device_id=device)
+    try:
+        replica = DenseReplica(DeepCTR(SPEC, seed=1).to(device), OPT, rounds=True, rank=rank)
+        for i in range(3):
+            pooled, dlogit = _batch(i)
+            cut = 20 if world > 1 else 32
+            half = slice(0, cut) if rank == 0 else slice(cut, 32)
+            _grads(replica.net, pooled[half].to(device), dlogit[half].to(device))
+            replica.step(half.stop - half.start)  # type: ignore[operator]
+            replica.sync_on_device(torch.distributed.group.WORLD)
+        np.save(out, replica.state_rows())
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_ranks_on_gpus_sum_their_gradients_over_nccl_on_the_device(tmp_path: Path):
+    """Two ranks on halves of each batch where there are two GPUs; a group of one on one
+    GPU otherwise (NCCL refuses two ranks on one device): the same MLP as one CPU process
+    on the whole batches."""
+    whole = DenseReplica(DeepCTR(SPEC, seed=1), OPT)
+    for i in range(3):
+        _grads(whole.net, *_batch(i))
+        whole.step(32)
+    world = min(2, torch.cuda.device_count())
+    ctx = mp.get_context("spawn")
+    port = _free_port()
+    procs = [ctx.Process(target=_rank_nccl, args=(r, world, port, str(tmp_path / f"r{r}.npy"))) for r in range(world)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=180)
+        assert p.exitcode == 0
+    ranks = [np.load(tmp_path / f"r{r}.npy") for r in range(world)]
+    for r in ranks:
+        np.testing.assert_allclose(r, whole.state_rows(), rtol=1e-4, atol=1e-6)
