@@ -250,7 +250,8 @@ def bench_floor(clients: list[int], total: int, reps: int, work: Path, loop: Ope
     """The same requests against a Predictor that scores nothing (bench.grpc_floor): what
     gRPC, the loopback and protobuf cost before any decoding, lookup or scoring."""
     reqs = requests(8)
-    floor = start("grpc-floor", [], work, env={"PYTHONPATH": str(ROOT)}, module="bench.grpc_floor")
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)  # the caller's too
+    floor = start("grpc-floor", [], work, env={"PYTHONPATH": path}, module="bench.grpc_floor")
     try:
         floor.wait_ready()
         out: dict[str, Any] = {"request_bytes": int(np.mean([r.nbytes for r in reqs]))}
