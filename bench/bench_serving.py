@@ -12,8 +12,9 @@ encoding excluded: it is measured in bench_client.py), requests/s, and the serve
 server: the median round's figure, and the min and max across rounds, since this machine is
 noisy (p999 needs 1,000 requests a round to mean more than the slowest).
 
-Open loop (--open-loop): requests due at a fixed rate, sent when due by --senders threads (16) over 8
-channels (so a server of several processes gets them all), each latency taken from the
+Open loop (--open-loop): requests due at a fixed rate, sent when due by --senders threads (16) over
+--channels connections (8; the kernel spreads connections, not requests, over the processes of
+`serve --processes N`: give several per process), each latency taken from the
 moment the request was due (a slow answer delays no other request's clock, so queueing
 shows in p99). The rate steps up (--rates, or from 25/s by a quarter) until p99 passes --slo-ms or
 requests fail; it reports each step and the knee, the highest rate that held p99 <=
@@ -26,7 +27,7 @@ Writes bench/results/serving.json; asserts nothing about speed.
         [--requests 1000] [--reps 3] [--clients 1,4] [--score-threads 0]
         [--serve-args=--no-dnn-cuda-graphs] [--out serving.json]
     .venv/bin/python bench/bench_serving.py --open-loop --models floor,lr [--serve-args=--processes=2]
-        [--rates 100,200,300] [--step-s 5] [--slo-ms 10] [--senders 16]
+        [--rates 100,200,300] [--step-s 5] [--slo-ms 10] [--senders 16] [--channels 8]
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ from serving.client import PredictClient  # noqa: E402
 from serving.request.encoding import EncodedRequest  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-OpenLoop = tuple[list[float], float, float, int]  # rates, seconds a step, the p99 objective (ms), sender threads
+OpenLoop = tuple[list[float], float, float, int, int]  # rates, seconds a step, p99 objective (ms), senders, channels
 KEYS_FOR = {"lr": 10_000_000, "fm": 10_000_000, "ffm": 1_000_000, "deepfm": 10_000_000}
 
 
@@ -72,7 +73,8 @@ def cpu_of(pids: list[int]) -> float:
     return sum(cpu_seconds(p) for p in pids)
 
 
-CHANNELS = 8  # open loop: connections, spread by the kernel over a server's processes
+CHANNELS = 8  # open loop, by default: connections, spread by the kernel over a server's processes (by connection:
+# with fewer connections than processes, or where two hash to one process, some processes idle)
 SENDERS = 16  # open loop, by default: threads sending requests when due (at most this many in flight)
 
 
@@ -129,9 +131,10 @@ def open_loop(
     step_s: float,
     slo_ms: float,
     senders: int,
+    channels: int,
 ) -> dict[str, Any]:
     """Steps the rate up until p99 passes the objective; the knee is the last step that held it."""
-    clients = [PredictClient(address) for _ in range(CHANNELS)]
+    clients = [PredictClient(address) for _ in range(channels)]
     protos = [clients[0].to_proto(r) for r in reqs]
     stubs = [c.stub for c in clients]
     for stub in stubs:  # every channel connected before the clock starts
@@ -316,10 +319,11 @@ def main() -> None:
     ap.add_argument("--step-s", type=float, default=5.0, help="open loop: seconds at each rate")
     ap.add_argument("--slo-ms", type=float, default=10.0, help="open loop: the p99 objective")
     ap.add_argument("--senders", type=int, default=SENDERS, help="open loop: sending threads (requests in flight at most)")
+    ap.add_argument("--channels", type=int, default=CHANNELS, help="open loop: gRPC connections the senders share")
     args = ap.parse_args()
     loop: OpenLoop | None = None
     if args.open_loop:
-        loop = ([float(r) for r in args.rates.split(",") if r], args.step_s, args.slo_ms, args.senders)
+        loop = ([float(r) for r in args.rates.split(",") if r], args.step_s, args.slo_ms, args.senders, args.channels)
     results: dict[str, Any] = {"cores": os.cpu_count(), "serve_args": args.serve_args, "open_loop": args.open_loop}
     with tempfile.TemporaryDirectory(prefix="bench-serving-") as tmp:
         for model in args.models.split(","):
