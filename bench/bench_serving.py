@@ -13,8 +13,8 @@ server: the median round's figure, and the min and max across rounds, since this
 noisy (p999 needs 1,000 requests a round to mean more than the slowest).
 
 Open loop (--open-loop): requests due at a fixed rate, sent when due by --senders threads (16) over
---channels connections (8; the kernel spreads connections, not requests, over the processes of
-`serve --processes N`: give several per process), each latency taken from the
+--channels connections (by default 4 per serving process, at least 8: the kernel spreads
+connections, not requests, over the processes of `serve --processes N`), each latency taken from the
 moment the request was due (a slow answer delays no other request's clock, so queueing
 shows in p99). The rate steps up (--rates, or from 25/s by a quarter) until p99 passes --slo-ms or
 requests fail; it reports each step and the knee, the highest rate that held p99 <=
@@ -27,7 +27,7 @@ Writes bench/results/serving.json; asserts nothing about speed.
         [--requests 1000] [--reps 3] [--clients 1,4] [--score-threads 0]
         [--serve-args=--no-dnn-cuda-graphs] [--out serving.json]
     .venv/bin/python bench/bench_serving.py --open-loop --models floor,lr [--serve-args=--processes=2]
-        [--rates 100,200,300] [--step-s 5] [--slo-ms 10] [--senders 16] [--channels 8]
+        [--rates 100,200,300] [--step-s 5] [--slo-ms 10] [--senders 16] [--channels 0]
 """
 
 from __future__ import annotations
@@ -73,8 +73,9 @@ def cpu_of(pids: list[int]) -> float:
     return sum(cpu_seconds(p) for p in pids)
 
 
-CHANNELS = 8  # open loop, by default: connections, spread by the kernel over a server's processes (by connection:
-# with fewer connections than processes, or where two hash to one process, some processes idle)
+# open loop, by default: connections, spread by the kernel over a server's processes. It spreads connections,
+# not requests: with fewer connections than processes, or where several hash to one, some processes idle
+CHANNELS_PER_PROCESS, MIN_CHANNELS = 4, 8
 SENDERS = 16  # open loop, by default: threads sending requests when due (at most this many in flight)
 
 
@@ -134,7 +135,10 @@ def open_loop(
     channels: int,
 ) -> dict[str, Any]:
     """Steps the rate up until p99 passes the objective; the knee is the last step that held it."""
+    serving = max(1, len(pids) - 1)  # a supervisor's pid and its processes', or one server's
+    channels = channels or max(MIN_CHANNELS, CHANNELS_PER_PROCESS * serving)
     clients = [PredictClient(address) for _ in range(channels)]
+    print(f"{name} open loop: {senders} senders over {channels} connections", flush=True)
     protos = [clients[0].to_proto(r) for r in reqs]
     stubs = [c.stub for c in clients]
     for stub in stubs:  # every channel connected before the clock starts
@@ -170,7 +174,7 @@ def open_loop(
             f" {knee['core_ms_per_request']:.2f} core-ms/request",
             flush=True,
         )
-    return {"slo_ms": slo_ms, "step_s": step_s, "steps": steps, "knee": knee}
+    return {"slo_ms": slo_ms, "step_s": step_s, "senders": senders, "channels": channels, "steps": steps, "knee": knee}
 
 
 def load(address: str, reqs: list[EncodedRequest], clients: int, total: int) -> tuple[list[float], float]:
@@ -319,7 +323,7 @@ def main() -> None:
     ap.add_argument("--step-s", type=float, default=5.0, help="open loop: seconds at each rate")
     ap.add_argument("--slo-ms", type=float, default=10.0, help="open loop: the p99 objective")
     ap.add_argument("--senders", type=int, default=SENDERS, help="open loop: sending threads (requests in flight at most)")
-    ap.add_argument("--channels", type=int, default=CHANNELS, help="open loop: gRPC connections the senders share")
+    ap.add_argument("--channels", type=int, default=0, help="open loop: gRPC connections the senders share (0: 4 a process)")
     args = ap.parse_args()
     loop: OpenLoop | None = None
     if args.open_loop:

@@ -69,7 +69,7 @@ step 60 "deepfm on cuda, where the main thread's time goes (cProfile)" bash -c "
 
 # 3. serving on 16 cores
 SERVE="--serve-args=--processes=12"
-OPEN="--senders 64 --channels 48"  # 4 connections a process: the kernel spreads connections, not requests
+OPEN="--senders 64"  # over 4 connections a serving process: the kernel spreads connections, not requests
 step 100 "serving closed loop: floor, lr" python3 bench/bench_serving.py --models floor,lr --clients 1,4,16 --requests 300 --reps 1 "$SERVE" --out s1.json
 step 90 "serving open loop: floor, lr" python3 bench/bench_serving.py --open-loop --models floor,lr --rates 400,800,1600,2400,3200,4000,5000 --step-s 2 $OPEN "$SERVE" --out s2.json
 step 80 "serving closed loop: deepfm (MLP on the GPU)" python3 bench/bench_serving.py --models deepfm --clients 1,4,16 --requests 300 --reps 1 "$SERVE" --out s3.json
