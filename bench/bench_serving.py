@@ -73,6 +73,12 @@ def cpu_of(pids: list[int]) -> float:
     return sum(cpu_seconds(p) for p in pids)
 
 
+def client_cpu() -> float:
+    """This process's CPU seconds: the load generator's share of the machine."""
+    t = os.times()
+    return t.user + t.system
+
+
 # open loop, by default: connections, spread by the kernel over a server's processes. It spreads connections,
 # not requests: with fewer connections than processes, or where several hash to one, some processes idle
 CHANNELS_PER_PROCESS, MIN_CHANNELS = 4, 8
@@ -103,14 +109,14 @@ def open_step(pids: list[int], protos: list[Any], stubs: list[Any], rate: float,
             except grpc.RpcError:
                 failed[0] += 1
 
-    cpu0 = cpu_of(pids)
+    cpu0, client0 = cpu_of(pids), client_cpu()
     threads = [threading.Thread(target=sender, args=(k,)) for k in range(senders)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
-    cpu = cpu_of(pids) - cpu0
+    cpu, client = cpu_of(pids) - cpu0, client_cpu() - client0
     ms = np.array(lat or [float("inf")]) * 1e3
     return {
         "rate": rate,
@@ -119,6 +125,7 @@ def open_step(pids: list[int], protos: list[Any], stubs: list[Any], rate: float,
         "p99_ms": float(np.percentile(ms, 99)),
         "failed": failed[0],
         "server_cores_busy": cpu / wall,
+        "client_cores_busy": client / wall,
         "core_ms_per_request": 1e3 * cpu / max(1, len(lat)),
     }
 
@@ -152,6 +159,7 @@ def open_loop(
         print(
             f"{name} open loop {rate:.0f}/s: achieved {row['achieved_per_s']:.0f}/s, p50 {row['p50_ms']:.2f} ms,"
             f" p99 {row['p99_ms']:.2f} ms, failed {row['failed']}, server cores {row['server_cores_busy']:.2f},"
+            f" client cores {row['client_cores_busy']:.2f},"
             f" {row['core_ms_per_request']:.2f} core-ms/request",
             flush=True,
         )
