@@ -149,7 +149,9 @@ def _rank_nccl(rank: int, world: int, port: int, out: str) -> None:
             half = slice(0, cut) if rank == 0 else slice(cut, 32)
             _grads(replica.net, pooled[half].to(device), dlogit[half].to(device))
             replica.step(half.stop - half.start)  # type: ignore[operator]
-            replica.sync_on_device(torch.distributed.group.WORLD)
+            world_group = torch.distributed.group.WORLD
+            assert world_group is not None
+            replica.sync_on_device(world_group)
         np.save(out, replica.state_rows())
     finally:
         torch.distributed.destroy_process_group()
