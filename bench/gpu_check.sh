@@ -6,14 +6,23 @@
 #      while the CUDA and DNN unit tests run (serving's MLP on CUDA, the trainer's device);
 #   2. DeepFM (defaults: k 8, 400x400x400) on Frappe through `boundless train --ps local`,
 #      whole process: one pass for AUC on the GPU and the CPU, then Frappe x4 for speed at
-#      batch 256 (the default) and 4096, --device auto, and a profile of the GPU run;
+#      batch 256 (the default), 4096 and 16384, --device auto, and a profile of the GPU run;
 #   3. serving on this machine's cores (bench_serving.py, --processes 12): closed loop with
-#      1, 4 and 16 clients, then open loop to the knee, for the gRPC floor, LR and DeepFM;
+#      1, 4 and 16 clients, then open loop to the knee, for the gRPC floor, LR and DeepFM; DeepFM
+#      in one process too;
 #   4. ranks (bench_ranks.py): DeepFM on the GPU with 1, 2 and 4 ranks; LR and FFM with 1, 2
 #      and 4 ranks on 2 gRPC shards;
 #   5. bench/bench_gpu_dnn.py (serving's MLP on the GPU).
 # The machine has torch, numba and numpy; the other core packages travel as wheels in .whl,
-# the datasets in .gpudata (see docs/benchmarks.md, "GPU").
+# the datasets in .gpudata. To prepare them here (both ignored through .git/info/exclude):
+#   echo /.whl/ >> .git/info/exclude; echo /.gpudata/ >> .git/info/exclude
+#   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl \
+#     grpcio==1.85.1 grpcio-health-checking==1.85.1 grpcio-reflection==1.85.1 protobuf==7.36.2 rocksdict==0.3.29 \
+#     zstandard==0.25.0 pydantic==2.14.3 pydantic_core==2.50.4 annotated-types==0.8.0 typing-inspection==0.4.5 \
+#     typing_extensions==4.16.0 prometheus_client==0.26.0 PyYAML==6.0.3 tqdm==4.70.1
+#   mkdir -p .gpudata && cp -r ../shared/data/{frappe,criteo_10k,avazu_10k} .gpudata/
+# then run `DEADLINE_S=540 bash bench/gpu_check.sh` with carry [".whl", ".gpudata"] and timeout_s 600.
 set -u
 OUT=${OUT:-/tmp/gpu_out}; mkdir -p "$OUT"
 DEADLINE_S=${DEADLINE_S:-540}
@@ -60,6 +69,7 @@ train /tmp/frappe.libfm 17316 cuda 0
 train /tmp/frappe.libfm 17316 cpu 0
 train /tmp/frappe4.libfm 69264 cuda 0
 train /tmp/frappe4.libfm 69264 cuda 4096
+train /tmp/frappe4.libfm 69264 cuda 16384
 train /tmp/frappe4.libfm 69264 cpu 4096
 train /tmp/frappe4.libfm 69264 cpu 0
 train /tmp/frappe.libfm 17316 auto 0
@@ -74,6 +84,8 @@ step 100 "serving closed loop: floor, lr" python3 bench/bench_serving.py --model
 step 90 "serving open loop: floor, lr" python3 bench/bench_serving.py --open-loop --models floor,lr --rates 400,800,1600,2400,3200,4000,5000 --step-s 2 $OPEN "$SERVE" --out s2.json
 step 80 "serving closed loop: deepfm (MLP on the GPU)" python3 bench/bench_serving.py --models deepfm --clients 1,4,16 --requests 300 --reps 1 "$SERVE" --out s3.json
 step 80 "serving open loop: deepfm" python3 bench/bench_serving.py --open-loop --models deepfm --rates 400,800,1600,2400,3200 --step-s 2 $OPEN "$SERVE" --out s4.json
+# one process (every core for one request, the GPU to itself) against twelve: 2026-11-28 had 1-client p50 14.9 ms with twelve
+step 60 "serving closed loop: deepfm, one process" python3 bench/bench_serving.py --models deepfm --clients 1,4 --requests 200 --reps 1 --serve-args=--processes=1 --out s5.json
 
 # 4. ranks
 step 90 "ranks: deepfm on the GPU" python3 bench/bench_ranks.py --models deepfm --lines 3000 --train-args=--device=cuda
