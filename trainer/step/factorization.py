@@ -54,6 +54,23 @@ class Trained:
     samples: int  # the batch's, counted by the shards per table
 
 
+class Stepwise(Protocol):
+    """A model that trains a batch in three steps the pipeline can overlap
+    (trainer.step.pipeline): fetch its rows, compute (taking the rows it shares with the
+    batch before from that batch's result), push."""
+
+    @property
+    def pipelined(self) -> bool: ...
+
+    def fetch(self, client: PSClient, batch: SampleBatch) -> Fetched: ...
+
+    def compute(
+        self, batch: SampleBatch, got: Fetched, previous: Trained | None = None
+    ) -> tuple[npt.NDArray[np.float32], Trained]: ...
+
+    def push(self, client: PSClient, got: Fetched, done: Trained) -> None: ...
+
+
 class TrainableModel(Protocol):
     spec: ModelSpec
     device: str  # where it trains: "cpu", or "cuda" for an MLP on the GPU

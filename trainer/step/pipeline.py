@@ -5,21 +5,23 @@ One worker stays exactly the synchronous path: before a batch's pull is issued, 
 but the last has been acknowledged, and the rows the batch shares with the last pushed
 batch are taken from that batch's result (FactorizationModel.compute), which is what the
 shards hold once its push lands (unless the shards admit or evict rows: then it does not
-overlap). Models that cannot run so (batch updates, the DNNs, whose
-MLP steps on the shards) train synchronously through the same interface, and so does
-everything with in-process shards, where there is no latency to hide.
+overlap). LR, FM, FFM and, with the MLP on the worker (hybrid training), Wide&Deep and
+DeepFM run so (their `pipelined`); batch updates and an MLP that steps on the shards train
+synchronously through the same interface, and so does everything with in-process shards,
+where there is no latency to hide.
 """
 
 from __future__ import annotations
 
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import cast
 
 import numpy as np
 import numpy.typing as npt
 
 from ctr.data.batch import SampleBatch
 from ps.client import PSClient
-from trainer.step.factorization import FactorizationModel, Fetched, TrainableModel, Trained
+from trainer.step.factorization import Fetched, Stepwise, TrainableModel, Trained
 
 Result = tuple[SampleBatch, npt.NDArray[np.float32]]
 
@@ -32,9 +34,11 @@ class Pipeline:
         self.model = model
         # in-process shards leave no latency to hide, and the handoffs cost (measured: -14%);
         # shards that may drop a push's rows (admission, eviction) would leave the rows taken
-        # from the last batch's result wrong
-        wanted = client.remote and not client.rows_may_drop if overlap is None else overlap
-        self._stepwise = model if wanted and isinstance(model, FactorizationModel) and model.pipelined else None
+        # from the last batch's result wrong; a model whose own work takes the cores the pull
+        # would use (an MLP on the CPU: its overlap_pays) gains nothing
+        pays = client.remote and not client.rows_may_drop and getattr(model, "overlap_pays", True)
+        wanted = pays if overlap is None else overlap
+        self._stepwise = cast(Stepwise, model) if wanted and getattr(model, "pipelined", False) else None
         self._fetcher = ThreadPoolExecutor(1, thread_name_prefix="pull")
         self._pusher = ThreadPoolExecutor(1, thread_name_prefix="push")
         self._pending: tuple[SampleBatch, Future[Fetched]] | None = None

@@ -1,5 +1,5 @@
 """The pipelined worker (pull of batch i+1 during batch i, asynchronous pushes) trains the
-exact model of the synchronous path."""
+exact model of the synchronous path, the DNNs (MLP on the worker) included."""
 
 import numpy as np
 import pytest
@@ -13,13 +13,13 @@ from trainer.step.factorization import build_model
 from trainer.step.pipeline import Pipeline
 
 
-@pytest.mark.parametrize("model", ["lr", "fm", "ffm"])
+@pytest.mark.parametrize("model", ["lr", "fm", "ffm", "deepfm", "wdl"])
 def test_pipelined_training_equals_the_synchronous_path(data_dir, model):
     lines = (data_dir / "frappe/frappe.validation.libfm").read_text().splitlines()[:6000]
     fields = resolve_fields(PRESETS["libsvm"], lines, freeze=True)
     parse = make_parser(PRESETS["libsvm"], fields)
     batches = [build_batch([parse(x) for x in lines[i : i + 64]], fields.ids()) for i in range(0, len(lines), 64)]
-    spec = ModelSpec(model, k=4, fields=tuple(fields.names))
+    spec = ModelSpec(model, k=4, fields=tuple(fields.names), hidden=(16, 8))
     runs = []
     for pipelined in (False, True):
         client = PSClient.local(2)
@@ -40,7 +40,12 @@ def test_pipelined_training_equals_the_synchronous_path(data_dir, model):
         else:
             probs = [m.train(client, b) for b in batches]
         keys = np.unique(np.concatenate([b.keys for b in batches]))
-        final = {t: client.pull(t, keys, state=True)[0] for t in ("w", "v") if t in spec.table_names()}
+        final: dict[str, np.ndarray] = {
+            t: client.pull(t, keys, state=True)[0] for t in ("w", "v", "emb") if t in spec.table_names()
+        }
+        if spec.is_dnn:  # the MLP this worker trained, as a cut would write it
+            m.finish(client)
+            final["mlp"] = client.pull_dense("mlp", state=True)
         runs.append((np.concatenate(probs), final, client.pull_dense("bias", state=True)))
     (p0, s0, b0), (p1, s1, b1) = runs
     np.testing.assert_array_equal(p0, p1)
