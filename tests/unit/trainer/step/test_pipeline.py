@@ -3,6 +3,7 @@ exact model of the synchronous path, the DNNs (MLP on the worker) included."""
 
 import numpy as np
 import pytest
+import torch
 
 from ctr.data.batch import build_batch
 from ctr.data.formats import make_parser, resolve_fields
@@ -12,9 +13,14 @@ from ps.client import PSClient
 from trainer.step.factorization import build_model
 from trainer.step.pipeline import Pipeline
 
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
-@pytest.mark.parametrize("model", ["lr", "fm", "ffm", "deepfm", "wdl"])
-def test_pipelined_training_equals_the_synchronous_path(data_dir, model):
+
+@pytest.mark.parametrize(
+    ("model", "device"),
+    [("lr", "cpu"), ("fm", "cpu"), ("ffm", "cpu"), ("deepfm", "cpu"), ("wdl", "cpu"), pytest.param("deepfm", "cuda", marks=CUDA)],
+)
+def test_pipelined_training_equals_the_synchronous_path(data_dir, model, device):
     lines = (data_dir / "frappe/frappe.validation.libfm").read_text().splitlines()[:6000]
     fields = resolve_fields(PRESETS["libsvm"], lines, freeze=True)
     parse = make_parser(PRESETS["libsvm"], fields)
@@ -23,7 +29,7 @@ def test_pipelined_training_equals_the_synchronous_path(data_dir, model):
     runs = []
     for pipelined in (False, True):
         client = PSClient.local(2)
-        m = build_model(spec)
+        m = build_model(spec, device=device if spec.is_dnn else "auto")
         m.prepare(client)
         probs = []
         if pipelined:
