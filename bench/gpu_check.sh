@@ -50,6 +50,9 @@ for m in lr fm ffm wdl deepfm; do timeout 240 python3 -m boundless.warm_kernels 
 step 200 "CUDA and DNN unit tests" python3 -m pytest -q -p no:cacheprovider -x tests/unit/serving/scoring \
   tests/unit/ctr/model/test_registry.py tests/unit/ctr/model/test_scoring_kernels.py tests/unit/trainer/step
 wait; cat /tmp/warm-*.txt | tail -12 >> "$LOG"
+# numba writes a kernel's cache index without a lock: the parallel processes may have dropped
+# each other's entries, so one pass more, in turn (cached kernels load in seconds)
+step 150 "kernels, once more in turn" python3 -m boundless.warm_kernels
 
 # 2. DeepFM training
 cat .gpudata/frappe/frappe.validation.libfm .gpudata/frappe/frappe.test.libfm > /tmp/frappe.libfm
@@ -76,6 +79,10 @@ train /tmp/frappe.libfm 17316 auto 0
 step 60 "deepfm on cuda, where the main thread's time goes (cProfile)" bash -c "python3 -m cProfile -s tottime -m boundless \
   train --source /tmp/frappe.libfm --no-follow --format libsvm --ps local --model deepfm --device cuda --metrics-port -1 \
   --port -1 2>/dev/null | head -45"
+# 2026-11-28: 4.9 s of compile() in every process; were those numba kernels compiled again?
+step 60 "numba cache in a deepfm run (index loads, data loads, saves)" bash -c "NUMBA_DEBUG_CACHE=1 python3 -m boundless \
+  train --source /tmp/frappe.libfm --no-follow --format libsvm --ps local --model deepfm --device cuda --metrics-port -1 \
+  --port -1 2>/dev/null | grep -o '\[cache\] [a-z ]*' | sort | uniq -c"
 
 # 3. serving on 16 cores
 SERVE="--serve-args=--processes=12"
