@@ -29,8 +29,8 @@ DEADLINE_S=${DEADLINE_S:-540}
 export PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD
-# that machine's processes wrote no bytecode (2026-11-28: 4.9 s of compile() in every process,
-# inside the first runs' examples/s): compile it once, and let later imports write theirs
+# 2026-11-28: 4.9 s of compile() in every process there (bytecode not written, or numba kernels
+# compiled again; see the cache count below): the bytecode compiled once, and later imports write theirs
 unset PYTHONDONTWRITEBYTECODE
 python3 -m compileall -q -j 16 /tmp/site boundless ctr ps serving trainer modelmgr protos bench > /dev/null 2>&1
 mkdir -p ../shared/data && cp -r .gpudata/* ../shared/data/  # bench/datasets.py reads ../shared/data
