@@ -6,6 +6,7 @@ and that every rank's share was trained show side by side. On a 2-core machine t
 the shards and the OS share two cores: this shows correctness, not scaling.
 
 Run: .venv/bin/python bench/bench_ranks.py [--copies 2] [--ranks 1,2,4] [--models lr,ffm]
+     [--lines N (lines per file instead of Frappe x --copies)] [--train-args=--device=cuda]
 """
 
 from __future__ import annotations
