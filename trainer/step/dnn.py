@@ -26,6 +26,7 @@ from ps.client import PSClient, PullSession
 from trainer.step.dense_replica import DenseReplica
 from trainer.step.dense_sync import DenseSync, dense_sync
 from trainer.step.factorization import Fetched, Trained
+from trainer.step.host_staging import HostStaging
 from trainer.step.own_view import own_view
 
 # |dloss/dlogit| at least this in the MLP's backward: the Jacobian is read back as the input
@@ -53,6 +54,7 @@ class DeepModel:
         opt = spec.optimizer("mlp")
         self.net = DeepCTR(spec, seed=opt.seed).to(device or torch.device("cpu"))
         self.device = self.net.device.type
+        self.staging = HostStaging(self.net.device)  # page-locked copies when the MLP is on a GPU
         self.params = {n: t.optimizer.params() for n, t in self.tables.items()}
         if dense_codec != "fp32" and opt.kind != "adam":
             raise ValueError(f"--dense-codec {dense_codec} needs an adam MLP optimizer, not {opt.kind} (--opt-mlp)")
@@ -112,18 +114,19 @@ class DeepModel:
         partial = deep_partials(
             batch.offsets, uidx, batch.values, w32, pooled, bias, self.spec.family.pairwise, self.spec.pair_norm
         )
-        dev = self.net.device
-        p_t = torch.from_numpy(pooled).to(dev).requires_grad_(True)
+        stage = self.staging
+        p_t = stage.to_device("pooled", pooled).requires_grad_(True)
+        y = stage.to_device("labels", np.asarray(batch.labels, np.float32))
+        partial_t = stage.to_device("partial", partial)
         self.net.zero_grad(set_to_none=True)
         out = self.net(p_t)
         with torch.no_grad():
-            y = torch.from_numpy(np.asarray(batch.labels, np.float32)).to(dev)
-            d = torch.sigmoid(out + torch.from_numpy(partial).to(dev)) - y
+            d = torch.sigmoid(out + partial_t) - y
             d = torch.where(d.abs() < JAC_FLOOR, (1.0 - 2.0 * y) * JAC_FLOOR, d)
         out.backward(d)
         assert p_t.grad is not None
-        jac = p_t.grad / d[:, None, None]
-        return out.detach().cpu().numpy(), jac.cpu().numpy()
+        back = stage.to_host({"out": out.detach(), "jac": p_t.grad / d[:, None, None]})
+        return back["out"], back["jac"]
 
     @property
     def pipelined(self) -> bool:
