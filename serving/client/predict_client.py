@@ -13,6 +13,7 @@ them (strict=False drops and counts them).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import time
 from collections.abc import Mapping, Sequence
@@ -273,14 +274,25 @@ class PredictClient:
         timeout: float = 10.0,
         identity: Identity | None = None,
         strict: bool = True,
+        connections: int = 1,
     ) -> None:
         """schema, fields: the feature transform and field list to encode with; by default
         the served version's (ModelStatus), asked on first use. strict: serving refuses a
         request with features of fields the model does not have (INVALID_ARGUMENT, naming
         them); False drops them and counts them (Prediction.unknown_features).
-        identity: TLS and token to call with (default: the process's, ctr.runtime.security)."""
-        self.channel = open_channel(address, CHANNEL_OPTIONS, identity=identity)
-        self.stub = predict_pb2_grpc.PredictorStub(self.channel)
+        identity: TLS and token to call with (default: the process's, ctr.runtime.security).
+        connections: TCP connections the calls take in turn. `serve --processes N` shares
+        one port, and the kernel spreads connections, not requests, over its processes: one
+        connection reaches one process, several (a few per process) reach them all."""
+        if connections < 1:
+            raise ValueError(f"connections {connections}: must be at least 1")
+        # gRPC shares one connection between channels of the same target and options unless
+        # each keeps its own subchannel pool
+        options = (*CHANNEL_OPTIONS, ("grpc.use_local_subchannel_pool", 1)) if connections > 1 else CHANNEL_OPTIONS
+        self.channels = [open_channel(address, options, identity=identity) for _ in range(connections)]
+        self.stubs = [predict_pb2_grpc.PredictorStub(c) for c in self.channels]
+        self.channel, self.stub = self.channels[0], self.stubs[0]
+        self._turn = itertools.count()
         self.model = model
         self.schema = schema
         self.given_fields = fields
@@ -331,7 +343,8 @@ class PredictClient:
         return self.predict_encoded(self.encoder.encode_columns(items, context), routing_key)
 
     def predict_encoded(self, req: EncodedRequest, routing_key: str = "") -> Prediction:
-        resp = self.stub.Predict(self.to_proto(req, routing_key), timeout=self.timeout)
+        stub = self.stubs[next(self._turn) % len(self.stubs)]  # the connections in turn
+        resp = stub.Predict(self.to_proto(req, routing_key), timeout=self.timeout)
         return Prediction(
             np.asarray(resp.scores, dtype=np.float32), resp.model, resp.version, resp.unknown_features, resp.label or "stable"
         )
@@ -343,4 +356,5 @@ class PredictClient:
         return self.stub.ModelStatus(predict_pb2.ModelStatusRequest(model=self.model), timeout=self.timeout)
 
     def close(self) -> None:
-        self.channel.close()
+        for c in self.channels:
+            c.close()

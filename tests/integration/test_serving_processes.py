@@ -149,3 +149,29 @@ def test_a_killed_process_loses_only_its_requests_and_comes_back(tmp_path):
         c.close()
     finally:
         serving.stop()
+
+
+def test_one_client_reaches_every_process_through_several_connections(tmp_path):
+    """SO_REUSEPORT spreads connections, not requests: a client of one connection is served by
+    one process, one of 16 connections (taken in turn) by both (all 16 on one: p = 2^-15)."""
+    repo, reqs, expected = _published(tmp_path)
+    serving = start("serving", ["serve", "--repo", str(repo.root), "--processes", "2"], tmp_path)
+    try:
+        serving.wait_ready()
+        PredictClient(serving.address).wait_for_model()
+
+        def served_by(client: PredictClient, n: int) -> dict[str, float]:
+            before = _requests_by_process(serving)
+            for i in range(n):
+                got = client.predict_encoded(reqs[i % len(reqs)])
+                assert np.allclose(got.scores, expected[got.version][i % len(reqs)], atol=1e-5)
+            client.close()
+            after = _requests_by_process(serving)
+            return {p: after[p] - before.get(p, 0.0) for p in after if after[p] > before.get(p, 0.0)}
+
+        one = served_by(PredictClient(serving.address), 8)
+        assert list(one.values()) == [8.0]  # one connection, one process
+        many = served_by(PredictClient(serving.address, connections=16), 32)
+        assert sorted(many) == ["0", "1"] and sum(many.values()) == 32.0
+    finally:
+        serving.stop()
