@@ -261,6 +261,7 @@ CHANNEL_OPTIONS = (
     ("grpc.enable_retries", 1),
     ("grpc.service_config", RETRY_POLICY),
     ("grpc.per_rpc_retry_buffer_size", 64 << 20),
+    ("grpc.use_local_subchannel_pool", 1),
 )
 
 
@@ -286,10 +287,10 @@ class PredictClient:
         connection reaches one process, several (a few per process) reach them all."""
         if connections < 1:
             raise ValueError(f"connections {connections}: must be at least 1")
-        # gRPC shares one connection between channels of the same target and options unless
-        # each keeps its own subchannel pool
-        options = (*CHANNEL_OPTIONS, ("grpc.use_local_subchannel_pool", 1)) if connections > 1 else CHANNEL_OPTIONS
-        self.channels = [open_channel(address, options, identity=identity) for _ in range(connections)]
+        # each channel keeps its own subchannel pool: gRPC otherwise shares one connection
+        # among every channel of a process to the same target and options, so clients made
+        # to spread over processes (or a benchmark's clients) would all ride one connection
+        self.channels = [open_channel(address, CHANNEL_OPTIONS, identity=identity) for _ in range(connections)]
         self.stubs = [predict_pb2_grpc.PredictorStub(c) for c in self.channels]
         self.channel, self.stub = self.channels[0], self.stubs[0]
         self._turn = itertools.count()

@@ -153,7 +153,8 @@ def test_a_killed_process_loses_only_its_requests_and_comes_back(tmp_path):
 
 def test_one_client_reaches_every_process_through_several_connections(tmp_path):
     """SO_REUSEPORT spreads connections, not requests: a client of one connection is served by
-    one process, one of 16 connections (taken in turn) by both (all 16 on one: p = 2^-15)."""
+    one process, one of 16 connections (taken in turn) by both, and so are 16 clients (all 16
+    on one process: p = 2^-15)."""
     repo, reqs, expected = _published(tmp_path)
     serving = start("serving", ["serve", "--repo", str(repo.root), "--processes", "2"], tmp_path)
     try:
@@ -173,5 +174,14 @@ def test_one_client_reaches_every_process_through_several_connections(tmp_path):
         assert list(one.values()) == [8.0]  # one connection, one process
         many = served_by(PredictClient(serving.address, connections=16), 32)
         assert sorted(many) == ["0", "1"] and sum(many.values()) == 32.0
+        # and clients of one process are connections of their own (gRPC would share one)
+        before = _requests_by_process(serving)
+        clients = [PredictClient(serving.address) for _ in range(16)]
+        for c in clients:
+            c.predict_encoded(reqs[0])
+        for c in clients:
+            c.close()
+        after = _requests_by_process(serving)
+        assert all(after[p] > before.get(p, 0.0) for p in ("0", "1"))
     finally:
         serving.stop()
