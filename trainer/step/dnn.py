@@ -21,11 +21,11 @@ from ctr.model.dnn import deep_partials, pool_fields, train_deep_batch
 from ctr.model.mlp import DeepCTR
 from ctr.model.optim import PLAIN, plain_state, rows_with_weights, weights_of_rows
 from ctr.model.spec import ModelSpec
-from ps.api import DELTA, GRADIENT
+from ps.api import DELTA
 from ps.client import PSClient, PullSession
 from trainer.step.dense_replica import DenseReplica
 from trainer.step.dense_sync import DenseSync, dense_sync
-from trainer.step.factorization import Fetched, Trained
+from trainer.step.factorization import Fetched, Trained, carry_previous, push_trained
 from trainer.step.host_staging import HostStaging
 from trainer.step.own_view import own_view
 
@@ -173,11 +173,7 @@ class DeepModel:
             w_state, e_state = np.array(w_rows, np.float64), np.array(e_rows, np.float64)
             bias_state = np.array(bias_rows, np.float64).reshape(1, -1)
             if previous is not None:
-                _, here, there = np.intersect1d(got.uniq, previous.uniq, assume_unique=True, return_indices=True)
-                for t, rows in (("w", w_state), (self.emb, e_state)):  # start + (new - start): the shards' sum
-                    was = previous.start[t][there]
-                    rows[here] = was + (previous.states[t][there] - was)
-                bias_state = previous.bias_start + (previous.bias_state - previous.bias_start)
+                bias_state = carry_previous(got.uniq, {"w": w_state, self.emb: e_state}, previous)
             start = {"w": w_state.copy(), self.emb: e_state.copy()}
             bias_start = bias_state.copy()
         else:
@@ -216,14 +212,7 @@ class DeepModel:
         return probs, Trained(got.uniq, {}, {}, bias_start, bias_state, grads, float(gbias), n)
 
     def push(self, client: PSClient, got: Fetched, done: Trained) -> None:
-        if self.sequential:
-            for t, (_, session) in got.rows.items():
-                client.push(t, got.uniq, done.states[t] - done.start[t], session, kind=DELTA, samples=done.samples)
-            client.push_dense("bias", done.bias_state - done.bias_start, kind=DELTA, samples=done.samples)
-        else:
-            for t, (_, session) in got.rows.items():
-                client.push(t, got.uniq, done.grads[t].astype(np.float32), session, kind=GRADIENT, samples=done.samples)
-            client.push_dense("bias", np.array([done.bias_grad], np.float32), kind=GRADIENT, samples=done.samples)
+        push_trained(client, got, done, self.sequential)
 
     def train(self, client: PSClient, batch: SampleBatch) -> npt.NDArray[np.float32]:
         got = self.fetch(client, batch)

@@ -54,6 +54,32 @@ class Trained:
     samples: int  # the batch's, counted by the shards per table
 
 
+def carry_previous(
+    uniq: npt.NDArray[np.uint64], rows: dict[str, npt.NDArray[np.float64]], previous: Trained
+) -> npt.NDArray[np.float64]:
+    """Sets the rows a batch shares with `previous` (trained just before, its push perhaps not
+    landed when this batch was pulled) to what the shards hold once it lands, and returns
+    the bias likewise: start + (new - start), the shards' arithmetic, bit for bit."""
+    _, here, there = np.intersect1d(uniq, previous.uniq, assume_unique=True, return_indices=True)
+    for t, r in rows.items():
+        was = previous.start[t][there]
+        r[here] = was + (previous.states[t][there] - was)
+    return previous.bias_start + (previous.bias_state - previous.bias_start)
+
+
+def push_trained(client: PSClient, got: Fetched, done: Trained, sequential: bool) -> None:
+    """A trained batch to the shards: each table's state deltas (per-example updates) or
+    summed gradients (batch updates), under its pull's session, and the bias's."""
+    if sequential:
+        for t, (_, session) in got.rows.items():
+            client.push(t, got.uniq, done.states[t] - done.start[t], session, kind=DELTA, samples=done.samples)
+        client.push_dense("bias", done.bias_state - done.bias_start, kind=DELTA, samples=done.samples)
+    else:
+        for t, (_, session) in got.rows.items():
+            client.push(t, got.uniq, done.grads[t].astype(np.float32), session, kind=GRADIENT, samples=done.samples)
+        client.push_dense("bias", np.array([done.bias_grad], dtype=np.float32), kind=GRADIENT, samples=done.samples)
+
+
 class Stepwise(Protocol):
     """A model that trains a batch in three steps the pipeline can overlap
     (trainer.step.pipeline): fetch its rows, compute (taking the rows it shares with the
@@ -169,11 +195,7 @@ class FactorizationModel:
         raw_bias = self.cache.bias.copy() if got.bias is None else np.array(got.bias, dtype=np.float64).reshape(1, -1)
         if self.sequential:
             if previous is not None:
-                _, here, there = np.intersect1d(got.uniq, previous.uniq, assume_unique=True, return_indices=True)
-                for t, rows in raw.items():  # start + (new - start): the shards' arithmetic, bit for bit
-                    was = previous.start[t][there]
-                    rows[here] = was + (previous.states[t][there] - was)
-                raw_bias = previous.bias_start + (previous.bias_state - previous.bias_start)
+                raw_bias = carry_previous(got.uniq, raw, previous)
             start, bias_start = raw, raw_bias
             params = self.params
         else:
@@ -219,14 +241,7 @@ class FactorizationModel:
         self.cache.store(got.uniq, rows, pulled, bias, bias_pulled, got.step)
 
     def push(self, client: PSClient, got: Fetched, done: Trained) -> None:
-        if self.sequential:
-            for t, (_, session) in got.rows.items():
-                client.push(t, got.uniq, done.states[t] - done.start[t], session, kind=DELTA, samples=done.samples)
-            client.push_dense("bias", done.bias_state - done.bias_start, kind=DELTA, samples=done.samples)
-        else:
-            for t, (_, session) in got.rows.items():
-                client.push(t, got.uniq, done.grads[t].astype(np.float32), session, kind=GRADIENT, samples=done.samples)
-            client.push_dense("bias", np.array([done.bias_grad], dtype=np.float32), kind=GRADIENT, samples=done.samples)
+        push_trained(client, got, done, self.sequential)
 
     def finish(self, client: PSClient) -> None:
         pass  # nothing held back: every batch is pushed
