@@ -144,10 +144,10 @@ def open_loop(
     """Steps the rate up until p99 passes the objective; the knee is the last step that held it."""
     serving = max(1, len(pids) - 1)  # a supervisor's pid and its processes', or one server's
     channels = channels or max(MIN_CHANNELS, CHANNELS_PER_PROCESS * serving)
-    clients = [PredictClient(address) for _ in range(channels)]
+    client = PredictClient(address, connections=channels)
     print(f"{name} open loop: {senders} senders over {channels} connections", flush=True)
-    protos = [clients[0].to_proto(r) for r in reqs]
-    stubs = [c.stub for c in clients]
+    protos = [client.to_proto(r) for r in reqs]
+    stubs = client.stubs
     for stub in stubs:  # every channel connected before the clock starts
         stub.Predict(protos[0], timeout=30)
     steps: list[dict[str, float]] = []
@@ -172,8 +172,7 @@ def open_loop(
             rate = rates[i]
         else:
             rate = round(rate * 1.25)
-    for c in clients:
-        c.close()
+    client.close()
     held = [r for r in steps if r["p99_ms"] <= slo_ms and not r["failed"] and r["achieved_per_s"] >= 0.9 * r["rate"]]
     knee = max(held, key=lambda r: r["rate"]) if held else None
     if knee is not None:
