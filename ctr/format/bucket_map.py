@@ -13,6 +13,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ctr.format import bucket_kernels as bk
+from ctr.format.bucket_placement import place_first_preferring
 
 B = bk.B
 IMAGE_LOAD = 0.95  # wide images: memory = 1/0.95 = 1.053x raw key+row bytes
@@ -142,13 +143,13 @@ class BucketMap:
 
     def _fill(self, keys: npt.NDArray[np.uint64], rows: npt.NDArray[np.uint32], buckets: int) -> None:
         """Replaces the table with a fresh one of `buckets` holding keys (unique) -> rows,
-        1% larger each time two choices of a bucket's slots cannot hold them."""
+        as many as can be in their first bucket (ctr.format.bucket_placement), 1% larger
+        each time two choices of a bucket's slots cannot hold them."""
         if keys.size and not keys.all():
             raise ValueError("key 0 is reserved for empty slots")
-        homeless = np.empty(self.row_words, dtype=np.uint32)
         while True:
             table = aligned_zeros(max(2, buckets), bk.width_for(self.row_words))
-            done, added, lost = bk.put_rows(table, keys, rows, self._seed, homeless, bk.FILL_KICKS)
+            added, lost = place_first_preferring(table, keys, rows, self._seed)
             if lost == 0:
                 break
             buckets = math.ceil(buckets * 1.01) + 1
