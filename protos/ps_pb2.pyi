@@ -69,6 +69,11 @@ class _PushKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_PushKind.Val
     """dense Adam tables only: the worker's 1-bit compressed momentum (1-bit Adam); the shard
     steps with it over its frozen variance
     """
+    PUSH_STATE: _PushKind.ValueType  # 3
+    """dense tables only: the shard's range takes these rows as its optimizer state, replacing
+    what it held (a worker that trains the table itself writes it at cuts and exports; a
+    resent write changes nothing)
+    """
 
 class PushKind(_PushKind, metaclass=_PushKindEnumTypeWrapper):
     """What a push carries: gradients (the shard steps the table's optimizer once per row), or
@@ -80,6 +85,11 @@ PUSH_STATE_DELTA: PushKind.ValueType  # 1
 PUSH_MOMENTUM: PushKind.ValueType  # 2
 """dense Adam tables only: the worker's 1-bit compressed momentum (1-bit Adam); the shard
 steps with it over its frozen variance
+"""
+PUSH_STATE: PushKind.ValueType  # 3
+"""dense tables only: the shard's range takes these rows as its optimizer state, replacing
+what it held (a worker that trains the table itself writes it at cuts and exports; a
+resent write changes nothing)
 """
 Global___PushKind: _TypeAlias = PushKind  # noqa: Y015
 

@@ -7,8 +7,10 @@ threads at once (the trainer's pipeline pulls batch i+1 while batch i pushes); a
 session (what a pull leaves for the matching push) belongs to one thread.
 
 A push carries GRADIENT rows (the shard steps the table's optimizer once per row), DELTA
-rows (the shard adds an optimizer-state change) or, for dense Adam, MOMENTUM (a step with the
-worker's momentum over the frozen variance). A push that cannot be applied changes nothing.
+rows (the shard adds an optimizer-state change), for dense Adam MOMENTUM (a step with the
+worker's momentum over the frozen variance) or, for dense tables, STATE rows (the shard's
+range becomes them: a worker that trains the table itself writes it so, and a resent write
+changes nothing). A push that cannot be applied changes nothing.
 
 Errors a caller handles: SessionLost (resend the keys), ShardRestarted (every shard goes back
 to a common checkpoint cut), StoppedWhileUnreachable (stop; the next start takes up from the
@@ -29,6 +31,7 @@ Rows = npt.NDArray[Any]  # float32 weights or gradients, float64 optimizer state
 GRADIENT = "gradient"
 DELTA = "delta"
 MOMENTUM = "momentum"  # dense Adam: a step with the worker's momentum over the frozen variance
+STATE = "state"  # dense tables: the optimizer state itself, replacing the shard's
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,12 @@ from ps.transport import CONTROL, ByteCounter
 from ps.wire import KEYS_DELTA_VARINT, decode_bits, decode_rows, decode_varint_list, encode_keys, encode_known_ids
 
 log = logging.getLogger("ps.client")
-_PUSH_KINDS = {"gradient": ps_pb2.PUSH_GRADIENT, "delta": ps_pb2.PUSH_STATE_DELTA, "momentum": ps_pb2.PUSH_MOMENTUM}
+_PUSH_KINDS = {
+    "gradient": ps_pb2.PUSH_GRADIENT,
+    "delta": ps_pb2.PUSH_STATE_DELTA,
+    "momentum": ps_pb2.PUSH_MOMENTUM,
+    "state": ps_pb2.PUSH_STATE,
+}
 
 
 # a shard that cannot be reached (down, restarting), or that cancelled the call as it

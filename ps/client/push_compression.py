@@ -9,7 +9,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ctr.routing import dense_range
-from ps.api import DELTA, DensePush
+from ps.api import DELTA, STATE, DensePush
 from ps.client.push_path import PushBatch, ShardSender
 from ps.compression.compressor import CodecSpec, Compressor
 from ps.compression.payload import VALUE_CODECS, Compressed
@@ -119,10 +119,12 @@ class PushCompression:
         self, table: str, values: F64, kind: str, onebit: bool, shards: list[int], steps: int = 1, samples: int = 0
     ) -> list[DensePush]:
         """A whole dense vector's push [n, cols], cut into the given shards' ranges: fp32
-        (gradient, momentum) or fp64 (delta) values, or with onebit signs and two means per
-        shard, the quantization error kept for the next push."""
+        (gradient, momentum) values; state deltas and states in fp32 where every value is
+        one exactly (a worker's torch state is), else fp64; or with onebit signs and two
+        means per shard, the quantization error kept for the next push."""
         v = values + self._dense_residual.get(table, 0.0) if onebit else values
-        codec = VALUE_CODECS["onebit" if onebit else "fp64" if kind == DELTA else "fp32"]
+        exact = kind not in (DELTA, STATE) or np.array_equal(v.astype(np.float32), v)
+        codec = VALUE_CODECS["onebit" if onebit else "fp32" if exact else "fp64"]
         sent = np.empty_like(v)
         parts = []
         for s in shards:

@@ -18,7 +18,7 @@ from ps.server import metrics
 from ps.server.errors import SessionExpired, ShardError, StaleGeneration
 from ps.server.shard import Shard
 from ps.server.store import StoreCorrupted
-from ps.server.tables import DELTA, GRADIENT, MOMENTUM
+from ps.server.tables import DELTA, GRADIENT, MOMENTUM, STATE
 from ps.wire import WireError, decode_keys, decode_known_ids, encode_bits
 
 R = TypeVar("R")
@@ -70,6 +70,8 @@ def _push_kind(value: int) -> str:
         return DELTA
     if value == ps_pb2.PUSH_MOMENTUM:
         return MOMENTUM
+    if value == ps_pb2.PUSH_STATE:
+        return STATE
     raise ShardError(f"kind: unknown push kind {value}")
 
 

@@ -25,7 +25,7 @@ from ps.server.export import changed_rows, export_folder, write_export
 from ps.server.lifecycle import Lifecycle
 from ps.server.row_lifecycle import RowLifecycle
 from ps.server.store import CutMeta, ShardStore
-from ps.server.tables import ANONYMOUS, GRADIENT, MOMENTUM, DenseTable, PushRejected, SparseTable
+from ps.server.tables import ANONYMOUS, GRADIENT, MOMENTUM, STATE, DenseTable, PushRejected, SparseTable
 
 log = logging.getLogger("ps")
 Recorded = npt.NDArray[np.int64] | None  # per session key, its row's sequence when pulled (-1 absent)
@@ -311,6 +311,8 @@ class Shard:
         t = self._table(table)
         if kind == MOMENTUM:
             raise ShardError(f"table {table!r}: momentum pushes are for dense adam tables, not sparse ones")
+        if kind == STATE:
+            raise ShardError(f"table {table!r}: state pushes are for dense tables, not sparse ones")
         return t.dim if kind == GRADIENT else t.width
 
     def push(

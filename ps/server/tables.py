@@ -16,7 +16,7 @@ import numpy.typing as npt
 from ctr.format.hashmap import CompactHashMap
 from ctr.model.optim import frozen_adam_rows, init_rows, step_rows, weights_of_rows
 from ctr.model.spec import TableSpec
-from ps.api import DELTA, GRADIENT, MOMENTUM
+from ps.api import DELTA, GRADIENT, MOMENTUM, STATE
 from ps.server import kernels
 from ps.server.digest import rows_digest
 
@@ -175,6 +175,8 @@ class SparseTable:
         deltas keeping every row finite and within STATE_LIMIT. Otherwise raises
         PushRejected and changes nothing. `client` writes the deltas (a gradient step is
         the shard's own arithmetic, which no client copy follows: ANONYMOUS)."""
+        if kind not in (GRADIENT, DELTA):
+            raise PushRejected(f"table {self.name}: {kind} pushes are for dense tables, not sparse ones")
         v = as_rows(self.name, kind, values, keys.shape[0], self.dim if kind == GRADIENT else self.width)
         found = self.find(keys)
         if kind == GRADIENT:
@@ -262,11 +264,12 @@ class DenseTable:
         return weights_of_rows(self.state, 1, self.params).reshape(-1).astype(np.float32)  # type: ignore[no-any-return]
 
     def push_width(self, kind: str) -> int:
-        return self.width if kind == DELTA else 1
+        return self.width if kind in (DELTA, STATE) else 1
 
     def apply(self, kind: str, values: npt.NDArray[np.float64], steps: int = 1) -> None:
-        """Applies a gradient [n], a state delta [n, width] or an Adam momentum [n] of this
-        range, if safe (as SparseTable.apply); otherwise raises PushRejected and changes nothing."""
+        """Applies a gradient [n], a state delta [n, width], an Adam momentum [n] or the
+        state itself [n, width] of this range, if safe (as SparseTable.apply); otherwise
+        raises PushRejected and changes nothing."""
         v = as_rows(self.name, kind, values, self.hi - self.lo, self.push_width(kind))
         if kind == MOMENTUM:
             if self.spec.optimizer.kind != "adam":
@@ -279,6 +282,10 @@ class DenseTable:
         if kind == GRADIENT:
             check_values(self.name, v, self.spec.optimizer.max_abs)
             step_rows(self.state, v, 1, self.params)
+            return
+        if kind == STATE:  # the worker's own copy, written whole: it replaces this range's
+            check_values(self.name, v, STATE_LIMIT, "the state limit")
+            self.state = np.array(v, dtype=np.float64)
             return
         merged = self.state + v
         check_values(self.name, merged, STATE_LIMIT, "the state limit")

@@ -19,7 +19,7 @@ import torch
 
 from ctr.model.mlp import DeepCTR
 from ctr.model.optim import OptimizerSpec
-from ps.api import DELTA
+from ps.api import STATE
 from ps.client import PSClient
 
 F64 = npt.NDArray[np.float64]
@@ -142,26 +142,20 @@ class DenseReplica:
 
     def write_to(self, client: PSClient) -> None:
         """Rank 0 makes the PS's `mlp` table hold exactly this MLP and its Adam state; the
-        other ranks hold the same and write nothing. The table adds state deltas in float64,
-        and held + (mine - held) can round where the two differ by more than a factor of 2,
-        so a second delta sends what the first missed (then the two are within a rounding,
-        and the sum is exact): a write must not change the model, or where the cuts fell
-        would (exactly-once compares digests bit for bit)."""
+        other ranks hold the same and write nothing. The state goes whole (a STATE push:
+        the shards' range becomes it), in fp32 where every value is one, which the weights
+        and moments of a torch MLP are: half the bytes of the float64 delta it
+        replaced, and a write must not change the model, or where the cuts fell would
+        (exactly-once compares digests bit for bit). Nothing goes when the shards hold it
+        already (an export right after a cut)."""
         if self.rank != 0:
             return
         mine = self.state_rows()
-        # what the shards hold: what this rank wrote or read last (only rank 0 writes the
-        # table, and a restore reads it back), so only the first write pulls it
-        held = self._held if self._held is not None else np.asarray(client.pull_dense(TABLE, state=True), dtype=np.float64)
-        for _ in range(3):
-            delta = mine - held
-            if not delta.any():
-                self._held = held
-                return
-            self._held = None  # unknown if the push fails part way
-            client.push_dense(TABLE, delta, kind=DELTA)
-            held = held + delta  # what the shards hold now: the same float64 sum
-        raise RuntimeError("the PS's mlp table does not take the worker's MLP exactly")
+        if self._held is not None and np.array_equal(mine, self._held):
+            return
+        self._held = None  # unknown if the push fails part way
+        client.push_dense(TABLE, mine, kind=STATE)
+        self._held = mine
 
     def read_from(self, client: PSClient) -> None:
         """Takes up the MLP the PS holds (at a cut, or the initial one rank 0 wrote)."""

@@ -55,6 +55,26 @@ def test_a_bad_push_is_refused_and_changes_nothing(bad):
     assert np.array_equal(before, after) and s.sparse["w"].size == 4
 
 
+def test_a_state_push_replaces_a_dense_range_and_is_refused_on_sparse_tables_and_bad_values():
+    s = Shard(0, 1)
+    assert all(s.declare(ModelSpec("deepfm", k=2, fields=("a", "b"), hidden=(4,)).tables()))
+    n, width = s.dense_push_shape("mlp", "state")
+    state = np.arange(n * width, dtype=np.float64).reshape(n, width) / 7
+    s.push_dense("mlp", state, "state")
+    np.testing.assert_array_equal(s.dense["mlp"].state, state)
+    s.push_dense("mlp", state, "state")  # resent: the same
+    np.testing.assert_array_equal(s.dense["mlp"].state, state)
+    bad = state.copy()
+    bad[1, 2] = np.nan
+    with pytest.raises(ShardError, match="not finite"):
+        s.push_dense("mlp", bad, "state")
+    with pytest.raises(ShardError, match="values for"):
+        s.push_dense("mlp", state[:-1], "state")
+    np.testing.assert_array_equal(s.dense["mlp"].state, state)
+    with pytest.raises(ShardError, match="for dense tables"):
+        s.push("w", KEYS, np.ones((4, 2)), "state")
+
+
 def test_the_limit_is_per_table():
     s = Shard(0, 1)
     spec = ModelSpec("lr").with_optimizer("w", OptimizerSpec("ftrl", lr=0.5, max_abs=10.0))

@@ -117,9 +117,9 @@ def test_only_adam_trains_on_the_worker():
         DenseReplica(DeepCTR(SPEC), OptimizerSpec("sgd"))
 
 
-def test_a_write_is_exact_where_one_delta_would_round():
-    """Held 1.0, wanted 1e-30: 1.0 + (1e-30 - 1.0) is 0 in float64, so a second delta sends
-    the rest; the PS then holds the replica bit for bit."""
+def test_a_write_is_exact_where_a_delta_would_round():
+    """Held 1.0, wanted 1e-30: 1.0 + (1e-30 - 1.0) is 0 in float64, which a delta could not
+    have written; the state goes whole, and the PS holds the replica bit for bit."""
     client = PSClient.local(1)
     client.control.declare(SPEC.tables())
     r = DenseReplica(DeepCTR(SPEC, seed=1), OPT)
@@ -130,6 +130,30 @@ def test_a_write_is_exact_where_one_delta_would_round():
         r.m[0].fill_(-3.5e-20)
     r.steps = 7
     r.write_to(client)
+    np.testing.assert_array_equal(client.pull_dense("mlp", state=True), r.state_rows())
+    client.close()
+
+
+def _mlp_push_bytes(client: PSClient) -> int:
+    return sum(sent for sent, _ in client.wire.snapshot().get("mlp", {}).values())
+
+
+def test_the_mlp_goes_as_float32_state_once_and_not_again_while_unchanged():
+    """A write sends the state's rows as float32 (4 words a parameter), which a torch MLP's
+    weights and moments are exactly; a second write of the same state sends nothing."""
+    client = PSClient.local(1)
+    client.control.declare(SPEC.tables())
+    r = DenseReplica(DeepCTR(SPEC, seed=1), OPT)
+    r.read_from(client)
+    _grads(r.net, *_batch(3))
+    r.step(32)
+    before = _mlp_push_bytes(client)
+    r.write_to(client)
+    sent = _mlp_push_bytes(client) - before
+    params = r.state_rows().shape[0]
+    assert 16 * params <= sent < 16 * params + 256  # float32, not float64 (32 bytes a parameter)
+    r.write_to(client)
+    assert _mlp_push_bytes(client) - before == sent
     np.testing.assert_array_equal(client.pull_dense("mlp", state=True), r.state_rows())
     client.close()
 
