@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 from safetensors.numpy import save_file
 
 from ctr.data.batch import SampleBatch
@@ -47,10 +48,18 @@ class ExportFailed(RuntimeError):
     """An export could not be written; training goes on and the next export is full."""
 
 
-def dense_tensors(client: PSClient, spec: ModelSpec) -> dict[str, np.ndarray]:
-    """The dense tables as named tensors: `bias` [1], then `mlp.<i>.weight|bias` by shape."""
+def dense_tensors(
+    client: PSClient, spec: ModelSpec, mlp: dict[str, npt.NDArray[np.float32]] | None = None
+) -> dict[str, np.ndarray]:
+    """The dense tables as named tensors: `bias` [1], then `mlp.<i>.weight|bias` by shape;
+    the MLP's from `mlp` where the worker holds it (hybrid training), else from the shards."""
     out = {"bias": np.ascontiguousarray(client.pull_dense("bias"), dtype=np.float32).reshape(1)}
-    if spec.is_dnn:
+    if spec.is_dnn and mlp is not None:
+        for name, shape in spec.mlp_shapes():
+            if name not in mlp or tuple(mlp[name].shape) != tuple(shape):
+                raise ValueError(f"the worker's MLP has no {name} of shape {tuple(shape)}")
+            out[name] = np.ascontiguousarray(mlp[name], dtype=np.float32)
+    elif spec.is_dnn:
         flat = client.pull_dense("mlp")
         at = 0
         for name, shape in spec.mlp_shapes():
@@ -149,35 +158,47 @@ class Exporter:
         os.replace(tmp, p.folder / "export.json")
         (p.folder / "READY").write_text(str(p.manifest["id"]))
 
-    def export(self, metrics: dict[str, float], force_full: bool = False) -> str:
+    def export(
+        self, metrics: dict[str, float], force_full: bool = False, mlp: dict[str, npt.NDArray[np.float32]] | None = None
+    ) -> str:
         """Writes one export and returns its id; every full_every-th export is a full one.
+        `mlp`: the MLP's tensors where the worker holds them (else read from the shards).
         One that cannot be written (a full or read-only export disk, a shard that failed to
         write its part) is removed and raises ExportFailed; the next export is then a full
         one, since the shards' delta state may have moved past what was written."""
         try:
-            return self._export(metrics, force_full)
+            return self._export(metrics, force_full, mlp)
         except (ShardRestarted, StoppedWhileUnreachable):
             raise  # the training path recovers from these
         except Exception as e:  # noqa: BLE001 - an export that fails must not stop training
             self.base = None  # the next one is full: no delta builds on what did not land
             raise ExportFailed(f"{type(e).__name__}: {e}") from e
 
-    def _export(self, metrics: dict[str, float], force_full: bool) -> str:
+    def _export(self, metrics: dict[str, float], force_full: bool, mlp: dict[str, npt.NDArray[np.float32]] | None) -> str:
         full = force_full or self.base is None or self.count % self.full_every == 0
         started = time.perf_counter()
         taken = time.time()
         export_id = f"{time.time_ns():020d}"
         folder = self.export_dir / export_id
         try:
-            return self._write(folder, export_id, full, metrics, started, taken)
+            return self._write(folder, export_id, full, metrics, started, taken, mlp)
         except BaseException:
             shutil.rmtree(folder, ignore_errors=True)  # a manager never sees half an export (no READY)
             raise
 
-    def _write(self, folder: Path, export_id: str, full: bool, metrics: dict[str, float], started: float, taken: float) -> str:
+    def _write(
+        self,
+        folder: Path,
+        export_id: str,
+        full: bool,
+        metrics: dict[str, float],
+        started: float,
+        taken: float,
+        mlp: dict[str, npt.NDArray[np.float32]] | None,
+    ) -> str:
         files, seqs = self.client.control.export(full, export_id)  # the shards write under the same export folder
         dense_path = folder / DENSE_FILE
-        save_file(dense_tensors(self.client, self.spec), str(dense_path))
+        save_file(dense_tensors(self.client, self.spec, mlp), str(dense_path))
         files.append(ExportedFile(DENSE_FILE, "dense", "dense", dense_path.stat().st_size, sha256_file(dense_path), 1))
         manifest = {
             "id": export_id,

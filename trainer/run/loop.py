@@ -160,7 +160,7 @@ class Trainer:
     def run(self) -> dict[str, float]:
         started = time.monotonic()
         if self.exporter is not None and self.submitted:  # a model taken up from a cut: its base first
-            self.exports.append(self.exporter.export(self.progress.snapshot(), force_full=True))
+            self.exports.append(self.exporter.export(self.progress.snapshot(), force_full=True, mlp=self.model.mlp_for_export()))
         while True:
             try:
                 self._stream()
@@ -466,10 +466,9 @@ class Trainer:
         self.flush()
         if self.s.export_drain and self.group is None:
             self.client.drain_residuals("export")
-        self.model.publish(self.client)
         snap = self.progress.snapshot()
         try:
-            export_id = self.exporter.export(snap)
+            export_id = self.exporter.export(snap, mlp=self.model.mlp_for_export())
         except ExportFailed as e:  # a full export disk: training goes on, the next export is full
             metrics.EXPORT_FAILURES.inc()
             log.error("export at %d samples not written (%s); training goes on, the next export is full", snap["samples"], e)

@@ -76,10 +76,12 @@ class DeepModel:
         else:
             self.dense.flush(client)
 
-    def publish(self, client: PSClient) -> None:
-        """Before an export: the shards hold the MLP this worker trains."""
-        if self.replica is not None:
-            self.replica.write_to(client)
+    def mlp_for_export(self) -> dict[str, npt.NDArray[np.float32]] | None:
+        """The MLP this worker trains, copied (training goes on after the export): the same
+        on every rank, and what the shards would hold had it been written to them."""
+        if self.replica is None:
+            return None
+        return {name: array.copy() for name, array in self.net.named_arrays().items()}
 
     def reset(self) -> None:
         self.dense = self._dense_sync()

@@ -111,9 +111,10 @@ class TrainableModel(Protocol):
         """Sends what the model holds back (0/1 Adam's local steps, the MLP a worker trains):
         at the end of a run and before a checkpoint."""
 
-    def publish(self, client: PSClient) -> None:
-        """Before an export: the shards get what an export must hold that this worker keeps
-        (the MLP of hybrid training)."""
+    def mlp_for_export(self) -> dict[str, npt.NDArray[np.float32]] | None:
+        """The MLP's tensors as an export writes them, where this worker holds the MLP
+        (hybrid training): the exporter takes them from here, so the MLP crosses no wire at
+        an export. None: the exporter reads the dense tables from the shards."""
 
     def reset(self) -> None:
         """Forgets what it keeps between batches (rows cached for staleness, the MLP sync's
@@ -246,8 +247,8 @@ class FactorizationModel:
     def finish(self, client: PSClient) -> None:
         pass  # nothing held back: every batch is pushed
 
-    def publish(self, client: PSClient) -> None:
-        pass
+    def mlp_for_export(self) -> dict[str, npt.NDArray[np.float32]] | None:
+        return None
 
     def reset(self) -> None:
         self.cache = RowCache(self.cache.staleness, self.sparse)

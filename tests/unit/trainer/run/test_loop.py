@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from ctr.data.fields import FieldIndex
@@ -138,3 +139,54 @@ def test_a_trainer_busy_for_longer_than_idle_exit_is_not_idle(tmp_path, data_dir
     trainer.train_batch = slow_first  # type: ignore[method-assign]
     result = trainer.run()
     assert result["samples"] == 600
+
+
+def _mlp_bytes(client: PSClient) -> tuple[int, int]:
+    """(bytes sent, bytes received) of every call on the `mlp` table so far."""
+    kinds = client.wire.snapshot().get("mlp", {}).values()
+    return sum(s for s, _ in kinds), sum(r for _, r in kinds)
+
+
+def test_an_export_takes_the_mlp_from_the_worker_and_moves_none_of_it(tmp_path, data_dir):
+    """Hybrid training: the MLP a DeepFM export writes is the worker's, tensor for tensor,
+    and an export neither writes it to the shards nor reads it back (only cuts and the end
+    do: one STATE push)."""
+    from safetensors.numpy import load_file
+
+    from trainer.run.exporter import DENSE_FILE, Exporter
+
+    path = tmp_path / "frappe.libsvm"
+    path.write_text("\n".join((data_dir / "frappe/frappe.validation.libfm").read_text().splitlines()[:3000]) + "\n")
+    fields = FieldIndex([str(i) for i in range(10)])
+    spec = ModelSpec("deepfm", k=4, fields=tuple(fields.names), hidden=(16, 8))
+    client = PSClient.local(export_root=tmp_path / "exports")
+    model = build_model(spec, device="cpu")
+    model.prepare(client)
+    exporter = Exporter(client, tmp_path / "exports", "m", spec, fields, {}, full_every=1000, holdout=100)
+    settings = LoopSettings(batch_size=256, max_samples=0, idle_exit_s=0, export_interval_s=0.0, checkpoint_interval_s=0)
+    source = StreamSource(str(path), follow=False)
+    trainer = Trainer(client, model, None, fields, source, settings, ProgressiveMetrics(1000), exporter, lambda: False)
+    exported: list[dict] = []
+    real_export = exporter.export
+
+    def export(*args, **kwargs):  # record the worker's MLP and the MLP's bytes at each export
+        before = _mlp_bytes(client)
+        out = real_export(*args, **kwargs)
+        assert _mlp_bytes(client) == before
+        mlp = model.mlp_for_export()
+        assert mlp is not None
+        exported.append(mlp)
+        return out
+
+    exporter.export = export  # type: ignore[method-assign]
+    trainer.run()
+    assert len(trainer.exports) >= 3
+    for export_id, worker in zip(trainer.exports, exported, strict=True):
+        dense = load_file(str(tmp_path / "exports" / export_id / DENSE_FILE))
+        assert set(worker) <= set(dense)
+        for name, array in worker.items():
+            assert array.dtype == np.float32
+            np.testing.assert_array_equal(dense[name], array)
+    # the end wrote it to the shards: they hold the last export's MLP
+    held = client.pull_dense("mlp")
+    np.testing.assert_array_equal(held, np.concatenate([a.reshape(-1) for a in exported[-1].values()]))
