@@ -21,7 +21,7 @@ from ctr.model.dnn import deep_partials, pool_fields, train_deep_batch
 from ctr.model.mlp import DeepCTR
 from ctr.model.optim import PLAIN, plain_state, rows_with_weights, weights_of_rows
 from ctr.model.spec import ModelSpec
-from ps.api import DELTA
+from ps.api import STATE
 from ps.client import PSClient, PullSession
 from trainer.step.dense_replica import DenseReplica
 from trainer.step.dense_sync import DenseSync, dense_sync
@@ -67,7 +67,7 @@ class DeepModel:
         if created["mlp"]:  # a fresh MLP starts from Glorot-uniform weights, not zeros
             t = self.tables["mlp"]
             start = rows_with_weights(self.net.flat().astype(np.float64).reshape(-1, 1), t.width, self.params["mlp"])
-            client.push_dense("mlp", start - client.pull_dense("mlp", state=True), kind=DELTA)
+            client.push_dense("mlp", start, kind=STATE)  # written whole: nothing to pull first
 
     def finish(self, client: PSClient) -> None:
         """Before a cut and at the end: the shards get what this worker holds of the MLP."""
