@@ -159,6 +159,9 @@ class DenseReplica:
 
     def read_from(self, client: PSClient) -> None:
         """Takes up the MLP the PS holds (at a cut, or the initial one rank 0 wrote)."""
-        held = np.asarray(client.pull_dense(TABLE, state=True), dtype=np.float64)
+        self.take(np.asarray(client.pull_dense(TABLE, state=True), dtype=np.float64))
+
+    def take(self, held: F64) -> None:
+        """Takes up rows the PS's `mlp` table is known to hold (read, or just written)."""
         self.load_rows(held)
         self._held = held.copy()  # load_rows may share its memory

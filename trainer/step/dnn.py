@@ -61,13 +61,16 @@ class DeepModel:
         self._dense_sync = lambda: dense_sync(dense_codec, "mlp", opt.lr, opt.beta1, opt.beta2, opt.eps)
         self.dense: DenseSync = self._dense_sync()
         self.replica = DenseReplica(self.net, opt, world > 1, rank) if replicated and dense_codec == "fp32" else None
+        self._written: npt.NDArray[np.float64] | None = None  # the MLP rows prepare() wrote to a new table
 
     def prepare(self, client: PSClient) -> None:
         created = client.control.declare(self.spec.tables())
+        self._written = None  # a declare again (after a restore) may find the table a cut holds
         if created["mlp"]:  # a fresh MLP starts from Glorot-uniform weights, not zeros
             t = self.tables["mlp"]
             start = rows_with_weights(self.net.flat().astype(np.float64).reshape(-1, 1), t.width, self.params["mlp"])
             client.push_dense("mlp", start, kind=STATE)  # written whole: nothing to pull first
+            self._written = start
 
     def finish(self, client: PSClient) -> None:
         """Before a cut and at the end: the shards get what this worker holds of the MLP."""
@@ -90,8 +93,11 @@ class DeepModel:
         return {} if self.replica is not None else {"dense_sync": self.dense.state(client)}
 
     def take_up(self, client: PSClient, state: dict[str, Any]) -> None:
-        if self.replica is not None:
-            self.replica.read_from(client)  # the cut's MLP, or the initial one
+        written, self._written = self._written, None
+        if self.replica is not None and written is not None:
+            self.replica.take(written)  # the table this worker has just created: no read back
+        elif self.replica is not None:
+            self.replica.read_from(client)  # the cut's MLP, or the initial one another rank wrote
         else:
             self.dense.take_up(client, dict(state.get("dense_sync") or {}))
 

@@ -70,3 +70,25 @@ def test_the_step_on_a_gpu_equals_the_step_on_the_cpu():
     for g, c in zip(got, want, strict=True):
         np.testing.assert_allclose(g, c, rtol=1e-3, atol=1e-5)
     np.testing.assert_allclose(gpu.replica.state_rows(), cpu.replica.state_rows(), rtol=1e-4, atol=1e-6)  # type: ignore[union-attr]
+
+
+def test_a_new_mlp_table_is_written_once_and_not_read_back_and_a_second_worker_reads_it():
+    """The worker that creates the `mlp` table writes its start as one STATE push and takes
+    it up without a pull; a second worker (the table exists) reads it and holds the same."""
+    from ps.client import PSClient
+
+    client = PSClient.local(2)
+    first = DeepModel(SPEC)
+    first.prepare(client)
+    first.take_up(client, {})
+    kinds = client.wire.snapshot()["mlp"]
+    assert set(kinds) == {"dense_push"}  # no dense_pull
+    assert first.replica is not None
+    np.testing.assert_array_equal(client.pull_dense("mlp", state=True), first.replica.state_rows())
+    second = DeepModel(SPEC, rank=1, world=2)
+    torch.nn.init.zeros_(second.net.params[0])  # another start, which the table's replaces
+    second.prepare(client)
+    second.take_up(client, {})
+    assert second.replica is not None
+    np.testing.assert_array_equal(second.replica.state_rows(), first.replica.state_rows())
+    client.close()
