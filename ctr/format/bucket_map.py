@@ -149,11 +149,10 @@ class BucketMap:
             raise ValueError("key 0 is reserved for empty slots")
         while True:
             table = aligned_zeros(max(2, buckets), bk.width_for(self.row_words))
-            added, lost = place_first_preferring(table, keys, rows, self._seed)
-            if lost == 0:
+            if place_first_preferring(table, keys, rows, self._seed) == 0:
                 break
             buckets = math.ceil(buckets * 1.01) + 1
-        self.table, self.size = table, int(added)
+        self.table, self.size = table, int(keys.shape[0])
 
     @classmethod
     def from_rows(cls, keys: npt.NDArray[np.uint64], rows: npt.NDArray[np.uint32], load: float | None = None) -> BucketMap:

@@ -119,10 +119,10 @@ def _move_along(table: U32, key: np.uint64, row: U32, end: int, node_bucket: I64
 
 
 @nb.njit(cache=True, nogil=True)
-def place_first_preferring(table: U32, keys: U64, rows: U32, seed: int) -> tuple[int, np.uint64]:
-    """Fills an empty table with keys[i] -> rows[i] (keys unique and non-zero). Returns
-    (added, homeless_key): homeless_key 0 when every key has a slot; otherwise the table
-    cannot hold them (the caller takes a larger one)."""
+def place_first_preferring(table: U32, keys: U64, rows: U32, seed: int) -> np.uint64:
+    """Fills an empty table with keys[i] -> rows[i] (keys unique and non-zero). Returns the
+    homeless key: 0 when every key has a slot; otherwise the table cannot hold them (the
+    caller takes a larger one)."""
     buckets = table.shape[0]
     left = np.zeros(keys.shape[0], dtype=np.bool_)
     for i in range(keys.shape[0]):
@@ -137,7 +137,6 @@ def place_first_preferring(table: U32, keys: U64, rows: U32, seed: int) -> tuple
     node_slot = np.empty(NODES, dtype=np.int64)
     node_cost = np.empty(NODES, dtype=np.int64)
     homeless = np.empty(rows.shape[1], dtype=np.uint32)
-    added = keys.shape[0]
     for i in range(keys.shape[0]):
         if not left[i]:
             continue
@@ -147,8 +146,8 @@ def place_first_preferring(table: U32, keys: U64, rows: U32, seed: int) -> tuple
             continue
         _, _, lost = put_rows(table, keys[i : i + 1], rows[i : i + 1], seed, homeless, FILL_KICKS)
         if lost != np.uint64(0):
-            return added, lost
-    return added, np.uint64(0)
+            return lost
+    return np.uint64(0)
 
 
 def place_reference(table: U32, keys: U64, rows: U32) -> bool:
