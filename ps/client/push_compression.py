@@ -123,8 +123,12 @@ class PushCompression:
         one exactly (a worker's torch state is), else fp64; or with onebit signs and two
         means per shard, the quantization error kept for the next push."""
         v = values + self._dense_residual.get(table, 0.0) if onebit else values
-        exact = kind not in (DELTA, STATE) or np.array_equal(v.astype(np.float32), v)
-        codec = VALUE_CODECS["onebit" if onebit else "fp32" if exact else "fp64"]
+        if onebit:
+            codec = VALUE_CODECS["onebit"]
+        elif kind in (DELTA, STATE):  # states must arrive exactly: fp32 only where it loses nothing
+            codec = VALUE_CODECS["fp32" if np.array_equal(v.astype(np.float32), v) else "fp64"]
+        else:
+            codec = VALUE_CODECS["fp32"]
         sent = np.empty_like(v)
         parts = []
         for s in shards:

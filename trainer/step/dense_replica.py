@@ -147,7 +147,7 @@ class DenseReplica:
         and moments of a torch MLP are: half the bytes of the float64 delta it
         replaced, and a write must not change the model, or where the cuts fell would
         (exactly-once compares digests bit for bit). Nothing goes when the shards hold it
-        already (an export right after a cut)."""
+        already (no batch trained since the last write or read)."""
         if self.rank != 0:
             return
         mine = self.state_rows()
