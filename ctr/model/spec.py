@@ -73,15 +73,18 @@ class TableSpec:
 
 
 DEFAULT_OPTIMIZERS: dict[str, OptimizerSpec] = {
-    "w": OptimizerSpec("ftrl", lr=0.5, beta=1.0, l1=0.1, l2=1.0),
+    "w": OptimizerSpec("ftrl", lr=0.2, beta=1.0, l1=0.1, l2=1.0),
     "v": OptimizerSpec("adagrad", lr=0.5, initial_accumulator=0.1, init_std=0.1, l2=1e-5),
     "emb": OptimizerSpec("adagrad", lr=0.2, initial_accumulator=0.1, init_std=0.1, l2=1e-5),
     "bias": OptimizerSpec("ftrl", lr=0.5, beta=1.0),
     "mlp": OptimizerSpec("adam", lr=0.005),
 }
 # where one model's table wants other defaults: ffm's pairwise term spreads each example's
-# gradient over F-1 field vectors per key (measured in docs/benchmarks.md)
+# gradient over F-1 field vectors per key (measured in docs/benchmarks.md). LR's weights are
+# its whole model and take larger steps: next to embeddings that also learn each feature's
+# own effect, alpha 0.5 overshoots (docs/design/linear-step.md)
 MODEL_DEFAULTS: dict[tuple[str, str], OptimizerSpec] = {
+    ("lr", "w"): OptimizerSpec("ftrl", lr=0.5, beta=1.0, l1=0.1, l2=1.0),
     ("ffm", "v"): OptimizerSpec("adagrad", lr=1.0, initial_accumulator=0.1, init_std=0.1, l2=1e-5),
 }
 
