@@ -125,7 +125,10 @@ class SparsePush:
     them), or, with no session, the keys the payload's rows belong to, which then travel.
     payload: rows in a value codec (ps.compression.payload). samples: of the batches whose
     updates the push carries (counted per table). client: the writer id of a client that
-    keeps rows (docs/design/pull-cache.md), which then gets a PushAck; 0: none."""
+    keeps rows (docs/design/pull-cache.md), which then gets a PushAck; 0: none.
+    decoded: (subset, values), what the payload decodes to, when the encoder kept it: a
+    transport in this process takes it instead of decoding the bytes (an FFM row's state
+    is 5 KB); a remote one sends the payload alone."""
 
     shard: int
     table: str
@@ -135,6 +138,7 @@ class SparsePush:
     kind: str
     samples: int = 0
     client: int = 0
+    decoded: tuple[npt.NDArray[np.int64] | None, npt.NDArray[np.float64]] | None = None
 
 
 @dataclass(frozen=True)

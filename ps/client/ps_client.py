@@ -249,8 +249,11 @@ class PSClient:
             return self.transport.pull(s, table, part, session, state, self.pull_codec)
 
         results = self.on_shards(one)
+        dtype = np.float64 if state else np.float32
+        if self.n == 1 and results[0][1].dtype == dtype and results[0][1].flags.writeable:
+            return results[0][1], PullSession(keys, order, bounds, (results[0][0],))  # one shard: its rows, in key order
         dim = max((r.shape[1] for _, r in results if r.shape[0]), default=1)
-        rows = np.zeros((keys.shape[0], dim), dtype=np.float64 if state else np.float32)
+        rows = np.zeros((keys.shape[0], dim), dtype=dtype)
         for s, (_, r) in enumerate(results):
             if r.shape[0]:
                 rows[order[bounds[s] : bounds[s + 1]]] = r

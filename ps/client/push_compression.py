@@ -54,8 +54,11 @@ class PushCompression:
         for s in range(self.n):  # compressed in turn (one residual store), then sent in parallel
             idx = order[bounds[s] : bounds[s + 1]]
             if idx.shape[0]:
-                packed, keys_out, rows_out = comp.compress(batch.keys[idx], batch.rows[idx])
-                parts.append((s, batch.keys[idx], packed))
+                # a part of every key is the batch in order (split_by_shard keeps it): no copy
+                whole = idx.shape[0] == batch.keys.shape[0]
+                keys, rows = (batch.keys, batch.rows) if whole else (batch.keys[idx], batch.rows[idx])
+                packed, keys_out, rows_out = comp.compress(keys, rows)
+                parts.append((s, keys, packed))
                 gone_keys.append(keys_out)
                 gone_rows.append(rows_out)
         self.sender.send(batch, parts)

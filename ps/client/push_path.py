@@ -84,14 +84,15 @@ class ShardSender:
             s, keys, packed = parts[i]
             sessions = batch.targets[s]
             try:
-                push = SparsePush(s, table, keys, sessions, packed.payload(with_subset=bool(sessions)), kind, samples, client)
+                payload = packed.payload(with_subset=bool(sessions))
+                push = SparsePush(s, table, keys, sessions, payload, kind, samples, client, packed.decoded(bool(sessions)))
                 ack = self.transport.push(push)
                 self.cache.landed(table, s, keys, packed, ack, sessions[0] if len(sessions) == 1 else 0)
                 return
             except SessionLost:
                 pass
             sent = keys if packed.sent is None else keys[packed.sent]
-            push = SparsePush(s, table, sent, (), packed.payload(with_subset=False), kind, samples, client)
+            push = SparsePush(s, table, sent, (), packed.payload(with_subset=False), kind, samples, client, packed.decoded(False))
             self.cache.landed(table, s, sent, packed, self.transport.push(push))
 
         with self.cache.flying(table, batch.keys) if client else nullcontext():
@@ -110,6 +111,7 @@ class ShardSender:
                 if idx.shape[0]:
                     body, received[idx] = codec.encode(rows[idx], rng)
                     packed = Compressed(codec, idx.shape[0], rows.shape[1], None, body, received[idx])
-                    push = SparsePush(s, table, keys[idx], (), packed.payload(with_subset=False), kind, 0, client)
+                    payload = packed.payload(with_subset=False)
+                    push = SparsePush(s, table, keys[idx], (), payload, kind, 0, client, packed.decoded(False))
                     self.cache.landed(table, s, keys[idx], packed, self.transport.push(push))
         return received

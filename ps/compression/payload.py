@@ -179,6 +179,12 @@ class Compressed:
     def count(self) -> int:
         return self.rows if self.sent is None else int(self.sent.shape[0])
 
+    def decoded(self, with_subset: bool) -> tuple[I64 | None, F64] | None:
+        """What decode_payload returns for payload(with_subset), when this kept the values."""
+        if self.values is None:
+            return None
+        return (self.sent if with_subset else None), self.values
+
     def payload(self, with_subset: bool) -> bytes:
         """The payload for a push naming all `rows` keys (with_subset: the subset travels in
         the header) or naming only the sent keys."""

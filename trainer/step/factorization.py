@@ -174,10 +174,12 @@ class FactorizationModel:
         return Fetched(uniq, inv, rows, bias, step, cached)
 
     def _start_rows(self, got: Fetched, table: str) -> npt.NDArray[np.float64]:
-        """The batch's rows as pulled, with the cached ones from the row cache."""
+        """The batch's rows as pulled, with the cached ones from the row cache. A pull's rows
+        are the batch's own (PSClient.pull returns a fresh array): trained as they are, not
+        copied first (an FFM batch's state is hundreds of MB)."""
         pulled, _ = got.rows[table]
         if not got.cached.any():
-            return np.array(pulled, dtype=np.float64)
+            return np.require(pulled, np.float64, ["C", "W"])
         cached = self.cache.rows(table, got.uniq[got.cached])
         full = np.empty((got.uniq.shape[0], cached.shape[1]), dtype=np.float64)
         full[got.cached] = cached

@@ -3,14 +3,17 @@ a shard that forgot a pull session, evicted residuals, and drains, on in-process
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ctr.model.optim import OptimizerSpec
 from ctr.model.spec import TableSpec
 from ctr.routing import shard_of
-from ps.api import DELTA
+from ps.api import DELTA, PushAck, SparsePush
 from ps.client import PSClient
 from ps.client.push_path import split_by_shard
 from ps.server.local_transport import LocalTransport
@@ -75,3 +78,36 @@ def test_residuals_evicted_from_a_full_memory_reach_the_shards_exactly() -> None
     assert not np.allclose(_rows(lossy_shards, seen), _rows(exact_shards, seen))  # 1-bit owes some
     lossy.flush_residuals("cut")  # what the memory still held, in fp64
     np.testing.assert_allclose(_rows(lossy_shards, seen), _rows(exact_shards, seen), rtol=0, atol=1e-12)
+
+
+class _DecodingTransport(LocalTransport):
+    """In-process shards that decode every push's bytes, as a remote shard does."""
+
+    def push(self, part: SparsePush) -> PushAck | None:
+        return super().push(dataclasses.replace(part, decoded=None))
+
+
+@pytest.mark.parametrize("codec", ["none", "int8", "topk:0.3+onebit"])
+def test_in_process_shards_take_the_encoders_values_as_decoding_the_bytes_would(codec: str) -> None:
+    # a kept-rows client names its pull sessions (payloads with a subset); a plain one sends keys
+    rng = np.random.default_rng(3)
+    keys = np.arange(1, 300, dtype=np.uint64)
+    for keep in (True, False):
+        shards = [[Shard(i, 2) for i in range(2)] for _ in range(2)]
+        clients = [
+            PSClient(transport(s), 2, push_codec=codec, residual_rows=64)
+            for transport, s in zip((LocalTransport, _DecodingTransport), shards, strict=True)
+        ]
+        for c in clients:
+            c.control.declare([FTRL])
+            if keep:
+                c.keep_rows()
+        for _ in range(4):
+            delta = rng.normal(0, 0.1, (keys.shape[0], FTRL.width))
+            delta[:, 1] = np.abs(delta[:, 1])  # FTRL's n only grows
+            for c in clients:
+                _, session = c.pull("w", keys, state=True)
+                c.push("w", keys, delta, session, kind=DELTA, samples=1)
+        for c in clients:
+            c.compression.drain("end")
+        np.testing.assert_array_equal(_rows(shards[0], keys), _rows(shards[1], keys))
