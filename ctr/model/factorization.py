@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ctr.model.link import sigmoid
-from ctr.model.optim import FTRL, P_KIND, ftrl_step_1d, step, weight_of, weights_of_rows
+from ctr.model.optim import FTRL, P_KIND, ftrl_step_1d, step, step_into, weight_of, weights_of_rows
 
 F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]
@@ -182,10 +182,7 @@ def train_batch(
                 w[u, 0] = weight_of(w_state[u], 1, 0, pw)
             gw[u, 0] = 0.0
             if model != LR:
-                step(v_state[u], gv[u], dv, pv)
-                for t in range(dv):
-                    v[u, t] = weight_of(v_state[u], dv, t, pv)
-                    gv[u, t] = 0.0
+                step_into(v_state[u], gv[u], dv, pv, v[u])
         if b_ftrl:
             bias = ftrl_step_1d(bias_state[0], g, bias, b_sqrt_n, 0, pb)
         else:

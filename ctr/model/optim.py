@@ -227,6 +227,28 @@ def step(state: F64, g: F64, d: int, p: F64) -> None:
 
 
 @nb.njit(cache=True, inline="always")
+def step_into(state: F64, g: F64, d: int, p: F64, w: F64) -> None:
+    """`step`, then w[i] = weight_of(state, d, i, p) and g[i] = 0 for every i: for Adagrad
+    in one pass over the row (an FFM row holds F k-vectors: three passes were a third of
+    its training kernel), the same expressions, so the same bits."""
+    if int(p[P_KIND]) == ADAGRAD:
+        lr, l2, eps = p[P_LR], p[P_L2], p[P_EPS]
+        for i in range(d):
+            gi = g[i] + l2 * state[i]
+            acc = max(state[d + i], 0.0) + gi * gi
+            state[d + i] = acc
+            wi = state[i] - lr * gi / (np.sqrt(acc) + eps)
+            state[i] = wi
+            w[i] = wi
+            g[i] = 0.0
+        return
+    step(state, g, d, p)
+    for i in range(d):
+        w[i] = weight_of(state, d, i, p)
+        g[i] = 0.0
+
+
+@nb.njit(cache=True, inline="always")
 def ftrl_step_1d(state: F64, g: float, w: float, sqrt_n: F64, r: int, p: F64) -> float:
     """`step` then `weight_of` of a 1-wide FTRL row whose weight w and sqrt(n) (in
     sqrt_n[r], updated here) the caller keeps: one square root instead of four, the same

@@ -153,3 +153,36 @@ def test_the_cached_ftrl_step_gives_the_bits_of_step_then_weight_of(l1, n0):
     b = a.copy()
     np.testing.assert_array_equal(cached(a, grads, p), generic(b, grads, p))
     np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.kind)
+def test_step_into_gives_the_bits_of_step_then_weight_of_and_zeroes_the_gradient(spec):
+    from ctr.model.optim import step_into, weight_of
+
+    @nb.njit
+    def fused(state, grads, d, p):
+        w = np.empty((grads.shape[0], d))
+        left = 0.0  # what step_into left in the gradients it took
+        for i in range(grads.shape[0]):
+            g = grads[i].copy()
+            step_into(state, g, d, p, w[i])
+            left += np.abs(g).sum()
+        return w, left
+
+    @nb.njit
+    def generic(state, grads, d, p):
+        w = np.empty((grads.shape[0], d))
+        for i in range(grads.shape[0]):
+            step(state, grads[i], d, p)
+            for t in range(d):
+                w[i, t] = weight_of(state, d, t, p)
+        return w
+
+    d = 12
+    grads = np.random.default_rng(5).normal(0, 1, (200, d))
+    grads[::7] = 0.0  # rows with no gradient step too (l2, Adam's moments)
+    a, b = (init_rows(np.array([9], dtype=np.uint64), spec.state_width(d), d, spec.params())[0] for _ in range(2))
+    w, left = fused(a, grads, d, spec.params())
+    np.testing.assert_array_equal(w, generic(b, grads, d, spec.params()))
+    np.testing.assert_array_equal(a, b)
+    assert left == 0.0
