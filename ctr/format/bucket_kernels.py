@@ -50,7 +50,10 @@ assert LINE_WIDTH < B * 3  # narrower than any wide table (R >= 1), so the width
 AHEAD = 24  # lookups between a bucket's prefetch and its probe (80k hits: 8 -> 24 gave +13%)
 RING = 128  # lookups in flight: a power of two > 2 * AHEAD (step i writes entry i - AHEAD, reads i - 3 * AHEAD)
 assert RING & (RING - 1) == 0 and RING > 2 * AHEAD
-LINE_AHEAD = 16  # lookups between a line table's prefetches and its probe (16 against 24 and 32: -5%)
+# a line table's lookups between prefetch and compare (80k hits in 2 images of 5M keys, one
+# thread: 16 -> 48 took 1.52-1.56 to 1.13-1.19 ms; 32 and 64 as 48; docs/design/line-lookups.md)
+LINE_AHEAD = 48
+assert RING > LINE_AHEAD
 MAX_KICKS = 500  # displacements before a mutable map grows instead
 FILL_KICKS = 20_000  # before an image being filled to its load takes 1% more buckets
 MAX_SHARDS = 1 << 16  # by_owner keeps owners as uint16
