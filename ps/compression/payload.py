@@ -142,12 +142,8 @@ def _onebit_decode(body: bytes, n: int, d: int) -> F64:
 
 
 def _expect(body: bytes, size: int) -> None:
-    _expect_size(len(body), size)
-
-
-def _expect_size(length: int, size: int) -> None:
-    if length != size:
-        raise CodecError(f"body is {length} bytes, the header's counts need {size}")
+    if len(body) != size:
+        raise CodecError(f"body is {len(body)} bytes, the header's counts need {size}")
 
 
 VALUE_CODECS: dict[str, ValueCodec] = {
@@ -221,11 +217,9 @@ def value_codec(name: str) -> ValueCodec:
     return codec
 
 
-def decode_payload(payload: bytes, rows: int, cols: int, writable: bool = True) -> tuple[I64 | None, F64]:
+def decode_payload(payload: bytes, rows: int, cols: int) -> tuple[I64 | None, F64]:
     """(indices of the rows the payload carries, None: all; their values [sent, cols]) of a
-    push naming `rows` keys of a table with `cols` values per row. writable=False: fp64
-    values may be a read-only view of the payload (a shard applying a push only reads
-    them, and an FFM push is hundreds of MB: no copy of the body, twice)."""
+    push naming `rows` keys of a table with `cols` values per row."""
     if len(payload) < 4 or payload[0] != MAGIC or payload[1] != VERSION:
         raise CodecError("payload: not a compressed push (magic or version)")
     codec = BY_ID.get(payload[2])
@@ -249,12 +243,7 @@ def decode_payload(payload: bytes, rows: int, cols: int, writable: bool = True) 
     if int(size) > buf.shape[0] - pos:
         raise CodecError("payload: subset longer than the payload")
     subset = _subset(buf[pos : pos + int(size)], flags, rows, int(sent)) if flags & SUBSET else None
-    body_at = pos + int(size)
-    if not writable and codec.name == "fp64":
-        _expect_size(len(payload) - body_at, int(sent) * cols * 8)
-        values = np.frombuffer(payload, dtype="<f8", count=int(sent) * cols, offset=body_at).reshape(int(sent), cols)
-    else:
-        values = codec.decode(payload[body_at:], int(sent), cols)
+    values = codec.decode(payload[pos + int(size) :], int(sent), cols)
     if not np.isfinite(values).all():
         raise CodecError(f"payload: {codec.name} values are not all finite")
     return subset, values

@@ -67,7 +67,7 @@ class LocalTransport(ByteCounter):
         keys_bytes = len(encode_varints(named)) if sessions else len(encode_keys(keys, KEYS_DELTA_VARINT))
         s = self.shards[part.shard]
         # the encoder's decoded values when it kept them: the same numbers, without a copy
-        subset, values = part.decoded or decode_payload(part.payload, keys.shape[0], s.push_width(table, kind), writable=False)
+        subset, values = part.decoded or decode_payload(part.payload, keys.shape[0], s.push_width(table, kind))
         sent = keys if subset is None else keys[subset]
         if not part.client:
             self.count(table, "sparse_push", keys_bytes + len(part.payload))

@@ -147,8 +147,7 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
             else:
                 keys = decode_keys(request.keys, request.key_count, request.key_encoding)
             kind = _push_kind(request.kind)
-            width = self.shard.push_width(request.table, kind)
-            subset, values = decode_payload(request.payload, keys.shape[0], width, writable=False)
+            subset, values = decode_payload(request.payload, keys.shape[0], self.shard.push_width(request.table, kind))
             sent = keys if subset is None else keys[subset]
             if session is not None:
                 recorded, as_key = session.reads_of(request.client, subset)

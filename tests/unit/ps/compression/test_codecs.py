@@ -209,31 +209,11 @@ def _payload(spec: str = "topk:0.1+onebit", n: int = 100) -> bytes:
         (_payload("epgc11")[:-3], 100, 2, "body is"),
         (_payload("fp32")[:4] + bytes([100, 99, 2]) + _payload("fp32")[7:], 100, 2, "no subset"),
         (_payload("fp32")[:7] + np.full(200, np.nan, "<f4").tobytes(), 100, 2, "not all finite"),
-        (_payload("fp64")[:-1], 100, 2, "body is"),
-        (_payload("fp64") + b"\0", 100, 2, "body is"),
-        (_payload("fp64")[:7] + np.full(200, np.inf, "<f8").tobytes(), 100, 2, "not all finite"),
     ],
 )
-@pytest.mark.parametrize("writable", [True, False])
-def test_mismatched_payloads_are_refused_naming_what(payload, rows, cols, error, writable):
+def test_mismatched_payloads_are_refused_naming_what(payload, rows, cols, error):
     with pytest.raises(CodecError, match=error):
-        decode_payload(payload, rows, cols, writable=writable)
-
-
-@pytest.mark.parametrize("spec", ["fp64", "fp32", "onebit", "topk:0.2+fp64"])
-def test_a_read_only_decode_gives_the_same_values(spec):
-    for with_subset in (True, False):
-        packed = Compressor(parse_codec(spec), 1000).compress(
-            np.arange(1, 101, dtype=np.uint64), np.random.default_rng(1).normal(size=(100, 3))
-        )[0]
-        payload = packed.payload(with_subset)
-        rows = 100 if with_subset else packed.count
-        subset, values = decode_payload(payload, rows, 3)
-        subset_ro, values_ro = decode_payload(payload, rows, 3, writable=False)
-        np.testing.assert_array_equal(values_ro, values)
-        assert (subset is None) == (subset_ro is None)
-        if subset is not None and subset_ro is not None:
-            np.testing.assert_array_equal(subset_ro, subset)
+        decode_payload(payload, rows, cols)
 
 
 def test_codec_specs_parse_and_refuse_nonsense():
