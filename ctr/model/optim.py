@@ -194,6 +194,16 @@ def _adam(state: F64, g: F64, d: int, p: F64, t: float, c1: float, c2: float) ->
 
 
 @nb.njit(cache=True, inline="always")
+def _adagrad_at(state: F64, g: F64, d: int, i: int, lr: float, l2: float, eps: float) -> float:
+    """Adagrad's step of weight i of a row ([w | acc]); returns the new weight."""
+    gi = g[i] + l2 * state[i]
+    acc = max(state[d + i], 0.0) + gi * gi
+    state[d + i] = acc
+    state[i] -= lr * gi / (np.sqrt(acc) + eps)
+    return state[i]  # type: ignore[no-any-return]
+
+
+@nb.njit(cache=True, inline="always")
 def step(state: F64, g: F64, d: int, p: F64) -> None:
     """One optimizer step of a row with gradient g[d]."""
     kind = int(p[P_KIND])
@@ -211,10 +221,7 @@ def step(state: F64, g: F64, d: int, p: F64) -> None:
             state[d + i] = n2
     elif kind == ADAGRAD:
         for i in range(d):
-            gi = g[i] + p[P_L2] * state[i]
-            acc = max(state[d + i], 0.0) + gi * gi
-            state[d + i] = acc
-            state[i] -= lr * gi / (np.sqrt(acc) + p[P_EPS])
+            _adagrad_at(state, g, d, i, lr, p[P_L2], p[P_EPS])
     elif kind == ADAM:
         t = state[3 * d] + 1.0
         _adam(state, g, d, p, t, 1.0 - p[P_B1] ** t, 1.0 - p[P_B2] ** t)
@@ -234,12 +241,7 @@ def step_into(state: F64, g: F64, d: int, p: F64, w: F64) -> None:
     if int(p[P_KIND]) == ADAGRAD:
         lr, l2, eps = p[P_LR], p[P_L2], p[P_EPS]
         for i in range(d):
-            gi = g[i] + l2 * state[i]
-            acc = max(state[d + i], 0.0) + gi * gi
-            state[d + i] = acc
-            wi = state[i] - lr * gi / (np.sqrt(acc) + eps)
-            state[i] = wi
-            w[i] = wi
+            w[i] = _adagrad_at(state, g, d, i, lr, l2, eps)
             g[i] = 0.0
         return
     step(state, g, d, p)
