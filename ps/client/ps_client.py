@@ -250,8 +250,9 @@ class PSClient:
 
         results = self.on_shards(one)
         dtype = np.float64 if state else np.float32
-        if self.n == 1 and results[0][1].dtype == dtype and results[0][1].flags.writeable:
-            return results[0][1], PullSession(keys, order, bounds, (results[0][0],))  # one shard: its rows, in key order
+        sid, only = results[0]
+        if self.n == 1 and only.dtype == dtype and only.flags.writeable:  # one shard's rows, in key order: no copy
+            return only, PullSession(keys, order, bounds, (sid,))
         dim = max((r.shape[1] for _, r in results if r.shape[0]), default=1)
         rows = np.zeros((keys.shape[0], dim), dtype=dtype)
         for s, (_, r) in enumerate(results):
