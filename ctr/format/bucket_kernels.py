@@ -20,10 +20,10 @@ Two layouts, told apart by the table's width (`slots_of`):
 Slots are numbered `b * S + j`. Lookups run as a software pipeline (`_lookup`), so many
 cache misses are in flight together. In a line table both of a key's buckets are
 prefetched LINE_AHEAD lookups before they are compared, without a branch on which holds
-the key (`_lookup_line`). In a wide table a key's first bucket is prefetched AHEAD lookups
-before it is probed, its second bucket only when the key is not in the first, and a wide
-row before it is copied, so few of its several lines are fetched for nothing
-(bench_lookups, 10M keys).
+the key (`_lookup_line`). In a wide table keys' first buckets are probed in one pass, the
+second buckets of the keys not there in the next, and the rows found copied in a third,
+each pass prefetching WIDE_AHEAD lookups ahead, so few of a bucket's several lines are
+fetched for nothing (`_lookup_wide`).
 """
 
 from __future__ import annotations
@@ -48,12 +48,15 @@ LINE_SLOTS = 5  # slots per bucket of the line layout: 5 keys and their 1-word r
 LINE_WIDTH = 16  # words per bucket of the line layout: 10 + 5 + 1 spare = one 64-byte line
 assert LINE_WIDTH < B * 3  # narrower than any wide table (R >= 1), so the width tells the layout
 AHEAD = 24  # lookups between a bucket's prefetch and its probe (80k hits: 8 -> 24 gave +13%)
-RING = 128  # lookups in flight: a power of two > 2 * AHEAD (step i writes entry i - AHEAD, reads i - 3 * AHEAD)
+RING = 128  # lookups in flight: a power of two > 2 * AHEAD (_lookup_narrow writes entry i - AHEAD, reads i - 2 * AHEAD)
 assert RING & (RING - 1) == 0 and RING > 2 * AHEAD
 # a line table's lookups between prefetch and compare (80k hits in 2 images of 5M keys, one
 # thread: 16 -> 48 took 1.52-1.56 to 1.13-1.19 ms; 32 and 64 as 48; docs/design/line-lookups.md)
 LINE_AHEAD = 48
-assert RING > LINE_AHEAD
+# a wide table's lookups between a prefetch and its read, in each of _lookup_wide's passes
+# (80k hits of 9-word rows, 10M keys, one thread: 16, 32, 48, 64 gave 3.49, 3.12, 3.02, 3.06 ms)
+WIDE_AHEAD = 48
+assert RING > max(LINE_AHEAD, WIDE_AHEAD)
 MAX_KICKS = 500  # displacements before a mutable map grows instead
 FILL_KICKS = 20_000  # before an image being filled to its load takes 1% more buckets
 MAX_SHARDS = 1 << 16  # by_owner keeps owners as uint16
@@ -275,68 +278,84 @@ def _lookup_line(table: U32, keys: U64, at: I64, lo: int, hi: int, bits: U64, ou
 
 
 @nb.njit(cache=True, nogil=True)
+def _lookup_wide(table: U32, keys: U64, at: I64, lo: int, hi: int, bits: U64, out: U32, found: BOOL) -> None:
+    """_lookup for a table of wide rows (the wide layout, rows not in their keys' lines), in
+    three passes, each a pipeline with no branch on what a probe found: the first compares
+    each key's first bucket (its keys' line, prefetched WIDE_AHEAD lookups before) and
+    lists the hits' slots and the keys not there; the second does the same over those keys'
+    second buckets; the third prefetches each hit's row WIDE_AHEAD hits before copying it.
+    One pass that branched on each probe (prefetch the second bucket, or the row) emptied
+    the pipeline of misses in flight at every mispredicted key: 80k hits of 9-word rows in
+    a 10M-key table, one thread, 3.77 ms against 3.02 (docs/design/line-lookups.md)."""
+    keys64 = table.view(np.uint64)
+    buckets = table.shape[0]
+    width = out.shape[1]
+    filtered = bits.shape[0] > 0
+    indexed = at.shape[0] > 0
+    mask = RING - 1
+    ring = np.empty(RING, dtype=np.int64)  # a lookup's bucket (-1: nothing to look up)
+    n = max(0, hi - lo)
+    hit_at = np.empty(n, dtype=np.int64)  # positions found, and their slots
+    hit_slot = np.empty(n, dtype=np.int64)
+    left = np.empty(n, dtype=np.int64)  # positions not in their first bucket
+    n_hit, n_left = 0, 0
+    for i in range(lo, hi + WIDE_AHEAD):
+        if i < hi:
+            q = at[i] if indexed else i
+            b = -1
+            if not found[q] and (not filtered or may_contain(bits, keys[q])):
+                b = first_bucket(mix(keys[q]), buckets)
+                _prefetch_keys(table, b)
+            ring[i & mask] = b
+        j = i - WIDE_AHEAD
+        if lo <= j < hi and ring[j & mask] >= 0:
+            q = at[j] if indexed else j
+            b = ring[j & mask]
+            x = _index_in(keys64, b, keys[q], B)
+            hit_at[n_hit], hit_slot[n_hit] = q, b * B + x
+            n_hit += 1 if x >= 0 else 0
+            left[n_left] = q
+            n_left += 0 if x >= 0 else 1
+    for i in range(n_left + WIDE_AHEAD):
+        if i < n_left:
+            b = second_bucket(mix(keys[left[i]]), buckets)
+            _prefetch_keys(table, b)
+            ring[i & mask] = b
+        j = i - WIDE_AHEAD
+        if j >= 0:
+            q = left[j]
+            b = ring[j & mask]
+            x = _index_in(keys64, b, keys[q], B)
+            hit_at[n_hit], hit_slot[n_hit] = q, b * B + x
+            n_hit += 1 if x >= 0 else 0
+    for i in range(n_hit + WIDE_AHEAD):
+        if i < n_hit:
+            _prefetch_row(table, hit_slot[i], width)
+        j = i - WIDE_AHEAD
+        if j >= 0:
+            s = hit_slot[j]
+            _copy_at(table, s // B, s % B, B, out, hit_at[j])
+            found[hit_at[j]] = True
+
+
+@nb.njit(cache=True, nogil=True)
 def _lookup(table: U32, keys: U64, at: I64, lo: int, hi: int, bits: U64, out: U32, found: BOOL) -> None:
     """For positions q = at[i] (or q = i when `at` is empty), i in [lo, hi), whose key is
     not found yet and that the filter `bits` may hold (every key when it is empty):
     out[q] = the row and found[q] = True where the table holds keys[q].
 
-    A software pipeline, so that many lookups' cache misses are in flight at once instead
-    of one at a time. Step i prefetches the first bucket of lookup i. Lookup i - AHEAD,
-    whose lines have arrived, probes it; only when the key is not there (a fifth of hits
-    at load 0.95, and every miss) is the second bucket prefetched, and probed by lookup
-    i - 2 * AHEAD: prefetching both buckets up front fetched 4 lines per LR hit instead of
-    2.4, and those fetches were the limit (80k LR hits, 10M keys, one thread: 3.6 -> 2.8
-    ms; 9-word rows: 5.5 -> 4.2 ms, in one process, alternating). A narrow table's row is
-    copied when its key is found (_lookup_narrow); a wide one is prefetched then and copied by
-    lookup i - 3 * AHEAD."""
+    Software pipelines, so that many lookups' cache misses are in flight at once instead
+    of one at a time: a bucket is prefetched some lookups before it is probed, and a key's
+    second bucket only when it is not in its first (a fifth of hits at load 0.95, and
+    every miss): prefetching both up front fetched 4 lines per LR hit instead of 2.4, and
+    those fetches were the limit. One kernel a layout: line (_lookup_line), narrow wide
+    rows that come with their keys' lines (_lookup_narrow), wide rows (_lookup_wide)."""
     if table.shape[1] == LINE_WIDTH:
         _lookup_line(table, keys, at, lo, hi, bits, out, found)
-        return
-    if _narrow(table):
+    elif _narrow(table):
         _lookup_narrow(table, keys, at, lo, hi, bits, out, found)
-        return
-    # past here a table of wide rows, in the wide layout: B slots a bucket, a constant
-    keys64 = table.view(np.uint64)
-    buckets = table.shape[0]
-    width = out.shape[1]
-    mask = RING - 1
-    pos = np.empty(RING, dtype=np.int64)  # the position of each lookup in flight
-    second = np.empty(RING, dtype=np.int64)  # the bucket to probe next (-1: none)
-    slot = np.empty(RING, dtype=np.int64)  # a wide hit's slot, to copy (-1: none)
-    for i in range(lo, hi + 3 * AHEAD):
-        if i < hi:
-            q = at[i] if at.shape[0] else i
-            if not found[q] and (bits.shape[0] == 0 or may_contain(bits, keys[q])):
-                _prefetch_keys(table, first_bucket(mix(keys[q]), buckets))
-        j = i - AHEAD
-        if lo <= j < hi:
-            q = at[j] if at.shape[0] else j
-            b2, s = -1, -1
-            # the same test as above, written out: folded into helpers, the loop ran 10% slower
-            if not found[q] and (bits.shape[0] == 0 or may_contain(bits, keys[q])):
-                m = mix(keys[q])
-                b = first_bucket(m, buckets)
-                x = _index_in(keys64, b, keys[q], B)
-                if x < 0:
-                    b2 = second_bucket(m, buckets)
-                    _prefetch_keys(table, b2)
-                else:
-                    s = b * B + x
-                    _prefetch_row(table, s, width)
-            pos[j & mask], second[j & mask], slot[j & mask] = q, b2, s
-        k = i - 2 * AHEAD
-        if lo <= k < hi and second[k & mask] >= 0:
-            q = pos[k & mask]
-            b = second[k & mask]
-            x = _index_in(keys64, b, keys[q], B)
-            if x >= 0:
-                _prefetch_row(table, b * B + x, width)
-                slot[k & mask] = b * B + x
-        c = i - 3 * AHEAD
-        if lo <= c and slot[c & mask] >= 0:
-            s = slot[c & mask]
-            _copy_at(table, s // B, s % B, B, out, pos[c & mask])
-            found[pos[c & mask]] = True
+    else:
+        _lookup_wide(table, keys, at, lo, hi, bits, out, found)
 
 
 @nb.njit(cache=True, nogil=True)
