@@ -12,6 +12,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ctr.runtime.kernel_cache import install as _install_kernel_cache
+
+_install_kernel_cache()  # before any module of this package defines a numba kernel
+
 if TYPE_CHECKING:
     from boundless.api import LocalPlatform, Models, TrainingSummary, local_platform, train
     from modelmgr.commands.admin_client import AdminClient

@@ -8,3 +8,7 @@ serving, modelmgr or boundless.
     runtime/     process plumbing of every daemon: typed config, gRPC server, TLS, tokens
     routing.py   which shard owns a key
 """
+
+from ctr.runtime.kernel_cache import install as _install_kernel_cache
+
+_install_kernel_cache()  # before any module of this package defines a numba kernel

@@ -5,3 +5,7 @@ scores a candidate as serving would).
     publish/   from export to version: verify, evaluate, gate, publish or reject, compact
     commands/  the version commands a person runs (pin, rollback, gc, show, diff, eval)
 """
+
+from ctr.runtime.kernel_cache import install as _install_kernel_cache
+
+_install_kernel_cache()  # before any module of this package defines a numba kernel

@@ -7,3 +7,7 @@
     sharded/  the router and the serving shards behind it
 
 Imports ctr and protos; never modelmgr."""
+
+from ctr.runtime.kernel_cache import install as _install_kernel_cache
+
+_install_kernel_cache()  # before any module of this package defines a numba kernel
