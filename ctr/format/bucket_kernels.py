@@ -56,7 +56,7 @@ LINE_AHEAD = 48
 # a wide table's lookups between a prefetch and its read, in each of _lookup_wide's passes
 # (80k hits of 9-word rows, 10M keys, one thread: 16, 32, 48, 64 gave 3.49, 3.12, 3.02, 3.06 ms)
 WIDE_AHEAD = 48
-assert RING > max(LINE_AHEAD, WIDE_AHEAD)
+assert max(LINE_AHEAD, WIDE_AHEAD) < RING
 MAX_KICKS = 500  # displacements before a mutable map grows instead
 FILL_KICKS = 20_000  # before an image being filled to its load takes 1% more buckets
 MAX_SHARDS = 1 << 16  # by_owner keeps owners as uint16
