@@ -5,7 +5,7 @@ serving, modelmgr or boundless.
     format/      bytes on disk and on the wire: model files and their key maps, varints
     model/       model families: specs, optimizers, the training and scoring math, the registry
     repository/  the repository contract: manifests and export files, holdouts, storage
-    runtime/     process plumbing of every daemon: typed config, gRPC server, TLS, tokens
+    runtime/     process plumbing of every daemon: typed config, gRPC server, TLS, tokens, kernel cache
     routing.py   which shard owns a key
 """
 

@@ -1,3 +1,3 @@
 """Process plumbing every daemon shares: the typed config loader (defaults, YAML,
 BOUNDLESS_* variables, flags), the gRPC server with health and reflection, TLS and bearer
-tokens. Imports no other ctr package."""
+tokens, and the stamps of numba's kernel cache. Imports no other ctr package."""
