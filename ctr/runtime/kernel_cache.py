@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.abc
-import importlib.machinery
 import re
 import sys
 import types
@@ -130,7 +129,11 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
         if fullname != CACHING:
             return None
         sys.meta_path.remove(self)
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        spec = None
+        for finder in sys.meta_path:  # whichever would have found it (a site directory, an editable install)
+            spec = finder.find_spec(fullname, path, target) if hasattr(finder, "find_spec") else None
+            if spec is not None:
+                break
         if spec is None or not isinstance(spec.loader, importlib.abc.Loader):
             return spec
         run = spec.loader.exec_module

@@ -85,3 +85,14 @@ def test_a_change_to_a_module_the_kernel_does_not_import_keeps_the_cache(package
     assert _run(package, "stamped") == (2, 0)
     (package / "src" / "kpkg" / "unrelated.py").write_text("X = 2\n")
     assert _run(package, "stamped") == (2, 1)
+
+
+def test_importing_the_product_leaves_numba_unloaded_until_used_then_stamps_its_locators() -> None:
+    code = (
+        "import sys, ctr\n"
+        "assert 'numba' not in sys.modules\n"
+        "from numba.core import caching\n"
+        "print(' '.join(c.__name__ for c in caching.CacheImpl._locator_classes))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True).stdout
+    assert out.split()[:2] == ["ImportsStampedUserProvidedCacheLocator", "ImportsStampedInTreeCacheLocator"]
