@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import logging
 import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -293,6 +295,20 @@ def _part(point: CutPoint, rank: int) -> CutPoint:
     return point.parts[rank] if point.parts else point
 
 
+@contextmanager
+def start_up_frozen() -> Iterator[None]:
+    """Every object of start-up (torch, numba, the model) out of the cyclic collector's reach
+    while training runs: a full collection then walks only what training made since (wdl on
+    Frappe, three alternating runs: 33.2-33.9k examples/s before, 34.6-37.0k after). They
+    are handed back after it, so an in-process caller's (boundless.api) garbage of one run
+    is collected before the next."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
 def train_run(
     conf: TrainerConfig,
     stop: threading.Event,
@@ -420,20 +436,21 @@ def train_run(
         client, model, schema, fields, source, settings, ProgressiveMetrics(conf.progress.window), exporter, stop.is_set
     )
     trainer.progress_log = progress_log if lead else None
-    if group is None:
-        trainer.take_up(point, reopen, lambda: restore_and_declare(client, model.prepare, False))
-        result: dict[str, Any] = dict(trainer.run())
-    else:
-        trainer.group = group
-        trainer.start_at(mine)
-        result = dict(_run_rank(trainer, group, log))
-        if not lead:
-            log.info("rank %d: trained %d samples of its share; rank 0 reports the run", rank, trainer.submitted)
-            client.close()
-            group.close()
-            if served is not None:
-                served.stop(grace_s=1)
-            return {}
+    with start_up_frozen():
+        if group is None:
+            trainer.take_up(point, reopen, lambda: restore_and_declare(client, model.prepare, False))
+            result: dict[str, Any] = dict(trainer.run())
+        else:
+            trainer.group = group
+            trainer.start_at(mine)
+            result = dict(_run_rank(trainer, group, log))
+    if group is not None and not lead:
+        log.info("rank %d: trained %d samples of its share; rank 0 reports the run", rank, trainer.submitted)
+        client.close()
+        group.close()
+        if served is not None:
+            served.stop(grace_s=1)
+        return {}
     elapsed_s, bad_lines, exports = trainer.elapsed_s, trainer.bad_lines, trainer.exports
     first_bad, read_schema = trainer.reader.first_bad, trainer.reader.schema or schema
     result["held_out_samples"] = float(sum(len(b) for b in trainer.held_out))

@@ -5,6 +5,7 @@ rolls back."""
 
 from __future__ import annotations
 
+import gc
 import json
 import subprocess
 import sys
@@ -33,6 +34,7 @@ def test_train_from_python_equals_the_command_line(data_dir: Path, tmp_path: Pat
     assert summary.progressive_logloss == cli["progressive_logloss"]
     assert summary.window_auc == cli["window_auc"] and 0.8 < summary.window_auc < 1.0
     assert "batch_size=4096" in (boundless.train.__doc__ or "")  # help(boundless.train) tells the settings
+    assert gc.get_freeze_count() == 0  # what the run froze is the caller's to collect again
 
 
 def test_a_bad_setting_is_refused_by_its_name() -> None:
