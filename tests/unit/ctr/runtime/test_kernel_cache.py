@@ -96,3 +96,15 @@ def test_importing_the_product_leaves_numba_unloaded_until_used_then_stamps_its_
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True).stdout
     assert out.split()[:2] == ["ImportsStampedUserProvidedCacheLocator", "ImportsStampedInTreeCacheLocator"]
+
+
+def test_numba_imported_before_the_product_is_stamped_at_once() -> None:
+    code = (
+        "import numba\n"
+        "from numba.core import caching\n"
+        "assert not caching.CacheImpl._locator_classes[0].__name__.startswith('ImportsStamped')\n"
+        "import ctr\n"
+        "print(' '.join(c.__name__ for c in caching.CacheImpl._locator_classes))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True).stdout
+    assert out.split()[:2] == ["ImportsStampedUserProvidedCacheLocator", "ImportsStampedInTreeCacheLocator"]
