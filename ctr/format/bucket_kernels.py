@@ -278,18 +278,17 @@ def _lookup_line(table: U32, keys: U64, at: I64, lo: int, hi: int, bits: U64, ou
 
 
 @nb.njit(cache=True, nogil=True)
-def _lookup_wide(table: U32, keys: U64, at: I64, lo: int, hi: int, bits: U64, out: U32, found: BOOL) -> None:
-    """_lookup for a table of wide rows (the wide layout, rows not in their keys' lines), in
-    three passes, each a pipeline with no branch on what a probe found: the first compares
-    each key's first bucket (its keys' line, prefetched WIDE_AHEAD lookups before) and
-    lists the hits' slots and the keys not there; the second does the same over those keys'
-    second buckets; the third prefetches each hit's row WIDE_AHEAD hits before copying it.
-    One pass that branched on each probe (prefetch the second bucket, or the row) emptied
-    the pipeline of misses in flight at every mispredicted key: 80k hits of 9-word rows in
-    a 10M-key table, one thread, 3.77 ms against 3.02 (docs/design/line-lookups.md)."""
+def wide_hits(table: U32, keys: U64, at: I64, lo: int, hi: int, bits: U64, done: BOOL) -> tuple[I64, I64, int]:
+    """For positions q = at[i] (q = i when `at` is empty), i in [lo, hi), not `done` yet
+    whose key the filter `bits` may hold (every key when it is empty), in a wide-layout
+    table: (positions found, their slots, how many), in two passes, each a pipeline with no
+    branch on what a probe found. The first compares each key's first bucket (its keys'
+    line, prefetched WIDE_AHEAD lookups before) and lists the hits and the keys not there;
+    the second does the same over those keys' second buckets. One pass that branched on
+    each probe (prefetch the second bucket, or the row) emptied the pipeline of misses in
+    flight at every mispredicted key (docs/design/line-lookups.md)."""
     keys64 = table.view(np.uint64)
     buckets = table.shape[0]
-    width = out.shape[1]
     filtered = bits.shape[0] > 0
     indexed = at.shape[0] > 0
     mask = RING - 1
@@ -303,7 +302,7 @@ def _lookup_wide(table: U32, keys: U64, at: I64, lo: int, hi: int, bits: U64, ou
         if i < hi:
             q = at[i] if indexed else i
             b = -1
-            if not found[q] and (not filtered or may_contain(bits, keys[q])):
+            if not done[q] and (not filtered or may_contain(bits, keys[q])):
                 b = first_bucket(mix(keys[q]), buckets)
                 _prefetch_keys(table, b)
             ring[i & mask] = b
@@ -328,6 +327,17 @@ def _lookup_wide(table: U32, keys: U64, at: I64, lo: int, hi: int, bits: U64, ou
             x = _index_in(keys64, b, keys[q], B)
             hit_at[n_hit], hit_slot[n_hit] = q, b * B + x
             n_hit += 1 if x >= 0 else 0
+    return hit_at, hit_slot, n_hit
+
+
+@nb.njit(cache=True, nogil=True)
+def _lookup_wide(table: U32, keys: U64, at: I64, lo: int, hi: int, bits: U64, out: U32, found: BOOL) -> None:
+    """_lookup for a table of wide rows (the wide layout, rows not in their keys' lines): the
+    keys found in wide_hits' two passes, then a third that prefetches each hit's row
+    WIDE_AHEAD hits before copying it. 80k hits of 9-word rows in a 10M-key table, one
+    thread: 3.02 ms, against 3.77 for one pipeline that branched on each probe."""
+    hit_at, hit_slot, n_hit = wide_hits(table, keys, at, lo, hi, bits, found)
+    width = out.shape[1]
     for i in range(n_hit + WIDE_AHEAD):
         if i < n_hit:
             _prefetch_row(table, hit_slot[i], width)
