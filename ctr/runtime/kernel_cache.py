@@ -16,6 +16,7 @@ defines a kernel. Importing this module does not import numba.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.abc
 import re
@@ -58,7 +59,7 @@ def imports_digest(path: Path) -> str | None:
     if path not in _digests:
         h = hashlib.sha256()
         for dep in sorted(_closure(path) - {path}):
-            h.update(str(dep).encode() + b"\0" + hashlib.sha256(dep.read_bytes()).digest())
+            h.update(str(dep).encode() + b"\0" + _content_hash(dep))
         _digests[path] = h.hexdigest()
     return _digests[path]
 
@@ -80,12 +81,18 @@ def _closure(path: Path) -> set[Path]:
     return seen
 
 
-def _imported_files(path: Path) -> set[Path]:
+@functools.cache  # a file is read once a process, whichever kernels' closures hold it
+def _content_hash(path: Path) -> bytes:
+    return hashlib.sha256(path.read_bytes()).digest()
+
+
+@functools.cache
+def _imported_files(path: Path) -> frozenset[Path]:
     """The files of registered packages that `path`'s import lines name: a module, its
     package's __init__, and `from package import submodule` targets."""
     source = _source_of(path)
     if source is None:
-        return set()
+        return frozenset()
     root, packages = source
     out: set[Path] = set()
     for m in _IMPORT.finditer(path.read_text(encoding="utf-8", errors="replace")):
@@ -96,9 +103,16 @@ def _imported_files(path: Path) -> set[Path]:
         for name in [module, *(f"{module}.{n}" for n in names if n != "as")]:
             parts = name.split(".")
             for i in range(1, len(parts) + 1):  # every package on the way runs its __init__
-                base = root.joinpath(*parts[:i])
-                out.update(f for f in (base.with_suffix(".py"), base / "__init__.py") if f.is_file())
-    return out
+                out.update(_module_files(root, ".".join(parts[:i])))
+    return frozenset(out)
+
+
+@functools.cache
+def _module_files(root: Path, dotted: str) -> tuple[Path, ...]:
+    """The file of module `dotted` under root: a.py or a/__init__.py (none for a name
+    that is not a module, such as an imported function)."""
+    base = root.joinpath(*dotted.split("."))
+    return tuple(f for f in (base.with_suffix(".py"), base / "__init__.py") if f.is_file())
 
 
 def _stamped(locator: type) -> type:
