@@ -23,7 +23,7 @@ prefetched LINE_AHEAD lookups before they are compared, without a branch on whic
 the key (`_lookup_line`). In a wide table keys' first buckets are probed in one pass, the
 second buckets of the keys not there in the next, and the rows found copied in a third,
 each pass prefetching WIDE_AHEAD lookups ahead, so few of a bucket's several lines are
-fetched for nothing (`_lookup_wide`).
+fetched for nothing (`wide_hits`, the first two, which FFM's `locate` shares; `_lookup_wide`).
 """
 
 from __future__ import annotations
