@@ -1,14 +1,23 @@
 """Error-feedback memory: the part of each row's updates that compression has not sent yet,
 for at most `capacity` rows. Past that, the least recently pushed rows leave, and the
-caller sends their residual exactly (flush), so no update is ever lost."""
+caller sends their residual exactly (flush), so no update is ever lost.
+
+Rows live in slots of one buffer, found through a hash index (key -> slot), so a push's
+new rows cost their own bytes only: a store kept sorted by key moved every row it held
+for each push that brought a new key (16-26 ms a push of 1,000 keys among 190,000 rows of
+65-130 values, against the 1-2 ms of the push itself). What leaves the store (a drain,
+an eviction) comes out sorted by key, as the wire's key codecs need."""
 
 from __future__ import annotations
 
 import numpy as np
 import numpy.typing as npt
 
+from ctr.format.hashmap import CompactHashMap
+
 Keys = npt.NDArray[np.uint64]
 F64 = npt.NDArray[np.float64]
+I64 = npt.NDArray[np.int64]
 
 
 class ResidualStore:
@@ -16,22 +25,41 @@ class ResidualStore:
         if capacity < 1:
             raise ValueError(f"residual capacity {capacity} must be >= 1 row")
         self.capacity = capacity
-        self.keys = np.zeros(0, dtype=np.uint64)  # sorted
-        self.rows = np.zeros((0, 0))
-        self.last = np.zeros(0, dtype=np.int64)  # the push that last touched each row
         self.tick = 0
         self.peak_rows = 0
+        self._index = CompactHashMap(2, capacity=64)  # key -> slot (an int64 in two words); key 0 never comes (shards refuse it)
+        self._width = 0
+        self._rows = np.zeros((0, 0))  # [slots, width]
+        self._key = np.zeros(0, dtype=np.uint64)  # the key in each slot, 0 when free
+        self._last = np.zeros(0, dtype=np.int64)  # the push that last touched each slot's row
+        self._free = np.zeros(0, dtype=np.int64)  # freed slots, reused before the buffer grows
+        self._used = 0  # slots [0, _used) have been handed out
+
+    def __len__(self) -> int:
+        return self._index.size
+
+    @property
+    def keys(self) -> Keys:
+        """Every key held, sorted."""
+        return np.sort(self._key[self._live()])
+
+    @property
+    def rows(self) -> F64:
+        """Every residual held, in the order of `keys`."""
+        live = self._live()
+        return self._rows[live[np.argsort(self._key[live])]]
 
     @property
     def nbytes(self) -> int:
-        return int(self.keys.nbytes + self.rows.nbytes + self.last.nbytes)
+        return int(self._index.nbytes + self._rows.nbytes + self._key.nbytes + self._last.nbytes + self._free.nbytes)
 
     def take(self, keys: Keys, cols: int) -> F64:
         """The residual of each of the sorted unique keys (zero when it has none)."""
         out = np.zeros((keys.shape[0], cols))
-        if self.keys.shape[0]:
-            pos, found = self._find(keys)
-            out[found] = self.rows[pos[found]]
+        if len(self):
+            slot = self._slots_of(keys)
+            found = slot >= 0
+            out[found] = self._rows[slot[found]]
         return out
 
     def put(self, keys: Keys, rows: F64, touch: bool = True) -> tuple[Keys, F64]:
@@ -41,50 +69,81 @@ class ResidualStore:
         push: take_pushed_since skips them until they are pushed again)."""
         if touch:
             self.tick += 1
-        if self.rows.shape[1:] != rows.shape[1:]:
-            self.rows = np.zeros((self.keys.shape[0], rows.shape[1]))
-        pos, found = self._find(keys)
-        self.rows[pos[found]] = rows[found]
-        if touch:
-            self.last[pos[found]] = self.tick
-        new = ~found
+        if rows.shape[1] != self._width:  # the first rows set the width (a table's never changes)
+            self._width = rows.shape[1]
+            self._rows = np.zeros((self._rows.shape[0], self._width))
+        slot = self._slots_of(keys) if len(self) else np.full(keys.shape[0], -1, dtype=np.int64)
+        new = slot < 0
         if new.any():
-            at = np.searchsorted(self.keys, keys[new])
-            self.keys = np.insert(self.keys, at, keys[new])
-            self.rows = np.insert(self.rows, at, rows[new], axis=0)
-            # a drain's leftovers, put back untouched, count as pushed before any drain (tick 0)
-            self.last = np.insert(self.last, at, self.tick if touch else 0)
-        self.peak_rows = max(self.peak_rows, min(self.keys.shape[0], self.capacity))
+            slot[new] = self._claim(keys[new])
+            self._last[slot[new]] = 0  # a drain's leftovers, put back untouched, count as pushed before any drain
+        self._rows[slot] = rows
+        if touch:
+            self._last[slot] = self.tick
+        self.peak_rows = max(self.peak_rows, min(len(self), self.capacity))
         return self._evict()
 
     def take_pushed_since(self, tick: int) -> tuple[Keys, F64]:
-        """Removes and returns (keys, residuals) of the rows pushed after `tick`."""
-        pushed = self.last > tick
-        out = self.keys[pushed], self.rows[pushed]
-        keep = ~pushed
-        self.keys, self.rows, self.last = self.keys[keep], self.rows[keep], self.last[keep]
-        return out
+        """Removes and returns (keys, residuals) of the rows pushed after `tick`, sorted by key."""
+        live = self._live()
+        return self._remove(live[self._last[live] > tick])
 
     def drop(self, keys: Keys) -> None:
         """Forgets the residuals of these sorted unique keys (they were sent exactly)."""
-        if self.keys.shape[0] and keys.shape[0]:
-            pos, found = self._find(keys)
-            keep = np.ones(self.keys.shape[0], dtype=np.bool_)
-            keep[pos[found]] = False
-            self.keys, self.rows, self.last = self.keys[keep], self.rows[keep], self.last[keep]
+        if len(self) and keys.shape[0]:
+            slot = self._slots_of(keys)
+            self._remove(slot[slot >= 0])
 
-    def _find(self, keys: Keys) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
-        if self.keys.shape[0] == 0:
-            return np.zeros(keys.shape[0], dtype=np.int64), np.zeros(keys.shape[0], dtype=np.bool_)
-        pos = np.minimum(np.searchsorted(self.keys, keys), max(self.keys.shape[0] - 1, 0))
-        return pos.astype(np.int64), self.keys[pos] == keys
+    def _live(self) -> I64:
+        return np.flatnonzero(self._key[: self._used]).astype(np.int64)
+
+    def _slots_of(self, keys: Keys) -> I64:
+        at = self._index.find(keys)
+        slot = np.full(keys.shape[0], -1, dtype=np.int64)
+        found = at >= 0
+        slot[found] = self._index.words[at[found]].view(np.int64).reshape(-1)
+        return slot
+
+    def _claim(self, keys: Keys) -> I64:
+        """Slots for new keys: freed ones first, then the buffer's next (growing it)."""
+        n = keys.shape[0]
+        reused = self._free[-n:] if n <= self._free.shape[0] else self._free
+        self._free = self._free[: self._free.shape[0] - reused.shape[0]]
+        fresh = np.arange(self._used, self._used + n - reused.shape[0], dtype=np.int64)
+        self._used += fresh.shape[0]
+        if self._used > self._key.shape[0]:
+            self._grow(self._used)
+        slot = np.concatenate([reused, fresh])
+        self._key[slot] = keys
+        at = self._index.insert(keys)
+        self._index.words[at] = slot.view(np.uint32).reshape(-1, 2)
+        return slot
+
+    def _grow(self, n: int) -> None:
+        cap = max(64, self._key.shape[0])
+        while cap < n:
+            cap *= 2
+        rows = np.zeros((cap, self._width))
+        rows[: self._rows.shape[0]] = self._rows
+        key = np.zeros(cap, dtype=np.uint64)
+        key[: self._key.shape[0]] = self._key
+        last = np.zeros(cap, dtype=np.int64)
+        last[: self._last.shape[0]] = self._last
+        self._rows, self._key, self._last = rows, key, last
+
+    def _remove(self, slot: I64) -> tuple[Keys, F64]:
+        """Frees these slots; returns their (keys, residuals) sorted by key."""
+        slot = slot[np.argsort(self._key[slot])]
+        keys, rows = self._key[slot].copy(), self._rows[slot]
+        self._index.delete(keys)
+        self._key[slot] = 0
+        self._rows[slot] = 0.0
+        self._free = np.concatenate([self._free, slot])
+        return keys, rows
 
     def _evict(self) -> tuple[Keys, F64]:
-        excess = self.keys.shape[0] - self.capacity
+        excess = len(self) - self.capacity
         if excess <= 0:
-            return np.zeros(0, dtype=np.uint64), np.zeros((0, self.rows.shape[1]))
-        gone = np.zeros(self.keys.shape[0], dtype=np.bool_)
-        gone[np.argpartition(self.last, excess - 1)[:excess]] = True
-        out = self.keys[gone], self.rows[gone]
-        self.keys, self.rows, self.last = self.keys[~gone], self.rows[~gone], self.last[~gone]
-        return out
+            return np.zeros(0, dtype=np.uint64), np.zeros((0, self._width))
+        live = self._live()
+        return self._remove(live[np.argpartition(self._last[live], excess - 1)[:excess]])
