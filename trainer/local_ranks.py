@@ -49,7 +49,9 @@ def rank_conf(conf: TrainerConfig, rank: int, addresses: list[str], master: str)
     keeps the ports and the ready file; the others serve nothing (rank 0 reports for all)."""
     world = conf.parallel.workers
     parallel = replace(conf.parallel, workers=1, rank=rank, world_size=world, master=master, local_aggregate=False)
-    access = replace(conf.ps_access, ps=",".join(addresses))
+    # in-process shards, served to the ranks over loopback: `auto` stays uncompressed, as with one process
+    codec = "none" if conf.local and conf.ps_access.push_codec == "auto" else conf.ps_access.push_codec
+    access = replace(conf.ps_access, ps=",".join(addresses), push_codec=codec)
     lead = rank == 0
     return replace(
         conf,

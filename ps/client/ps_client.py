@@ -87,9 +87,11 @@ class PSClient:
     through the pull cache when it keeps the table; pushes pass the stages of
     ps.client.push_path (local aggregation, compression, the shard sender).
 
-    push_codec: the compressor spec of sparse pushes (ps.compression.compressor), or
-    "auto" (or "none"): the uncompressed protocol, fp64 for state deltas (accumulators need
-    every digit), fp32 for gradients (why not 1-bit: docs/design/wire-bytes.md).
+    push_codec: the compressor spec of sparse pushes (ps.compression.compressor); "none":
+    the uncompressed protocol, fp64 for state deltas (accumulators need every digit), fp32
+    for gradients; "auto": the same in-process, and over a network 1-bit state deltas on
+    each table while they carry at most half of fp64's bytes, judged at each checkpoint cut
+    (docs/design/auto-codec.md).
     residual_rows caps each table's error-feedback memory. pull_codec: the value codec
     sparse pull replies travel in ("auto": raw fp32 weights, fp64 state)."""
 
@@ -111,7 +113,8 @@ class PSClient:
         self.cache = PullCache(transport, shard_count, self.on_shards)
         sender = ShardSender(transport, shard_count, self.cache, self.on_shards)
         spec = None if push_codec in ("auto", "none") else parse_codec(push_codec)
-        self.compression = PushCompression(spec, residual_rows, seed, sender, transport.wire)
+        auto = push_codec == "auto" and transport.remote  # over a network `auto` compresses where it pays
+        self.compression = PushCompression(spec, residual_rows, seed, sender, transport.wire, auto)
         self.aggregator: LocalAggregator | None = None  # --local-aggregate
         self._control: ControlPlane | None = None
 

@@ -5,6 +5,8 @@ quantization error kept for the next push)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import numpy.typing as npt
 
@@ -19,6 +21,34 @@ Keys = npt.NDArray[np.uint64]
 F64 = npt.NDArray[np.float64]
 
 EXPORT_DRAIN_CODEC = "bf16"  # residuals sent before an export: fp32's range, a quarter of fp64's bytes
+AUTO_CODEC = "onebit"  # what `auto` tries on state-delta tables over a network
+AUTO_PAYS = 0.5  # its pushes and drains must carry at most this share of fp64 pushes' value bytes
+AUTO_MIN_ROWS = 10_000  # rows pushed before a window is judged (fewer: it runs on to the next drain)
+AUTO_BACKOFF = (2, 64)  # cuts to wait before trying the codec again: first, and at most (doubling)
+VALUE_BYTES = {"fp64": 8, EXPORT_DRAIN_CODEC: 2}
+
+
+@dataclass
+class AutoChoice:
+    """`auto`'s choice for one table (docs/design/auto-codec.md): AUTO_CODEC while it pays,
+    judged at each checkpoint cut over the window since the last judgement, else fp64 for
+    `wait` cuts. Byte counts are value bytes (plus a drain's keys): a push's keys or row ids
+    cost the same in either codec."""
+
+    compress: bool = True
+    sent: int = 0  # value bytes the window's pushes and drains carried
+    plain: int = 0  # what fp64 pushes of the same rows would have carried
+    rows: int = 0  # rows pushed in the window
+    wait: int = 0  # drains left before AUTO_CODEC is tried again
+    backoff: int = AUTO_BACKOFF[0]  # the next wait
+    ratio: float = 0.0  # plain / sent at the last judgement (0: none yet)
+    switches: int = 0
+
+    def describe(self) -> str:
+        seen = f"{self.ratio:.1f}x fewer value bytes than fp64 when last judged" if self.ratio else "not judged yet"
+        if self.compress:
+            return f"{AUTO_CODEC}: {seen}"
+        return f"fp64: {AUTO_CODEC} carried only {seen}; trying it again in {self.wait} cut(s)"
 
 
 class PushCompression:
@@ -26,8 +56,11 @@ class PushCompression:
     state deltas, whose accumulators need every digit; fp32 gradients). residual_rows caps
     each table's error-feedback memory."""
 
-    def __init__(self, spec: CodecSpec | None, residual_rows: int, seed: int, sender: ShardSender, wire: WireLedger) -> None:
+    def __init__(
+        self, spec: CodecSpec | None, residual_rows: int, seed: int, sender: ShardSender, wire: WireLedger, auto: bool = False
+    ) -> None:
         self.spec = spec
+        self.auto = auto and spec is None  # `auto` over a network: state deltas try AUTO_CODEC
         self.residual_rows = residual_rows
         self.seed = seed
         self.sender = sender
@@ -37,18 +70,31 @@ class PushCompression:
         self.compressors: dict[str, Compressor] = {}
         self._kinds: dict[str, str] = {}  # what each table's pushes carry
         self._dense_residual: dict[str, F64] = {}  # error feedback of 1-bit dense pushes
+        self.choices: dict[str, AutoChoice] = {}  # `auto`'s, per state-delta table
+        self._made = 0  # compressors made (each gets its own seed)
 
     def _compressor(self, table: str, kind: str) -> Compressor:
         if table not in self.compressors:
-            spec = self.spec or CodecSpec("fp64" if kind == DELTA else "fp32")
-            self.compressors[table] = Compressor(spec, self.residual_rows, seed=self.seed * 1000 + len(self.compressors))
+            if self.auto and kind == DELTA:
+                self.choices[table] = AutoChoice()
             self._kinds[table] = kind
+            self._make(table)
         return self.compressors[table]
+
+    def _make(self, table: str) -> None:
+        choice = self.choices.get(table)
+        if choice is not None:
+            spec = CodecSpec(AUTO_CODEC if choice.compress else "fp64")
+        else:
+            spec = self.spec or CodecSpec("fp64" if self._kinds[table] == DELTA else "fp32")
+        self.compressors[table] = Compressor(spec, self.residual_rows, seed=self.seed * 1000 + self._made)
+        self._made += 1
 
     def push(self, batch: PushBatch) -> Keys:
         """Compresses each shard's part and sends it; returns the sorted keys whose residual
         left the error-feedback memory (sent exactly, keys included)."""
         comp = self._compressor(batch.table, batch.kind)
+        choice = self.choices.get(batch.table)
         order, bounds = batch.by_shard(self.n)
         parts, gone_keys, gone_rows = [], [], []
         for s in range(self.n):  # compressed in turn (one residual store), then sent in parallel
@@ -58,6 +104,10 @@ class PushCompression:
                 whole = idx.shape[0] == batch.keys.shape[0]
                 keys, rows = (batch.keys, batch.rows) if whole else (batch.keys[idx], batch.rows[idx])
                 packed, keys_out, rows_out = comp.compress(keys, rows)
+                if choice is not None and choice.compress:
+                    choice.sent += len(packed.body) + keys_out.shape[0] * (8 * rows.shape[1] + 8)  # evicted: exact, keys too
+                    choice.plain += 8 * rows.size
+                    choice.rows += keys.shape[0]
                 parts.append((s, keys, packed))
                 gone_keys.append(keys_out)
                 gone_rows.append(rows_out)
@@ -86,21 +136,61 @@ class PushCompression:
         that rounding of each row, owed until the row's next push or the next cut). The
         cause also files the bytes in the ledger."""
         with self.wire.draining(cause):
-            for table, comp in self.compressors.items():
+            for table, comp in list(self.compressors.items()):
                 keys, rows = comp.drain_pushed() if cause == "export" else comp.drain()
-                if not keys.shape[0]:
-                    continue
-                kind = self._kinds[table]
-                if cause == "export":  # freshness, not exactness: bf16, what it loses kept for later
-                    comp.keep(keys, rows - self.sender.send_coded(table, keys, rows, kind, EXPORT_DRAIN_CODEC, self._rng))
-                else:
-                    self.sender.send_coded(table, keys, rows, kind, "fp64", self._rng)
+                if keys.shape[0]:
+                    kind = self._kinds[table]
+                    if cause == "export":  # freshness, not exactness: bf16, what it loses kept for later
+                        comp.keep(keys, rows - self.sender.send_coded(table, keys, rows, kind, EXPORT_DRAIN_CODEC, self._rng))
+                    else:
+                        self.sender.send_coded(table, keys, rows, kind, "fp64", self._rng)
+                    self._count_drain(table, rows, "fp64" if cause != "export" else EXPORT_DRAIN_CODEC)
+                if cause == "cut" and table in self.choices:  # a window holds a cut's drain, the big cost
+                    self._judge(table)
+
+    def _count_drain(self, table: str, rows: F64, codec: str) -> None:
+        choice = self.choices.get(table)
+        if choice is not None:
+            choice.sent += rows.shape[0] * (VALUE_BYTES[codec] * rows.shape[1] + 8)  # keys travel with drains
+
+    def _judge(self, table: str) -> None:
+        """At a cut, after its drain: keeps AUTO_CODEC while its window carried at most AUTO_PAYS of fp64's
+        bytes, else switches the table to fp64 for a while (backing off each time it fails
+        again); after that wait, tries it again. A switch sends what the error feedback
+        still holds exactly first (nothing after a cut's drain), so no update is lost."""
+        choice = self.choices[table]
+        if not choice.compress:
+            choice.wait -= 1
+            if choice.wait > 0:
+                return
+            choice.compress = True
+        else:
+            if choice.rows < AUTO_MIN_ROWS:
+                return
+            choice.ratio = choice.plain / max(1, choice.sent)
+            if choice.sent <= AUTO_PAYS * choice.plain:
+                choice.backoff = AUTO_BACKOFF[0]
+                choice.sent = choice.plain = choice.rows = 0
+                return
+            keys, rows = self.compressors[table].drain()
+            if keys.shape[0]:  # an export's bf16 leftovers
+                self.sender.send_coded(table, keys, rows, self._kinds[table], "fp64", self._rng)
+            choice.compress = False
+            choice.wait = choice.backoff
+            choice.backoff = min(2 * choice.backoff, AUTO_BACKOFF[1])
+        choice.switches += 1
+        choice.sent = choice.plain = choice.rows = 0
+        self._make(table)
 
     def reset(self) -> None:
         """Forgets every residual, sparse and dense (after a restore they belong to a dropped past)."""
         for comp in self.compressors.values():
             comp.drain()
         self._dense_residual.clear()
+        for table, choice in self.choices.items():  # a fresh start: try the codec again
+            if not choice.compress:
+                self.choices[table] = AutoChoice()
+                self._make(table)
 
     def codecs(self) -> dict[str, str]:
         """Per sparse table pushed so far, its codec as --push-codec spells it."""
@@ -108,6 +198,8 @@ class PushCompression:
         for table, comp in sorted(self.compressors.items()):
             spec = comp.spec
             out[f"push:{table}"] = (f"topk:{spec.topk:g}+" if spec.topk is not None else "") + spec.value
+            if table in self.choices:
+                out[f"auto:{table}"] = self.choices[table].describe()
         return out
 
     def stats(self) -> dict[str, float]:
@@ -116,6 +208,8 @@ class PushCompression:
         for comp in self.compressors.values():
             for k, v in comp.stats().items():
                 out[k] = out.get(k, 0.0) + v
+        if self.choices:
+            out["auto_switches"] = float(sum(c.switches for c in self.choices.values()))
         return out
 
     def dense(

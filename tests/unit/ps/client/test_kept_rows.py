@@ -153,14 +153,3 @@ def test_pulls_that_overlap_the_last_push_keep_exact_rows_and_rows_travel_once()
         waiting = (keys, np.tile([0.01, 0.5], (keys.shape[0], 1)), session)
     stats = client.compression_stats()
     assert stats["rows_pulled"] <= pool.shape[0] // 4, stats  # kept from their first push's reply on
-
-
-def test_auto_is_the_uncompressed_protocol_over_a_network_too() -> None:
-    class Remote(LocalTransport):
-        remote = True
-
-    for codec in ("auto", "none"):
-        client = PSClient(Remote(_shards()), 2, push_codec=codec)
-        client.control.declare([FTRL])
-        client.push("w", np.array([3], dtype=np.uint64), np.array([[0.1, 1.0]]), kind=DELTA)
-        assert client.codecs()["push:w"] == "fp64"
