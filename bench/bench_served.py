@@ -163,6 +163,9 @@ def run_one(
         "served_auc": statistics.mean(served) if served else float("nan"),
         "worker_view_auc": m["window_auc"],
         "progressive_logloss": m["progressive_logloss"],
+        # per table, the push codec at the end (what `auto` chose) and how often it switched
+        "chose": ",".join(f"{t[5:]}={c}" for t, c in sorted(m["codecs"].items()) if t.startswith("push:")),
+        "switches": m.get("auto_switches", 0.0),
     }
 
 
@@ -283,6 +286,8 @@ def _summarize(name: str, model: str, workers: int, runs: dict[str, list[dict[st
                 "published": _med(rs, "published"),
                 "worker_view_auc": _med(rs, "worker_view_auc"),
                 "examples_per_s": _med(rs, "examples_per_s"),
+                "chose": rs[-1].get("chose", ""),
+                "switches": _med(rs, "switches") if all("switches" in r for r in rs) else 0.0,
             }
         )
     return out
@@ -291,9 +296,9 @@ def _summarize(name: str, model: str, workers: int, runs: dict[str, list[dict[st
 def _print(results: list[dict[str, Any]]) -> None:
     print(
         "| data | model | W | push/pull codec | wire B/sample | vs uncompressed | of it: pulls, pushes, drains |"
-        " served AUC | dAUC | versions | worker's view AUC | ex/s |"
+        " served AUC | dAUC | versions | worker's view AUC | ex/s | push codecs at the end (switches) |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         k = r["by_kind"]
         pulls = k.get("sparse_pull", 0.0) + k.get("dense_pull", 0.0)
@@ -303,6 +308,7 @@ def _print(results: list[dict[str, Any]]) -> None:
             f"| {r['dataset']} | {r['model']} | {r['workers']} | {r['codecs']} | {r['wire_bytes_per_sample']:.2f} |"
             f" {r['ratio']:.2f}x | {pulls:.2f}, {pushes:.2f}, {drains:.2f} | {r['served_auc']:.4f} | {r['d_served_auc']:+.4f} |"
             f" {r['published']:.0f} | {r['worker_view_auc']:.4f} | {r['examples_per_s']:,.0f} |"
+            f" {r.get('chose', '')} ({r.get('switches', 0.0):.0f}) |"
         )
 
 
