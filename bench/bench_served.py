@@ -15,7 +15,8 @@ Reported per run:
 - wire bytes per sample, both ways (the trainer's ledger: sparse and dense pulls and pushes,
   residual drains, control calls), and its ratio to the uncompressed protocol of the same
   configuration (`none/raw~nocache`: fp32 gradients, fp64 state deltas, raw pull replies,
-  no pull cache); `none/raw` (the pull cache alone) is what a user gets by default;
+  no pull cache); `none/raw` is the pull cache alone, `auto/auto` what a user gets by
+  default (docs/design/auto-codec.md);
 - the served AUC: the mean over published versions of their holdout AUC (the gate's own
   figure, in each version's manifest), and its difference from the uncompressed run;
 - the worker's view (progressive window AUC), labelled as such: one worker predicts from
@@ -26,7 +27,7 @@ Runs alternate configurations within a repetition; medians over --reps. Writes
 bench/results/served.json and prints markdown; asserts nothing.
 `--datasets synthetic` streams the product's default synthetic stream (none repeated).
 Run: .venv/bin/python bench/bench_served.py [--datasets frappe,criteo10k] [--models lr,ffm]
-     [--codecs none/raw~nocache,none/raw,onebit/raw] [--rows 1000000] [--reps 1] [--cut-s 5]
+     [--codecs none/raw~nocache,none/raw,auto/auto] [--rows 1000000] [--reps 1] [--cut-s 5]
 """
 
 from __future__ import annotations
@@ -132,7 +133,7 @@ def run_one(
         out = work / "m.json"
         cmd = [sys.executable, "-m", "boundless", "train", "--source", str(stream), "--format", preset, "--no-follow"]
         cmd += ["--ps", ",".join(s.address for s in shards), "--model", model, *MODEL_FLAGS[model]]
-        cmd += ["--push-codec", push, "--pull-codec", "auto" if pull == "raw" else pull]
+        cmd += ["--push-codec", push, "--pull-codec", pull]
         cmd += ["--export-dir", str(exports), "--export-interval-s", "0", "--holdout-samples", str(args.export_every)]
         cmd += ["--checkpoint-interval-s", str(args.cut_s), "--workers", str(workers)]
         cmd += ["--metrics-port", "-1", "--port", "-1", "--metrics-out", str(out)]
@@ -186,9 +187,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(allow_abbrev=False)
     ap.add_argument("--datasets", default="frappe,criteo10k")
     ap.add_argument("--models", default="lr,ffm")
-    ap.add_argument(
-        "--codecs", default=f"{BASELINE},none/raw,onebit/raw,onebit/raw{NO_DRAIN},topk:0.01+onebit/raw,topk:0.01+onebit/bf16"
-    )
+    ap.add_argument("--codecs", default=f"{BASELINE},none/raw,auto/auto,onebit/raw,onebit/raw{NO_DRAIN},topk:0.01+onebit/raw")
     ap.add_argument("--workers", default="1")
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--reps", type=int, default=1)

@@ -204,7 +204,10 @@ class PSAccessSettings:
     )
     pull_codec: str = field(
         default="auto",
-        metadata={"help": "sparse pull replies: auto (fp32 weights, fp64 state) or fp32, fp16, bf16, int8, epgc8, epgc11..."},
+        metadata={
+            "help": "sparse pull replies: raw (fp32 weights, fp64 state), fp32, fp16, bf16, int8, epgc8, epgc11...;"
+            " auto: raw, except bf16 for several ranks on shard processes (where rows other ranks changed come back)"
+        },
     )
     pull_cache: str = field(
         default="auto",

@@ -81,9 +81,9 @@ def check_codecs(conf: TrainerConfig) -> None:
         raise cfg.ConfigError(f"--pull-cache: {conf.ps_access.pull_cache!r} is not one of auto, on, off")
     if conf.ps_access.pull_cache_rows < 1:
         raise cfg.ConfigError(f"--pull-cache-rows {conf.ps_access.pull_cache_rows}: must be >= 1")
-    if conf.ps_access.pull_codec != "auto" and conf.ps_access.pull_codec not in VALUE_CODECS:
+    if conf.ps_access.pull_codec not in ("auto", "raw") and conf.ps_access.pull_codec not in VALUE_CODECS:
         raise cfg.ConfigError(
-            f"--pull-codec: unknown value codec {conf.ps_access.pull_codec!r}; known: auto, {', '.join(VALUE_CODECS)}"
+            f"--pull-codec: unknown value codec {conf.ps_access.pull_codec!r}; known: auto, raw, {', '.join(VALUE_CODECS)}"
         )
     try:
         parse_dense_codec(conf.ps_access.dense_codec)
@@ -106,7 +106,13 @@ def addresses_of(conf: TrainerConfig) -> list[str]:
     return [a.strip() for a in conf.ps_access.ps.split(",") if a.strip()]
 
 
-def connect(conf: TrainerConfig, stopping: Callable[[], bool] = lambda: False) -> PSClient:
+AUTO_PULL_CODEC = "bf16"  # `--pull-codec auto` where several ranks write the rows (docs/design/auto-codec.md)
+
+
+def connect(conf: TrainerConfig, stopping: Callable[[], bool] = lambda: False, ranks: int = 1) -> PSClient:
+    """The PS client of this rank of `ranks`. `--pull-codec auto` is raw state, except for
+    several ranks on shard processes: there another rank's pushes send a row back to every
+    rank that holds it, whole, and pulls become most of the bytes, so they travel in bf16."""
     access = conf.ps_access
     if conf.local:
         local = conf.local_ps
@@ -119,12 +125,13 @@ def connect(conf: TrainerConfig, stopping: Callable[[], bool] = lambda: False) -
     import grpc  # only for shard processes
 
     addresses = addresses_of(conf)
+    pull_codec = AUTO_PULL_CODEC if access.pull_codec == "auto" and ranks > 1 else access.pull_codec
     client = PSClient.connect(
         addresses,
         access.push_codec,
         access.residual_rows,
         conf.learner.seed,
-        access.pull_codec,
+        pull_codec,
         access.ps_retry_s,
         stopping,
         access.ps_call_timeout_s,
@@ -325,7 +332,7 @@ def train_run(
     group = form_group(conf)
     rank, world = (group.rank, group.world) if group is not None else (0, 1)
     lead = rank == 0
-    client = connect(conf, stop.is_set)
+    client = connect(conf, stop.is_set, world)
     statuses = client.control.status()
     if not conf.local:
         check_shard_list(conf, statuses)

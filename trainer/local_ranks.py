@@ -50,8 +50,10 @@ def rank_conf(conf: TrainerConfig, rank: int, addresses: list[str], master: str)
     world = conf.parallel.workers
     parallel = replace(conf.parallel, workers=1, rank=rank, world_size=world, master=master, local_aggregate=False)
     # in-process shards, served to the ranks over loopback: `auto` stays uncompressed, as with one process
-    codec = "none" if conf.local and conf.ps_access.push_codec == "auto" else conf.ps_access.push_codec
-    access = replace(conf.ps_access, ps=",".join(addresses), push_codec=codec)
+    access = replace(conf.ps_access, ps=",".join(addresses))
+    if conf.local:
+        push = "none" if access.push_codec == "auto" else access.push_codec
+        access = replace(access, push_codec=push, pull_codec="raw" if access.pull_codec == "auto" else access.pull_codec)
     lead = rank == 0
     return replace(
         conf,

@@ -93,7 +93,7 @@ class PSClient:
     each table while they carry at most half of fp64's bytes, judged at each checkpoint cut
     (docs/design/auto-codec.md).
     residual_rows caps each table's error-feedback memory. pull_codec: the value codec
-    sparse pull replies travel in ("auto": raw fp32 weights, fp64 state)."""
+    sparse pull replies travel in ("auto" or "raw": fp32 weights, fp64 state)."""
 
     def __init__(
         self,
@@ -106,7 +106,7 @@ class PSClient:
     ) -> None:
         self.transport = transport
         self.n = shard_count
-        self.pull_codec = "" if pull_codec == "auto" else value_codec(pull_codec).name
+        self.pull_codec = "" if pull_codec in ("auto", "raw") else value_codec(pull_codec).name
         self.rows_may_drop = False  # a shard admits or evicts rows (known from the last status())
         self.pool = ThreadPoolExecutor(max_workers=max(1, shard_count))
         self._dense_len: dict[str, int] = {}

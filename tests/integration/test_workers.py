@@ -43,6 +43,9 @@ def test_two_workers_on_two_shard_processes_converge_and_publish(platform, data_
     assert result["samples"] + result["held_out_samples"] == total and result["workers"] == 2
     # one worker reaches AUC 0.916 and logloss 0.384 on this stream; two, each a step stale
     assert result["window_auc"] >= 0.89 and result["progressive_logloss"] <= 0.43, result
+    # `auto` over shard processes with two ranks: pulls in bf16, each table's pushes as judged
+    codecs = result["codecs"]
+    assert codecs["pull"] == "bf16" and codecs["push:w"] in ("onebit", "fp64") and "auto:w" in codecs, codecs
     repo = Repository(platform.dir / "repo", "ctr")
     deadline = time.monotonic() + 30
     while len(repo.processed_exports()) < result["exports"] and time.monotonic() < deadline:
@@ -84,6 +87,8 @@ def test_local_ps_serves_its_shards_to_the_workers(data_dir, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["samples"] == total and result["window_auc"] >= 0.89
+    # in-process shards, though the ranks reach them over loopback gRPC: `auto` compresses nothing
+    assert result["codecs"]["pull"] == "raw" and result["codecs"]["push:w"] == "fp64", result["codecs"]
 
 
 def test_worker_settings_that_cannot_work_are_refused(data_dir, tmp_path):
