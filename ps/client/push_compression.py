@@ -5,6 +5,7 @@ quantization error kept for the next push)."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,6 +27,7 @@ AUTO_PAYS = 0.5  # its pushes and drains must carry at most this share of fp64 p
 AUTO_MIN_ROWS = 10_000  # rows pushed before a window is judged (fewer: it runs on to the next drain)
 AUTO_BACKOFF = (2, 64)  # cuts to wait before trying the codec again: first, and at most (doubling)
 VALUE_BYTES = {"fp64": 8, EXPORT_DRAIN_CODEC: 2}
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -164,6 +166,7 @@ class PushCompression:
             if choice.wait > 0:
                 return
             choice.compress = True
+            log.info("push codec auto, table %s: trying %s again", table, AUTO_CODEC)
         else:
             if choice.rows < AUTO_MIN_ROWS:
                 return
@@ -176,6 +179,11 @@ class PushCompression:
             if keys.shape[0]:  # an export's bf16 leftovers
                 self.sender.send_coded(table, keys, rows, self._kinds[table], "fp64", self._rng)
             choice.compress = False
+            log.info(
+                "push codec auto, table %s: %s carried %.2fx fewer value bytes than fp64 since the last judgement"
+                " (%d rows pushed), under the %.0fx it must; fp64 for the next %d cut(s)",
+                table, AUTO_CODEC, choice.ratio, choice.rows, 1 / AUTO_PAYS, choice.backoff,
+            )  # fmt: skip
             choice.wait = choice.backoff
             choice.backoff = min(2 * choice.backoff, AUTO_BACKOFF[1])
         choice.switches += 1
