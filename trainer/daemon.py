@@ -112,7 +112,10 @@ AUTO_PULL_CODEC = "bf16"  # `--pull-codec auto` where several ranks write the ro
 def connect(conf: TrainerConfig, stopping: Callable[[], bool] = lambda: False, ranks: int = 1) -> PSClient:
     """The PS client of this rank of `ranks`. `--pull-codec auto` is raw state, except for
     several ranks on shard processes: there another rank's pushes send a row back to every
-    rank that holds it, whole, and pulls become most of the bytes, so they travel in bf16."""
+    rank that holds it, whole, and pulls become most of the bytes, so they travel in bf16.
+    `--push-codec auto` judges 1-bit pushes per table (docs/design/auto-codec.md) for a lone
+    rank only: with several, 1-bit FFM pushes published a version that scored at random
+    (AUC 0.51 among 0.98-1.0; not understood yet), so they push fp64."""
     access = conf.ps_access
     if conf.local:
         local = conf.local_ps
@@ -126,9 +129,10 @@ def connect(conf: TrainerConfig, stopping: Callable[[], bool] = lambda: False, r
 
     addresses = addresses_of(conf)
     pull_codec = AUTO_PULL_CODEC if access.pull_codec == "auto" and ranks > 1 else access.pull_codec
+    push_codec = "none" if access.push_codec == "auto" and ranks > 1 else access.push_codec
     client = PSClient.connect(
         addresses,
-        access.push_codec,
+        push_codec,
         access.residual_rows,
         conf.learner.seed,
         pull_codec,
