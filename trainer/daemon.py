@@ -140,6 +140,8 @@ def connect(conf: TrainerConfig, stopping: Callable[[], bool] = lambda: False, r
         stopping,
         access.ps_call_timeout_s,
     )
+    # auto's windows end at cuts, where 1-bit's big cost (the exact drain) falls; a run without cuts at exports
+    client.compression.judge_at = "cut" if access.checkpoint_interval_s > 0 else "export"
     for addr, ch in zip(addresses, client.transport.channels, strict=True):  # type: ignore[attr-defined]
         ready, until = grpc.channel_ready_future(ch), time.monotonic() + 30
         while True:  # in slices, so that SIGTERM ends the wait

@@ -6,13 +6,13 @@ quantization error kept for the next push)."""
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
 from ctr.routing import dense_range
 from ps.api import DELTA, STATE, DensePush
+from ps.client.auto_codec import AUTO_CODEC, AutoChoice
 from ps.client.push_path import PushBatch, ShardSender
 from ps.compression.compressor import CodecSpec, Compressor
 from ps.compression.payload import VALUE_CODECS, Compressed
@@ -22,35 +22,7 @@ Keys = npt.NDArray[np.uint64]
 F64 = npt.NDArray[np.float64]
 
 EXPORT_DRAIN_CODEC = "bf16"  # residuals sent before an export: fp32's range, a quarter of fp64's bytes
-AUTO_CODEC = "onebit"  # what `auto` tries on state-delta tables over a network
-AUTO_PAYS = 0.5  # its pushes and drains must carry at most this share of fp64 pushes' value bytes
-AUTO_MIN_ROWS = 10_000  # rows pushed before a window is judged (fewer: it runs on to the next drain)
-AUTO_BACKOFF = (2, 64)  # cuts to wait before trying the codec again: first, and at most (doubling)
-VALUE_BYTES = {"fp64": 8, EXPORT_DRAIN_CODEC: 2}
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class AutoChoice:
-    """`auto`'s choice for one table (docs/design/auto-codec.md): AUTO_CODEC while it pays,
-    judged at each checkpoint cut over the window since the last judgement, else fp64 for
-    `wait` cuts. Byte counts are value bytes (plus a drain's keys): a push's keys or row ids
-    cost the same in either codec."""
-
-    compress: bool = True
-    sent: int = 0  # value bytes the window's pushes and drains carried
-    plain: int = 0  # what fp64 pushes of the same rows would have carried
-    rows: int = 0  # rows pushed in the window
-    wait: int = 0  # drains left before AUTO_CODEC is tried again
-    backoff: int = AUTO_BACKOFF[0]  # the next wait
-    ratio: float = 0.0  # plain / sent at the last judgement (0: none yet)
-    switches: int = 0
-
-    def describe(self) -> str:
-        seen = f"{self.ratio:.1f}x fewer value bytes than fp64 when last judged" if self.ratio else "not judged yet"
-        if self.compress:
-            return f"{AUTO_CODEC}: {seen}"
-        return f"fp64: {AUTO_CODEC} carried only {seen}; trying it again in {self.wait} cut(s)"
 
 
 class PushCompression:
@@ -62,7 +34,8 @@ class PushCompression:
         self, spec: CodecSpec | None, residual_rows: int, seed: int, sender: ShardSender, wire: WireLedger, auto: bool = False
     ) -> None:
         self.spec = spec
-        self.auto = auto and spec is None  # `auto` over a network: state deltas try AUTO_CODEC
+        self.auto = auto and spec is None  # `auto` over a network: state deltas judge AUTO_CODEC (ps.client.auto_codec)
+        self.judge_at = "cut"  # the drains that end auto's windows ("export" where a run takes no cuts)
         self.residual_rows = residual_rows
         self.seed = seed
         self.sender = sender
@@ -106,10 +79,8 @@ class PushCompression:
                 whole = idx.shape[0] == batch.keys.shape[0]
                 keys, rows = (batch.keys, batch.rows) if whole else (batch.keys[idx], batch.rows[idx])
                 packed, keys_out, rows_out = comp.compress(keys, rows)
-                if choice is not None and choice.compress:
-                    choice.sent += len(packed.body) + keys_out.shape[0] * (8 * rows.shape[1] + 8)  # evicted: exact, keys too
-                    choice.plain += 8 * rows.size
-                    choice.rows += keys.shape[0]
+                if choice is not None:
+                    choice.pushed(keys, rows.shape[1], len(packed.body), keys_out.shape[0])
                 parts.append((s, keys, packed))
                 gone_keys.append(keys_out)
                 gone_rows.append(rows_out)
@@ -146,48 +117,20 @@ class PushCompression:
                         comp.keep(keys, rows - self.sender.send_coded(table, keys, rows, kind, EXPORT_DRAIN_CODEC, self._rng))
                     else:
                         self.sender.send_coded(table, keys, rows, kind, "fp64", self._rng)
-                    self._count_drain(table, rows, "fp64" if cause != "export" else EXPORT_DRAIN_CODEC)
-                if cause == "cut" and table in self.choices:  # a window holds a cut's drain, the big cost
-                    self._judge(table)
+                choice = self.choices.get(table)
+                if choice is not None:
+                    choice.drained(cause, keys.shape[0])
+                    if cause == self.judge_at and choice.judge():
+                        self._switch(table, choice)
 
-    def _count_drain(self, table: str, rows: F64, codec: str) -> None:
-        choice = self.choices.get(table)
-        if choice is not None:
-            choice.sent += rows.shape[0] * (VALUE_BYTES[codec] * rows.shape[1] + 8)  # keys travel with drains
-
-    def _judge(self, table: str) -> None:
-        """At a cut, after its drain: keeps AUTO_CODEC while its window carried at most AUTO_PAYS of fp64's
-        bytes, else switches the table to fp64 for a while (backing off each time it fails
-        again); after that wait, tries it again. A switch sends what the error feedback
-        still holds exactly first (nothing after a cut's drain), so no update is lost."""
-        choice = self.choices[table]
-        if not choice.compress:
-            choice.wait -= 1
-            if choice.wait > 0:
-                return
-            choice.compress = True
-            log.info("push codec auto, table %s: trying %s again", table, AUTO_CODEC)
-        else:
-            if choice.rows < AUTO_MIN_ROWS:
-                return
-            choice.ratio = choice.plain / max(1, choice.sent)
-            if choice.sent <= AUTO_PAYS * choice.plain:
-                choice.backoff = AUTO_BACKOFF[0]
-                choice.sent = choice.plain = choice.rows = 0
-                return
-            keys, rows = self.compressors[table].drain()
-            if keys.shape[0]:  # an export's bf16 leftovers
-                self.sender.send_coded(table, keys, rows, self._kinds[table], "fp64", self._rng)
-            choice.compress = False
-            log.info(
-                "push codec auto, table %s: %s carried %.2fx fewer value bytes than fp64 since the last judgement"
-                " (%d rows pushed), under the %.0fx it must; fp64 for the next %d cut(s)",
-                table, AUTO_CODEC, choice.ratio, choice.rows, 1 / AUTO_PAYS, choice.backoff,
-            )  # fmt: skip
-            choice.wait = choice.backoff
-            choice.backoff = min(2 * choice.backoff, AUTO_BACKOFF[1])
-        choice.switches += 1
-        choice.sent = choice.plain = choice.rows = 0
+    def _switch(self, table: str, choice: AutoChoice) -> None:
+        """auto's table changes codec (choice.compress says to which): what the error feedback
+        still holds goes exactly first (nothing after a cut's drain; an export's bf16
+        leftovers otherwise), so no update is lost."""
+        keys, rows = self.compressors[table].drain()
+        if keys.shape[0]:
+            self.sender.send_coded(table, keys, rows, self._kinds[table], "fp64", self._rng)
+        log.info("push codec auto, table %s: %s", table, choice.describe())
         self._make(table)
 
     def reset(self) -> None:
@@ -195,10 +138,6 @@ class PushCompression:
         for comp in self.compressors.values():
             comp.drain()
         self._dense_residual.clear()
-        for table, choice in self.choices.items():  # a fresh start: try the codec again
-            if not choice.compress:
-                self.choices[table] = AutoChoice()
-                self._make(table)
 
     def codecs(self) -> dict[str, str]:
         """Per sparse table pushed so far, its codec as --push-codec spells it."""

@@ -1,7 +1,7 @@
 """`--push-codec auto` (docs/design/auto-codec.md): uncompressed in-process; over a network,
-1-bit state deltas on each table while they carry at most half of fp64's bytes, judged at
-each checkpoint cut, and back to fp64 (then tried again later) where they do not. Whatever
-it chooses, the shards hold every update exactly after each cut."""
+fp64 until a window between two cuts says 1-bit pushes with their drains would carry at
+most 40% of fp64's bytes, 1-bit until a window measures more than half. Whatever it
+chooses, the shards hold every update exactly after each cut."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from ctr.model.optim import OptimizerSpec
 from ctr.model.spec import TableSpec
 from ps.api import DELTA
 from ps.client import PSClient
-from ps.client.push_compression import AUTO_BACKOFF, AUTO_MIN_ROWS
+from ps.client.auto_codec import AUTO_MIN_ROWS, SAMPLE_BITS, AutoChoice, sampled
 from ps.server.local_transport import LocalTransport
 from ps.server.shard import Shard
 
@@ -35,7 +35,7 @@ def _held(shards: list[Shard], keys: np.ndarray) -> np.ndarray:
     return rows
 
 
-def _push_window(client: PSClient, keys: np.ndarray, times: int, truth: dict[int, np.ndarray], rng) -> None:
+def _window(client: PSClient, keys: np.ndarray, times: int, truth: dict[int, np.ndarray], rng) -> None:
     """Pushes each key `times` times in batches of at most 1,000 keys, then cuts."""
     for _ in range(times):
         for start in range(0, keys.shape[0], 1000):
@@ -59,41 +59,61 @@ def test_auto_is_uncompressed_in_process_and_with_none() -> None:
         assert client.codecs()["push:w"] == "fp64" and "auto:w" not in client.codecs()
 
 
-def test_rows_pushed_many_times_between_cuts_stay_onebit() -> None:
+def test_rows_pushed_many_times_between_cuts_move_to_onebit_and_stay() -> None:
     rng = np.random.default_rng(0)
     client, shards = _client()
     truth: dict[int, np.ndarray] = {}
-    hot = np.unique(rng.integers(1, 1 << 40, size=200, dtype=np.uint64))
-    for _ in range(3):
-        _push_window(client, hot, AUTO_MIN_ROWS // hot.shape[0] + 1, truth, rng)
-        _exact(shards, truth)
+    hot = np.unique(rng.integers(1, 1 << 40, size=400, dtype=np.uint64))
+    times = AUTO_MIN_ROWS // hot.shape[0] + 1
+    _window(client, hot, times, truth, rng)  # fp64 first; its estimate says 1-bit pays
+    assert client.codecs()["push:w"] == "onebit", client.codecs()
+    for _ in range(2):
+        _window(client, hot, times, truth, rng)
+        _exact(shards, truth)  # every cut holds every update
     codecs = client.codecs()
-    assert codecs["push:w"] == "onebit", codecs
-    assert codecs["auto:w"].startswith("onebit: ") and "fewer value bytes" in codecs["auto:w"], codecs
-    assert client.compression.choices["w"].ratio > 8  # 1-bit signs: far under half of fp64's bytes
-    assert client.compression_stats()["auto_switches"] == 0
+    assert codecs["push:w"] == "onebit" and "fewer value bytes than fp64" in codecs["auto:w"], codecs
+    assert client.compression.choices["w"].ratio > 8  # measured: signs and one exact drain a row per window
+    assert client.compression_stats()["auto_switches"] == 1
 
 
-def test_rows_pushed_once_between_cuts_go_back_to_fp64_and_onebit_is_tried_again() -> None:
+def test_rows_pushed_once_between_cuts_stay_fp64_without_a_onebit_window() -> None:
     rng = np.random.default_rng(1)
     client, shards = _client()
     truth: dict[int, np.ndarray] = {}
-    fresh = iter(range(1, 1 << 30, 1))
-
-    def window() -> None:
+    fresh = iter(range(1, 1 << 30))
+    for _ in range(3):  # a long tail: each row once; 1-bit's exact cut drain would cost what fp64 does
         keys = np.array([next(fresh) for _ in range(AUTO_MIN_ROWS + 500)], dtype=np.uint64)
-        _push_window(client, keys, 1, truth, rng)  # a long tail: each row once, its residual drained at the cut
+        _window(client, keys, 1, truth, rng)
         _exact(shards, truth)
-
-    window()
-    choice = client.compression.choices["w"]
-    assert client.codecs()["push:w"] == "fp64" and not choice.compress
-    assert 0 < choice.ratio < 2  # the cut's exact drain costs what fp64 pushes would have
-    assert "trying it again in" in client.codecs()["auto:w"]
-    for _ in range(AUTO_BACKOFF[0]):  # waits its backoff under fp64, exact all along
         assert client.codecs()["push:w"] == "fp64"
-        window()
-    assert client.codecs()["push:w"] == "onebit"  # tried again
-    window()  # fails again: the wait doubles
-    assert client.codecs()["push:w"] == "fp64" and choice.wait == 2 * AUTO_BACKOFF[0]
-    assert client.compression_stats()["auto_switches"] == 3
+    choice = client.compression.choices["w"]
+    assert 0.5 < choice.ratio < 2 and choice.switches == 0
+    assert client.compression.compressors["w"].flushed_rows == 0  # no 1-bit window was ever paid for
+
+
+def test_a_stream_that_stops_repeating_goes_back_to_fp64_exactly() -> None:
+    rng = np.random.default_rng(2)
+    client, shards = _client()
+    truth: dict[int, np.ndarray] = {}
+    hot = np.unique(rng.integers(1, 1 << 40, size=400, dtype=np.uint64))
+    _window(client, hot, AUTO_MIN_ROWS // hot.shape[0] + 1, truth, rng)
+    assert client.codecs()["push:w"] == "onebit"
+    keys = np.arange(1 << 32, (1 << 32) + AUTO_MIN_ROWS + 500, dtype=np.uint64)
+    _window(client, keys, 1, truth, rng)  # measured under 1-bit: the drain costs more than half
+    _exact(shards, truth)
+    assert client.codecs()["push:w"] == "fp64" and client.compression_stats()["auto_switches"] == 2
+
+
+def test_the_estimate_counts_distinct_rows_on_a_sample_of_keys() -> None:
+    keys = np.arange(1, 200_001, dtype=np.uint64)
+    share = sampled(keys).shape[0] / keys.shape[0]
+    assert abs(share - 2.0**-SAMPLE_BITS) < 0.005  # about 1 in 16, even for consecutive ids
+    choice = AutoChoice()
+    for _ in range(4):  # the same 200,000 rows, 4 times between two cuts, 2 values each
+        choice.pushed(keys, 2, 0, 0)
+    choice.drained("cut", 0)
+    plain = 4 * 200_000 * 2 * 8
+    exact_drain = 200_000 * (2 * 8 + 8)
+    assert choice.plain == plain
+    assert abs(choice.sent - (4 * 200_000 * 2 // 8 + exact_drain)) < 0.05 * exact_drain
+    assert choice.judge() and choice.compress  # 0.23 of fp64's bytes: under AUTO_ENTER

@@ -1,0 +1,99 @@
+"""`--push-codec auto` for one state-delta table on shard processes (docs/design/auto-codec.md).
+
+The table pushes fp64 until a window between two judgements says that 1-bit pushes with
+error feedback would carry at most AUTO_ENTER of fp64's value bytes, then 1-bit until a
+window measures more than AUTO_LEAVE. What 1-bit costs is mostly its drains: at a cut,
+every row pushed since the last one goes exactly (fp64, key included); at an export,
+every row pushed since the last export in bf16. So under fp64 the window counts the rows
+pushed and, on a sample of the keys, how many distinct rows each cut and each export would
+drain; under 1-bit it counts the bytes actually sent. Byte counts are value bytes (plus a
+drain's keys): a push's keys or row ids cost the same in either codec.
+
+Starting in fp64 means a stream that never pays (a long tail of rows pushed once between
+cuts) never pays a 1-bit window's drains to find out; those drains stall training while a
+cut waits for them (1.5-4.5 s a cut on the demo's FFM)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+AUTO_CODEC = "onebit"
+AUTO_ENTER = 0.4  # 1-bit starts when a window's estimate is at most this share of fp64's bytes
+AUTO_LEAVE = 0.5  # ... and stops when a window measures more than this share
+AUTO_MIN_ROWS = 10_000  # rows pushed before a window is judged (fewer: it runs on to the next judgement)
+SAMPLE_BITS = 4  # distinct rows are counted on 1 key in 2**SAMPLE_BITS
+KEY_BYTES = 8
+DRAIN_VALUE_BYTES = {"cut": 8, "end": 8, "export": 2}  # fp64 at cuts and the end, bf16 at exports
+_MIX = np.uint64(0x9E3779B97F4A7C15)  # keys may be raw ids: mixed before the sample is taken
+
+
+def sampled(keys: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+    """The keys in the distinct-row sample (1 in 2**SAMPLE_BITS, the same keys every time)."""
+    with np.errstate(over="ignore"):
+        return keys[((keys * _MIX) >> np.uint64(64 - SAMPLE_BITS)) == 0]
+
+
+@dataclass
+class AutoChoice:
+    compress: bool = False
+    cols: int = 0
+    rows: int = 0  # rows pushed in the window
+    plain: int = 0  # value bytes fp64 pushes of those rows carry
+    sent: int = 0  # under 1-bit: value bytes its pushes and drains carried; under fp64: the estimate of that
+    ratio: float = 0.0  # plain / sent (measured or estimated) at the last judgement (0: none yet)
+    switches: int = 0
+    _since_cut: set[int] = field(default_factory=set)  # sampled keys pushed since the last cut
+    _since_export: set[int] = field(default_factory=set)  # ... since the last export
+
+    def pushed(self, keys: npt.NDArray[np.uint64], cols: int, body_bytes: int, evicted: int) -> None:
+        """A push of these keys' rows: `body_bytes` of values, `evicted` residual rows sent
+        exactly because the error-feedback memory was full (1-bit only)."""
+        self.cols = cols
+        self.rows += keys.shape[0]
+        self.plain += 8 * keys.shape[0] * cols
+        if self.compress:
+            self.sent += body_bytes + evicted * (8 * cols + KEY_BYTES)
+        else:  # what 1-bit would have sent: a sign a value (its means are a few bytes a message)
+            self.sent += -(-keys.shape[0] * cols // 8)
+            some = sampled(keys).tolist()
+            self._since_cut.update(some)
+            self._since_export.update(some)
+
+    def drained(self, cause: str, rows: int) -> None:
+        """A drain: under 1-bit the rows it sent; under fp64 what 1-bit's would have sent."""
+        if self.compress:
+            self.sent += rows * (DRAIN_VALUE_BYTES[cause] * self.cols + KEY_BYTES)
+            return
+        seen = self._since_export if cause == "export" else self._since_cut
+        self.sent += (len(seen) << SAMPLE_BITS) * (DRAIN_VALUE_BYTES[cause] * self.cols + KEY_BYTES)
+        self._since_export.clear()
+        if cause != "export":
+            self._since_cut.clear()
+
+    def judge(self) -> bool:
+        """At a judgement (a cut, after its drain): whether the table switches codec now."""
+        if self.rows < AUTO_MIN_ROWS:
+            return False
+        self.ratio = self.plain / max(1, self.sent)
+        share = self.sent / max(1, self.plain)
+        switch = share > AUTO_LEAVE if self.compress else share <= AUTO_ENTER
+        self.rows = self.plain = self.sent = 0
+        if switch:
+            self.compress = not self.compress
+            self.switches += 1
+            self._since_cut.clear()
+            self._since_export.clear()
+        return switch
+
+    def describe(self) -> str:
+        if not self.ratio:
+            return f"{'onebit' if self.compress else 'fp64'}: not judged yet"
+        if self.compress:
+            return f"{AUTO_CODEC}: {self.ratio:.1f}x fewer value bytes than fp64 over the last window"
+        return (
+            f"fp64: {AUTO_CODEC} would have carried {self.ratio:.1f}x fewer value bytes over the last window,"
+            f" under the {1 / AUTO_ENTER:.1f}x it must"
+        )
