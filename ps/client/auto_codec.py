@@ -73,19 +73,25 @@ class AutoChoice:
         if cause != "export":
             self._since_cut.clear()
 
-    def judge(self) -> bool:
-        """At a judgement (a cut, after its drain): whether the table switches codec now."""
-        if self.rows < AUTO_MIN_ROWS:
+    def judge(self, at_cut: bool) -> bool:
+        """At a judgement: whether the table switches codec now. 1-bit is judged at cuts,
+        after the cut's drain; fp64 at exports too, as if a cut came now (its drain: the
+        distinct rows pushed since the last judgement), so that a stream starts 1-bit
+        within seconds, not only after its first cut; where cuts come less often than
+        exports, that overstates 1-bit's cost, which errs towards fp64."""
+        if (self.compress and not at_cut) or self.rows < AUTO_MIN_ROWS:
             return False
+        if not at_cut:
+            self.sent += (len(self._since_cut) << SAMPLE_BITS) * (DRAIN_VALUE_BYTES["cut"] * self.cols + KEY_BYTES)
         self.ratio = self.plain / max(1, self.sent)
         share = self.sent / max(1, self.plain)
         switch = share > AUTO_LEAVE if self.compress else share <= AUTO_ENTER
         self.rows = self.plain = self.sent = 0
+        self._since_cut.clear()
+        self._since_export.clear()
         if switch:
             self.compress = not self.compress
             self.switches += 1
-            self._since_cut.clear()
-            self._since_export.clear()
         return switch
 
     def describe(self) -> str:

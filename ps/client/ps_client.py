@@ -90,8 +90,8 @@ class PSClient:
     push_codec: the compressor spec of sparse pushes (ps.compression.compressor); "none":
     the uncompressed protocol, fp64 for state deltas (accumulators need every digit), fp32
     for gradients; "auto": the same in-process, and over a network 1-bit state deltas on
-    each table while they carry at most half of fp64's bytes, judged at each checkpoint cut
-    (docs/design/auto-codec.md).
+    each table where a window between two checkpoint cuts says they pay
+    (ps.client.auto_codec, docs/design/auto-codec.md).
     residual_rows caps each table's error-feedback memory. pull_codec: the value codec
     sparse pull replies travel in ("auto" or "raw": fp32 weights, fp64 state)."""
 

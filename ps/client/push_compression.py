@@ -120,7 +120,7 @@ class PushCompression:
                 choice = self.choices.get(table)
                 if choice is not None:
                     choice.drained(cause, keys.shape[0])
-                    if cause == self.judge_at and choice.judge():
+                    if cause in (self.judge_at, "export") and choice.judge(at_cut=cause == self.judge_at):
                         self._switch(table, choice)
 
     def _switch(self, table: str, choice: AutoChoice) -> None:

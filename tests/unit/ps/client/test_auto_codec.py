@@ -91,6 +91,28 @@ def test_rows_pushed_once_between_cuts_stay_fp64_without_a_onebit_window() -> No
     assert client.compression.compressors["w"].flushed_rows == 0  # no 1-bit window was ever paid for
 
 
+def test_an_export_judges_fp64_as_if_a_cut_came_then() -> None:
+    """Before the first cut, an export already judges fp64's window (counting the cut drain
+    it would have cost): a stream moves to 1-bit within seconds. 1-bit waits for a cut."""
+    rng = np.random.default_rng(3)
+    client, shards = _client()
+    hot = np.unique(rng.integers(1, 1 << 40, size=400, dtype=np.uint64))
+    for _ in range(AUTO_MIN_ROWS // hot.shape[0] + 1):
+        client.push("w", hot, np.column_stack([rng.normal(size=hot.shape[0]), np.ones(hot.shape[0])]), kind=DELTA)
+    client.flush_residuals("export")
+    assert client.codecs()["push:w"] == "onebit"
+    fresh = np.arange(1 << 33, (1 << 33) + AUTO_MIN_ROWS + 500, dtype=np.uint64)
+    client.push("w", fresh, np.ones((fresh.shape[0], 2)), kind=DELTA)
+    client.flush_residuals("export")  # a window that would not pay, but 1-bit is judged at cuts only
+    assert client.codecs()["push:w"] == "onebit"
+    client.flush_residuals("cut")
+    assert client.codecs()["push:w"] == "fp64"
+    long_tail = AutoChoice()
+    long_tail.pushed(np.arange(1, 20_001, dtype=np.uint64), 2, 0, 0)
+    long_tail.drained("export", 0)
+    assert not long_tail.judge(at_cut=False) and 0.3 < long_tail.ratio < 1  # the export and would-be cut drains counted
+
+
 def test_a_stream_that_stops_repeating_goes_back_to_fp64_exactly() -> None:
     rng = np.random.default_rng(2)
     client, shards = _client()
@@ -116,4 +138,4 @@ def test_the_estimate_counts_distinct_rows_on_a_sample_of_keys() -> None:
     exact_drain = 200_000 * (2 * 8 + 8)
     assert choice.plain == plain
     assert abs(choice.sent - (4 * 200_000 * 2 // 8 + exact_drain)) < 0.05 * exact_drain
-    assert choice.judge() and choice.compress  # 0.23 of fp64's bytes: under AUTO_ENTER
+    assert choice.judge(at_cut=True) and choice.compress  # 0.23 of fp64's bytes: under AUTO_ENTER
