@@ -78,6 +78,22 @@ class CompactHashMap:
         self.size -= removed
         return removed
 
+    def find_ids(self, keys: npt.NDArray[np.uint64]) -> npt.NDArray[np.int64]:
+        """For a map of key -> int64 id (row_words 2, the id in both words): each key's id,
+        -1 where absent."""
+        assert self.row_words == 2, "ids take a row of two words"
+        slots = self.find(keys)
+        ids = np.full(keys.shape[0], -1, dtype=np.int64)
+        hit = slots >= 0
+        ids[hit] = self.words[slots[hit]].view(np.int64).reshape(-1)
+        return ids
+
+    def insert_ids(self, keys: npt.NDArray[np.uint64], ids: npt.NDArray[np.int64]) -> None:
+        """For a map of key -> int64 id: inserts keys (absent ones; key 0 is rejected) with these ids."""
+        assert self.row_words == 2, "ids take a row of two words"
+        slots = self.insert(keys)  # first: it may grow the slots the words view
+        self.words[slots] = np.ascontiguousarray(ids, dtype=np.int64).view(np.uint32).reshape(-1, 2)
+
     def reserve(self, n: int) -> None:
         """Grows so that n keys fit under max_load."""
         if n <= self.capacity * self.max_load:

@@ -73,8 +73,7 @@ class KeptRows:
         if absent.any():
             new = np.arange(self.size, self.size + int(absent.sum()), dtype=np.int64)
             self._grow(self.size + new.shape[0])
-            slots = self.index.insert(keys[absent])
-            self.index.words[slots] = new.view(np.uint32).reshape(-1, 2)
+            self.index.insert_ids(keys[absent], new)
             self.size += new.shape[0]
             e[absent] = new
         self.row_id[e] = ids

@@ -57,7 +57,7 @@ class ResidualStore:
         """The residual of each of the sorted unique keys (zero when it has none)."""
         out = np.zeros((keys.shape[0], cols))
         if len(self):
-            slot = self._slots_of(keys)
+            slot = self._index.find_ids(keys)
             found = slot >= 0
             out[found] = self._rows[slot[found]]
         return out
@@ -72,7 +72,7 @@ class ResidualStore:
         if rows.shape[1] != self._width:  # the first rows set the width (a table's never changes)
             self._width = rows.shape[1]
             self._rows = np.zeros((self._rows.shape[0], self._width))
-        slot = self._slots_of(keys) if len(self) else np.full(keys.shape[0], -1, dtype=np.int64)
+        slot = self._index.find_ids(keys) if len(self) else np.full(keys.shape[0], -1, dtype=np.int64)
         new = slot < 0
         if new.any():
             slot[new] = self._claim(keys[new])
@@ -91,18 +91,11 @@ class ResidualStore:
     def drop(self, keys: Keys) -> None:
         """Forgets the residuals of these sorted unique keys (they were sent exactly)."""
         if len(self) and keys.shape[0]:
-            slot = self._slots_of(keys)
+            slot = self._index.find_ids(keys)
             self._remove(slot[slot >= 0])
 
     def _live(self) -> I64:
         return np.flatnonzero(self._key[: self._used]).astype(np.int64)
-
-    def _slots_of(self, keys: Keys) -> I64:
-        at = self._index.find(keys)
-        slot = np.full(keys.shape[0], -1, dtype=np.int64)
-        found = at >= 0
-        slot[found] = self._index.words[at[found]].view(np.int64).reshape(-1)
-        return slot
 
     def _claim(self, keys: Keys) -> I64:
         """Slots for new keys: freed ones first, then the buffer's next (growing it)."""
@@ -115,8 +108,7 @@ class ResidualStore:
             self._grow(self._used)
         slot = np.concatenate([reused, fresh])
         self._key[slot] = keys
-        at = self._index.insert(keys)
-        self._index.words[at] = slot.view(np.uint32).reshape(-1, 2)
+        self._index.insert_ids(keys, slot)
         return slot
 
     def _grow(self, n: int) -> None:

@@ -120,11 +120,7 @@ class SparseTable:
 
     def find(self, keys: npt.NDArray[np.uint64]) -> npt.NDArray[np.int64]:
         """Row id of each key, -1 where absent."""
-        slots = self.map.find(keys)
-        ids = np.full(keys.shape[0], -1, dtype=np.int64)
-        hit = slots >= 0
-        ids[hit] = self.map.words[slots[hit]].view(np.int64).reshape(-1)
-        return ids
+        return self.map.find_ids(keys)
 
     def _grow(self, n: int) -> None:
         cap = self.keys.shape[0]
@@ -152,8 +148,7 @@ class SparseTable:
         if absent.shape[0]:
             new = np.arange(self.size, self.size + absent.shape[0], dtype=np.int64)
             self._grow(self.size + absent.shape[0])
-            slots = self.map.insert(keys[absent])
-            self.map.words[slots] = new.view(np.uint32).reshape(-1, 2)
+            self.map.insert_ids(keys[absent], new)
             self.keys[new] = keys[absent]
             self.size += absent.shape[0]
             ids[absent] = new

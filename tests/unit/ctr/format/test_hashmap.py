@@ -40,6 +40,19 @@ def test_agrees_with_dict(ops):
     assert sorted(stored.tolist()) == sorted(ref)
 
 
+def test_ids_round_trip_and_absent_keys_are_minus_one():
+    m = CompactHashMap(2, capacity=8)
+    keys = np.array([5, 1 << 63, *range(100, 130)], dtype=np.uint64)
+    ids = np.array([0, 1 << 40, *range(3, 33)], dtype=np.int64)
+    m.insert_ids(keys, ids)
+    assert m.capacity > 8  # it grew while inserting them
+    m.insert_ids(np.array([99], dtype=np.uint64), np.array([2], dtype=np.int64))
+    got = m.find_ids(np.array([129, 4, 1 << 63, 99, 5, 100], dtype=np.uint64))
+    assert got.tolist() == [32, -1, 1 << 40, 2, 0, 3]
+    m.delete(np.array([129], dtype=np.uint64))
+    assert m.find_ids(np.array([129, 100], dtype=np.uint64)).tolist() == [-1, 3]
+
+
 def test_find_matches_reference_kernel():
     rng = np.random.default_rng(1)
     keys = np.unique(rng.integers(1, 2**64 - 1, 3000, dtype=np.uint64))
