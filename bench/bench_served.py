@@ -285,8 +285,8 @@ def _summarize(name: str, model: str, workers: int, runs: dict[str, list[dict[st
                 "published": _med(rs, "published"),
                 "worker_view_auc": _med(rs, "worker_view_auc"),
                 "examples_per_s": _med(rs, "examples_per_s"),
-                "chose": rs[-1].get("chose", ""),
-                "switches": _med(rs, "switches") if all("switches" in r for r in rs) else 0.0,
+                "chose": rs[-1]["chose"],
+                "switches": _med(rs, "switches"),
             }
         )
     return out
@@ -307,7 +307,7 @@ def _print(results: list[dict[str, Any]]) -> None:
             f"| {r['dataset']} | {r['model']} | {r['workers']} | {r['codecs']} | {r['wire_bytes_per_sample']:.2f} |"
             f" {r['ratio']:.2f}x | {pulls:.2f}, {pushes:.2f}, {drains:.2f} | {r['served_auc']:.4f} | {r['d_served_auc']:+.4f} |"
             f" {r['published']:.0f} | {r['worker_view_auc']:.4f} | {r['examples_per_s']:,.0f} |"
-            f" {r.get('chose', '')} ({r.get('switches', 0.0):.0f}) |"
+            f" {r['chose']} ({r['switches']:.0f}) |"
         )
 
 
