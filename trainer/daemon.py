@@ -113,9 +113,9 @@ def connect(conf: TrainerConfig, stopping: Callable[[], bool] = lambda: False, r
     """The PS client of this rank of `ranks`. `--pull-codec auto` is raw state, except for
     several ranks on shard processes: there another rank's pushes send a row back to every
     rank that holds it, whole, and pulls become most of the bytes, so they travel in bf16.
-    `--push-codec auto` judges 1-bit pushes per table (docs/design/auto-codec.md) for a lone
-    rank only: with several, 1-bit FFM pushes published a version that scored at random
-    (AUC 0.51 among 0.98-1.0; not understood yet), so they push fp64."""
+    `--push-codec auto` judges 1-bit pushes per table (docs/design/auto-codec.md). Where
+    several ranks push the same rows (not through --local-aggregate's one leader), each
+    bounds what its error feedback holds back (docs/design/residual-bound.md)."""
     access = conf.ps_access
     if conf.local:
         local = conf.local_ps
@@ -129,16 +129,16 @@ def connect(conf: TrainerConfig, stopping: Callable[[], bool] = lambda: False, r
 
     addresses = addresses_of(conf)
     pull_codec = AUTO_PULL_CODEC if access.pull_codec == "auto" and ranks > 1 else access.pull_codec
-    push_codec = "none" if access.push_codec == "auto" and ranks > 1 else access.push_codec
     client = PSClient.connect(
         addresses,
-        push_codec,
+        access.push_codec,
         access.residual_rows,
         conf.learner.seed,
         pull_codec,
         access.ps_retry_s,
         stopping,
         access.ps_call_timeout_s,
+        1 if conf.parallel.local_aggregate else ranks,  # one leader pushes the host's sums
     )
     # auto's windows end at cuts, where 1-bit's big cost (the exact drain) falls; a run without cuts at exports
     client.compression.judge_at = "cut" if access.checkpoint_interval_s > 0 else "export"

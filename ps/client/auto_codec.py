@@ -76,16 +76,21 @@ class AutoChoice:
     def judge(self, at_cut: bool) -> bool:
         """At a judgement: whether the table switches codec now. 1-bit is judged at cuts,
         after the cut's drain; fp64 at exports too, as if a cut came now (its drain: the
-        distinct rows pushed since the last judgement), so that a stream starts 1-bit
-        within seconds, not only after its first cut; where cuts come less often than
-        exports, that overstates 1-bit's cost, which errs towards fp64."""
+        distinct rows pushed since the last cut), so that a stream starts 1-bit within
+        seconds, not only after its first cut. An fp64 window judged at an export runs on
+        to the next cut unless it switches: a cut's drain is charged once over a window that
+        grows, so where exports come far more often than cuts the estimate nears what a
+        whole cut interval costs instead of charging a cut's drain to each export."""
         if (self.compress and not at_cut) or self.rows < AUTO_MIN_ROWS:
             return False
+        sent = self.sent
         if not at_cut:
-            self.sent += (len(self._since_cut) << SAMPLE_BITS) * (DRAIN_VALUE_BYTES["cut"] * self.cols + KEY_BYTES)
-        self.ratio = self.plain / max(1, self.sent)
-        share = self.sent / max(1, self.plain)
+            sent += (len(self._since_cut) << SAMPLE_BITS) * (DRAIN_VALUE_BYTES["cut"] * self.cols + KEY_BYTES)
+        self.ratio = self.plain / max(1, sent)
+        share = sent / max(1, self.plain)
         switch = share > AUTO_LEAVE if self.compress else share <= AUTO_ENTER
+        if not (at_cut or switch):
+            return False
         self.rows = self.plain = self.sent = 0
         self._since_cut.clear()
         self._since_export.clear()

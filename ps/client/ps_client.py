@@ -93,7 +93,8 @@ class PSClient:
     each table where a window between two checkpoint cuts says they pay
     (ps.client.auto_codec, docs/design/auto-codec.md).
     residual_rows caps each table's error-feedback memory. pull_codec: the value codec
-    sparse pull replies travel in ("auto" or "raw": fp32 weights, fp64 state)."""
+    sparse pull replies travel in ("auto" or "raw": fp32 weights, fp64 state). ranks: how
+    many workers push these rows (several bound each one's residuals)."""
 
     def __init__(
         self,
@@ -103,6 +104,7 @@ class PSClient:
         residual_rows: int = DEFAULT_RESIDUAL_ROWS,
         seed: int = 0,
         pull_codec: str = "auto",
+        ranks: int = 1,
     ) -> None:
         self.transport = transport
         self.n = shard_count
@@ -114,7 +116,7 @@ class PSClient:
         sender = ShardSender(transport, shard_count, self.cache, self.on_shards)
         spec = None if push_codec in ("auto", "none") else parse_codec(push_codec)
         auto = push_codec == "auto" and transport.remote  # over a network `auto` compresses where it pays
-        self.compression = PushCompression(spec, residual_rows, seed, sender, transport.wire, auto)
+        self.compression = PushCompression(spec, residual_rows, seed, sender, transport.wire, auto, shared=ranks > 1)
         self.aggregator: LocalAggregator | None = None  # --local-aggregate
         self._control: ControlPlane | None = None
 
@@ -129,6 +131,7 @@ class PSClient:
         retry_s: float = 0.0,
         stopping: Callable[[], bool] = lambda: False,
         call_timeout_s: float = 60.0,
+        ranks: int = 1,
     ) -> PSClient:
         """Shard processes over gRPC; a call to an unreachable shard retries for retry_s, or
         until stopping() (then StoppedWhileUnreachable); a call unanswered after
@@ -137,7 +140,7 @@ class PSClient:
         from ps.client.grpc_transport import GrpcTransport  # gRPC loads only for shard processes
 
         transport = GrpcTransport(addresses, timeout=call_timeout_s, retry_s=retry_s, stopping=stopping)
-        return cls(transport, len(addresses), push_codec, residual_rows, seed, pull_codec)
+        return cls(transport, len(addresses), push_codec, residual_rows, seed, pull_codec, ranks)
 
     @classmethod
     def local(

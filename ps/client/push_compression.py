@@ -22,18 +22,31 @@ Keys = npt.NDArray[np.uint64]
 F64 = npt.NDArray[np.float64]
 
 EXPORT_DRAIN_CODEC = "bf16"  # residuals sent before an export: fp32's range, a quarter of fp64's bytes
+# several ranks: a residual may hold this many times its column's mean sent value before its
+# row goes exactly (Compressor.residual_bound; 4 costs more bytes, 16 let Frappe FFM's second
+# version lose 0.009 AUC: docs/design/residual-bound.md)
+SHARED_RESIDUAL_BOUND = 8.0
 log = logging.getLogger(__name__)
 
 
 class PushCompression:
     """spec: every sparse table's compressor, or None for the uncompressed protocol (fp64
     state deltas, whose accumulators need every digit; fp32 gradients). residual_rows caps
-    each table's error-feedback memory."""
+    each table's error-feedback memory. shared: other ranks push and pull the same rows, so
+    residuals are bounded (SHARED_RESIDUAL_BOUND): they would not see what this one holds back."""
 
     def __init__(
-        self, spec: CodecSpec | None, residual_rows: int, seed: int, sender: ShardSender, wire: WireLedger, auto: bool = False
+        self,
+        spec: CodecSpec | None,
+        residual_rows: int,
+        seed: int,
+        sender: ShardSender,
+        wire: WireLedger,
+        auto: bool = False,
+        shared: bool = False,
     ) -> None:
         self.spec = spec
+        self.residual_bound = SHARED_RESIDUAL_BOUND if shared else None
         self.auto = auto and spec is None  # `auto` over a network: state deltas judge AUTO_CODEC (ps.client.auto_codec)
         self.judge_at = "cut"  # the drains that end auto's windows ("export" where a run takes no cuts)
         self.residual_rows = residual_rows
@@ -62,7 +75,9 @@ class PushCompression:
             spec = CodecSpec(AUTO_CODEC if choice.compress else "fp64")
         else:
             spec = self.spec or CodecSpec("fp64" if self._kinds[table] == DELTA else "fp32")
-        self.compressors[table] = Compressor(spec, self.residual_rows, seed=self.seed * 1000 + self._made)
+        self.compressors[table] = Compressor(
+            spec, self.residual_rows, seed=self.seed * 1000 + self._made, residual_bound=self.residual_bound
+        )
         self._made += 1
 
     def push(self, batch: PushBatch) -> Keys:

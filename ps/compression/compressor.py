@@ -55,12 +55,21 @@ def parse_codec(text: str) -> CodecSpec:
 
 
 class Compressor:
-    def __init__(self, spec: CodecSpec, residual_rows: int, seed: int = 0) -> None:
+    """residual_bound: None keeps every residual until its row's next push or a drain; a
+    number B sends a row's residual exactly, with its key, in the push that would leave it
+    above B times its column's mean sent magnitude. Several ranks pushing the same rows
+    need the bound: 1-bit sends every value of a column as that column's mean, so a hot
+    row's residual grows push after push, and the other ranks train that row without it
+    (docs/design/residual-bound.md)."""
+
+    def __init__(self, spec: CodecSpec, residual_rows: int, seed: int = 0, residual_bound: float | None = None) -> None:
         self.spec = spec
         self.codec: ValueCodec = VALUE_CODECS[spec.value]
         self.residuals = ResidualStore(residual_rows) if spec.feedback else None
+        self.residual_bound = residual_bound if spec.feedback else None
         self.rng = np.random.default_rng(seed)
         self.flushed_rows = 0
+        self.bound_rows = 0  # rows sent exactly because their residual passed the bound
         self._drained_at = 0  # the residual store's tick at the last export's drain
         self._lock = threading.Lock()  # the pull thread reads residuals while a push writes them
 
@@ -136,9 +145,26 @@ class Compressor:
                 residual -= decoded
             else:
                 residual[sent] -= decoded
-            gone_keys, gone_rows = self.residuals.put(keys, residual)
+            over = self._over_bound(residual, decoded)
+            if over.shape[0]:  # these leave the memory now, before put() could evict their old rows
+                kept = np.ones(n, dtype=bool)
+                kept[over] = False
+                self.residuals.drop(keys[over])
+                gone_keys, gone_rows = self.residuals.put(keys[kept], residual[kept])
+                self.bound_rows += int(over.shape[0])
+                gone_keys = np.concatenate([gone_keys, keys[over]])
+                gone_rows = np.concatenate([gone_rows, residual[over]])
+            else:
+                gone_keys, gone_rows = self.residuals.put(keys, residual)
             self.flushed_rows += int(gone_keys.shape[0])
         return Compressed(self.codec, n, d, sent, body, decoded), gone_keys, gone_rows
+
+    def _over_bound(self, residual: F64, decoded: F64) -> npt.NDArray[np.int64]:
+        """The rows (indices) whose residual passes the bound in any column."""
+        if self.residual_bound is None or not decoded.shape[0]:
+            return np.zeros(0, dtype=np.int64)
+        limit = self.residual_bound * np.abs(decoded).mean(axis=0)
+        return np.flatnonzero(np.any(np.abs(residual) > limit, axis=1))
 
     def stats(self) -> dict[str, float]:
         r = self.residuals
@@ -148,4 +174,5 @@ class Compressor:
             "residual_bytes": float(r.nbytes) if r else 0.0,
             "residual_rows_cap": float(r.capacity) if r else 0.0,
             "residual_flushed_rows": float(self.flushed_rows),
+            "residual_bound_rows": float(self.bound_rows),
         }

@@ -113,6 +113,35 @@ def test_an_export_judges_fp64_as_if_a_cut_came_then() -> None:
     assert not long_tail.judge(at_cut=False) and 0.3 < long_tail.ratio < 1  # the export and would-be cut drains counted
 
 
+def test_fp64_windows_run_on_across_exports_until_a_cut() -> None:
+    """Exports far more often than cuts: each export's judgement charges the would-be cut
+    drain once over a window that grows, so rows repeated across exports reach 1-bit even
+    though no single export interval repeats them enough. The estimate never counts a
+    cut's drain twice."""
+    keys = np.arange(1, 20_001, dtype=np.uint64)
+    choice = AutoChoice()
+    judged = []
+    for _ in range(8):  # each export interval pushes every row 3 times: one interval alone would not pay
+        for _ in range(3):
+            choice.pushed(keys, 2, 0, 0)
+        choice.drained("export", 0)
+        judged.append(choice.judge(at_cut=False))
+    assert judged.index(True) == 3 and choice.compress  # at the fourth export, before any cut
+    alone = AutoChoice()
+    for _ in range(3):
+        alone.pushed(keys, 2, 0, 0)
+    alone.drained("export", 0)
+    assert not alone.judge(at_cut=False)
+    again = AutoChoice()
+    again.pushed(keys, 2, 0, 0)
+    again.pushed(keys, 2, 0, 0)
+    again.drained("export", 0)
+    again.judge(at_cut=False)
+    again.drained("cut", 0)
+    sample = sampled(keys).shape[0] << SAMPLE_BITS
+    assert again.sent == 2 * 20_000 * 2 // 8 + sample * (2 * 2 + 8) + sample * (2 * 8 + 8)  # one cut drain
+
+
 def test_a_stream_that_stops_repeating_goes_back_to_fp64_exactly() -> None:
     rng = np.random.default_rng(2)
     client, shards = _client()

@@ -147,14 +147,17 @@ def test_error_feedback_sends_the_true_sum_less_the_residual(spec):
     np.testing.assert_allclose(sent_sum + comp.unsent(keys, 2), true_sum, atol=1e-9)
 
 
-def test_residual_memory_stays_within_its_cap_and_evicted_rows_are_returned():
-    comp = Compressor(parse_codec("onebit"), residual_rows=64, seed=0)
+@pytest.mark.parametrize("bound", [None, 2.0])
+def test_residual_memory_stays_within_its_cap_and_evicted_rows_are_returned(bound):
+    """Rows evicted from a full memory and rows over the residual bound both leave it
+    exactly, once: what was sent, what left and what is held add up to what was pushed."""
+    comp = Compressor(parse_codec("onebit"), residual_rows=64, seed=0, residual_bound=bound)
     rng = np.random.default_rng(0)
     true_sum: dict[int, np.ndarray] = {}
     accounted: dict[int, np.ndarray] = {}
     for _ in range(40):
         keys = np.unique(rng.integers(1, 500, 30)).astype(np.uint64)
-        g = rng.normal(size=(keys.shape[0], 3))
+        g = rng.normal(size=(keys.shape[0], 3)) * np.where(keys % 7 == 0, 20.0, 1.0)[:, None]  # some outliers
         for k, row in zip(keys.tolist(), g, strict=True):
             true_sum[k] = true_sum.get(k, 0) + row
         packed, gone_keys, gone_rows = comp.compress(keys, g)
@@ -170,6 +173,30 @@ def test_residual_memory_stays_within_its_cap_and_evicted_rows_are_returned():
         accounted[k] = accounted.get(k, 0) + row
     for k, row in true_sum.items():
         np.testing.assert_allclose(accounted[k], row, atol=1e-9)
+    assert (comp.bound_rows > 0) == (bound is not None)
+
+
+def test_residual_bound_keeps_a_hot_rows_residual_from_growing():
+    """1-bit sends each value as its column's mean, so a row pushed ten times larger than
+    the rest every time falls further behind at each push; other ranks would train that row
+    without what it holds back. With the bound its residual stays within B times the
+    column's mean sent value, and what passes the bound leaves exactly."""
+    keys = np.arange(1, 101, dtype=np.uint64)
+    rng = np.random.default_rng(1)
+    pushes = [np.abs(rng.normal(size=(100, 2))) * np.where(keys == 1, 10.0, 1.0)[:, None] for _ in range(50)]
+    unbounded = Compressor(parse_codec("onebit"), residual_rows=1000)
+    bounded = Compressor(parse_codec("onebit"), residual_rows=1000, residual_bound=8.0)
+    for g in pushes:
+        unbounded.compress(keys, g)
+        packed, gone, gone_rows = bounded.compress(keys, g)
+        _, values = decode_payload(packed.payload(with_subset=False), 100, 2)
+        limit = 8.0 * np.abs(values).mean(axis=0)
+        assert np.all(np.abs(bounded.unsent(keys, 2)) <= limit)
+        assert set(gone.tolist()) <= {1}  # only the hot row passes the bound
+    hot = np.array([1], dtype=np.uint64)
+    assert np.abs(unbounded.unsent(hot, 2)).max() > 100  # several a push, never caught up
+    assert np.abs(bounded.unsent(hot, 2)).max() < 20
+    assert bounded.stats()["residual_bound_rows"] >= 10  # sent exactly every few pushes
 
 
 def test_residual_store_evicts_the_least_recently_pushed():
