@@ -24,6 +24,10 @@ AUTO_CODEC = "onebit"
 AUTO_ENTER = 0.4  # 1-bit starts when a window's estimate is at most this share of fp64's bytes
 AUTO_LEAVE = 0.5  # ... and stops when a window measures more than this share
 AUTO_MIN_ROWS = 10_000  # rows pushed before a window is judged (fewer: it runs on to the next judgement)
+# a cut's exact drain stalls training while the cut waits (pushes overlap it): 1-bit starts
+# only if the window's cut drain is at most this share of fp64's bytes, and stops over the second
+AUTO_STALL_ENTER = 0.1
+AUTO_STALL_LEAVE = 0.2
 SAMPLE_BITS = 4  # distinct rows are counted on 1 key in 2**SAMPLE_BITS
 KEY_BYTES = 8
 DRAIN_VALUE_BYTES = {"cut": 8, "end": 8, "export": 2}  # fp64 at cuts and the end, bf16 at exports
@@ -43,7 +47,9 @@ class AutoChoice:
     rows: int = 0  # rows pushed in the window
     plain: int = 0  # value bytes fp64 pushes of those rows carry
     sent: int = 0  # under 1-bit: value bytes its pushes and drains carried; under fp64: the estimate of that
+    cut_sent: int = 0  # of `sent`, the cut's drain
     ratio: float = 0.0  # plain / sent (measured or estimated) at the last judgement (0: none yet)
+    stall: float = 0.0  # the cut drain's share of fp64's bytes at the last judgement
     switches: int = 0
     _since_cut: set[int] = field(default_factory=set)  # sampled keys pushed since the last cut
     _since_export: set[int] = field(default_factory=set)  # ... since the last export
@@ -64,11 +70,14 @@ class AutoChoice:
 
     def drained(self, cause: str, rows: int) -> None:
         """A drain: under 1-bit the rows it sent; under fp64 what 1-bit's would have sent."""
+        if not self.compress:
+            rows = len(self._since_export if cause == "export" else self._since_cut) << SAMPLE_BITS
+        drain = rows * (DRAIN_VALUE_BYTES[cause] * self.cols + KEY_BYTES)
+        self.sent += drain
+        if cause == "cut":
+            self.cut_sent += drain
         if self.compress:
-            self.sent += rows * (DRAIN_VALUE_BYTES[cause] * self.cols + KEY_BYTES)
             return
-        seen = self._since_export if cause == "export" else self._since_cut
-        self.sent += (len(seen) << SAMPLE_BITS) * (DRAIN_VALUE_BYTES[cause] * self.cols + KEY_BYTES)
         self._since_export.clear()
         if cause != "export":
             self._since_cut.clear()
@@ -83,15 +92,20 @@ class AutoChoice:
         whole cut interval costs instead of charging a cut's drain to each export."""
         if (self.compress and not at_cut) or self.rows < AUTO_MIN_ROWS:
             return False
-        sent = self.sent
+        sent, cut_sent = self.sent, self.cut_sent
         if not at_cut:
-            sent += (len(self._since_cut) << SAMPLE_BITS) * (DRAIN_VALUE_BYTES["cut"] * self.cols + KEY_BYTES)
+            cut_sent += (len(self._since_cut) << SAMPLE_BITS) * (DRAIN_VALUE_BYTES["cut"] * self.cols + KEY_BYTES)
+            sent += cut_sent - self.cut_sent
         self.ratio = self.plain / max(1, sent)
-        share = sent / max(1, self.plain)
-        switch = share > AUTO_LEAVE if self.compress else share <= AUTO_ENTER
+        share, stall = sent / max(1, self.plain), cut_sent / max(1, self.plain)
+        if self.compress:
+            switch = share > AUTO_LEAVE or stall > AUTO_STALL_LEAVE
+        else:
+            switch = share <= AUTO_ENTER and stall <= AUTO_STALL_ENTER
+        self.stall = stall
         if not (at_cut or switch):
             return False
-        self.rows = self.plain = self.sent = 0
+        self.rows = self.plain = self.sent = self.cut_sent = 0
         self._since_cut.clear()
         self._since_export.clear()
         if switch:
@@ -102,9 +116,10 @@ class AutoChoice:
     def describe(self) -> str:
         if not self.ratio:
             return f"{'onebit' if self.compress else 'fp64'}: not judged yet"
+        drain = f"its cut drain {self.stall:.2f} of fp64's bytes"
         if self.compress:
-            return f"{AUTO_CODEC}: {self.ratio:.1f}x fewer value bytes than fp64 over the last window"
+            return f"{AUTO_CODEC}: {self.ratio:.1f}x fewer value bytes than fp64 over the last window, {drain}"
         return (
-            f"fp64: {AUTO_CODEC} would have carried {self.ratio:.1f}x fewer value bytes over the last window,"
-            f" under the {1 / AUTO_ENTER:.1f}x it must"
+            f"fp64: {AUTO_CODEC} would have carried {self.ratio:.1f}x fewer value bytes over the last window"
+            f" (it must {1 / AUTO_ENTER:.1f}x), {drain} (at most {AUTO_STALL_ENTER:g})"
         )

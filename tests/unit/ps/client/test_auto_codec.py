@@ -126,7 +126,7 @@ def test_fp64_windows_run_on_across_exports_until_a_cut() -> None:
             choice.pushed(keys, 2, 0, 0)
         choice.drained("export", 0)
         judged.append(choice.judge(at_cut=False))
-    assert judged.index(True) == 3 and choice.compress  # at the fourth export, before any cut
+    assert judged.index(True) == 4 and choice.compress  # at the fifth export, before any cut
     alone = AutoChoice()
     for _ in range(3):
         alone.pushed(keys, 2, 0, 0)
@@ -160,11 +160,31 @@ def test_the_estimate_counts_distinct_rows_on_a_sample_of_keys() -> None:
     share = sampled(keys).shape[0] / keys.shape[0]
     assert abs(share - 2.0**-SAMPLE_BITS) < 0.005  # about 1 in 16, even for consecutive ids
     choice = AutoChoice()
-    for _ in range(4):  # the same 200,000 rows, 4 times between two cuts, 2 values each
+    for _ in range(16):  # the same 200,000 rows, 16 times between two cuts, 2 values each
         choice.pushed(keys, 2, 0, 0)
     choice.drained("cut", 0)
-    plain = 4 * 200_000 * 2 * 8
+    plain = 16 * 200_000 * 2 * 8
     exact_drain = 200_000 * (2 * 8 + 8)
     assert choice.plain == plain
-    assert abs(choice.sent - (4 * 200_000 * 2 // 8 + exact_drain)) < 0.05 * exact_drain
-    assert choice.judge(at_cut=True) and choice.compress  # 0.23 of fp64's bytes: under AUTO_ENTER
+    assert abs(choice.sent - (16 * 200_000 * 2 // 8 + exact_drain)) < 0.05 * exact_drain
+    assert abs(choice.cut_sent - exact_drain) < 0.05 * exact_drain
+    assert choice.judge(at_cut=True) and choice.compress  # 0.11 of fp64's bytes, its cut drain 0.094
+
+
+def test_a_cut_drain_that_would_stall_keeps_fp64_though_bytes_would_pay() -> None:
+    """Rows pushed 8 times between cuts: 1-bit would carry 0.21 of fp64's bytes, but its
+    exact cut drain alone would be 0.19 of them, sent while training waits for the cut
+    (3.6-3.9 s a cut on the demo's FFM): fp64 stays. Pushed 16 times (0.094), 1-bit pays."""
+    keys = np.arange(1, 200_001, dtype=np.uint64)
+    for times, moves in ((8, False), (16, True)):
+        choice = AutoChoice()
+        for _ in range(times):
+            choice.pushed(keys, 2, 0, 0)
+        choice.drained("cut", 0)
+        assert choice.judge(at_cut=True) == moves, (times, choice.describe())
+        assert ("cut drain" in choice.describe()) and choice.ratio > 2.5
+    measured = AutoChoice(compress=True)  # a 1-bit window leaves when its measured cut drain would stall
+    for _ in range(6):
+        measured.pushed(keys, 2, 50_000, 0)
+    measured.drained("cut", 200_000)
+    assert measured.judge(at_cut=True) and not measured.compress  # 0.28 of the bytes, but its drain 0.25
