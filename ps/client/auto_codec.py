@@ -26,8 +26,8 @@ AUTO_LEAVE = 0.5  # ... and stops when a window measures more than this share
 AUTO_MIN_ROWS = 10_000  # rows pushed before a window is judged (fewer: it runs on to the next judgement)
 # a cut's exact drain stalls training while the cut waits (pushes overlap it): 1-bit starts
 # only if the window's cut drain is at most this share of fp64's bytes, and stops over the second
-AUTO_STALL_ENTER = 0.1
-AUTO_STALL_LEAVE = 0.2
+AUTO_STALL_ENTER = 0.2
+AUTO_STALL_LEAVE = 0.3
 SAMPLE_BITS = 4  # distinct rows are counted on 1 key in 2**SAMPLE_BITS
 KEY_BYTES = 8
 DRAIN_VALUE_BYTES = {"cut": 8, "end": 8, "export": 2}  # fp64 at cuts and the end, bf16 at exports
@@ -51,6 +51,7 @@ class AutoChoice:
     ratio: float = 0.0  # plain / sent (measured or estimated) at the last judgement (0: none yet)
     stall: float = 0.0  # the cut drain's share of fp64's bytes at the last judgement
     switches: int = 0
+    _partial: bool = False  # 1-bit since an export: the coming cut's window is part of an interval
     _since_cut: set[int] = field(default_factory=set)  # sampled keys pushed since the last cut
     _since_export: set[int] = field(default_factory=set)  # ... since the last export
 
@@ -92,6 +93,10 @@ class AutoChoice:
         whole cut interval costs instead of charging a cut's drain to each export."""
         if (self.compress and not at_cut) or self.rows < AUTO_MIN_ROWS:
             return False
+        if self._partial:  # its drain holds a part-interval's rows, its pushes fewer: judged a cut later
+            self._partial = False
+            self._reset()
+            return False
         sent, cut_sent = self.sent, self.cut_sent
         if not at_cut:
             cut_sent += (len(self._since_cut) << SAMPLE_BITS) * (DRAIN_VALUE_BYTES["cut"] * self.cols + KEY_BYTES)
@@ -105,13 +110,17 @@ class AutoChoice:
         self.stall = stall
         if not (at_cut or switch):
             return False
-        self.rows = self.plain = self.sent = self.cut_sent = 0
-        self._since_cut.clear()
-        self._since_export.clear()
+        self._reset()
         if switch:
             self.compress = not self.compress
             self.switches += 1
+            self._partial = self.compress and not at_cut
         return switch
+
+    def _reset(self) -> None:
+        self.rows = self.plain = self.sent = self.cut_sent = 0
+        self._since_cut.clear()
+        self._since_export.clear()
 
     def describe(self) -> str:
         if not self.ratio:
