@@ -19,7 +19,10 @@ moment the request was due (a slow answer delays no other request's clock, so qu
 shows in p99). The rate steps up (--rates, or from 25/s by a quarter) until p99 passes --slo-ms or
 requests fail; it reports each step and the knee, the highest rate that held p99 <=
 --slo-ms, with the server's core-ms per request there (CPU of every server process, from
-/proc, over the step). The client runs on the same machine and takes CPU from the server.
+/proc, over the step), and the p99 of Predict inside the server's handler (the bucket bound
+of its `boundless_serving_predict_seconds` histogram, scraped around the step), which
+separates time in the handler from time around it. The client runs on the same machine
+and takes CPU from the server.
 
 Writes bench/results/serving.json; asserts nothing about speed.
 
@@ -40,6 +43,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -130,6 +134,37 @@ def open_step(pids: list[int], protos: list[Any], stubs: list[Any], rate: float,
     }
 
 
+def predict_buckets(metrics_port: int | None) -> dict[float, float]:
+    """The server's `boundless_serving_predict_seconds` histogram: cumulative counts by
+    upper bound (s), summed over its series; empty without a metrics port."""
+    if not metrics_port:
+        return {}
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
+    out: dict[float, float] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name == "boundless_serving_predict_seconds":
+            for s in family.samples:
+                if s.name.endswith("_bucket"):
+                    le = float(s.labels["le"])
+                    out[le] = out.get(le, 0.0) + s.value
+    return out
+
+
+def bucket_quantile_ms(before: dict[float, float], after: dict[float, float], q: float) -> float:
+    """The upper bound (ms) of the histogram bucket that holds quantile q of the calls
+    between two scrapes: the server-side figure is known to a bucket, not to the digit."""
+    bounds = sorted(after)
+    if not bounds:
+        return float("nan")
+    total = after[bounds[-1]] - before.get(bounds[-1], 0.0)
+    for le in bounds:
+        if total and after[le] - before.get(le, 0.0) >= q * total:
+            return le * 1e3
+    return float("nan")
+
+
 def open_loop(
     name: str,
     address: str,
@@ -140,8 +175,12 @@ def open_loop(
     slo_ms: float,
     senders: int,
     channels: int,
+    metrics_port: int | None = None,
 ) -> dict[str, Any]:
-    """Steps the rate up until p99 passes the objective; the knee is the last step that held it."""
+    """Steps the rate up until p99 passes the objective; the knee is the last step that held
+    it. With the server's metrics port, each step also reports the p99 of Predict inside the
+    server (its histogram's bucket bound): the caller's p99 minus that is time outside the
+    handler (gRPC's queues and threads, the loopback, the load generator)."""
     serving = max(1, len(pids) - 1)  # a supervisor's pid and its processes', or one server's
     channels = channels or max(MIN_CHANNELS, CHANNELS_PER_PROCESS * serving)
     client = PredictClient(address, connections=channels)
@@ -154,11 +193,14 @@ def open_loop(
     rate = rates[0] if rates else 25.0
     i = 0
     while True:
+        before = predict_buckets(metrics_port)
         row = open_step(pids, protos, stubs, rate, step_s, senders)
+        row["handler_p99_ms_at_most"] = bucket_quantile_ms(before, predict_buckets(metrics_port), 0.99)
         steps.append(row)
         print(
             f"{name} open loop {rate:.0f}/s: achieved {row['achieved_per_s']:.0f}/s, p50 {row['p50_ms']:.2f} ms,"
-            f" p99 {row['p99_ms']:.2f} ms, failed {row['failed']}, server cores {row['server_cores_busy']:.2f},"
+            f" p99 {row['p99_ms']:.2f} ms (inside the server's handler <= {row['handler_p99_ms_at_most']:g} ms),"
+            f" failed {row['failed']}, server cores {row['server_cores_busy']:.2f},"
             f" client cores {row['client_cores_busy']:.2f},"
             f" {row['core_ms_per_request']:.2f} core-ms/request",
             flush=True,
@@ -306,7 +348,8 @@ def bench_model(
         client.close()
         out: dict[str, Any] = {"keys": held, "request_bytes": int(np.mean([r.nbytes for r in reqs]))}
         if loop is not None:
-            out["open_loop"] = open_loop(model, serving.address, server_pids(serving), reqs, *loop)
+            port = serving.ready.get("metrics_port")
+            out["open_loop"] = open_loop(model, serving.address, server_pids(serving), reqs, *loop, metrics_port=port)
             return out
         n = total if model != "ffm" else max(40, total // 10)
         out.update(rounds_by_clients(model, serving.address, server_pids(serving), reqs, clients, n, reps))
