@@ -197,9 +197,10 @@ class PSAccessSettings:
         default="auto",
         metadata={
             "help": "sparse push compressor: fp32, fp16, bf16, fp64, int8, epgc8, epgc9, epgc11, onebit, topk:RATIO[+CODEC];"
-            " none: fp64 state deltas, fp32 gradients (uncompressed); auto: none with --ps local and for several"
-            " ranks; one rank on shard processes moves each table to onebit when, judged at each checkpoint cut, it"
-            " would carry at most 40% of fp64's bytes, and back over half (the summary's codecs say what it chose)"
+            " none: fp64 state deltas, fp32 gradients (uncompressed); auto: none with --ps local; on shard processes"
+            " each rank moves each table to onebit when, judged at each checkpoint cut, it would carry at most 40% of"
+            " fp64's bytes and its cut drain at most 20%, and back over half or a drain over 30% (the summary's codecs"
+            " say what it chose)"
         },
     )
     pull_codec: str = field(

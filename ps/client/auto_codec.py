@@ -97,10 +97,9 @@ class AutoChoice:
             self._partial = False
             self._reset()
             return False
-        sent, cut_sent = self.sent, self.cut_sent
-        if not at_cut:
-            cut_sent += (len(self._since_cut) << SAMPLE_BITS) * (DRAIN_VALUE_BYTES["cut"] * self.cols + KEY_BYTES)
-            sent += cut_sent - self.cut_sent
+        # at an export, the drain a cut now would send; at a cut, drained() counted it
+        cut_now = 0 if at_cut else (len(self._since_cut) << SAMPLE_BITS) * (DRAIN_VALUE_BYTES["cut"] * self.cols + KEY_BYTES)
+        sent, cut_sent = self.sent + cut_now, self.cut_sent + cut_now
         self.ratio = self.plain / max(1, sent)
         share, stall = sent / max(1, self.plain), cut_sent / max(1, self.plain)
         if self.compress:
