@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pytest
+import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
@@ -79,9 +80,9 @@ def test_every_codec_round_trips_within_its_bound(values, name):
     body, decoded = codec.encode(values, np.random.default_rng(1))
     back = codec.decode(body, values.shape[0], values.shape[1])
     np.testing.assert_array_equal(back, decoded)  # the worker knows exactly what the shard gets
-    if name == "fp64":
-        np.testing.assert_array_equal(back, values)
-    elif name == "fp32":
+    if name in ("fp64", "fp64z"):  # bit for bit, -0.0 and subnormals too
+        np.testing.assert_array_equal(back.view(np.uint64), values.view(np.uint64))
+    elif name in ("fp32", "fp32z"):
         np.testing.assert_array_equal(back, values.astype(np.float32))
     elif name in BOUNDS and values.size:
         top = np.abs(values).max(axis=0)
@@ -223,6 +224,10 @@ def _payload(spec: str = "topk:0.1+onebit", n: int = 100) -> bytes:
     return Compressor(parse_codec(spec), 1000).compress(np.arange(1, n + 1, dtype=np.uint64), g)[0].payload(True)
 
 
+# 200 float32 infinities as fp32z carries them: byte planes 00, 00, 80, 7f
+_INF_PLANES = zstandard.ZstdCompressor().compress(bytes([0] * 400 + [0x80] * 200 + [0x7F] * 200))
+
+
 @pytest.mark.parametrize(
     ("payload", "rows", "cols", "error"),
     [
@@ -236,6 +241,11 @@ def _payload(spec: str = "topk:0.1+onebit", n: int = 100) -> bytes:
         (_payload("epgc11")[:-3], 100, 2, "body is"),
         (_payload("fp32")[:4] + bytes([100, 99, 2]) + _payload("fp32")[7:], 100, 2, "no subset"),
         (_payload("fp32")[:7] + np.full(200, np.nan, "<f4").tobytes(), 100, 2, "not all finite"),
+        (_payload("fp64z")[:-2], 100, 2, "fp64z"),
+        (_payload("fp64z")[:7] + b"junk", 100, 2, "fp64z: not a zstd frame"),
+        # a small frame declaring more than the header's counts is refused before it is inflated
+        (_payload("fp32z")[:7] + zstandard.ZstdCompressor().compress(b"\0" * (1 << 20)), 100, 2, "declares 1048576"),
+        (_payload("fp32z")[:7] + _INF_PLANES, 100, 2, "not all finite"),
     ],
 )
 def test_mismatched_payloads_are_refused_naming_what(payload, rows, cols, error):

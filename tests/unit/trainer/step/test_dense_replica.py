@@ -158,6 +158,26 @@ def test_the_mlp_goes_as_float32_state_once_and_not_again_while_unchanged():
     client.close()
 
 
+def test_a_large_mlps_write_goes_in_byte_planes_bit_for_bit():
+    """An MLP of a few thousand parameters goes as fp32z (zstd over its columns' byte
+    planes): the step column, the same for every parameter, costs next to nothing, and the
+    shards hold the state bit for bit."""
+    spec = ModelSpec("deepfm", k=8, fields=("a", "b", "c", "d"), hidden=(64, 64))
+    client = PSClient.local(2)
+    client.control.declare(spec.tables())
+    r = DenseReplica(DeepCTR(spec, seed=1), OPT)
+    for _ in range(3):  # Glorot weights and three steps' moments: no zeros to flatter it
+        _grads(r.net, torch.randn(32, 4, 8), torch.randn(32))
+        r.step(32)
+    before = _mlp_push_bytes(client)
+    r.write_to(client)
+    sent = _mlp_push_bytes(client) - before
+    params = r.state_rows().shape[0]
+    assert sent < 13 * params, (sent, params)  # 16 raw; the step column alone is 4 of them
+    np.testing.assert_array_equal(client.pull_dense("mlp", state=True).view(np.uint64), r.state_rows().view(np.uint64))
+    client.close()
+
+
 def _rank_nccl(rank: int, world: int, port: int, out: str) -> None:
     """A rank whose MLP is on its own GPU, summing its gradients over NCCL as the group
     does (trainer.run.group: Group.place_dense)."""
