@@ -12,7 +12,7 @@ import numpy.typing as npt
 
 from ctr.routing import dense_range
 from ps.api import DELTA, STATE, DensePush
-from ps.client.auto_codec import AUTO_CODEC, AutoChoice
+from ps.client.auto_codec import AUTO_CODEC, EXACT_CODEC, AutoChoice
 from ps.client.push_path import PushBatch, ShardSender
 from ps.compression.compressor import CodecSpec, Compressor
 from ps.compression.payload import VALUE_CODECS, Compressed
@@ -75,7 +75,7 @@ class PushCompression:
     def _make(self, table: str) -> None:
         choice = self.choices.get(table)
         if choice is not None:
-            spec = CodecSpec(AUTO_CODEC if choice.compress else "fp64")
+            spec = CodecSpec(AUTO_CODEC if choice.compress else EXACT_CODEC)
         else:
             spec = self.spec or CodecSpec("fp64" if self._kinds[table] == DELTA else "fp32")
         self.compressors[table] = Compressor(
@@ -110,7 +110,7 @@ class PushCompression:
         gone, inverse = np.unique(np.concatenate(gone_keys), return_inverse=True)
         rows = np.zeros((gone.shape[0], batch.rows.shape[1]))
         np.add.at(rows, inverse, np.concatenate(gone_rows))
-        self.sender.send_coded(batch.table, gone, rows, batch.kind, "fp64", self._rng)
+        self.sender.send_coded(batch.table, gone, rows, batch.kind, EXACT_CODEC, self._rng)
         return gone
 
     def unsent(self, table: str, keys: Keys, cols: int) -> F64 | None:
@@ -121,7 +121,7 @@ class PushCompression:
 
     def drain(self, cause: str) -> None:
         """Sends the tables' error-feedback residuals: at a checkpoint "cut" and the "end"
-        every one exactly (fp64), so the shards hold exactly what uncompressed pushes would
+        every one exactly (EXACT_CODEC), so the shards hold exactly what uncompressed pushes would
         have left; before an "export" those of the rows pushed since the last export, in
         EXPORT_DRAIN_CODEC, keeping what it rounds off (the version served lacks at most
         that rounding of each row, owed until the row's next push or the next cut). The
@@ -134,7 +134,7 @@ class PushCompression:
                     if cause == "export":  # freshness, not exactness: bf16, what it loses kept for later
                         comp.keep(keys, rows - self.sender.send_coded(table, keys, rows, kind, EXPORT_DRAIN_CODEC, self._rng))
                     else:
-                        self.sender.send_coded(table, keys, rows, kind, "fp64", self._rng)
+                        self.sender.send_coded(table, keys, rows, kind, EXACT_CODEC, self._rng)
                 choice = self.choices.get(table)
                 if choice is not None:
                     choice.drained(cause, keys.shape[0])
@@ -147,7 +147,7 @@ class PushCompression:
         leftovers otherwise), so no update is lost."""
         keys, rows = self.compressors[table].drain()
         if keys.shape[0]:
-            self.sender.send_coded(table, keys, rows, self._kinds[table], "fp64", self._rng)
+            self.sender.send_coded(table, keys, rows, self._kinds[table], EXACT_CODEC, self._rng)
         log.info("push codec auto, table %s: %s", table, choice.describe())
         self._make(table)
 

@@ -78,36 +78,59 @@ def _zstd() -> tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor]:
 def _planes_zstd(
     name: str, dtype: str
 ) -> tuple[Callable[[F64, np.random.Generator], tuple[bytes, F64]], Callable[[bytes, int, int], F64]]:
-    """fp32z, fp64z: the values cast as fp32 or fp64 do, lossless from there, then zstd over
-    their byte planes, column by column: byte b of every value of column 0, then of column 1,
-    ... A column's values share their sign and exponent bytes far more often than a row's
-    neighbours do (an MLP's w | m | v | t columns; a table's factor columns), and
-    a plane of alike bytes is what zstd compresses (docs/design/lossless-planes.md)."""
+    """fp32z, fp64z: the values cast as fp32 or fp64 do, lossless from there, in byte planes
+    column by column (byte b of every value of column 0, then of column 1, ...), each plane
+    its own zstd frame: varint frame lengths, one a byte of the width, then the frames. A
+    column's values share their sign and exponent bytes far more often than a row's
+    neighbours do (an MLP's w | m | v | t columns; a table's factor columns), and a plane
+    of alike bytes is what zstd compresses; a plane of noise (low mantissa bytes) passes
+    through its own frame at memcpy speed (docs/design/lossless-planes.md)."""
     size = np.dtype(dtype).itemsize
-    cast_enc, _ = _cast(dtype)
+    top = float(np.finfo(dtype).max)
 
     def enc(rows: F64, rng: np.random.Generator) -> tuple[bytes, F64]:
-        raw, decoded = cast_enc(rows, rng)
         n, d = rows.shape
-        by_column = np.frombuffer(raw, dtype=dtype).reshape(n, d).T  # [d, n]
-        planes = np.ascontiguousarray(by_column).view(np.uint8).reshape(n * d, size).T  # [size, n*d]
-        return _zstd()[0].compress(np.ascontiguousarray(planes).data), decoded
+        if size == 8:
+            cast, decoded = rows.astype(dtype, copy=False), rows
+        else:  # as fp32 does: saturated, never inf
+            cast = np.clip(rows, -top, top).astype(dtype)
+            decoded = cast.astype(np.float64)
+        by_column = np.ascontiguousarray(cast.T)  # [d, n]
+        planes = np.ascontiguousarray(by_column.view(np.uint8).reshape(n * d, size).T)
+        compress = _zstd()[0].compress
+        frames = [compress(planes[b].data) for b in range(size)]
+        lengths = encode_varints(np.array([len(f) for f in frames], dtype=np.uint64))
+        return bytes(lengths) + b"".join(frames), decoded
 
     def dec(body: bytes, n: int, d: int) -> F64:
-        want = n * d * size
+        buf = np.frombuffer(body, dtype=np.uint8)
+        pos, lengths = 0, []
         try:
-            declared = zstandard.frame_content_size(body)
-        except zstandard.ZstdError as e:
-            raise CodecError(f"{name}: not a zstd frame ({e})") from None
-        if declared != want:  # checked before anything is allocated: a small body may declare gigabytes
-            raise CodecError(f"{name}: the zstd frame declares {declared} bytes, the header's counts need {want}")
-        try:
-            raw = _zstd()[1].decompress(body, max_output_size=want)
-        except zstandard.ZstdError as e:
-            raise CodecError(f"{name}: {e}") from None
-        _expect(raw, want)
-        planes = np.frombuffer(raw, dtype=np.uint8).reshape(size, n * d)
-        by_column = np.ascontiguousarray(planes.T).view(dtype).reshape(d, n)
+            for _ in range(size):
+                varint, pos = _get(buf, pos)
+                lengths.append(int(varint))
+        except ValueError as e:
+            raise CodecError(f"{name}: frame lengths: {e}") from None
+        if pos + sum(lengths) != len(body):
+            raise CodecError(f"{name}: body is {len(body)} bytes, its frame lengths say {pos + sum(lengths)}")
+        plane = n * d
+        out = np.empty((size, plane), dtype=np.uint8)
+        decompress = _zstd()[1].decompress
+        for b, length in enumerate(lengths):
+            frame = body[pos : pos + length]
+            pos += length
+            try:
+                declared = zstandard.frame_content_size(frame)
+                # checked before it is inflated: a small frame may declare gigabytes
+                if declared != plane:
+                    raise CodecError(f"{name}: plane {b} declares {declared} bytes, the header's counts need {plane}")
+                got = decompress(frame, max_output_size=plane)
+            except zstandard.ZstdError as e:
+                raise CodecError(f"{name}: plane {b}: not a zstd frame ({e})") from None
+            if len(got) != plane:
+                raise CodecError(f"{name}: plane {b} inflates to {len(got)} bytes, not {plane}")
+            out[b] = np.frombuffer(got, dtype=np.uint8)
+        by_column = np.ascontiguousarray(out.T).view(dtype).reshape(d, n)
         return by_column.T.astype(np.float64)
 
     return enc, dec

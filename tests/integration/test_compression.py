@@ -19,6 +19,7 @@ from ctr.routing import shard_of
 from ps.api import SparsePush
 from ps.client import PSClient
 from ps.compression.compressor import Compressor, parse_codec
+from ps.compression.payload import VALUE_CODECS
 
 CODECS = ["fp32", "fp16", "bf16", "int8", "epgc8", "epgc9", "epgc11", "onebit", "topk:0.01+onebit", "topk:0.05+int8"]
 
@@ -83,6 +84,9 @@ def test_compressed_pushes_cross_grpc_and_bad_payloads_are_refused(tmp_path):
             else:
                 np.testing.assert_allclose(got, exact, rtol=tol, atol=1e-30)
             lossy.close()
+        lossless = PSClient.connect([s.address for s in shards], pull_codec="fp64z")
+        np.testing.assert_array_equal(lossless.pull("w", keys, state=True)[0].view(np.uint64), exact.view(np.uint64))
+        lossless.close()
         with pytest.raises(grpc.RpcError) as err:
             client.transport.pull(0, "w", keys[shard_of(keys, 2) == 0], False, True, "fp8")  # type: ignore[call-arg]
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "unknown value codec" in str(err.value.details())
@@ -96,6 +100,7 @@ def test_compressed_pushes_cross_grpc_and_bad_payloads_are_refused(tmp_path):
             (payload[:-1], "body is"),
             (payload[:4] + bytes([5, 5, 2]) + payload[7:], "the push names 3"),
             (b"\x00" + payload[1:], "magic"),
+            (payload[:2] + bytes([VALUE_CODECS["fp64z"].wire_id]) + payload[3:], "fp64z: "),
         ):
             with pytest.raises(grpc.RpcError) as err:
                 transport.push(SparsePush(0, "w", part, (), bad, "delta"))

@@ -85,7 +85,7 @@ def test_rows_pushed_once_between_cuts_stay_fp64_without_a_onebit_window() -> No
         keys = np.array([next(fresh) for _ in range(AUTO_MIN_ROWS + 500)], dtype=np.uint64)
         _window(client, keys, 1, truth, rng)
         _exact(shards, truth)
-        assert client.codecs()["push:w"] == "fp64"
+        assert client.codecs()["push:w"] == "fp64z"
     choice = client.compression.choices["w"]
     assert 0.5 < choice.ratio < 2 and choice.switches == 0
     assert client.compression.compressors["w"].flushed_rows == 0  # no 1-bit window was ever paid for
@@ -110,7 +110,7 @@ def test_an_export_judges_fp64_as_if_a_cut_came_then() -> None:
     assert client.codecs()["push:w"] == "onebit"
     client.push("w", fresh + np.uint64(1 << 20), np.ones((fresh.shape[0], 2)), kind=DELTA)
     client.flush_residuals("cut")  # a whole interval that does not pay
-    assert client.codecs()["push:w"] == "fp64"
+    assert client.codecs()["push:w"] == "fp64z"
     long_tail = AutoChoice()
     long_tail.pushed(np.arange(1, 20_001, dtype=np.uint64), 2, 0, 0)
     long_tail.drained("export", 0)
@@ -156,7 +156,7 @@ def test_a_stream_that_stops_repeating_goes_back_to_fp64_exactly() -> None:
     keys = np.arange(1 << 32, (1 << 32) + AUTO_MIN_ROWS + 500, dtype=np.uint64)
     _window(client, keys, 1, truth, rng)  # measured under 1-bit: the drain costs more than half
     _exact(shards, truth)
-    assert client.codecs()["push:w"] == "fp64" and client.compression_stats()["auto_switches"] == 2
+    assert client.codecs()["push:w"] == "fp64z" and client.compression_stats()["auto_switches"] == 2
 
 
 def test_the_estimate_counts_distinct_rows_on_a_sample_of_keys() -> None:

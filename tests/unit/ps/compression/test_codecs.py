@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
+from ctr.format.varint import encode_varints
 from ps.compression.bits import pack_bits, packed_bytes, unpack_bits
 from ps.compression.compressor import CodecSpec, Compressor, parse_codec
 from ps.compression.minifloat import column_shifts, decode_minifloat, encode_minifloat
@@ -224,8 +225,10 @@ def _payload(spec: str = "topk:0.1+onebit", n: int = 100) -> bytes:
     return Compressor(parse_codec(spec), 1000).compress(np.arange(1, n + 1, dtype=np.uint64), g)[0].payload(True)
 
 
-# 200 float32 infinities as fp32z carries them: byte planes 00, 00, 80, 7f
-_INF_PLANES = zstandard.ZstdCompressor().compress(bytes([0] * 400 + [0x80] * 200 + [0x7F] * 200))
+def _frames(*planes: bytes) -> bytes:
+    """An fp32z/fp64z body: one zstd frame a plane, their lengths first."""
+    frames = [zstandard.ZstdCompressor().compress(p) for p in planes]
+    return bytes(encode_varints(np.array([len(f) for f in frames], dtype=np.uint64))) + b"".join(frames)
 
 
 @pytest.mark.parametrize(
@@ -242,10 +245,13 @@ _INF_PLANES = zstandard.ZstdCompressor().compress(bytes([0] * 400 + [0x80] * 200
         (_payload("fp32")[:4] + bytes([100, 99, 2]) + _payload("fp32")[7:], 100, 2, "no subset"),
         (_payload("fp32")[:7] + np.full(200, np.nan, "<f4").tobytes(), 100, 2, "not all finite"),
         (_payload("fp64z")[:-2], 100, 2, "fp64z"),
-        (_payload("fp64z")[:7] + b"junk", 100, 2, "fp64z: not a zstd frame"),
+        (_payload("fp64z")[:7] + b"junk", 100, 2, "fp64z: frame lengths"),
+        (_payload("fp64z")[:7] + bytes(8) + b"junk", 100, 2, "fp64z: body is 12 bytes"),
+        (_payload("fp64z")[:7] + bytes([4] + [0] * 7) + b"junk", 100, 2, "fp64z: plane 0: not a zstd frame"),
         # a small frame declaring more than the header's counts is refused before it is inflated
-        (_payload("fp32z")[:7] + zstandard.ZstdCompressor().compress(b"\0" * (1 << 20)), 100, 2, "declares 1048576"),
-        (_payload("fp32z")[:7] + _INF_PLANES, 100, 2, "not all finite"),
+        (_payload("fp32z")[:7] + _frames(bytes(1 << 20), *[bytes(200)] * 3), 100, 2, "plane 0 declares 1048576"),
+        # 200 float32 infinities: byte planes 00, 00, 80, 7f
+        (_payload("fp32z")[:7] + _frames(bytes(200), bytes(200), b"\x80" * 200, b"\x7f" * 200), 100, 2, "not all finite"),
     ],
 )
 def test_mismatched_payloads_are_refused_naming_what(payload, rows, cols, error):
