@@ -21,7 +21,8 @@ from ps.transport import WireLedger
 Keys = npt.NDArray[np.uint64]
 F64 = npt.NDArray[np.float64]
 
-EXPORT_DRAIN_CODEC = "bf16"  # residuals sent before an export: fp32's range, a quarter of fp64's bytes
+# residuals sent before an export: bf16 (fp32's range, a quarter of fp64's bytes) in zstd'd byte planes
+EXPORT_DRAIN_CODEC = "bf16z"
 # several ranks: a residual may hold this many times its column's mean sent value before its
 # row goes exactly (Compressor.residual_bound; 4 costs more bytes, 16 let Frappe FFM's second
 # version lose 0.009 AUC: docs/design/residual-bound.md)

@@ -75,63 +75,69 @@ def _zstd() -> tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor]:
     return _ZSTD.pair  # type: ignore[no-any-return]
 
 
+def _to_planes(words: npt.NDArray[np.generic]) -> bytes:
+    """Fixed-width words [n, d] as byte planes column by column (byte b of every word of
+    column 0, then of column 1, ...), each plane its own zstd frame: varint frame lengths,
+    one a byte of the width, then the frames. A column's values share their sign and
+    exponent bytes far more often than a row's neighbours do (an MLP's w | m | v | t
+    columns; a table's factor columns), and a plane of alike bytes is what zstd
+    compresses; a plane of noise (low mantissa bytes) passes through its own frame at
+    memcpy speed (docs/design/lossless-planes.md)."""
+    n, d = words.shape
+    size = words.dtype.itemsize
+    by_column = np.ascontiguousarray(words.T)  # [d, n]
+    planes = np.ascontiguousarray(by_column.view(np.uint8).reshape(n * d, size).T)
+    compress = _zstd()[0].compress
+    frames = [compress(planes[b].data) for b in range(size)]
+    return bytes(encode_varints(np.array([len(f) for f in frames], dtype=np.uint64))) + b"".join(frames)
+
+
+def _from_planes(name: str, body: bytes, n: int, d: int, dtype: str) -> npt.NDArray[np.generic]:
+    """The words [n, d] of _to_planes's body, every frame checked against the counts."""
+    size = np.dtype(dtype).itemsize
+    buf = np.frombuffer(body, dtype=np.uint8)
+    pos, lengths = 0, []
+    try:
+        for _ in range(size):
+            varint, pos = _get(buf, pos)
+            lengths.append(int(varint))
+    except ValueError as e:
+        raise CodecError(f"{name}: frame lengths: {e}") from None
+    if pos + sum(lengths) != len(body):
+        raise CodecError(f"{name}: body is {len(body)} bytes, its frame lengths say {pos + sum(lengths)}")
+    plane = n * d
+    out = np.empty((size, plane), dtype=np.uint8)
+    decompress = _zstd()[1].decompress
+    for b, length in enumerate(lengths):
+        frame = body[pos : pos + length]
+        pos += length
+        try:
+            declared = zstandard.frame_content_size(frame)
+            if declared != plane:  # checked before it is inflated: a small frame may declare gigabytes
+                raise CodecError(f"{name}: plane {b} declares {declared} bytes, the header's counts need {plane}")
+            got = decompress(frame, max_output_size=plane)
+        except zstandard.ZstdError as e:
+            raise CodecError(f"{name}: plane {b}: not a zstd frame ({e})") from None
+        if len(got) != plane:
+            raise CodecError(f"{name}: plane {b} inflates to {len(got)} bytes, not {plane}")
+        out[b] = np.frombuffer(got, dtype=np.uint8)
+    return np.ascontiguousarray(out.T).view(dtype).reshape(d, n).T  # type: ignore[no-any-return]
+
+
 def _planes_zstd(
     name: str, dtype: str
 ) -> tuple[Callable[[F64, np.random.Generator], tuple[bytes, F64]], Callable[[bytes, int, int], F64]]:
-    """fp32z, fp64z: the values cast as fp32 or fp64 do, lossless from there, in byte planes
-    column by column (byte b of every value of column 0, then of column 1, ...), each plane
-    its own zstd frame: varint frame lengths, one a byte of the width, then the frames. A
-    column's values share their sign and exponent bytes far more often than a row's
-    neighbours do (an MLP's w | m | v | t columns; a table's factor columns), and a plane
-    of alike bytes is what zstd compresses; a plane of noise (low mantissa bytes) passes
-    through its own frame at memcpy speed (docs/design/lossless-planes.md)."""
-    size = np.dtype(dtype).itemsize
+    """fp32z, fp64z: the values cast as fp32 or fp64 do, lossless from there, in zstd'd byte planes."""
     top = float(np.finfo(dtype).max)
 
     def enc(rows: F64, rng: np.random.Generator) -> tuple[bytes, F64]:
-        n, d = rows.shape
-        if size == 8:
-            cast, decoded = rows.astype(dtype, copy=False), rows
-        else:  # as fp32 does: saturated, never inf
-            cast = np.clip(rows, -top, top).astype(dtype)
-            decoded = cast.astype(np.float64)
-        by_column = np.ascontiguousarray(cast.T)  # [d, n]
-        planes = np.ascontiguousarray(by_column.view(np.uint8).reshape(n * d, size).T)
-        compress = _zstd()[0].compress
-        frames = [compress(planes[b].data) for b in range(size)]
-        lengths = encode_varints(np.array([len(f) for f in frames], dtype=np.uint64))
-        return bytes(lengths) + b"".join(frames), decoded
+        if np.dtype(dtype).itemsize == 8:
+            return _to_planes(rows.astype(dtype, copy=False)), rows
+        cast = np.clip(rows, -top, top).astype(dtype)  # as fp32 does: saturated, never inf
+        return _to_planes(cast), cast.astype(np.float64)
 
     def dec(body: bytes, n: int, d: int) -> F64:
-        buf = np.frombuffer(body, dtype=np.uint8)
-        pos, lengths = 0, []
-        try:
-            for _ in range(size):
-                varint, pos = _get(buf, pos)
-                lengths.append(int(varint))
-        except ValueError as e:
-            raise CodecError(f"{name}: frame lengths: {e}") from None
-        if pos + sum(lengths) != len(body):
-            raise CodecError(f"{name}: body is {len(body)} bytes, its frame lengths say {pos + sum(lengths)}")
-        plane = n * d
-        out = np.empty((size, plane), dtype=np.uint8)
-        decompress = _zstd()[1].decompress
-        for b, length in enumerate(lengths):
-            frame = body[pos : pos + length]
-            pos += length
-            try:
-                declared = zstandard.frame_content_size(frame)
-                # checked before it is inflated: a small frame may declare gigabytes
-                if declared != plane:
-                    raise CodecError(f"{name}: plane {b} declares {declared} bytes, the header's counts need {plane}")
-                got = decompress(frame, max_output_size=plane)
-            except zstandard.ZstdError as e:
-                raise CodecError(f"{name}: plane {b}: not a zstd frame ({e})") from None
-            if len(got) != plane:
-                raise CodecError(f"{name}: plane {b} inflates to {len(got)} bytes, not {plane}")
-            out[b] = np.frombuffer(got, dtype=np.uint8)
-        by_column = np.ascontiguousarray(out.T).view(dtype).reshape(d, n)
-        return by_column.T.astype(np.float64)
+        return _from_planes(name, body, n, d, dtype).astype(np.float64)
 
     return enc, dec
 
@@ -149,6 +155,16 @@ def _bf16_values(top: npt.NDArray[np.uint16], shape: tuple[int, ...]) -> F64:
 def _bf16_decode(body: bytes, n: int, d: int) -> F64:
     _expect(body, n * d * 2)
     return _bf16_values(np.frombuffer(body, dtype="<u2"), (n, d))
+
+
+def _bf16z_encode(rows: F64, rng: np.random.Generator) -> tuple[bytes, F64]:
+    """bf16 in zstd'd byte planes: its high byte is the sign and most of the exponent."""
+    body, decoded = _bf16_encode(rows, rng)
+    return _to_planes(np.frombuffer(body, dtype="<u2").reshape(rows.shape)), decoded
+
+
+def _bf16z_decode(body: bytes, n: int, d: int) -> F64:
+    return _bf16_values(np.ascontiguousarray(_from_planes("bf16z", body, n, d, "<u2")).reshape(-1), (n, d))
 
 
 def _int8_encode(rows: F64, rng: np.random.Generator) -> tuple[bytes, F64]:
@@ -233,6 +249,7 @@ VALUE_CODECS: dict[str, ValueCodec] = {
         ValueCodec(8, "onebit", True, _onebit_encode, _onebit_decode),
         ValueCodec(9, "fp32z", False, *_planes_zstd("fp32z", "<f4")),
         ValueCodec(10, "fp64z", False, *_planes_zstd("fp64z", "<f8")),
+        ValueCodec(11, "bf16z", True, _bf16z_encode, _bf16z_decode),
     )
 }
 BY_ID = {c.wire_id: c for c in VALUE_CODECS.values()}

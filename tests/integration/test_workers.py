@@ -45,7 +45,7 @@ def test_two_workers_on_two_shard_processes_converge_and_publish(platform, data_
     assert result["window_auc"] >= 0.89 and result["progressive_logloss"] <= 0.43, result
     # `auto` over shard processes with two ranks: pulls in bf16, pushes judged as for one (auto-codec.md)
     codecs = result["codecs"]
-    assert codecs["pull"] == "bf16" and codecs["push:w"] in ("fp64z", "onebit") and "auto:w" in codecs, codecs
+    assert codecs["pull"] == "bf16z" and codecs["push:w"] in ("fp64z", "onebit") and "auto:w" in codecs, codecs
     repo = Repository(platform.dir / "repo", "ctr")
     deadline = time.monotonic() + 30
     while len(repo.processed_exports()) < result["exports"] and time.monotonic() < deadline:

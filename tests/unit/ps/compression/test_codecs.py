@@ -31,7 +31,7 @@ from ps.compression.topk import mstopk_threshold, row_scores, rows_at_least
 finite = st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False, allow_subnormal=False)
 matrices = st.integers(1, 4).flatmap(lambda d: arrays(np.float64, st.tuples(st.integers(0, 40), st.just(d)), elements=finite))
 # relative error bound of each lossy codec, for values within the column's top 2**-20
-BOUNDS = {"fp16": 2.0**-10, "bf16": 2.0**-8, "epgc8": 2.0**-2, "epgc9": 0.5, "epgc11": 2.0**-5}
+BOUNDS = {"fp16": 2.0**-10, "bf16": 2.0**-8, "bf16z": 2.0**-8, "epgc8": 2.0**-2, "epgc9": 0.5, "epgc11": 2.0**-5}
 
 
 @settings(max_examples=200, deadline=None)
