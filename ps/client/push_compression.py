@@ -27,9 +27,6 @@ EXPORT_DRAIN_CODEC = "bf16z"
 # row goes exactly (Compressor.residual_bound; 4 costs more bytes, 16 let Frappe FFM's second
 # version lose 0.009 AUC: docs/design/residual-bound.md)
 SHARED_RESIDUAL_BOUND = 8.0
-# dense pushes of at least this many values go exact in byte planes under zstd (fp32z, fp64z);
-# fewer (a bias, a small delta) would gain less than the frame's few bytes of header
-DENSE_PLANES_MIN = 1024
 log = logging.getLogger(__name__)
 
 
@@ -184,15 +181,14 @@ class PushCompression:
         """A whole dense vector's push [n, cols], cut into the given shards' ranges: fp32
         (gradient, momentum) values; state deltas and states in fp32 where every value is
         one exactly (a worker's torch state is), else fp64, both in zstd'd byte planes
-        when large (fp32z, fp64z: lossless); or with onebit signs and two means per shard,
+        (fp32z, fp64z: lossless; raw under a KB); or with onebit signs and two means per shard,
         the quantization error kept for the next push."""
         v = values + self._dense_residual.get(table, 0.0) if onebit else values
         if onebit:
             codec = VALUE_CODECS["onebit"]
         elif kind in (DELTA, STATE):  # states must arrive exactly: fp32 only where it loses nothing
-            exact = "fp32" if np.array_equal(v.astype(np.float32), v) else "fp64"
-            # a whole MLP's state (its cut write) in byte planes: 1.6x fewer bytes for ~3 ms a MB
-            codec = VALUE_CODECS[exact + "z" if v.size >= DENSE_PLANES_MIN else exact]
+            # in byte planes (a whole MLP's state, its cut write: 1.6x fewer bytes for ~3 ms a MB)
+            codec = VALUE_CODECS["fp32z" if np.array_equal(v.astype(np.float32), v) else "fp64z"]
         else:
             codec = VALUE_CODECS["fp32"]
         sent = np.empty_like(v)

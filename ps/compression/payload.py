@@ -75,28 +75,41 @@ def _zstd() -> tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor]:
     return _ZSTD.pair  # type: ignore[no-any-return]
 
 
+PLANES_MIN_BYTES = 1024  # smaller: the words go as they are (8 frames' headers cost ~80 bytes)
+RAW, PLANES = 0, 1  # the body's first byte
+
+
 def _to_planes(words: npt.NDArray[np.generic]) -> bytes:
-    """Fixed-width words [n, d] as byte planes column by column (byte b of every word of
-    column 0, then of column 1, ...), each plane its own zstd frame: varint frame lengths,
-    one a byte of the width, then the frames. A column's values share their sign and
-    exponent bytes far more often than a row's neighbours do (an MLP's w | m | v | t
-    columns; a table's factor columns), and a plane of alike bytes is what zstd
-    compresses; a plane of noise (low mantissa bytes) passes through its own frame at
-    memcpy speed (docs/design/lossless-planes.md)."""
+    """Fixed-width words [n, d]: a layout byte, then (PLANES) the words in byte planes column
+    by column (byte b of every word of column 0, then of column 1, ...), each plane its own
+    zstd frame: varint frame lengths, one a byte of the width, then the frames; or (RAW,
+    below PLANES_MIN_BYTES, where the frames' headers would outweigh what they save) the
+    words as they are. A column's values share their sign and exponent bytes far more often
+    than a row's neighbours do (an MLP's w | m | v | t columns; a table's factor columns),
+    and a plane of alike bytes is what zstd compresses; a plane of noise (low mantissa
+    bytes) passes through its own frame at memcpy speed (docs/design/lossless-planes.md)."""
     n, d = words.shape
     size = words.dtype.itemsize
+    if words.nbytes < PLANES_MIN_BYTES:
+        return bytes([RAW]) + np.ascontiguousarray(words).tobytes()
     by_column = np.ascontiguousarray(words.T)  # [d, n]
     planes = np.ascontiguousarray(by_column.view(np.uint8).reshape(n * d, size).T)
     compress = _zstd()[0].compress
     frames = [compress(planes[b].data) for b in range(size)]
-    return bytes(encode_varints(np.array([len(f) for f in frames], dtype=np.uint64))) + b"".join(frames)
+    lengths = bytes(encode_varints(np.array([len(f) for f in frames], dtype=np.uint64)))
+    return bytes([PLANES]) + lengths + b"".join(frames)
 
 
 def _from_planes(name: str, body: bytes, n: int, d: int, dtype: str) -> npt.NDArray[np.generic]:
     """The words [n, d] of _to_planes's body, every frame checked against the counts."""
     size = np.dtype(dtype).itemsize
+    if not body or body[0] not in (RAW, PLANES):
+        raise CodecError(f"{name}: the layout byte must be {RAW} (raw) or {PLANES} (planes)")
+    if body[0] == RAW:
+        _expect(body, 1 + n * d * size)
+        return np.frombuffer(body, dtype=dtype, offset=1).reshape(n, d)
     buf = np.frombuffer(body, dtype=np.uint8)
-    pos, lengths = 0, []
+    pos, lengths = 1, []
     try:
         for _ in range(size):
             varint, pos = _get(buf, pos)

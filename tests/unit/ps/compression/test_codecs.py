@@ -104,6 +104,24 @@ def test_every_codec_round_trips_within_its_bound(values, name):
         assert np.all((back >= 0) == (values >= 0) | (back == 0))
 
 
+@pytest.mark.parametrize("name", ["fp32z", "fp64z", "bf16z"])
+def test_plane_codecs_send_small_pushes_raw_and_large_ones_in_planes_bit_for_bit(name):
+    rng = np.random.default_rng(5)
+    codec = VALUE_CODECS[name]
+    for rows, layout in ((10, 0), (5000, 1)):
+        x = rng.normal(size=(rows, 3)) * 1e-3
+        x[0] = [-0.0, 5e-324, 1e-310]  # signed zero and subnormals: fp64z keeps their bits
+        x[:, 2] = 4.0  # a constant column: its planes cost next to nothing
+        body, decoded = codec.encode(x, rng)
+        assert body[0] == layout
+        back = codec.decode(body, rows, 3)
+        np.testing.assert_array_equal(back.view(np.uint64), decoded.view(np.uint64))
+        plain = VALUE_CODECS[name[:-1]]
+        np.testing.assert_array_equal(decoded.view(np.uint64), plain.encode(x, rng)[1].view(np.uint64))
+        if layout:
+            assert len(body) < 0.9 * len(plain.encode(x, rng)[0])
+
+
 def test_rounding_uniforms_are_uniform():
     u = uniforms(3, 200_000)
     counts = np.histogram(u, bins=20, range=(0, 1))[0]
@@ -228,7 +246,7 @@ def _payload(spec: str = "topk:0.1+onebit", n: int = 100) -> bytes:
 def _frames(*planes: bytes) -> bytes:
     """An fp32z/fp64z body: one zstd frame a plane, their lengths first."""
     frames = [zstandard.ZstdCompressor().compress(p) for p in planes]
-    return bytes(encode_varints(np.array([len(f) for f in frames], dtype=np.uint64))) + b"".join(frames)
+    return b"\x01" + bytes(encode_varints(np.array([len(f) for f in frames], dtype=np.uint64))) + b"".join(frames)
 
 
 @pytest.mark.parametrize(
@@ -245,9 +263,11 @@ def _frames(*planes: bytes) -> bytes:
         (_payload("fp32")[:4] + bytes([100, 99, 2]) + _payload("fp32")[7:], 100, 2, "no subset"),
         (_payload("fp32")[:7] + np.full(200, np.nan, "<f4").tobytes(), 100, 2, "not all finite"),
         (_payload("fp64z")[:-2], 100, 2, "fp64z"),
-        (_payload("fp64z")[:7] + b"junk", 100, 2, "fp64z: frame lengths"),
-        (_payload("fp64z")[:7] + bytes(8) + b"junk", 100, 2, "fp64z: body is 12 bytes"),
-        (_payload("fp64z")[:7] + bytes([4] + [0] * 7) + b"junk", 100, 2, "fp64z: plane 0: not a zstd frame"),
+        (_payload("fp64z")[:7] + b"\x01junk", 100, 2, "fp64z: frame lengths"),
+        (_payload("fp64z")[:7] + b"\x01" + bytes(8) + b"junk", 100, 2, "fp64z: body is 13 bytes"),
+        (_payload("fp64z")[:7] + bytes([1, 4] + [0] * 7) + b"junk", 100, 2, "fp64z: plane 0: not a zstd frame"),
+        (_payload("fp64z")[:7] + b"\x07" + bytes(1600), 100, 2, "fp64z: the layout byte"),
+        (_payload("fp32z")[:7] + b"\x00" + bytes(799), 100, 2, "body is 800 bytes"),
         # a small frame declaring more than the header's counts is refused before it is inflated
         (_payload("fp32z")[:7] + _frames(bytes(1 << 20), *[bytes(200)] * 3), 100, 2, "plane 0 declares 1048576"),
         # 200 float32 infinities: byte planes 00, 00, 80, 7f
