@@ -181,14 +181,16 @@ class PushCompression:
         """A whole dense vector's push [n, cols], cut into the given shards' ranges: fp32
         (gradient, momentum) values; state deltas and states in fp32 where every value is
         one exactly (a worker's torch state is), else fp64, both in zstd'd byte planes
-        (fp32z, fp64z: lossless; raw under a KB); or with onebit signs and two means per shard,
+        where pushes compress (fp32z, fp64z: lossless; raw under a KB); or with onebit signs and two means per shard,
         the quantization error kept for the next push."""
         v = values + self._dense_residual.get(table, 0.0) if onebit else values
         if onebit:
             codec = VALUE_CODECS["onebit"]
         elif kind in (DELTA, STATE):  # states must arrive exactly: fp32 only where it loses nothing
-            # in byte planes (a whole MLP's state, its cut write: 1.6x fewer bytes for ~3 ms a MB)
-            codec = VALUE_CODECS["fp32z" if np.array_equal(v.astype(np.float32), v) else "fp64z"]
+            exact = "fp32" if np.array_equal(v.astype(np.float32), v) else "fp64"
+            # where pushes compress, in byte planes (a whole MLP's state, its cut write: 1.6x
+            # fewer bytes for ~3 ms a MB); `none` and in-process shards send it as it is
+            codec = VALUE_CODECS[exact + "z" if self.auto or self.spec is not None else exact]
         else:
             codec = VALUE_CODECS["fp32"]
         sent = np.empty_like(v)
