@@ -196,9 +196,11 @@ class PSAccessSettings:
     push_codec: str = field(
         default="auto",
         metadata={
-            "help": "sparse push compressor: fp32, fp16, bf16, fp64, int8, epgc8, epgc9, epgc11, onebit, topk:RATIO[+CODEC];"
-            " none: fp64 state deltas, fp32 gradients (uncompressed); auto: none with --ps local; on shard processes"
-            " each rank moves each table to onebit when, judged at each checkpoint cut, it would carry at most 40% of"
+            "help": "sparse push compressor: fp32, fp16, bf16, fp64, int8, epgc8, epgc9, epgc11, onebit, the lossless"
+            " fp32z/fp64z/bf16z (zstd'd byte planes), topk:RATIO[+CODEC]; none: fp64 state deltas, fp32 gradients"
+            " (uncompressed); auto: none with --ps local; on shard processes each table starts in fp64z (exact, as"
+            " drains and the MLP's cut writes go) and each rank moves it to onebit when, judged at each checkpoint"
+            " cut, it would carry at most 40% of"
             " fp64's bytes and its cut drain at most 20%, and back over half or a drain over 30% (the summary's codecs"
             " say what it chose)"
         },
@@ -207,7 +209,7 @@ class PSAccessSettings:
         default="auto",
         metadata={
             "help": "sparse pull replies: raw (fp32 weights, fp64 state), fp32, fp16, bf16, int8, epgc8, epgc11...;"
-            " auto: raw, except bf16 for several ranks on shard processes (where rows other ranks changed come back)"
+            " auto: raw, except bf16z for several ranks on shard processes (where rows other ranks changed come back)"
         },
     )
     pull_cache: str = field(

@@ -43,7 +43,7 @@ def test_two_workers_on_two_shard_processes_converge_and_publish(platform, data_
     assert result["samples"] + result["held_out_samples"] == total and result["workers"] == 2
     # one worker reaches AUC 0.916 and logloss 0.384 on this stream; two, each a step stale
     assert result["window_auc"] >= 0.89 and result["progressive_logloss"] <= 0.43, result
-    # `auto` over shard processes with two ranks: pulls in bf16, pushes judged as for one (auto-codec.md)
+    # `auto` over shard processes with two ranks: pulls in bf16z, pushes judged as for one (auto-codec.md)
     codecs = result["codecs"]
     assert codecs["pull"] == "bf16z" and codecs["push:w"] in ("fp64z", "onebit") and "auto:w" in codecs, codecs
     repo = Repository(platform.dir / "repo", "ctr")
