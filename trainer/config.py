@@ -196,8 +196,8 @@ class PSAccessSettings:
     push_codec: str = field(
         default="auto",
         metadata={
-            "help": "sparse push compressor: fp32, fp16, bf16, fp64, int8, epgc8, epgc9, epgc11, onebit, the lossless"
-            " fp32z/fp64z/bf16z (zstd'd byte planes), topk:RATIO[+CODEC]; none: fp64 state deltas, fp32 gradients"
+            "help": "sparse push compressor: fp32, fp16, bf16, fp64, int8, epgc8, epgc9, epgc11, onebit, fp32z/fp64z/"
+            "bf16z (those values in zstd'd byte planes), topk:RATIO[+CODEC]; none: fp64 state deltas, fp32 gradients"
             " (uncompressed); auto: none with --ps local; on shard processes each table starts in fp64z (exact, as"
             " drains and the MLP's cut writes go) and each rank moves it to onebit when, judged at each checkpoint"
             " cut, it would carry at most 40% of"
