@@ -1,5 +1,6 @@
 """Fuzzed requests against running daemons (hypothesis): Predict requests of random and
-of damaged compact encodings to serving, and random Pull and Push requests to a PS shard.
+of damaged compact encodings to serving, random Pull and Push requests to a PS shard, and
+byte-plane (fp32z, fp64z, bf16z) pushes cut short and followed by junk.
 Every answer is OK or a refusal that names the input (INVALID_ARGUMENT, NOT_FOUND,
 FAILED_PRECONDITION, RESOURCE_EXHAUSTED), never INTERNAL or UNKNOWN; the daemons live on,
 serving still scores a valid request exactly as before, and no refused push changes the
@@ -13,7 +14,7 @@ from collections.abc import Iterator
 import grpc
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from bench.serving_model import publish, requests, spec_for
@@ -21,7 +22,9 @@ from boundless.processes import Daemon, start
 from ctr.model.spec import ModelSpec
 from ctr.repository.versions import Repository
 from protos import predict_pb2, predict_pb2_grpc, ps_pb2, ps_pb2_grpc
+from ps.api import SparsePush
 from ps.client import PSClient
+from ps.compression.payload import encode_rows
 from serving.client import PredictClient
 
 REFUSALS = {
@@ -164,3 +167,29 @@ def test_random_pulls_and_pushes_are_refused_or_applied_never_crash_the_shard(
     shard.check()
     if code != grpc.StatusCode.OK or pull:
         assert _digest(shard.address) == before  # a refused push (and any pull) changes nothing
+
+
+@FUZZ
+@example(codec="fp64z", cut=0, junk=b"")
+@given(codec=st.sampled_from(["fp32z", "fp64z", "bf16z"]), cut=st.integers(0, 10_000), junk=st.binary(max_size=300))
+def test_plane_codec_pushes_cut_short_or_damaged_are_refused_and_change_nothing(shard, codec, cut, junk):
+    """A byte-plane push (zstd frames behind a valid header) cut anywhere and followed by
+    junk: refused naming what, the shard alive and its rows as they were."""
+    keys = np.arange(1, 600, dtype=np.uint64)
+    rows = np.random.default_rng(cut).normal(size=(keys.shape[0], 1)) * 0.01
+    good = encode_rows(rows, codec, np.random.default_rng(0))  # 599 values: planes in every codec
+    damaged = good[: 7 + cut % (len(good) - 7)] + junk
+    assume(damaged != good)
+    client = PSClient.connect([shard.address])
+    try:
+        before = _digest(shard.address)
+        try:
+            client.transport.push(SparsePush(0, "w", keys, (), damaged, "gradient"))
+            code = grpc.StatusCode.OK
+        except grpc.RpcError as e:
+            code = e.code()
+        shard.check()
+        assert code in REFUSALS, code
+        assert _digest(shard.address) == before
+    finally:
+        client.close()
