@@ -10,7 +10,6 @@ CodecError before the shard changes anything."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -19,6 +18,7 @@ import numpy.typing as npt
 import zstandard
 
 from ctr.format.varint import _get, decode_index_lists, encode_index_lists, encode_varints
+from ctr.format.zstd_local import compressor, decompressor
 from ps.compression.bits import pack_bits, packed_bytes, unpack_bits
 from ps.compression.minifloat import column_shifts, decode_minifloat, encode_minifloat
 from ps.compression.quantize import decode_int8, decode_onebit, encode_int8, encode_onebit
@@ -65,16 +65,6 @@ def _cast(dtype: str) -> tuple[Callable[[F64, np.random.Generator], tuple[bytes,
     return enc, dec
 
 
-ZSTD_LEVEL = 1  # fp64 FFM state deltas: 1.41x at about 0.5 GB/s; level 3 the same ratio, slower
-_ZSTD = threading.local()  # zstandard's (de)compressor objects must not be shared by threads
-
-
-def _zstd() -> tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor]:
-    if not hasattr(_ZSTD, "pair"):
-        _ZSTD.pair = (zstandard.ZstdCompressor(level=ZSTD_LEVEL), zstandard.ZstdDecompressor())
-    return _ZSTD.pair  # type: ignore[no-any-return]
-
-
 PLANES_MIN_BYTES = 1024  # smaller: the words go as they are (8 frames' headers cost ~80 bytes)
 RAW, PLANES = 0, 1  # the body's first byte
 
@@ -94,7 +84,7 @@ def _to_planes(words: npt.NDArray[np.generic]) -> bytes:
         return bytes([RAW]) + np.ascontiguousarray(words).tobytes()
     by_column = np.ascontiguousarray(words.T)  # [d, n]
     planes = np.ascontiguousarray(by_column.view(np.uint8).reshape(n * d, size).T)
-    compress = _zstd()[0].compress
+    compress = compressor().compress
     frames = [compress(planes[b].data) for b in range(size)]
     lengths = bytes(encode_varints(np.array([len(f) for f in frames], dtype=np.uint64)))
     return bytes([PLANES]) + lengths + b"".join(frames)
@@ -120,7 +110,7 @@ def _from_planes(name: str, body: bytes, n: int, d: int, dtype: str) -> npt.NDAr
         raise CodecError(f"{name}: body is {len(body)} bytes, its frame lengths say {pos + sum(lengths)}")
     plane = n * d
     out = np.empty((size, plane), dtype=np.uint8)
-    decompress = _zstd()[1].decompress
+    decompress = decompressor().decompress
     for b, length in enumerate(lengths):
         frame = body[pos : pos + length]
         pos += length

@@ -11,7 +11,6 @@ the field runs are few.
 from __future__ import annotations
 
 import functools
-import threading
 from dataclasses import dataclass
 
 import numba as nb
@@ -22,6 +21,7 @@ import zstandard
 from ctr.data.hashing import field_id
 from ctr.data.unique import first_occurrence, unique_inverse
 from ctr.format.varint import decode_index_lists, decode_runs, encode_index_lists, encode_varints
+from ctr.format.zstd_local import compressor, decompressor
 from serving.request.columns import PREFIX_OF_SUB, TokenFeatures
 from serving.request.token_dictionary import KIND_INTS, KIND_KEYS, Both, decode_blocks, encode_blocks, keys_of_blocks
 from serving.request.token_kernels import expand_columns, ordered_unique, sorted_groups
@@ -147,27 +147,12 @@ def encode_tokens(features: TokenFeatures, item_count: int, compress: bool | Non
     parts = [bytes(tokens), bytes(ctx), bytes(items)]
     if compress is False:
         return EncodedRequest(item_count, b"", b"", parts[1], parts[2], b"", parts[0], 0)
-    zc = _compressor()
+    zc = compressor()
     packed = [zc.compress(p) if p else p for p in parts]
     raw_bytes, packed_bytes = sum(len(p) for p in parts), sum(len(p) for p in packed)
     if compress is None and packed_bytes > (1 - MIN_ZSTD_SAVING) * raw_bytes:
         return EncodedRequest(item_count, b"", b"", parts[1], parts[2], b"", parts[0], 0)
     return EncodedRequest(item_count, b"", b"", packed[1], packed[2], b"", packed[0], 1)
-
-
-_ZSTD = threading.local()  # zstandard's (de)compressor objects must not be shared by threads
-
-
-def _compressor() -> zstandard.ZstdCompressor:
-    if not hasattr(_ZSTD, "compressor"):
-        _ZSTD.compressor = zstandard.ZstdCompressor(level=1)
-    return _ZSTD.compressor  # type: ignore[no-any-return]
-
-
-def _decompressor() -> zstandard.ZstdDecompressor:
-    if not hasattr(_ZSTD, "decompressor"):
-        _ZSTD.decompressor = zstandard.ZstdDecompressor()
-    return _ZSTD.decompressor  # type: ignore[no-any-return]
 
 
 def _unique_pairs(
@@ -285,7 +270,7 @@ def _expanded(req: EncodedRequest, name: str, max_bytes: int) -> bytes:
         # bounded while decompressing
         if zstandard.frame_content_size(data) > max_bytes:
             raise zstandard.ZstdError(f"the frame declares {zstandard.frame_content_size(data)} bytes")
-        return _decompressor().decompress(data, max_output_size=max_bytes)  # type: ignore[no-any-return]
+        return decompressor().decompress(data, max_output_size=max_bytes)  # type: ignore[no-any-return]
     except zstandard.ZstdError as e:
         raise EncodingError(f"{name}: not a zstd frame of at most {max_bytes} bytes: {e}") from None
 
