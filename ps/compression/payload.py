@@ -47,16 +47,23 @@ class ValueCodec:
     decode: Callable[[bytes, int, int], F64]
 
 
+def _cast_values(rows: F64, dtype: str) -> tuple[npt.NDArray[np.floating], F64]:
+    """(the rows as `dtype`, those values as float64): fp64 as they are (the default state
+    deltas: nothing to round or saturate); narrower types saturated rather than overflowing
+    to inf (error feedback carries the excess)."""
+    if np.dtype(dtype).itemsize == 8:
+        return np.ascontiguousarray(rows, dtype=dtype), rows
+    top = float(np.finfo(dtype).max)
+    cast = np.ascontiguousarray(np.clip(rows, -top, top), dtype=dtype)
+    return cast, cast.astype(np.float64)
+
+
 def _cast(dtype: str) -> tuple[Callable[[F64, np.random.Generator], tuple[bytes, F64]], Callable[[bytes, int, int], F64]]:
     size = np.dtype(dtype).itemsize
-    top = float(np.finfo(dtype).max)
 
     def enc(rows: F64, rng: np.random.Generator) -> tuple[bytes, F64]:
-        if size == 8:  # fp64 (the default state deltas): nothing to round or saturate
-            return np.ascontiguousarray(rows, dtype=dtype).tobytes(), rows
-        # saturate rather than overflow to inf (error feedback carries the excess)
-        cast = np.ascontiguousarray(np.clip(rows, -top, top), dtype=dtype)
-        return cast.tobytes(), cast.astype(np.float64)
+        cast, decoded = _cast_values(rows, dtype)
+        return cast.tobytes(), decoded
 
     def dec(body: bytes, n: int, d: int) -> F64:
         _expect(body, n * d * size)
@@ -131,13 +138,10 @@ def _planes_zstd(
     name: str, dtype: str
 ) -> tuple[Callable[[F64, np.random.Generator], tuple[bytes, F64]], Callable[[bytes, int, int], F64]]:
     """fp32z, fp64z: the values cast as fp32 or fp64 do, lossless from there, in zstd'd byte planes."""
-    top = float(np.finfo(dtype).max)
 
     def enc(rows: F64, rng: np.random.Generator) -> tuple[bytes, F64]:
-        if np.dtype(dtype).itemsize == 8:
-            return _to_planes(rows.astype(dtype, copy=False)), rows
-        cast = np.clip(rows, -top, top).astype(dtype)  # as fp32 does: saturated, never inf
-        return _to_planes(cast), cast.astype(np.float64)
+        cast, decoded = _cast_values(rows, dtype)
+        return _to_planes(cast), decoded
 
     def dec(body: bytes, n: int, d: int) -> F64:
         return _from_planes(name, body, n, d, dtype).astype(np.float64)
