@@ -200,9 +200,8 @@ class PSAccessSettings:
             "bf16z (those values in zstd'd byte planes), topk:RATIO[+CODEC]; none: fp64 state deltas, fp32 gradients"
             " (uncompressed); auto: none with --ps local; on shard processes each table starts in fp64z (exact, as"
             " drains and the MLP's cut writes go) and each rank moves it to onebit when, judged at each checkpoint"
-            " cut, it would carry at most 40% of"
-            " fp64's bytes and its cut drain at most 20%, and back over half or a drain over 30% (the summary's codecs"
-            " say what it chose)"
+            " cut, it would carry at most 40% of fp64's bytes and its cut drain at most 20%, and back over half or a"
+            " drain over 30% (the summary's codecs say what it chose)"
         },
     )
     pull_codec: str = field(

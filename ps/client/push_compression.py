@@ -181,8 +181,8 @@ class PushCompression:
         """A whole dense vector's push [n, cols], cut into the given shards' ranges: fp32
         (gradient, momentum) values; state deltas and states in fp32 where every value is
         one exactly (a worker's torch state is), else fp64, both in zstd'd byte planes
-        where pushes compress (fp32z, fp64z: lossless; raw under a KB); or with onebit signs and two means per shard,
-        the quantization error kept for the next push."""
+        where pushes compress (fp32z, fp64z: lossless; raw under a KB); or with onebit
+        signs and two means per shard, the quantization error kept for the next push."""
         v = values + self._dense_residual.get(table, 0.0) if onebit else values
         if onebit:
             codec = VALUE_CODECS["onebit"]
