@@ -36,7 +36,7 @@ from trainer.input.source import Position, Source, open_source
 from trainer.run.exporter import Exporter
 from trainer.run.loop import LoopSettings, Trainer, merged_wire
 from trainer.run.progress_log import ProgressLog
-from trainer.run.recovery import CutPoint, planned_point, restore_and_declare, restore_shards
+from trainer.run.recovery import CutPoint, check_ranks, planned_point, restore_and_declare, restore_shards
 from trainer.run.rendezvous import EXIT_RESTART, GroupLost, rendezvous, share
 from trainer.run.summary import summary_text
 from trainer.spec import model_spec
@@ -345,12 +345,7 @@ def train_run(
     if not conf.local:
         check_shard_list(conf, statuses)
     planned = planned_point(statuses, conf.ps_access.from_start)  # read only: nothing changes before the model is named
-    taken = len(planned.parts) or 1
-    if planned.cut and taken != world:
-        raise cfg.ConfigError(
-            f"checkpoint cut {planned.cut} was taken with {taken} rank(s), whose positions do not map to"
-            f" {world}: run with --workers {taken} (or --world-size {taken}), or start over with --from-start"
-        )
+    check_ranks(planned, world)  # where the cut is known before the restore; after it, below
 
     def reopen(position: Position | None) -> Source:
         return open_source(
@@ -403,6 +398,7 @@ def train_run(
         point, generation = group.broadcast((point, client.transport.generation) if lead else None)
         client.transport.generation = generation
         client.know(spec.tables())
+    check_ranks(point, world)  # a cut every shard prepared and none committed is read at the restore
     if aggregation is not None:  # the host's ranks push their sums through rank 0 (--local-aggregate)
         client.aggregate_locally(aggregation, rank)
     mine = _part(point, rank)

@@ -296,6 +296,36 @@ def test_shards_holding_different_cuts_go_back_to_the_newest_they_all_hold(data_
             s.stop()
 
 
+def test_two_ranks_take_up_at_a_cut_every_shard_prepared_and_none_committed(data_dir, tmp_path):
+    """The trainer killed between a cut's prepares and its commit (found by the kill test
+    above): every shard holds the cut, none committed it, so its positions (two ranks'
+    here) are read only at the restore. Two ranks start again from it and train nothing
+    twice; it was refused as a one-rank cut (exit 2, which no supervisor restarts)."""
+    from ps.client import PSClient
+
+    folder, total = _folder(data_dir, tmp_path)
+    for extra in sorted(folder.iterdir())[2:]:  # a shorter stream: 2 files, one a rank
+        extra.unlink()
+    total //= 4
+    shards = [_shard(i, tmp_path) for i in range(2)]
+    try:
+        _finish(_two_workers(folder, shards, tmp_path / "m.json"))
+        client = PSClient.connect([s.address for s in shards])
+        status = client.control.status()[0]
+        last, offsets = status.committed_cut, status.checkpoint_offsets
+        assert len(json.loads(offsets)["workers"]) == 2
+        client.control.prepare(last + 1, offsets)  # every shard prepares the next cut; no commit
+        client.close()
+        err = _finish(_two_workers(folder, shards, tmp_path / "m2.json"))
+        assert f"every PS shard prepared checkpoint cut {last + 1} and none committed it" in err, err[-3000:]
+        assert f"PS shards at checkpoint cut {last + 1}" in err, err[-3000:]
+        assert json.loads((tmp_path / "m2.json").read_text())["samples"] == total
+        assert _model(shards)["w"][2] == [total, total]  # nothing trained twice
+    finally:
+        for s in shards:
+            s.stop()
+
+
 def _folder(data_dir: Path, tmp_path: Path) -> tuple[Path, int]:
     """8 files of Frappe repeated 6 times, for two workers; (folder, lines)."""
     lines = (data_dir / "frappe/frappe.validation.libfm").read_text().splitlines()

@@ -37,6 +37,23 @@ class CutPoint:
     progress: dict[str, Any] = field(default_factory=dict)
     model: dict[str, Any] = field(default_factory=dict)  # TrainableModel.state at the cut
     parts: tuple[CutPoint, ...] = ()
+    # False where no shard had committed the cut when it was read (every shard prepared it,
+    # the trainer stopped before the commit): its positions are known after the restore
+    offsets_known: bool = True
+
+    @property
+    def ranks(self) -> int:
+        """How many ranks took the cut."""
+        return len(self.parts) or 1
+
+
+def check_ranks(point: CutPoint, world: int) -> None:
+    """A cut's positions are per rank: a group of another size cannot take up from it."""
+    if point.cut and point.offsets_known and point.ranks != world:
+        raise cfg.ConfigError(
+            f"checkpoint cut {point.cut} was taken with {point.ranks} rank(s), whose positions do not map to"
+            f" {world}: run with --workers {point.ranks} (or --world-size {point.ranks}), or start over with --from-start"
+        )
 
 
 def worker_state(
@@ -125,13 +142,21 @@ def common_cut(statuses: list[ShardStatus]) -> int:
         )
     cut = max(common)
     committed = {s.index: s.committed_cut for s in statuses}
-    if len(set(committed.values())) != 1 or cut != next(iter(committed.values())):
-        behind = [i for i, c in committed.items() if c == cut]
+    if all(c < cut for c in committed.values()):
+        log.warning(
+            "every PS shard prepared checkpoint cut %d and none committed it (committed: %s): the trainer stopped"
+            " between the two; taking up at cut %d",
+            cut,
+            committed,
+            cut,
+        )
+    elif len(set(committed.values())) != 1:
+        behind = [i for i, c in committed.items() if c <= cut]
         log.warning(
             "the PS shards hold different cuts (committed: %s): shard(s) %s hold an older cut (a restart before its"
             " commit, or a restored backup); going back to cut %d, the newest all of them hold",
             committed,
-            ", ".join(map(str, behind)) or "none",
+            ", ".join(map(str, behind)),
             cut,
         )
     return cut
@@ -149,7 +174,7 @@ def planned_point(statuses: list[ShardStatus], from_start: bool) -> CutPoint:
     for s in statuses:
         if s.committed_cut == cut:
             return decode_offsets(cut, s.checkpoint_offsets)
-    return CutPoint(cut)  # no shard has it committed yet: the restore will tell
+    return CutPoint(cut, offsets_known=False)  # no shard has it committed yet: the restore will tell
 
 
 def restore_shards(client: PSClient, from_start: bool, attempts: int = 5) -> CutPoint:
