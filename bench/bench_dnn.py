@@ -7,10 +7,13 @@ all on this machine's CPU unless --device says otherwise.
 - Peers (bench/.peers-venv, bench/install_peers.sh): one epoch over the first 80% of the
   same rows (same fields, same ids), batch 256, scoring the last 20%.
 Every system runs once per round, in turn, for --reps rounds (this machine is noisy: a
-peer's speed has swung 10x between runs of a day); the table gives medians.
+peer's speed has swung 10x between runs of a day); the table gives medians. With
+--peer-seeds S the peers run S times a round, seeded 0..S-1 (their AUC moves with the seed
+of their initial weights; Boundless's initial rows come from the keys, so it has no seed to
+vary): their AUC is the median over every run, and the range is printed beside it.
 
 Writes bench/results/dnn.json and prints a markdown table; asserts nothing about speed.
-Run: .venv/bin/python bench/bench_dnn.py [--reps 3] [--datasets frappe,criteo10k] [--device cpu]
+Run: .venv/bin/python bench/bench_dnn.py [--reps 3] [--datasets frappe,criteo10k] [--device cpu] [--peer-seeds 1]
 """
 
 from __future__ import annotations
@@ -64,12 +67,18 @@ def median(runs: list[dict[str, float] | None], key: str) -> float | None:
     return statistics.median(values) if values else None
 
 
+def spread(runs: list[dict[str, float] | None], key: str) -> tuple[float, float] | None:
+    values = [float(r[key]) for r in runs if r and key in r]
+    return (min(values), max(values)) if values else None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(allow_abbrev=False)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--datasets", default="frappe,criteo10k")
     ap.add_argument("--models", default="deepfm,wdl")
     ap.add_argument("--device", default="cpu", help="Boundless's --device (the peers run on the CPU)")
+    ap.add_argument("--peer-seeds", type=int, default=1, help="runs of each peer a round, seeded 0..S-1")
     args = ap.parse_args()
     results: dict[str, dict[str, dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -84,11 +93,17 @@ def main() -> None:
                 runs: dict[str, list[dict[str, float] | None]] = {"boundless": [], "deepctr-torch": [], "torchrec": []}
                 for _ in range(args.reps):
                     runs["boundless"].append(boundless(stream, FORMATS[name], len(labels), model, args.device, work))
-                    runs["deepctr-torch"].append(peer("run_deepctr.py", str(npz), K, HIDDEN, model))
-                    runs["torchrec"].append(peer("run_torchrec.py", str(npz), model, K, HIDDEN))
+                    for seed in range(args.peer_seeds):
+                        runs["deepctr-torch"].append(peer("run_deepctr.py", str(npz), K, HIDDEN, model, seed=seed))
+                        runs["torchrec"].append(peer("run_torchrec.py", str(npz), model, K, HIDDEN, seed=seed))
                 key = f"{name}/{model}"
                 results[key] = {
-                    system: {"auc": median(r, "auc"), "examples_per_s": median(r, "examples_per_s"), "runs": r}
+                    system: {
+                        "auc": median(r, "auc"),
+                        "auc_range": spread(r, "auc"),
+                        "examples_per_s": median(r, "examples_per_s"),
+                        "runs": r,
+                    }
                     for system, r in runs.items()
                 }
                 print(
@@ -98,11 +113,12 @@ def main() -> None:
                 )
     out = ROOT / "bench" / "results" / "dnn.json"
     out.write_text(json.dumps(results, indent=1))
-    print("\n| dataset / model | system | AUC, last 20% | examples/s (median) |\n|---|---|---|---|")
+    print("\n| dataset / model | system | AUC, last 20% (median [min-max]) | examples/s (median) |\n|---|---|---|---|")
     for key, systems in results.items():
         for system, v in systems.items():
-            auc, rate = v["auc"], v["examples_per_s"]
-            print(f"| {key} | {system} | {auc if auc is None else f'{auc:.4f}'} | {rate if rate is None else f'{rate:,.0f}'} |")
+            auc, span, rate = v["auc"], v["auc_range"], v["examples_per_s"]
+            shown = "-" if auc is None else f"{auc:.4f}" + (f" [{span[0]:.4f}-{span[1]:.4f}]" if span else "")
+            print(f"| {key} | {system} | {shown} | {rate if rate is None else f'{rate:,.0f}'} |")
 
 
 if __name__ == "__main__":

@@ -62,10 +62,12 @@ def train(stream: Path, fmt: str, rows: int, flags: list[str], reps: int, work: 
     }
 
 
-def peer(script: str, *args: str) -> dict[str, float] | None:
+def peer(script: str, *args: str, seed: int = 0) -> dict[str, float] | None:
+    """A peer's script in the peers' environment (None without one); `seed` goes to it as
+    PEER_SEED (the scripts that read it seed their models with it)."""
     if not PEERS.exists():
         return None
-    env = {**os.environ, "USER": os.environ.get("USER", "root") or "root"}
+    env = {**os.environ, "USER": os.environ.get("USER", "root") or "root", "PEER_SEED": str(seed)}
     proc = subprocess.run(
         [str(PEERS), str(ROOT / "bench" / "peers" / script), *args], capture_output=True, text=True, env=env, timeout=3600
     )

@@ -1,8 +1,11 @@
 """DeepCTR-Torch DeepFM or WDL: one epoch over the first 80% of the rows (batch 256), scores
 the last 20%. Runs in bench/.peers-venv. Input: an .npz of labels and per-field ids, then k
-and the hidden layers, then optionally the model (deepfm, the default, or wdl). Prints JSON."""
+and the hidden layers, then optionally the model (deepfm, the default, or wdl). PEER_SEED in
+the environment moves DeepCTR's own seed (1024 + PEER_SEED; DeepCTR seeds its layers itself,
+so torch's seed changes nothing). Prints JSON."""
 
 import json
+import os
 import sys
 import time
 
@@ -21,9 +24,10 @@ cut = int(len(labels) * 0.8)
 names = [f"f{i}" for i in range(ids.shape[1])]
 frame = pd.DataFrame(ids, columns=names)
 columns = [SparseFeat(n, vocabulary_size=int(ids[:, i].max()) + 1, embedding_dim=k) for i, n in enumerate(names)]
-torch.manual_seed(0)
+seed = int(os.environ.get("PEER_SEED", "0"))
+torch.manual_seed(seed)
 build = {"deepfm": DeepFM, "wdl": WDL}[model_type]
-model = build(columns, columns, task="binary", dnn_hidden_units=hidden, device="cpu")
+model = build(columns, columns, task="binary", dnn_hidden_units=hidden, device="cpu", seed=1024 + seed)
 model.compile("adam", "binary_crossentropy")
 x = {n: frame[n].values for n in get_feature_names(columns)}
 start = time.perf_counter()

@@ -2,9 +2,11 @@
 for the embeddings and the wide weights, an FM over the fields (deepfm) and an MLP, trained
 one epoch over the first 80% of the rows (batch 256, Adagrad on the tables, Adam on the
 MLP), scoring the last 20%. Runs in bench/.peers-venv (bench/install_peers.sh). Input: an
-.npz of labels and per-field ids. Prints JSON."""
+.npz of labels and per-field ids; PEER_SEED in the environment seeds torch (0 when
+unset). Prints JSON."""
 
 import json
+import os
 import sys
 import time
 
@@ -20,7 +22,7 @@ n, fields = ids.shape
 cut = int(n * 0.8)
 names = [f"f{i}" for i in range(fields)]
 sizes = [int(ids[:, i].max()) + 1 for i in range(fields)]
-torch.manual_seed(0)
+torch.manual_seed(int(os.environ.get("PEER_SEED", "0")))
 
 
 def tables(dim: int, prefix: str) -> EmbeddingBagCollection:
