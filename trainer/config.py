@@ -110,7 +110,7 @@ class LearnerSettings:
     opt_v: str = field(default="", metadata={"help": "optimizer of table v (fm, ffm, deepfm), e.g. 'adagrad lr=0.2'"})
     opt_emb: str = field(default="", metadata={"help": "optimizer of table emb (wdl)"})
     opt_bias: str = field(default="", metadata={"help": "optimizer of the dense bias"})
-    opt_mlp: str = field(default="", metadata={"help": "optimizer of the dense MLP table, e.g. 'adam lr=0.005'"})
+    opt_mlp: str = field(default="", metadata={"help": "optimizer of the dense MLP table, e.g. 'adam lr=0.002'"})
     batch_size: int = field(
         default=0,
         metadata={

@@ -82,10 +82,13 @@ DEFAULT_OPTIMIZERS: dict[str, OptimizerSpec] = {
 # where one model's table wants other defaults: ffm's pairwise term spreads each example's
 # gradient over F-1 field vectors per key (measured in docs/benchmarks.md). LR's weights are
 # its whole model and take larger steps: next to embeddings that also learn each feature's
-# own effect, alpha 0.5 overshoots (docs/design/linear-step.md)
+# own effect, alpha 0.5 overshoots (docs/design/linear-step.md). The MLPs of wdl and deepfm
+# take smaller Adam steps than 0.005, measured over neighbouring rates (docs/design/mlp-step.md)
 MODEL_DEFAULTS: dict[tuple[str, str], OptimizerSpec] = {
     ("lr", "w"): OptimizerSpec("ftrl", lr=0.5, beta=1.0, l1=0.1, l2=1.0),
     ("ffm", "v"): OptimizerSpec("adagrad", lr=1.0, initial_accumulator=0.1, init_std=0.1, l2=1e-5),
+    ("wdl", "mlp"): OptimizerSpec("adam", lr=0.002),
+    ("deepfm", "mlp"): OptimizerSpec("adam", lr=0.003),
 }
 
 
