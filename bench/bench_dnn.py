@@ -62,13 +62,18 @@ def boundless(stream: Path, fmt: str, rows: int, model: str, device: str, work: 
     return {"auc": r["window_auc"], "examples_per_s": r["examples_per_s"], "wall_s": wall, "device": r.get("device", "cpu")}
 
 
+def values_of(runs: list[dict[str, float] | None], key: str) -> list[float]:
+    """`key` of every run that reported it (a peer without its environment reports nothing)."""
+    return [float(r[key]) for r in runs if r and key in r]
+
+
 def median(runs: list[dict[str, float] | None], key: str) -> float | None:
-    values = [float(r[key]) for r in runs if r and key in r]
+    values = values_of(runs, key)
     return statistics.median(values) if values else None
 
 
 def spread(runs: list[dict[str, float] | None], key: str) -> tuple[float, float] | None:
-    values = [float(r[key]) for r in runs if r and key in r]
+    values = values_of(runs, key)
     return (min(values), max(values)) if values else None
 
 
