@@ -145,10 +145,9 @@ def common_cut(statuses: list[ShardStatus]) -> int:
     if all(c < cut for c in committed.values()):
         log.warning(
             "every PS shard prepared checkpoint cut %d and none committed it (committed: %s): the trainer stopped"
-            " between the two; taking up at cut %d",
+            " between the two; taking up there",
             cut,
             committed,
-            cut,
         )
     elif len(set(committed.values())) != 1:
         behind = [i for i, c in committed.items() if c <= cut]
