@@ -74,6 +74,12 @@ class _PushKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_PushKind.Val
     what it held (a worker that trains the table itself writes it at cuts and exports; a
     resent write changes nothing)
     """
+    PUSH_STATE_DIFF: _PushKind.ValueType  # 4
+    """dense tables only: the state written as its difference from what the shard holds
+    (ps/compression/state_diff.py), valid only against the base named by base_digest; a
+    shard holding another base refuses it with FAILED_PRECONDITION and the writer sends
+    the state whole
+    """
 
 class PushKind(_PushKind, metaclass=_PushKindEnumTypeWrapper):
     """What a push carries: gradients (the shard steps the table's optimizer once per row), or
@@ -90,6 +96,12 @@ PUSH_STATE: PushKind.ValueType  # 3
 """dense tables only: the shard's range takes these rows as its optimizer state, replacing
 what it held (a worker that trains the table itself writes it at cuts and exports; a
 resent write changes nothing)
+"""
+PUSH_STATE_DIFF: PushKind.ValueType  # 4
+"""dense tables only: the state written as its difference from what the shard holds
+(ps/compression/state_diff.py), valid only against the base named by base_digest; a
+shard holding another base refuses it with FAILED_PRECONDITION and the writer sends
+the state whole
 """
 Global___PushKind: _TypeAlias = PushKind  # noqa: Y015
 
@@ -570,6 +582,7 @@ class DensePushRequest(_message.Message):
     STEPS_FIELD_NUMBER: _builtins.int
     SAMPLES_FIELD_NUMBER: _builtins.int
     GENERATION_FIELD_NUMBER: _builtins.int
+    BASE_DIGEST_FIELD_NUMBER: _builtins.int
     table: _builtins.str
     payload: _builtins.bytes
     """self-describing (docs/ps-compression.md): this shard's range of n values as n rows of
@@ -581,6 +594,8 @@ class DensePushRequest(_message.Message):
     samples: _builtins.int
     """samples whose updates this push carries (counted per table)"""
     generation: _builtins.int
+    base_digest: _builtins.int
+    """PUSH_STATE_DIFF: the digest of the fp32 base it applies to"""
     def __init__(
         self,
         *,
@@ -590,10 +605,11 @@ class DensePushRequest(_message.Message):
         steps: _builtins.int = ...,
         samples: _builtins.int = ...,
         generation: _builtins.int = ...,
+        base_digest: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["generation", b"generation", "kind", b"kind", "payload", b"payload", "samples", b"samples", "steps", b"steps", "table", b"table"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["base_digest", b"base_digest", "generation", b"generation", "kind", b"kind", "payload", b"payload", "samples", b"samples", "steps", b"steps", "table", b"table"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -10,11 +10,13 @@ A push carries GRADIENT rows (the shard steps the table's optimizer once per row
 rows (the shard adds an optimizer-state change), for dense Adam MOMENTUM (a step with the
 worker's momentum over the frozen variance) or, for dense tables, STATE rows (the shard's
 range becomes them: a worker that trains the table itself writes it so, and a resent write
-changes nothing). A push that cannot be applied changes nothing.
+changes nothing), or STATE_DIFF (the same state as its difference from a base the shard must
+hold: ps.compression.state_diff). A push that cannot be applied changes nothing.
 
 Errors a caller handles: SessionLost (resend the keys), ShardRestarted (every shard goes back
 to a common checkpoint cut), StoppedWhileUnreachable (stop; the next start takes up from the
-last cut), ModelMismatch (the shards hold another model)."""
+last cut), ModelMismatch (the shards hold another model), BaseChanged (a STATE_DIFF's base is
+not what the shard holds: send the state whole)."""
 
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ GRADIENT = "gradient"
 DELTA = "delta"
 MOMENTUM = "momentum"  # dense Adam: a step with the worker's momentum over the frozen variance
 STATE = "state"  # dense tables: the optimizer state itself, replacing the shard's
+STATE_DIFF = "state_diff"  # dense tables: the state as its difference from the base the shard holds
 
 
 @dataclass(frozen=True)
@@ -143,8 +146,8 @@ class SparsePush:
 
 @dataclass(frozen=True)
 class DensePush:
-    """One shard's range of a dense push: a GRADIENT, MOMENTUM (standing for `steps` steps)
-    or DELTA in a value codec."""
+    """One shard's range of a dense push: a GRADIENT, MOMENTUM (standing for `steps` steps),
+    DELTA or STATE in a value codec; or a STATE_DIFF body against the base of `base_digest`."""
 
     shard: int
     table: str
@@ -152,10 +155,16 @@ class DensePush:
     kind: str
     steps: int = 1
     samples: int = 0
+    base_digest: int = 0
 
 
 class SessionLost(RuntimeError):
     """The shard forgot a pull session; the caller resends the keys."""
+
+
+class BaseChanged(RuntimeError):
+    """A shard refused a STATE_DIFF write: it does not hold the base the difference was taken
+    from (a restart, a restore, a write that failed part way); the writer sends the state whole."""
 
 
 class ShardRestarted(RuntimeError):

@@ -16,6 +16,8 @@ from ctr.runtime.daemon import PS_MAX_MESSAGE_BYTES
 from ctr.runtime.security import open_channel
 from protos import ps_pb2, ps_pb2_grpc
 from ps.api import (
+    STATE_DIFF,
+    BaseChanged,
     CachedPull,
     DensePush,
     ExportedFile,
@@ -41,6 +43,7 @@ _PUSH_KINDS = {
     "delta": ps_pb2.PUSH_STATE_DELTA,
     "momentum": ps_pb2.PUSH_MOMENTUM,
     "state": ps_pb2.PUSH_STATE,
+    "state_diff": ps_pb2.PUSH_STATE_DIFF,
 }
 
 
@@ -287,8 +290,15 @@ class GrpcTransport(ByteCounter):
             steps=part.steps if part.steps > 1 else 0,
             samples=part.samples,
             generation=self.generation,
+            base_digest=part.base_digest,
         )
-        resp = self._rpc(part.shard, "PushDense", req)
+        try:
+            resp = self._rpc(part.shard, "PushDense", req)
+        except grpc.RpcError as e:
+            if part.kind == STATE_DIFF and e.code() == grpc.StatusCode.FAILED_PRECONDITION:
+                self.count(part.table, "dense_push", req.ByteSize(), 0)
+                raise BaseChanged(f"{self.addresses[part.shard]}: {e.details()}") from None
+            raise
         self.count(part.table, "dense_push", req.ByteSize(), resp.ByteSize())
         self.saw(part.shard, resp.incarnation)
 

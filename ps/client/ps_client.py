@@ -11,6 +11,7 @@ split is pure, the shard calls go through a thread pool, and the transports are 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from ps.api import (
     GRADIENT,
     MOMENTUM,
     STATE,
+    BaseChanged,
     ExportedFile,
     ModelIdentity,
     ModelMismatch,
@@ -67,6 +69,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 DEFAULT_RESIDUAL_ROWS = 1 << 20
 Keys = npt.NDArray[np.uint64]
 F64 = npt.NDArray[np.float64]
@@ -361,15 +364,34 @@ class PSClient:
         return np.concatenate([v for _, v in sorted(parts, key=lambda p: p[0]) if v.shape[0]])
 
     def push_dense(
-        self, table: str, values: Rows, kind: str = GRADIENT, onebit: bool = False, steps: int = 1, samples: int = 0
+        self,
+        table: str,
+        values: Rows,
+        kind: str = GRADIENT,
+        onebit: bool = False,
+        steps: int = 1,
+        samples: int = 0,
+        base: Rows | None = None,
     ) -> None:
-        """A gradient [n], an Adam momentum [n] (standing for `steps` steps) or a state delta
-        [n, width] of the whole vector: fp32 (gradient, momentum) or fp64 (delta) values, or
-        with onebit=True signs and two means per shard, the quantization error kept for the
-        next push."""
+        """A gradient [n], an Adam momentum [n] (standing for `steps` steps), a state delta
+        [n, width] or a state [n, width] of the whole vector: fp32 (gradient, momentum) or
+        fp64 (delta) values, or with onebit=True signs and two means per shard, the
+        quantization error kept for the next push. A state with `base`, what the shards
+        are known to hold, may go as its difference from it; a shard that holds anything
+        else refuses that, and gets the state whole."""
         v = np.asarray(values, dtype=np.float64).reshape(values.shape[0], -1)
-        parts = self.compression.dense(table, v, kind, onebit, _holding(v.shape[0], self.n), steps, samples)
-        self.on_shards(lambda i: self.transport.push_dense(parts[i]), list(range(len(parts))))
+        held = None if base is None else np.asarray(base, dtype=np.float64).reshape(v.shape[0], -1)
+        shards = _holding(v.shape[0], self.n)
+        parts = self.compression.dense(table, v, kind, onebit, shards, steps, samples, held)
+
+        def one(i: int) -> None:
+            try:
+                self.transport.push_dense(parts[i])
+            except BaseChanged as e:
+                log.info("dense table %s: %s; writing the state whole", table, e)
+                self.transport.push_dense(self.compression.dense(table, v, kind, onebit, [shards[i]], steps, samples)[0])
+
+        self.on_shards(one, list(range(len(parts))))
 
     def dense_residual(self, table: str) -> Rows | None:
         """The quantization error 1-bit dense pushes of `table` still owe the shards."""

@@ -11,11 +11,12 @@ import numpy as np
 import numpy.typing as npt
 
 from ctr.routing import dense_range
-from ps.api import DELTA, STATE, DensePush
+from ps.api import DELTA, STATE, STATE_DIFF, DensePush
 from ps.client.auto_codec import AUTO_CODEC, EXACT_CODEC, AutoChoice
 from ps.client.push_path import PushBatch, ShardSender
 from ps.compression.compressor import CodecSpec, Compressor
 from ps.compression.payload import VALUE_CODECS, Compressed
+from ps.compression.state_diff import as_fp32_bits, base_digest, encode_state_diff
 from ps.transport import WireLedger
 
 Keys = npt.NDArray[np.uint64]
@@ -176,13 +177,28 @@ class PushCompression:
         return out
 
     def dense(
-        self, table: str, values: F64, kind: str, onebit: bool, shards: list[int], steps: int = 1, samples: int = 0
+        self,
+        table: str,
+        values: F64,
+        kind: str,
+        onebit: bool,
+        shards: list[int],
+        steps: int = 1,
+        samples: int = 0,
+        base: F64 | None = None,
     ) -> list[DensePush]:
         """A whole dense vector's push [n, cols], cut into the given shards' ranges: fp32
         (gradient, momentum) values; state deltas and states in fp32 where every value is
         one exactly (a worker's torch state is), else fp64, both in zstd'd byte planes
         where pushes compress (fp32z, fp64z: lossless; raw under a KB); or with onebit
-        signs and two means per shard, the quantization error kept for the next push."""
+        signs and two means per shard, the quantization error kept for the next push.
+        A STATE with the `base` the shards hold goes, where pushes compress and both are
+        fp32, as its difference from that base (STATE_DIFF: about a fifth fewer bytes
+        for an MLP's cut write than its planes alone)."""
+        if kind == STATE and base is not None and (self.auto or self.spec is not None):
+            diff = self._state_diff(table, values, base, shards, samples)
+            if diff is not None:
+                return diff
         v = values + self._dense_residual.get(table, 0.0) if onebit else values
         if onebit:
             codec = VALUE_CODECS["onebit"]
@@ -202,6 +218,19 @@ class PushCompression:
             parts.append(DensePush(s, table, payload, kind, steps, samples))
         if onebit:
             self._dense_residual[table] = v - sent
+        return parts
+
+    def _state_diff(self, table: str, values: F64, base: F64, shards: list[int], samples: int) -> list[DensePush] | None:
+        """Each shard's range of `values` against its range of `base`, or None where the
+        two differ in shape or either is not exactly fp32 (then the state goes whole)."""
+        new_bits, base_bits = as_fp32_bits(values), as_fp32_bits(base)
+        if new_bits is None or base_bits is None or new_bits.shape != base_bits.shape or new_bits.ndim != 2:
+            return None
+        parts = []
+        for s in shards:
+            lo, hi = dense_range(values.shape[0], s, self.n)
+            body = encode_state_diff(new_bits[lo:hi], base_bits[lo:hi])
+            parts.append(DensePush(s, table, body, STATE_DIFF, 1, samples, base_digest(base_bits[lo:hi])))
         return parts
 
     def dense_residual(self, table: str) -> F64 | None:

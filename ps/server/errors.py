@@ -11,3 +11,7 @@ class SessionExpired(ShardError):
 
 class StaleGeneration(ShardError):
     """A push from a trainer generation older than the one that last restored this shard."""
+
+
+class BaseMismatch(ShardError):
+    """A state difference whose base is not what this shard's range holds."""

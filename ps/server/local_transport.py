@@ -9,9 +9,21 @@ import numpy.typing as npt
 
 from ctr.format.varint import encode_varints
 from ctr.model.spec import TableSpec
-from ps.api import CachedPull, DensePush, ExportedFile, KnownRows, PushAck, Rows, SessionLost, ShardStatus, SparsePush
+from ps.api import (
+    STATE_DIFF,
+    BaseChanged,
+    CachedPull,
+    DensePush,
+    ExportedFile,
+    KnownRows,
+    PushAck,
+    Rows,
+    SessionLost,
+    ShardStatus,
+    SparsePush,
+)
 from ps.compression.payload import decode_payload, encode_rows
-from ps.server.errors import SessionExpired
+from ps.server.errors import BaseMismatch, SessionExpired
 from ps.server.shard import Shard
 from ps.transport import ByteCounter
 from ps.wire import KEYS_DELTA_VARINT, encode_keys, encode_known_ids
@@ -95,6 +107,12 @@ class LocalTransport(ByteCounter):
     def push_dense(self, part: DensePush) -> None:
         self.count(part.table, "dense_push", len(part.payload))
         s = self.shards[part.shard]
+        if part.kind == STATE_DIFF:
+            try:
+                s.push_dense_diff(part.table, part.payload, part.base_digest, part.samples, self.generation)
+            except BaseMismatch as e:
+                raise BaseChanged(str(e)) from None
+            return
         _, values = decode_payload(part.payload, *s.dense_push_shape(part.table, part.kind))
         s.push_dense(part.table, values, part.kind, part.steps, part.samples, self.generation)
 

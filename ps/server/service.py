@@ -15,7 +15,7 @@ from protos import ps_pb2, ps_pb2_grpc
 from ps.api import KnownRows, ModelIdentity, ModelMismatch
 from ps.compression.payload import BY_ID, CodecError, decode_payload, encode_rows, value_codec
 from ps.server import metrics
-from ps.server.errors import SessionExpired, ShardError, StaleGeneration
+from ps.server.errors import BaseMismatch, SessionExpired, ShardError, StaleGeneration
 from ps.server.shard import Shard
 from ps.server.store import StoreCorrupted
 from ps.server.tables import DELTA, GRADIENT, MOMENTUM, STATE
@@ -31,7 +31,7 @@ def _call(method: str, context: grpc.ServicerContext, fn: Callable[[], R], incar
     start = time.perf_counter()
     try:
         return fn()
-    except SessionExpired as e:
+    except (SessionExpired, BaseMismatch) as e:
         _abort(context, method, grpc.StatusCode.FAILED_PRECONDITION, str(e), incarnation)
     except StaleGeneration as e:
         _abort(context, method, grpc.StatusCode.ABORTED, f"{method}: {e}", incarnation)
@@ -182,6 +182,11 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
 
     def PushDense(self, request: ps_pb2.DensePushRequest, context: grpc.ServicerContext) -> ps_pb2.DensePushResponse:
         def run() -> ps_pb2.DensePushResponse:
+            if request.kind == ps_pb2.PUSH_STATE_DIFF:
+                self.shard.push_dense_diff(
+                    request.table, request.payload, request.base_digest, request.samples, request.generation
+                )
+                return ps_pb2.DensePushResponse(incarnation=self.shard.incarnation)
             kind = _push_kind(request.kind)
             _, values = decode_payload(request.payload, *self.shard.dense_push_shape(request.table, kind))
             self.shard.push_dense(request.table, values, kind, max(1, request.steps), request.samples, request.generation)

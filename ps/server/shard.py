@@ -19,8 +19,9 @@ import numpy.typing as npt
 from ctr.model.spec import TableSpec
 from ctr.routing import dense_range, shard_of
 from ps.api import CachedPull, ExportedFile, KnownRows, ModelIdentity, TableStats, mismatch
+from ps.compression.state_diff import as_fp32_bits, base_digest, decode_state_diff
 from ps.server.checkpoints import Checkpoints, CutImage, CutSnapshot, read_cut
-from ps.server.errors import SessionExpired, ShardError, StaleGeneration
+from ps.server.errors import BaseMismatch, SessionExpired, ShardError, StaleGeneration
 from ps.server.export import changed_rows, export_folder, write_export
 from ps.server.lifecycle import Lifecycle
 from ps.server.row_lifecycle import RowLifecycle
@@ -391,6 +392,26 @@ class Shard:
             self._check_generation(generation)
             try:
                 t.apply(kind, values, steps)
+            except PushRejected as e:
+                raise ShardError(str(e)) from None
+            self.update_seq += 1
+            self.samples[table] = self.samples.get(table, 0) + samples
+
+    def push_dense_diff(self, table: str, body: bytes, digest: int, samples: int = 0, generation: int = 0) -> None:
+        """A STATE write of this range as its difference from the base of `digest`
+        (ps.compression.state_diff); refused with BaseMismatch, changing nothing, when this
+        range holds anything else."""
+        t = self._dense(table)
+        with self.lock:
+            self._check_generation(generation)
+            held = as_fp32_bits(t.state)
+            if held is None or base_digest(held) != digest:
+                raise BaseMismatch(
+                    f"dense table {table!r}: this shard's range is not the base the state difference was taken from"
+                )
+            values = decode_state_diff(body, held)
+            try:
+                t.apply(STATE, values)
             except PushRejected as e:
                 raise ShardError(str(e)) from None
             self.update_seq += 1

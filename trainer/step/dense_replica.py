@@ -142,19 +142,21 @@ class DenseReplica:
 
     def write_to(self, client: PSClient) -> None:
         """Rank 0 makes the PS's `mlp` table hold exactly this MLP and its Adam state; the
-        other ranks hold the same and write nothing. The state goes whole (a STATE push:
-        the shards' range becomes it), in fp32 where every value is one, which the weights
+        other ranks hold the same and write nothing. The state goes as a STATE push (the
+        shards' range becomes it), in fp32 where every value is one, which the weights
         and moments of a torch MLP are: half the bytes of the float64 delta it
         replaced, and a write must not change the model, or where the cuts fell would
-        (exactly-once compares digests bit for bit). Nothing goes when the shards hold it
-        already (no batch trained since the last write or read)."""
+        (exactly-once compares digests bit for bit). Where pushes compress, a write after
+        a known one goes as its bitwise difference from it (STATE_DIFF), which a shard
+        holding anything else refuses, and then gets whole. Nothing goes when the shards
+        hold it already (no batch trained since the last write or read)."""
         if self.rank != 0:
             return
         mine = self.state_rows()
         if self._held is not None and np.array_equal(mine, self._held):
             return
-        self._held = None  # unknown if the push fails part way
-        client.push_dense(TABLE, mine, kind=STATE)
+        base, self._held = self._held, None  # unknown if the push fails part way
+        client.push_dense(TABLE, mine, kind=STATE, base=base)  # as its difference from the last, where that pays
         self._held = mine
 
     def read_from(self, client: PSClient) -> None:

@@ -188,3 +188,26 @@ def test_export_takes_a_folder_name_never_a_path(tmp_path):
     with pytest.raises(ShardError, match="no export root"):
         Shard(0, 1).export(True, "e1")
     assert not (tmp_path / "out").exists() and list(tmp_path.iterdir()) == []
+
+
+def test_a_state_difference_applies_only_to_its_base():
+    """A STATE_DIFF write lands bit for bit on the base it was taken from; on anything else
+    (another write came between) it is refused and the range keeps what it held."""
+    from ps.compression.state_diff import as_fp32_bits, base_digest, encode_state_diff
+    from ps.server.errors import BaseMismatch
+
+    s = Shard(0, 1)
+    assert all(s.declare(ModelSpec("deepfm", k=2, fields=("a", "b"), hidden=(4,)).tables()))
+    n, width = s.dense_push_shape("mlp", "state")
+    g = np.random.default_rng(3)
+    base = g.normal(size=(n, width)).astype(np.float32).astype(np.float64)
+    new = (base + g.normal(scale=1e-3, size=(n, width))).astype(np.float32).astype(np.float64)
+    s.push_dense("mlp", base, "state")
+    b, nb = as_fp32_bits(base), as_fp32_bits(new)
+    assert b is not None and nb is not None
+    s.push_dense_diff("mlp", encode_state_diff(nb, b), base_digest(b), samples=5)
+    np.testing.assert_array_equal(s.dense["mlp"].state.view(np.uint64), new.view(np.uint64))
+    assert s.samples["mlp"] == 5
+    with pytest.raises(BaseMismatch, match="not the base"):  # resent: the range is no longer its base
+        s.push_dense_diff("mlp", encode_state_diff(nb, b), base_digest(b))
+    np.testing.assert_array_equal(s.dense["mlp"].state, new)

@@ -222,3 +222,38 @@ def test_ranks_on_gpus_sum_their_gradients_over_nccl_on_the_device(tmp_path: Pat
     ranks = [np.load(tmp_path / f"r{r}.npy") for r in range(world)]
     for r in ranks:
         np.testing.assert_allclose(r, whole.state_rows(), rtol=1e-4, atol=1e-6)
+
+
+def test_a_later_write_goes_as_its_difference_from_the_last_and_whole_when_the_base_moved():
+    """Where pushes compress, the write after a known one sends the state as its
+    difference from what the shards hold: fewer bytes than the state's planes, and the
+    shards hold the replica bit for bit. When a shard's range is not that base any more
+    (here another writer's push; in a run a restart or a restore), the shard refuses the
+    difference and the state goes whole, still bit for bit."""
+    spec = ModelSpec("deepfm", k=8, fields=("a", "b", "c", "d"), hidden=(64, 64))
+    client = PSClient.local(2, push_codec="onebit")
+    client.control.declare(spec.tables())
+    r = DenseReplica(DeepCTR(spec, seed=1), OPT)
+    client.push_dense("mlp", r.state_rows(), kind="state")
+    r.read_from(client)
+
+    def train_and_write() -> int:
+        for _ in range(3):
+            _grads(r.net, torch.randn(32, 4, 8), torch.randn(32))
+            r.step(32)
+        before = _mlp_push_bytes(client)
+        r.write_to(client)
+        np.testing.assert_array_equal(client.pull_dense("mlp", state=True).view(np.uint64), r.state_rows().view(np.uint64))
+        return _mlp_push_bytes(client) - before
+
+    whole = r.state_rows().shape[0] * 16
+    diff = train_and_write()
+    assert diff < 0.8 * whole, (diff, whole)
+    # the shards' range moves under the replica: its next difference is refused, then sent whole
+    moved = client.pull_dense("mlp", state=True)
+    moved[:, 0] += 0.5
+    client.push_dense("mlp", moved, kind="state")
+    before = _mlp_push_bytes(client)
+    train_and_write()
+    assert _mlp_push_bytes(client) - before > diff  # the refused difference, then the whole state
+    client.close()
