@@ -143,3 +143,53 @@ def test_bad_codec_flags_name_the_flag(data_dir, tmp_path):
         cmd = [sys.executable, "-m", "boundless", "train", "--source", str(data_dir / "frappe/frappe.test.libfm"), "--no-follow"]
         proc = subprocess.run([*cmd, "--metrics-port", "-1", *flags], capture_output=True, text=True, timeout=120)
         assert proc.returncode != 0 and msg in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+
+
+def test_a_state_difference_crosses_grpc_and_a_moved_base_is_refused_then_written_whole(tmp_path):
+    """The MLP's cut write as its difference from the shards' base, over two shard
+    processes: the shards end with the worker's state bit for bit, in fewer bytes than the
+    whole state; when a shard's range is not that base any more, it refuses the difference
+    (FAILED_PRECONDITION) and the state goes whole, still bit for bit."""
+    import torch
+
+    from ctr.model.mlp import DeepCTR
+    from ctr.model.optim import OptimizerSpec
+    from trainer.step.dense_replica import DenseReplica
+
+    shards = [start(f"ps{i}", ["ps", "--shard-index", str(i), "--shard-count", "2"], tmp_path) for i in range(2)]
+    try:
+        for s in shards:
+            s.wait_ready()
+        spec = ModelSpec("deepfm", k=8, fields=("a", "b", "c", "d"), hidden=(64, 64))
+        client = PSClient.connect([s.address for s in shards])  # auto: compressing against shard processes
+        client.control.declare(spec.tables())
+        r = DenseReplica(DeepCTR(spec, seed=1), OptimizerSpec("adam", lr=0.01))
+        client.push_dense("mlp", r.state_rows(), kind="state")
+        r.read_from(client)
+
+        def mlp_bytes() -> int:
+            return sum(sent for sent, _ in client.wire.snapshot().get("mlp", {}).values())
+
+        def train_and_write() -> int:
+            for _ in range(3):
+                r.net.zero_grad(set_to_none=True)
+                r.net(torch.randn(32, 4, 8)).backward(torch.randn(32))
+                r.step(32)
+            before = mlp_bytes()
+            r.write_to(client)
+            held = client.pull_dense("mlp", state=True)
+            np.testing.assert_array_equal(held.view(np.uint64), r.state_rows().view(np.uint64))
+            return mlp_bytes() - before
+
+        diff = train_and_write()
+        assert diff < 0.8 * r.state_rows().shape[0] * 16, diff
+        other = PSClient.connect([s.address for s in shards])  # another writer moves the base
+        moved = other.pull_dense("mlp", state=True)
+        moved[:, 0] += 0.5
+        other.push_dense("mlp", moved, kind="state")
+        assert train_and_write() > diff  # the refused difference, then the whole state
+        other.close()
+        client.close()
+    finally:
+        for s in shards:
+            s.stop()
