@@ -154,11 +154,15 @@ def run_one(
         for kind, both in table.items():
             kinds[kind] = kinds.get(kind, 0.0) + (both["sent"] + both["received"]) / n
     served = [v["auc"] for v in versions]
+    mlp = m["wire"].get("mlp", {}).get("dense_push", {"sent": 0, "received": 0})
     return {
         "samples": n,
         "examples_per_s": m["examples_per_s"],
         "wire_bytes_per_sample": m["wire_bytes_per_sample"],
         "by_kind": kinds,
+        # wdl and deepfm: rank 0's writes of the MLP and its Adam state at cuts, a share that
+        # moves with training speed (the same write every --cut-s whatever was trained)
+        "mlp_bytes_per_sample": (mlp["sent"] + mlp["received"]) / n,
         "exports": int(m["exports"]),
         "published": len(versions),
         "served_auc": statistics.mean(served) if served else float("nan"),
@@ -280,6 +284,7 @@ def _summarize(name: str, model: str, workers: int, runs: dict[str, list[dict[st
                 "wire_bytes_per_sample": _med(rs, "wire_bytes_per_sample"),
                 "ratio": _med(base, "wire_bytes_per_sample") / _med(rs, "wire_bytes_per_sample"),
                 "by_kind": {k: statistics.median(r["by_kind"].get(k, 0.0) for r in rs) for k in kinds},
+                "mlp_bytes_per_sample": _med(rs, "mlp_bytes_per_sample"),
                 "served_auc": _med(rs, "served_auc"),
                 "d_served_auc": _med(rs, "served_auc") - _med(base, "served_auc"),
                 "published": _med(rs, "published"),
@@ -295,9 +300,10 @@ def _summarize(name: str, model: str, workers: int, runs: dict[str, list[dict[st
 def _print(results: list[dict[str, Any]]) -> None:
     print(
         "| data | model | W | push/pull codec | wire B/sample | vs uncompressed | of it: pulls, pushes, drains |"
-        " served AUC | dAUC | versions | worker's view AUC | ex/s | push codecs at the end (switches) |"
+        " of the pushes: MLP cut writes | served AUC | dAUC | versions | worker's view AUC | ex/s |"
+        " push codecs at the end (switches) |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         k = r["by_kind"]
         pulls = k.get("sparse_pull", 0.0) + k.get("dense_pull", 0.0)
@@ -305,7 +311,8 @@ def _print(results: list[dict[str, Any]]) -> None:
         drains = sum(v for kind, v in k.items() if kind.startswith("drain_"))
         print(
             f"| {r['dataset']} | {r['model']} | {r['workers']} | {r['codecs']} | {r['wire_bytes_per_sample']:.2f} |"
-            f" {r['ratio']:.2f}x | {pulls:.2f}, {pushes:.2f}, {drains:.2f} | {r['served_auc']:.4f} | {r['d_served_auc']:+.4f} |"
+            f" {r['ratio']:.2f}x | {pulls:.2f}, {pushes:.2f}, {drains:.2f} | {r.get('mlp_bytes_per_sample', 0.0):.2f} |"
+            f" {r['served_auc']:.4f} | {r['d_served_auc']:+.4f} |"
             f" {r['published']:.0f} | {r['worker_view_auc']:.4f} | {r['examples_per_s']:,.0f} |"
             f" {r['chose']} ({r['switches']:.0f}) |"
         )
