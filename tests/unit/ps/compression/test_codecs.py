@@ -330,9 +330,9 @@ def test_zeroone_adam_syncs_ever_more_rarely_and_refreshes_the_variance_at_power
     sent: list[tuple[str, int]] = []
     push = client.push_dense
 
-    def recording(table, values, kind="gradient", onebit=False, steps=1, samples=0):  # type: ignore[no-untyped-def]
+    def recording(table, values, kind="gradient", onebit=False, steps=1, samples=0, base=None):  # type: ignore[no-untyped-def]
         sent.append((kind, steps))
-        push(table, values, kind, onebit, steps, samples)
+        push(table, values, kind, onebit, steps, samples, base)
 
     client.push_dense = recording  # type: ignore[method-assign]
     sync = ZeroOneAdam("mlp", warmup=3, lr=0.01, beta1=0.9, beta2=0.999, eps=1e-8)
