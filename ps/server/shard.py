@@ -390,12 +390,7 @@ class Shard:
         t = self._dense(table)
         with self.lock:
             self._check_generation(generation)
-            try:
-                t.apply(kind, values, steps)
-            except PushRejected as e:
-                raise ShardError(str(e)) from None
-            self.update_seq += 1
-            self.samples[table] = self.samples.get(table, 0) + samples
+            self._apply_dense(t, kind, values, steps, samples)
 
     def push_dense_diff(self, table: str, body: bytes, digest: int, samples: int = 0, generation: int = 0) -> None:
         """A STATE write of this range as its difference from the base of `digest`
@@ -409,13 +404,16 @@ class Shard:
                 raise BaseMismatch(
                     f"dense table {table!r}: this shard's range is not the base the state difference was taken from"
                 )
-            values = decode_state_diff(body, held)
-            try:
-                t.apply(STATE, values)
-            except PushRejected as e:
-                raise ShardError(str(e)) from None
-            self.update_seq += 1
-            self.samples[table] = self.samples.get(table, 0) + samples
+            self._apply_dense(t, STATE, decode_state_diff(body, held), 1, samples)
+
+    def _apply_dense(self, t: DenseTable, kind: str, values: npt.NDArray[np.float64], steps: int, samples: int) -> None:
+        """Under the lock: applies a dense push and counts it, or changes nothing."""
+        try:
+            t.apply(kind, values, steps)
+        except PushRejected as e:
+            raise ShardError(str(e)) from None
+        self.update_seq += 1
+        self.samples[t.name] = self.samples.get(t.name, 0) + samples
 
     def export_folder(self, name: str) -> Path:
         return export_folder(self.export_root, name)
