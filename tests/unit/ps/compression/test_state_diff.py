@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ps.compression.payload import CodecError
+from ctr.format.varint import _get
+from ps.compression.payload import CodecError, _to_planes
 from ps.compression.state_diff import as_fp32_bits, base_digest, decode_state_diff, encode_state_diff
 
 
@@ -38,8 +39,6 @@ def test_the_state_comes_back_bit_for_bit_and_smaller_than_its_planes():
     np.testing.assert_array_equal(decode_state_diff(body, b).view(np.uint64), new.view(np.uint64))
     # weights and second moments go as differences; the first moments, new, as their bits
     assert _modes(body, 4)[:3] == [1, 0, 1]
-    from ps.compression.payload import _to_planes
-
     assert len(body) < 0.9 * len(_to_planes(nb.view(np.float32)))
 
 
@@ -90,8 +89,6 @@ def test_bodies_that_do_not_fit_their_base_are_refused():
 
 
 def _first_mode_at(body: bytes) -> int:
-    from ctr.format.varint import _get
-
     buf = np.frombuffer(body, dtype=np.uint8)
     _, pos = _get(buf, 0)
     _, pos = _get(buf, pos)
@@ -99,8 +96,6 @@ def _first_mode_at(body: bytes) -> int:
 
 
 def _modes(body: bytes, cols: int) -> list[int]:
-    from ctr.format.varint import _get
-
     buf = np.frombuffer(body, dtype=np.uint8)
     pos = _first_mode_at(body)
     out = []
