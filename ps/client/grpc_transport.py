@@ -150,7 +150,7 @@ class GrpcTransport(ByteCounter):
                     raise ShardRestarted(
                         shard,
                         f"PS shard {shard} at {self.addresses[shard]} did not answer {method} within"
-                        f" {timeout or self.timeout:.0f} s: it may have applied it, so every shard goes back to the last cut",
+                        f" {timeout or self.timeout:g} s: it may have applied it, so every shard goes back to the last cut",
                     ) from e
                 if (_busy(e) or e.code() in RETRIED or late) and self.stopping():
                     raise StoppedWhileUnreachable(

@@ -165,6 +165,8 @@ class Checkpoints:
     def commit(self, meta: CutMeta) -> None:
         """Makes the written cut `meta` the committed one. Caller holds the lock."""
         store = self.need_store()
+        if meta.cut < self.committed.cut:  # a late copy of a commit sent again: a newer cut stands
+            return
         self.settle()  # this cut's write succeeded: what it holds is durable
         if meta.cut > self.committed.cut or store.committed() != meta.cut:
             store.commit(meta.cut)

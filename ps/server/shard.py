@@ -100,6 +100,7 @@ class Shard:
         self._max_sessions = max_sessions
         self.incarnation = int.from_bytes(os.urandom(8), "little") >> 1  # new at every start
         self.generation = 0  # of the trainer that last restored this shard; older pushes are refused
+        self.restored_cut = 0  # the cut that trainer generation went back to
         self.checkpoints = Checkpoints(store, index, full_every)
         self.rows = RowLifecycle(lifecycle or Lifecycle())
         held = store.model() if store is not None else None
@@ -475,11 +476,19 @@ class Shard:
         change since, and follows trainer generation `generation` from now on. A trainer of
         another model than the one held is refused (ModelMismatch) before anything changes,
         unless it `replace`s it: then every table and cut goes, and the shard holds the new
-        model from cut 0."""
+        model from cut 0. A second restore under the generation the shard already follows
+        changes nothing: it is a copy of one that was sent again after a deadline passed,
+        and, run late, it would undo the pushes the trainer made after the first one."""
         self.checkpoints.wait_writes()  # a failed cut is dropped below anyway
         with self.lock:
             if generation < self.generation:
                 raise StaleGeneration(f"a restore from trainer generation {generation}; this shard follows {self.generation}")
+            if generation == self.generation > 0:
+                if cut != self.restored_cut:
+                    raise StaleGeneration(
+                        f"a restore to cut {cut} under trainer generation {generation}, which restored cut {self.restored_cut}"
+                    )
+                return
             if replace and self._drop_other(model):
                 cut = 0
             self._claim(model)
@@ -492,6 +501,7 @@ class Shard:
                 self._load(cut, image)
             self._sessions.clear()
             self.generation = generation
+            self.restored_cut = cut
 
     def close(self) -> None:
         self.checkpoints.close()

@@ -510,7 +510,7 @@ class Trainer:
         rows = self.client.control.prepare(self.cut, offsets)
         stall = time.perf_counter() - started
         metrics.CHECKPOINT_STALL.observe(stall)
-        self._commit = self._committer.submit(self._commit_cut, self.cut, rows, stall, time.perf_counter())
+        self._commit = self._committer.submit(self._commit_cut, self.cut, self.position, rows, stall, time.perf_counter())
 
     def _group_checkpoint(self, started: float) -> None:
         """Every rank is settled at the same round: rank 0 gathers where each stands and
@@ -529,7 +529,7 @@ class Trainer:
             rows = self.client.control.prepare(self.cut, encode_workers(states))
             stall = time.perf_counter() - started
             metrics.CHECKPOINT_STALL.observe(stall)
-            self._commit = self._committer.submit(self._commit_cut, self.cut, rows, stall, time.perf_counter())
+            self._commit = self._committer.submit(self._commit_cut, self.cut, self.position, rows, stall, time.perf_counter())
         self.group.barrier()
 
     def settle(self) -> None:
@@ -539,7 +539,9 @@ class Trainer:
         self.model.finish(self.client)
         self.client.flush_residuals("cut")  # a restart loses the worker's memory, so the cut holds every update
 
-    def _commit_cut(self, cut: int, rows: int, stall: float, prepared: float) -> None:
+    def _commit_cut(self, cut: int, at: Position, rows: int, stall: float, prepared: float) -> None:
+        """Commits the prepared cut `cut`, which holds the stream up to `at` (training has
+        gone on since)."""
         try:
             self.client.control.commit(cut)
         except Exception as e:  # noqa: BLE001 - a shard that died recovers through the training path
@@ -550,7 +552,7 @@ class Trainer:
             "checkpoint cut %d committed: %d rows at %s, %.0f ms of training stalled, written in %.0f ms",
             cut,
             rows,
-            self.position,
+            at,
             1000 * stall,
             1000 * (time.perf_counter() - prepared),
         )

@@ -67,6 +67,11 @@ class Pipeline:
         self._pending = None
         got = fetched.result()
         probs, trained = self._stepwise.compute(batch, got, self._previous)
+        if self._push is not None:
+            # the push before must have landed (or raise) before its future is replaced: a
+            # flush that dropped it unread would lose a push that failed (a shard that did
+            # not answer) and train on as if the shards held it
+            self._push.result()
         self._push = self._pusher.submit(self._stepwise.push, self.client, got, trained)
         self._previous = trained
         return batch, probs

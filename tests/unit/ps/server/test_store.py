@@ -57,6 +57,31 @@ def test_cuts_commit_restore_and_reload(tmp_path):
         again.prepare(4, b"")
 
 
+def test_late_copies_of_a_restore_and_a_commit_change_nothing(tmp_path):
+    """A restore or a commit that passed its deadline is sent again, and the first copy may
+    still run afterwards, once the hung shard answers: after the trainer's next pushes, or
+    after its next commit. Run then, it would undo those pushes or move the cut back."""
+    shard = Shard(0, 1, ShardStore(tmp_path / "db"))
+    shard.declare(SPEC.tables())
+    _push(shard, np.arange(1, 20, dtype=np.uint64), 0.1)
+    shard.prepare(1, b"1")
+    shard.commit(1)
+    shard.restore(1, generation=2)
+    _push(shard, np.array([5, 7], dtype=np.uint64), 0.3, generation=2)  # the trainer trains on
+    pushed = _digests(shard)
+    shard.restore(1, generation=2)  # the first copy, late
+    assert _digests(shard) == pushed
+    with pytest.raises(StaleGeneration, match="which restored cut 1"):
+        shard.restore(0, generation=2)
+    assert _digests(shard) == pushed
+    shard.prepare(2, b"2")
+    shard.commit(2)
+    shard.commit(1)  # a late copy of the commit before
+    assert shard.committed.cut == 2 and shard.store.committed() == 2  # type: ignore[union-attr]
+    shard.restore(1, generation=3)  # a new generation goes back as asked
+    assert _digests(shard) != pushed and shard.committed.cut == 1
+
+
 def test_full_cuts_bound_the_chain_and_uncommitted_cuts_are_not_loaded(tmp_path):
     store = ShardStore(tmp_path / "db")
     shard = Shard(0, 1, store, full_every=2)
