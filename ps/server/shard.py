@@ -101,6 +101,7 @@ class Shard:
         self.incarnation = int.from_bytes(os.urandom(8), "little") >> 1  # new at every start
         self.generation = 0  # of the trainer that last restored this shard; older pushes are refused
         self.restored_cut = 0  # the cut that trainer generation went back to
+        self._created: set[str] = set()  # tables declared empty since the last restore
         self.checkpoints = Checkpoints(store, index, full_every)
         self.rows = RowLifecycle(lifecycle or Lifecycle())
         held = store.model() if store is not None else None
@@ -159,9 +160,10 @@ class Shard:
 
     def declare(self, specs: list[TableSpec], model: ModelIdentity | None = None, replace: bool = False) -> list[bool]:
         """Creates the tables; True for each table that starts empty (not loaded from the
-        committed cut). A table that exists, here or in the store, with another layout is
-        refused, and so is a model other than the one the shard holds (ModelMismatch),
-        unless the trainer `replace`s it."""
+        committed cut): one a declaration created since the last restore, so that a
+        declaration sent again after its deadline answers as the first did. A table that
+        exists, here or in the store, with another layout is refused, and so is a model
+        other than the one the shard holds (ModelMismatch), unless the trainer `replace`s it."""
         created = []
         with self.lock:
             if replace:
@@ -171,7 +173,7 @@ class Shard:
                 have = self.sparse.get(spec.name) or self.dense.get(spec.name)
                 if have is not None:
                     _same_layout(have.spec, spec, "this shard")
-                    created.append(False)
+                    created.append(spec.name in self._created)
                     continue
                 stored = self.store.table_spec(spec.name) if self.store is not None else None
                 if stored is not None:
@@ -182,6 +184,7 @@ class Shard:
                     self.dense[spec.name] = DenseTable(spec, *dense_range(spec.dim, self.index, self.count))
                 if self.store is not None and stored is None:
                     self.store.put_table_spec(spec)
+                self._created.add(spec.name)
                 created.append(True)
             # the declared order, which exports write their columns in: tables loaded from the
             # store come in its (alphabetical) order, and a restarted shard exported v before w
@@ -200,6 +203,7 @@ class Shard:
         self.sparse.update(image.sparse)
         self.dense.update(image.dense)
         self._sessions.clear()
+        self._created.clear()
         self.checkpoints.loaded(cut, image.meta)
         self.samples = dict(self.committed.samples)
         self.rows.load(self.committed.lifecycle, image.blooms)
@@ -500,6 +504,7 @@ class Shard:
             if image is not None:
                 self._load(cut, image)
             self._sessions.clear()
+            self._created.clear()
             self.generation = generation
             self.restored_cut = cut
 

@@ -80,6 +80,22 @@ def test_late_copies_of_a_restore_and_a_commit_change_nothing(tmp_path):
     assert shard.committed.cut == 2 and shard.store.committed() == 2  # type: ignore[union-attr]
     shard.restore(1, generation=3)  # a new generation goes back as asked
     assert _digests(shard) != pushed and shard.committed.cut == 1
+    assert shard.declare(SPEC.tables()) == [False, False, False]  # the cut holds them
+
+
+def test_a_declaration_sent_again_answers_as_the_first_did(tmp_path):
+    """The trainer compares the shards' answers (a table restored on one shard and empty on
+    another stops it); a declaration retried after its deadline, whose first copy ran
+    late, answered "not empty" and stopped the trainer with a traceback."""
+    shard = Shard(0, 1, ShardStore(tmp_path / "db"))
+    shard.restore(0, generation=1)
+    assert shard.declare(SPEC.tables()) == [True, True, True]
+    assert shard.declare(SPEC.tables()) == [True, True, True]  # the retry, after the late first copy
+    _push(shard, np.arange(1, 9, dtype=np.uint64), 0.1, generation=1)
+    shard.prepare(1, b"1")
+    shard.commit(1)
+    shard.restore(1, generation=2)
+    assert shard.declare(SPEC.tables()) == [False, False, False]
 
 
 def test_full_cuts_bound_the_chain_and_uncommitted_cuts_are_not_loaded(tmp_path):
