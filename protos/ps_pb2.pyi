@@ -732,19 +732,23 @@ class PrepareRequest(_message.Message):
 
     CUT_FIELD_NUMBER: _builtins.int
     STREAM_OFFSETS_FIELD_NUMBER: _builtins.int
+    GENERATION_FIELD_NUMBER: _builtins.int
     cut: _builtins.int
     """newer than every cut the shard holds"""
     stream_offsets: _builtins.bytes
     """opaque to the shard; stored with the rows"""
+    generation: _builtins.int
+    """of the trainer; a shard restored by a newer one refuses it (ABORTED)"""
     def __init__(
         self,
         *,
         cut: _builtins.int = ...,
         stream_offsets: _builtins.bytes = ...,
+        generation: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cut", b"cut", "stream_offsets", b"stream_offsets"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cut", b"cut", "generation", b"generation", "stream_offsets", b"stream_offsets"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

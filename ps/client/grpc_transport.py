@@ -309,7 +309,8 @@ class GrpcTransport(ByteCounter):
         return files, resp.export_seq
 
     def prepare(self, shard: int, cut: int, offsets: bytes) -> int:
-        return int(self._control(shard, "Prepare", ps_pb2.PrepareRequest(cut=cut, stream_offsets=offsets)).rows)
+        req = ps_pb2.PrepareRequest(cut=cut, stream_offsets=offsets, generation=self.generation)
+        return int(self._control(shard, "Prepare", req).rows)
 
     def commit(self, shard: int, cut: int) -> int:
         return int(self._control(shard, "Commit", ps_pb2.CommitRequest(cut=cut), timeout=600).rows_written)

@@ -120,7 +120,7 @@ class LocalTransport(ByteCounter):
         return self.shards[shard].export(full, name)
 
     def prepare(self, shard: int, cut: int, offsets: bytes) -> int:
-        return self.shards[shard].prepare(cut, offsets)
+        return self.shards[shard].prepare(cut, offsets, self.generation)
 
     def commit(self, shard: int, cut: int) -> int:
         return self.shards[shard].commit(cut)

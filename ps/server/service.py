@@ -208,7 +208,7 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
         return self._call(
             "Prepare",
             context,
-            lambda: ps_pb2.PrepareResponse(rows=self.shard.prepare(request.cut, request.stream_offsets)),
+            lambda: ps_pb2.PrepareResponse(rows=self.shard.prepare(request.cut, request.stream_offsets, request.generation)),
             request,
         )
 

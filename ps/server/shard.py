@@ -438,15 +438,18 @@ class Shard:
 
     def _check_generation(self, generation: int) -> None:
         if generation < self.generation:
-            raise StaleGeneration(f"a push from trainer generation {generation}; this shard follows generation {self.generation}")
+            raise StaleGeneration(f"a call from trainer generation {generation}; this shard follows generation {self.generation}")
 
-    def prepare(self, cut: int, offsets: bytes) -> int:
+    def prepare(self, cut: int, offsets: bytes, generation: int = 0) -> int:
         """Phase one of a checkpoint: snapshots, under the lock, the rows changed since the
         last durable cut (every row, every `full_every` cuts) with the trainer's stream
-        offsets, and writes them as cut `cut` in the background. Returns the rows in the cut."""
+        offsets, and writes them as cut `cut` in the background. Returns the rows in the cut.
+        A prepare from an older trainer generation (a late copy of one that passed its
+        deadline, after the trainer restored every shard) changes nothing."""
         self.checkpoints.need_store()
         self.checkpoints.wait_writes()  # outside the lock: whether they succeeded decides `since`
         with self.lock:
+            self._check_generation(generation)
             since, first, compact = self.checkpoints.begin(cut)
             sparse = {}
             for name, t in self.sparse.items():

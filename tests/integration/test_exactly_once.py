@@ -314,6 +314,7 @@ def test_two_ranks_take_up_at_a_cut_every_shard_prepared_and_none_committed(data
         status = client.control.status()[0]
         last, offsets = status.committed_cut, status.checkpoint_offsets
         assert len(json.loads(offsets)["workers"]) == 2
+        client.transport.generation = status.generation  # the trainer's, which the shards follow
         client.control.prepare(last + 1, offsets)  # every shard prepares the next cut; no commit
         client.close()
         err = _finish(_two_workers(folder, shards, tmp_path / "m2.json"))

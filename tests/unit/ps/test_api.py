@@ -23,7 +23,7 @@ def _trained(tmp_path) -> Shard:
     shard.declare(FFM.tables(), AVAZU)
     keys = np.arange(1, 41, dtype=np.uint64)
     shard.push("w", keys, np.full((40, 1), 0.5), "gradient", samples=40, generation=1)
-    shard.prepare(1, b"{}")
+    shard.prepare(1, b"{}", generation=1)
     shard.commit(1)
     return shard
 

@@ -43,7 +43,7 @@ def test_cuts_commit_restore_and_reload(tmp_path):
     with pytest.raises(StaleGeneration):
         _push(shard, np.array([3], dtype=np.uint64), 1.0, generation=1)
     _push(shard, np.array([11], dtype=np.uint64), 0.5, generation=2)
-    assert shard.prepare(4, b"x") == 1  # the row changed; the writer then rewrites cut 4 whole
+    assert shard.prepare(4, b"x", generation=2) == 1  # the row changed; the writer then rewrites cut 4 whole
     shard.commit(4)
     assert shard.store.meta(4).full  # type: ignore[union-attr]
     expected = _digests(shard)
@@ -74,7 +74,10 @@ def test_late_copies_of_a_restore_and_a_commit_change_nothing(tmp_path):
     with pytest.raises(StaleGeneration, match="which restored cut 1"):
         shard.restore(0, generation=2)
     assert _digests(shard) == pushed
-    shard.prepare(2, b"2")
+    with pytest.raises(StaleGeneration):
+        shard.prepare(2, b"late", generation=1)  # a late copy from before the restore
+    assert shard.cuts() == [1]
+    shard.prepare(2, b"2", generation=2)
     shard.commit(2)
     shard.commit(1)  # a late copy of the commit before
     assert shard.committed.cut == 2 and shard.store.committed() == 2  # type: ignore[union-attr]
@@ -92,7 +95,7 @@ def test_a_declaration_sent_again_answers_as_the_first_did(tmp_path):
     assert shard.declare(SPEC.tables()) == [True, True, True]
     assert shard.declare(SPEC.tables()) == [True, True, True]  # the retry, after the late first copy
     _push(shard, np.arange(1, 9, dtype=np.uint64), 0.1, generation=1)
-    shard.prepare(1, b"1")
+    shard.prepare(1, b"1", generation=1)
     shard.commit(1)
     shard.restore(1, generation=2)
     assert shard.declare(SPEC.tables()) == [False, False, False]
