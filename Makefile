@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test check reliability install lint protos helm-tool clean image test-image
+.PHONY: demo test check reliability install lint protos helm-tool clean image test-image soak
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -55,6 +55,10 @@ RELIABILITY := tests/reliability tests/integration/test_exactly_once.py tests/in
 
 reliability: install
 	BOUNDLESS_FUZZ_RANDOM=1 PATH="$(CURDIR)/.tools/bin:$$PATH" $(BIN)/python -m pytest -q --durations=0 $(RELIABILITY)
+
+# Randomized probes run many times over (tests marked soak; BOUNDLESS_SOAK_RUNS per case)
+soak: install
+	PATH="$(CURDIR)/.tools/bin:$$PATH" $(BIN)/python -m pytest -q -m soak --timeout 0 tests/reliability
 
 lint: install
 	$(BIN)/ruff check .
