@@ -99,8 +99,9 @@ class Shard:
         self._session_ids = itertools.count(1)
         self._max_sessions = max_sessions
         self.incarnation = int.from_bytes(os.urandom(8), "little") >> 1  # new at every start
-        self.generation = 0  # of the trainer that last restored this shard; older pushes are refused
-        self.restored_cut = 0  # the cut that trainer generation went back to
+        # of the trainer that last restored this shard (older pushes are refused) and the cut it
+        # went back to; kept in the store, so a restart does not let an older trainer back in
+        self.generation, self.restored_cut = store.generation() if store is not None else (0, 0)
         self._created: set[str] = set()  # tables declared empty since the last restore
         self.checkpoints = Checkpoints(store, index, full_every)
         self.rows = RowLifecycle(lifecycle or Lifecycle())
@@ -503,6 +504,8 @@ class Shard:
             # read the cut whole before anything changes: a damaged one is refused (StoreCorrupted);
             # a shard that just loaded the cut (it restarted) holds it already
             image = None if self.checkpoints.holds(cut, self.update_seq) else read_cut(self.store, cut, self.index, self.count)
+            if self.store is not None:  # first: a write that fails (a full disk) changes nothing
+                self.store.put_generation(generation, cut)
             self.checkpoints.go_back(cut)
             if image is not None:
                 self._load(cut, image)

@@ -47,6 +47,9 @@ BLOOM_BLOCK = 1 << 16  # counters per stored block of an admission Bloom filter
 _COMMITTED = b"m:committed"
 _MODEL = b"m:model"  # the identity of the model the store holds (ps.api)
 _CREATED = b"m:created"  # written when the store is made: a store that lost it lost its contents
+# the trainer generation that last restored the store's shard and the cut it went back to:
+# a shard that restarts still refuses the calls of older trainers
+_GENERATION = b"m:generation"
 
 
 @dataclass(frozen=True)
@@ -277,6 +280,17 @@ class ShardStore:
 
     def put_model(self, identity: bytes) -> None:
         self._commit_batch(key=_MODEL, value=identity)
+
+    def generation(self) -> tuple[int, int]:
+        """(the trainer generation that last restored this shard, the cut it went back to);
+        (0, 0) when none has."""
+        raw = self.db.get(_GENERATION)
+        if not isinstance(raw, bytes) or len(raw) != 16:
+            return 0, 0
+        return int.from_bytes(raw[:8], "little"), int.from_bytes(raw[8:], "little")
+
+    def put_generation(self, generation: int, cut: int) -> None:
+        self._commit_batch(key=_GENERATION, value=int(generation).to_bytes(8, "little") + int(cut).to_bytes(8, "little"))
 
     def drop_everything(self) -> None:
         """Deletes every cut, table spec and the model identity: a store for another model."""

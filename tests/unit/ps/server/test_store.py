@@ -52,9 +52,12 @@ def test_cuts_commit_restore_and_reload(tmp_path):
 
     again = Shard(0, 1, ShardStore(tmp_path / "db"))  # a restart loads the committed cut
     assert again.committed.cut == 4 and _digests(again) == expected
+    assert (again.generation, again.restored_cut) == (2, 3)  # and still refuses the trainers before
+    with pytest.raises(StaleGeneration):
+        _push(again, np.array([3], dtype=np.uint64), 1.0, generation=1)
     assert again.declare(SPEC.tables()) == [False, False, False]
     with pytest.raises(ShardError, match="not newer"):
-        again.prepare(4, b"")
+        again.prepare(4, b"", generation=2)
 
 
 def test_late_copies_of_a_restore_and_a_commit_change_nothing(tmp_path):
