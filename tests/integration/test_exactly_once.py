@@ -283,6 +283,7 @@ def test_shards_holding_different_cuts_go_back_to_the_newest_they_all_hold(data_
         held = client.control.status()[0].cuts
         last = max(held)
         offsets = client.control.status()[0].checkpoint_offsets
+        client.transport.generation = client.control.status()[0].generation  # the trainer's, which the shards follow
         client.transport.prepare(0, last + 1, offsets)  # only shard 0 gets the next cut
         client.transport.commit(0, last + 1)
         client.close()
