@@ -102,7 +102,7 @@ class Shard:
         # of the trainer that last restored this shard (older pushes are refused) and the cut it
         # went back to; kept in the store, so a restart does not let an older trainer back in
         self.generation, self.restored_cut = store.generation() if store is not None else (0, 0)
-        self._created: set[str] = set()  # tables declared empty since the last restore
+        self._created: set[str] = set()  # tables declared empty since the last restore, not pushed to since
         self.checkpoints = Checkpoints(store, index, full_every)
         self.rows = RowLifecycle(lifecycle or Lifecycle())
         held = store.model() if store is not None else None
@@ -161,8 +161,9 @@ class Shard:
 
     def declare(self, specs: list[TableSpec], model: ModelIdentity | None = None, replace: bool = False) -> list[bool]:
         """Creates the tables; True for each table that starts empty (not loaded from the
-        committed cut): one a declaration created since the last restore, so that a
-        declaration sent again after its deadline answers as the first did. A table that
+        committed cut): one a declaration created since the last restore and that no push
+        has written since, so that a declaration sent again after its deadline answers as
+        the first did, while a second worker finds the first one's start. A table that
         exists, here or in the store, with another layout is refused, and so is a model
         other than the one the shard holds (ModelMismatch), unless the trainer `replace`s it."""
         created = []
@@ -370,6 +371,7 @@ class Shard:
                 raise ShardError(str(e)) from None
             self.update_seq += 1
             self.samples[table] = self.samples.get(table, 0) + samples
+            self._created.discard(table)
             new_ids = np.zeros(0, dtype=np.int64)
             if as_key is not None and client != ANONYMOUS and kind != GRADIENT:
                 new_ids = t.find(named[as_key & ~conflicts])
@@ -420,6 +422,7 @@ class Shard:
             raise ShardError(str(e)) from None
         self.update_seq += 1
         self.samples[t.name] = self.samples.get(t.name, 0) + samples
+        self._created.discard(t.name)
 
     def export_folder(self, name: str) -> Path:
         return export_folder(self.export_root, name)

@@ -89,8 +89,7 @@ def test_corrupted_export_is_rejected_and_never_served(platform, tmp_path, data_
     exports = platform.dir / "exports"
     src = sorted(p for p in exports.iterdir() if json.loads((p / "export.json").read_text())["kind"] == "full")[-1]
     bad = exports / f"{int(src.name) + 10**15:020d}"  # sorts after every real export
-    shutil.copytree(src, bad)
-    (bad / "READY").unlink()
+    shutil.copytree(src, bad, ignore=shutil.ignore_patterns("READY"))  # READY last, as an exporter writes it
     manifest = json.loads((bad / "export.json").read_text())
     (bad / "export.json").write_text(json.dumps({**manifest, "id": bad.name}))
     image = next(bad.glob("*.image"))

@@ -58,8 +58,9 @@ class Exports:
     def add(self, src: Path, damage: Callable[[Path, dict[str, Any]], Any] | None = None, previous: str | None = None) -> str:
         new = f"{time.time_ns():020d}"
         dst = self.root / new
-        shutil.copytree(src, dst)
-        (dst / "READY").unlink()
+        # READY is left out of the copy (the manager, polling, may see the folder mid-copy) and
+        # written last, as an exporter does
+        shutil.copytree(src, dst, ignore=shutil.ignore_patterns("READY"))
         m = json.loads((dst / "export.json").read_text())
         m["id"] = new
         if m["kind"] == "delta":

@@ -98,6 +98,7 @@ def test_a_declaration_sent_again_answers_as_the_first_did(tmp_path):
     assert shard.declare(SPEC.tables()) == [True, True, True]
     assert shard.declare(SPEC.tables()) == [True, True, True]  # the retry, after the late first copy
     _push(shard, np.arange(1, 9, dtype=np.uint64), 0.1, generation=1)
+    assert shard.declare(SPEC.tables()) == [True, False, False]  # a second worker: v and bias written since
     shard.prepare(1, b"1", generation=1)
     shard.commit(1)
     shard.restore(1, generation=2)
