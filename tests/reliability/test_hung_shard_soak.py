@@ -5,7 +5,7 @@ declaration retried after its deadline stopped the trainer). Not part of `make t
 `make soak` runs it, BOUNDLESS_SOAK_RUNS runs per case (default 10), BOUNDLESS_SOAK_SEED
 to replay a failure (a failure names its seed).
 
-Each run: two shard processes, a trainer with a 1.5 s call deadline and cuts every 0.5 s,
+Each run: two shard processes, a trainer with a 1.5 s call deadline and cuts every 0.3 s,
 and two stops of a random shard, 1-3.5 s each, at random moments. Every table must count
 the stream's samples once on every shard that holds part of it; a lossless run must also
 end with the digests of an uninterrupted one."""
@@ -16,15 +16,13 @@ import contextlib
 import os
 import random
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.integration.test_exactly_once import _model, _once, _shard, _training
+from tests.integration.test_exactly_once import _model, _once, _shard, _trainer, _training
 
 pytestmark = pytest.mark.soak
 
@@ -61,25 +59,20 @@ def _counted_once(model: dict[str, Any]) -> bool:
 def test_shards_stopped_at_random_lose_and_repeat_nothing(data_dir: Path, tmp_path: Path, model: str, codec: str, workers: int):
     rng = random.Random(SEED)
     stream = _stream(data_dir, tmp_path, workers)
+    # the trainer of the exactly-once tests (batch 1024, cuts every 0.3 s), with a 1.5 s call deadline
+    flags: tuple[str, ...] = ("--model", model, "--ps-call-timeout-s", "1.5", "--push-codec", codec)
+    flags += ("--workers", str(workers)) if workers > 1 else ()
     once = None
     if codec == "none" and workers == 1:  # lossless and alone: the bits depend on the stream only
         (tmp_path / "once").mkdir()
-        once = _once(stream, tmp_path / "once", model=("--model", model, "--push-codec", "none"))
+        once = _once(stream, tmp_path / "once", model=flags)
     for run in range(RUNS):
         work = tmp_path / f"run{run}"
         work.mkdir()
         shards = [_shard(i, work) for i in range(2)]
         try:
-            cmd = [sys.executable, "-m", "boundless", "train", "--source", str(stream), "--no-follow", "--metrics-port", "-1"]
-            cmd += ["--ps", ",".join(s.address for s in shards), "--model", model, "--push-codec", codec]
-            cmd += ["--checkpoint-interval-s", "0.5", "--ps-retry-s", "60", "--ps-call-timeout-s", "1.5"]
-            if workers > 1:
-                cmd += ["--workers", str(workers)]
-            if once is not None:
-                cmd += ["--batch-size", "1024"]  # as _once trains
             log = work / "trainer.log"
-            with open(log, "w") as err:
-                proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, text=True)
+            proc = _trainer(stream, shards, work / "m.json", log, model=flags)
             _training(proc, log)
             for _ in range(2):
                 time.sleep(rng.uniform(0, 1.5))
