@@ -6,6 +6,7 @@ quantization error kept for the next push)."""
 from __future__ import annotations
 
 import logging
+import zlib
 
 import numpy as np
 import numpy.typing as npt
@@ -61,7 +62,7 @@ class PushCompression:
         self._kinds: dict[str, str] = {}  # what each table's pushes carry
         self._dense_residual: dict[str, F64] = {}  # error feedback of 1-bit dense pushes
         self.choices: dict[str, AutoChoice] = {}  # `auto`'s, per state-delta table
-        self._made = 0  # compressors made (each gets its own seed)
+        self._made: dict[str, int] = {}  # compressors made per table (each gets its own seed)
 
     def _compressor(self, table: str, kind: str) -> Compressor:
         if table not in self.compressors:
@@ -77,10 +78,12 @@ class PushCompression:
             spec = CodecSpec(AUTO_CODEC if choice.compress else EXACT_CODEC)
         else:
             spec = self.spec or CodecSpec("fp64" if self._kinds[table] == DELTA else "fp32")
-        self.compressors[table] = Compressor(
-            spec, self.residual_rows, seed=self.seed * 1000 + self._made, residual_bound=self.residual_bound
-        )
-        self._made += 1
+        # the seed comes from the table and how many it had, not from the order tables were
+        # first pushed in: a batch pushes its tables at once (PSClient.concurrently)
+        made = self._made.get(table, 0)
+        seed = self.seed * 1000 + zlib.crc32(f"{table}:{made}".encode()) % 1000
+        self.compressors[table] = Compressor(spec, self.residual_rows, seed=seed, residual_bound=self.residual_bound)
+        self._made[table] = made + 1
 
     def push(self, batch: PushBatch) -> Keys:
         """Compresses each shard's part and sends it; returns the sorted keys whose residual

@@ -9,6 +9,7 @@ a compressed --dense-codec, on the shards (trainer.step.dense_sync)."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -156,13 +157,15 @@ class DeepModel:
         """The batch's rows: the wide weights and embeddings of its unique keys, and the bias."""
         uniq, inv = sorted_unique_inverse(batch.keys)
         seq = self.sequential
-        rows: dict[str, tuple[npt.NDArray[Any], PullSession | None]] = {}
-        for t in ("w", self.emb):
-            pulled, session = client.pull(t, uniq, state=seq)
-            if seq:  # this worker's updates that compression has not sent yet (its own view)
-                own_view(client, self.tables[t], uniq, pulled)
-            rows[t] = (pulled, session)
-        bias = client.pull_dense("bias", state=seq)
+        tables = ("w", self.emb)
+        *pulls, bias = client.concurrently(
+            *(functools.partial(client.pull, t, uniq, state=seq) for t in tables),
+            functools.partial(client.pull_dense, "bias", state=seq),
+        )
+        rows: dict[str, tuple[npt.NDArray[Any], PullSession | None]] = dict(zip(tables, pulls, strict=True))
+        if seq:  # this worker's updates that compression has not sent yet (its own view)
+            for t in tables:
+                own_view(client, self.tables[t], uniq, rows[t][0])
         return Fetched(uniq, inv, rows, bias, 0, np.zeros(uniq.shape[0], dtype=np.bool_))
 
     def compute(

@@ -8,6 +8,8 @@ example on its copy and pushes the change (docs/design/per-example-updates.md); 
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -70,14 +72,20 @@ def carry_previous(
 def push_trained(client: PSClient, got: Fetched, done: Trained, sequential: bool) -> None:
     """A trained batch to the shards: each table's state deltas (per-example updates) or
     summed gradients (batch updates), under its pull's session, and the bias's."""
+    calls: list[Callable[[], None]] = []
     if sequential:
         for t, (_, session) in got.rows.items():
-            client.push(t, got.uniq, done.states[t] - done.start[t], session, kind=DELTA, samples=done.samples)
-        client.push_dense("bias", done.bias_state - done.bias_start, kind=DELTA, samples=done.samples)
+            delta = done.states[t] - done.start[t]
+            calls.append(functools.partial(client.push, t, got.uniq, delta, session, kind=DELTA, samples=done.samples))
+        bias: npt.NDArray[Any] = done.bias_state - done.bias_start
+        calls.append(functools.partial(client.push_dense, "bias", bias, kind=DELTA, samples=done.samples))
     else:
         for t, (_, session) in got.rows.items():
-            client.push(t, got.uniq, done.grads[t].astype(np.float32), session, kind=GRADIENT, samples=done.samples)
-        client.push_dense("bias", np.array([done.bias_grad], dtype=np.float32), kind=GRADIENT, samples=done.samples)
+            grad = done.grads[t].astype(np.float32)
+            calls.append(functools.partial(client.push, t, got.uniq, grad, session, kind=GRADIENT, samples=done.samples))
+        bias = np.array([done.bias_grad], dtype=np.float32)
+        calls.append(functools.partial(client.push_dense, "bias", bias, kind=GRADIENT, samples=done.samples))
+    client.concurrently(*calls)  # every table's push has landed (or raised) on return
 
 
 class Stepwise(Protocol):
@@ -160,17 +168,20 @@ class FactorizationModel:
         cached = self.cache.fresh(uniq, step)
         some_cached = bool(cached.any())
         need = uniq[~cached] if some_cached else uniq
-        rows: dict[str, tuple[npt.NDArray[Any], PullSession | None]] = {}
-        for t in self.sparse:
-            if need.shape[0]:
-                # a push that also carries cached keys cannot name the pull's session
-                pulled, session = client.pull(t, need, session=not some_cached, state=self.sequential)
-                if self.sequential:
-                    own_view(client, self.tables[t], need, pulled)
-                rows[t] = (pulled, session)
-            else:
-                rows[t] = (np.zeros((0, 0)), None)
-        bias = None if self.cache.bias_fresh(step) else client.pull_dense("bias", state=self.sequential)
+        # a push that also carries cached keys cannot name the pull's session
+        pulled_tables = list(self.sparse) if need.shape[0] else []
+        calls: list[Callable[[], Any]] = [
+            functools.partial(client.pull, t, need, session=not some_cached, state=self.sequential) for t in pulled_tables
+        ]
+        if not self.cache.bias_fresh(step):
+            calls.append(functools.partial(client.pull_dense, "bias", state=self.sequential))
+        results = client.concurrently(*calls)
+        bias = results.pop() if len(results) > len(pulled_tables) else None
+        rows: dict[str, tuple[npt.NDArray[Any], PullSession | None]] = {t: (np.zeros((0, 0)), None) for t in self.sparse}
+        rows.update(zip(pulled_tables, results, strict=True))
+        if self.sequential:  # this worker's updates that compression has not sent yet (its own view)
+            for t in pulled_tables:
+                own_view(client, self.tables[t], need, rows[t][0])
         return Fetched(uniq, inv, rows, bias, step, cached)
 
     def _start_rows(self, got: Fetched, table: str) -> npt.NDArray[np.float64]:
