@@ -164,14 +164,31 @@ class Trainer:
         while True:
             try:
                 self._stream()
+                if self.group is not None:
+                    self._join()
+                self._end_on_shards(started)
                 break
             except ShardRestarted as e:
                 if self._recover is None or self._reopen is None:
                     raise
                 self._recover_from(e)
-        if self.group is not None:
-            self._join()
         self.pipeline.close()
+        if self.exporter is not None:
+            self.exporter.close()
+        self._committer.shutdown()
+        final = self.progress.snapshot()
+        if self.group is not None:
+            final = self._merge_ranks(final)
+        if self.progress_log is not None:
+            self.progress_log.record(final, self.client.push_bytes, self.client.pull_bytes)
+        return final
+
+    def _end_on_shards(self, started: float) -> None:
+        """The stream is over: what the shards must still take (the last pushes, what the
+        model holds back, every residual), the last export and the last cut. Inside run()'s
+        recovery: a shard that stops answering here takes every shard back to the last cut
+        and the tail is trained again, as mid-stream, instead of ending the run with an error."""
+        self.flush()
         # --local-aggregate: every rank of the host leaves its rounds here (they left the group's together)
         self.client.leave_local_aggregation()
         self.model.finish(self.client)
@@ -184,17 +201,9 @@ class Trainer:
             self._export()
             for batch in self.held_out:
                 self.exporter.observe(batch)
-            self.exporter.close()
         if self.s.checkpoint_interval_s > 0:
             self.checkpoint()
         self._wait_commit()
-        self._committer.shutdown()
-        final = self.progress.snapshot()
-        if self.group is not None:
-            final = self._merge_ranks(final)
-        if self.progress_log is not None:
-            self.progress_log.record(final, self.client.push_bytes, self.client.pull_bytes)
-        return final
 
     def _stream(self) -> None:
         """Trains the stream until it ends (or the sample limit, idleness, a stop)."""
@@ -447,6 +456,10 @@ class Trainer:
         started = time.monotonic()
         log.warning("%s; going back to the last checkpoint cut every shard holds", e)
         self.pipeline.abandon()
+        if self.exporter is not None:
+            # the stream is read again from the cut, which may be before an export waiting for
+            # its holdout: it would take samples it trained on, so it takes what it has now
+            self.exporter.close()
         self._wait_commit()
         self.model.reset()
         self.client.forget_kept_rows()  # rows kept from before the cut: the shards went back

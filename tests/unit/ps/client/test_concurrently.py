@@ -36,24 +36,24 @@ def _client(remote: bool, codec: str = "none") -> tuple[PSClient, list[Shard]]:
     return client, shards
 
 
-def test_remote_calls_overlap_and_in_process_ones_run_in_turn() -> None:
-    for remote in (True, False):
-        client, _ = _client(remote)
-        running, most = [0], [0]
-        lock = threading.Lock()
+@pytest.mark.parametrize("remote", [True, False])
+def test_remote_calls_overlap_and_in_process_ones_run_in_turn(remote: bool) -> None:
+    client, _ = _client(remote)
+    running, most = [0], [0]
+    lock = threading.Lock()
 
-        def call(i: int) -> int:
-            with lock:
-                running[0] += 1
-                most[0] = max(most[0], running[0])
-            time.sleep(0.05)
-            with lock:
-                running[0] -= 1
-            return i
+    def call(i: int) -> int:
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.05)
+        with lock:
+            running[0] -= 1
+        return i
 
-        assert client.concurrently(*(lambda i=i: call(i) for i in range(3))) == [0, 1, 2]  # in the calls' order
-        assert most[0] == (3 if remote else 1)
-        client.close()
+    assert client.concurrently(*(lambda i=i: call(i) for i in range(3))) == [0, 1, 2]  # in the calls' order
+    assert most[0] == (3 if remote else 1)
+    client.close()
 
 
 def test_a_failing_call_is_raised_after_the_others_have_ended() -> None:
