@@ -251,10 +251,6 @@ class PSClient:
             return [c() for c in calls]
         futures = [self._tables.submit(c) for c in calls]
         wait(futures)
-        for f in futures:
-            error = f.exception()
-            if error is not None:
-                raise error
         return [f.result() for f in futures]
 
     def on_shards(self, fn: Callable[[int], T], shards: list[int] | None = None) -> list[T]:

@@ -81,7 +81,7 @@ class PushCompression:
         # the seed comes from the table and how many it had, not from the order tables were
         # first pushed in: a batch pushes its tables at once (PSClient.concurrently)
         made = self._made.get(table, 0)
-        seed = self.seed * 1000 + zlib.crc32(f"{table}:{made}".encode()) % 1000
+        seed = zlib.crc32(f"{self.seed}:{table}:{made}".encode())
         self.compressors[table] = Compressor(spec, self.residual_rows, seed=seed, residual_bound=self.residual_bound)
         self._made[table] = made + 1
 

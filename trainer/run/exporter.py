@@ -127,7 +127,8 @@ class Exporter:
         return bool(self._pending)
 
     def close(self) -> None:
-        """The run ends: every export waiting for its holdout gets what there is."""
+        """Every export waiting for its holdout gets what there is: at the run's end, and
+        before a recovery reads the stream again from a cut (samples they trained on)."""
         while self._pending:
             self._finish(self._pending.pop(0))
 

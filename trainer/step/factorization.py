@@ -173,10 +173,11 @@ class FactorizationModel:
         calls: list[Callable[[], Any]] = [
             functools.partial(client.pull, t, need, session=not some_cached, state=self.sequential) for t in pulled_tables
         ]
-        if not self.cache.bias_fresh(step):
+        pull_bias = not self.cache.bias_fresh(step)
+        if pull_bias:
             calls.append(functools.partial(client.pull_dense, "bias", state=self.sequential))
         results = client.concurrently(*calls)
-        bias = results.pop() if len(results) > len(pulled_tables) else None
+        bias = results.pop() if pull_bias else None
         rows: dict[str, tuple[npt.NDArray[Any], PullSession | None]] = {t: (np.zeros((0, 0)), None) for t in self.sparse}
         rows.update(zip(pulled_tables, results, strict=True))
         if self.sequential:  # this worker's updates that compression has not sent yet (its own view)
