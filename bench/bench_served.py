@@ -9,7 +9,8 @@ every export with the quality gate opened wide. The manager scores each candidat
 as serving loads it, on the export's holdout: the samples read right after the export,
 which that version was not trained on. A codec pair with "~nodrain" runs with
 --no-export-drain (error-feedback residuals reach the shards only at cuts and the end);
-with "~nocache", with --pull-cache off (every pull sends every key and gets every row).
+with "~nocache", with --pull-cache off (every pull sends every key and gets every row);
+with "~m23", with --mlp-moment-bits 23 (the MLP's Adam moments kept whole at cuts).
 Reported per run:
 
 - wire bytes per sample, both ways (the trainer's ledger: sparse and dense pulls and pushes,
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -52,6 +54,7 @@ from ctr.repository.versions import Repository  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 NO_DRAIN = "~nodrain"  # a codec pair with this suffix runs with --no-export-drain
 NO_CACHE = "~nocache"  # ... with --pull-cache off (every pull sends every key and gets every row)
+MOMENT_BITS = re.compile(r"~m(\d+)")  # ... "~m23": with --mlp-moment-bits 23 (wdl, deepfm)
 # the uncompressed protocol: fp32 gradients, fp64 state deltas, raw pull replies, no pull cache
 BASELINE = f"none/raw{NO_CACHE}"
 MODEL_FLAGS = {"lr": [], "ffm": ["--k", "4"], "deepfm": ["--k", "8", "--hidden", "400,400,400"]}
@@ -104,7 +107,8 @@ def run_one(
     stream: Path, preset: str, model: str, codecs: str, workers: int, work: Path, args: argparse.Namespace
 ) -> dict[str, Any]:
     nodrain, nocache = NO_DRAIN in codecs, NO_CACHE in codecs
-    codecs = codecs.replace(NO_DRAIN, "").replace(NO_CACHE, "")
+    bits = MOMENT_BITS.search(codecs)
+    codecs = MOMENT_BITS.sub("", codecs.replace(NO_DRAIN, "").replace(NO_CACHE, ""))
     push, _, pull = codecs.partition("/")
     work.mkdir()
     exports, repo = work / "exports", work / "repo"
@@ -139,6 +143,7 @@ def run_one(
         cmd += ["--metrics-port", "-1", "--port", "-1", "--metrics-out", str(out)]
         cmd += ["--no-export-drain"] if nodrain else []
         cmd += ["--pull-cache", "off"] if nocache else []
+        cmd += ["--mlp-moment-bits", bits.group(1)] if bits else []
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
         if proc.returncode:
             raise SystemExit(proc.stderr[-3000:])
@@ -169,9 +174,14 @@ def run_one(
         "worker_view_auc": m["window_auc"],
         "progressive_logloss": m["progressive_logloss"],
         # per table, the push codec at the end (what `auto` chose) and how often it switched
-        "chose": ",".join(f"{t[5:]}={c}" for t, c in sorted(m["codecs"].items()) if t.startswith("push:")),
+        "chose": ",".join(f"{t.removeprefix('push:')}={c}" for t, c in sorted(m["codecs"].items()) if _chosen(t)),
         "switches": m.get("auto_switches", 0.0),
     }
+
+
+def _chosen(key: str) -> bool:
+    """The summary's codecs a row names: each table's push codec and the MLP's moments."""
+    return key.startswith("push:") or key == "mlp_moments"
 
 
 def _published(repo: Repository, exports: int, timeout_s: float = 300) -> list[dict[str, float]]:

@@ -233,6 +233,15 @@ class PSAccessSettings:
             " Adam) step it on the PS with compressed syncs"
         },
     )
+    mlp_moment_bits: str = field(
+        default="auto",
+        metadata={
+            "help": "the mantissa bits the Adam moments of a worker-trained MLP (wdl, deepfm) keep from each"
+            " checkpoint cut on: rounded in place before rank 0 writes them, so the cut holds exactly what training"
+            " goes on from, in about half the bytes; 1-23 (23: whole); auto: 4 on shard processes with"
+            " --push-codec auto, else 23 (the summary's codecs say which; docs/design/moment-bits.md)"
+        },
+    )
     residual_rows: int = field(
         default=1 << 20, metadata={"help": "error-feedback memory of lossy push codecs, rows per table (older rows are flushed)"}
     )

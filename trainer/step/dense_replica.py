@@ -9,7 +9,11 @@ torch's foreach ops: torch.optim would import torch._dynamo, a second of start-u
 The PS holds the MLP only where it must: before a checkpoint cut or an export, rank 0 writes
 the weights and the Adam state into the dense table `mlp` (the layout the shard's Adam
 keeps, w | m | v | t per element), and every rank that takes up at a cut reads them back.
-Sparse rows stay on the PS."""
+Sparse rows stay on the PS.
+
+Where the cut writes compress (docs/design/moment-bits.md), each write first rounds the
+live Adam moments to fewer mantissa bits, on every rank alike: the cut then holds exactly
+what training goes on from, in about half the bytes."""
 
 from __future__ import annotations
 
@@ -24,15 +28,38 @@ from ps.client import PSClient
 
 F64 = npt.NDArray[np.float64]
 TABLE = "mlp"
+FP32_MANTISSA = 23  # a moment kept whole
+
+
+def round_mantissa_(t: torch.Tensor, bits: int) -> None:
+    """Rounds float32 `t` in place to `bits` mantissa bits, to nearest with ties to even.
+    The exponent keeps its range and subnormals stay as they are, so nothing becomes zero
+    that was not (a second moment of 0 would make Adam's step m / eps); a value that would
+    round past the largest float32, or an inf or NaN, stays as it is too."""
+    drop = FP32_MANTISSA - bits
+    if drop <= 0:
+        return
+    if t.dtype != torch.float32:
+        raise ValueError(f"rounding mantissas of {t.dtype}: float32 only")
+    b = t.view(torch.int32)  # sign | exponent | mantissa: adding rounds the magnitude, whatever the sign
+    rounded = (b + ((1 << (drop - 1)) - 1) + ((b >> drop) & 1)) & ~((1 << drop) - 1)
+    keep = ~torch.isfinite(rounded.view(torch.float32)) | ~torch.isfinite(t) | ((b & 0x7F800000) == 0)
+    b.copy_(torch.where(keep, b, rounded))
 
 
 class DenseReplica:
     """rounds: the MLP steps in the ranks' rounds (trainer.run.group: `sync`), on the sum of
-    every rank's gradients since the last one; otherwise (one process) after every batch."""
+    every rank's gradients since the last one; otherwise (one process) after every batch.
+    moment_bits: the mantissa bits the Adam moments keep at each write (23: whole)."""
 
-    def __init__(self, net: DeepCTR, opt: OptimizerSpec, rounds: bool = False, rank: int = 0) -> None:
+    def __init__(
+        self, net: DeepCTR, opt: OptimizerSpec, rounds: bool = False, rank: int = 0, moment_bits: int = FP32_MANTISSA
+    ) -> None:
         if opt.kind != "adam":
             raise ValueError(f"--opt-mlp {opt.kind}: the MLP trains on the worker with Adam; give 'adam lr=...'")
+        if not 1 <= moment_bits <= FP32_MANTISSA:
+            raise ValueError(f"--mlp-moment-bits {moment_bits}: keep 1 to {FP32_MANTISSA} of a float32 mantissa's bits")
+        self.moment_bits = moment_bits
         self.net = net
         self.opt = opt
         self.rounds = rounds
@@ -149,7 +176,11 @@ class DenseReplica:
         (exactly-once compares digests bit for bit). Where pushes compress, a write after
         a known one goes as its bitwise difference from it (STATE_DIFF), which a shard
         holding anything else refuses, and then gets whole. Nothing goes when the shards
-        hold it already (no batch trained since the last write or read)."""
+        hold it already (no batch trained since the last write or read).
+        First every rank rounds its moments to moment_bits (the same values on every
+        rank, so the replicas stay equal): the write is exact, and what a cut holds is
+        what training goes on from."""
+        self.round_moments()
         if self.rank != 0:
             return
         mine = self.state_rows()
@@ -158,6 +189,12 @@ class DenseReplica:
         base, self._held = self._held, None  # unknown if the push fails part way
         client.push_dense(TABLE, mine, kind=STATE, base=base)  # as its difference from the last, where that pays
         self._held = mine
+
+    def round_moments(self) -> None:
+        """The Adam moments, in place, to moment_bits mantissa bits (docs/design/moment-bits.md)."""
+        with torch.no_grad():
+            for t in (*self.m, *self.v):
+                round_mantissa_(t, self.moment_bits)
 
     def read_from(self, client: PSClient) -> None:
         """Takes up the MLP the PS holds (at a cut, or the initial one rank 0 wrote)."""

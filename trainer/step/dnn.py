@@ -24,7 +24,7 @@ from ctr.model.optim import PLAIN, plain_state, rows_with_weights, weights_of_ro
 from ctr.model.spec import ModelSpec
 from ps.api import STATE
 from ps.client import PSClient, PullSession
-from trainer.step.dense_replica import DenseReplica
+from trainer.step.dense_replica import FP32_MANTISSA, DenseReplica
 from trainer.step.dense_sync import DenseSync, dense_sync
 from trainer.step.factorization import Fetched, Trained, carry_previous, push_trained
 from trainer.step.host_staging import HostStaging
@@ -47,6 +47,7 @@ class DeepModel:
         device: torch.device | None = None,
         rank: int = 0,
         world: int = 1,
+        moment_bits: int = FP32_MANTISSA,
     ) -> None:
         self.spec = spec
         self.tables = {t.name: t for t in spec.tables()}
@@ -61,7 +62,8 @@ class DeepModel:
             raise ValueError(f"--dense-codec {dense_codec} needs an adam MLP optimizer, not {opt.kind} (--opt-mlp)")
         self._dense_sync = lambda: dense_sync(dense_codec, "mlp", opt.lr, opt.beta1, opt.beta2, opt.eps)
         self.dense: DenseSync = self._dense_sync()
-        self.replica = DenseReplica(self.net, opt, world > 1, rank) if replicated and dense_codec == "fp32" else None
+        replica = replicated and dense_codec == "fp32"
+        self.replica = DenseReplica(self.net, opt, world > 1, rank, moment_bits) if replica else None
         self._written: npt.NDArray[np.float64] | None = None  # the MLP rows prepare() wrote to a new table
 
     def prepare(self, client: PSClient) -> None:

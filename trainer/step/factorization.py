@@ -288,11 +288,13 @@ def build_model(
     device: str = "auto",
     batch_size: int = 256,
     ranks: tuple[int, int] = (0, 1),
+    moment_bits: int = 23,
 ) -> TrainableModel:
     """dense_codec: how the MLP syncs through the PS (trainer.step.dense_sync) when it is not
     `replicated` on the worker (hybrid training, trainer.step.dense_replica); device: where
     it trains (trainer.step.device), at batch_size examples a step; ranks: (this rank, the
-    group's size) of a run of several ranks (trainer.run.group)."""
+    group's size) of a run of several ranks (trainer.run.group); moment_bits: the mantissa
+    bits a replicated MLP's Adam moments keep at each cut write (23: whole)."""
     if spec.is_dnn:
         if staleness:
             raise ValueError(f"--staleness applies to lr, fm and ffm; {spec.type} pulls every batch")
@@ -301,7 +303,7 @@ def build_model(
         from trainer.step.dnn import DeepModel
 
         placed = choose(device, spec, batch_size, local_rank())
-        return DeepModel(spec, dense_codec, replicated, device=placed, rank=ranks[0], world=ranks[1])
+        return DeepModel(spec, dense_codec, replicated, device=placed, rank=ranks[0], world=ranks[1], moment_bits=moment_bits)
     if dense_codec != "fp32":
         raise ValueError(f"--dense-codec {dense_codec} applies to the MLP of wdl and deepfm, not {spec.type}")
     if device == "cuda":

@@ -1,5 +1,7 @@
 """Hybrid training's dense half: the worker's Adam is the shard's, the PS round trip loses
-nothing, and two ranks on the halves of a batch end where one rank on the whole batch does."""
+nothing, and two ranks on the halves of a batch end where one rank on the whole batch does.
+Moments rounded at a write (--mlp-moment-bits) are rounded as arithmetic says, on every rank,
+and the cut holds exactly what training goes on from."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from ctr.model.mlp import DeepCTR
 from ctr.model.optim import OptimizerSpec, step_rows
 from ctr.model.spec import ModelSpec
 from ps.client import PSClient
-from trainer.step.dense_replica import DenseReplica
+from trainer.step.dense_replica import DenseReplica, round_mantissa_
 
 SPEC = ModelSpec("deepfm", k=2, fields=("a", "b", "c"), hidden=(8, 4))
 OPT = OptimizerSpec("adam", lr=0.01, l2=1e-3)
@@ -68,9 +70,13 @@ def test_the_ps_holds_the_replica_exactly_and_a_new_worker_takes_it_up():
 def _rank(rank: int, port: int, out: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.distributed.init_process_group("gloo", rank=rank, world_size=2)
+    client = PSClient.local(1)
+    client.control.declare(SPEC.tables())
     try:
-        replica = DenseReplica(DeepCTR(SPEC, seed=1), OPT, rounds=True, rank=rank)
+        replica = DenseReplica(DeepCTR(SPEC, seed=1), OPT, rounds=True, rank=rank, moment_bits=4)
         for i in range(3):
+            if i == 2:
+                replica.write_to(client)  # a cut: every rank rounds its moments, rank 0 writes them
             pooled, dlogit = _batch(i)
             half = slice(0, 20) if rank == 0 else slice(20, 32)  # uneven halves: the mean is over samples
             _grads(replica.net, pooled[half], dlogit[half])
@@ -85,6 +91,7 @@ def _rank(rank: int, port: int, out: str) -> None:
         replica.sync(torch.zeros(1, dtype=torch.float64), torch.distributed.group.WORLD)
         np.save(out, replica.state_rows())
     finally:
+        client.close()
         torch.distributed.destroy_process_group()
 
 
@@ -95,8 +102,11 @@ def _free_port() -> int:
 
 
 def test_two_ranks_on_halves_of_each_batch_end_as_one_rank_on_the_whole(tmp_path: Path):
-    whole = DenseReplica(DeepCTR(SPEC, seed=1), OPT)
+    """With a cut between the second and third rounds, where each rank rounds its moments."""
+    whole = DenseReplica(DeepCTR(SPEC, seed=1), OPT, moment_bits=4)
     for i in (0, 1, 2, 7):
+        if i == 2:
+            whole.round_moments()
         _grads(whole.net, *_batch(i))
         whole.step(32)
     ctx = mp.get_context("spawn")
@@ -257,3 +267,103 @@ def test_a_later_write_goes_as_its_difference_from_the_last_and_whole_when_the_b
     train_and_write()
     assert _mlp_push_bytes(client) - before > diff  # the refused difference, then the whole state
     client.close()
+
+
+def _rounded_by_arithmetic(x: np.ndarray, bits: int) -> np.ndarray:
+    """float32 `x` to `bits` mantissa bits in float64 arithmetic: each normal value to the
+    nearest multiple of its binade's spacing at that width (np.round: ties to even);
+    zeros, subnormals, infs, NaNs and values that would round past float32's largest stay."""
+    out = x.astype(np.float64)
+    normal = np.isfinite(x) & (np.abs(x) >= np.finfo(np.float32).tiny)
+    _, e = np.frexp(out[normal])  # |x| = f 2^e, 0.5 <= f < 1: the binade's spacing is 2^(e - 1 - bits)
+    step = np.ldexp(1.0, e - 1 - bits)
+    r = np.round(out[normal] / step) * step
+    out[normal] = np.where(np.abs(r) > np.finfo(np.float32).max, out[normal], r)
+    return out.astype(np.float32)
+
+
+@pytest.mark.parametrize("bits", [1, 2, 4, 7, 22, 23])
+def test_moments_round_to_nearest_with_ties_to_even_as_arithmetic_says(bits: int):
+    rng = np.random.default_rng(bits)
+    spread = rng.choice([-1.0, 1.0], 5000) * np.exp2(rng.uniform(-140, 128, 5000))  # every binade, subnormals too
+    fraction = rng.integers(0, 1 << bits, 200)
+    ties = (1.0 + (2 * fraction + 1) / 2.0 ** (bits + 1)) * np.exp2(rng.integers(-120, 120, 200))  # exactly halfway
+    ends = [0.0, -0.0, np.inf, -np.inf, np.nan, np.finfo(np.float32).max, -np.finfo(np.float32).max, 1e-45, 1.17e-38]
+    with np.errstate(over="ignore"):
+        x = np.concatenate([spread, ties, -ties, ends]).astype(np.float32)
+    want = _rounded_by_arithmetic(x, bits)
+    got = torch.from_numpy(x.copy())
+    round_mantissa_(got, bits)
+    np.testing.assert_array_equal(got.numpy().view(np.uint32), want.view(np.uint32))
+    if bits < 23:
+        # normal values in every binade but the last (where rounding up may pass the largest float32)
+        normal = np.isfinite(want) & (np.abs(want) >= np.finfo(np.float32).tiny) & (np.abs(x) < 2.0**127)
+        assert (want[normal].view(np.uint32) & ((1 << (23 - bits)) - 1) == 0).all()  # the bits dropped are zero
+        assert not np.array_equal(x[normal], want[normal])  # something was rounded
+    assert np.count_nonzero(want) == np.count_nonzero(x)  # nothing became zero
+
+
+def test_a_write_rounds_the_moments_and_the_cut_holds_what_training_goes_on_from():
+    """The weights stay whole; the moments come within 2^-5 of what they were, their
+    dropped bits zero; the PS holds that state bit for bit, and a worker that takes it up
+    (a restart at this cut) goes on exactly as the writer does."""
+    client = PSClient.local(1)
+    client.control.declare(SPEC.tables())
+    a = DenseReplica(DeepCTR(SPEC, seed=1), OPT, moment_bits=4)
+    for i in range(3):
+        _grads(a.net, *_batch(i))
+        a.step(32)
+    before = a.state_rows()
+    a.write_to(client)
+    after = a.state_rows()
+    np.testing.assert_array_equal(after[:, 0], before[:, 0])
+    assert not np.array_equal(after[:, 1:3], before[:, 1:3])
+    np.testing.assert_allclose(after[:, 1:3], before[:, 1:3], rtol=2.0**-5, atol=0)
+    assert (after[:, 1:3].astype(np.float32).view(np.uint32) & ((1 << 19) - 1) == 0).all()
+    np.testing.assert_array_equal(client.pull_dense("mlp", state=True), after)
+    b = DenseReplica(DeepCTR(SPEC, seed=2), OPT, moment_bits=4)
+    b.read_from(client)
+    for r in (a, b):
+        _grads(r.net, *_batch(9))
+        r.step(32)
+    np.testing.assert_array_equal(b.state_rows(), a.state_rows())
+    client.close()
+
+
+def test_every_rank_rounds_at_a_write_and_only_rank_0_sends():
+    client = PSClient.local(1)
+    client.control.declare(SPEC.tables())
+    zero, one = (DenseReplica(DeepCTR(SPEC, seed=1), OPT, rank=r, moment_bits=4) for r in (0, 1))
+    for r in (zero, one):
+        for i in range(3):
+            _grads(r.net, *_batch(i))
+            r.step(32)
+    before = _mlp_push_bytes(client)
+    one.write_to(client)
+    assert _mlp_push_bytes(client) == before
+    zero.write_to(client)
+    np.testing.assert_array_equal(one.state_rows(), zero.state_rows())
+    np.testing.assert_array_equal(client.pull_dense("mlp", state=True), one.state_rows())
+    client.close()
+
+
+def test_rounded_moments_make_a_compressed_write_smaller():
+    """Where pushes compress, the write after a known one with moments at 4 bits sends fewer
+    bytes than the same training's write with whole moments."""
+    spec = ModelSpec("deepfm", k=8, fields=("a", "b", "c", "d"), hidden=(64, 64))
+    sent = {}
+    for bits in (23, 4):
+        client = PSClient.local(2, push_codec="onebit")
+        client.control.declare(spec.tables())
+        r = DenseReplica(DeepCTR(spec, seed=1), OPT, moment_bits=bits)
+        g = torch.Generator().manual_seed(5)
+        for _write in range(2):
+            for _ in range(20):
+                _grads(r.net, torch.randn(32, 4, 8, generator=g), torch.randn(32, generator=g))
+                r.step(32)
+            before = _mlp_push_bytes(client)
+            r.write_to(client)
+            np.testing.assert_array_equal(client.pull_dense("mlp", state=True), r.state_rows())
+        sent[bits] = _mlp_push_bytes(client) - before  # the second write: a difference from the first
+        client.close()
+    assert sent[4] < 0.8 * sent[23], sent
