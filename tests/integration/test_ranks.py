@@ -116,6 +116,7 @@ def test_deepfm_ranks_train_one_mlp(data_dir, tmp_path):
         assert _wait(_ranks(tmp_path / "stream", shards, tmp_path, *extra)) == [0, 0]
         result = json.loads((tmp_path / "r0.json").read_text())
         assert result["samples"] == total and result["window_auc"] > 0.85
+        assert result["codecs"]["mlp_moments"] == "e8m4", result["codecs"]  # auto on shard processes: every rank rounds at cuts
         assert _samples(shards) == {total}  # the mlp table counts no samples: rank 0 writes it
     finally:
         for s in shards:
