@@ -303,6 +303,15 @@ def test_moments_round_to_nearest_with_ties_to_even_as_arithmetic_says(bits: int
     assert np.count_nonzero(want) == np.count_nonzero(x)  # nothing became zero
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_moments_on_a_gpu_round_to_the_same_bits_as_on_the_cpu():
+    x = torch.randn(100_000, generator=torch.Generator().manual_seed(3)) * torch.exp2(torch.randint(-60, 60, (100_000,)))
+    on_cpu, on_gpu = x.clone(), x.to("cuda")
+    round_mantissa_(on_cpu, 4)
+    round_mantissa_(on_gpu, 4)
+    assert torch.equal(on_gpu.cpu().view(torch.int32), on_cpu.view(torch.int32))
+
+
 def test_a_write_rounds_the_moments_and_the_cut_holds_what_training_goes_on_from():
     """The weights stay whole; the moments come within 2^-5 of what they were, their
     dropped bits zero; the PS holds that state bit for bit, and a worker that takes it up
