@@ -21,6 +21,7 @@ import yaml
 from ctr.data.fields import FieldIndex
 from ctr.data.formats import resolve_fields
 from ctr.data.schema import PRESETS, FeatureSchema, detect_schema
+from ctr.model.optim import FP32_MANTISSA
 from ctr.model.registry import family
 from ctr.model.spec import ModelSpec
 from ctr.runtime import config as cfg
@@ -90,8 +91,8 @@ def check_codecs(conf: TrainerConfig) -> None:
     except ValueError as e:
         raise cfg.ConfigError(str(e)) from None
     bits = conf.ps_access.mlp_moment_bits
-    if bits != "auto" and not (bits.isdigit() and 1 <= int(bits) <= 23):
-        raise cfg.ConfigError(f"--mlp-moment-bits {bits!r}: auto, or the mantissa bits to keep, 1 to 23")
+    if bits != "auto" and not (bits.isdigit() and 1 <= int(bits) <= FP32_MANTISSA):
+        raise cfg.ConfigError(f"--mlp-moment-bits {bits!r}: auto, or the mantissa bits to keep, 1 to {FP32_MANTISSA}")
     if conf.ps_access.residual_rows < 1:
         raise cfg.ConfigError(f"--residual-rows {conf.ps_access.residual_rows}: the error-feedback memory needs at least 1 row")
 
@@ -102,7 +103,7 @@ def moment_bits(conf: TrainerConfig, remote: bool) -> int:
     bits = conf.ps_access.mlp_moment_bits
     if bits != "auto":
         return int(bits)
-    return AUTO_MOMENT_BITS if remote and conf.ps_access.push_codec == "auto" else 23
+    return AUTO_MOMENT_BITS if remote and conf.ps_access.push_codec == "auto" else FP32_MANTISSA
 
 
 def keeps_pulled_rows(conf: TrainerConfig) -> bool:
@@ -522,7 +523,8 @@ def train_run(
     result["push_codec"] = conf.ps_access.push_codec  # type: ignore[assignment]
     result["codecs"] = client.codecs()  # type: ignore[assignment]  # what `auto` chose, per table
     if replica is not None:
-        result["codecs"]["mlp_moments"] = f"e8m{replica.moment_bits}" if replica.moment_bits < 23 else "fp32"  # type: ignore[index]
+        bits = replica.moment_bits
+        result["codecs"]["mlp_moments"] = f"e8m{bits}" if bits < FP32_MANTISSA else "fp32"  # type: ignore[index]
     result["workers"] = float(world)
     result["device"] = model.device  # type: ignore[assignment]
     result["staleness"] = float(conf.parallel.staleness)

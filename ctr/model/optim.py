@@ -33,6 +33,8 @@ FTRL, ADAGRAD, ADAM, SGD = 0, 1, 2, 3
 # index of each setting in the float64 parameter vector the kernels take
 P_KIND, P_LR, P_BETA, P_L1, P_L2, P_ACC0, P_B1, P_B2, P_EPS, P_MOM, P_INIT, P_SEED = range(12)
 N_PARAMS = 12
+# a float32's mantissa bits: an Adam moment rounded to this many is kept whole (--mlp-moment-bits)
+FP32_MANTISSA = 23
 
 
 class OptimizerError(ValueError):

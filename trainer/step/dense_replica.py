@@ -22,13 +22,12 @@ import numpy.typing as npt
 import torch
 
 from ctr.model.mlp import DeepCTR
-from ctr.model.optim import OptimizerSpec
+from ctr.model.optim import FP32_MANTISSA, OptimizerSpec
 from ps.api import STATE
 from ps.client import PSClient
 
 F64 = npt.NDArray[np.float64]
 TABLE = "mlp"
-FP32_MANTISSA = 23  # a moment kept whole
 
 
 def round_mantissa_(t: torch.Tensor, bits: int) -> None:

@@ -20,11 +20,11 @@ from ctr.data.batch import SampleBatch
 from ctr.data.unique import sorted_unique_inverse
 from ctr.model.dnn import deep_partials, pool_fields, train_deep_batch
 from ctr.model.mlp import DeepCTR
-from ctr.model.optim import PLAIN, plain_state, rows_with_weights, weights_of_rows
+from ctr.model.optim import FP32_MANTISSA, PLAIN, plain_state, rows_with_weights, weights_of_rows
 from ctr.model.spec import ModelSpec
 from ps.api import STATE
 from ps.client import PSClient, PullSession
-from trainer.step.dense_replica import FP32_MANTISSA, DenseReplica
+from trainer.step.dense_replica import DenseReplica
 from trainer.step.dense_sync import DenseSync, dense_sync
 from trainer.step.factorization import Fetched, Trained, carry_previous, push_trained
 from trainer.step.host_staging import HostStaging

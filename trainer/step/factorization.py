@@ -19,7 +19,7 @@ import numpy.typing as npt
 from ctr.data.batch import SampleBatch
 from ctr.data.unique import sorted_unique_inverse
 from ctr.model.factorization import train_batch
-from ctr.model.optim import PLAIN, plain_state
+from ctr.model.optim import FP32_MANTISSA, PLAIN, plain_state
 from ctr.model.spec import ModelSpec
 from ctr.runtime.extras import require
 from ps.api import DELTA, GRADIENT
@@ -288,13 +288,13 @@ def build_model(
     device: str = "auto",
     batch_size: int = 256,
     ranks: tuple[int, int] = (0, 1),
-    moment_bits: int = 23,
+    moment_bits: int = FP32_MANTISSA,
 ) -> TrainableModel:
     """dense_codec: how the MLP syncs through the PS (trainer.step.dense_sync) when it is not
     `replicated` on the worker (hybrid training, trainer.step.dense_replica); device: where
     it trains (trainer.step.device), at batch_size examples a step; ranks: (this rank, the
     group's size) of a run of several ranks (trainer.run.group); moment_bits: the mantissa
-    bits a replicated MLP's Adam moments keep at each cut write (23: whole)."""
+    bits a replicated MLP's Adam moments keep at each cut write (FP32_MANTISSA: whole)."""
     if spec.is_dnn:
         if staleness:
             raise ValueError(f"--staleness applies to lr, fm and ffm; {spec.type} pulls every batch")
