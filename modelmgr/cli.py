@@ -113,6 +113,7 @@ def watch(conf: ModelMgrConfig) -> int:
         calibration_low=conf.calibration_low,
         calibration_high=conf.calibration_high,
         rollback_auc_drop=conf.rollback_auc_drop,
+        rollback_z=conf.rollback_z,
     )
     publisher = Publisher(
         repo,

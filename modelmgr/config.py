@@ -10,7 +10,7 @@ HELP_GROUPS: dict[str, tuple[str, ...]] = {
     "essential": ("exports", "repo", "model_name", "notify", "host", "port", "metrics_port"),
     "quality gate": (
         "min_samples", "max_auc_drop", "min_auc", "max_logloss", "calibration_low", "calibration_high",
-        "rollback_auc_drop", "accept_new_spec",
+        "rollback_auc_drop", "rollback_z", "accept_new_spec",
     ),
     "retention": ("compact_after", "keep_full", "keep_exports", "keep_rejections"),
 }  # fmt: skip
@@ -47,6 +47,13 @@ class ModelMgrConfig(ServerConfig):
         default=0.01,
         metadata={
             "help": "auto-rollback: the live version's holdout AUC trailing its predecessor's by more pins the predecessor"
+        },
+    )
+    rollback_z: float = field(
+        default=3.0,
+        metadata={
+            "help": "auto-rollback: ... and only if that drop is also this many standard errors of the paired AUC"
+            " difference on the holdout (DeLong): a small holdout's noise never pins serving (0: the drop alone)"
         },
     )
     compact_after: int = field(

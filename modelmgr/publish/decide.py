@@ -5,6 +5,7 @@ gathers the evidence and carries the decisions out on the repository."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +32,7 @@ class RollBack:
     reason: str
     live: Evaluation
     predecessor: Evaluation
+    se: float = math.nan  # standard error of the AUC difference on the holdout that showed it
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,7 @@ class Evidence:
     predecessor: Evaluation | None = None
     follows_latest: bool = True  # the policy follows the newest version (an operator's pin stands)
     candidate_error: str = ""
+    behind_se: float = math.nan  # standard error of the predecessor's AUC minus the live one's, same holdout
 
 
 def spec_change(live: dict[str, Any], candidate: dict[str, Any]) -> str | None:
@@ -86,13 +89,18 @@ def roll_back(evidence: Evidence, gate: QualityGate) -> RollBack | None:
     """The live version's predecessor, when the live one falls behind it on this holdout
     (only while the policy follows the latest)."""
     live, pred = evidence.live, evidence.predecessor
-    if live is None or pred is None or not evidence.follows_latest or not gate.falls_behind(live, pred):
+    if live is None or pred is None or not evidence.follows_latest:
         return None
+    if not gate.falls_behind(live, pred, evidence.behind_se):
+        return None
+    margin = ""
+    if math.isfinite(live.auc) and math.isfinite(pred.auc) and evidence.behind_se > 0:
+        margin = f" by {(pred.auc - live.auc) / evidence.behind_se:.1f} standard errors"
     reason = (
         f"auto-rollback: version {live.version} (holdout AUC {live.auc:.4f}) fell behind version "
-        f"{pred.version} ({pred.auc:.4f}) on the holdout of export {evidence.export_id}"
+        f"{pred.version} ({pred.auc:.4f}){margin} on the holdout of export {evidence.export_id}"
     )
-    return RollBack(pred.version, reason, live, pred)
+    return RollBack(pred.version, reason, live, pred, evidence.behind_se)
 
 
 def decide(evidence: Evidence, gate: QualityGate) -> list[RollBack | Publish | Reject]:

@@ -59,10 +59,13 @@ def scores(model: ServableModel, batch: SampleBatch) -> np.ndarray:
 
 
 def evaluate(model: ServableModel, batch: SampleBatch, version: int) -> Evaluation:
-    p = scores(model, batch)
+    return evaluate_scores(scores(model, batch), batch.labels, version)
+
+
+def evaluate_scores(p: np.ndarray, labels: np.ndarray, version: int) -> Evaluation:
     finite = bool(np.isfinite(p).all())
-    ctr = float(batch.labels.mean()) if len(batch) else float("nan")
-    if not finite or not len(batch):
-        return Evaluation(version, len(batch), float("nan"), float("nan"), float("nan"), finite)
+    ctr = float(labels.mean()) if len(labels) else float("nan")
+    if not finite or not len(labels):
+        return Evaluation(version, len(labels), float("nan"), float("nan"), float("nan"), finite)
     calibration = float(p.mean()) / ctr if ctr > 0 else float("inf")
-    return Evaluation(version, len(batch), auc(batch.labels, p), logloss(batch.labels, p), calibration, finite)
+    return Evaluation(version, len(labels), auc(labels, p), logloss(labels, p), calibration, finite)

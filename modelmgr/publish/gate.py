@@ -1,6 +1,8 @@
 """The quality gate: a candidate is published only on evidence, its scores on a holdout it
 has not trained on, against the version serving now; and the auto-rollback rule that
-compares the live version with its predecessor on each new holdout."""
+compares the live version with its predecessor on each new holdout, which pins serving and
+so acts only on a drop both large and well beyond the holdout's noise
+(docs/design/rollback-evidence.md)."""
 
 from __future__ import annotations
 
@@ -18,7 +20,8 @@ class QualityGate:
     max_logloss: float = 1.0
     calibration_low: float = 0.5  # mean prediction / CTR must lie in [low, high]
     calibration_high: float = 2.0
-    rollback_auc_drop: float = 0.01  # the live version trailing its predecessor by more: roll back
+    rollback_auc_drop: float = 0.01  # the live version trailing its predecessor by more: roll back,
+    rollback_z: float = 3.0  # if the drop is also this many standard errors of the paired difference
 
     def judge(self, candidate: Evaluation, live: Evaluation | None) -> str | None:
         """None when the candidate may be published, else why not."""
@@ -43,8 +46,13 @@ class QualityGate:
             return f"holdout AUC {candidate.auc:.4f} trails version {live.version}'s {live.auc:.4f} by over {self.max_auc_drop}"
         return None
 
-    def falls_behind(self, live: Evaluation, predecessor: Evaluation) -> bool:
-        """The live version lost to the one before it on a holdout neither trained on."""
+    def falls_behind(self, live: Evaluation, predecessor: Evaluation, se: float = math.nan) -> bool:
+        """The live version lost to the one before it on a holdout neither trained on: by more
+        than rollback_auc_drop and by rollback_z standard errors `se` of the paired AUC
+        difference (NaN: not known, the drop alone decides)."""
         if live.samples < self.min_samples or not live.finite:
             return not live.finite and predecessor.finite
-        return math.isfinite(live.auc) and math.isfinite(predecessor.auc) and live.auc < predecessor.auc - self.rollback_auc_drop
+        if not (math.isfinite(live.auc) and math.isfinite(predecessor.auc)):
+            return False
+        drop = predecessor.auc - live.auc
+        return drop > self.rollback_auc_drop and not drop < self.rollback_z * se

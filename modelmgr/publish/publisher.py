@@ -22,13 +22,17 @@ import errno
 import hashlib
 import json
 import logging
+import math
 import os
 import shutil
 import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ctr.data.batch import SampleBatch
+from ctr.data.quality import auc_difference_se
 from ctr.format import modelfile
 from ctr.repository import holdout as holdouts
 from ctr.repository import schemas
@@ -37,7 +41,7 @@ from ctr.repository.versions import DONE, MANIFEST, Policy, Repository, Reposito
 from modelmgr import metrics
 from modelmgr.publish.compact import stage_compacted
 from modelmgr.publish.decide import Evidence, Reject, RollBack, compacts, decide, identity, spec_change
-from modelmgr.publish.evaluate import Evaluation, evaluate, load_published
+from modelmgr.publish.evaluate import evaluate, evaluate_scores, load_published, scores
 from modelmgr.publish.gate import QualityGate
 from modelmgr.publish.verify import VerificationError, verify_export
 from serving.loading.servable import extends, load
@@ -317,16 +321,20 @@ class Publisher:
         live_v = self.repo.target()
         if live_v is not None and spec_change(self.repo.manifest_model(live_v).spec, export.model) is not None:
             live_v = None  # a new spec (--accept-new-spec): the live version reads these samples otherwise
-        live = self._evaluate_published(live_v, holdout) if live_v is not None else None
+        live_p = self._scores_published(live_v, holdout) if live_v is not None else None
+        live = evaluate_scores(live_p, holdout.labels, live_v) if live_p is not None and live_v is not None else None
         follows_latest = self.repo.policy().mode == "latest"
-        predecessor = None
+        predecessor, behind_se = None, math.nan
         if live is not None:
             metrics.HOLDOUT_AUC.labels("live").set(live.auc)
-        if live is not None and follows_latest:
+        if live is not None and live_p is not None and follows_latest:
             older = [v for v in self.repo.versions() if v < live.version and self.repo.broken(v) is None]
-            predecessor = self._evaluate_published(older[-1], holdout) if older else None
-            if predecessor is not None:
+            pred_p = self._scores_published(older[-1], holdout) if older else None
+            if pred_p is not None:
+                predecessor = evaluate_scores(pred_p, holdout.labels, older[-1])
                 metrics.HOLDOUT_AUC.labels("predecessor").set(predecessor.auc)
+                if predecessor.finite and live.finite:
+                    behind_se = auc_difference_se(holdout.labels, pred_p, live_p)
         candidate, error = None, ""
         try:
             candidate = evaluate(self._candidate(staged, previous), holdout, 0)
@@ -334,7 +342,7 @@ class Publisher:
         except (OSError, ValueError, KeyError) as e:
             error = str(e)
         seen = export.holdout.seen if export.holdout else 0
-        evidence = Evidence(export.id, len(holdout), seen, candidate, live, predecessor, follows_latest, error)
+        evidence = Evidence(export.id, len(holdout), seen, candidate, live, predecessor, follows_latest, error, behind_se)
         for action in decide(evidence, self.gate):
             if isinstance(action, RollBack):
                 self._roll_back(action, export.id)
@@ -344,11 +352,11 @@ class Publisher:
                 return action.evidence
         raise AssertionError("decide() rules on every candidate")
 
-    def _evaluate_published(self, version: int, holdout: SampleBatch) -> Evaluation | None:
-        """A published version's scores on the holdout; None (logged) when its files in the
+    def _scores_published(self, version: int, holdout: SampleBatch) -> np.ndarray | None:
+        """A published version's scores of the holdout; None (logged) when its files in the
         repository no longer load: a damaged old version must not hold new ones back."""
         try:
-            return evaluate(self._model(version), holdout, version)
+            return scores(self._model(version), holdout)
         except (OSError, ValueError, KeyError) as e:
             log.warning("version %d cannot be loaded to compare with: %s", version, e)
             return None
@@ -365,6 +373,7 @@ class Publisher:
                 "export_id": export_id,
                 "live": action.live.to_dict(),
                 "predecessor": action.predecessor.to_dict(),
+                "difference_se": action.se if math.isfinite(action.se) else None,
                 "at": time.time(),
             },
         )

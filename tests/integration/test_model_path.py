@@ -290,6 +290,10 @@ def test_the_gate_refuses_a_degraded_model_and_a_live_one_that_falls_behind_is_r
     assert policy.describe() == "pinned 2" and "auto-rollback: version 3" in policy.reason
     evidence = [json.loads(p.read_text()) for p in (repo.dir / "rollbacks").iterdir()]
     assert evidence and evidence[0]["live"]["auc"] < evidence[0]["predecessor"]["auc"] - 0.01
+    # well past the holdout's noise: the paired DeLong error of the difference, 3 of them by default
+    drop = evidence[0]["predecessor"]["auc"] - evidence[0]["live"]["auc"]
+    assert evidence[0]["difference_se"] > 0 and drop >= 3 * evidence[0]["difference_se"]
+    assert "standard errors on the holdout" in policy.reason
     listing = _cli(repo.root, "list")
     assert "auto-rollback" in listing.stdout
 

@@ -13,8 +13,8 @@ def ev(version: int, auc: float, samples: int = 1000, logloss: float = 0.4, fini
     return Evaluation(version, samples, auc, logloss, 1.0, finite)
 
 
-def evidence(candidate, live=None, predecessor=None, follows_latest=True, error=""):
-    return Evidence("e7", 1000, 0, candidate, live, predecessor, follows_latest, error)
+def evidence(candidate, live=None, predecessor=None, follows_latest=True, error="", se=math.nan):
+    return Evidence("e7", 1000, 0, candidate, live, predecessor, follows_latest, error, se)
 
 
 def test_a_candidate_as_good_as_the_live_version_is_published_with_its_evidence():
@@ -42,6 +42,26 @@ def test_a_live_version_behind_its_predecessor_is_rolled_back_and_the_candidate_
     back, verdict = actions
     assert isinstance(back, RollBack) and back.to_version == 3 and "fell behind version 3" in back.reason
     assert isinstance(verdict, Reject) and "trails version 3's 0.7800" in verdict.reason  # judged against 3, not 4
+
+
+def test_a_drop_within_the_holdouts_noise_does_not_pin_serving():
+    """0.012 behind on a holdout whose paired difference has a standard error of 0.006: 2 errors."""
+    (verdict,) = decide(evidence(ev(0, 0.75), live=ev(4, 0.748), predecessor=ev(3, 0.760), se=0.006), GATE)
+    assert isinstance(verdict, Publish) and verdict.evidence["live"]["version"] == 4
+    back, _ = decide(evidence(ev(0, 0.75), live=ev(4, 0.748), predecessor=ev(3, 0.760), se=0.003), GATE)
+    assert isinstance(back, RollBack) and back.se == 0.003 and "by 4.0 standard errors" in back.reason
+    # a significant drop below rollback_auc_drop is not worth a pin either
+    (small,) = decide(evidence(ev(0, 0.75), live=ev(4, 0.752), predecessor=ev(3, 0.760), se=0.0001), GATE)
+    assert isinstance(small, Publish)
+    # rollback_z 0: the drop alone decides, as with an unknown error
+    drop_only = QualityGate(min_samples=100, rollback_auc_drop=0.01, rollback_z=0.0)
+    assert isinstance(decide(evidence(ev(0, 0.75), ev(4, 0.748), ev(3, 0.760), se=0.006), drop_only)[0], RollBack)
+    assert isinstance(decide(evidence(ev(0, 0.75), ev(4, 0.748), ev(3, 0.760)), GATE)[0], RollBack)
+
+
+def test_a_live_version_scoring_nan_is_rolled_back_whatever_the_error():
+    (back, _) = decide(evidence(ev(0, 0.75), ev(4, math.nan, finite=False), ev(3, 0.76), se=math.nan), GATE)
+    assert isinstance(back, RollBack) and back.to_version == 3
 
 
 def test_an_operator_pin_stands():
