@@ -10,7 +10,8 @@ as serving loads it, on the export's holdout: the samples read right after the e
 which that version was not trained on. A codec pair with "~nodrain" runs with
 --no-export-drain (error-feedback residuals reach the shards only at cuts and the end);
 with "~nocache", with --pull-cache off (every pull sends every key and gets every row);
-with "~m23", with --mlp-moment-bits 23 (the MLP's Adam moments kept whole at cuts).
+with "~m23", with --mlp-moment-bits 23 (the MLP's Adam moments kept whole at cuts); with
+"~cfp64z", with --cut-drain-codec fp64z (residuals sent exactly at cuts).
 Reported per run:
 
 - wire bytes per sample, both ways (the trainer's ledger: sparse and dense pulls and pushes,
@@ -55,6 +56,7 @@ ROOT = Path(__file__).resolve().parents[1]
 NO_DRAIN = "~nodrain"  # a codec pair with this suffix runs with --no-export-drain
 NO_CACHE = "~nocache"  # ... with --pull-cache off (every pull sends every key and gets every row)
 MOMENT_BITS = re.compile(r"~m(\d+)")  # ... "~m23": with --mlp-moment-bits 23 (wdl, deepfm)
+CUT_DRAIN = re.compile(r"~c(\w+)")  # ... "~cfp64z": with --cut-drain-codec fp64z
 # the uncompressed protocol: fp32 gradients, fp64 state deltas, raw pull replies, no pull cache
 BASELINE = f"none/raw{NO_CACHE}"
 MODEL_FLAGS = {"lr": [], "ffm": ["--k", "4"], "deepfm": ["--k", "8", "--hidden", "400,400,400"]}
@@ -107,8 +109,8 @@ def run_one(
     stream: Path, preset: str, model: str, codecs: str, workers: int, work: Path, args: argparse.Namespace
 ) -> dict[str, Any]:
     nodrain, nocache = NO_DRAIN in codecs, NO_CACHE in codecs
-    bits = MOMENT_BITS.search(codecs)
-    codecs = MOMENT_BITS.sub("", codecs.replace(NO_DRAIN, "").replace(NO_CACHE, ""))
+    bits, cut_drain = MOMENT_BITS.search(codecs), CUT_DRAIN.search(codecs)
+    codecs = CUT_DRAIN.sub("", MOMENT_BITS.sub("", codecs.replace(NO_DRAIN, "").replace(NO_CACHE, "")))
     push, _, pull = codecs.partition("/")
     work.mkdir()
     exports, repo = work / "exports", work / "repo"
@@ -144,6 +146,7 @@ def run_one(
         cmd += ["--no-export-drain"] if nodrain else []
         cmd += ["--pull-cache", "off"] if nocache else []
         cmd += ["--mlp-moment-bits", bits.group(1)] if bits else []
+        cmd += ["--cut-drain-codec", cut_drain.group(1)] if cut_drain else []
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
         if proc.returncode:
             raise SystemExit(proc.stderr[-3000:])
@@ -180,8 +183,8 @@ def run_one(
 
 
 def _chosen(key: str) -> bool:
-    """The summary's codecs a row names: each table's push codec and the MLP's moments."""
-    return key.startswith("push:") or key == "mlp_moments"
+    """The summary's codecs a row names: each table's push codec, the MLP's moments, the cut drains."""
+    return key.startswith("push:") or key in ("mlp_moments", "cut_drain")
 
 
 def _published(repo: Repository, exports: int, timeout_s: float = 300) -> list[dict[str, float]]:

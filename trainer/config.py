@@ -242,6 +242,15 @@ class PSAccessSettings:
             " --push-codec auto, else 23 (the summary's codecs say which; docs/design/moment-bits.md)"
         },
     )
+    cut_drain_codec: str = field(
+        default="auto",
+        metadata={
+            "help": "what a lossy push codec's held-back residuals travel in at each checkpoint cut: fp64z (exactly:"
+            " the shards then hold what uncompressed pushes would have left) or bf16z (a quarter of the value bytes;"
+            " what it rounds off is forgotten on the worker too, so the cut still holds exactly what training goes"
+            " on from); auto: bf16z on shard processes with --push-codec auto, else fp64z (docs/design/cut-drains.md)"
+        },
+    )
     residual_rows: int = field(
         default=1 << 20, metadata={"help": "error-feedback memory of lossy push codecs, rows per table (older rows are flushed)"}
     )

@@ -29,6 +29,8 @@ from ctr.runtime import daemon
 from ctr.runtime.extras import require
 from ps.api import ModelIdentity, ShardRestarted, ShardStatus, StoppedWhileUnreachable
 from ps.client import PSClient
+from ps.client.auto_codec import EXACT_CODEC
+from ps.client.push_compression import CUT_DRAIN_CODECS
 from ps.compression.compressor import parse_codec
 from ps.compression.payload import VALUE_CODECS
 from trainer.config import ENV_PREFIX, HELP_EXAMPLES, HELP_GROUPS, TrainerConfig
@@ -93,6 +95,8 @@ def check_codecs(conf: TrainerConfig) -> None:
     bits = conf.ps_access.mlp_moment_bits
     if bits != "auto" and not (bits.isdigit() and 1 <= int(bits) <= FP32_MANTISSA):
         raise cfg.ConfigError(f"--mlp-moment-bits {bits!r}: auto, or the mantissa bits to keep, 1 to {FP32_MANTISSA}")
+    if conf.ps_access.cut_drain_codec not in ("auto", *CUT_DRAIN_CODECS):
+        raise cfg.ConfigError(f"--cut-drain-codec {conf.ps_access.cut_drain_codec!r}: one of auto, {', '.join(CUT_DRAIN_CODECS)}")
     if conf.ps_access.residual_rows < 1:
         raise cfg.ConfigError(f"--residual-rows {conf.ps_access.residual_rows}: the error-feedback memory needs at least 1 row")
 
@@ -104,6 +108,15 @@ def moment_bits(conf: TrainerConfig, remote: bool) -> int:
     if bits != "auto":
         return int(bits)
     return AUTO_MOMENT_BITS if remote and conf.ps_access.push_codec == "auto" else FP32_MANTISSA
+
+
+def cut_drain_codec(conf: TrainerConfig, remote: bool) -> str:
+    """--cut-drain-codec: auto sends a cut's residuals in bf16z where `auto` compresses
+    pushes (shard processes), exactly everywhere else."""
+    codec = conf.ps_access.cut_drain_codec
+    if codec != "auto":
+        return codec
+    return AUTO_CUT_DRAIN_CODEC if remote and conf.ps_access.push_codec == "auto" else EXACT_CODEC
 
 
 def keeps_pulled_rows(conf: TrainerConfig) -> bool:
@@ -125,6 +138,8 @@ AUTO_PULL_CODEC = "bf16z"
 # `--mlp-moment-bits auto` where cut writes compress (docs/design/moment-bits.md): a DeepFM
 # cut write of Frappe's MLP about 2x smaller than with whole moments (bf16's 7 bits: 1.8x)
 AUTO_MOMENT_BITS = 4
+# `--cut-drain-codec auto` on shard processes (docs/design/cut-drains.md)
+AUTO_CUT_DRAIN_CODEC = "bf16z"
 
 
 def connect(conf: TrainerConfig, stopping: Callable[[], bool] = lambda: False, ranks: int = 1) -> PSClient:
@@ -157,6 +172,7 @@ def connect(conf: TrainerConfig, stopping: Callable[[], bool] = lambda: False, r
         stopping,
         access.ps_call_timeout_s,
         1 if conf.parallel.local_aggregate else ranks,  # one leader pushes the host's sums
+        cut_drain_codec(conf, remote=True),
     )
     # auto's windows end at cuts, where 1-bit's big cost (the exact drain) falls; a run without cuts at exports
     client.compression.judge_at = "cut" if access.checkpoint_interval_s > 0 else "export"

@@ -3,8 +3,9 @@
 The table pushes fp64 until a window between two judgements says that 1-bit pushes with
 error feedback would carry at most AUTO_ENTER of fp64's value bytes, then 1-bit until a
 window measures more than AUTO_LEAVE. What 1-bit costs is mostly its drains: at a cut,
-every row pushed since the last one goes exactly (fp64, key included); at an export,
-every row pushed since the last export in bf16. So under fp64 the window counts the rows
+every row pushed since the last one goes in the cut's drain codec (fp64, or bf16 on shard
+processes by default: docs/design/cut-drains.md; key included); at an export, every row
+pushed since the last export in bf16. So under fp64 the window counts the rows
 pushed and, on a sample of the keys, how many distinct rows each cut and each export would
 drain; under 1-bit it counts the bytes actually sent. Byte counts are value bytes (plus a
 drain's keys): a push's keys or row ids cost the same in either codec.
@@ -34,7 +35,8 @@ AUTO_STALL_ENTER = 0.2
 AUTO_STALL_LEAVE = 0.3
 SAMPLE_BITS = 4  # distinct rows are counted on 1 key in 2**SAMPLE_BITS
 KEY_BYTES = 8
-DRAIN_VALUE_BYTES = {"cut": 8, "end": 8, "export": 2}  # fp64 at cuts and the end, bf16 at exports
+CODEC_VALUE_BYTES = {"fp64z": 8, "bf16z": 2}  # a drain's value bytes before the planes' zstd
+DRAIN_VALUE_BYTES = {"end": 8, "export": 2}  # fp64 at the end, bf16 at exports; a cut's: AutoChoice.cut_value_bytes
 _MIX = np.uint64(0x9E3779B97F4A7C15)  # keys may be raw ids: mixed before the sample is taken
 
 
@@ -47,6 +49,7 @@ def sampled(keys: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
 @dataclass
 class AutoChoice:
     compress: bool = False
+    cut_value_bytes: int = 8  # a value of a cut's drain: fp64 (8), or bf16 (2)
     cols: int = 0
     rows: int = 0  # rows pushed in the window
     plain: int = 0  # value bytes fp64 pushes of those rows carry
@@ -77,7 +80,8 @@ class AutoChoice:
         """A drain: under 1-bit the rows it sent; under fp64 what 1-bit's would have sent."""
         if not self.compress:
             rows = len(self._since_export if cause == "export" else self._since_cut) << SAMPLE_BITS
-        drain = rows * (DRAIN_VALUE_BYTES[cause] * self.cols + KEY_BYTES)
+        value_bytes = self.cut_value_bytes if cause == "cut" else DRAIN_VALUE_BYTES[cause]
+        drain = rows * (value_bytes * self.cols + KEY_BYTES)
         self.sent += drain
         if cause == "cut":
             self.cut_sent += drain
@@ -102,7 +106,7 @@ class AutoChoice:
             self._reset()
             return False
         # at an export, the drain a cut now would send; at a cut, drained() counted it
-        cut_now = 0 if at_cut else (len(self._since_cut) << SAMPLE_BITS) * (DRAIN_VALUE_BYTES["cut"] * self.cols + KEY_BYTES)
+        cut_now = 0 if at_cut else (len(self._since_cut) << SAMPLE_BITS) * (self.cut_value_bytes * self.cols + KEY_BYTES)
         sent, cut_sent = self.sent + cut_now, self.cut_sent + cut_now
         self.ratio = self.plain / max(1, sent)
         share, stall = sent / max(1, self.plain), cut_sent / max(1, self.plain)

@@ -37,6 +37,7 @@ from ps.api import (
     ShardStatus,
     StoppedWhileUnreachable,
 )
+from ps.client.auto_codec import EXACT_CODEC
 from ps.client.control import ControlPlane
 from ps.client.local_aggregate import AggregationPlan, LocalAggregator
 from ps.client.pull_cache import DEFAULT_KEPT_ROWS, PullCache
@@ -100,7 +101,8 @@ class PSClient:
     (ps.client.auto_codec, docs/design/auto-codec.md).
     residual_rows caps each table's error-feedback memory. pull_codec: the value codec
     sparse pull replies travel in ("auto" or "raw": fp32 weights, fp64 state). ranks: how
-    many workers push these rows (several bound each one's residuals)."""
+    many workers push these rows (several bound each one's residuals). cut_drain_codec:
+    what residuals travel in at checkpoint cuts (fp64z exactly, or bf16z: cut-drains.md)."""
 
     def __init__(
         self,
@@ -111,6 +113,7 @@ class PSClient:
         seed: int = 0,
         pull_codec: str = "auto",
         ranks: int = 1,
+        cut_drain_codec: str = EXACT_CODEC,
     ) -> None:
         self.transport = transport
         self.n = shard_count
@@ -124,7 +127,9 @@ class PSClient:
         sender = ShardSender(transport, shard_count, self.cache, self.on_shards)
         spec = None if push_codec in ("auto", "none") else parse_codec(push_codec)
         auto = push_codec == "auto" and transport.remote  # over a network `auto` compresses where it pays
-        self.compression = PushCompression(spec, residual_rows, seed, sender, transport.wire, auto, shared=ranks > 1)
+        self.compression = PushCompression(
+            spec, residual_rows, seed, sender, transport.wire, auto, shared=ranks > 1, cut_codec=cut_drain_codec
+        )
         self.aggregator: LocalAggregator | None = None  # --local-aggregate
         self._control: ControlPlane | None = None
 
@@ -140,6 +145,7 @@ class PSClient:
         stopping: Callable[[], bool] = lambda: False,
         call_timeout_s: float = 60.0,
         ranks: int = 1,
+        cut_drain_codec: str = EXACT_CODEC,
     ) -> PSClient:
         """Shard processes over gRPC; a call to an unreachable shard retries for retry_s, or
         until stopping() (then StoppedWhileUnreachable); a call unanswered after
@@ -148,7 +154,7 @@ class PSClient:
         from ps.client.grpc_transport import GrpcTransport  # gRPC loads only for shard processes
 
         transport = GrpcTransport(addresses, timeout=call_timeout_s, retry_s=retry_s, stopping=stopping)
-        return cls(transport, len(addresses), push_codec, residual_rows, seed, pull_codec, ranks)
+        return cls(transport, len(addresses), push_codec, residual_rows, seed, pull_codec, ranks, cut_drain_codec)
 
     @classmethod
     def local(
@@ -161,6 +167,7 @@ class PSClient:
         data_dir: Path | None = None,
         lifecycle: Lifecycle | None = None,
         export_root: Path | None = None,
+        cut_drain_codec: str = EXACT_CODEC,
     ) -> PSClient:
         """In-process shards behind the same API (`--ps local`), each with a RocksDB store
         under data_dir/ps{i} when given (checkpoint cuts, as shard processes keep them) and
@@ -172,7 +179,7 @@ class PSClient:
 
         stores = [ShardStore(data_dir / f"ps{i}") if data_dir else None for i in range(shard_count)]
         shards = [Shard(i, shard_count, stores[i], lifecycle=lifecycle, export_root=export_root) for i in range(shard_count)]
-        return cls(LocalTransport(shards), shard_count, push_codec, residual_rows, seed, pull_codec)
+        return cls(LocalTransport(shards), shard_count, push_codec, residual_rows, seed, pull_codec, 1, cut_drain_codec)
 
     def serve_local(self) -> LocalServers:
         """Serves in-process shards over gRPC on 127.0.0.1 (free ports), so worker processes

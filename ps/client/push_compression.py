@@ -13,7 +13,7 @@ import numpy.typing as npt
 
 from ctr.routing import dense_range
 from ps.api import DELTA, STATE, STATE_DIFF, DensePush
-from ps.client.auto_codec import AUTO_CODEC, EXACT_CODEC, AutoChoice
+from ps.client.auto_codec import AUTO_CODEC, CODEC_VALUE_BYTES, EXACT_CODEC, AutoChoice
 from ps.client.push_path import PushBatch, ShardSender
 from ps.compression.compressor import CodecSpec, Compressor
 from ps.compression.payload import VALUE_CODECS, Compressed
@@ -25,6 +25,9 @@ F64 = npt.NDArray[np.float64]
 
 # residuals sent before an export: bf16 (fp32's range, a quarter of fp64's bytes) in zstd'd byte planes
 EXPORT_DRAIN_CODEC = "bf16z"
+# what a cut's drain may travel in: exactly, or in bf16 with the rounding forgotten on the
+# worker as well, so the cut still holds what training goes on from (docs/design/cut-drains.md)
+CUT_DRAIN_CODECS = (EXACT_CODEC, "bf16z")
 # several ranks: a residual may hold this many times its column's mean sent value before its
 # row goes exactly (Compressor.residual_bound; 4 costs more bytes, 16 let Frappe FFM's second
 # version lose 0.009 AUC: docs/design/residual-bound.md)
@@ -36,7 +39,8 @@ class PushCompression:
     """spec: every sparse table's compressor, or None for the uncompressed protocol (fp64
     state deltas, whose accumulators need every digit; fp32 gradients). residual_rows caps
     each table's error-feedback memory. shared: other ranks push and pull the same rows, so
-    residuals are bounded (SHARED_RESIDUAL_BOUND): they would not see what this one holds back."""
+    residuals are bounded (SHARED_RESIDUAL_BOUND): they would not see what this one holds back.
+    cut_codec: what a checkpoint cut's drain travels in (CUT_DRAIN_CODECS)."""
 
     def __init__(
         self,
@@ -47,8 +51,12 @@ class PushCompression:
         wire: WireLedger,
         auto: bool = False,
         shared: bool = False,
+        cut_codec: str = EXACT_CODEC,
     ) -> None:
+        if cut_codec not in CUT_DRAIN_CODECS:
+            raise ValueError(f"cut drain codec {cut_codec!r}: one of {', '.join(CUT_DRAIN_CODECS)}")
         self.spec = spec
+        self.cut_codec = cut_codec
         self.residual_bound = SHARED_RESIDUAL_BOUND if shared else None
         self.auto = auto and spec is None  # `auto` over a network: state deltas judge AUTO_CODEC (ps.client.auto_codec)
         self.judge_at = "cut"  # the drains that end auto's windows ("export" where a run takes no cuts)
@@ -67,7 +75,7 @@ class PushCompression:
     def _compressor(self, table: str, kind: str) -> Compressor:
         if table not in self.compressors:
             if self.auto and kind == DELTA:
-                self.choices[table] = AutoChoice()
+                self.choices[table] = AutoChoice(cut_value_bytes=CODEC_VALUE_BYTES[self.cut_codec])
             self._kinds[table] = kind
             self._make(table)
         return self.compressors[table]
@@ -122,12 +130,14 @@ class PushCompression:
         return None if comp is None or comp.residuals is None else comp.unsent(keys, cols)
 
     def drain(self, cause: str) -> None:
-        """Sends the tables' error-feedback residuals: at a checkpoint "cut" and the "end"
-        every one exactly (EXACT_CODEC), so the shards hold exactly what uncompressed pushes would
-        have left; before an "export" those of the rows pushed since the last export, in
-        EXPORT_DRAIN_CODEC, keeping what it rounds off (the version served lacks at most
-        that rounding of each row, owed until the row's next push or the next cut). The
-        cause also files the bytes in the ledger."""
+        """Sends the tables' error-feedback residuals: at the "end" every one exactly
+        (EXACT_CODEC), so the shards hold exactly what uncompressed pushes would have left;
+        at a checkpoint "cut" every one in cut_codec, exactly as well or in bf16 with what
+        it rounds off forgotten (this worker's view is then the shards' rows, so the cut
+        holds what training goes on from); before an "export" those of the rows pushed since
+        the last export, in EXPORT_DRAIN_CODEC, keeping what it rounds off (the version
+        served lacks at most that rounding of each row, owed until the row's next push or
+        the next cut). The cause also files the bytes in the ledger."""
         with self.wire.draining(cause):
             for table, comp in list(self.compressors.items()):
                 keys, rows = comp.drain_pushed() if cause == "export" else comp.drain()
@@ -136,7 +146,8 @@ class PushCompression:
                     if cause == "export":  # freshness, not exactness: bf16, what it loses kept for later
                         comp.keep(keys, rows - self.sender.send_coded(table, keys, rows, kind, EXPORT_DRAIN_CODEC, self._rng))
                     else:
-                        self.sender.send_coded(table, keys, rows, kind, EXACT_CODEC, self._rng)
+                        codec = self.cut_codec if cause == "cut" else EXACT_CODEC
+                        self.sender.send_coded(table, keys, rows, kind, codec, self._rng)
                 choice = self.choices.get(table)
                 if choice is not None:
                     choice.drained(cause, keys.shape[0])
@@ -162,6 +173,8 @@ class PushCompression:
     def codecs(self) -> dict[str, str]:
         """Per sparse table pushed so far, its codec as --push-codec spells it."""
         out = {}
+        if self.auto or (self.spec is not None and self.spec.feedback):
+            out["cut_drain"] = self.cut_codec  # what residuals go in at cuts, once a table keeps any
         for table, comp in sorted(self.compressors.items()):
             spec = comp.spec
             out[f"push:{table}"] = (f"topk:{spec.topk:g}+" if spec.topk is not None else "") + spec.value

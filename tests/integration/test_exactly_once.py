@@ -196,15 +196,19 @@ def test_a_trainer_killed_at_random_moments_changes_nothing(uninterrupted, tmp_p
     assert json.loads((tmp_path / "m.json").read_text())["samples"] == total
 
 
-def test_a_trainer_killed_with_1bit_pushes_trains_every_sample_once(uninterrupted, tmp_path):
-    """1-bit state deltas with error feedback and the pull cache: killed with -9 at random
-    moments, every sample reaches every table on every shard once, and the shards hold the
-    same rows (the bits, which depend on when the cuts fell, are not compared)."""
+@pytest.mark.parametrize("cut_drain", ["fp64z", "bf16z"])
+def test_a_trainer_killed_with_1bit_pushes_trains_every_sample_once(uninterrupted, tmp_path, cut_drain):
+    """1-bit state deltas with error feedback and the pull cache, their residuals drained at
+    cuts exactly or in bf16 (the rounding forgotten): killed with -9 at random moments,
+    every sample reaches every table on every shard once, and the shards hold the same rows
+    (the bits, which depend on when the cuts fell, are not compared)."""
     stream, expected, total = uninterrupted
-    kills, err, model = _trainer_killed(stream, tmp_path, random.Random(3), KILLS, ("--push-codec", "onebit"))
+    flags = ("--push-codec", "onebit", "--cut-drain-codec", cut_drain)
+    kills, err, model = _trainer_killed(stream, tmp_path, random.Random(3), KILLS, flags)
     assert kills >= 2 and "the stream takes up at" in err, err[-3000:]
     summary = json.loads((tmp_path / "m.json").read_text())
     assert summary["samples"] == total and summary["codecs"]["push:w"] == "onebit", summary["codecs"]
+    assert summary["codecs"]["cut_drain"] == cut_drain
     assert model["w"][2] == expected["w"][2] and model["w"][1] == expected["w"][1]  # samples per shard, rows
 
 

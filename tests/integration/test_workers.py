@@ -46,6 +46,7 @@ def test_two_workers_on_two_shard_processes_converge_and_publish(platform, data_
     # `auto` over shard processes with two ranks: pulls in bf16z, pushes judged as for one (auto-codec.md)
     codecs = result["codecs"]
     assert codecs["pull"] == "bf16z" and codecs["push:w"] in ("fp64z", "onebit") and "auto:w" in codecs, codecs
+    assert codecs["cut_drain"] == "bf16z", codecs  # cut-drains.md
     repo = Repository(platform.dir / "repo", "ctr")
     deadline = time.monotonic() + 30
     while len(repo.processed_exports()) < result["exports"] and time.monotonic() < deadline:

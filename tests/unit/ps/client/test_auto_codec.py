@@ -192,3 +192,18 @@ def test_a_cut_drain_that_would_stall_keeps_fp64_though_bytes_would_pay() -> Non
         measured.pushed(keys, 2, 50_000, 0)
     measured.drained("cut", 200_000)
     assert measured.judge(at_cut=True) and not measured.compress  # 0.39 of the bytes, but its drain 0.375
+
+
+def test_a_bf16_cut_drain_lets_1_bit_pay_on_rows_pushed_4_times_between_cuts() -> None:
+    """Rows pushed 4 times between cuts, 2 values each: with fp64 drains 1-bit would carry
+    (4 * 2/8 + 16 + 8) / 64 = 0.39 of fp64's bytes, its cut drain 0.375 (a stall); with
+    bf16 drains (1 + 4 + 8) / 64 = 0.20, its drain 0.19: 1-bit pays."""
+    keys = np.arange(1, 200_001, dtype=np.uint64)
+    for cut_value_bytes, moves in ((8, False), (2, True)):
+        choice = AutoChoice(cut_value_bytes=cut_value_bytes)
+        for _ in range(4):
+            choice.pushed(keys, 2, 0, 0)
+        choice.drained("cut", 0)
+        drain = 200_000 * (2 * cut_value_bytes + 8)
+        assert abs(choice.cut_sent - drain) < 0.05 * drain
+        assert choice.judge(at_cut=True) == moves, (cut_value_bytes, choice.describe())

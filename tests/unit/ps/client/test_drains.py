@@ -1,7 +1,8 @@
 """Residual drains (docs/design/wire-bytes.md): before an export the residuals go out in
 bf16 and what bf16 rounds off stays owed; at a cut or the end they go out exactly. Either
 way the shard plus what the worker still holds is every update pushed, and the wire ledger
-files the bytes under the drain's cause."""
+files the bytes under the drain's cause. A cut may drain in bf16 instead
+(docs/design/cut-drains.md): then nothing stays owed and the shard lacks only the rounding."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from ps.api import DELTA
 from ps.client import PSClient
 
 
-def _client() -> tuple[PSClient, np.ndarray, np.ndarray]:
-    client = PSClient.local(2, push_codec="onebit")
+def _client(cut_drain_codec: str = "fp64z") -> tuple[PSClient, np.ndarray, np.ndarray]:
+    client = PSClient.local(2, push_codec="onebit", cut_drain_codec=cut_drain_codec)
     client.control.declare(ModelSpec("lr").tables())
     keys = np.arange(1, 2001, dtype=np.uint64)
     rng = np.random.default_rng(0)
@@ -73,3 +74,26 @@ def test_an_export_drain_sends_only_the_rows_pushed_since_the_last_one():
     assert not np.any(client.unsent("w", keys, 2))
     np.testing.assert_allclose(_shard_rows(client, keys), total, rtol=0, atol=1e-9)
     client.close()
+
+
+def test_a_bf16_cut_drain_forgets_its_rounding_so_the_cut_is_what_training_goes_on_from():
+    exact, keys, total = _client("fp64z")
+    rounded, _, same_total = _client("bf16z")
+    np.testing.assert_array_equal(total, same_total)
+    before = rounded.unsent("w", keys, 2)
+    assert before is not None and np.abs(before).max() > 0.1
+    shard_before = _shard_rows(rounded, keys)
+    exact.flush_residuals("cut")
+    rounded.flush_residuals("cut")
+    assert not np.any(rounded.unsent("w", keys, 2))  # nothing owed: the worker's view is the shard's rows
+    # the shard took the residuals to bf16's rounding, to nearest: each within half a unit in the last place
+    sent = _shard_rows(rounded, keys) - shard_before
+    assert np.all(np.abs(sent - before) <= np.abs(before) * 2**-8 + 1e-300)
+    assert np.any(sent != before)  # something was rounded off ...
+    np.testing.assert_allclose(_shard_rows(exact, keys), total, rtol=0, atol=1e-9)  # ... which fp64z keeps
+    assert 0 < rounded.wire.snapshot()["w"]["drain_cut"][0] < 0.5 * exact.wire.snapshot()["w"]["drain_cut"][0]
+    assert rounded.codecs()["cut_drain"] == "bf16z" and exact.codecs()["cut_drain"] == "fp64z"
+    rounded.flush_residuals("end")  # nothing left for the end to send
+    assert rounded.wire.snapshot()["w"].get("drain_end", (0, 0))[0] == 0
+    exact.close()
+    rounded.close()
