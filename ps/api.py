@@ -183,13 +183,17 @@ class StoppedWhileUnreachable(RuntimeError):
     stop retrying, and the next start takes up from the last checkpoint cut."""
 
 
+# the shard that keeps a checkpoint cut's trainer offsets (the others keep an empty blob)
+OFFSETS_SHARD = 0
+
+
 @dataclass(frozen=True)
 class ShardStatus:
     index: int
     count: int
     update_seq: int
     checkpoint_seq: int
-    checkpoint_offsets: bytes
+    checkpoint_offsets: bytes  # the committed cut's trainer offsets, on OFFSETS_SHARD
     tables: list[TableStats]
     incarnation: int = 0
     generation: int = 0

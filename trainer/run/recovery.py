@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ctr.runtime import config as cfg
-from ps.api import ShardRestarted, ShardStatus
+from ps.api import OFFSETS_SHARD, ShardRestarted, ShardStatus
 from ps.client import PSClient
 from trainer.input.source import Position
 from trainer.json_arrays import array_text, text_array
@@ -170,10 +170,10 @@ def planned_point(statuses: list[ShardStatus], from_start: bool) -> CutPoint:
     cut = common_cut(statuses)
     if not cut:
         return CutPoint(0)
-    for s in statuses:
-        if s.committed_cut == cut:
-            return decode_offsets(cut, s.checkpoint_offsets)
-    return CutPoint(cut, offsets_known=False)  # no shard has it committed yet: the restore will tell
+    keeper = statuses[OFFSETS_SHARD]  # the one shard a cut's offsets go to (ControlPlane.prepare)
+    if keeper.committed_cut == cut:
+        return decode_offsets(cut, keeper.checkpoint_offsets)
+    return CutPoint(cut, offsets_known=False)  # its shard has not committed it yet: the restore will tell
 
 
 def restore_shards(client: PSClient, from_start: bool, attempts: int = 5) -> CutPoint:
@@ -214,7 +214,7 @@ def _restore_once(client: PSClient, from_start: bool) -> CutPoint:
     if not cut:
         log.info("PS shards start empty%s (trainer generation %d)", " (--from-start)" if from_start else "", generation)
         return CutPoint(0)
-    point = decode_offsets(cut, client.control.status()[0].checkpoint_offsets)
+    point = decode_offsets(cut, client.control.status()[OFFSETS_SHARD].checkpoint_offsets)
     where = point.position if not point.parts else "; ".join(f"part {i} at {p.position}" for i, p in enumerate(point.parts))
     log.info("PS shards at checkpoint cut %d (trainer generation %d); the stream takes up at %s", cut, generation, where)
     return point

@@ -46,3 +46,17 @@ def test_a_cut_every_shard_prepared_and_none_committed_is_taken_up_by_the_ranks_
     with pytest.raises(ConfigError, match=r"cut 3 was taken with 1 rank\(s\)"):
         check_ranks(CutPoint(3), 2)
     check_ranks(CutPoint(0), 4)  # no cut: any group starts at its share of the stream
+
+
+def test_a_cuts_offsets_are_read_from_the_shard_that_keeps_them():
+    """Only OFFSETS_SHARD holds a cut's offsets; another shard that committed the cut first
+    holds an empty blob, which must not read as a cut at the stream's start."""
+    kept = b'{"position": {"file": "a", "offset": 9, "line": 2}, "samples": 5}'
+    both = [
+        ShardStatus(0, 2, 0, 0, kept, [], committed_cut=3, cuts=(3,)),
+        ShardStatus(1, 2, 0, 0, b"", [], committed_cut=3, cuts=(3,)),
+    ]
+    point = planned_point(both, from_start=False)
+    assert point.offsets_known and point.position is not None and point.position.offset == 9 and point.samples == 5
+    behind = [ShardStatus(0, 2, 0, 0, b"", [], committed_cut=2, cuts=(2, 3)), both[1]]
+    assert not planned_point(behind, from_start=False).offsets_known  # the restore will read it from shard 0
