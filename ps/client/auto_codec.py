@@ -55,8 +55,9 @@ class AutoChoice:
     plain: int = 0  # value bytes fp64 pushes of those rows carry
     sent: int = 0  # under 1-bit: value bytes its pushes and drains carried; under fp64: the estimate of that
     cut_sent: int = 0  # of `sent`, the cut's drain
+    cut_rows: int = 0  # the rows of that drain (a stall grows with rows, whatever codec carries them)
     ratio: float = 0.0  # plain / sent (measured or estimated) at the last judgement (0: none yet)
-    stall: float = 0.0  # the cut drain's share of fp64's bytes at the last judgement
+    stall: float = 0.0  # the cut drain's share of fp64's bytes, sent exactly, at the last judgement
     switches: int = 0
     _partial: bool = False  # 1-bit since an export: the coming cut's window is part of an interval
     _since_cut: set[int] = field(default_factory=set)  # sampled keys pushed since the last cut
@@ -85,6 +86,7 @@ class AutoChoice:
         self.sent += drain
         if cause == "cut":
             self.cut_sent += drain
+            self.cut_rows += rows
         if self.compress:
             return
         self._since_export.clear()
@@ -106,10 +108,13 @@ class AutoChoice:
             self._reset()
             return False
         # at an export, the drain a cut now would send; at a cut, drained() counted it
-        cut_now = 0 if at_cut else (len(self._since_cut) << SAMPLE_BITS) * (self.cut_value_bytes * self.cols + KEY_BYTES)
-        sent, cut_sent = self.sent + cut_now, self.cut_sent + cut_now
+        rows_now = 0 if at_cut else len(self._since_cut) << SAMPLE_BITS
+        sent = self.sent + rows_now * (self.cut_value_bytes * self.cols + KEY_BYTES)
         self.ratio = self.plain / max(1, sent)
-        share, stall = sent / max(1, self.plain), cut_sent / max(1, self.plain)
+        # the stall: the shard takes each drained row whatever codec carries it, so the
+        # limits keep the meaning they were tuned with, exact fp64 rows (cut-drains.md)
+        exact_drain = (self.cut_rows + rows_now) * (DRAIN_VALUE_BYTES["end"] * self.cols + KEY_BYTES)
+        share, stall = sent / max(1, self.plain), exact_drain / max(1, self.plain)
         if self.compress:
             switch = share > AUTO_LEAVE or stall > AUTO_STALL_LEAVE
         else:
@@ -125,7 +130,7 @@ class AutoChoice:
         return switch
 
     def _reset(self) -> None:
-        self.rows = self.plain = self.sent = self.cut_sent = 0
+        self.rows = self.plain = self.sent = self.cut_sent = self.cut_rows = 0
         self._since_cut.clear()
         self._since_export.clear()
 
