@@ -113,7 +113,7 @@ class AutoChoice:
         self.ratio = self.plain / max(1, sent)
         # the stall: the shard takes each drained row whatever codec carries it, so the
         # limits keep the meaning they were tuned with, exact fp64 rows (cut-drains.md)
-        exact_drain = (self.cut_rows + rows_now) * (DRAIN_VALUE_BYTES["end"] * self.cols + KEY_BYTES)
+        exact_drain = (self.cut_rows + rows_now) * (CODEC_VALUE_BYTES[EXACT_CODEC] * self.cols + KEY_BYTES)
         share, stall = sent / max(1, self.plain), exact_drain / max(1, self.plain)
         if self.compress:
             switch = share > AUTO_LEAVE or stall > AUTO_STALL_LEAVE
