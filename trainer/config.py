@@ -197,11 +197,12 @@ class PSAccessSettings:
         default="auto",
         metadata={
             "help": "sparse push compressor: fp32, fp16, bf16, fp64, int8, epgc8, epgc9, epgc11, onebit, fp32z/fp64z/"
-            "bf16z (those values in zstd'd byte planes), topk:RATIO[+CODEC]; none: fp64 state deltas, fp32 gradients"
-            " (uncompressed); auto: none with --ps local; on shard processes each table starts in fp64z (exact, as"
-            " drains and the MLP's cut writes go) and each rank moves it to onebit when, judged at each checkpoint"
-            " cut, it would carry at most 40% of fp64's bytes and its cut drain at most 20%, and back over half or a"
-            " drain over 30% (the summary's codecs say what it chose)"
+            "bf16z (those values in zstd'd byte planes), topk:RATIO[+CODEC], fp16/bf16/bf16z:rounded (no error"
+            " feedback); none: fp64 state deltas, fp32 gradients (uncompressed); auto: none with --ps local; on shard"
+            " processes each table starts in bf16z:rounded (each state delta rounded to bf16, nothing held back) and"
+            " each rank moves it to onebit when, judged at each checkpoint cut, it would carry at most 60% of"
+            " bf16z's bytes and its cut drain at most 20% of fp64's, and back over 80% or a drain over 30%"
+            " (the summary's codecs say what it chose)"
         },
     )
     pull_codec: str = field(

@@ -1,16 +1,19 @@
 """`--push-codec auto` for one state-delta table on shard processes (docs/design/auto-codec.md).
 
-The table pushes fp64 until a window between two judgements says that 1-bit pushes with
-error feedback would carry at most AUTO_ENTER of fp64's value bytes, then 1-bit until a
-window measures more than AUTO_LEAVE. What 1-bit costs is mostly its drains: at a cut,
-every row pushed since the last one goes in the cut's drain codec (fp64, or bf16 on shard
-processes by default: docs/design/cut-drains.md; key included); at an export, every row
-pushed since the last export in bf16. So under fp64 the window counts the rows
+The table pushes bf16z, rounded (docs/design/rounded-pushes.md: each delta in bf16, no
+error feedback, so nothing is owed to cuts or exports), until a window between two
+judgements says that 1-bit pushes with error feedback would carry at most AUTO_ENTER of
+what bf16z carried, then 1-bit until a window measures more than AUTO_LEAVE of what bf16z
+would have. What 1-bit costs is mostly its drains: at a cut, every row pushed since the
+last one goes in the cut's drain codec (fp64, or bf16 on shard processes by default:
+docs/design/cut-drains.md; key included); at an export, every row pushed since the last
+export in bf16. So under bf16z the window counts the bytes its pushes carried, the rows
 pushed and, on a sample of the keys, how many distinct rows each cut and each export would
-drain; under 1-bit it counts the bytes actually sent. Byte counts are value bytes (plus a
-drain's keys): a push's keys or row ids cost the same in either codec.
+drain; under 1-bit it counts the bytes actually sent, and prices bf16z at the bytes a value
+its last window measured. Byte counts are value bytes (plus a drain's keys): a push's keys
+or row ids cost the same in either codec.
 
-Starting in fp64 means a stream that never pays (a long tail of rows pushed once between
+Starting in bf16z means a stream that never pays (a long tail of rows pushed once between
 cuts) never pays a 1-bit window's drains to find out; those drains stall training while a
 cut waits for them (1.5-4.5 s a cut on the demo's FFM)."""
 
@@ -22,12 +25,14 @@ import numpy as np
 import numpy.typing as npt
 
 AUTO_CODEC = "onebit"
-# the exact codec of fp64 windows and of every drain: float64 in zstd'd byte planes, lossless.
-# Windows are judged in fp64's value bytes on both sides: the planes shrink an exact push and
-# an exact drain alike (1.3-1.4x on state deltas), so the shares below hold as they were tuned
+# the other windows' codec: bf16 in zstd'd byte planes, each push rounded (rounded-pushes.md)
+BASE_CODEC = "bf16z"
+BASE_VALUE_BYTES = 2.0  # what bf16z is priced at a value before a window has measured it
+# the exact codec of every drain (the end's, a switch's, the memory's evictions): float64 in
+# zstd'd byte planes, lossless. The stall limits count fp64's value bytes (as they were tuned)
 EXACT_CODEC = "fp64z"
-AUTO_ENTER = 0.4  # 1-bit starts when a window's estimate is at most this share of fp64's bytes
-AUTO_LEAVE = 0.5  # ... and stops when a window measures more than this share
+AUTO_ENTER = 0.6  # 1-bit starts when a window's estimate is at most this share of bf16z's bytes
+AUTO_LEAVE = 0.8  # ... and stops when a window measures more than this share
 AUTO_MIN_ROWS = 10_000  # rows pushed before a window is judged (fewer: it runs on to the next judgement)
 # a cut's exact drain stalls training while the cut waits (pushes overlap it): 1-bit starts
 # only if the window's cut drain is at most this share of fp64's bytes, and stops over the second
@@ -52,11 +57,13 @@ class AutoChoice:
     cut_value_bytes: int = 8  # a value of a cut's drain: fp64 (8), or bf16 (2)
     cols: int = 0
     rows: int = 0  # rows pushed in the window
-    plain: int = 0  # value bytes fp64 pushes of those rows carry
-    sent: int = 0  # under 1-bit: value bytes its pushes and drains carried; under fp64: the estimate of that
+    plain: int = 0  # value bytes fp64 pushes of those rows would carry (the stall's measure)
+    base: float = 0.0  # under bf16z: value bytes its pushes carried; under 1-bit: the estimate of that
+    base_per_value: float = BASE_VALUE_BYTES  # bf16z's bytes a value, as its last window measured
+    sent: int = 0  # under 1-bit: value bytes its pushes and drains carried; under bf16z: the estimate of that
     cut_sent: int = 0  # of `sent`, the cut's drain
     cut_rows: int = 0  # the rows of that drain (a stall grows with rows, whatever codec carries them)
-    ratio: float = 0.0  # plain / sent (measured or estimated) at the last judgement (0: none yet)
+    ratio: float = 0.0  # base / sent (measured or estimated) at the last judgement (0: none yet)
     stall: float = 0.0  # the cut drain's share of fp64's bytes, sent exactly, at the last judgement
     switches: int = 0
     _partial: bool = False  # 1-bit since an export: the coming cut's window is part of an interval
@@ -71,14 +78,16 @@ class AutoChoice:
         self.plain += 8 * keys.shape[0] * cols
         if self.compress:
             self.sent += body_bytes + evicted * (8 * cols + KEY_BYTES)
+            self.base += self.base_per_value * keys.shape[0] * cols
         else:  # what 1-bit would have sent: a sign a value (its means are a few bytes a message)
+            self.base += body_bytes
             self.sent += -(-keys.shape[0] * cols // 8)
             some = sampled(keys).tolist()
             self._since_cut.update(some)
             self._since_export.update(some)
 
     def drained(self, cause: str, rows: int) -> None:
-        """A drain: under 1-bit the rows it sent; under fp64 what 1-bit's would have sent."""
+        """A drain: under 1-bit the rows it sent; under bf16z what 1-bit's would have sent."""
         if not self.compress:
             rows = len(self._since_export if cause == "export" else self._since_cut) << SAMPLE_BITS
         value_bytes = self.cut_value_bytes if cause == "cut" else DRAIN_VALUE_BYTES[cause]
@@ -95,9 +104,9 @@ class AutoChoice:
 
     def judge(self, at_cut: bool) -> bool:
         """At a judgement: whether the table switches codec now. 1-bit is judged at cuts,
-        after the cut's drain; fp64 at exports too, as if a cut came now (its drain: the
+        after the cut's drain; bf16z at exports too, as if a cut came now (its drain: the
         distinct rows pushed since the last cut), so that a stream starts 1-bit within
-        seconds, not only after its first cut. An fp64 window judged at an export runs on
+        seconds, not only after its first cut. A bf16z window judged at an export runs on
         to the next cut unless it switches: a cut's drain is charged once over a window that
         grows, so where exports come far more often than cuts the estimate nears what a
         whole cut interval costs instead of charging a cut's drain to each export."""
@@ -110,11 +119,13 @@ class AutoChoice:
         # at an export, the drain a cut now would send; at a cut, drained() counted it
         rows_now = 0 if at_cut else len(self._since_cut) << SAMPLE_BITS
         sent = self.sent + rows_now * (self.cut_value_bytes * self.cols + KEY_BYTES)
-        self.ratio = self.plain / max(1, sent)
+        self.ratio = self.base / max(1, sent)
         # the stall: the shard takes each drained row whatever codec carries it, so the
         # limits keep the meaning they were tuned with, exact fp64 rows (cut-drains.md)
         exact_drain = (self.cut_rows + rows_now) * (CODEC_VALUE_BYTES[EXACT_CODEC] * self.cols + KEY_BYTES)
-        share, stall = sent / max(1, self.plain), exact_drain / max(1, self.plain)
+        share, stall = sent / max(1.0, self.base), exact_drain / max(1, self.plain)
+        if not self.compress and self.plain:  # what bf16z measured, for pricing it under 1-bit
+            self.base_per_value = 8 * self.base / self.plain
         if self.compress:
             switch = share > AUTO_LEAVE or stall > AUTO_STALL_LEAVE
         else:
@@ -131,16 +142,17 @@ class AutoChoice:
 
     def _reset(self) -> None:
         self.rows = self.plain = self.sent = self.cut_sent = self.cut_rows = 0
+        self.base = 0.0
         self._since_cut.clear()
         self._since_export.clear()
 
     def describe(self) -> str:
         if not self.ratio:
-            return f"{AUTO_CODEC if self.compress else EXACT_CODEC}: not judged yet"
+            return f"{AUTO_CODEC if self.compress else BASE_CODEC}: not judged yet"
         drain = f"its cut drain {self.stall:.2f} of fp64's bytes"
         if self.compress:
-            return f"{AUTO_CODEC}: {self.ratio:.1f}x fewer value bytes than fp64 over the last window, {drain}"
+            return f"{AUTO_CODEC}: {self.ratio:.1f}x fewer value bytes than {BASE_CODEC} over the last window, {drain}"
         return (
-            f"{EXACT_CODEC}: {AUTO_CODEC} would have carried {self.ratio:.1f}x fewer value bytes over the last window"
+            f"{BASE_CODEC}: {AUTO_CODEC} would have carried {self.ratio:.1f}x fewer value bytes over the last window"
             f" (it must {1 / AUTO_ENTER:.1f}x), {drain} (at most {AUTO_STALL_ENTER:g})"
         )

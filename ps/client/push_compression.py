@@ -13,7 +13,7 @@ import numpy.typing as npt
 
 from ctr.routing import dense_range
 from ps.api import DELTA, STATE, STATE_DIFF, DensePush
-from ps.client.auto_codec import AUTO_CODEC, CODEC_VALUE_BYTES, EXACT_CODEC, AutoChoice
+from ps.client.auto_codec import AUTO_CODEC, BASE_CODEC, CODEC_VALUE_BYTES, EXACT_CODEC, AutoChoice
 from ps.client.push_path import PushBatch, ShardSender
 from ps.compression.compressor import CodecSpec, Compressor
 from ps.compression.payload import VALUE_CODECS, Compressed
@@ -83,7 +83,7 @@ class PushCompression:
     def _make(self, table: str) -> None:
         choice = self.choices.get(table)
         if choice is not None:
-            spec = CodecSpec(AUTO_CODEC if choice.compress else EXACT_CODEC)
+            spec = CodecSpec(AUTO_CODEC) if choice.compress else CodecSpec(BASE_CODEC, rounded=True)
         else:
             spec = self.spec or CodecSpec("fp64" if self._kinds[table] == DELTA else "fp32")
         # the seed comes from the table and how many it had, not from the order tables were
@@ -176,8 +176,7 @@ class PushCompression:
         if self.auto or (self.spec is not None and self.spec.feedback):
             out["cut_drain"] = self.cut_codec  # what residuals go in at cuts, once a table keeps any
         for table, comp in sorted(self.compressors.items()):
-            spec = comp.spec
-            out[f"push:{table}"] = (f"topk:{spec.topk:g}+" if spec.topk is not None else "") + spec.value
+            out[f"push:{table}"] = comp.spec.name
             if table in self.choices:
                 out[f"auto:{table}"] = self.choices[table].describe()
         return out

@@ -4,6 +4,7 @@ residuals are compressed; what the shard will not receive stays in the residual 
 the next push of those keys.
 
     spec := value | "topk:" RATIO "+" value | "topk:" RATIO      (top-k alone sends fp32)
+          | value ":rounded"                                   (fp16, bf16, bf16z: no error feedback)
 """
 
 from __future__ import annotations
@@ -21,22 +22,49 @@ from ps.compression.topk import mstopk_threshold, row_scores, rows_at_least
 Keys = npt.NDArray[np.uint64]
 F64 = npt.NDArray[np.float64]
 MSTOPK_ROUNDS = 25
+# codecs whose rounding is small enough to send without error feedback (2**-9 to 2**-12 of a
+# value); 1-bit, int8 and the 8-11-bit formats need the feedback or they bias what they send
+ROUNDABLE = ("fp16", "bf16", "bf16z")
+ROUNDED = ":rounded"
 
 
 @dataclass(frozen=True)
 class CodecSpec:
+    """rounded: each push's rows go as the codec rounds them and the rounding is not kept
+    (no error feedback): the shard's row moves by exactly what the worker's copy of it does,
+    so nothing is owed to any cut or export (`auto`'s bf16z state deltas:
+    docs/design/rounded-pushes.md)."""
+
     value: str
     topk: float | None = None
+    rounded: bool = False
+
+    def __post_init__(self) -> None:
+        if self.rounded and (self.topk is not None or self.value not in ROUNDABLE):
+            raise ValueError(f"only {', '.join(ROUNDABLE)} go rounded (no error feedback), alone, not behind top-k")
+
+    @property
+    def name(self) -> str:
+        """As --push-codec spells it."""
+        top = f"topk:{self.topk:g}+" if self.topk is not None else ""
+        return top + self.value + (ROUNDED if self.rounded else "")
 
     @property
     def feedback(self) -> bool:
         """Whether unsent parts of rows are kept for the next push (top-k, lossy values)."""
-        return self.topk is not None or VALUE_CODECS[self.value].feedback
+        return not self.rounded and (self.topk is not None or VALUE_CODECS[self.value].feedback)
 
 
 def parse_codec(text: str) -> CodecSpec:
-    """'onebit', 'topk:0.01+onebit', 'topk:0.05' (fp32 values)."""
-    head, _, tail = text.strip().partition("+")
+    """'onebit', 'topk:0.01+onebit', 'topk:0.05' (fp32 values), 'bf16z:rounded'."""
+    text = text.strip()
+    if text.endswith(ROUNDED):
+        spec = parse_codec(text.removesuffix(ROUNDED))
+        try:
+            return CodecSpec(spec.value, spec.topk, rounded=True)
+        except ValueError as e:
+            raise ValueError(f"codec {text!r}: {e}") from None
+    head, _, tail = text.partition("+")
     if head.startswith("topk:"):
         try:
             ratio = float(head[5:])
