@@ -148,6 +148,9 @@ def run_one(
         cmd += ["--mlp-moment-bits", bits.group(1)] if bits else []
         cmd += ["--cut-drain-codec", cut_drain.group(1)] if cut_drain else []
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+        if args.logs:  # the trainer's log: `auto`'s switches and why (docs/design/auto-codec.md)
+            Path(args.logs).mkdir(parents=True, exist_ok=True)
+            (Path(args.logs) / f"{work.name}.log").write_text(proc.stderr)
         if proc.returncode:
             raise SystemExit(proc.stderr[-3000:])
         m = json.loads(out.read_text())
@@ -216,6 +219,7 @@ def main() -> None:
     ap.add_argument("--export-every", type=int, default=50_000)
     ap.add_argument("--out", default=str(ROOT / "bench/results/served.json"))
     ap.add_argument("--plot", default="", help="a PNG of served AUC against wire bytes per sample, one line per model")
+    ap.add_argument("--logs", default="", help="a folder to keep each run's trainer log in")
     ap.add_argument("--plot-from", default="", help="only draw --plot from these result files (comma-separated)")
     args = ap.parse_args()
     if args.plot_from:

@@ -200,8 +200,9 @@ class PSAccessSettings:
             "bf16z (those values in zstd'd byte planes), topk:RATIO[+CODEC], fp16/bf16/bf16z:rounded (no error"
             " feedback); none: fp64 state deltas, fp32 gradients (uncompressed); auto: none with --ps local; on shard"
             " processes each table starts in bf16z:rounded (each state delta rounded to bf16, nothing held back) and"
-            " each rank moves it to onebit when, judged at each checkpoint cut, it would carry at most 60% of"
-            " bf16z's bytes and its cut drain at most 20% of fp64's, and back over 80% or a drain over 30%"
+            " each rank moves it to onebit when, judged at checkpoint cuts over windows that hold an export, it would"
+            " carry at most 60% of bf16z's bytes and its cut drain at most 20% of fp64's, and back over 80% or a"
+            " drain over 30%"
             " (the summary's codecs say what it chose)"
         },
     )

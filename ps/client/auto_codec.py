@@ -38,6 +38,11 @@ AUTO_MIN_ROWS = 10_000  # rows pushed before a window is judged (fewer: it runs 
 # only if the window's cut drain is at most this share of fp64's bytes, and stops over the second
 AUTO_STALL_ENTER = 0.2
 AUTO_STALL_LEAVE = 0.3
+# a window judged at a cut holds an export's drain (or this many cuts where exports are rarer):
+# 1-bit pays an export drain per export, so windows that hold one and windows that do not
+# differ by that drain, and one judged on each kind switched back and forth (DeepFM on
+# Criteo 10k, exports every ~16 s: 16 switches in 3 minutes)
+AUTO_WINDOW_CUTS = 4
 SAMPLE_BITS = 4  # distinct rows are counted on 1 key in 2**SAMPLE_BITS
 KEY_BYTES = 8
 CODEC_VALUE_BYTES = {"fp64z": 8, "bf16z": 2}  # a drain's value bytes before the planes' zstd
@@ -66,6 +71,8 @@ class AutoChoice:
     ratio: float = 0.0  # base / sent (measured or estimated) at the last judgement (0: none yet)
     stall: float = 0.0  # the cut drain's share of fp64's bytes, sent exactly, at the last judgement
     switches: int = 0
+    _exported: bool = False  # the window holds an export's drain
+    _cuts: int = 0  # ... and this many cuts' drains
     _partial: bool = False  # 1-bit since an export: the coming cut's window is part of an interval
     _since_cut: set[int] = field(default_factory=set)  # sampled keys pushed since the last cut
     _since_export: set[int] = field(default_factory=set)  # ... since the last export
@@ -93,7 +100,9 @@ class AutoChoice:
         value_bytes = self.cut_value_bytes if cause == "cut" else DRAIN_VALUE_BYTES[cause]
         drain = rows * (value_bytes * self.cols + KEY_BYTES)
         self.sent += drain
+        self._exported |= cause == "export"
         if cause == "cut":
+            self._cuts += 1
             self.cut_sent += drain
             self.cut_rows += rows
         if self.compress:
@@ -116,6 +125,8 @@ class AutoChoice:
             self._partial = False
             self._reset()
             return False
+        if at_cut and not (self._exported or self._cuts >= AUTO_WINDOW_CUTS):
+            return False  # runs on until it holds an export's drain, as 1-bit's windows will
         # at an export, the drain a cut now would send; at a cut, drained() counted it
         rows_now = 0 if at_cut else len(self._since_cut) << SAMPLE_BITS
         sent = self.sent + rows_now * (self.cut_value_bytes * self.cols + KEY_BYTES)
@@ -141,8 +152,9 @@ class AutoChoice:
         return switch
 
     def _reset(self) -> None:
-        self.rows = self.plain = self.sent = self.cut_sent = self.cut_rows = 0
+        self.rows = self.plain = self.sent = self.cut_sent = self.cut_rows = self._cuts = 0
         self.base = 0.0
+        self._exported = False
         self._since_cut.clear()
         self._since_export.clear()
 

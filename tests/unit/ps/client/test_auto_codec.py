@@ -7,17 +7,26 @@ to within bf16's rounding of each rounded push."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from ctr.model.optim import OptimizerSpec
 from ctr.model.spec import TableSpec
 from ps.api import DELTA
-from ps.client import PSClient
+from ps.client import PSClient, auto_codec
 from ps.client.auto_codec import AUTO_MIN_ROWS, SAMPLE_BITS, AutoChoice, sampled
 from ps.server.local_transport import LocalTransport
 from ps.server.shard import Shard
 
 BASE = "bf16z:rounded"
 BF16_ULP = 2.0**-7  # bf16 keeps 8 significant bits: a rounding is at most half a unit, 2**-8 relative
+
+
+@pytest.fixture(autouse=True)
+def _one_cut_windows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests judge a window at every cut; a run whose exports are rarer than its cuts
+    holds a window open until it has an export's drain (the last test)."""
+    monkeypatch.setattr(auto_codec, "AUTO_WINDOW_CUTS", 1)
+
 
 FTRL = TableSpec("w", "sparse", 1, OptimizerSpec("ftrl", lr=0.05), "example")
 
@@ -237,3 +246,30 @@ def test_a_bf16_cut_drain_is_priced_in_bf16_bytes_but_its_stall_in_rows() -> Non
         _bodies(choice, keys, 2, times)
         choice.drained("cut", 0)
         assert not choice.judge(at_cut=True), choice.describe()
+
+
+def test_a_window_runs_on_across_cuts_until_it_holds_an_export(monkeypatch: pytest.MonkeyPatch) -> None:
+    """1-bit pays an export drain for each export; where exports come every few cuts, a
+    window that holds one and a window that does not differ by that drain, and judging
+    each cut's window alone switched codecs back and forth. So a window is judged at the
+    first cut after it holds an export's drain (or at its AUTO_WINDOW_CUTS-th cut where no
+    export comes), and its cuts' drains all count."""
+    monkeypatch.setattr(auto_codec, "AUTO_WINDOW_CUTS", 4)
+    keys = np.arange(1, 20_001, dtype=np.uint64)
+    choice = AutoChoice(cut_value_bytes=2)
+    for cut in range(2):  # pays on a cut's window alone: 16 x 4 bytes against 16 x 2 bits + 12 bytes a row
+        _bodies(choice, keys, 2, 16)
+        choice.drained("cut", 0)
+        assert not choice.judge(at_cut=True) and choice.rows == (cut + 1) * 16 * 20_000  # runs on
+    _bodies(choice, keys, 2, 1)
+    choice.drained("export", 0)  # the window now holds an export's drain: judged, with its two cuts
+    assert choice.judge(at_cut=False) and choice.compress
+    sample = sampled(keys).shape[0] << SAMPLE_BITS
+    assert choice.ratio == pytest.approx(33 * 20_000 * 2 * 2 / (33 * 20_000 * 2 / 8 + 4 * sample * 12), rel=1e-9)
+    quiet = AutoChoice(cut_value_bytes=2)  # no exports: judged at the fourth cut
+    judged = []
+    for _ in range(4):
+        _bodies(quiet, keys, 2, 16)
+        quiet.drained("cut", 0)
+        judged.append(quiet.judge(at_cut=True))
+    assert judged == [False, False, False, True]
