@@ -22,8 +22,8 @@ from ps.compression.topk import mstopk_threshold, row_scores, rows_at_least
 Keys = npt.NDArray[np.uint64]
 F64 = npt.NDArray[np.float64]
 MSTOPK_ROUNDS = 25
-# codecs whose rounding is small enough to send without error feedback (2**-9 to 2**-12 of a
-# value); 1-bit, int8 and the 8-11-bit formats need the feedback or they bias what they send
+# codecs whose rounding is small enough to send without error feedback (at most 2**-8 of a
+# value for bf16, 2**-11 for fp16); 1-bit, int8 and the 8-11-bit formats need the feedback or bias what they send
 ROUNDABLE = ("fp16", "bf16", "bf16z")
 ROUNDED = ":rounded"
 
