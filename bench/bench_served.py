@@ -105,6 +105,10 @@ def write_stream(name: str, rows: int, work: Path, workers: int) -> tuple[Path, 
     return folder, len(lines)
 
 
+# the pull cache's counts in a trainer's summary (docs/design/pull-cache.md)
+CACHE_COUNTS = ("kept_rows_sent_as_ids", "kept_rows_stale", "kept_rows_changed", "rows_pulled", "initial_rows_made", "kept_rows")
+
+
 def run_one(
     stream: Path, preset: str, model: str, codecs: str, workers: int, work: Path, args: argparse.Namespace
 ) -> dict[str, Any]:
@@ -171,6 +175,8 @@ def run_one(
         "examples_per_s": m["examples_per_s"],
         "wire_bytes_per_sample": m["wire_bytes_per_sample"],
         "by_kind": kinds,
+        "wire": m["wire"],  # per table and kind, bytes sent and received
+        "pull_cache": {k: m[k] for k in CACHE_COUNTS if k in m},
         # wdl and deepfm: rank 0's writes of the MLP and its Adam state at cuts, a share that
         # moves with training speed (the same write every --cut-s whatever was trained)
         "mlp_bytes_per_sample": (mlp["sent"] + mlp["received"]) / n,
@@ -308,6 +314,8 @@ def _summarize(name: str, model: str, workers: int, runs: dict[str, list[dict[st
                 "worker_view_auc": _med(rs, "worker_view_auc"),
                 "examples_per_s": _med(rs, "examples_per_s"),
                 "chose": rs[-1]["chose"],
+                "wire": rs[-1]["wire"],  # the last run's bytes per table and kind, sent and received
+                "pull_cache": rs[-1]["pull_cache"],  # the last run's pull cache counts
                 "switches": _med(rs, "switches"),
             }
         )

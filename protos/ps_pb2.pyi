@@ -284,6 +284,7 @@ class PullRequest(_message.Message):
     KNOWN_IDS_FIELD_NUMBER: _builtins.int
     KNOWN_COUNT_FIELD_NUMBER: _builtins.int
     KNOWN_BITMAP_FIELD_NUMBER: _builtins.int
+    KNOWN_STALE_FIELD_NUMBER: _builtins.int
     table: _builtins.str
     keys: _builtins.bytes
     key_count: _builtins.int
@@ -309,6 +310,11 @@ class PullRequest(_message.Message):
     """how many ids; with known_bitmap, the bitmap's length in bits"""
     known_bitmap: _builtins.bool
     """known_ids is a bitmap over row ids 0..known_count-1 (dense ids)"""
+    known_stale: _builtins.bytes
+    """bitmap over known_ids in id order: rows whose id the client knows but whose copy it no
+    longer holds (another writer's push overlapped its own); they travel whoever wrote them
+    last. Empty: none. An id costs a bit or a byte where the key would cost 8.
+    """
     def __init__(
         self,
         *,
@@ -324,10 +330,11 @@ class PullRequest(_message.Message):
         known_ids: _builtins.bytes = ...,
         known_count: _builtins.int = ...,
         known_bitmap: _builtins.bool = ...,
+        known_stale: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["client", b"client", "key_count", b"key_count", "key_encoding", b"key_encoding", "keys", b"keys", "known_bitmap", b"known_bitmap", "known_count", b"known_count", "known_ids", b"known_ids", "layout", b"layout", "open_session", b"open_session", "reply_codec", b"reply_codec", "state", b"state", "table", b"table"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["client", b"client", "key_count", b"key_count", "key_encoding", b"key_encoding", "keys", b"keys", "known_bitmap", b"known_bitmap", "known_count", b"known_count", "known_ids", b"known_ids", "known_stale", b"known_stale", "layout", b"layout", "open_session", b"open_session", "reply_codec", b"reply_codec", "state", b"state", "table", b"table"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -82,11 +82,14 @@ class TableStats:
 @dataclass(frozen=True)
 class KnownRows:
     """What a client that keeps rows sends besides the keys it does not hold: its writer id,
-    and the row ids (sorted) of the rows it holds on a shard, valid for `layout`."""
+    and the row ids (sorted) of the rows it knows on a shard, valid for `layout`; `stale`
+    (over `ids`, None: none) marks those whose copy it no longer holds, which travel
+    whoever wrote them last."""
 
     client: int
     layout: int
     ids: npt.NDArray[np.int64]
+    stale: npt.NDArray[np.bool_] | None = None
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,15 @@ from ps.api import (
 )
 from ps.compression.payload import decode_payload
 from ps.transport import CONTROL, ByteCounter
-from ps.wire import KEYS_DELTA_VARINT, decode_bits, decode_rows, decode_varint_list, encode_keys, encode_known_ids
+from ps.wire import (
+    KEYS_DELTA_VARINT,
+    decode_bits,
+    decode_rows,
+    decode_varint_list,
+    encode_bits,
+    encode_keys,
+    encode_known_ids,
+)
 
 log = logging.getLogger("ps.client")
 _PUSH_KINDS = {
@@ -237,6 +245,7 @@ class GrpcTransport(ByteCounter):
             known_ids=ids,
             known_count=count,
             known_bitmap=bitmap,
+            known_stale=encode_bits(known.stale) if known.stale is not None and known.stale.any() else b"",
         )
         resp = self._rpc(shard, "Pull", req)
         self.saw(shard, resp.incarnation)

@@ -1,6 +1,7 @@
 """numba kernels of the rows a PS client keeps (ps.client.kept_rows), each with a plain
 reference its tests compare against. Entries live in a CompactHashMap whose two row words
-hold an int64 entry index; `valid` says whether an entry's copy is still the shard's row."""
+hold an int64 entry index; `row_id` its row's id on the shard (-1: unknown for the shard's
+layout); `valid` whether the entry's copy is still the shard's row."""
 
 from __future__ import annotations
 
@@ -35,23 +36,27 @@ def entries_of(slots: U32, keys: U64) -> I64:
 
 
 @nb.njit(cache=True, nogil=True)
-def take_held(slots: U32, valid: B, row_id: I64, rows: F64, keys: U64) -> tuple[B, I64, F64]:
-    """(which keys have a valid copy, their row ids, their rows), in key order."""
-    held = np.zeros(keys.shape[0], dtype=np.bool_)
+def take_known(slots: U32, valid: B, row_id: I64, rows: F64, keys: U64) -> tuple[B, B, I64, F64]:
+    """(which keys have an entry with a row id, whether each of those holds a valid copy,
+    their row ids, their rows), the last three over the known keys in key order; an
+    invalid copy's row is whatever the entry last held."""
+    known = np.zeros(keys.shape[0], dtype=np.bool_)
     entries = np.empty(keys.shape[0], dtype=np.int64)
     n = 0
     for i in range(keys.shape[0]):
         e = _entry(slots, keys[i])
-        if e >= 0 and valid[e]:
-            held[i] = True
+        if e >= 0 and row_id[e] >= 0:
+            known[i] = True
             entries[n] = e
             n += 1
+    fresh = np.empty(n, dtype=np.bool_)
     ids = np.empty(n, dtype=np.int64)
     out = np.empty((n, rows.shape[1]), dtype=np.float64)
     for j in range(n):
+        fresh[j] = valid[entries[j]]
         ids[j] = row_id[entries[j]]
         out[j] = rows[entries[j]]
-    return held, ids, out
+    return known, fresh, ids, out
 
 
 @nb.njit(cache=True, nogil=True)
@@ -69,11 +74,16 @@ def add_deltas(slots: U32, valid: B, rows: F64, keys: U64, deltas: F64, drop: B)
                 rows[e, j] = rows[e, j] + deltas[i, j]
 
 
-def take_held_reference(entries: dict[int, int], valid: B, row_id: I64, rows: F64, keys: U64) -> tuple[B, I64, F64]:
-    """Plain reference of take_held over a dict key -> entry."""
-    held = [int(k) in entries and bool(valid[entries[int(k)]]) for k in keys.tolist()]
-    chosen = [entries[int(k)] for k, h in zip(keys.tolist(), held, strict=True) if h]
-    return np.array(held, dtype=np.bool_), row_id[chosen].astype(np.int64), rows[chosen].reshape(-1, rows.shape[1])
+def take_known_reference(entries: dict[int, int], valid: B, row_id: I64, rows: F64, keys: U64) -> tuple[B, B, I64, F64]:
+    """Plain reference of take_known over a dict key -> entry."""
+    known = [int(k) in entries and int(row_id[entries[int(k)]]) >= 0 for k in keys.tolist()]
+    chosen = [entries[int(k)] for k, h in zip(keys.tolist(), known, strict=True) if h]
+    return (
+        np.array(known, dtype=np.bool_),
+        valid[chosen].astype(np.bool_),
+        row_id[chosen].astype(np.int64),
+        rows[chosen].reshape(-1, rows.shape[1]),
+    )
 
 
 def add_deltas_reference(entries: dict[int, int], valid: B, rows: F64, keys: U64, deltas: F64, drop: B) -> None:

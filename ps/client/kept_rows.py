@@ -1,9 +1,10 @@
 """The rows a PS client keeps between pulls, as the shards hold them (docs/design/pull-cache.md).
 
 Per sparse table: key -> an entry holding the row's id on its shard, its optimizer state as
-the shard holds it, and whether that copy is still valid. A pull sends the ids of valid
-entries instead of their keys and gets back only the rows another writer changed; a push's
-reply says which rows this client no longer mirrors. The copy follows the shard's own
+the shard holds it, and whether that copy is still valid. A pull sends the ids of known
+entries instead of their keys, those without a valid copy marked stale, and gets back the
+rows another writer changed and the stale ones; a push's reply says which rows this client
+no longer mirrors. The copy follows the shard's own
 arithmetic (state + the decoded delta, in float64), so one client alone keeps it bit for bit.
 
 Not thread-safe: the PS client calls it under its own lock.
@@ -48,9 +49,12 @@ class KeptRows:
         """Entry of each key, -1 where none."""
         return kk.entries_of(self.index.slots, np.ascontiguousarray(keys, dtype=np.uint64))  # type: ignore[no-any-return]
 
-    def take(self, keys: Keys) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.int64], F64]:
-        """(whether a valid copy of each key's row is kept, the row ids and rows of those kept)."""
-        return kk.take_held(self.index.slots, self.valid, self.row_id, self.rows, np.ascontiguousarray(keys, dtype=np.uint64))  # type: ignore[no-any-return]
+    def take(self, keys: Keys) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_], npt.NDArray[np.int64], F64]:
+        """(whether each key's row id is known, and over those: whether its copy is valid,
+        the row ids, the copies). A known id whose copy is not valid still travels as an
+        id (marked stale): a bit or a byte where its key would cost 8."""
+        keys = np.ascontiguousarray(keys, dtype=np.uint64)
+        return kk.take_known(self.index.slots, self.valid, self.row_id, self.rows, keys)  # type: ignore[no-any-return]
 
     def held(self, keys: Keys) -> npt.NDArray[np.bool_]:
         """Whether a valid copy of each key's row is kept."""
@@ -100,15 +104,18 @@ class KeptRows:
         )
 
     def invalidate(self, keys: Keys) -> None:
-        """These copies may not be the rows any more: the next pull sends their keys."""
+        """These copies may not be the rows any more: the next pull asks for them whole."""
         e = self._entries(keys)
         self.valid[e[e >= 0]] = False
 
     def drop_shard(self, shard: int) -> None:
-        """A shard's row ids no longer hold (its table's layout changed): drops its copies."""
+        """A shard's row ids no longer hold (its table's layout changed): drops its copies
+        and their ids."""
         keys, slots = self.index.items()
         mine = shard_of(keys, self.shard_count) == shard
-        self.valid[self.index.words[slots[mine]].view(np.int64).reshape(-1)] = False
+        entries = self.index.words[slots[mine]].view(np.int64).reshape(-1)
+        self.valid[entries] = False
+        self.row_id[entries] = -1
 
     def _grow(self, n: int) -> None:
         cap = self.row_id.shape[0]

@@ -1,6 +1,7 @@
 """The pull cache (docs/design/pull-cache.md): a client that keeps the rows it pulled, as
-the shards hold them, sends the row ids of the rows it holds instead of their keys and gets
-back only rows that are new to it or that another writer changed. Its pushes carry its
+the shards hold them, sends the row ids of the rows it knows instead of their keys and gets
+back only rows that are new to it, that another writer changed, or whose copy it dropped
+(sent as ids marked stale). Its pushes carry its
 writer id; their replies say which copies no longer mirror the shard, and the rest take the
 push's decoded delta as the shard did (row + delta), so one client alone stays bit-identical.
 
@@ -62,7 +63,13 @@ class PullCache:
         # per (table, shard, session): the keys a kept pull sent as keys, with the rows it read
         # for them, for the push that names the session to keep (what the shard then holds)
         self._fresh: dict[tuple[str, int, int], Fresh] = {}
-        self.counts = {"kept_rows_sent_as_ids": 0, "kept_rows_changed": 0, "rows_pulled": 0, "initial_rows_made": 0}
+        self.counts = {
+            "kept_rows_sent_as_ids": 0,
+            "kept_rows_stale": 0,  # of those, ids whose copy the client had dropped
+            "kept_rows_changed": 0,
+            "rows_pulled": 0,
+            "initial_rows_made": 0,
+        }
 
     def know(self, spec: TableSpec) -> None:
         self._specs[spec.name] = spec
@@ -137,22 +144,28 @@ class PullCache:
             if part.shape[0] == 0:
                 return 0, np.zeros((0, spec.width))
             with self._lock:  # the copies read now: a row this shard's reply does not send is unchanged
-                held, ids, copies = kept.take(part)
+                known, fresh, ids, copies = kept.take(part)
                 layout = kept.layouts[s]
-            got = self.transport.pull_known(s, table, part[~held], KnownRows(self.client_id, layout, np.sort(ids)), codec)
-            if got.stale:  # rows moved on the shard: every key of this part travels
+            by_id = np.argsort(ids, kind="stable")
+            stale = ~fresh[by_id]  # ids whose copy is gone: the shard sends them whole
+            asked = KnownRows(self.client_id, layout, ids[by_id], stale if stale.any() else None)
+            got = self.transport.pull_known(s, table, part[~known], asked, codec)
+            # rows moved on the shard (or it did not send every stale row, as a shard that
+            # predates the flags would not): every key of this part travels
+            if got.stale or not bool(np.all(got.changed[stale])):
                 with self._lock:
                     kept.drop_shard(s)
-                    kept.layouts[s] = got.layout
-                held = np.zeros(part.shape[0], dtype=np.bool_)
-                ids = np.zeros(0, dtype=np.int64)
+                    kept.layouts[s] = got.layout if got.stale else layout
+                known = np.zeros(part.shape[0], dtype=np.bool_)
+                by_id = ids = np.zeros(0, dtype=np.int64)
+                stale = np.zeros(0, dtype=np.bool_)
                 copies = np.zeros((0, spec.width))
-                got = self.transport.pull_known(s, table, part, KnownRows(self.client_id, got.layout, ids), codec)
-            held_at = np.flatnonzero(held)[np.argsort(ids, kind="stable")]  # in the order of the ids sent
-            new_at = np.flatnonzero(~held)
+                got = self.transport.pull_known(s, table, part, KnownRows(self.client_id, kept.layouts[s], ids), codec)
+            held_at = np.flatnonzero(known)[by_id]  # in the order of the ids sent
+            new_at = np.flatnonzero(~known)
             rows = np.empty((part.shape[0], spec.width), dtype=np.float64)
             stored_at, made_at, changed_at = new_at[got.stored], new_at[~got.stored], held_at[got.changed]
-            rows[held] = copies
+            rows[known] = copies  # a stale copy is replaced below: the shard sent its row
             rows[changed_at] = got.changed_rows
             rows[stored_at] = got.stored_rows
             rows[made_at] = init_rows(part[made_at], spec.width, spec.dim, params)
@@ -170,6 +183,7 @@ class PullCache:
                     del self._fresh[next(iter(self._fresh))]
                 c = self.counts
                 c["kept_rows_sent_as_ids"] += int(held_at.shape[0])
+                c["kept_rows_stale"] += int(stale.sum())
                 c["kept_rows_changed"] += int(changed_at.shape[0])
                 c["rows_pulled"] += int(stored_at.shape[0] + changed_at.shape[0])
                 c["initial_rows_made"] += int(made_at.shape[0])

@@ -68,6 +68,8 @@ class LocalTransport(ByteCounter):
             n = got.stored_rows.shape[0]
             got = CachedPull(got.session_id, False, got.layout, got.stored, got.stored_ids, rows[:n], got.changed, rows[n:])
         sent = len(encode_keys(keys, KEYS_DELTA_VARINT)) + len(encode_known_ids(known.ids)[0]) + FIXED_FIELDS
+        if known.stale is not None and known.stale.any():
+            sent += (known.ids.shape[0] + 7) // 8
         bitmaps = (keys.shape[0] + 7) // 8 + ((known.ids.shape[0] + 7) // 8 if got.changed.any() else 0)
         ids = len(encode_varints(got.stored_ids.astype(np.uint64)))
         self.count(table, "sparse_pull", sent, size + bitmaps + ids + FIXED_FIELDS)

@@ -19,7 +19,7 @@ from ps.server.errors import BaseMismatch, SessionExpired, ShardError, StaleGene
 from ps.server.shard import Shard
 from ps.server.store import StoreCorrupted
 from ps.server.tables import DELTA, GRADIENT, MOMENTUM, STATE
-from ps.wire import WireError, decode_keys, decode_known_ids, encode_bits
+from ps.wire import WireError, decode_bits, decode_keys, decode_known_ids, encode_bits
 
 R = TypeVar("R")
 
@@ -117,7 +117,8 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
         if not request.state or not request.open_session:
             raise ShardError("a pull with a client id reads state and opens a session")
         ids = decode_known_ids(request.known_ids, request.known_count, request.known_bitmap)
-        got = self.shard.pull_known(request.table, keys, KnownRows(request.client, request.layout, ids))
+        stale = decode_bits(request.known_stale, ids.shape[0], "known_stale") if request.known_stale else None
+        got = self.shard.pull_known(request.table, keys, KnownRows(request.client, request.layout, ids, stale))
         if got.stale:
             return ps_pb2.PullResponse(stale=True, layout=got.layout, state=True, incarnation=self.shard.incarnation)
         rows = np.concatenate([got.stored_rows, got.changed_rows])

@@ -257,8 +257,9 @@ class Shard:
     def pull_known(self, table: str, keys: npt.NDArray[np.uint64], known: KnownRows) -> CachedPull:
         """The state pull of a client that keeps rows (docs/design/pull-cache.md): rows of
         the keys it sends that the shard stores (absent ones it makes itself), and those of
-        its known row ids another writer changed. Opens a session over the union of both,
-        in key order, recording each row's sequence for the push's conflict check."""
+        its known row ids another writer changed or whose copy it marks stale. Opens a
+        session over the union of both, in key order, recording each row's sequence for the
+        push's conflict check."""
         if known.client == ANONYMOUS:
             raise ShardError("a pull with known rows needs a nonzero client id")
         t = self._table(table)
@@ -266,6 +267,8 @@ class Shard:
         ids = known.ids
         if ids.shape[0] > 1 and not bool(np.all(ids[1:] > ids[:-1])):
             raise ShardError("known row ids are not sorted and unique")
+        if known.stale is not None and known.stale.shape[0] != ids.shape[0]:
+            raise ShardError(f"{known.stale.shape[0]} stale flags for {ids.shape[0]} known row ids")
         empty = np.zeros(0, dtype=np.bool_)
         with self.lock:
             if ids.shape[0] and known.layout != t.layout:
@@ -277,6 +280,8 @@ class Shard:
             stored = found >= 0
             stored_ids = found[stored]
             changed = t.changed_for(ids, known.client)
+            if known.stale is not None:
+                changed |= known.stale
             all_keys = np.concatenate([keys, t.keys[ids]])
             recorded = np.full(all_keys.shape[0], -1, dtype=np.int64)
             recorded[: keys.shape[0]][stored] = t.row_seq(stored_ids)

@@ -82,6 +82,7 @@ def test_a_pull_never_returns_a_row_older_than_another_clients_acknowledged_push
         if rng.random() < 0.1:
             c.drain_residuals("cut")
     assert sum(c.compression_stats()["kept_rows_changed"] for c in clients) > 0
+    assert sum(c.compression_stats()["kept_rows_stale"] for c in clients) > 0  # dropped copies asked for by id
 
 
 def test_a_push_between_a_pull_and_its_push_is_seen_as_a_conflict() -> None:
@@ -96,9 +97,13 @@ def test_a_push_between_a_pull_and_its_push_is_seen_as_a_conflict() -> None:
     rows_b, sb = b.pull("w", keys[:1], state=True)
     b.push("w", keys[:1], ones[:1], sb, kind=DELTA)  # lands between a's pull and a's push
     a.push("w", keys, ones, sa, kind=DELTA)
+    sent_as_ids, stale = a.cache.counts["kept_rows_sent_as_ids"], a.cache.counts["kept_rows_stale"]
     got, _ = a.pull("w", keys, state=True)
     np.testing.assert_array_equal(got, _truth(shards, "w", keys))
     np.testing.assert_allclose(got[:, 1], [4.0, 3.0, 3.0])  # two pushes each, b one more on key 5
+    # a dropped its copy of key 5 but still knew its row id: it asked for the row by id
+    assert a.cache.counts["kept_rows_sent_as_ids"] - sent_as_ids == 3
+    assert a.cache.counts["kept_rows_stale"] - stale == 1
 
 
 def test_rows_evicted_on_a_shard_are_pulled_again_by_key() -> None:
