@@ -11,7 +11,9 @@ which that version was not trained on. A codec pair with "~nodrain" runs with
 --no-export-drain (error-feedback residuals reach the shards only at cuts and the end);
 with "~nocache", with --pull-cache off (every pull sends every key and gets every row);
 with "~m23", with --mlp-moment-bits 23 (the MLP's Adam moments kept whole at cuts); with
-"~cfp64z", with --cut-drain-codec fp64z (residuals sent exactly at cuts).
+"~cfp64z", with --cut-drain-codec fp64z (residuals sent exactly at cuts); with "~b65536",
+with --batch-size 65536 (fewer, larger pushes: one worker's model with per-example updates
+does not depend on the batch).
 Reported per run:
 
 - wire bytes per sample, both ways (the trainer's ledger: sparse and dense pulls and pushes,
@@ -57,6 +59,7 @@ NO_DRAIN = "~nodrain"  # a codec pair with this suffix runs with --no-export-dra
 NO_CACHE = "~nocache"  # ... with --pull-cache off (every pull sends every key and gets every row)
 MOMENT_BITS = re.compile(r"~m(\d+)")  # ... "~m23": with --mlp-moment-bits 23 (wdl, deepfm)
 CUT_DRAIN = re.compile(r"~c(\w+)")  # ... "~cfp64z": with --cut-drain-codec fp64z
+BATCH = re.compile(r"~b(\d+)")  # ... "~b65536": with --batch-size 65536
 # the uncompressed protocol: fp32 gradients, fp64 state deltas, raw pull replies, no pull cache
 BASELINE = f"none/raw{NO_CACHE}"
 MODEL_FLAGS = {"lr": [], "ffm": ["--k", "4"], "deepfm": ["--k", "8", "--hidden", "400,400,400"]}
@@ -113,8 +116,8 @@ def run_one(
     stream: Path, preset: str, model: str, codecs: str, workers: int, work: Path, args: argparse.Namespace
 ) -> dict[str, Any]:
     nodrain, nocache = NO_DRAIN in codecs, NO_CACHE in codecs
-    bits, cut_drain = MOMENT_BITS.search(codecs), CUT_DRAIN.search(codecs)
-    codecs = CUT_DRAIN.sub("", MOMENT_BITS.sub("", codecs.replace(NO_DRAIN, "").replace(NO_CACHE, "")))
+    bits, cut_drain, batch = MOMENT_BITS.search(codecs), CUT_DRAIN.search(codecs), BATCH.search(codecs)
+    codecs = BATCH.sub("", CUT_DRAIN.sub("", MOMENT_BITS.sub("", codecs.replace(NO_DRAIN, "").replace(NO_CACHE, ""))))
     push, _, pull = codecs.partition("/")
     work.mkdir()
     exports, repo = work / "exports", work / "repo"
@@ -151,6 +154,7 @@ def run_one(
         cmd += ["--pull-cache", "off"] if nocache else []
         cmd += ["--mlp-moment-bits", bits.group(1)] if bits else []
         cmd += ["--cut-drain-codec", cut_drain.group(1)] if cut_drain else []
+        cmd += ["--batch-size", batch.group(1)] if batch else []
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
         if args.logs:  # the trainer's log: `auto`'s switches and why (docs/design/auto-codec.md)
             Path(args.logs).mkdir(parents=True, exist_ok=True)
