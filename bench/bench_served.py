@@ -13,11 +13,13 @@ with "~nocache", with --pull-cache off (every pull sends every key and gets ever
 with "~m23", with --mlp-moment-bits 23 (the MLP's Adam moments kept whole at cuts); with
 "~cfp64z", with --cut-drain-codec fp64z (residuals sent exactly at cuts); with "~b65536",
 with --batch-size 65536 (fewer, larger pushes: one worker's model with per-example updates
-does not depend on the batch).
+does not depend on the batch); with "~apowersgd:4", with --dense-allreduce powersgd:4 (the
+ranks' MLP gradients in low rank).
 Reported per run:
 
 - wire bytes per sample, both ways (the trainer's ledger: sparse and dense pulls and pushes,
-  residual drains, control calls), and its ratio to the uncompressed protocol of the same
+  residual drains, control calls, and with --workers 2 the ranks' collectives: the MLP's
+  gradients, the rounds' words), and its ratio to the uncompressed protocol of the same
   configuration (`none/raw~nocache`: fp32 gradients, fp64 state deltas, raw pull replies,
   no pull cache); `none/raw` is the pull cache alone, `auto/auto` what a user gets by
   default (docs/design/auto-codec.md);
@@ -60,6 +62,7 @@ NO_CACHE = "~nocache"  # ... with --pull-cache off (every pull sends every key a
 MOMENT_BITS = re.compile(r"~m(\d+)")  # ... "~m23": with --mlp-moment-bits 23 (wdl, deepfm)
 CUT_DRAIN = re.compile(r"~c(\w+)")  # ... "~cfp64z": with --cut-drain-codec fp64z
 BATCH = re.compile(r"~b(\d+)")  # ... "~b65536": with --batch-size 65536
+ALLREDUCE = re.compile(r"~a([\w:]+)")  # ... "~apowersgd:4": with --dense-allreduce powersgd:4
 # the uncompressed protocol: fp32 gradients, fp64 state deltas, raw pull replies, no pull cache
 BASELINE = f"none/raw{NO_CACHE}"
 MODEL_FLAGS = {"lr": [], "ffm": ["--k", "4"], "deepfm": ["--k", "8", "--hidden", "400,400,400"]}
@@ -117,7 +120,10 @@ def run_one(
 ) -> dict[str, Any]:
     nodrain, nocache = NO_DRAIN in codecs, NO_CACHE in codecs
     bits, cut_drain, batch = MOMENT_BITS.search(codecs), CUT_DRAIN.search(codecs), BATCH.search(codecs)
-    codecs = BATCH.sub("", CUT_DRAIN.sub("", MOMENT_BITS.sub("", codecs.replace(NO_DRAIN, "").replace(NO_CACHE, ""))))
+    allreduce = ALLREDUCE.search(codecs)
+    for suffix in (BATCH, CUT_DRAIN, MOMENT_BITS, ALLREDUCE):
+        codecs = suffix.sub("", codecs)
+    codecs = codecs.replace(NO_DRAIN, "").replace(NO_CACHE, "")
     push, _, pull = codecs.partition("/")
     work.mkdir()
     exports, repo = work / "exports", work / "repo"
@@ -155,6 +161,7 @@ def run_one(
         cmd += ["--mlp-moment-bits", bits.group(1)] if bits else []
         cmd += ["--cut-drain-codec", cut_drain.group(1)] if cut_drain else []
         cmd += ["--batch-size", batch.group(1)] if batch else []
+        cmd += ["--dense-allreduce", allreduce.group(1)] if allreduce else []
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
         if args.logs:  # the trainer's log: `auto`'s switches and why (docs/design/auto-codec.md)
             Path(args.logs).mkdir(parents=True, exist_ok=True)
@@ -328,7 +335,7 @@ def _summarize(name: str, model: str, workers: int, runs: dict[str, list[dict[st
 
 def _print(results: list[dict[str, Any]]) -> None:
     print(
-        "| data | model | W | push/pull codec | wire B/sample | vs uncompressed | of it: pulls, pushes, drains |"
+        "| data | model | W | push/pull codec | wire B/sample | vs uncompressed | of it: pulls, pushes, drains, between ranks |"
         " of the pushes: MLP cut writes | served AUC | dAUC | versions | worker's view AUC | ex/s |"
         " push codecs at the end (switches) |"
     )
@@ -338,9 +345,11 @@ def _print(results: list[dict[str, Any]]) -> None:
         pulls = k.get("sparse_pull", 0.0) + k.get("dense_pull", 0.0)
         pushes = k.get("sparse_push", 0.0) + k.get("dense_push", 0.0)
         drains = sum(v for kind, v in k.items() if kind.startswith("drain_"))
+        ranks = k.get("ranks", 0.0)  # the ranks' collectives: the MLP's gradients, the rounds' words
         print(
             f"| {r['dataset']} | {r['model']} | {r['workers']} | {r['codecs']} | {r['wire_bytes_per_sample']:.2f} |"
-            f" {r['ratio']:.2f}x | {pulls:.2f}, {pushes:.2f}, {drains:.2f} | {r.get('mlp_bytes_per_sample', 0.0):.2f} |"
+            f" {r['ratio']:.2f}x | {pulls:.2f}, {pushes:.2f}, {drains:.2f}, {ranks:.2f} |"
+            f" {r.get('mlp_bytes_per_sample', 0.0):.2f} |"
             f" {r['served_auc']:.4f} | {r['d_served_auc']:+.4f} |"
             f" {r['published']:.0f} | {r['worker_view_auc']:.4f} | {r['examples_per_s']:,.0f} |"
             f" {r['chose']} ({r['switches']:.0f}) |"

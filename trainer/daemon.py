@@ -90,6 +90,7 @@ def check_codecs(conf: TrainerConfig) -> None:
         )
     try:
         parse_dense_codec(conf.ps_access.dense_codec)
+        dense_allreduce(conf)
     except ValueError as e:
         raise cfg.ConfigError(str(e)) from None
     bits = conf.ps_access.mlp_moment_bits
@@ -99,6 +100,25 @@ def check_codecs(conf: TrainerConfig) -> None:
         raise cfg.ConfigError(f"--cut-drain-codec {conf.ps_access.cut_drain_codec!r}: one of auto, {', '.join(CUT_DRAIN_CODECS)}")
     if conf.ps_access.residual_rows < 1:
         raise cfg.ConfigError(f"--residual-rows {conf.ps_access.residual_rows}: the error-feedback memory needs at least 1 row")
+
+
+def dense_allreduce(conf: TrainerConfig) -> tuple[int, int] | None:
+    """--dense-allreduce: None (exact), or PowerSGD's (rank, warm-up rounds). Parsed without
+    importing torch (trainer.step.low_rank_sync does, where ranks train a DNN)."""
+    text = conf.parallel.dense_allreduce
+    if text == "exact":
+        return None
+    name, _, rest = text.partition(":")
+    parts = rest.split(":") if rest else []
+    try:
+        if name != "powersgd" or len(parts) > 2:
+            raise ValueError
+        rank, warmup = int(parts[0]) if parts else 4, int(parts[1]) if len(parts) > 1 else 100
+    except ValueError:
+        raise ValueError(f"--dense-allreduce {text!r}: exact, or powersgd[:RANK[:WARMUP_ROUNDS]]") from None
+    if rank < 1 or warmup < 2:
+        raise ValueError(f"--dense-allreduce {text!r}: RANK >= 1 and WARMUP_ROUNDS >= 2 (error feedback starts from the 2nd)")
+    return rank, warmup
 
 
 def moment_bits(conf: TrainerConfig, remote: bool) -> int:
@@ -410,6 +430,7 @@ def train_run(
             batch_size=batch_size(conf, spec),
             ranks=(rank, world),
             moment_bits=moment_bits(conf, client.transport.remote),
+            low_rank=dense_allreduce(conf),
         )
     except ValueError as e:
         raise cfg.ConfigError(str(e)) from None
@@ -487,6 +508,7 @@ def train_run(
             result: dict[str, Any] = dict(trainer.run())
         else:
             trainer.group = group
+            group.ledger = client.wire  # the ranks' collectives on the same ledger as the PS calls
             trainer.start_at(mine)
             result = dict(_run_rank(trainer, group, log))
     if group is not None and not lead:

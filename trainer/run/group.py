@@ -14,11 +14,18 @@ EXIT_RESTART for its supervisor to start it again, and all take up at the last c
 The MLP's gradients go over NCCL instead when every rank's MLP is on a GPU of its own
 (`place_dense`): the control words still go over gloo first, so a lost rank still fails a
 round at once rather than at NCCL's timeout.
+
+The bytes of these collectives cross the wire between ranks, so they are counted in the
+trainer's wire ledger as kind `ranks` (table "mlp" for the MLP's gradients, "" for the rest):
+gloo and NCCL do not count their bytes, so an all-reduce counts what a bandwidth-optimal one
+(ring, or halving-doubling, which both run) sends and receives per rank, 2 (W-1)/W of the
+buffer each way; a gather or broadcast its pickled objects (docs/design/wire-bytes.md).
 Importing this module imports torch."""
 
 from __future__ import annotations
 
 import logging
+import pickle
 import socket
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -29,9 +36,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from ps.transport import WireLedger
 from trainer.run.rendezvous import GroupLost, Rendezvous
 
 log = logging.getLogger("trainer")
+RANKS = "ranks"  # the wire ledger's kind for bytes between ranks
 NCCL_TIMEOUT_S = 300.0  # a dense all-reduce that waits this long for a rank gives up (after the round's gloo words passed)
 
 
@@ -65,6 +74,7 @@ class Group:
         )
         self.pg = dist.group.WORLD
         self.dense_pg: Any = None  # the NCCL group of the MLP's gradients, when place_dense chose it
+        self.ledger: WireLedger | None = None  # where the collectives' bytes are counted (the trainer's)
         log.info("rank %d of %d: the group is formed", rv.rank, rv.world)
 
     def place_dense(self, device: torch.device) -> str:
@@ -84,6 +94,15 @@ class Group:
     def leader(self) -> bool:
         return self.rank == 0
 
+    def _count(self, table: str, sent: int, received: int) -> None:
+        if self.ledger is not None and self.world > 1 and sent + received > 0:
+            self.ledger.count(table, RANKS, sent, received)
+
+    def _all_reduced(self, table: str, nbytes: int) -> None:
+        """An all-reduce of an `nbytes` buffer: what a bandwidth-optimal one moves per rank."""
+        share = 2 * (self.world - 1) * nbytes // self.world
+        self._count(table, share, share)
+
     def round(
         self, over: bool, stop: bool, cut: bool = False, report: bool = False, dense: Any = None, export: bool = False
     ) -> Round:
@@ -102,6 +121,11 @@ class Group:
             else:
                 dist.all_reduce(control, group=self.pg)
                 summed = control
+        word_bytes, mlp_bytes = dense.synced if dense is not None else (0, 0)  # what the replica's sync all-reduced
+        if dense is None or self.dense_pg is not None:  # the words went alone, over gloo
+            word_bytes = control.element_size() * control.shape[0]
+        self._all_reduced("", word_bytes)
+        self._all_reduced("mlp", mlp_bytes)
         return Round(int(summed[0]), bool(summed[1] > 0), bool(summed[2] > 0), bool(summed[3] > 0), bool(summed[4] > 0))
 
     def gather(self, obj: Any) -> list[Any] | None:
@@ -109,6 +133,10 @@ class Group:
         out: list[Any] | None = [None] * self.world if self.leader else None
         with _collective():
             dist.gather_object(obj, out, dst=0, group=self.pg)
+        if out is None:
+            self._count("", _pickled(obj), 0)
+        else:
+            self._count("", 0, sum(_pickled(o) for o in out[1:]))
         return out
 
     def broadcast(self, obj: Any = None) -> Any:
@@ -116,6 +144,11 @@ class Group:
         box = [obj]
         with _collective():
             dist.broadcast_object_list(box, src=0, group=self.pg)
+        size = _pickled(box[0])
+        if self.leader:
+            self._count("", size * (self.world - 1), 0)
+        else:
+            self._count("", 0, size)
         return box[0]
 
     def barrier(self) -> None:
@@ -125,6 +158,11 @@ class Group:
     def close(self) -> None:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def _pickled(obj: Any) -> int:
+    """The bytes torch.distributed's object collectives send for `obj` (they pickle it)."""
+    return len(pickle.dumps(obj))
 
 
 @contextmanager

@@ -332,14 +332,18 @@ class Trainer:
         total = sum(int(f["submitted"]) for f in figures)
         rate = (total - before) / (now - then) if now > then else 0.0
         self._last_progress = (now, total)
+        wire = merged_wire([f["wire"] for f in figures])
+        per = max(1.0, snap["samples"])
         log.info(
-            "samples %d  %.0f/s on %d ranks (%s)  window AUC %.4f  logloss %.4f",
+            "samples %d  %.0f/s on %d ranks (%s)  window AUC %.4f  logloss %.4f  wire %.1f B/sample (between ranks %.1f)",
             snap["samples"],
             rate,
             self.group.world,
             self.model.device,
             snap["window_auc"],
             snap["window_logloss"],
+            sum(sum(b) for kinds in wire.values() for b in kinds.values()) / per,
+            sum(sum(kinds.get("ranks", (0, 0))) for kinds in wire.values()) / per,
         )
         if self.progress_log is not None:
             self.progress_log.record(snap, sum(f["push_bytes"] for f in figures), sum(f["pull_bytes"] for f in figures))

@@ -26,13 +26,14 @@ def summary_text(result: dict[str, Any], export_dir: str | None, exports: list[s
     if bad or dropped:
         lines.append(f"  {bad:,} bad lines skipped, {dropped:,} features of fields outside the model dropped")
     per = max(1, samples)
-    drains = sum(
-        b["sent"] + b["received"] for kinds in result.get("wire", {}).values() for k, b in kinds.items() if k.startswith("drain_")
-    )
+    both = [(k, b["sent"] + b["received"]) for kinds in result.get("wire", {}).values() for k, b in kinds.items()]
+    drains = sum(n for k, n in both if k.startswith("drain_"))
+    ranks = sum(n for k, n in both if k == "ranks")  # the collectives between ranks (trainer.run.group)
+    between = f", between ranks {ranks / per:.1f}" if ranks else ""
     lines.append(
-        f"  PS traffic {result.get('wire_bytes', 0) / per:.1f} B/sample both ways: pushes"
-        f" {result.get('push_bytes', 0) / per:.1f} (residual drains {drains / per:.1f}), pulls"
-        f" {result.get('pull_bytes', 0) / per:.1f}; {int(result.get('sparse_rows', 0)):,} sparse rows"
+        f"  wire {result.get('wire_bytes', 0) / per:.1f} B/sample both ways: PS pushes"
+        f" {result.get('push_bytes', 0) / per:.1f} (residual drains {drains / per:.1f}), PS pulls"
+        f" {result.get('pull_bytes', 0) / per:.1f}{between}; {int(result.get('sparse_rows', 0)):,} sparse rows"
     )
     if export_dir:
         last = f", the last {exports[-1]}" if exports else ""

@@ -17,6 +17,8 @@ what training goes on from, in about half the bytes."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import numpy.typing as npt
 import torch
@@ -49,10 +51,18 @@ def round_mantissa_(t: torch.Tensor, bits: int) -> None:
 class DenseReplica:
     """rounds: the MLP steps in the ranks' rounds (trainer.run.group: `sync`), on the sum of
     every rank's gradients since the last one; otherwise (one process) after every batch.
-    moment_bits: the mantissa bits the Adam moments keep at each write (23: whole)."""
+    moment_bits: the mantissa bits the Adam moments keep at each write (23: whole).
+    low_rank: (rank, warm-up rounds) to send the rounds' gradients as PowerSGD's low-rank
+    factors (trainer.step.low_rank_sync); None: whole."""
 
     def __init__(
-        self, net: DeepCTR, opt: OptimizerSpec, rounds: bool = False, rank: int = 0, moment_bits: int = FP32_MANTISSA
+        self,
+        net: DeepCTR,
+        opt: OptimizerSpec,
+        rounds: bool = False,
+        rank: int = 0,
+        moment_bits: int = FP32_MANTISSA,
+        low_rank: tuple[int, int] | None = None,
     ) -> None:
         if opt.kind != "adam":
             raise ValueError(f"--opt-mlp {opt.kind}: the MLP trains on the worker with Adam; give 'adam lr=...'")
@@ -70,6 +80,10 @@ class DenseReplica:
         self._held: npt.NDArray[np.float64] | None = None  # what the shards' mlp table holds, once known
         self._acc: list[torch.Tensor] | None = None  # gradients summed since the last step
         self._acc_samples = 0
+        self.low_rank = low_rank
+        self._low_rank: Any = None  # its LowRankSync, made at the first round (it needs the group)
+        # bytes the last round all-reduced: (the control words, the MLP's gradients and count)
+        self.synced: tuple[int, int] = (0, 0)
 
     def step(self, samples: int) -> None:
         """After a batch's backward: its gradient (of its summed loss, in the parameters'
@@ -93,10 +107,33 @@ class DenseReplica:
         trained. Returns the summed control."""
         acc, total = self._take()
         n = control.shape[0]
+        if self.low_rank is not None:
+            words = torch.cat([control.double(), torch.tensor([float(total)], dtype=torch.float64)])
+            torch.distributed.all_reduce(words, group=group)  # exact: the words and the sample count
+            self.synced = (8 * n, 8 + 4 * self._step_low_rank(acc, int(words[n]), group))
+            return words[:n]
         flat = torch.cat([control.float(), *(g.reshape(-1).float().cpu() for g in acc), torch.tensor([float(total)])])
         torch.distributed.all_reduce(flat, group=group)
+        self.synced = (4 * n, 4 * (flat.numel() - n))
         self._step_on(flat[n:])
         return flat[:n].double()
+
+    def _step_low_rank(self, acc: list[torch.Tensor], total: int, group: torch.distributed.ProcessGroup | None) -> int:
+        """Adam on the group's gradients as PowerSGD approximates their mean (every rank
+        decodes the same); a round where no rank trained sends nothing (every rank knows
+        from the summed count). Returns the float32 values it all-reduced."""
+        if total <= 0:
+            return 0
+        if self._low_rank is None:
+            from trainer.step.low_rank_sync import LowRankSync  # torch.distributed's hooks: only for ranks
+
+            assert self.low_rank is not None
+            self._low_rank = LowRankSync(*self.low_rank, group)
+        world = torch.distributed.get_world_size(group)
+        device = self.params[0].device
+        mean = self._low_rank.mean([g.to(device) for g in acc])
+        self._adam([m * world for m in mean], total)
+        return int(self._low_rank.floats)
 
     def sync_on_device(self, group: torch.distributed.ProcessGroup) -> None:
         """A round's gradients over NCCL (every rank's MLP on a GPU of its own): this rank's
@@ -104,8 +141,14 @@ class DenseReplica:
         the mean when any rank trained."""
         acc, total = self._take()
         device = self.params[0].device
+        if self.low_rank is not None:
+            count = torch.tensor([float(total)], dtype=torch.float64, device=device)
+            torch.distributed.all_reduce(count, group=group)
+            self.synced = (0, 8 + 4 * self._step_low_rank(acc, int(count.item()), group))
+            return
         flat = torch.cat([*(g.reshape(-1).float() for g in acc), torch.tensor([float(total)], device=device)])
         torch.distributed.all_reduce(flat, group=group)
+        self.synced = (0, 4 * flat.numel())
         self._step_on(flat)
 
     def _step_on(self, flat: torch.Tensor) -> None:

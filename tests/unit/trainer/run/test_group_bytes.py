@@ -1,0 +1,64 @@
+"""The ranks' collectives are counted on the trainer's wire ledger (kind `ranks`): an
+all-reduce as a bandwidth-optimal one moves it, 2 (W-1)/W of its buffer each way per rank
+(the MLP's gradients under table "mlp", the control words under ""), a gather or broadcast
+as its pickled objects. Two real gloo ranks in separate processes."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import pickle
+import socket
+from pathlib import Path
+
+from ctr.model.mlp import DeepCTR
+from ctr.model.optim import OptimizerSpec
+from ctr.model.spec import ModelSpec
+from ps.transport import WireLedger
+from trainer.run.group import RANKS, Group
+from trainer.run.rendezvous import Rendezvous
+from trainer.step.dense_replica import DenseReplica
+
+SPEC = ModelSpec("deepfm", k=2, fields=("a", "b", "c"), hidden=(8, 4))
+OPT = OptimizerSpec("adam", lr=0.01)
+FIGURES = {"samples": 12345, "window": list(range(100))}
+
+
+def _rank(rank: int, port: int, out: str) -> None:
+    group = Group(Rendezvous(rank, 2, "127.0.0.1", port), timeout_s=60)
+    group.ledger = WireLedger()
+    try:
+        replica = DenseReplica(DeepCTR(SPEC, seed=1), OPT, rounds=True, rank=rank)
+        for _ in range(3):
+            group.round(over=False, stop=False, dense=replica)
+        group.round(over=False, stop=False)  # LR, FM, FFM: the control words alone
+        group.gather(FIGURES)
+        group.broadcast({"cut": 7} if rank == 0 else None)
+        Path(out).write_text(json.dumps(group.ledger.snapshot()))
+    finally:
+        group.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_two_ranks_count_what_their_collectives_move(tmp_path: Path) -> None:
+    ctx = mp.get_context("spawn")
+    port = _free_port()
+    procs = [ctx.Process(target=_rank, args=(r, port, str(tmp_path / f"r{r}.json"))) for r in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=120)
+        assert p.exitcode == 0
+    ledgers = [json.loads((tmp_path / f"r{r}.json").read_text()) for r in range(2)]
+    params = sum(p.numel() for p in DeepCTR(SPEC, seed=1).params)
+    mlp = 3 * 4 * (params + 1)  # three rounds of float32 gradients and a count; W = 2: the whole buffer each way
+    words = 3 * 4 * 5 + 8 * 5  # the words in the MLP's float32 buffer, then a float64 round of them alone
+    figures, cut = len(pickle.dumps(FIGURES)), len(pickle.dumps({"cut": 7}))
+    assert ledgers[0]["mlp"][RANKS] == ledgers[1]["mlp"][RANKS] == [mlp, mlp]
+    assert ledgers[0][""][RANKS] == [words + cut, words + figures]  # rank 0 gathers and broadcasts
+    assert ledgers[1][""][RANKS] == [words + figures, words + cut]
