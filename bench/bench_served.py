@@ -204,7 +204,7 @@ def run_one(
 
 def _chosen(key: str) -> bool:
     """The summary's codecs a row names: each table's push codec, the MLP's moments, the cut drains."""
-    return key.startswith("push:") or key in ("mlp_moments", "cut_drain")
+    return key.startswith("push:") or key in ("mlp_moments", "cut_drain", "mlp_allreduce")
 
 
 def _published(repo: Repository, exports: int, timeout_s: float = 300) -> list[dict[str, float]]:

@@ -152,11 +152,12 @@ class ParallelSettings:
     )
     local_aggregate_mb: int = field(default=16, metadata={"help": "shared memory per rank for --local-aggregate, MiB"})
     dense_allreduce: str = field(
-        default="exact",
+        default="auto",
         metadata={
             "help": "how ranks sum the MLP's gradients (wdl, deepfm) each round: exact (float32), or"
             " powersgd[:RANK[:WARMUP_ROUNDS]] (rank-RANK factors of each weight matrix with error feedback, after"
-            " WARMUP_ROUNDS exact rounds; 4 and 100 when left out; docs/design/low-rank-sync.md)"
+            " WARMUP_ROUNDS exact rounds; 4 and 100 when left out); auto: powersgd on shard processes with"
+            " --push-codec auto, else exact (the summary's codecs say which; docs/design/low-rank-sync.md)"
         },
     )
     rank: int = field(default=-1, metadata={"help": "this trainer's rank in a group of --world-size (default: $RANK, else 0)"})

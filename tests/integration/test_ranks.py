@@ -117,6 +117,8 @@ def test_deepfm_ranks_train_one_mlp(data_dir, tmp_path):
         result = json.loads((tmp_path / "r0.json").read_text())
         assert result["samples"] == total and result["window_auc"] > 0.85
         assert result["codecs"]["mlp_moments"] == "e8m4", result["codecs"]  # auto on shard processes: every rank rounds at cuts
+        assert result["codecs"]["mlp_allreduce"] == "powersgd:4:100", result["codecs"]  # and the MLP's sums go in low rank
+        assert result["wire"]["mlp"]["ranks"]["sent"] > 0 and result["wire"][""]["ranks"]["received"] > 0  # counted
         assert _samples(shards) == {total}  # the mlp table counts no samples: rank 0 writes it
     finally:
         for s in shards:

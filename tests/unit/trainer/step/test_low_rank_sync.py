@@ -20,7 +20,7 @@ from ctr.model.optim import OptimizerSpec
 from ctr.model.spec import ModelSpec
 from ctr.runtime.config import ConfigError
 from tests.unit.trainer.test_moment_bits import _conf
-from trainer.daemon import check_codecs, dense_allreduce
+from trainer.daemon import AUTO_LOW_RANK, check_codecs, dense_allreduce
 from trainer.step.dense_replica import DenseReplica
 
 ROUNDS, WARMUP, RANK = 60, 3, 2
@@ -96,6 +96,19 @@ def test_two_ranks_decode_the_same_low_rank_mean_and_lose_nothing(tmp_path: Path
 )
 def test_the_flag_reads_rank_and_warmup(value: str, want: tuple[int, int] | None) -> None:
     assert dense_allreduce(_conf("--dense-allreduce", value)) == want
+
+
+@pytest.mark.parametrize(
+    ("flags", "remote", "want"),
+    [
+        ((), True, AUTO_LOW_RANK),  # shard processes, PS calls that compress: the ranks' sums do too
+        ((), False, None),  # nothing travels
+        (("--push-codec", "none"), True, None),  # the uncompressed protocol stays uncompressed
+        (("--push-codec", "onebit"), True, None),  # a codec the user named is for the sparse rows only
+    ],
+)
+def test_auto_compresses_where_the_ps_calls_do(flags: tuple[str, ...], remote: bool, want: tuple[int, int] | None) -> None:
+    assert dense_allreduce(_conf(*flags), remote) == want
 
 
 @pytest.mark.parametrize("value", ["powersgd:0", "powersgd:4:1", "powersgd:x", "topk", "powersgd:1:2:3"])
