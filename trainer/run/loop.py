@@ -300,8 +300,9 @@ class Trainer:
                 return
 
     def _rank_figures(self) -> dict[str, Any]:
+        share = self.progress.window // (self.group.world if self.group is not None else 1)
         return {
-            "progress": self.progress.state(),
+            "progress": self.progress.state(last=share),  # what the merge keeps of each rank
             "submitted": self.submitted,
             "push_bytes": self.client.push_bytes,
             "pull_bytes": self.client.pull_bytes,

@@ -36,14 +36,17 @@ class ProgressiveMetrics:
         self.pos = (self.pos + n) % self.window
         self.filled = min(self.window, self.filled + n)
 
-    def state(self) -> dict[str, object]:
-        """Everything `merge` needs, picklable (a worker sends it to its coordinator)."""
+    def state(self, last: int | None = None) -> dict[str, object]:
+        """Everything `merge` needs, picklable (a worker sends it to its coordinator); with
+        `last`, only the window's last `last` slots, the part `merge` keeps of each of
+        several workers (it crosses the wire at every report)."""
+        start = 0 if last is None else max(0, self.filled - last)
         return {
             "count": self.count,
             "positives": self.positives,
             "loss_sum": self.loss_sum,
-            "labels": self.labels[: self.filled].copy(),
-            "probs": self.probs[: self.filled].copy(),
+            "labels": self.labels[start : self.filled].copy(),
+            "probs": self.probs[start : self.filled].copy(),
         }
 
     @classmethod

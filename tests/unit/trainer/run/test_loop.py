@@ -253,3 +253,15 @@ def test_a_shard_that_stops_answering_at_the_last_cut_is_recovered_from_not_a_cr
     assert recoveries == 1
     assert failed["samples"] == plain["samples"] == 3000
     np.testing.assert_array_equal(failed_w, plain_w)  # nothing lost, nothing applied twice
+
+
+def test_ranks_send_only_the_part_of_their_window_the_merge_keeps():
+    rng = np.random.default_rng(5)
+    ranks = [ProgressiveMetrics(1000) for _ in range(3)]
+    for m in ranks:
+        for _ in range(7):  # the ring wraps: 1,400 predictions in a window of 1,000
+            m.update(rng.integers(0, 2, 200).astype(np.float32), rng.random(200).astype(np.float32))
+    whole = ProgressiveMetrics.merge(1000, [m.state() for m in ranks])
+    sent = ProgressiveMetrics.merge(1000, [m.state(last=1000 // 3) for m in ranks])
+    assert sent.snapshot() == whole.snapshot()
+    assert np.asarray(ranks[0].state(last=333)["probs"]).shape == (333,)
