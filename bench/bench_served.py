@@ -282,11 +282,12 @@ def plot(results: list[dict[str, Any]], path: Path) -> None:
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in results:
         groups.setdefault(f"{r['dataset']} {r['model']} W={r['workers']}", []).append(r)
-    fig, ax = plt.subplots(figsize=(10, 6))
+    fig, ax = plt.subplots(figsize=(13, 6))
     ax.axhspan(-0.001, 0.001, color="0.9", label="within 0.001 of uncompressed")
     for name, rs in groups.items():
         rs = sorted(rs, key=lambda r: -r["wire_bytes_per_sample"])
-        (line,) = ax.plot([r["wire_bytes_per_sample"] for r in rs], [r["d_served_auc"] for r in rs], "o-", label=name)
+        style = "o-" if rs[0]["workers"] == 1 else "s--"  # colours repeat past ten lines; the marks tell ranks apart
+        (line,) = ax.plot([r["wire_bytes_per_sample"] for r in rs], [r["d_served_auc"] for r in rs], style, label=name)
         for r in rs:
             at = (r["wire_bytes_per_sample"], r["d_served_auc"])
             ax.annotate(r["codecs"], at, fontsize=6, rotation=25, color=line.get_color())
@@ -294,7 +295,7 @@ def plot(results: list[dict[str, Any]], path: Path) -> None:
     ax.set_xlabel("wire bytes per sample, both ways (log)")
     ax.set_ylabel("served AUC minus the uncompressed protocol's (holdouts)")
     ax.set_title("Compression as served: 2 shard processes, a cut every 5 s, exports every ~2 s")
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
