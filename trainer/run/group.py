@@ -31,16 +31,23 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
 
-from ps.transport import WireLedger
 from trainer.run.rendezvous import GroupLost, Rendezvous
 
 log = logging.getLogger("trainer")
 RANKS = "ranks"  # the wire ledger's kind for bytes between ranks
+
+
+class Ledger(Protocol):
+    """Where bytes are counted: the trainer's wire ledger (its PSClient's `wire`)."""
+
+    def count(self, table: str, kind: str, sent: int, received: int) -> None: ...
+
+
 NCCL_TIMEOUT_S = 300.0  # a dense all-reduce that waits this long for a rank gives up (after the round's gloo words passed)
 
 
@@ -74,7 +81,7 @@ class Group:
         )
         self.pg = dist.group.WORLD
         self.dense_pg: Any = None  # the NCCL group of the MLP's gradients, when place_dense chose it
-        self.ledger: WireLedger | None = None  # where the collectives' bytes are counted (the trainer's)
+        self.ledger: Ledger | None = None  # where the collectives' bytes are counted (the trainer's)
         log.info("rank %d of %d: the group is formed", rv.rank, rv.world)
 
     def place_dense(self, device: torch.device) -> str:

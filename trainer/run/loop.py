@@ -593,7 +593,7 @@ Wire = dict[str, dict[str, tuple[int, int]]]
 
 
 def merged_wire(parts: list[Wire]) -> Wire:
-    """Several ranks' wire ledgers (ps.transport.WireLedger.snapshot) as one."""
+    """Several ranks' wire ledgers (the PS client's wire ledger, snapshot()) as one."""
     out: dict[str, dict[str, tuple[int, int]]] = {}
     for part in parts:
         for table, kinds in part.items():
