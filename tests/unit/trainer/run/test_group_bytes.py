@@ -6,15 +6,14 @@ as its pickled objects. Two real gloo ranks in separate processes."""
 from __future__ import annotations
 
 import json
-import multiprocessing as mp
 import pickle
-import socket
 from pathlib import Path
 
 from ctr.model.mlp import DeepCTR
 from ctr.model.optim import OptimizerSpec
 from ctr.model.spec import ModelSpec
 from ps.transport import WireLedger
+from tests.unit.trainer.spawned_ranks import run_ranks
 from trainer.run.group import RANKS, Group
 from trainer.run.rendezvous import Rendezvous
 from trainer.step.dense_replica import DenseReplica
@@ -39,22 +38,8 @@ def _rank(rank: int, port: int, out: str) -> None:
         group.close()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_two_ranks_count_what_their_collectives_move(tmp_path: Path) -> None:
-    ctx = mp.get_context("spawn")
-    port = _free_port()
-    procs = [ctx.Process(target=_rank, args=(r, port, str(tmp_path / f"r{r}.json"))) for r in range(2)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout=120)
-        assert p.exitcode == 0
-    ledgers = [json.loads((tmp_path / f"r{r}.json").read_text()) for r in range(2)]
+    ledgers = [json.loads(path.read_text()) for path in run_ranks(_rank, tmp_path, ".json")]
     params = sum(p.numel() for p in DeepCTR(SPEC, seed=1).params)
     mlp = 3 * 4 * (params + 1)  # three rounds of float32 gradients and a count; W = 2: the whole buffer each way
     words = 3 * 4 * 5 + 8 * 5  # the words in the MLP's float32 buffer, then a float64 round of them alone

@@ -5,9 +5,7 @@ and the cut holds exactly what training goes on from."""
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
-import socket
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +16,7 @@ from ctr.model.mlp import DeepCTR
 from ctr.model.optim import OptimizerSpec, step_rows
 from ctr.model.spec import ModelSpec
 from ps.client import PSClient
+from tests.unit.trainer.spawned_ranks import run_ranks
 from trainer.step.dense_replica import DenseReplica, round_mantissa_
 
 SPEC = ModelSpec("deepfm", k=2, fields=("a", "b", "c"), hidden=(8, 4))
@@ -95,12 +94,6 @@ def _rank(rank: int, port: int, out: str) -> None:
         torch.distributed.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_two_ranks_on_halves_of_each_batch_end_as_one_rank_on_the_whole(tmp_path: Path):
     """With a cut between the second and third rounds, where each rank rounds its moments."""
     whole = DenseReplica(DeepCTR(SPEC, seed=1), OPT, moment_bits=4)
@@ -109,15 +102,7 @@ def test_two_ranks_on_halves_of_each_batch_end_as_one_rank_on_the_whole(tmp_path
             whole.round_moments()
         _grads(whole.net, *_batch(i))
         whole.step(32)
-    ctx = mp.get_context("spawn")
-    port = _free_port()
-    procs = [ctx.Process(target=_rank, args=(r, port, str(tmp_path / f"r{r}.npy"))) for r in range(2)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout=120)
-        assert p.exitcode == 0
-    ranks = [np.load(tmp_path / f"r{r}.npy") for r in range(2)]
+    ranks = [np.load(path) for path in run_ranks(_rank, tmp_path, ".npy")]
     np.testing.assert_array_equal(ranks[0], ranks[1])  # every rank holds the same MLP
     np.testing.assert_allclose(ranks[0], whole.state_rows(), rtol=1e-4, atol=1e-6)
 
@@ -221,15 +206,7 @@ def test_ranks_on_gpus_sum_their_gradients_over_nccl_on_the_device(tmp_path: Pat
         _grads(whole.net, *_batch(i))
         whole.step(32)
     world = min(2, torch.cuda.device_count())
-    ctx = mp.get_context("spawn")
-    port = _free_port()
-    procs = [ctx.Process(target=_rank_nccl, args=(r, world, port, str(tmp_path / f"r{r}.npy"))) for r in range(world)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout=180)
-        assert p.exitcode == 0
-    ranks = [np.load(tmp_path / f"r{r}.npy") for r in range(world)]
+    ranks = [np.load(path) for path in run_ranks(_rank_nccl, tmp_path, ".npy", world, (world,))]
     for r in ranks:
         np.testing.assert_allclose(r, whole.state_rows(), rtol=1e-4, atol=1e-6)
 

@@ -6,9 +6,7 @@ it; every rank decodes the same mean, so the ranks' MLPs stay bit-identical."""
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
-import socket
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +17,7 @@ from ctr.model.mlp import DeepCTR
 from ctr.model.optim import OptimizerSpec
 from ctr.model.spec import ModelSpec
 from ctr.runtime.config import ConfigError
+from tests.unit.trainer.spawned_ranks import run_ranks
 from tests.unit.trainer.test_moment_bits import _conf
 from trainer.daemon import AUTO_LOW_RANK, check_codecs, dense_allreduce
 from trainer.step.dense_replica import DenseReplica
@@ -57,22 +56,8 @@ def _rank(rank: int, port: int, out: str) -> None:
         torch.distributed.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_two_ranks_decode_the_same_low_rank_mean_and_lose_nothing(tmp_path: Path) -> None:
-    ctx = mp.get_context("spawn")
-    port = _free_port()
-    procs = [ctx.Process(target=_rank, args=(r, port, str(tmp_path / f"r{r}.npz"))) for r in range(2)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout=180)
-        assert p.exitcode == 0
-    ranks = [np.load(tmp_path / f"r{r}.npz") for r in range(2)]
+    ranks = [np.load(path) for path in run_ranks(_rank, tmp_path, ".npz")]
     np.testing.assert_array_equal(ranks[0]["means"], ranks[1]["means"])  # one mean for every rank
     np.testing.assert_array_equal(ranks[0]["mlp"], ranks[1]["mlp"])  # so one MLP
     truth = torch.cat([(a + b).reshape(-1) / 2 for a, b in zip(_grads(0), _grads(1), strict=True)]).numpy()
