@@ -64,9 +64,7 @@ class DeepModel:
         self._dense_sync = lambda: dense_sync(dense_codec, "mlp", opt.lr, opt.beta1, opt.beta2, opt.eps)
         self.dense: DenseSync = self._dense_sync()
         replica = replicated and dense_codec == "fp32"
-        self.replica = (
-            DenseReplica(self.net, opt, world > 1, rank, moment_bits, low_rank if world > 1 else None) if replica else None
-        )
+        self.replica = DenseReplica(self.net, opt, world > 1, rank, moment_bits, low_rank) if replica else None
         self._written: npt.NDArray[np.float64] | None = None  # the MLP rows prepare() wrote to a new table
 
     def prepare(self, client: PSClient) -> None:

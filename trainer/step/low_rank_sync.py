@@ -59,8 +59,8 @@ class LowRankSync:
             use_error_feedback=True,
             warm_start=True,
             random_seed=0,
+            compression_stats_logging_frequency=1 << 62,  # the trainer's ledger says it
         )
-        self.state.compression_stats_logging_frequency = 1 << 62  # the trainer's ledger says it
         self.floats = 0  # what the last round all-reduced, in float32 values
 
     def mean(self, grads: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -71,5 +71,5 @@ class LowRankSync:
         out = powerSGD_hook(self.state, _Bucket(flat, [g.shape for g in grads])).wait()  # type: ignore[arg-type]
         sent = self.state.total_numel_after_compression - before
         self.floats = int(sent) if sent else int(flat.numel())  # the warm-up goes whole, uncounted by the hook
-        views = _Bucket(out, [g.shape for g in grads]).gradients()
-        return [v.to(g.dtype) for v, g in zip(views, grads, strict=True)]
+        parts = out.split([g.numel() for g in grads])
+        return [v.view(g.shape).to(g.dtype) for v, g in zip(parts, grads, strict=True)]
