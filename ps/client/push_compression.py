@@ -182,13 +182,14 @@ class PushCompression:
         return out
 
     def stats(self) -> dict[str, float]:
-        """Error-feedback memory summed over tables (Compressor.stats)."""
+        """Error-feedback memory summed over tables (Compressor.stats). Read while the push
+        thread may add a table: list() copies the dict in one step."""
         out: dict[str, float] = {}
-        for comp in self.compressors.values():
+        for comp in list(self.compressors.values()):
             for k, v in comp.stats().items():
                 out[k] = out.get(k, 0.0) + v
         if self.choices:
-            out["auto_switches"] = float(sum(c.switches for c in self.choices.values()))
+            out["auto_switches"] = float(sum(c.switches for c in list(self.choices.values())))
         return out
 
     def dense(

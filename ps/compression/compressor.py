@@ -197,7 +197,7 @@ class Compressor:
     def stats(self) -> dict[str, float]:
         r = self.residuals
         return {
-            "residual_rows": float(r.keys.shape[0]) if r else 0.0,
+            "residual_rows": float(len(r)) if r is not None else 0.0,  # a count: another thread may be pushing
             "residual_rows_peak": float(r.peak_rows) if r else 0.0,
             "residual_bytes": float(r.nbytes) if r else 0.0,
             "residual_rows_cap": float(r.capacity) if r else 0.0,
