@@ -425,6 +425,41 @@ class SessionList(_message.Message):
 Global___SessionList: _TypeAlias = SessionList  # noqa: Y015
 
 @_typing.final
+class RowIds(_message.Message):
+    """The rows a push names by their ids on the shard (docs/design/pull-cache.md, "Drains name
+    rows by id"): a set, encoded as PullRequest.known_ids; the payload's rows follow the keys
+    those ids resolve to, in key order, as if the keys had travelled.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    IDS_FIELD_NUMBER: _builtins.int
+    COUNT_FIELD_NUMBER: _builtins.int
+    BITMAP_FIELD_NUMBER: _builtins.int
+    LAYOUT_FIELD_NUMBER: _builtins.int
+    ids: _builtins.bytes
+    count: _builtins.int
+    """how many ids; with bitmap, the bitmap's length in bits"""
+    bitmap: _builtins.bool
+    layout: _builtins.int
+    """the layout they belong to; another refuses the push (FAILED_PRECONDITION)"""
+    def __init__(
+        self,
+        *,
+        ids: _builtins.bytes = ...,
+        count: _builtins.int = ...,
+        bitmap: _builtins.bool = ...,
+        layout: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bitmap", b"bitmap", "count", b"count", "ids", b"ids", "layout", b"layout"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RowIds: _TypeAlias = RowIds  # noqa: Y015
+
+@_typing.final
 class PushRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -432,6 +467,7 @@ class PushRequest(_message.Message):
     SESSION_ID_FIELD_NUMBER: _builtins.int
     KEYS_FIELD_NUMBER: _builtins.int
     SESSIONS_FIELD_NUMBER: _builtins.int
+    ROW_IDS_FIELD_NUMBER: _builtins.int
     KEY_COUNT_FIELD_NUMBER: _builtins.int
     KEY_ENCODING_FIELD_NUMBER: _builtins.int
     PAYLOAD_FIELD_NUMBER: _builtins.int
@@ -458,6 +494,8 @@ class PushRequest(_message.Message):
     """the writer id of a client that keeps its rows (PullRequest.client)"""
     @_builtins.property
     def sessions(self) -> Global___SessionList: ...
+    @_builtins.property
+    def row_ids(self) -> Global___RowIds: ...
     def __init__(
         self,
         *,
@@ -465,6 +503,7 @@ class PushRequest(_message.Message):
         session_id: _builtins.int = ...,
         keys: _builtins.bytes = ...,
         sessions: Global___SessionList | None = ...,
+        row_ids: Global___RowIds | None = ...,
         key_count: _builtins.int = ...,
         key_encoding: Global___KeyEncoding.ValueType = ...,
         payload: _builtins.bytes = ...,
@@ -473,11 +512,11 @@ class PushRequest(_message.Message):
         generation: _builtins.int = ...,
         client: _builtins.int = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["keys", b"keys", "session_id", b"session_id", "sessions", b"sessions", "target", b"target"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["keys", b"keys", "row_ids", b"row_ids", "session_id", b"session_id", "sessions", b"sessions", "target", b"target"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["client", b"client", "generation", b"generation", "key_count", b"key_count", "key_encoding", b"key_encoding", "keys", b"keys", "kind", b"kind", "payload", b"payload", "samples", b"samples", "session_id", b"session_id", "sessions", b"sessions", "table", b"table", "target", b"target"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["client", b"client", "generation", b"generation", "key_count", b"key_count", "key_encoding", b"key_encoding", "keys", b"keys", "kind", b"kind", "payload", b"payload", "row_ids", b"row_ids", "samples", b"samples", "session_id", b"session_id", "sessions", b"sessions", "table", b"table", "target", b"target"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_target: _TypeAlias = _typing.Literal["session_id", "keys", "sessions"]  # noqa: Y015
+    _WhichOneofReturnType_target: _TypeAlias = _typing.Literal["session_id", "keys", "sessions", "row_ids"]  # noqa: Y015
     _WhichOneofArgType_target: _TypeAlias = _typing.Literal["target", b"target"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_target) -> _WhichOneofReturnType_target | None: ...
 

@@ -122,6 +122,15 @@ class PushAck:
 
 
 @dataclass(frozen=True)
+class NamedIds:
+    """The row ids (sorted, unique) of a push's keys on its shard, valid for `layout`: a
+    remote transport sends them in place of the keys (docs/design/pull-cache.md)."""
+
+    ids: npt.NDArray[np.int64]
+    layout: int
+
+
+@dataclass(frozen=True)
 class SparsePush:
     """One shard's part of a sparse push, as every transport takes it: the one place the
     push's fields are written.
@@ -134,7 +143,9 @@ class SparsePush:
     keeps rows (docs/design/pull-cache.md), which then gets a PushAck; 0: none.
     decoded: (subset, values), what the payload decodes to, when the encoder kept it: a
     transport in this process takes it instead of decoding the bytes (an FFM row's state
-    is 5 KB); a remote one sends the payload alone."""
+    is 5 KB); a remote one sends the payload alone. ids: with no session, the keys' row
+    ids on the shard, sent instead of the keys; a shard whose rows moved refuses them
+    (SessionLost) and the caller sends the keys."""
 
     shard: int
     table: str
@@ -145,6 +156,7 @@ class SparsePush:
     samples: int = 0
     client: int = 0
     decoded: tuple[npt.NDArray[np.int64] | None, npt.NDArray[np.float64]] | None = None
+    ids: NamedIds | None = None
 
 
 @dataclass(frozen=True)
@@ -162,7 +174,8 @@ class DensePush:
 
 
 class SessionLost(RuntimeError):
-    """The shard forgot a pull session; the caller resends the keys."""
+    """The shard forgot a pull session, or its rows moved since the row ids a push named;
+    the caller resends the keys."""
 
 
 class BaseChanged(RuntimeError):

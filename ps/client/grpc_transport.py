@@ -266,13 +266,16 @@ class GrpcTransport(ByteCounter):
             req.session_id = part.sessions[0]
         elif part.sessions:
             req.sessions.ids.extend(part.sessions)
+        elif part.ids is not None:
+            ids, count, bitmap = encode_known_ids(part.ids.ids)
+            req.row_ids.CopyFrom(ps_pb2.RowIds(ids=ids, count=count, bitmap=bitmap, layout=part.ids.layout))
         else:
             req.keys = encode_keys(part.keys, self.key_encoding)
             req.key_encoding = self.key_encoding  # type: ignore[assignment]
         try:
             resp = self._rpc(part.shard, "Push", req)
         except grpc.RpcError as e:
-            if e.code() == grpc.StatusCode.FAILED_PRECONDITION and part.sessions:
+            if e.code() == grpc.StatusCode.FAILED_PRECONDITION and (part.sessions or part.ids is not None):
                 raise SessionLost(str(e.details())) from None
             raise
         self.count(part.table, "sparse_push", req.ByteSize(), resp.ByteSize())

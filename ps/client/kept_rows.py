@@ -56,6 +56,13 @@ class KeptRows:
         keys = np.ascontiguousarray(keys, dtype=np.uint64)
         return kk.take_known(self.index.slots, self.valid, self.row_id, self.rows, keys)  # type: ignore[no-any-return]
 
+    def ids_of(self, keys: Keys) -> npt.NDArray[np.int64]:
+        """The row id of each key on its shard, -1 where none is known (valid copy or not)."""
+        e = self._entries(keys)
+        out = np.full(keys.shape[0], -1, dtype=np.int64)
+        out[e >= 0] = self.row_id[e[e >= 0]]
+        return out
+
     def held(self, keys: Keys) -> npt.NDArray[np.bool_]:
         """Whether a valid copy of each key's row is kept."""
         e = self._entries(keys)

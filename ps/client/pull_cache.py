@@ -69,6 +69,8 @@ class PullCache:
             "kept_rows_changed": 0,
             "rows_pulled": 0,
             "initial_rows_made": 0,
+            "rows_pushed_as_ids": 0,  # rows of pushes with no session (drains) named by row id
+            "row_ids_moved": 0,  # such pushes a shard refused: its rows had moved
         }
 
     def know(self, spec: TableSpec) -> None:
@@ -224,6 +226,25 @@ class PullCache:
             take = (ack.new_ids >= 0) & sure[at] & ~held
             rows = read[at[take]] + values[listed][take]  # the shard's arithmetic: row + delta
             kept.store(keys[listed][take], ack.new_ids[take], rows)
+
+    def row_ids(self, table: str, shard: int, keys: Keys) -> tuple[I64, int]:
+        """(the row id of each of these keys of one shard, -1 where unknown; the layout the
+        ids belong to): a push with no session can name its rows by them."""
+        if not self.keeping(table):
+            return np.full(keys.shape[0], -1, dtype=np.int64), 0
+        with self._lock:
+            kept = self._table(table)
+            return kept.ids_of(np.ascontiguousarray(keys, dtype=np.uint64)), kept.layouts[shard]
+
+    def count(self, name: str, n: int) -> None:
+        with self._lock:
+            self.counts[name] += n
+
+    def forget_ids(self, table: str, shard: int) -> None:
+        """The shard's rows moved since the ids this client holds: its copies go too."""
+        with self._lock:
+            self._table(table).drop_shard(shard)
+            self.counts["row_ids_moved"] += 1
 
     def forget(self) -> None:
         """Drops every row kept (the shards went back to a cut)."""

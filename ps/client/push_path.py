@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ctr.routing import shard_of
-from ps.api import SessionLost, SparsePush
+from ps.api import NamedIds, PushAck, SessionLost, SparsePush
 from ps.client.pull_cache import PullCache
 from ps.compression.payload import Compressed, value_codec
 from ps.transport import FanOut, ShardTransport
@@ -92,11 +92,28 @@ class ShardSender:
             except SessionLost:
                 pass
             sent = keys if packed.sent is None else keys[packed.sent]
-            push = SparsePush(s, table, sent, (), packed.payload(with_subset=False), kind, samples, client, packed.decoded(False))
-            self.cache.landed(table, s, sent, packed, self.transport.push(push))
+            ids, layout = self.cache.row_ids(table, s, sent)
+            named = NamedIds(np.sort(ids), layout) if sent.shape[0] and bool(np.all(ids >= 0)) else None
+            self.cache.landed(table, s, sent, packed, self._push_rows(s, table, sent, packed, kind, samples, client, named))
 
         with self.cache.flying(table, batch.keys) if client else nullcontext():
             self.on_shards(one, list(range(len(parts))))
+
+    def _push_rows(
+        self, s: int, table: str, keys: Keys, packed: Compressed, kind: str, samples: int, client: int, ids: NamedIds | None
+    ) -> PushAck | None:
+        """A push naming no session: its rows go by their ids on the shard when given (a
+        bit or a byte each where a hashed key costs 6-8), else by key; a shard whose rows
+        moved since those ids gets the keys (docs/design/pull-cache.md)."""
+        payload, decoded = packed.payload(with_subset=False), packed.decoded(False)
+        if ids is not None:
+            try:
+                ack = self.transport.push(SparsePush(s, table, keys, (), payload, kind, samples, client, decoded, ids))
+                self.cache.count("rows_pushed_as_ids", keys.shape[0])
+                return ack
+            except SessionLost:
+                self.cache.forget_ids(table, s)
+        return self.transport.push(SparsePush(s, table, keys, (), payload, kind, samples, client, decoded))
 
     def send_coded(self, table: str, keys: Keys, rows: F64, kind: str, codec_name: str, rng: np.random.Generator) -> F64:
         """Sends rows of these sorted unique keys (keys included) in a value codec, one
@@ -108,10 +125,18 @@ class ShardSender:
         with self.cache.flying(table, keys) if client else nullcontext():
             for s in range(self.n):
                 idx = order[bounds[s] : bounds[s + 1]]
-                if idx.shape[0]:
-                    body, received[idx] = codec.encode(rows[idx], rng)
-                    packed = Compressed(codec, idx.shape[0], rows.shape[1], None, body, received[idx])
-                    payload = packed.payload(with_subset=False)
-                    push = SparsePush(s, table, keys[idx], (), payload, kind, 0, client, packed.decoded(False))
-                    self.cache.landed(table, s, keys[idx], packed, self.transport.push(push))
+                if not idx.shape[0]:
+                    continue
+                # the rows whose ids this client knows go by id, the rest by key
+                ids, layout = self.cache.row_ids(table, s, keys[idx])
+                known = ids >= 0
+                parts = [(idx[known], NamedIds(np.sort(ids[known]), layout)), (idx[~known], None)]
+                if not known.any():
+                    parts = [(idx, None)]
+                for part, named in parts:
+                    if part.shape[0]:
+                        body, received[part] = codec.encode(rows[part], rng)
+                        packed = Compressed(codec, part.shape[0], rows.shape[1], None, body, received[part])
+                        ack = self._push_rows(s, table, keys[part], packed, kind, 0, client, named)
+                        self.cache.landed(table, s, keys[part], packed, ack)
         return received

@@ -9,6 +9,10 @@ class SessionExpired(ShardError):
     """A push named a pull session this shard no longer remembers."""
 
 
+class RowsMoved(ShardError):
+    """A push named rows by ids of a layout the table no longer has (a delete moved rows)."""
+
+
 class StaleGeneration(ShardError):
     """A push from a trainer generation older than the one that last restored this shard."""
 

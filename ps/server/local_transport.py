@@ -23,7 +23,7 @@ from ps.api import (
     SparsePush,
 )
 from ps.compression.payload import decode_payload, encode_rows
-from ps.server.errors import BaseMismatch, SessionExpired
+from ps.server.errors import BaseMismatch, RowsMoved, SessionExpired, ShardError
 from ps.server.shard import Shard
 from ps.transport import ByteCounter
 from ps.wire import KEYS_DELTA_VARINT, encode_keys, encode_known_ids
@@ -80,6 +80,14 @@ class LocalTransport(ByteCounter):
         named = np.asarray(sessions, dtype=np.uint64)
         keys_bytes = len(encode_varints(named)) if sessions else len(encode_keys(keys, KEYS_DELTA_VARINT))
         s = self.shards[part.shard]
+        if part.ids is not None and not sessions:  # what a remote shard would do with them
+            keys_bytes = len(encode_known_ids(part.ids.ids)[0])
+            try:
+                named_keys = s.keys_of(table, part.ids.layout, part.ids.ids)
+            except RowsMoved as e:  # as gRPC says FAILED_PRECONDITION: the client sends the keys
+                raise SessionLost(str(e)) from None
+            if not np.array_equal(named_keys, keys):
+                raise ShardError(f"row ids name {named_keys.shape[0]} other keys than the push's {keys.shape[0]}")
         # the encoder's decoded values when it kept them: the same numbers, without a copy
         subset, values = part.decoded or decode_payload(part.payload, keys.shape[0], s.push_width(table, kind))
         sent = keys if subset is None else keys[subset]

@@ -15,7 +15,7 @@ from protos import ps_pb2, ps_pb2_grpc
 from ps.api import KnownRows, ModelIdentity, ModelMismatch
 from ps.compression.payload import BY_ID, CodecError, decode_payload, encode_rows, value_codec
 from ps.server import metrics
-from ps.server.errors import BaseMismatch, SessionExpired, ShardError, StaleGeneration
+from ps.server.errors import BaseMismatch, RowsMoved, SessionExpired, ShardError, StaleGeneration
 from ps.server.shard import Shard
 from ps.server.store import StoreCorrupted
 from ps.server.tables import DELTA, GRADIENT, MOMENTUM, STATE
@@ -31,7 +31,7 @@ def _call(method: str, context: grpc.ServicerContext, fn: Callable[[], R], incar
     start = time.perf_counter()
     try:
         return fn()
-    except (SessionExpired, BaseMismatch) as e:
+    except (SessionExpired, RowsMoved, BaseMismatch) as e:
         _abort(context, method, grpc.StatusCode.FAILED_PRECONDITION, str(e), incarnation)
     except StaleGeneration as e:
         _abort(context, method, grpc.StatusCode.ABORTED, f"{method}: {e}", incarnation)
@@ -145,6 +145,12 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
                 keys = session.keys
                 if request.key_count != keys.shape[0]:
                     raise ShardError(f"key_count {request.key_count} but the sessions hold {keys.shape[0]} keys")
+            elif target == "row_ids":
+                named = request.row_ids
+                row_ids = decode_known_ids(named.ids, named.count, named.bitmap)
+                if request.key_count != row_ids.shape[0]:
+                    raise ShardError(f"key_count {request.key_count} but row_ids names {row_ids.shape[0]} rows")
+                keys = self.shard.keys_of(request.table, named.layout, row_ids)
             else:
                 keys = decode_keys(request.keys, request.key_count, request.key_encoding)
             kind = _push_kind(request.kind)

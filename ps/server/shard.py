@@ -21,7 +21,7 @@ from ctr.routing import dense_range, shard_of
 from ps.api import CachedPull, ExportedFile, KnownRows, ModelIdentity, TableStats, mismatch
 from ps.compression.state_diff import as_fp32_bits, base_digest, decode_state_diff
 from ps.server.checkpoints import Checkpoints, CutImage, CutSnapshot, read_cut
-from ps.server.errors import BaseMismatch, SessionExpired, ShardError, StaleGeneration
+from ps.server.errors import BaseMismatch, RowsMoved, SessionExpired, ShardError, StaleGeneration
 from ps.server.export import changed_rows, export_folder, write_export
 from ps.server.lifecycle import Lifecycle
 from ps.server.row_lifecycle import RowLifecycle
@@ -294,6 +294,21 @@ class Shard:
                 raise ShardError("a key sent is also named by a known row id")
             sid = self._open(Session(table, all_keys, recorded, known.client, as_key))
             return CachedPull(sid, False, t.layout, stored, stored_ids, t.state[stored_ids], changed, t.state[ids[changed]])
+
+    def keys_of(self, table: str, layout: int, ids: npt.NDArray[np.int64]) -> npt.NDArray[np.uint64]:
+        """The keys of the sorted unique row ids a push names (ids of `layout`), sorted: the
+        push then lands as if they had travelled. Resolved under the lock, so they are the
+        keys the ids named, whatever moves after."""
+        t = self._table(table)
+        if ids.shape[0] > 1 and not bool(np.all(ids[1:] > ids[:-1])):
+            raise ShardError("row ids are not sorted and unique")
+        with self.lock:
+            if layout != t.layout:
+                raise RowsMoved(f"table {table}'s rows moved since layout {layout}: name them by key")
+            if ids.shape[0] and (ids[0] < 0 or ids[-1] >= t.size):
+                bad = int(ids[-1]) if ids[-1] >= t.size else int(ids[0])
+                raise ShardError(f"row id {bad} outside table {table}'s {t.size} rows")
+            return np.sort(t.keys[ids])
 
     def session(self, table: str, session_ids: Sequence[int]) -> Session:
         """The pull sessions a push names (each used once): one session, or the sorted union

@@ -72,5 +72,6 @@ def test_the_trainers_ledger_equals_what_the_shards_received_and_sent(data_dir: 
     total = sum(sum(b) for b in by_kind.values())
     assert got["wire_bytes"] == total > 0
     assert any(k.startswith("drain_") for kinds in got["wire"].values() for k in kinds), got["wire"]  # 1-bit residuals
+    assert got["rows_pushed_as_ids"] > 0, got  # drains named rows by id over gRPC
     pushes = {k: v for k, v in got["codecs"].items() if k.startswith("push:")}
     assert got["codecs"]["pull"] == "raw" and pushes and set(pushes.values()) == {"onebit"}, got["codecs"]

@@ -158,3 +158,53 @@ def test_pulls_that_overlap_the_last_push_keep_exact_rows_and_rows_travel_once()
         waiting = (keys, np.tile([0.01, 0.5], (keys.shape[0], 1)), session)
     stats = client.compression_stats()
     assert stats["rows_pulled"] <= pool.shape[0] // 4, stats  # kept from their first push's reply on
+
+
+def _one_bit_pushes(client: PSClient, keys: np.ndarray, rounds: int) -> np.ndarray:
+    """Rounds of FTRL deltas pushed in 1 bit (residuals owed); returns their sum."""
+    rng = np.random.default_rng(6)
+    total = np.zeros((keys.shape[0], FTRL.width))
+    for _ in range(rounds):
+        delta = rng.normal(size=(keys.shape[0], FTRL.width)) * 0.1
+        delta[:, 1] = np.abs(delta[:, 1])
+        total += delta
+        _, session = client.pull("w", keys, state=True)
+        client.push("w", keys, delta, session, kind=DELTA)
+    return total
+
+
+def test_drained_rows_go_by_row_id_and_land_as_their_keys_would() -> None:
+    """A drain names no pull session: the rows whose ids the client keeps go by id (a bit
+    each, dense), the others by key, and the shards end bit for bit as with keys only."""
+    keys = np.unique(np.random.default_rng(7).integers(1, 1 << 62, size=3000, dtype=np.uint64))  # hashed keys
+    by_id, by_key = _shards(), _shards()
+    a, b = _client(by_id, keep=True, push_codec="onebit"), _client(by_key, keep=False, push_codec="onebit")
+    total = _one_bit_pushes(a, keys, 4)
+    _one_bit_pushes(b, keys, 4)
+    extra = np.arange(5001, 5101, dtype=np.uint64)  # rows only pushed without a session: ids unknown
+    for c in (a, b):
+        c.push("w", extra, np.tile([0.01, 0.5], (extra.shape[0], 1)), None, kind=DELTA)
+    drained = {}
+    for name, c in (("id", a), ("key", b)):
+        c.drain_residuals("end")
+        drained[name] = c.wire.total(("drain_end",))
+    np.testing.assert_array_equal(_truth(by_id, "w", keys), _truth(by_key, "w", keys))
+    np.testing.assert_array_equal(_truth(by_id, "w", extra), _truth(by_key, "w", extra))
+    np.testing.assert_allclose(_truth(by_id, "w", keys), total, rtol=0, atol=1e-9)  # every update, once
+    assert a.compression_stats()["rows_pushed_as_ids"] == keys.shape[0]  # the extra rows went by key
+    assert drained["id"] < drained["key"] - 6 * keys.shape[0]  # an id costs a bit here, a hashed key 7-8 bytes
+
+
+def test_a_drain_to_a_shard_whose_rows_moved_sends_the_keys() -> None:
+    shards = _shards(1)
+    other = _client(shards, keep=False)
+    other.push("w", np.array([7], dtype=np.uint64), np.array([[0.1, 1.0]]), None, kind=DELTA)  # row 0
+    client = _client(shards, keep=True, push_codec="onebit")
+    keys = np.arange(100, 600, dtype=np.uint64)
+    total = _one_bit_pushes(client, keys, 3)
+    table = shards[0].sparse["w"]
+    table.delete_rows(table.find(np.array([7], dtype=np.uint64)))  # the last row moves into its hole
+    client.drain_residuals("end")
+    np.testing.assert_allclose(_truth(shards, "w", keys), total, rtol=0, atol=1e-9)
+    stats = client.compression_stats()
+    assert stats["row_ids_moved"] == 1 and stats["rows_pushed_as_ids"] == 0

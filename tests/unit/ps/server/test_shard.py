@@ -6,7 +6,7 @@ import pytest
 from ctr.model.optim import OptimizerSpec
 from ctr.model.spec import ModelSpec
 from ctr.routing import shard_of
-from ps.server.errors import ShardError
+from ps.server.errors import RowsMoved, ShardError
 from ps.server.shard import Shard
 
 
@@ -211,3 +211,18 @@ def test_a_state_difference_applies_only_to_its_base():
     with pytest.raises(BaseMismatch, match="not the base"):  # resent: the range is no longer its base
         s.push_dense_diff("mlp", encode_state_diff(nb, b), base_digest(b))
     np.testing.assert_array_equal(s.dense["mlp"].state, new)
+
+
+def test_row_ids_name_their_keys_only_in_their_layout():
+    s = _shard()
+    s.push("w", KEYS, np.ones(4), "gradient")
+    t = s.sparse["w"]
+    ids = np.sort(t.find(KEYS[[1, 3]]))
+    np.testing.assert_array_equal(s.keys_of("w", t.layout, ids), KEYS[[1, 3]])  # sorted keys, as if they travelled
+    for bad, message in [(ids[::-1], "not sorted"), (np.array([0, 4]), "outside table w's 4 rows"), (np.array([-1, 2]), "outside")]:
+        with pytest.raises(ShardError, match=message):
+            s.keys_of("w", t.layout, bad)
+    layout = t.layout
+    t.delete_rows(t.find(KEYS[:1]))  # rows move: the ids no longer name them
+    with pytest.raises(RowsMoved):
+        s.keys_of("w", layout, ids)
