@@ -299,10 +299,11 @@ class Trainer:
             if self._round(over=True).over == self.group.world:
                 return
 
-    def _rank_figures(self) -> dict[str, Any]:
+    def _rank_figures(self, final: bool = False) -> dict[str, Any]:
         share = self.progress.window // (self.group.world if self.group is not None else 1)
         return {
-            "progress": self.progress.state(last=share),  # what the merge keeps of each rank
+            # what the merge keeps of each rank; in full only for the summary at the end
+            "progress": self.progress.state(last=share, compact=not final),
             "submitted": self.submitted,
             "push_bytes": self.client.push_bytes,
             "pull_bytes": self.client.pull_bytes,
@@ -312,10 +313,10 @@ class Trainer:
             "wire": self.client.wire.snapshot(),
         }
 
-    def _gather_ranks(self) -> tuple[list[dict[str, Any]], ProgressiveMetrics] | None:
+    def _gather_ranks(self, final: bool = False) -> tuple[list[dict[str, Any]], ProgressiveMetrics] | None:
         """Every rank's figures and their merged progressive metrics, at rank 0 (None elsewhere)."""
         assert self.group is not None
-        figures = self.group.gather(self._rank_figures())
+        figures = self.group.gather(self._rank_figures(final))
         if figures is None:
             return None
         return figures, ProgressiveMetrics.merge(self.progress.window, [f["progress"] for f in figures])
@@ -352,7 +353,7 @@ class Trainer:
     def _merge_ranks(self, own: dict[str, float]) -> dict[str, float]:
         """At the end: rank 0 gets the ranks' merged metrics (and their bytes and bad lines
         in self.merged); the others keep their own."""
-        gathered = self._gather_ranks()
+        gathered = self._gather_ranks(final=True)
         if gathered is None:
             return own
         figures, merged = gathered

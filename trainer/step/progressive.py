@@ -36,18 +36,29 @@ class ProgressiveMetrics:
         self.pos = (self.pos + n) % self.window
         self.filled = min(self.window, self.filled + n)
 
-    def state(self, last: int | None = None) -> dict[str, object]:
+    def state(self, last: int | None = None, compact: bool = False) -> dict[str, object]:
         """Everything `merge` needs, picklable (a worker sends it to its coordinator); with
         `last`, only the window's last `last` slots, the part `merge` keeps of each of
-        several workers (it crosses the wire at every report)."""
+        several workers (it crosses the wire at every report). `compact` sends the window
+        as a progress line needs it: labels a bit each, predictions in float16 (a quarter
+        of the bytes; the AUC of a 10k window moves in its 4th decimal at most)."""
         start = 0 if last is None else max(0, self.filled - last)
-        return {
-            "count": self.count,
-            "positives": self.positives,
-            "loss_sum": self.loss_sum,
-            "labels": self.labels[start : self.filled].copy(),
-            "probs": self.probs[start : self.filled].copy(),
-        }
+        labels, probs = self.labels[start : self.filled], self.probs[start : self.filled]
+        out: dict[str, object] = {"count": self.count, "positives": self.positives, "loss_sum": self.loss_sum}
+        if compact:
+            out["label_bits"] = (np.packbits(labels > 0.5), labels.shape[0])
+            out["probs"] = probs.astype(np.float16)
+        else:
+            out["labels"], out["probs"] = labels.copy(), probs.copy()
+        return out
+
+    @staticmethod
+    def _window_of(st: dict[str, object]) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]:
+        probs = np.asarray(st["probs"]).astype(np.float32)
+        if "label_bits" in st:
+            packed: tuple[npt.NDArray[np.uint8], int] = st["label_bits"]  # type: ignore[assignment]
+            return np.unpackbits(packed[0], count=packed[1]).astype(np.float32), probs
+        return np.asarray(st["labels"], dtype=np.float32), probs
 
     @classmethod
     def merge(cls, window: int, states: list[dict[str, object]]) -> ProgressiveMetrics:
@@ -59,8 +70,8 @@ class ProgressiveMetrics:
             out.count += int(st["count"])  # type: ignore[call-overload]
             out.positives += int(st["positives"])  # type: ignore[call-overload]
             out.loss_sum += float(st["loss_sum"])  # type: ignore[arg-type]
-            labels = np.asarray(st["labels"])[-share:] if share else np.zeros(0, dtype=np.float32)
-            probs = np.asarray(st["probs"])[-share:] if share else np.zeros(0, dtype=np.float32)
+            labels, probs = cls._window_of(st)
+            labels, probs = (labels[-share:], probs[-share:]) if share else (labels[:0], probs[:0])
             n = labels.shape[0]
             out.labels[out.filled : out.filled + n] = labels
             out.probs[out.filled : out.filled + n] = probs

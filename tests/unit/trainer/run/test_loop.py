@@ -1,6 +1,7 @@
 """The training loop on real files, in-process: format detection and resuming inside a CSV."""
 
 import json
+import pickle
 import subprocess
 import sys
 
@@ -265,3 +266,21 @@ def test_ranks_send_only_the_part_of_their_window_the_merge_keeps():
     sent = ProgressiveMetrics.merge(1000, [m.state(last=1000 // 3) for m in ranks])
     assert sent.snapshot() == whole.snapshot()
     assert np.asarray(ranks[0].state(last=333)["probs"]).shape == (333,)
+
+
+def test_a_progress_report_sends_the_window_in_a_quarter_of_the_bytes_and_the_same_auc_to_4_places():
+    rng = np.random.default_rng(6)
+    ranks = [ProgressiveMetrics(10000) for _ in range(2)]
+    for m in ranks:
+        labels = rng.integers(0, 2, 8000).astype(np.float32)
+        m.update(labels, np.clip(0.1 + 0.3 * labels + rng.normal(0, 0.2, 8000), 0, 1).astype(np.float32))
+    whole = ProgressiveMetrics.merge(10000, [m.state(last=5000) for m in ranks]).snapshot()
+    compact = ProgressiveMetrics.merge(10000, [m.state(last=5000, compact=True) for m in ranks]).snapshot()
+    assert compact["window_samples"] == whole["window_samples"] == 10000
+    assert abs(compact["window_auc"] - whole["window_auc"]) < 1e-4
+    assert abs(compact["window_logloss"] - whole["window_logloss"]) < 1e-3
+    assert {k: compact[k] for k in ("samples", "positives", "progressive_logloss")} == {
+        k: whole[k] for k in ("samples", "positives", "progressive_logloss")
+    }
+    sizes = [len(pickle.dumps(ranks[0].state(last=5000, compact=c))) for c in (False, True)]
+    assert sizes[1] < sizes[0] / 3.5
