@@ -540,7 +540,8 @@ class Trainer:
             # its error feedback holds back, and the others forget their mirror of it
             self.group.barrier()
             self.client.drain_residuals("cut")
-        state = worker_state(self.position, self.submitted, self.progress.state(), self.model.state(self.client))
+        share = self.progress.window // self.group.world  # what a merge keeps of each rank's window
+        state = worker_state(self.position, self.submitted, self.progress.state(last=share), self.model.state(self.client))
         states = self.group.gather(state)
         if states is not None:
             self._wait_commit()

@@ -1,6 +1,6 @@
 """A cut's offsets (trainer.run.recovery) come back as they went: position, samples and the
-metrics window, whose 0/1 labels travel as bits; soft labels and cuts written before bits
-still read."""
+metrics window, whose 0/1 labels travel as bits and predictions in float16; soft labels and
+cuts written before bits or float16 still read."""
 
 from __future__ import annotations
 
@@ -25,7 +25,9 @@ def test_binary_labels_travel_as_bits_and_come_back_exactly():
     point = decode_offsets(5, json.dumps(state).encode())
     assert point.cut == 5 and point.samples == 1234 and point.position == Position(file="a", offset=7, line=3)
     np.testing.assert_array_equal(point.progress["labels"], labels)
-    np.testing.assert_array_equal(point.progress["probs"], _progress(labels)["probs"])
+    probs = np.asarray(_progress(labels)["probs"])
+    np.testing.assert_array_equal(point.progress["probs"], probs.astype(np.float16).astype(np.float32))
+    assert point.progress["probs"].dtype == np.float32 and len(state["progress"]["probs16"]) < 4 * 10_001 * 2 / 3 + 4
     assert point.progress["loss_sum"] == 512.25
 
 
@@ -35,5 +37,8 @@ def test_soft_labels_and_cuts_written_before_bits_still_read():
     np.testing.assert_array_equal(point.progress["labels"], soft)
     old = worker_state(Position(), 3, _progress(soft))
     old["progress"]["labels"] = array_text(np.array([1.0, 0.0, 1.0]), "<f4")  # as cuts were written before
+    old["progress"]["probs"] = array_text(np.array([0.125, 0.5, 0.3]), "<f4")
+    del old["progress"]["probs16"]
     parts = decode_offsets(2, encode_workers([old, old])).parts
     assert len(parts) == 2 and list(parts[1].progress["labels"]) == [1.0, 0.0, 1.0]
+    np.testing.assert_array_equal(parts[1].progress["probs"], np.array([0.125, 0.5, 0.3], dtype=np.float32))
