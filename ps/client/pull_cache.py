@@ -172,6 +172,11 @@ class PullCache:
             rows[stored_at] = got.stored_rows
             rows[made_at] = init_rows(part[made_at], spec.width, spec.dim, params)
             with self._lock:
+                if got.layout != kept.layouts[s]:
+                    # the shard's rows moved since the ids this client holds there (a pull that
+                    # named none of them, so the shard could not answer `stale`): none holds
+                    kept.drop_shard(s)
+                    kept.layouts[s] = got.layout
                 overlap = self._overlapping(table, first, flying)
                 sure = np.zeros(part.shape[0], dtype=np.bool_) if overlap is None else ~among(part, overlap)
                 kept.store(part[stored_at[sure[stored_at]]], got.stored_ids[sure[stored_at]], got.stored_rows[sure[stored_at]])

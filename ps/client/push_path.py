@@ -76,21 +76,22 @@ class ShardSender:
 
     def send(self, batch: PushBatch, parts: list[tuple[int, Keys, Compressed]]) -> None:
         """Sends each shard's encoded part (shard, its keys, its rows in a codec), naming
-        the batch's pull sessions for that shard; a shard that lost them gets the keys."""
+        the batch's pull sessions for that shard; a part with none, or whose shard lost
+        them, names its rows (by id where this client knows them all)."""
         table, kind, samples = batch.table, batch.kind, batch.samples
         client = self.cache.writer(table, kind)
 
         def one(i: int) -> None:
             s, keys, packed = parts[i]
             sessions = batch.targets[s]
-            try:
-                payload = packed.payload(with_subset=bool(sessions))
-                push = SparsePush(s, table, keys, sessions, payload, kind, samples, client, packed.decoded(bool(sessions)))
-                ack = self.transport.push(push)
-                self.cache.landed(table, s, keys, packed, ack, sessions[0] if len(sessions) == 1 else 0)
-                return
-            except SessionLost:
-                pass
+            if sessions:
+                try:
+                    payload, decoded = packed.payload(with_subset=True), packed.decoded(True)
+                    ack = self.transport.push(SparsePush(s, table, keys, sessions, payload, kind, samples, client, decoded))
+                    self.cache.landed(table, s, keys, packed, ack, sessions[0] if len(sessions) == 1 else 0)
+                    return
+                except SessionLost:
+                    pass
             sent = keys if packed.sent is None else keys[packed.sent]
             ids, layout = self.cache.row_ids(table, s, sent)
             named = NamedIds(np.sort(ids), layout) if sent.shape[0] and bool(np.all(ids >= 0)) else None

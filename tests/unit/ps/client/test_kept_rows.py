@@ -208,3 +208,23 @@ def test_a_drain_to_a_shard_whose_rows_moved_sends_the_keys() -> None:
     np.testing.assert_allclose(_truth(shards, "w", keys), total, rtol=0, atol=1e-9)
     stats = client.compression_stats()
     assert stats["row_ids_moved"] == 1 and stats["rows_pushed_as_ids"] == 0
+
+
+def test_a_pull_that_names_no_id_still_learns_that_the_rows_moved() -> None:
+    """Rows move on a shard (a delete) while a client holds ids of them; its next pull of a
+    shard's keys holds only keys it has never seen, so no id travels and the shard cannot
+    answer `stale`: the reply's layout tells the client its other ids are void."""
+    shards = _shards(1)
+    client = _client(shards, keep=True)
+    held = np.arange(100, 160, dtype=np.uint64)
+    rows, session = client.pull("w", held, state=True)
+    client.push("w", held, np.tile([0.01, 0.5], (held.shape[0], 1)), session, kind=DELTA)
+    client.pull("w", held, state=True)  # the ids are known now
+    table = shards[0].sparse["w"]
+    table.delete_rows(table.find(held[:5]))  # five rows go: the last ones move into their holes
+    fresh = np.arange(900, 910, dtype=np.uint64)
+    client.pull("w", fresh, state=True)  # names no id
+    np.testing.assert_array_equal(client.pull("w", held, state=True)[0], _truth(shards, "w", held))
+    before = _truth(shards, "w", held[5:])
+    client.push("w", held[5:], np.tile([0.01, 0.5], (55, 1)), None, kind=DELTA)  # no session: by id where trusted
+    np.testing.assert_allclose(_truth(shards, "w", held[5:])[:, 1], before[:, 1] + 0.5)  # on these rows, not others
