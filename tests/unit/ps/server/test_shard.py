@@ -219,7 +219,8 @@ def test_row_ids_name_their_keys_only_in_their_layout():
     t = s.sparse["w"]
     ids = np.sort(t.find(KEYS[[1, 3]]))
     np.testing.assert_array_equal(s.keys_of("w", t.layout, ids), KEYS[[1, 3]])  # sorted keys, as if they travelled
-    for bad, message in [(ids[::-1], "not sorted"), (np.array([0, 4]), "outside table w's 4 rows"), (np.array([-1, 2]), "outside")]:
+    bad_ids = [(ids[::-1], "not sorted"), (np.array([0, 4]), "outside table w's 4 rows"), (np.array([-1, 2]), "outside")]
+    for bad, message in bad_ids:
         with pytest.raises(ShardError, match=message):
             s.keys_of("w", t.layout, bad)
     layout = t.layout
