@@ -284,3 +284,13 @@ def test_a_progress_report_sends_the_window_in_a_quarter_of_the_bytes_and_the_sa
     }
     sizes = [len(pickle.dumps(ranks[0].state(last=5000, compact=c))) for c in (False, True)]
     assert sizes[1] < sizes[0] / 3.5
+
+
+def test_a_compact_report_keeps_soft_labels_whole():
+    m = ProgressiveMetrics(100)
+    soft = np.array([0.0, 0.25, 1.0, 0.75], dtype=np.float32)
+    m.update(soft, np.array([0.1, 0.4, 0.9, 0.6], dtype=np.float32))
+    state = m.state(compact=True)
+    assert "label_bits" not in state
+    merged = ProgressiveMetrics.merge(100, [state])
+    np.testing.assert_array_equal(merged.labels[: merged.filled], soft)
