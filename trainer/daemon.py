@@ -542,6 +542,7 @@ def train_run(
         fields.dropped = trainer.merged["dropped"]
         result["ranks"] = float(world)
         result["rank_samples"] = trainer.merged["rank_samples"]
+        result["mlp_replicas_differ"] = float(trainer.merged["replicas_differ"])
     result.update(trainer.merged.get("compression", client.compression_stats()))
     sparse = [t for st in client.control.status() for t in st.tables if t.kind == "sparse"]
     result["sparse_rows"] = float(sum(t.rows for t in sparse))  # the model's size, after the lifecycle

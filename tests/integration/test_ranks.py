@@ -116,6 +116,7 @@ def test_deepfm_ranks_train_one_mlp(data_dir, tmp_path):
         assert _wait(_ranks(tmp_path / "stream", shards, tmp_path, *extra)) == [0, 0]
         result = json.loads((tmp_path / "r0.json").read_text())
         assert result["samples"] == total and result["window_auc"] > 0.85
+        assert result["mlp_replicas_differ"] == 0  # every progress report found the ranks' MLPs equal
         assert result["codecs"]["mlp_moments"] == "e8m4", result["codecs"]  # auto on shard processes: every rank rounds at cuts
         assert result["codecs"]["mlp_allreduce"] == "powersgd:4:100", result["codecs"]  # and the MLP's sums go in low rank
         assert result["wire"]["mlp"]["ranks"]["sent"] > 0 and result["wire"][""]["ranks"]["received"] > 0  # counted

@@ -113,6 +113,7 @@ class Trainer:
         self._last_cut_at = time.monotonic()
         self._last_report_at = time.monotonic()
         self.merged: dict[str, Any] = {}  # rank 0 of a group: the ranks' merged figures at the end
+        self.replicas_differ = 0  # rank 0 of a group: progress reports that found the ranks' MLPs differ
 
     def train_batch(self, batch: SampleBatch) -> None:
         if self.observe is not None:
@@ -311,7 +312,26 @@ class Trainer:
             "dropped": self.fields.dropped,
             "compression": self.client.compression_stats(),
             "wire": self.client.wire.snapshot(),
+            "mlp": self._mlp_fingerprint(),
         }
+
+    def _mlp_fingerprint(self) -> tuple[str, int] | None:
+        """(device, digest) of this rank's MLP replica, None without one."""
+        replica = getattr(self.model, "replica", None)
+        return None if replica is None else (str(self.model.device), replica.digest())
+
+    def _check_replicas(self, figures: list[dict[str, Any]], samples: float) -> None:
+        """Rank 0: the ranks' MLPs must be equal after a round. A difference is logged, not
+        raised (ranks whose MLPs train on different kinds of device may differ in the last
+        bits); between ranks on one kind it is a defect, counted in the summary."""
+        verdict = replicas_verdict([f.get("mlp") for f in figures])
+        if verdict is None:
+            return
+        self.replicas_differ += 1
+        if verdict == "devices":
+            log.warning("the ranks' MLPs differ at %d samples: ranks on different devices may drift apart in rounding", samples)
+        else:
+            log.error("the ranks' MLPs differ at %d samples (%s): replicas that step alike must not", samples, verdict)
 
     def _gather_ranks(self, final: bool = False) -> tuple[list[dict[str, Any]], ProgressiveMetrics] | None:
         """Every rank's figures and their merged progressive metrics, at rank 0 (None elsewhere)."""
@@ -329,6 +349,7 @@ class Trainer:
             return
         figures, merged = gathered
         snap = merged.snapshot()
+        self._check_replicas(figures, snap["samples"])
         now = time.monotonic()
         then, before = self._last_progress
         total = sum(int(f["submitted"]) for f in figures)
@@ -357,6 +378,8 @@ class Trainer:
         if gathered is None:
             return own
         figures, merged = gathered
+        snap = merged.snapshot()
+        self._check_replicas(figures, snap["samples"])
         self.merged = {
             "push_bytes": sum(f["push_bytes"] for f in figures),
             "pull_bytes": sum(f["pull_bytes"] for f in figures),
@@ -365,8 +388,9 @@ class Trainer:
             "compression": _summed([f["compression"] for f in figures]),
             "wire_others": [f["wire"] for f in figures[1:]],  # rank 0 adds its own at the very end
             "rank_samples": [int(f["progress"]["count"]) for f in figures],
+            "replicas_differ": self.replicas_differ,
         }
-        return merged.snapshot()
+        return snap
 
     def _check_bad_lines(self, final: bool) -> None:
         """Stops a stream that is mostly bad lines (another format, a missing label column)
@@ -603,3 +627,14 @@ def merged_wire(parts: list[Wire]) -> Wire:
                 was = out.setdefault(table, {}).get(kind, (0, 0))
                 out[table][kind] = (was[0] + sent, was[1] + received)
     return out
+
+
+def replicas_verdict(prints: list[Any]) -> str | None:
+    """Of the ranks' (device, MLP digest): None where they agree (or a rank has no MLP);
+    "devices" where they differ between ranks on different kinds of device; otherwise
+    the digests, for the log."""
+    if not prints or any(p is None for p in prints) or len({tuple(p) for p in prints}) <= 1:
+        return None
+    if len({str(p[0]).split(":")[0] for p in prints}) > 1:
+        return "devices"
+    return ", ".join(f"rank {r}: {p[0]} {int(p[1]):08x}" for r, p in enumerate(prints))

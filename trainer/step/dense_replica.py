@@ -17,6 +17,7 @@ what training goes on from, in about half the bytes."""
 
 from __future__ import annotations
 
+import zlib
 from typing import Any
 
 import numpy as np
@@ -231,6 +232,15 @@ class DenseReplica:
         base, self._held = self._held, None  # unknown if the push fails part way
         client.push_dense(TABLE, mine, kind=STATE, base=base)  # as its difference from the last, where that pays
         self._held = mine
+
+    def digest(self) -> int:
+        """CRC-32 of the MLP's weights, bit for bit: ranks whose round steps agree hold the
+        same (trainer.run.loop compares them at every progress report)."""
+        crc = 0
+        with torch.no_grad():
+            for p in self.params:
+                crc = zlib.crc32(p.detach().cpu().contiguous().view(torch.uint8).numpy().data, crc)
+        return crc
 
     def round_moments(self) -> None:
         """The Adam moments, in place, to moment_bits mantissa bits (docs/design/moment-bits.md)."""

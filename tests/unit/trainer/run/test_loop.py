@@ -13,7 +13,7 @@ from ctr.data.schema import PRESETS
 from ctr.model.spec import ModelSpec
 from ps.client import PSClient
 from trainer.input.source import Position, StreamSource
-from trainer.run.loop import LoopSettings, Trainer
+from trainer.run.loop import LoopSettings, Trainer, replicas_verdict
 from trainer.step.factorization import build_model
 from trainer.step.progressive import ProgressiveMetrics
 
@@ -294,3 +294,11 @@ def test_a_compact_report_keeps_soft_labels_whole():
     assert "label_bits" not in state
     merged = ProgressiveMetrics.merge(100, [state])
     np.testing.assert_array_equal(merged.labels[: merged.filled], soft)
+
+
+def test_ranks_whose_mlps_differ_are_named_and_devices_apart_are_told_apart():
+    assert replicas_verdict([("cpu", 7), ("cpu", 7)]) is None
+    assert replicas_verdict([None, None]) is None  # no MLP (LR, FM, FFM)
+    assert replicas_verdict([("cpu", 7), ("cpu", 8)]) == "rank 0: cpu 00000007, rank 1: cpu 00000008"
+    assert replicas_verdict([("cuda:0", 7), ("cuda:1", 8)]) == "rank 0: cuda:0 00000007, rank 1: cuda:1 00000008"
+    assert replicas_verdict([("cpu", 7), ("cuda:0", 8)]) == "devices"  # may drift in rounding

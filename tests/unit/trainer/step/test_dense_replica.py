@@ -88,7 +88,7 @@ def _rank(rank: int, port: int, out: str) -> None:
             _grads(replica.net, pooled, dlogit)
             replica.step(32)
         replica.sync(torch.zeros(1, dtype=torch.float64), torch.distributed.group.WORLD)
-        np.save(out, replica.state_rows())
+        np.save(out, np.concatenate([replica.state_rows().reshape(-1), [float(replica.digest())]]))
     finally:
         client.close()
         torch.distributed.destroy_process_group()
@@ -103,8 +103,19 @@ def test_two_ranks_on_halves_of_each_batch_end_as_one_rank_on_the_whole(tmp_path
         _grads(whole.net, *_batch(i))
         whole.step(32)
     ranks = [np.load(path) for path in run_ranks(_rank, tmp_path, ".npy")]
-    np.testing.assert_array_equal(ranks[0], ranks[1])  # every rank holds the same MLP
-    np.testing.assert_allclose(ranks[0], whole.state_rows(), rtol=1e-4, atol=1e-6)
+    np.testing.assert_array_equal(ranks[0], ranks[1])  # every rank holds the same MLP, digest included
+    np.testing.assert_allclose(ranks[0][:-1].reshape(-1, 4), whole.state_rows(), rtol=1e-4, atol=1e-6)
+
+
+def test_the_digest_sees_a_weights_last_bit_and_nothing_else():
+    a, b = DenseReplica(DeepCTR(SPEC, seed=1), OPT), DenseReplica(DeepCTR(SPEC, seed=1), OPT)
+    assert a.digest() == b.digest()
+    with torch.no_grad():
+        b.m[0].add_(1.0)  # the moments are not the weights the check compares
+    assert a.digest() == b.digest()
+    bits = b.params[-1].view(torch.int32)
+    bits[0] ^= 1
+    assert a.digest() != b.digest()
 
 
 def test_only_adam_trains_on_the_worker():
