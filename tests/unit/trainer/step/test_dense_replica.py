@@ -364,3 +364,29 @@ def test_rounded_moments_make_a_compressed_write_smaller():
         sent[bits] = _mlp_push_bytes(client) - before  # the second write: a difference from the first
         client.close()
     assert sent[4] < 0.8 * sent[23], sent
+
+
+@pytest.mark.parametrize("model", ["deepfm", "wdl"])
+def test_the_default_mlp_takes_no_whole_steps_on_the_gradients_of_a_fitted_stream(model: str):
+    """A stream fitted to a logloss near 0 leaves the MLP gradients of about 1e-7 a weight.
+    Adam's step is m / (sqrt(v) + eps): with eps 1e-8 that is a whole step (lr) a round
+    whatever the gradient's size, so the tower drifts until the loss spikes; the default
+    eps keeps such steps to a few hundredths of lr (docs/design/mlp-step.md)."""
+    spec = ModelSpec(model, k=2, fields=("a", "b", "c"), hidden=(8, 4))
+    opt = spec.optimizer("mlp")
+    replica = DenseReplica(DeepCTR(spec, seed=1), opt)
+    before = [p.detach().clone() for p in replica.params]
+    signs = [torch.sign(torch.randn(p.shape, generator=torch.Generator().manual_seed(i))) for i, p in enumerate(replica.params)]
+    steps = 50
+    for _ in range(steps):
+        for p, s in zip(replica.params, signs, strict=True):
+            p.grad = 1e-7 * s * 256  # summed over a 256-example batch
+        replica.step(256)
+    moved = max(float((p.detach() - b).abs().max()) for p, b in zip(replica.params, before, strict=True))
+    assert moved < 0.05 * steps * opt.lr, (moved, opt)
+    whole = DenseReplica(DeepCTR(spec, seed=1), OptimizerSpec("adam", lr=opt.lr))  # eps 1e-8
+    for _ in range(steps):
+        for p, s in zip(whole.params, signs, strict=True):
+            p.grad = 1e-7 * s * 256
+        whole.step(256)
+    assert max(float((p.detach() - b).abs().max()) for p, b in zip(whole.params, before, strict=True)) > 0.5 * steps * opt.lr
