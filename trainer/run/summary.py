@@ -25,6 +25,9 @@ def summary_text(result: dict[str, Any], export_dir: str | None, exports: list[s
     bad, dropped = int(result.get("bad_lines", 0)), int(result.get("dropped_features", 0))
     if bad or dropped:
         lines.append(f"  {bad:,} bad lines skipped, {dropped:,} features of fields outside the model dropped")
+    differ = int(result.get("mlp_replicas_differ", 0))
+    if differ:  # every rank steps alike: a difference is a defect, or ranks on different kinds of device
+        lines.append(f"  the ranks' MLPs differed at {differ} progress report(s): the log says where (rank 0 exports its own)")
     per = max(1, samples)
     both = [(k, b["sent"] + b["received"]) for kinds in result.get("wire", {}).values() for k, b in kinds.items()]
     drains = sum(n for k, n in both if k.startswith("drain_"))

@@ -1,0 +1,14 @@
+"""The trainer's closing words name what a person must not miss."""
+
+from __future__ import annotations
+
+from trainer.run.summary import summary_text
+
+RESULT = {"samples": 1000.0, "elapsed_s": 1.0, "examples_per_s": 1000.0, "progressive_logloss": 0.5, "window_auc": 0.7}
+
+
+def test_ranks_whose_mlps_differed_are_named_in_the_summary():
+    text = summary_text({**RESULT, "mlp_replicas_differ": 2.0}, None, [], None)
+    assert "the ranks' MLPs differed at 2 progress report(s)" in text
+    assert "MLPs differed" not in summary_text({**RESULT, "mlp_replicas_differ": 0.0}, None, [], None)
+    assert "MLPs differed" not in summary_text(RESULT, None, [], None)  # one process
