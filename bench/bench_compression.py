@@ -240,6 +240,7 @@ def main() -> None:
                         print(name, model, codec, seed, json.dumps(runs[codec][-1]), flush=True)
                 results[f"{name}/{model}"] = summarize(runs)
     speed = codec_speed(args.speed_reps)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)  # bench/results is not in a fresh clone
     Path(args.out).write_text(json.dumps({"training": results, "speed": speed}, indent=1))
     default_plot = "compression.png" if args.workers == 1 else f"compression_w{args.workers}.png"
     plot(results, Path(args.plot) if args.plot else ROOT / "docs" / default_plot)

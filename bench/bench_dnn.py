@@ -117,6 +117,7 @@ def main() -> None:
                     flush=True,
                 )
     out = ROOT / "bench" / "results" / "dnn.json"
+    out.parent.mkdir(exist_ok=True)  # ignored by git: a fresh clone has no results folder
     out.write_text(json.dumps(results, indent=1))
     print("\n| dataset / model | system | AUC, last 20% (median [min-max]) | examples/s (median) |\n|---|---|---|---|")
     for key, systems in results.items():
