@@ -71,6 +71,11 @@ class AutoChoice:
     ratio: float = 0.0  # base / sent (measured or estimated) at the last judgement (0: none yet)
     stall: float = 0.0  # the cut drain's share of fp64's bytes, sent exactly, at the last judgement
     switches: int = 0
+    # how far the estimate that sent the table to 1-bit was off: its ratio over the ratio the
+    # first whole 1-bit window after it measured (at least 1); it scales every later
+    # estimate (two ranks' tables flapped on an estimate 1-bit never met: auto-codec.md)
+    miss: float = 1.0
+    _entered: float = 0.0  # the estimated ratio that sent the table to 1-bit, until a 1-bit window is measured
     _exported: bool = False  # the window holds an export's drain
     _cuts: int = 0  # ... and this many cuts' drains
     _partial: bool = False  # 1-bit since an export: the coming cut's window is part of an interval
@@ -130,6 +135,12 @@ class AutoChoice:
         # at an export, the drain a cut now would send; at a cut, drained() counted it
         rows_now = 0 if at_cut else len(self._since_cut) << SAMPLE_BITS
         sent = self.sent + rows_now * (self.cut_value_bytes * self.cols + KEY_BYTES)
+        if self.compress and self._entered:  # the first whole 1-bit window: what the estimate missed
+            self.miss = max(1.0, self._entered / max(1e-9, self.base / max(1, sent)))
+            self._entered = 0.0
+        estimated = self.base / max(1, sent)
+        if not self.compress:  # as far off as 1-bit last measured
+            sent = round(sent * self.miss)
         self.ratio = self.base / max(1, sent)
         # the stall: the shard takes each drained row whatever codec carries it, so the
         # limits keep the meaning they were tuned with, exact fp64 rows (cut-drains.md)
@@ -148,6 +159,7 @@ class AutoChoice:
         if switch:
             self.compress = not self.compress
             self.switches += 1
+            self._entered = estimated if self.compress else 0.0
             self._partial = self.compress and not at_cut
         return switch
 
@@ -164,7 +176,8 @@ class AutoChoice:
         drain = f"its cut drain {self.stall:.2f} of fp64's bytes"
         if self.compress:
             return f"{AUTO_CODEC}: {self.ratio:.1f}x fewer value bytes than {BASE_CODEC} over the last window, {drain}"
+        missed = f", the estimate x{self.miss:.2f} as {AUTO_CODEC} last measured" if self.miss > 1.0 else ""
         return (
             f"{BASE_CODEC}: {AUTO_CODEC} would have carried {self.ratio:.1f}x fewer value bytes over the last window"
-            f" (it must {1 / AUTO_ENTER:.1f}x), {drain} (at most {AUTO_STALL_ENTER:g})"
+            f" (it must {1 / AUTO_ENTER:.1f}x){missed}, {drain} (at most {AUTO_STALL_ENTER:g})"
         )

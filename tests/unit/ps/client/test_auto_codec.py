@@ -273,3 +273,28 @@ def test_a_window_runs_on_across_cuts_until_it_holds_an_export(monkeypatch: pyte
         quiet.drained("cut", 0)
         judged.append(quiet.judge(at_cut=True))
     assert judged == [False, False, False, True]
+
+
+def test_a_table_whose_onebit_window_measured_more_than_its_estimate_does_not_flap_back() -> None:
+    """A window whose estimate said 1-bit pays went 1-bit, measured that it did not (here:
+    rows the residual bound sends exactly, which the estimate of a sign a value and the
+    drains cannot see), and went back; the same estimate then sent it to 1-bit again (16
+    switches on two ranks' Frappe DeepFM). How far the estimate missed now scales it: the
+    table stays, unless its stream comes to pay by that much more."""
+    keys = np.arange(1, 20_001, dtype=np.uint64)
+    choice = AutoChoice(cut_value_bytes=2)
+    _bodies(choice, keys, 2, 16)  # every row 16 times between cuts: the estimate says 1-bit pays
+    choice.drained("cut", 0)
+    assert choice.judge(at_cut=True) and choice.compress
+    for _ in range(16):  # under 1-bit, signs and means, and a fifth of the rows sent exactly each push
+        choice.pushed(keys, 2, 1 + 16 + 20_000 * 2 // 8, 4_000)
+    choice.drained("cut", 20_000)
+    assert choice.judge(at_cut=True) and not choice.compress  # measured: more than 0.8 of bf16z's bytes
+    assert choice.miss > 3.0, choice.miss
+    _bodies(choice, keys, 2, 16)  # the same stream again
+    choice.drained("cut", 0)
+    assert not choice.judge(at_cut=True) and not choice.compress, choice.describe()
+    assert "as onebit last measured" in choice.describe()
+    _bodies(choice, keys, 2, 128)  # rows repeated eight times as often: 1-bit pays even at that miss
+    choice.drained("cut", 0)
+    assert choice.judge(at_cut=True) and choice.compress
