@@ -135,10 +135,10 @@ class AutoChoice:
         # at an export, the drain a cut now would send; at a cut, drained() counted it
         rows_now = 0 if at_cut else len(self._since_cut) << SAMPLE_BITS
         sent = self.sent + rows_now * (self.cut_value_bytes * self.cols + KEY_BYTES)
+        unscaled = self.base / max(1, sent)  # measured under 1-bit, estimated under bf16z
         if self.compress and self._entered:  # the first whole 1-bit window: what the estimate missed
-            self.miss = max(1.0, self._entered / max(1e-9, self.base / max(1, sent)))
+            self.miss = max(1.0, self._entered / max(1e-9, unscaled))
             self._entered = 0.0
-        estimated = self.base / max(1, sent)
         if not self.compress:  # as far off as 1-bit last measured
             sent = round(sent * self.miss)
         self.ratio = self.base / max(1, sent)
@@ -159,7 +159,7 @@ class AutoChoice:
         if switch:
             self.compress = not self.compress
             self.switches += 1
-            self._entered = estimated if self.compress else 0.0
+            self._entered = unscaled if self.compress else 0.0
             self._partial = self.compress and not at_cut
         return switch
 
