@@ -45,9 +45,8 @@ class ProgressiveMetrics:
         start = 0 if last is None else max(0, self.filled - last)
         labels, probs = self.labels[start : self.filled], self.probs[start : self.filled]
         out: dict[str, object] = {"count": self.count, "positives": self.positives, "loss_sum": self.loss_sum}
-        binary = bool(np.all((labels == 0) | (labels == 1)))  # soft labels travel whole
         out["probs"] = probs.astype(np.float16) if compact else probs.copy()
-        if compact and binary:
+        if compact and bool(np.all((labels == 0) | (labels == 1))):  # soft labels travel whole
             out["label_bits"] = (np.packbits(labels == 1), labels.shape[0])
         else:
             out["labels"] = labels.copy()
