@@ -27,6 +27,9 @@ import numpy.typing as npt
 AUTO_CODEC = "onebit"
 # the other windows' codec: bf16 in zstd'd byte planes, each push rounded (rounded-pushes.md)
 BASE_CODEC = "bf16z"
+# ... with a state delta's accumulator columns (FTRL's n, Adagrad's sums of squares) at this
+# many mantissa bits: they only scale steps (rounded-pushes.md, "Accumulators at 4 mantissa bits")
+BASE_ACCUMULATOR_BITS = 4
 BASE_VALUE_BYTES = 2.0  # what bf16z is priced at a value before a window has measured it
 # the exact codec of every drain (the end's, a switch's, the memory's evictions): float64 in
 # zstd'd byte planes, lossless. The stall limits count fp64's value bytes (as they were tuned)

@@ -227,6 +227,7 @@ class PSClient:
                 self._dense_len[spec.name] = spec.dim
             else:
                 self.cache.know(spec)
+                self.compression.know(spec)
 
     def keep_rows(self, max_rows: int = DEFAULT_KEPT_ROWS) -> None:
         """From now on, state pulls of known sparse tables keep their rows on this client

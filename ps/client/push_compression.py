@@ -11,9 +11,11 @@ import zlib
 import numpy as np
 import numpy.typing as npt
 
+from ctr.model.optim import accumulator_columns
+from ctr.model.spec import TableSpec
 from ctr.routing import dense_range
 from ps.api import DELTA, STATE, STATE_DIFF, DensePush
-from ps.client.auto_codec import AUTO_CODEC, BASE_CODEC, CODEC_VALUE_BYTES, EXACT_CODEC, AutoChoice
+from ps.client.auto_codec import AUTO_CODEC, BASE_ACCUMULATOR_BITS, BASE_CODEC, CODEC_VALUE_BYTES, EXACT_CODEC, AutoChoice
 from ps.client.push_path import PushBatch, ShardSender
 from ps.compression.compressor import CodecSpec, Compressor
 from ps.compression.payload import VALUE_CODECS, Compressed
@@ -71,6 +73,13 @@ class PushCompression:
         self._dense_residual: dict[str, F64] = {}  # error feedback of 1-bit dense pushes
         self.choices: dict[str, AutoChoice] = {}  # `auto`'s, per state-delta table
         self._made: dict[str, int] = {}  # compressors made per table (each gets its own seed)
+        self._accumulators: dict[str, slice] = {}  # each known sparse table's state columns that only grow
+
+    def know(self, spec: TableSpec) -> None:
+        """A sparse table's layout: auto's rounded pushes keep its accumulators coarser."""
+        cols = accumulator_columns(spec.optimizer.kind, spec.dim)
+        if cols.stop > cols.start:
+            self._accumulators[spec.name] = cols
 
     def _compressor(self, table: str, kind: str) -> Compressor:
         if table not in self.compressors:
@@ -82,15 +91,21 @@ class PushCompression:
 
     def _make(self, table: str) -> None:
         choice = self.choices.get(table)
+        coarse = None
         if choice is not None:
             spec = CodecSpec(AUTO_CODEC) if choice.compress else CodecSpec(BASE_CODEC, rounded=True)
+            cols = self._accumulators.get(table)
+            if spec.rounded and cols is not None:
+                coarse = (cols, BASE_ACCUMULATOR_BITS)
         else:
             spec = self.spec or CodecSpec("fp64" if self._kinds[table] == DELTA else "fp32")
         # the seed comes from the table and how many it had, not from the order tables were
         # first pushed in: a batch pushes its tables at once (PSClient.concurrently)
         made = self._made.get(table, 0)
         seed = zlib.crc32(f"{self.seed}:{table}:{made}".encode())
-        self.compressors[table] = Compressor(spec, self.residual_rows, seed=seed, residual_bound=self.residual_bound)
+        self.compressors[table] = Compressor(
+            spec, self.residual_rows, seed=seed, residual_bound=self.residual_bound, coarse=coarse
+        )
         self._made[table] = made + 1
 
     def push(self, batch: PushBatch) -> Keys:
@@ -178,7 +193,8 @@ class PushCompression:
         for table, comp in sorted(self.compressors.items()):
             out[f"push:{table}"] = comp.spec.name
             if table in self.choices:
-                out[f"auto:{table}"] = self.choices[table].describe()
+                coarse = f"; its accumulators at {comp.coarse[1]} mantissa bits" if comp.coarse else ""
+                out[f"auto:{table}"] = self.choices[table].describe() + coarse
         return out
 
     def stats(self) -> dict[str, float]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from ps.compression.payload import VALUE_CODECS, Compressed, ValueCodec
+from ps.compression.payload import VALUE_CODECS, Compressed, ValueCodec, coarse_bf16z
 from ps.compression.residuals import ResidualStore
 from ps.compression.topk import mstopk_threshold, row_scores, rows_at_least
 
@@ -88,11 +88,25 @@ class Compressor:
     above B times its column's mean sent magnitude. Several ranks pushing the same rows
     need the bound: 1-bit sends every value of a column as that column's mean, so a hot
     row's residual grows push after push, and the other ranks train that row without it
-    (docs/design/residual-bound.md)."""
+    (docs/design/residual-bound.md).
 
-    def __init__(self, spec: CodecSpec, residual_rows: int, seed: int = 0, residual_bound: float | None = None) -> None:
+    coarse: (columns, bits) of bf16z:rounded: those columns (a state delta's accumulators)
+    keep only `bits` mantissa bits of bf16's 7 (docs/design/rounded-pushes.md,
+    "Accumulators at 4 mantissa bits")."""
+
+    def __init__(
+        self,
+        spec: CodecSpec,
+        residual_rows: int,
+        seed: int = 0,
+        residual_bound: float | None = None,
+        coarse: tuple[slice, int] | None = None,
+    ) -> None:
+        if coarse is not None and spec.name != "bf16z:rounded":
+            raise ValueError(f"codec {spec.name}: only bf16z:rounded rounds columns further (no error feedback to keep it)")
         self.spec = spec
-        self.codec: ValueCodec = VALUE_CODECS[spec.value]
+        self.coarse = coarse
+        self.codec: ValueCodec = VALUE_CODECS[spec.value] if coarse is None else coarse_bf16z(*coarse)
         self.residuals = ResidualStore(residual_rows) if spec.feedback else None
         self.residual_bound = residual_bound if spec.feedback else None
         self.rng = np.random.default_rng(seed)

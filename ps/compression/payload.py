@@ -26,6 +26,7 @@ from ps.compression.quantize import decode_int8, decode_onebit, encode_int8, enc
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
 MAGIC, VERSION = 0xC7, 1
+BF16_MANTISSA = 7
 
 
 class CodecError(ValueError):
@@ -149,9 +150,24 @@ def _planes_zstd(
     return enc, dec
 
 
-def _bf16_encode(rows: F64, rng: np.random.Generator) -> tuple[bytes, F64]:
+def _bf16_words(rows: F64, coarse: tuple[slice, int] | None = None) -> npt.NDArray[np.uint16]:
+    """The bf16 words of rows, to nearest even; with coarse (columns, bits), those columns
+    keep only `bits` (1-7) mantissa bits, the rest of their words zero."""
     u = np.ascontiguousarray(rows, dtype=np.float32).view(np.uint32)
-    top = ((u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype("<u2")  # to nearest even
+    if coarse is None:
+        return ((u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype("<u2")
+    columns, bits = coarse
+    if not 1 <= bits <= BF16_MANTISSA:
+        raise ValueError(f"bf16 keeps 1 to {BF16_MANTISSA} mantissa bits, not {bits}")
+    drop = np.full(rows.shape[-1], 16, dtype=np.uint32)  # the float32 bits each column's rounding drops
+    drop[columns] = 16 + BF16_MANTISSA - bits
+    one = np.uint32(1)
+    half, mask = (one << (drop - one)) - one, ~((one << drop) - one)
+    return (((u + half + ((u >> drop) & one)) & mask) >> np.uint32(16)).astype("<u2")
+
+
+def _bf16_encode(rows: F64, rng: np.random.Generator) -> tuple[bytes, F64]:
+    top = _bf16_words(rows)
     return top.tobytes(), _bf16_values(top, rows.shape)
 
 
@@ -168,6 +184,20 @@ def _bf16z_encode(rows: F64, rng: np.random.Generator) -> tuple[bytes, F64]:
     """bf16 in zstd'd byte planes: its high byte is the sign and most of the exponent."""
     body, decoded = _bf16_encode(rows, rng)
     return _to_planes(np.frombuffer(body, dtype="<u2").reshape(rows.shape)), decoded
+
+
+def coarse_bf16z(columns: slice, bits: int) -> ValueCodec:
+    """bf16z whose `columns` keep only `bits` mantissa bits: bf16z on the wire (its id, its
+    decoder), the low bits of those words zero, so their low byte plane compresses
+    (docs/design/rounded-pushes.md, "Accumulators at 4 mantissa bits")."""
+    if not 1 <= bits <= BF16_MANTISSA:
+        raise ValueError(f"bf16 keeps 1 to {BF16_MANTISSA} mantissa bits, not {bits}")
+
+    def enc(rows: F64, rng: np.random.Generator) -> tuple[bytes, F64]:
+        top = _bf16_words(rows, (columns, bits))
+        return _to_planes(top.reshape(rows.shape)), _bf16_values(top, rows.shape)
+
+    return ValueCodec(VALUE_CODECS["bf16z"].wire_id, "bf16z", True, enc, _bf16z_decode)
 
 
 def _bf16z_decode(body: bytes, n: int, d: int) -> F64:

@@ -53,3 +53,14 @@ def int8_reference(values: F64, uniforms: F64) -> F64:
 def row_scores_reference(values: F64) -> F64:
     mean = np.abs(values).mean(axis=0)
     return (np.abs(values) / np.where(mean > 0, mean, 1.0)).sum(axis=1)
+
+
+def round_mantissa_reference(values: F64, bits: int) -> F64:
+    """round_mantissa, computed in float64 from frexp: the float32 of each value, rounded
+    to `bits` mantissa bits, to nearest with ties to even; zeros, float32 subnormals, infs,
+    NaNs and values that would round past float32's largest stay as float32 has them."""
+    f = np.asarray(values, dtype=np.float32).astype(np.float64)
+    m, e = np.frexp(f)  # |m| in [0.5, 1): 1 + bits significant bits are 2m scaled by 2**bits
+    r = np.ldexp(np.round(np.ldexp(m, bits + 1)), e - bits - 1)  # np.round: ties to even
+    keep = ~np.isfinite(f) | (np.abs(f) < np.finfo(np.float32).tiny) | (np.abs(r) > np.finfo(np.float32).max)
+    return np.where(keep, f, r)

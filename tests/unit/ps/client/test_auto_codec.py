@@ -2,7 +2,7 @@
 bf16z rounded (docs/design/rounded-pushes.md) until a window between two cuts says 1-bit
 pushes with their drains would carry at most 60% of bf16z's bytes, 1-bit until a window
 measures more than 80%. Whatever it chooses, after each cut the shards hold every update,
-to within bf16's rounding of each rounded push."""
+to within the rounding of each rounded push (bf16's; an accumulator's to BASE_ACCUMULATOR_BITS)."""
 
 from __future__ import annotations
 
@@ -13,12 +13,14 @@ from ctr.model.optim import OptimizerSpec
 from ctr.model.spec import TableSpec
 from ps.api import DELTA
 from ps.client import PSClient, auto_codec
-from ps.client.auto_codec import AUTO_MIN_ROWS, SAMPLE_BITS, AutoChoice, sampled
+from ps.client.auto_codec import AUTO_MIN_ROWS, BASE_ACCUMULATOR_BITS, SAMPLE_BITS, AutoChoice, sampled
 from ps.server.local_transport import LocalTransport
 from ps.server.shard import Shard
 
 BASE = "bf16z:rounded"
 BF16_ULP = 2.0**-7  # bf16 keeps 8 significant bits: a rounding is at most half a unit, 2**-8 relative
+# a rounded push's relative rounding per column of FTRL's state: z in bf16, n (an accumulator) coarser
+ROUNDING = np.array([BF16_ULP / 2, 2.0 ** -(BASE_ACCUMULATOR_BITS + 1)])
 
 
 @pytest.fixture(autouse=True)
@@ -61,7 +63,7 @@ def _window(client: PSClient, keys: np.ndarray, times: int, truth: Truth, rng) -
             client.push("w", part, delta, kind=DELTA, samples=1)
             for k, row in zip(part.tolist(), delta, strict=True):
                 total, slack = truth.get(k, (np.zeros(2), np.zeros(2)))
-                truth[k] = (total + row, slack + (BF16_ULP / 2 * np.abs(row) if rounded else 0.0))
+                truth[k] = (total + row, slack + (ROUNDING * np.abs(row) if rounded else 0.0))
     client.flush_residuals("cut")
 
 
@@ -298,3 +300,26 @@ def test_a_table_whose_onebit_window_measured_more_than_its_estimate_does_not_fl
     _bodies(choice, keys, 2, 128)  # rows repeated eight times as often: 1-bit pays even at that miss
     choice.drained("cut", 0)
     assert choice.judge(at_cut=True) and choice.compress
+
+
+def test_rounded_windows_keep_an_accumulator_at_fewer_bits_and_the_kept_copy_follows() -> None:
+    """auto's bf16z pushes round a state delta's accumulator columns (FTRL's n here) to
+    BASE_ACCUMULATOR_BITS mantissa bits and the rest as bf16 does; the shard adds exactly
+    that, and the worker's kept copy is the shard's row bit for bit."""
+    from ps.compression.payload import VALUE_CODECS
+    from ps.compression.reference import round_mantissa_reference
+
+    client, shards = _client()
+    client.cache.keep()
+    rng = np.random.default_rng(4)
+    keys = np.unique(rng.integers(1, 1 << 40, size=3000, dtype=np.uint64))
+    delta = np.column_stack([rng.normal(size=keys.shape[0]) * 0.1, rng.exponential(size=keys.shape[0])])
+    _, session = client.pull("w", keys, state=True)
+    client.push("w", keys, delta, session, kind=DELTA, samples=1)
+    codecs = client.codecs()
+    assert codecs["push:w"] == BASE and f"accumulators at {BASE_ACCUMULATOR_BITS} mantissa bits" in codecs["auto:w"], codecs
+    held = _held(shards, keys)
+    np.testing.assert_array_equal(held[:, 0], VALUE_CODECS["bf16z"].encode(delta[:, :1], rng)[1][:, 0])
+    np.testing.assert_array_equal(held[:, 1], round_mantissa_reference(delta[:, 1], BASE_ACCUMULATOR_BITS))
+    copy, _ = client.pull("w", keys, state=True)
+    np.testing.assert_array_equal(np.asarray(copy, dtype=np.float64), held)

@@ -16,13 +16,14 @@ from ctr.format.varint import encode_varints
 from ps.compression.bits import pack_bits, packed_bytes, unpack_bits
 from ps.compression.compressor import CodecSpec, Compressor, parse_codec
 from ps.compression.minifloat import column_shifts, decode_minifloat, encode_minifloat
-from ps.compression.payload import VALUE_CODECS, CodecError, decode_payload, encode_rows
+from ps.compression.payload import VALUE_CODECS, CodecError, coarse_bf16z, decode_payload, encode_rows
 from ps.compression.quantize import decode_int8, decode_onebit, encode_int8, encode_onebit, uniforms
 from ps.compression.reference import (
     int8_reference,
     minifloat_reference,
     onebit_reference,
     pack_bits_reference,
+    round_mantissa_reference,
     row_scores_reference,
 )
 from ps.compression.residuals import ResidualStore
@@ -54,6 +55,57 @@ def test_minifloat_equals_the_reference(values, fmt):
     got = decode_minifloat(codes, values.shape[1], shifts, exp_bits, man_bits)
     np.testing.assert_array_equal(got, minifloat_reference(values, shifts, exp_bits, man_bits))
     np.testing.assert_array_equal(decoded, got)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    arrays(
+        np.float64,
+        st.tuples(st.integers(0, 40), st.integers(1, 6)),
+        elements=st.floats(-1e30, 1e30, allow_nan=False, allow_subnormal=False),
+    ),
+    st.integers(1, 7),
+    st.integers(0, 6),
+)
+def test_coarse_bf16z_rounds_its_columns_as_the_reference_and_the_rest_as_bf16z(values, bits, start):
+    n, d = values.shape
+    body, decoded = coarse_bf16z(slice(start, None), bits).encode(values, np.random.default_rng())
+    np.testing.assert_array_equal(VALUE_CODECS["bf16z"].decode(body, n, d), decoded)  # bf16z on the wire
+    plain = VALUE_CODECS["bf16z"].encode(values, np.random.default_rng())[1]
+    np.testing.assert_array_equal(decoded[:, :start], plain[:, :start])
+    f = values[:, start:].astype(np.float32).astype(np.float64)
+    normal = np.abs(f) >= np.finfo(np.float32).tiny  # float32's subnormals round as bf16 has them
+    np.testing.assert_array_equal(decoded[:, start:][normal], round_mantissa_reference(values[:, start:], bits)[normal])
+    assert np.all(np.sign(decoded) == np.sign(plain))  # nothing changes sign; zeros stay zero
+
+
+def test_coarse_bf16z_ties_to_even_and_refuses_more_bits_than_bf16_has():
+    rng = np.random.default_rng()
+    _, got = coarse_bf16z(slice(0, 3), 4).encode(np.array([[1.0 + 2**-5, 1.0 + 3 * 2**-5, -(1.0 + 3 * 2**-6)]]), rng)
+    np.testing.assert_array_equal(got[0], [1.0, 1.125, -1.0625])  # each tie goes to the even neighbour
+    for bits in (0, 8):
+        with pytest.raises(ValueError, match="1 to 7 mantissa bits"):
+            coarse_bf16z(slice(0, 1), bits)
+
+
+def test_a_rounded_codec_may_keep_fewer_bits_in_some_columns_and_sends_them_as_decoded():
+    rng = np.random.default_rng(3)
+    rows = np.column_stack([rng.normal(size=500) * 0.01, rng.exponential(size=500)])
+    keys = np.arange(500, dtype=np.uint64)
+    coarse = Compressor(CodecSpec("bf16z", rounded=True), 1000, coarse=(slice(1, 2), 4))
+    plain = Compressor(CodecSpec("bf16z", rounded=True), 1000)
+    got, gone, _ = coarse.compress(keys, rows)
+    whole, _, _ = plain.compress(keys, rows)
+    mine, theirs = got.decoded(False), whole.decoded(False)
+    assert mine is not None and theirs is not None and not gone.shape[0]
+    _, decoded = decode_payload(got.payload(False), 500, 2)
+    np.testing.assert_array_equal(decoded[:, 0], theirs[1][:, 0])  # the other columns: bf16's
+    np.testing.assert_array_equal(decoded[:, 1], round_mantissa_reference(rows[:, 1], 4))  # 4 bits
+    np.testing.assert_array_equal(decoded, mine[1])  # what the worker adds is what the shard decodes
+    assert len(got.body) < len(whole.body)
+    for spec in (CodecSpec("onebit"), CodecSpec("bf16", rounded=True)):
+        with pytest.raises(ValueError, match="only bf16z:rounded"):
+            Compressor(spec, 1000, coarse=(slice(1, 2), 4))
 
 
 @settings(max_examples=200, deadline=None)
