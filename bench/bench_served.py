@@ -199,6 +199,7 @@ def run_one(
         # per table, the push codec at the end (what `auto` chose) and how often it switched
         "chose": ",".join(f"{t.removeprefix('push:')}={c}" for t, c in sorted(m["codecs"].items()) if _chosen(t)),
         "switches": m.get("auto_switches", 0.0),
+        "auto_judged": m["codecs"],  # with `auto`'s last judgement of each table, and why
         # progress reports at which the ranks' MLP replicas differed (0: they never did)
         "mlp_replicas_differ": m.get("mlp_replicas_differ", 0.0),
     }
