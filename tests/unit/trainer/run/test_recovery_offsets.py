@@ -1,6 +1,6 @@
 """A cut's offsets (trainer.run.recovery) come back as they went: position, samples and the
-metrics window, whose 0/1 labels travel as bits and predictions in float16; soft labels and
-cuts written before bits or float16 still read."""
+metrics window, whose 0/1 labels travel as bits and predictions in float16, the whole zstd'd;
+soft labels and cuts written before bits, float16 or zstd still read."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import numpy as np
 
 from trainer.input.source import Position
 from trainer.json_arrays import array_text
-from trainer.run.recovery import decode_offsets, encode_workers, worker_state
+from trainer.run.recovery import ZSTD_MAGIC, decode_offsets, encode_offsets, encode_workers, worker_state
+from trainer.step.progressive import ProgressiveMetrics
 
 
 def _progress(labels: np.ndarray) -> dict[str, object]:
@@ -42,3 +43,17 @@ def test_soft_labels_and_cuts_written_before_bits_still_read():
     parts = decode_offsets(2, encode_workers([old, old])).parts
     assert len(parts) == 2 and list(parts[1].progress["labels"]) == [1.0, 0.0, 1.0]
     np.testing.assert_array_equal(parts[1].progress["probs"], np.array([0.125, 0.5, 0.3], dtype=np.float32))
+
+
+def test_offsets_travel_zstd_and_plain_json_of_older_cuts_still_reads():
+    progress = ProgressiveMetrics(10_000)
+    rng = np.random.default_rng(2)
+    probs = 1 / (1 + np.exp(-rng.normal(size=10_000)))
+    progress.update((rng.random(10_000) < probs).astype(np.float32), probs)
+    blob = encode_offsets(Position(file="a", offset=9, line=4), 10_000, progress)
+    plain = json.dumps(worker_state(Position(file="a", offset=9, line=4), 10_000, progress.state())).encode()
+    assert blob[:4] == ZSTD_MAGIC and len(blob) < 0.8 * len(plain)
+    new, old = decode_offsets(3, blob), decode_offsets(3, plain)
+    assert new.position == old.position == Position(file="a", offset=9, line=4) and new.samples == 10_000
+    np.testing.assert_array_equal(new.progress["probs"], old.progress["probs"])
+    np.testing.assert_array_equal(new.progress["labels"], old.progress["labels"])
