@@ -48,7 +48,7 @@ def test_soft_labels_and_cuts_written_before_bits_still_read():
 def test_offsets_travel_zstd_and_plain_json_of_older_cuts_still_reads():
     progress = ProgressiveMetrics(10_000)
     rng = np.random.default_rng(2)
-    probs = 1 / (1 + np.exp(-rng.normal(size=10_000)))
+    probs = (1 / (1 + np.exp(-rng.normal(size=10_000)))).astype(np.float32)
     progress.update((rng.random(10_000) < probs).astype(np.float32), probs)
     blob = encode_offsets(Position(file="a", offset=9, line=4), 10_000, progress)
     plain = json.dumps(worker_state(Position(file="a", offset=9, line=4), 10_000, progress.state())).encode()
