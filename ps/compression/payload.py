@@ -151,8 +151,8 @@ def _planes_zstd(
 
 
 def _bf16_words(rows: F64, coarse: tuple[slice, int] | None = None) -> npt.NDArray[np.uint16]:
-    """The bf16 words of rows, to nearest even; with coarse (columns, bits), those columns
-    keep only `bits` (1-7) mantissa bits, the rest of their words zero."""
+    """The bf16 words of rows, to nearest even; with coarse (columns, bits), those columns'
+    normal values keep only `bits` (1-7) mantissa bits, the rest of their words zero."""
     u = np.ascontiguousarray(rows, dtype=np.float32).view(np.uint32)
     if coarse is None:
         return ((u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype("<u2")
@@ -163,7 +163,12 @@ def _bf16_words(rows: F64, coarse: tuple[slice, int] | None = None) -> npt.NDArr
     drop[columns] = 16 + BF16_MANTISSA - bits
     one = np.uint32(1)
     half, mask = (one << (drop - one)) - one, ~((one << drop) - one)
-    return (((u + half + ((u >> drop) & one)) & mask) >> np.uint32(16)).astype("<u2")
+    top = (((u + half + ((u >> drop) & one)) & mask) >> np.uint32(16)).astype("<u2")
+    subnormal = (u & np.uint32(0x7F800000)) == 0  # their bits are the value: they round as bf16's own, never to 0
+    if subnormal[:, columns].any():
+        plain = ((u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & one)) >> np.uint32(16)).astype("<u2")
+        top = np.where(subnormal, plain, top)
+    return top
 
 
 def _bf16_encode(rows: F64, rng: np.random.Generator) -> tuple[bytes, F64]:

@@ -76,6 +76,7 @@ def test_coarse_bf16z_rounds_its_columns_as_the_reference_and_the_rest_as_bf16z(
     f = values[:, start:].astype(np.float32).astype(np.float64)
     normal = np.abs(f) >= np.finfo(np.float32).tiny  # float32's subnormals round as bf16 has them
     np.testing.assert_array_equal(decoded[:, start:][normal], round_mantissa_reference(values[:, start:], bits)[normal])
+    np.testing.assert_array_equal(decoded[:, start:][~normal], plain[:, start:][~normal])
     assert np.all(np.sign(decoded) == np.sign(plain))  # nothing changes sign; zeros stay zero
 
 
@@ -83,6 +84,10 @@ def test_coarse_bf16z_ties_to_even_and_refuses_more_bits_than_bf16_has():
     rng = np.random.default_rng()
     _, got = coarse_bf16z(slice(0, 3), 4).encode(np.array([[1.0 + 2**-5, 1.0 + 3 * 2**-5, -(1.0 + 3 * 2**-6)]]), rng)
     np.testing.assert_array_equal(got[0], [1.0, 1.125, -1.0625])  # each tie goes to the even neighbour
+    tiny = np.array([[2.35530664e-39, -3e-39]])  # float32 subnormals: rounded as bf16 rounds them, not to 0
+    _, got = coarse_bf16z(slice(0, 2), 1).encode(tiny, rng)
+    np.testing.assert_array_equal(got, VALUE_CODECS["bf16z"].encode(tiny, rng)[1])
+    assert np.all(got != 0)
     for bits in (0, 8):
         with pytest.raises(ValueError, match="1 to 7 mantissa bits"):
             coarse_bf16z(slice(0, 1), bits)
