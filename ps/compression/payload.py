@@ -155,10 +155,8 @@ def _bf16_words(rows: F64, coarse: tuple[slice, int] | None = None) -> npt.NDArr
     normal values keep only `bits` (1-7) mantissa bits, the rest of their words zero."""
     u = np.ascontiguousarray(rows, dtype=np.float32).view(np.uint32)
     if coarse is None:
-        return ((u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype("<u2")
-    columns, bits = coarse
-    if not 1 <= bits <= BF16_MANTISSA:
-        raise ValueError(f"bf16 keeps 1 to {BF16_MANTISSA} mantissa bits, not {bits}")
+        return _nearest_bf16(u)
+    columns, bits = coarse  # checked by coarse_bf16z
     drop = np.full(rows.shape[-1], 16, dtype=np.uint32)  # the float32 bits each column's rounding drops
     drop[columns] = 16 + BF16_MANTISSA - bits
     one = np.uint32(1)
@@ -166,9 +164,13 @@ def _bf16_words(rows: F64, coarse: tuple[slice, int] | None = None) -> npt.NDArr
     top = (((u + half + ((u >> drop) & one)) & mask) >> np.uint32(16)).astype("<u2")
     subnormal = (u & np.uint32(0x7F800000)) == 0  # their bits are the value: they round as bf16's own, never to 0
     if subnormal[:, columns].any():
-        plain = ((u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & one)) >> np.uint32(16)).astype("<u2")
-        top = np.where(subnormal, plain, top)
+        top = np.where(subnormal, _nearest_bf16(u), top)
     return top
+
+
+def _nearest_bf16(u: npt.NDArray[np.uint32]) -> npt.NDArray[np.uint16]:
+    """The top halves of float32 bits `u`, rounded to nearest even."""
+    return ((u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype("<u2")
 
 
 def _bf16_encode(rows: F64, rng: np.random.Generator) -> tuple[bytes, F64]:

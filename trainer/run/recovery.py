@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import zstandard
 
 from ctr.format.zstd_local import compressor, decompressor
 from ctr.runtime import config as cfg
@@ -28,7 +29,6 @@ from trainer.step.progressive import ProgressiveMetrics
 log = logging.getLogger("trainer")
 # a cut's offsets are zstd'd JSON (the predictions' base64 shrinks by about a quarter);
 # cuts written before 2026-12-02 hold the JSON as it is, and read too
-ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 MAX_OFFSETS_BYTES = 1 << 30
 
 
@@ -96,7 +96,7 @@ def decode_offsets(cut: int, blob: bytes) -> CutPoint:
     """A cut's offsets; a bare position (checkpoints before cuts held metrics) reads too."""
     if not blob:
         return CutPoint(cut)
-    if blob[:4] == ZSTD_MAGIC:
+    if blob.startswith(zstandard.FRAME_HEADER):
         blob = decompressor().decompress(blob, max_output_size=MAX_OFFSETS_BYTES)
     d = json.loads(blob)
     if "workers" in d:

@@ -7,10 +7,11 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import zstandard
 
 from trainer.input.source import Position
 from trainer.json_arrays import array_text
-from trainer.run.recovery import ZSTD_MAGIC, decode_offsets, encode_offsets, encode_workers, worker_state
+from trainer.run.recovery import decode_offsets, encode_offsets, encode_workers, worker_state
 from trainer.step.progressive import ProgressiveMetrics
 
 
@@ -52,7 +53,7 @@ def test_offsets_travel_zstd_and_plain_json_of_older_cuts_still_reads():
     progress.update((rng.random(10_000) < probs).astype(np.float32), probs)
     blob = encode_offsets(Position(file="a", offset=9, line=4), 10_000, progress)
     plain = json.dumps(worker_state(Position(file="a", offset=9, line=4), 10_000, progress.state())).encode()
-    assert blob[:4] == ZSTD_MAGIC and len(blob) < 0.8 * len(plain)
+    assert blob.startswith(zstandard.FRAME_HEADER) and len(blob) < 0.8 * len(plain)
     new, old = decode_offsets(3, blob), decode_offsets(3, plain)
     assert new.position == old.position == Position(file="a", offset=9, line=4) and new.samples == 10_000
     np.testing.assert_array_equal(new.progress["probs"], old.progress["probs"])
