@@ -109,32 +109,33 @@ class DenseReplica:
         acc, total = self._take()
         n = control.shape[0]
         if self.low_rank is not None:
-            words = torch.cat([control.double(), torch.tensor([float(total)], dtype=torch.float64)])
-            torch.distributed.all_reduce(words, group=group)  # exact: the words and the sample count
-            self.synced = (8 * n, 8 + 4 * self._step_low_rank(acc, int(words[n]), group))
-            return words[:n]
+            words = torch.cat([control.float(), torch.tensor([float(total)])])
+            summed = self._step_low_rank(words, [g.cpu() for g in acc], group)
+            self.synced = (4 * n, 4 + 4 * self._low_rank.floats)  # the count goes with the MLP's share
+            return summed[:n].double()
         flat = torch.cat([control.float(), *(g.reshape(-1).float().cpu() for g in acc), torch.tensor([float(total)])])
         torch.distributed.all_reduce(flat, group=group)
         self.synced = (4 * n, 4 * (flat.numel() - n))
         self._step_on(flat[n:])
         return flat[:n].double()
 
-    def _step_low_rank(self, acc: list[torch.Tensor], total: int, group: torch.distributed.ProcessGroup | None) -> int:
+    def _step_low_rank(
+        self, words: torch.Tensor, acc: list[torch.Tensor], group: torch.distributed.ProcessGroup | None
+    ) -> torch.Tensor:
         """Adam on the group's gradients as PowerSGD approximates their mean (every rank
-        decodes the same); a round where no rank trained sends nothing (every rank knows
-        from the summed count). Returns the float32 values it all-reduced."""
-        if total <= 0:
-            return 0
+        decodes the same), in the round's all-reduces with `words` (the last: this rank's
+        sample count); a round where no rank trained steps nothing. Returns the summed words."""
         if self._low_rank is None:
-            from trainer.step.low_rank_sync import LowRankSync  # torch.distributed's hooks: only for ranks
+            from trainer.step.low_rank_sync import LowRankSync  # torch.distributed: only for ranks
 
             assert self.low_rank is not None
             self._low_rank = LowRankSync(*self.low_rank, group)
-        world = torch.distributed.get_world_size(group)
-        device = self.params[0].device
-        mean = self._low_rank.mean([g.to(device) for g in acc])
-        self._adam([m * world for m in mean], total)
-        return int(self._low_rank.floats)
+        summed, mean = self._low_rank.round(words, acc)
+        if mean is not None:
+            world = torch.distributed.get_world_size(group)
+            device = self.params[0].device
+            self._adam([m.to(device) * world for m in mean], int(summed[-1]))
+        return summed  # type: ignore[no-any-return]
 
     def sync_on_device(self, group: torch.distributed.ProcessGroup) -> None:
         """A round's gradients over NCCL (every rank's MLP on a GPU of its own): this rank's
@@ -143,9 +144,8 @@ class DenseReplica:
         acc, total = self._take()
         device = self.params[0].device
         if self.low_rank is not None:
-            count = torch.tensor([float(total)], dtype=torch.float64, device=device)
-            torch.distributed.all_reduce(count, group=group)
-            self.synced = (0, 8 + 4 * self._step_low_rank(acc, int(count.item()), group))
+            self._step_low_rank(torch.tensor([float(total)], device=device), acc, group)
+            self.synced = (0, 4 + 4 * self._low_rank.floats)
             return
         flat = torch.cat([*(g.reshape(-1).float() for g in acc), torch.tensor([float(total)], device=device)])
         torch.distributed.all_reduce(flat, group=group)

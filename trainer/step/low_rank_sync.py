@@ -1,14 +1,22 @@
 """The MLP's gradients between ranks in low rank: PowerSGD (Vogels, Karimireddy and Jaggi,
-2019) through torch's own hook (`torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook`),
-fed the round's gradients as the one bucket DDP would hand it.
+2019), one round in two all-reduces.
 
 Each weight matrix M's gradient [n, m] crosses the wire as two rank-r factors, P = M Q [n, r]
-and Q = M^T P [m, r] (one all-reduce each, Q warm-started from the last round); vectors
-(biases) and matrices too small to gain go whole. Error feedback keeps on each rank what the
-approximation left out and adds it to the next round's gradient, so nothing is lost, only
-late. The first `warmup` rounds go whole (the hook's start_powerSGD_iter), while the
-gradients change fastest. Every rank decodes the same average, so every rank's MLP stays
-the same (docs/design/low-rank-sync.md).
+and Q = M^T P [m, r] (P orthonormalized between the two, Q warm-started from the last round);
+vectors (biases) and matrices too small to gain go whole. Error feedback keeps on each rank
+what the approximation left out of its matrices and adds it to the next round's gradient,
+so nothing is lost, only late. The first `warmup` trained rounds go whole, while the
+gradients change fastest. Every rank decodes the same mean, so every rank's MLP stays the
+same (docs/design/low-rank-sync.md).
+
+A round's collectives are the ranks' meeting points, and on a busy host each costs a
+wake-up of every rank. So the round's control words and sample count travel in the first
+all-reduce with the vectors and the P factors (the whole gradient in a warm-up round), and
+the Q factors in the second: two all-reduces where torch's DDP hook (`powerSGD_hook`, which
+this follows) took three besides the words'. The factors are sent before the ranks know
+whether any of them trained; a round that finds the summed count zero keeps nothing of
+them. After a round that no rank trained, the next sends its words alone first, so an idle
+group sends no factors.
 
 Importing this module imports torch.distributed."""
 
@@ -16,82 +24,117 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
-from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import PowerSGDState, powerSGD_hook
+
+MIN_GAIN = 2  # a matrix goes in factors only when they are at most half its values (torch's hook's rule)
 
 
-class _Bucket:
-    """What powerSGD_hook reads of a DDP GradBucket: one flat buffer, the parameters'
-    gradients as views of it (the hook writes the result through them), its index, and
-    whether it is the round's last (the hook counts rounds on it)."""
-
-    def __init__(self, flat: torch.Tensor, shapes: list[torch.Size]) -> None:
-        self._flat = flat
-        self._views = []
-        at = 0
-        for shape in shapes:
-            n = shape.numel()
-            self._views.append(flat[at : at + n].view(shape))
-            at += n
-
-    def buffer(self) -> torch.Tensor:
-        return self._flat
-
-    def gradients(self) -> list[torch.Tensor]:
-        return self._views
-
-    def index(self) -> int:
-        return 0
-
-    def is_last(self) -> bool:
-        return True
+def compressed(shape: torch.Size, rank: int) -> bool:
+    """Whether a gradient of this shape goes as rank-`rank` factors (a vector never does)."""
+    if len(shape) < 2:
+        return False
+    n, m = shape[0], shape[1:].numel()
+    r = min(n, m, rank)
+    return (n + m) * r * MIN_GAIN < n * m
 
 
-class _Inline:
-    """The group as the hook sees it, each all-reduce finished before the hook chains its next
-    step on it, so the chain's callbacks run on the calling thread. Left to gloo, they run on
-    its worker threads, which release the callbacks' Python objects only after the caller has
-    its mean: a group destroyed or an interpreter exiting in that moment aborts the process
-    ("Resource deadlock avoided", "terminate called without an active exception"; one run in
-    three of two ranks that destroy their group right after a round). Nothing overlapped is
-    lost: the hook waits for each all-reduce before it computes the next factor anyway. With
-    NCCL, wait() only orders the device's stream."""
-
-    def __init__(self, group: dist.ProcessGroup) -> None:
-        self._group = group
-
-    def size(self) -> int:
-        return self._group.size()
-
-    def allreduce(self, tensors: list[torch.Tensor], opts: dist.AllreduceOptions) -> dist.Work:
-        work = self._group.allreduce(tensors, opts)
-        work.wait()
-        return work
+def orthonormalize_(p: torch.Tensor) -> None:
+    """P's columns made orthonormal in place (QR's Q: the span P Q^T projects onto)."""
+    p.copy_(torch.linalg.qr(p).Q)
 
 
 class LowRankSync:
     """The rounds' MLP gradients averaged over the group in rank `rank`."""
 
     def __init__(self, rank: int, warmup: int, group: dist.ProcessGroup | None) -> None:
-        # the same seed on every rank: Q starts alike everywhere, so P and Q sum meaningfully
-        self.state = PowerSGDState(
-            process_group=_Inline(group if group is not None else dist.group.WORLD),  # type: ignore[arg-type]
-            matrix_approximation_rank=rank,
-            start_powerSGD_iter=warmup,
-            min_compression_rate=2,
-            use_error_feedback=True,
-            warm_start=True,
-            random_seed=0,
-            compression_stats_logging_frequency=1 << 62,  # the trainer's ledger says it
-        )
-        self.floats = 0  # what the last round all-reduced, in float32 values
+        if rank < 1 or warmup < 0:
+            raise ValueError(f"powersgd rank {rank} and warm-up {warmup}: rank at least 1, warm-up at least 0")
+        self.rank = rank
+        self.warmup = warmup
+        self.group = group
+        self.rounds = 0  # trained rounds so far (the warm-up counts these)
+        self.floats = 0  # the gradient values the last round all-reduced (float32; the words not counted)
+        self._expect = True  # the last round trained: send the factors with the words
+        self._q: list[torch.Tensor] = []  # each compressed matrix's Q [m, r], the same on every rank
+        self._error: list[torch.Tensor] = []  # what each compressed matrix's approximations left out here
 
     def mean(self, grads: list[torch.Tensor]) -> list[torch.Tensor]:
-        """The group's mean of each tensor (float32, on the tensors' device), approximated
-        after the warm-up rounds; every rank gets the same."""
-        flat = torch.cat([g.reshape(-1).float() for g in grads])
-        before = self.state.total_numel_after_compression
-        out = powerSGD_hook(self.state, _Bucket(flat, [g.shape for g in grads])).wait()  # type: ignore[arg-type]
-        sent = self.state.total_numel_after_compression - before
-        self.floats = int(sent) if sent else int(flat.numel())  # the warm-up goes whole, uncounted by the hook
-        parts = out.split([g.numel() for g in grads])
-        return [v.view(g.shape).to(g.dtype) for v, g in zip(parts, grads, strict=True)]
+        """The group's mean of each tensor, when every rank trained (a test's view of round)."""
+        _, mean = self.round(torch.ones(1), grads)
+        assert mean is not None
+        return mean
+
+    def round(self, words: torch.Tensor, grads: list[torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
+        """One round: `words` (small non-negative counts, float32-exact; the last one this
+        rank's sample count) summed over the group, and the group's mean of each gradient,
+        approximated after the warm-up (float32, on the gradients' device; every rank gets
+        the same); None where the summed count says no rank trained."""
+        device = grads[0].device
+        words = words.to(device=device, dtype=torch.float32)
+        n = words.shape[0]
+        whole = self.rounds < self.warmup
+        shapes = [g.shape for g in grads]
+        packs = [i for i, s in enumerate(shapes) if compressed(s, self.rank)] if not whole else []
+        vectors = [i for i in range(len(grads)) if i not in packs]
+        if packs and not self._q:
+            self._start(grads, packs)
+        for q in self._q:  # warm-started Q: the last round's mean, made orthonormal again (as torch's hook does)
+            orthonormalize_(q)
+        matrices = [grads[i].reshape(shapes[i][0], -1).float() + e for i, e in zip(packs, self._error, strict=True)]
+        ps = [m @ q for m, q in zip(matrices, self._q, strict=True)]
+        first = [grads[i].reshape(-1).float() for i in vectors] + [p.reshape(-1) for p in ps]
+        if self._expect:
+            sent = torch.cat([words, *first])
+            self._all_reduce(sent)
+            summed, rest = sent[:n], sent[n:]
+        else:  # after an idle round: the words alone first
+            summed = words.clone()
+            self._all_reduce(summed)
+            rest = None
+        self.floats = sum(t.numel() for t in first) if self._expect else 0
+        trained = bool(summed[-1] > 0)
+        self._expect = trained
+        if not trained:
+            return summed, None
+        if rest is None:
+            rest = torch.cat(first)
+            self._all_reduce(rest)
+            self.floats += rest.numel()
+        world = dist.get_world_size(self.group)
+        out: list[torch.Tensor] = [torch.empty(0)] * len(grads)
+        at = 0
+        for i in vectors:
+            k = shapes[i].numel()
+            out[i] = (rest[at : at + k] / world).view(shapes[i])
+            at += k
+        for p in ps:
+            p.copy_(rest[at : at + p.numel()].view_as(p))
+            at += p.numel()
+            orthonormalize_(p)
+        if ps:
+            qs = [m.T @ p for m, p in zip(matrices, ps, strict=True)]
+            flat = torch.cat([q.reshape(-1) for q in qs])
+            self._all_reduce(flat)
+            self.floats += flat.numel()
+            at = 0
+            for j, (i, m, p) in enumerate(zip(packs, matrices, ps, strict=True)):
+                q = flat[at : at + qs[j].numel()].view_as(qs[j]) / world
+                at += q.numel()
+                approx = p @ q.T
+                self._error[j] = m.sub_(approx)  # m is this round's own copy
+                self._q[j] = q
+                out[i] = approx.view(shapes[i])
+        self.rounds += 1
+        return summed, out
+
+    def _start(self, grads: list[torch.Tensor], packs: list[int]) -> None:
+        """Q's first factors, from one seed on every rank so that the ranks' P sum meaningfully."""
+        gen = torch.Generator().manual_seed(0)
+        for i in packs:
+            n, m = grads[i].shape[0], grads[i][0].numel()
+            q = torch.randn(m, min(n, m, self.rank), generator=gen).to(grads[i].device)
+            orthonormalize_(q)
+            self._q.append(q)
+            self._error.append(torch.zeros(n, m, device=grads[i].device))
+
+    def _all_reduce(self, t: torch.Tensor) -> None:
+        dist.all_reduce(t, group=self.group)

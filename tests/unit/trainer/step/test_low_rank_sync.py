@@ -57,16 +57,12 @@ def _rank(rank: int, port: int, out: str) -> None:
 
 
 def _round_then_destroy(rank: int, port: int, out: str) -> None:
-    """One low-rank round, and the group destroyed at once: the moment in which gloo's threads
-    used to release the hook's callbacks (and abort the process one run in three)."""
+    """Low-rank rounds, and the group destroyed at once (torch's hook, used before, chained
+    its steps on gloo's threads, and such a pair aborted one run in three)."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.distributed.init_process_group("gloo", rank=rank, world_size=2)
-    from trainer.step.low_rank_sync import LowRankSync, _Inline
+    from trainer.step.low_rank_sync import LowRankSync
 
-    world = torch.distributed.group.WORLD
-    assert world is not None
-    work = _Inline(world).allreduce([torch.ones(3)], torch.distributed.AllreduceOptions())
-    assert work.get_future().done()  # so the hook's next step runs here, not on gloo's thread
     sync = LowRankSync(RANK, 2, None)
     for _ in range(3):  # two exact rounds, then one in low rank
         sync.mean(_grads(rank))
@@ -123,3 +119,41 @@ def test_auto_compresses_where_the_ps_calls_do(flags: tuple[str, ...], remote: b
 def test_a_bad_setting_is_refused_with_the_flag(value: str) -> None:
     with pytest.raises(ConfigError, match=f"--dense-allreduce '{value}'"):
         check_codecs(_conf("--dense-allreduce", value))
+
+
+def _idle_rounds(rank: int, port: int, out: str) -> None:
+    """Trained rounds, two rounds no rank trained, then one only rank 0 trained."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=2)
+    try:
+        from trainer.step.low_rank_sync import LowRankSync
+
+        sync = LowRankSync(RANK, 1, None)
+        seen = []
+        for count in ([5.0, 5.0], [5.0, 5.0], [0.0, 0.0], [0.0, 0.0], [7.0, 0.0]):
+            grads = _grads(rank) if count[rank] else [torch.zeros(40, 30), torch.zeros(30)]
+            summed, mean = sync.round(torch.tensor([1.0, count[rank]]), grads)
+            flat = np.zeros(0) if mean is None else torch.cat([m.reshape(-1) for m in mean]).numpy()
+            seen.append((summed.tolist(), mean is None, sync.floats, flat))
+        np.savez(
+            out,
+            summed=np.array([s for s, _, _, _ in seen]),
+            idle=np.array([i for _, i, _, _ in seen]),
+            floats=np.array([f for _, _, f, _ in seen]),
+            last=seen[-1][3],
+        )
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def test_an_idle_round_steps_nothing_and_the_next_sends_its_words_first(tmp_path: Path) -> None:
+    ranks = [np.load(path) for path in run_ranks(_idle_rounds, tmp_path, ".npz")]
+    for r in ranks:  # the words are summed exactly, in every round
+        np.testing.assert_array_equal(r["summed"], [[2, 10], [2, 10], [2, 0], [2, 0], [2, 7]])
+        assert list(r["idle"]) == [False, False, True, True, False]
+    factors = (40 + 30) * RANK + 30
+    # warm-up whole; then P with the words; an idle round after a trained one still sent P
+    # (and the bias) not knowing; the next idle round the words alone; then P and Q again
+    assert list(ranks[0]["floats"]) == [40 * 30 + 30, factors, 40 * RANK + 30, 0, factors]
+    np.testing.assert_array_equal(ranks[0]["last"], ranks[1]["last"])  # one mean on both ranks
+    assert np.abs(ranks[0]["last"]).max() > 0  # rank 0's gradient, halved, less what low rank left out
