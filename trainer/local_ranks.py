@@ -71,6 +71,7 @@ def rank_main(conf: TrainerConfig, aggregation: Any, supervisor: int) -> None:
     supervisor is gone (its pushes would race the next run's)."""
     threading.Thread(target=_watch, args=(supervisor,), daemon=True).start()
     os.environ["LOCAL_RANK"] = str(conf.parallel.rank)  # its GPU among the host's (trainer.step.device)
+    _share_cores(conf.parallel.world_size)
     from trainer import daemon as trainer_daemon
     from trainer.input.bad_input import BadInput
 
@@ -89,6 +90,23 @@ def rank_main(conf: TrainerConfig, aggregation: Any, supervisor: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)  # not through multiprocessing's exit path: gRPC and gloo threads may still run
+
+
+def torch_threads(local_ranks: int, cores: int, named: str | None) -> int:
+    """A rank's torch threads: the host's cores shared among its ranks, as torchrun's one
+    thread a rank does for several; OMP_NUM_THREADS when the user set it."""
+    if named and named.strip().isdigit() and int(named) > 0:
+        return int(named)
+    return max(1, cores // max(1, local_ranks))
+
+
+def _share_cores(local_ranks: int) -> None:
+    """Each rank's torch uses its share of the cores. torch's default is every core, and two
+    ranks that each spin two OpenMP threads on two cores took 28 ms for a low-rank round of
+    DeepFM's MLP that takes 5 with one thread each (docs/design/ranks.md)."""
+    import torch  # loaded already: the ranks' group (trainer.run.group) imports it
+
+    torch.set_num_threads(torch_threads(local_ranks, len(os.sched_getaffinity(0)), os.environ.get("OMP_NUM_THREADS")))
 
 
 def _watch(supervisor: int) -> None:
