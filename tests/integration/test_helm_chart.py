@@ -33,8 +33,9 @@ def _helm() -> str:
     return helm
 
 
-def _render(values: Path | None) -> list[dict[str, Any]]:
+def _render(values: Path | None, *sets: str) -> list[dict[str, Any]]:
     cmd = [_helm(), "template", "demo", str(CHART), *(["-f", str(values)] if values else [])]
+    cmd += [a for s in sets for a in ("--set", s)]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     return [d for d in yaml.safe_load_all(out.stdout) if d]
@@ -127,3 +128,12 @@ def test_the_trainer_runs_as_ranks_that_meet_at_rank_0():
     assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
     one = next(d for d in _render(None) if d["kind"] == "StatefulSet" and d["metadata"]["name"] == "demo-boundless-trainer")
     assert "RANK" not in {e["name"] for e in one["spec"]["template"]["spec"]["containers"][0]["env"]}  # one rank: alone
+
+
+@pytest.mark.parametrize(("cpu", "threads"), [("2500m", "2"), ("4", "4"), ("0.5", "1"), ("250m", "1"), (None, None)])
+def test_the_trainer_takes_torch_threads_from_its_cpu_limit(cpu: str | None, threads: str | None) -> None:
+    """A pod's torch would otherwise start a thread per core of the node, under a quota of a few."""
+    docs = _render(None, *([f"trainer.resources.limits.cpu={cpu}"] if cpu else []))
+    trainer = next(d for d in docs if d["kind"] == "StatefulSet" and d["metadata"]["name"] == "demo-boundless-trainer")
+    env = {e["name"]: e.get("value") for e in trainer["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env.get("OMP_NUM_THREADS") == threads

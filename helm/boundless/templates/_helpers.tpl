@@ -79,3 +79,13 @@ securityContext:
   secret: {secretName: {{ .Values.auth.secretName }}, defaultMode: 0440}
 {{- end }}
 {{- end }}
+
+{{- /* A CPU quantity ("4", 2.5, "1500m") as whole threads, at least one. */ -}}
+{{- define "boundless.cpuThreads" -}}
+{{- $c := toString . -}}
+{{- if hasSuffix "m" $c -}}
+{{- max 1 (div (atoi (trimSuffix "m" $c)) 1000) -}}
+{{- else -}}
+{{- max 1 (int (floor (float64 $c))) -}}
+{{- end -}}
+{{- end -}}
