@@ -285,6 +285,7 @@ class PullRequest(_message.Message):
     KNOWN_COUNT_FIELD_NUMBER: _builtins.int
     KNOWN_BITMAP_FIELD_NUMBER: _builtins.int
     KNOWN_STALE_FIELD_NUMBER: _builtins.int
+    KNOWN_GAPS_FIELD_NUMBER: _builtins.int
     table: _builtins.str
     keys: _builtins.bytes
     key_count: _builtins.int
@@ -315,6 +316,11 @@ class PullRequest(_message.Message):
     longer holds (another writer's push overlapped its own); they travel whoever wrote them
     last. Empty: none. An id costs a bit or a byte where the key would cost 8.
     """
+    known_gaps: _builtins.bytes
+    """the known ids as a Rice code (docs/design/pull-cache.md, "Row ids in Rice codes"), in
+    place of known_ids; known_count is then how many ids. A shard that predates it reads
+    known_count varints from an empty known_ids and refuses the pull.
+    """
     def __init__(
         self,
         *,
@@ -331,10 +337,11 @@ class PullRequest(_message.Message):
         known_count: _builtins.int = ...,
         known_bitmap: _builtins.bool = ...,
         known_stale: _builtins.bytes = ...,
+        known_gaps: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["client", b"client", "key_count", b"key_count", "key_encoding", b"key_encoding", "keys", b"keys", "known_bitmap", b"known_bitmap", "known_count", b"known_count", "known_ids", b"known_ids", "known_stale", b"known_stale", "layout", b"layout", "open_session", b"open_session", "reply_codec", b"reply_codec", "state", b"state", "table", b"table"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["client", b"client", "key_count", b"key_count", "key_encoding", b"key_encoding", "keys", b"keys", "known_bitmap", b"known_bitmap", "known_count", b"known_count", "known_gaps", b"known_gaps", "known_ids", b"known_ids", "known_stale", b"known_stale", "layout", b"layout", "open_session", b"open_session", "reply_codec", b"reply_codec", "state", b"state", "table", b"table"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -437,12 +444,15 @@ class RowIds(_message.Message):
     COUNT_FIELD_NUMBER: _builtins.int
     BITMAP_FIELD_NUMBER: _builtins.int
     LAYOUT_FIELD_NUMBER: _builtins.int
+    GAPS_FIELD_NUMBER: _builtins.int
     ids: _builtins.bytes
     count: _builtins.int
     """how many ids; with bitmap, the bitmap's length in bits"""
     bitmap: _builtins.bool
     layout: _builtins.int
     """the layout they belong to; another refuses the push (FAILED_PRECONDITION)"""
+    gaps: _builtins.bytes
+    """the ids as a Rice code, in place of ids (as PullRequest.known_gaps)"""
     def __init__(
         self,
         *,
@@ -450,10 +460,11 @@ class RowIds(_message.Message):
         count: _builtins.int = ...,
         bitmap: _builtins.bool = ...,
         layout: _builtins.int = ...,
+        gaps: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bitmap", b"bitmap", "count", b"count", "ids", b"ids", "layout", b"layout"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bitmap", b"bitmap", "count", b"count", "gaps", b"gaps", "ids", b"ids", "layout", b"layout"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

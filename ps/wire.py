@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import numpy.typing as npt
 
-from ctr.format.varint import decode_sorted_keys, encode_sorted_keys, read_varints
+from ctr.format.rice import best_rice_k, rice_decode, rice_encode, rice_gaps
+from ctr.format.varint import decode_sorted_keys, encode_sorted_keys, encode_varints, read_varints
 
 KEYS_RAW_U64 = 0
 KEYS_DELTA_VARINT = 1
@@ -43,24 +46,85 @@ def decode_row_ids(data: bytes, count: int) -> npt.NDArray[np.int64]:
     return (decode_keys(data, count, KEYS_DELTA_VARINT) - np.uint64(1)).astype(np.int64)
 
 
-def encode_known_ids(ids: npt.NDArray[np.int64]) -> tuple[bytes, int, bool]:
-    """Sorted unique row ids in the smaller of two forms: (bytes, count, as a bitmap). A
-    worker's rows are often dense among a shard's, and then a bit each beats a varint gap."""
+@dataclass(frozen=True)
+class EncodedIds:
+    """A sorted set of row ids in one of three forms (docs/design/pull-cache.md, "Row ids
+    in Rice codes"): delta varints (`count` ids), a bitmap (`count` bits), or a Rice code of
+    the ids or of the ids missing below the largest (`gaps`; `count` ids)."""
+
+    data: bytes
+    count: int
+    bitmap: bool
+    gaps: bool
+
+
+def encode_known_ids(ids: npt.NDArray[np.int64]) -> EncodedIds:
+    """Sorted unique row ids in the smallest form. A worker's rows are often dense among a
+    shard's, and then a bit each beats a varint gap, and a Rice code of the few ids missing
+    beats a bit each."""
     if ids.shape[0] == 0:
-        return b"", 0, False
+        return EncodedIds(b"", 0, False, False)
+    n = int(ids.shape[0])
     length = int(ids[-1]) + 1
     varints = encode_row_ids(ids)
-    if (length + 7) // 8 < len(varints):
+    best = EncodedIds(varints, n, False, False)
+    if (length + 7) // 8 < len(best.data):
         mask = np.zeros(length, dtype=np.bool_)
         mask[ids] = True
-        return encode_bits(mask), length, True
-    return varints, int(ids.shape[0]), False
+        best = EncodedIds(encode_bits(mask), length, True, False)
+    k, bits = best_rice_k(rice_gaps(ids))
+    if 1 + (bits + 7) // 8 < len(best.data):
+        best = EncodedIds(bytes([k]) + bytes(rice_encode(ids, k)), n, False, True)
+    if length - n < n:  # the ids missing below the largest are fewer than the ids
+        missing = np.ones(length, dtype=np.bool_)
+        missing[ids] = False
+        holes = np.flatnonzero(missing).astype(np.int64)
+        k, bits = best_rice_k(rice_gaps(holes))
+        head = bytes([k | GAPS_COMPLEMENT]) + bytes(encode_varints(np.array([length], dtype=np.uint64)))
+        if len(head) + (bits + 7) // 8 < len(best.data):
+            best = EncodedIds(head + bytes(rice_encode(holes, k)), n, False, True)
+    return best
 
 
-def decode_known_ids(data: bytes, count: int, bitmap: bool) -> npt.NDArray[np.int64]:
+GAPS_COMPLEMENT = 0x40  # the Rice form's first byte: k in the low 6 bits, this bit for "the ids missing"
+
+
+def decode_known_ids(data: bytes, count: int, bitmap: bool, gaps: bool = False, limit: int = 1 << 40) -> npt.NDArray[np.int64]:
+    """The ids of encode_known_ids. `limit` bounds the ids (a table's rows), so a short
+    request cannot make the decoder build a huge set."""
+    if gaps:
+        return _decode_gaps(data, count, limit)
     if bitmap:
+        if count > limit:
+            raise WireError(f"known_ids: a bitmap of {count} bits for {limit} rows")
         return np.flatnonzero(decode_bits(data, count, "known_ids")).astype(np.int64)
+    if count > len(data):
+        raise WireError(f"known_ids: {len(data)} bytes for {count} varints")
     return decode_row_ids(data, count)
+
+
+def _decode_gaps(data: bytes, count: int, limit: int) -> npt.NDArray[np.int64]:
+    buf = np.frombuffer(data, dtype=np.uint8)
+    if buf.shape[0] == 0:
+        raise WireError("known ids: an empty Rice code")
+    head = int(buf[0])
+    k = head & 0x3F
+    try:
+        if not head & GAPS_COMPLEMENT:
+            if head & 0x80 or count > limit:
+                raise ValueError(f"a code of {count} ids below {limit}")
+            return rice_decode(buf, 1, count, k, np.int64(limit))  # type: ignore[no-any-return]
+        length_word = np.zeros(1, dtype=np.uint64)
+        start = read_varints(buf, 1, length_word, 0, 1)
+        length = int(length_word[0])
+        if head & 0x80 or not 0 < length <= limit or count > length:
+            raise ValueError(f"{count} ids below {length} (at most {limit})")
+        holes = rice_decode(buf, start, length - count, k, np.int64(length - 1))  # the largest id is no hole
+    except (ValueError, IndexError) as e:
+        raise WireError(f"known ids: {e}") from None
+    present = np.ones(length, dtype=np.bool_)
+    present[holes] = False
+    return np.flatnonzero(present).astype(np.int64)
 
 
 def decode_varint_list(data: bytes, count: int, what: str) -> npt.NDArray[np.int64]:

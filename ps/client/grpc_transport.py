@@ -231,7 +231,7 @@ class GrpcTransport(ByteCounter):
         return resp.session_id, decode_rows(resp.rows, keys.shape[0], resp.dim, np.float64 if resp.state else np.float32)
 
     def pull_known(self, shard: int, table: str, keys: npt.NDArray[np.uint64], known: KnownRows, codec: str = "") -> CachedPull:
-        ids, count, bitmap = encode_known_ids(known.ids)
+        ids = encode_known_ids(known.ids)
         req = ps_pb2.PullRequest(
             table=table,
             keys=encode_keys(keys, self.key_encoding),
@@ -242,9 +242,10 @@ class GrpcTransport(ByteCounter):
             reply_codec=codec,
             client=known.client,
             layout=known.layout,
-            known_ids=ids,
-            known_count=count,
-            known_bitmap=bitmap,
+            known_ids=b"" if ids.gaps else ids.data,
+            known_gaps=ids.data if ids.gaps else b"",
+            known_count=ids.count,
+            known_bitmap=ids.bitmap,
             known_stale=encode_bits(known.stale) if known.stale is not None and known.stale.any() else b"",
         )
         resp = self._rpc(shard, "Pull", req)
@@ -267,8 +268,13 @@ class GrpcTransport(ByteCounter):
         elif part.sessions:
             req.sessions.ids.extend(part.sessions)
         elif part.ids is not None:
-            ids, count, bitmap = encode_known_ids(part.ids.ids)
-            req.row_ids.CopyFrom(ps_pb2.RowIds(ids=ids, count=count, bitmap=bitmap, layout=part.ids.layout))
+            ids = encode_known_ids(part.ids.ids)
+            named = ps_pb2.RowIds(count=ids.count, bitmap=ids.bitmap, layout=part.ids.layout)
+            if ids.gaps:
+                named.gaps = ids.data
+            else:
+                named.ids = ids.data
+            req.row_ids.CopyFrom(named)
         else:
             req.keys = encode_keys(part.keys, self.key_encoding)
             req.key_encoding = self.key_encoding  # type: ignore[assignment]

@@ -67,7 +67,7 @@ class LocalTransport(ByteCounter):
             rows = decode_payload(payload, *rows.shape)[1]
             n = got.stored_rows.shape[0]
             got = CachedPull(got.session_id, False, got.layout, got.stored, got.stored_ids, rows[:n], got.changed, rows[n:])
-        sent = len(encode_keys(keys, KEYS_DELTA_VARINT)) + len(encode_known_ids(known.ids)[0]) + FIXED_FIELDS
+        sent = len(encode_keys(keys, KEYS_DELTA_VARINT)) + len(encode_known_ids(known.ids).data) + FIXED_FIELDS
         if known.stale is not None and known.stale.any():
             sent += (known.ids.shape[0] + 7) // 8
         bitmaps = (keys.shape[0] + 7) // 8 + ((known.ids.shape[0] + 7) // 8 if got.changed.any() else 0)
@@ -81,7 +81,7 @@ class LocalTransport(ByteCounter):
         keys_bytes = len(encode_varints(named)) if sessions else len(encode_keys(keys, KEYS_DELTA_VARINT))
         s = self.shards[part.shard]
         if part.ids is not None and not sessions:  # what a remote shard would do with them
-            keys_bytes = len(encode_known_ids(part.ids.ids)[0])
+            keys_bytes = len(encode_known_ids(part.ids.ids).data)
             try:
                 named_keys = s.keys_of(table, part.ids.layout, part.ids.ids)
             except RowsMoved as e:  # as gRPC says FAILED_PRECONDITION: the client sends the keys

@@ -116,7 +116,13 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
         """The pull of a client that keeps rows (docs/design/pull-cache.md)."""
         if not request.state or not request.open_session:
             raise ShardError("a pull with a client id reads state and opens a session")
-        ids = decode_known_ids(request.known_ids, request.known_count, request.known_bitmap)
+        ids = decode_known_ids(
+            request.known_gaps or request.known_ids,
+            request.known_count,
+            request.known_bitmap,
+            gaps=bool(request.known_gaps),
+            limit=self.shard.id_limit(request.table),
+        )
         stale = decode_bits(request.known_stale, ids.shape[0], "known_stale") if request.known_stale else None
         got = self.shard.pull_known(request.table, keys, KnownRows(request.client, request.layout, ids, stale))
         if got.stale:
@@ -147,7 +153,13 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
                     raise ShardError(f"key_count {request.key_count} but the sessions hold {keys.shape[0]} keys")
             elif target == "row_ids":
                 named = request.row_ids
-                row_ids = decode_known_ids(named.ids, named.count, named.bitmap)
+                row_ids = decode_known_ids(
+                    named.gaps or named.ids,
+                    named.count,
+                    named.bitmap,
+                    gaps=bool(named.gaps),
+                    limit=self.shard.id_limit(request.table),
+                )
                 if request.key_count != row_ids.shape[0]:
                     raise ShardError(f"key_count {request.key_count} but row_ids names {row_ids.shape[0]} rows")
                 keys = self.shard.keys_of(request.table, named.layout, row_ids)

@@ -295,6 +295,12 @@ class Shard:
             sid = self._open(Session(table, all_keys, recorded, known.client, as_key))
             return CachedPull(sid, False, t.layout, stored, stored_ids, t.state[stored_ids], changed, t.state[ids[changed]])
 
+    def id_limit(self, table: str) -> int:
+        """A bound on the row ids a request may name, so that a few bytes cannot make the
+        decoder build a huge set: the table's rows, but at least the 2**25 ids a 4 MiB bitmap
+        names, so ids of an older, larger layout still decode and are answered `stale`."""
+        return max(int(self._table(table).size), 1 << 25)
+
     def keys_of(self, table: str, layout: int, ids: npt.NDArray[np.int64]) -> npt.NDArray[np.uint64]:
         """The keys of the sorted unique row ids a push names (ids of `layout`), sorted: the
         push then lands as if they had travelled. Resolved under the lock, so they are the
