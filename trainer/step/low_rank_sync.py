@@ -1,22 +1,25 @@
 """The MLP's gradients between ranks in low rank: PowerSGD (Vogels, Karimireddy and Jaggi,
-2019), one round in two all-reduces.
+2019) with its two factors sent in alternate rounds (ACP-SGD, Zhang et al., 2023): one
+all-reduce a round.
 
-Each weight matrix M's gradient [n, m] crosses the wire as two rank-r factors, P = M Q [n, r]
-and Q = M^T P [m, r] (P orthonormalized between the two, Q warm-started from the last round);
-vectors (biases) and matrices too small to gain go whole. Error feedback keeps on each rank
-what the approximation left out of its matrices and adds it to the next round's gradient,
-so nothing is lost, only late. The first `warmup` trained rounds go whole, while the
-gradients change fastest. Every rank decodes the same mean, so every rank's MLP stays the
-same (docs/design/low-rank-sync.md).
+Each weight matrix M's gradient [n, m] crosses the wire as one rank-r factor: in one round
+P = M Q [n, r], against the shared orthonormal Q, and the mean of M is approximated as
+mean(P) Q^T; in the next Q = M^T P [m, r], against the shared P, giving P mean(Q)^T. The
+mean factor, orthonormalized, is the shared one of the round after, so the rounds together
+run PowerSGD's power iteration, one half-step a round. Vectors (biases) and matrices too
+small to gain go whole. Error feedback keeps on each rank what the approximation left out
+of its matrices and adds it to the next round's gradient, so nothing is lost, only late.
+The first `warmup` trained rounds go whole, while the gradients change fastest. Every rank
+decodes the same mean, so every rank's MLP stays the same (docs/design/low-rank-sync.md).
 
 A round's collectives are the ranks' meeting points, and on a busy host each costs a
-wake-up of every rank. So the round's control words and sample count travel in the first
-all-reduce with the vectors and the P factors (the whole gradient in a warm-up round), and
-the Q factors in the second: two all-reduces where torch's DDP hook (`powerSGD_hook`, which
-this follows) took three besides the words'. The factors are sent before the ranks know
-whether any of them trained; a round that finds the summed count zero keeps nothing of
-them. After a round that no rank trained, the next sends its words alone first, so an idle
-group sends no factors.
+wake-up of every rank. So the round's control words and sample count travel in the same
+all-reduce as the vectors and the factors (the whole gradient in a warm-up round): one
+all-reduce, where PowerSGD as torch's DDP hook (`powerSGD_hook`) runs it takes three
+besides the words'. The factors are sent before the ranks know whether any of them
+trained; a round that finds the summed count zero keeps nothing of them and does not count
+(the next trained round sends the same factor). After a round that no rank trained, the
+next sends its words alone first, so an idle group sends no factors.
 
 Importing this module imports torch.distributed."""
 
@@ -37,9 +40,9 @@ def compressed(shape: torch.Size, rank: int) -> bool:
     return (n + m) * r * MIN_GAIN < n * m
 
 
-def orthonormalize_(p: torch.Tensor) -> None:
-    """P's columns made orthonormal in place (QR's Q: the span P Q^T projects onto)."""
-    p.copy_(torch.linalg.qr(p).Q)
+def orthonormal(f: torch.Tensor) -> torch.Tensor:
+    """A factor's columns made orthonormal (QR's Q): the span an approximation projects onto."""
+    return torch.linalg.qr(f).Q
 
 
 class LowRankSync:
@@ -54,7 +57,8 @@ class LowRankSync:
         self.rounds = 0  # trained rounds so far (the warm-up counts these)
         self.floats = 0  # the gradient values the last round all-reduced (float32; the words not counted)
         self._expect = True  # the last round trained: send the factors with the words
-        self._q: list[torch.Tensor] = []  # each compressed matrix's Q [m, r], the same on every rank
+        self._q: list[torch.Tensor] = []  # each compressed matrix's Q [m, r], orthonormal, the same on every rank
+        self._p: list[torch.Tensor] = []  # ... and its P [n, r], once a round has sent P
         self._error: list[torch.Tensor] = []  # what each compressed matrix's approximations left out here
 
     def mean(self, grads: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -77,11 +81,16 @@ class LowRankSync:
         vectors = [i for i in range(len(grads)) if i not in packs]
         if packs and not self._q:
             self._start(grads, packs)
-        for q in self._q:  # warm-started Q: the last round's mean, made orthonormal again (as torch's hook does)
-            orthonormalize_(q)
+        # the compressed rounds alternate: even ones send P = M Q (Q the shared, orthonormal
+        # factor), odd ones Q = M^T P (P likewise); the mean factor, orthonormalized, is the
+        # next round's shared one, so each round is one step of the power iteration
+        send_p = (self.rounds - self.warmup) % 2 == 0
         matrices = [grads[i].reshape(shapes[i][0], -1).float() + e for i, e in zip(packs, self._error, strict=True)]
-        ps = [m @ q for m, q in zip(matrices, self._q, strict=True)]
-        first = [grads[i].reshape(-1).float() for i in vectors] + [p.reshape(-1) for p in ps]
+        if send_p:
+            factors = [m @ q for m, q in zip(matrices, self._q, strict=True)]
+        else:
+            factors = [m.T @ p for m, p in zip(matrices, self._p, strict=True)]
+        first = [grads[i].reshape(-1).float() for i in vectors] + [f.reshape(-1) for f in factors]
         if self._expect:
             sent = torch.cat([words, *first])
             self._all_reduce(sent)
@@ -106,23 +115,17 @@ class LowRankSync:
             k = shapes[i].numel()
             out[i] = (rest[at : at + k] / world).view(shapes[i])
             at += k
-        for p in ps:
-            p.copy_(rest[at : at + p.numel()].view_as(p))
-            at += p.numel()
-            orthonormalize_(p)
-        if ps:
-            qs = [m.T @ p for m, p in zip(matrices, ps, strict=True)]
-            flat = torch.cat([q.reshape(-1) for q in qs])
-            self._all_reduce(flat)
-            self.floats += flat.numel()
-            at = 0
-            for j, (i, m, p) in enumerate(zip(packs, matrices, ps, strict=True)):
-                q = flat[at : at + qs[j].numel()].view_as(qs[j]) / world
-                at += q.numel()
-                approx = p @ q.T
-                self._error[j] = m.sub_(approx)  # m is this round's own copy
-                self._q[j] = q
-                out[i] = approx.view(shapes[i])
+        for j, (i, m, f) in enumerate(zip(packs, matrices, factors, strict=True)):
+            mean = rest[at : at + f.numel()].view_as(f) / world
+            at += f.numel()
+            if send_p:  # the mean gradient projected on Q's span; P's span is the next round's
+                approx = mean @ self._q[j].T
+                self._p[j] = orthonormal(mean)
+            else:  # ... on P's span; Q's span is the next round's
+                approx = self._p[j] @ mean.T
+                self._q[j] = orthonormal(mean)
+            self._error[j] = m.sub_(approx)  # m is this round's own copy
+            out[i] = approx.view(shapes[i])
         self.rounds += 1
         return summed, out
 
@@ -132,8 +135,8 @@ class LowRankSync:
         for i in packs:
             n, m = grads[i].shape[0], grads[i][0].numel()
             q = torch.randn(m, min(n, m, self.rank), generator=gen).to(grads[i].device)
-            orthonormalize_(q)
-            self._q.append(q)
+            self._q.append(orthonormal(q))
+            self._p.append(torch.zeros(n, q.shape[1], device=q.device))
             self._error.append(torch.zeros(n, m, device=grads[i].device))
 
     def _all_reduce(self, t: torch.Tensor) -> None:

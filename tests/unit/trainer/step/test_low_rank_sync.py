@@ -1,7 +1,7 @@
 """--dense-allreduce powersgd: the ranks' MLP gradients as PowerSGD's low-rank factors
 (trainer.step.low_rank_sync, docs/design/low-rank-sync.md). Two real gloo ranks in
 separate processes: the warm-up rounds are the exact mean; after them a round all-reduces
-the factors and the vectors, not the matrices; error feedback loses nothing, only delays
+one factor (P and Q in turn) and the vectors, not the matrices; error feedback loses nothing, only delays
 it; every rank decodes the same mean, so the ranks' MLPs stay bit-identical."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from tests.unit.trainer.test_moment_bits import _conf
 from trainer.daemon import AUTO_LOW_RANK, check_codecs, dense_allreduce
 from trainer.step.dense_replica import DenseReplica
 
-ROUNDS, WARMUP, RANK = 60, 3, 2
+ROUNDS, WARMUP, RANK = 120, 3, 2
 SPEC = ModelSpec("deepfm", k=2, fields=("a", "b", "c"), hidden=(8, 4))
 
 
@@ -83,16 +83,19 @@ def test_two_ranks_decode_the_same_low_rank_mean_and_lose_nothing(tmp_path: Path
     means, floats = ranks[0]["means"], ranks[0]["floats"]
     np.testing.assert_allclose(means[:WARMUP], np.tile(truth, (WARMUP, 1)), rtol=1e-6, atol=1e-6)  # exact, whole
     assert list(floats[:WARMUP]) == [40 * 30 + 30] * WARMUP
-    assert list(floats[WARMUP:]) == [(40 + 30) * RANK + 30] * (ROUNDS - WARMUP)  # P, Q and the bias
+    # then P and Q in alternate rounds, each with the bias
+    assert list(floats[WARMUP:]) == [(40 if i % 2 == 0 else 30) * RANK + 30 for i in range(ROUNDS - WARMUP)]
     assert not np.allclose(means[WARMUP], truth, atol=1e-3)  # one round of rank 2 is not the matrix...
 
     # ...but what it leaves out comes later: what is still owed is the ranks' residual, which
-    # stays bounded while the sum grows (measured: 22 owed after 30 rounds, 25 after 60, 25 after 200)
+    # stays bounded while the sum grows. Without error feedback it would grow with the rounds
+    # (about 2.5 a round here, where each round leaves out most of a random 40 x 30 matrix);
+    # measured with P and Q in alternate rounds: 35 owed after 30 rounds, 52 after 60, 35 after 120
     def owed(rounds: int) -> float:
         return float(np.abs(means[:rounds].sum(axis=0) - rounds * truth).max())
 
     assert owed(ROUNDS) < 1.5 * owed(ROUNDS // 2)
-    assert owed(ROUNDS) < 0.2 * ROUNDS * np.abs(truth).max()
+    assert owed(ROUNDS) < 0.25 * ROUNDS * np.abs(truth).max()
 
 
 @pytest.mark.parametrize(
@@ -151,9 +154,10 @@ def test_an_idle_round_steps_nothing_and_the_next_sends_its_words_first(tmp_path
     for r in ranks:  # the words are summed exactly, in every round
         np.testing.assert_array_equal(r["summed"], [[2, 10], [2, 10], [2, 0], [2, 0], [2, 7]])
         assert list(r["idle"]) == [False, False, True, True, False]
-    factors = (40 + 30) * RANK + 30
-    # warm-up whole; then P with the words; an idle round after a trained one still sent P
-    # (and the bias) not knowing; the next idle round the words alone; then P and Q again
-    assert list(ranks[0]["floats"]) == [40 * 30 + 30, factors, 40 * RANK + 30, 0, factors]
+    p, q = 40 * RANK + 30, 30 * RANK + 30  # a factor and the bias
+    # warm-up whole; then P with the words; an idle round after a trained one still sent the
+    # next factor, Q (and the bias), not knowing; the next idle round the words alone; then
+    # the words, and Q again: an idle round does not move the alternation
+    assert list(ranks[0]["floats"]) == [40 * 30 + 30, p, q, 0, q]
     np.testing.assert_array_equal(ranks[0]["last"], ranks[1]["last"])  # one mean on both ranks
     assert np.abs(ranks[0]["last"]).max() > 0  # rank 0's gradient, halved, less what low rank left out
