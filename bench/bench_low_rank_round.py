@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import statistics
 import sys
 import time
@@ -24,6 +23,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from trainer.local_ranks import free_port  # noqa: E402
 
 SHAPES = [(400, 80), (400,), (400, 400), (400,), (400, 400), (400,), (1, 400), (1,)]
 WORDS = 5  # the rounds' control words (trainer.run.group)
@@ -51,17 +51,11 @@ def _rank(rank: int, port: int, threads: int, rounds: int, out: Any) -> None:
         dist.destroy_process_group()
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def one_run(threads: int, rounds: int) -> tuple[float, float]:
     """(wall ms, CPU ms) a round for two ranks of `threads` torch threads each."""
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    port = _port()
+    port = free_port()
     procs = [ctx.Process(target=_rank, args=(r, port, threads, rounds, out)) for r in range(2)]
     for p in procs:
         p.start()

@@ -116,13 +116,7 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
         """The pull of a client that keeps rows (docs/design/pull-cache.md)."""
         if not request.state or not request.open_session:
             raise ShardError("a pull with a client id reads state and opens a session")
-        ids = decode_known_ids(
-            request.known_gaps or request.known_ids,
-            request.known_count,
-            request.known_bitmap,
-            gaps=bool(request.known_gaps),
-            limit=self.shard.id_limit(request.table),
-        )
+        ids = self._named_ids(request.table, request.known_ids, request.known_gaps, request.known_count, request.known_bitmap)
         stale = decode_bits(request.known_stale, ids.shape[0], "known_stale") if request.known_stale else None
         got = self.shard.pull_known(request.table, keys, KnownRows(request.client, request.layout, ids, stale))
         if got.stale:
@@ -141,6 +135,11 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
             changed=encode_bits(got.changed) if got.changed.any() else b"",
         )
 
+    def _named_ids(self, table: str, ids: bytes, gaps: bytes, count: int, bitmap: bool) -> np.ndarray:
+        """The row ids a pull or a push names, in whichever form they came (ps.wire
+        encode_known_ids), bounded by what the table could hold."""
+        return decode_known_ids(gaps or ids, count, bitmap, gaps=bool(gaps), limit=self.shard.id_limit(table))
+
     def Push(self, request: ps_pb2.PushRequest, context: grpc.ServicerContext) -> ps_pb2.PushResponse:
         def run() -> ps_pb2.PushResponse:
             target = request.WhichOneof("target")
@@ -153,13 +152,7 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
                     raise ShardError(f"key_count {request.key_count} but the sessions hold {keys.shape[0]} keys")
             elif target == "row_ids":
                 named = request.row_ids
-                row_ids = decode_known_ids(
-                    named.gaps or named.ids,
-                    named.count,
-                    named.bitmap,
-                    gaps=bool(named.gaps),
-                    limit=self.shard.id_limit(request.table),
-                )
+                row_ids = self._named_ids(request.table, named.ids, named.gaps, named.count, named.bitmap)
                 if request.key_count != row_ids.shape[0]:
                     raise ShardError(f"key_count {request.key_count} but row_ids names {row_ids.shape[0]} rows")
                 keys = self.shard.keys_of(request.table, named.layout, row_ids)

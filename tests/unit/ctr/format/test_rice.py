@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ctr.format.rice import MAX_K, best_rice_k, rice_bits, rice_decode, rice_encode, rice_gaps
+from tests.unit.ctr.format.test_varint import outcome
 
 
 def encode_reference(values: list[int], k: int) -> bytes:
@@ -52,13 +53,6 @@ def decode_reference(buf: bytes, start: int, count: int, k: int, limit: int) -> 
     if any(bits[pos:]):
         raise ValueError("nonzero padding after the rice code")
     return out
-
-
-def outcome(fn):  # type: ignore[no-untyped-def]
-    try:
-        return fn()
-    except ValueError as e:
-        return str(e)
 
 
 SETS = st.one_of(
