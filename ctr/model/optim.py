@@ -360,6 +360,13 @@ def accumulator_columns(kind: str, dim: int) -> slice:
     return slice(0, 0)
 
 
+def weights_read_accumulators(kind: str) -> bool:
+    """Whether a row's weights are computed from its accumulator columns (FTRL's w from z
+    and n): a served version then needs them as current as the rest of the row. Adagrad's
+    and Adam's weights are a column of their own; their accumulators only scale steps."""
+    return kind == "ftrl"
+
+
 # ---- plain references used by the tests --------------------------------------------------
 
 

@@ -66,6 +66,8 @@ def sampled(keys: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
 class AutoChoice:
     compress: bool = False
     cut_value_bytes: int = 8  # a value of a cut's drain: fp64 (8), or bf16 (2)
+    held_cols: int = 0  # columns 1-bit holds for the drains (a state delta's accumulators): its pushes carry none
+    export_held_cols: int = 0  # ... and its export drains, where the weights do not read them (not FTRL's)
     cols: int = 0
     rows: int = 0  # rows pushed in the window
     plain: int = 0  # value bytes fp64 pushes of those rows would carry (the stall's measure)
@@ -97,9 +99,9 @@ class AutoChoice:
         if self.compress:
             self.sent += body_bytes + evicted * (8 * cols + KEY_BYTES)
             self.base += self.base_per_value * keys.shape[0] * cols
-        else:  # what 1-bit would have sent: a sign a value (its means are a few bytes a message)
+        else:  # what 1-bit would have sent: a sign a value it pushes (its means are a few bytes a message)
             self.base += body_bytes
-            self.sent += -(-keys.shape[0] * cols // 8)
+            self.sent += -(-keys.shape[0] * (cols - self.held_cols) // 8)
             some = sampled(keys).tolist()
             self._since_cut.update(some)
             self._since_export.update(some)
@@ -109,7 +111,8 @@ class AutoChoice:
         if not self.compress:
             rows = len(self._since_export if cause == "export" else self._since_cut) << SAMPLE_BITS
         value_bytes = self.cut_value_bytes if cause == "cut" else DRAIN_VALUE_BYTES[cause]
-        drain = rows * (value_bytes * self.cols + KEY_BYTES)
+        cols = self.cols - (self.export_held_cols if cause == "export" else 0)
+        drain = rows * (value_bytes * cols + KEY_BYTES)
         self.sent += drain
         self._exported |= cause == "export"
         if cause == "cut":

@@ -11,7 +11,7 @@ import zlib
 import numpy as np
 import numpy.typing as npt
 
-from ctr.model.optim import accumulator_columns
+from ctr.model.optim import accumulator_columns, weights_read_accumulators
 from ctr.model.spec import TableSpec
 from ctr.routing import dense_range
 from ps.api import DELTA, STATE, STATE_DIFF, DensePush
@@ -74,29 +74,40 @@ class PushCompression:
         self.choices: dict[str, AutoChoice] = {}  # `auto`'s, per state-delta table
         self._made: dict[str, int] = {}  # compressors made per table (each gets its own seed)
         self._accumulators: dict[str, slice] = {}  # each known sparse table's state columns that only grow
+        # ... of the tables whose weights do not read them: 1-bit's export drains leave them to the cuts
+        self._export_held: dict[str, slice] = {}
 
     def know(self, spec: TableSpec) -> None:
         """A sparse table's layout: auto's rounded pushes keep its accumulators coarser."""
         cols = accumulator_columns(spec.optimizer.kind, spec.dim)
         if cols.stop > cols.start:
             self._accumulators[spec.name] = cols
+            if not weights_read_accumulators(spec.optimizer.kind):
+                self._export_held[spec.name] = cols
 
     def _compressor(self, table: str, kind: str) -> Compressor:
         if table not in self.compressors:
             if self.auto and kind == DELTA:
-                self.choices[table] = AutoChoice(cut_value_bytes=CODEC_VALUE_BYTES[self.cut_codec])
+                acc = self._accumulators.get(table, slice(0, 0))
+                held = acc.stop - acc.start
+                export_held = held if table in self._export_held and self.judge_at == "cut" else 0
+                self.choices[table] = AutoChoice(
+                    cut_value_bytes=CODEC_VALUE_BYTES[self.cut_codec], held_cols=held, export_held_cols=export_held
+                )
             self._kinds[table] = kind
             self._make(table)
         return self.compressors[table]
 
     def _make(self, table: str) -> None:
         choice = self.choices.get(table)
-        coarse = None
+        coarse = held = None
         if choice is not None:
             spec = CodecSpec(AUTO_CODEC) if choice.compress else CodecSpec(BASE_CODEC, rounded=True)
             cols = self._accumulators.get(table)
             if spec.rounded and cols is not None:
                 coarse = (cols, BASE_ACCUMULATOR_BITS)
+            elif cols is not None:  # 1-bit: the accumulators wait for the drains (sign-planes.md)
+                held = cols
         else:
             spec = self.spec or CodecSpec("fp64" if self._kinds[table] == DELTA else "fp32")
         # the seed comes from the table and how many it had, not from the order tables were
@@ -104,7 +115,7 @@ class PushCompression:
         made = self._made.get(table, 0)
         seed = zlib.crc32(f"{self.seed}:{table}:{made}".encode())
         self.compressors[table] = Compressor(
-            spec, self.residual_rows, seed=seed, residual_bound=self.residual_bound, coarse=coarse
+            spec, self.residual_rows, seed=seed, residual_bound=self.residual_bound, coarse=coarse, held=held
         )
         self._made[table] = made + 1
 
@@ -159,7 +170,12 @@ class PushCompression:
                 if keys.shape[0]:
                     kind = self._kinds[table]
                     if cause == "export":  # freshness, not exactness: bf16, what it loses kept for later
-                        comp.keep(keys, rows - self.sender.send_coded(table, keys, rows, kind, EXPORT_DRAIN_CODEC, self._rng))
+                        sent = rows
+                        # a version served reads no such accumulator: it waits for the cut (where cuts come)
+                        if comp.held is not None and table in self._export_held and self.judge_at == "cut":
+                            sent = rows.copy()
+                            sent[:, self._export_held[table]] = 0.0
+                        comp.keep(keys, rows - self.sender.send_coded(table, keys, sent, kind, EXPORT_DRAIN_CODEC, self._rng))
                     else:
                         codec = self.cut_codec if cause == "cut" else EXACT_CODEC
                         self.sender.send_coded(table, keys, rows, kind, codec, self._rng)
@@ -194,6 +210,7 @@ class PushCompression:
             out[f"push:{table}"] = comp.spec.name
             if table in self.choices:
                 coarse = f"; its accumulators at {comp.coarse[1]} mantissa bits" if comp.coarse else ""
+                coarse += "; its accumulators held for the drains" if comp.held is not None else ""
                 out[f"auto:{table}"] = self.choices[table].describe() + coarse
         return out
 

@@ -92,7 +92,11 @@ class Compressor:
 
     coarse: (columns, bits) of bf16z:rounded: those columns (a state delta's accumulators)
     keep only `bits` mantissa bits of bf16's 7 (docs/design/rounded-pushes.md,
-    "Accumulators at 4 mantissa bits")."""
+    "Accumulators at 4 mantissa bits").
+
+    held: columns (a state delta's accumulators) that a codec with error feedback does not
+    push: they stay in the residuals until a drain sends them, and the push carries them as
+    zeros, which onebit's sign planes send for a few bytes a push (docs/design/sign-planes.md)."""
 
     def __init__(
         self,
@@ -101,11 +105,15 @@ class Compressor:
         seed: int = 0,
         residual_bound: float | None = None,
         coarse: tuple[slice, int] | None = None,
+        held: slice | None = None,
     ) -> None:
         if coarse is not None and spec.name != "bf16z:rounded":
             raise ValueError(f"codec {spec.name}: only bf16z:rounded rounds columns further (no error feedback to keep it)")
+        if held is not None and not spec.feedback:
+            raise ValueError(f"codec {spec.name}: only a codec with error feedback holds columns back for the drains")
         self.spec = spec
         self.coarse = coarse
+        self.held = held
         self.codec: ValueCodec = VALUE_CODECS[spec.value] if coarse is None else coarse_bf16z(*coarse)
         self.residuals = ResidualStore(residual_rows) if spec.feedback else None
         self.residual_bound = residual_bound if spec.feedback else None
@@ -179,6 +187,9 @@ class Compressor:
                 scores = row_scores(x)
                 sent = rows_at_least(scores, mstopk_threshold(scores, k, MSTOPK_ROUNDS))
                 chosen = x[sent]
+        if self.held is not None:
+            chosen = chosen.copy() if chosen is x else chosen
+            chosen[:, self.held] = 0.0  # decoded as exact zeros: the residual keeps them whole
         body, decoded = self.codec.encode(chosen, self.rng)
         gone_keys, gone_rows = np.zeros(0, dtype=np.uint64), np.zeros((0, d))
         if self.residuals is not None:
@@ -206,6 +217,8 @@ class Compressor:
         if self.residual_bound is None or not decoded.shape[0]:
             return np.zeros(0, dtype=np.int64)
         limit = self.residual_bound * np.abs(decoded).mean(axis=0)
+        if self.held is not None:  # a held column's residual is all of it, by design, until a drain
+            limit[self.held] = np.inf
         return np.flatnonzero(np.any(np.abs(residual) > limit, axis=1))
 
     def stats(self) -> dict[str, float]:

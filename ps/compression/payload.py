@@ -118,21 +118,25 @@ def _from_planes(name: str, body: bytes, n: int, d: int, dtype: str) -> npt.NDAr
         raise CodecError(f"{name}: body is {len(body)} bytes, its frame lengths say {pos + sum(lengths)}")
     plane = n * d
     out = np.empty((size, plane), dtype=np.uint8)
-    decompress = decompressor().decompress
     for b, length in enumerate(lengths):
-        frame = body[pos : pos + length]
+        out[b] = _inflate(f"{name}: plane {b}", body[pos : pos + length], plane)
         pos += length
-        try:
-            declared = zstandard.frame_content_size(frame)
-            if declared != plane:  # checked before it is inflated: a small frame may declare gigabytes
-                raise CodecError(f"{name}: plane {b} declares {declared} bytes, the header's counts need {plane}")
-            got = decompress(frame, max_output_size=plane)
-        except zstandard.ZstdError as e:
-            raise CodecError(f"{name}: plane {b}: not a zstd frame ({e})") from None
-        if len(got) != plane:
-            raise CodecError(f"{name}: plane {b} inflates to {len(got)} bytes, not {plane}")
-        out[b] = np.frombuffer(got, dtype=np.uint8)
     return np.ascontiguousarray(out.T).view(dtype).reshape(d, n).T  # type: ignore[no-any-return]
+
+
+def _inflate(what: str, frame: bytes, size: int) -> npt.NDArray[np.uint8]:
+    """The `size` bytes a zstd frame holds, its declared size checked before it is inflated
+    (a small frame may declare gigabytes)."""
+    try:
+        declared = zstandard.frame_content_size(frame)
+        if declared != size:
+            raise CodecError(f"{what} declares {declared} bytes, the header's counts need {size}")
+        got = decompressor().decompress(frame, max_output_size=size)
+    except zstandard.ZstdError as e:
+        raise CodecError(f"{what}: not a zstd frame ({e})") from None
+    if len(got) != size:
+        raise CodecError(f"{what} inflates to {len(got)} bytes, not {size}")
+    return np.frombuffer(got, dtype=np.uint8)
 
 
 def _planes_zstd(
@@ -252,25 +256,86 @@ def _minifloat(exp_bits: int, man_bits: int) -> tuple[Callable[..., tuple[bytes,
     return enc, dec
 
 
+BY_ROW, SIGN_PLANES = 1, 2  # onebit's layout byte: means per row; signs column by column in zstd frames
+SIGN_PLANES_MIN_BYTES = 128  # fewer sign bytes: the frames' headers would outweigh what they save
+
+
 def _onebit_encode(rows: F64, rng: np.random.Generator) -> tuple[bytes, F64]:
     """Signs plus two means per column, or per row when there are fewer rows than columns (a
-    top-k push of a few wide rows), whichever takes fewer means; a layout byte says which."""
+    top-k push of a few wide rows), whichever takes fewer means; the signs row-major, or
+    column by column in zstd frames where that is smaller. A state delta's accumulator
+    columns (FTRL's n, Adagrad's sums) only grow, so their signs are mostly 1 and a plane
+    of them costs a fraction of a bit a row (docs/design/sign-planes.md). A layout byte
+    says which."""
     by_row = rows.shape[0] < rows.shape[1]
     groups = np.ascontiguousarray(rows.T if by_row else rows)
     pos, neg, packed = encode_onebit(groups)
     decoded = decode_onebit(pos, neg, packed, groups.shape[0])
-    return bytes([int(by_row)]) + pos.tobytes() + neg.tobytes() + packed.tobytes(), decoded.T if by_row else decoded
+    layout, signs = int(by_row), packed.tobytes()
+    if packed.nbytes >= SIGN_PLANES_MIN_BYTES:
+        planes = _sign_planes(packed, *groups.shape)
+        if len(planes) < len(signs):
+            layout, signs = layout | SIGN_PLANES, planes
+    return bytes([layout]) + pos.tobytes() + neg.tobytes() + signs, decoded.T if by_row else decoded
+
+
+def _sign_planes(packed: npt.NDArray[np.uint8], n: int, d: int) -> bytes:
+    """Row-major sign bits [n, d] as d planes of ceil(n / 8) bytes, each a zstd frame (or,
+    where zstd saves nothing, the plane itself, its length written as 0): varint lengths,
+    then the frames."""
+    bits = np.unpackbits(packed, count=n * d, bitorder="little").reshape(n, d)
+    planes = np.ascontiguousarray(np.packbits(bits.T, axis=1, bitorder="little"))
+    compress = compressor().compress
+    chunks, lengths = [], []
+    for c in range(d):
+        frame = compress(planes[c].data)
+        raw = len(frame) >= planes.shape[1]
+        chunks.append(planes[c].tobytes() if raw else frame)
+        lengths.append(0 if raw else len(frame))
+    return bytes(encode_varints(np.array(lengths, dtype=np.uint64))) + b"".join(chunks)
+
+
+def _signs_from_planes(body: bytes, n: int, d: int) -> npt.NDArray[np.uint8]:
+    """The row-major packed signs [n, d] of _sign_planes's bytes, every length checked."""
+    buf = np.frombuffer(body, dtype=np.uint8)
+    plane = (n + 7) // 8
+    pos, lengths = 0, []
+    try:
+        for _ in range(d):
+            varint, pos = _get(buf, pos)
+            lengths.append(int(varint))
+    except ValueError as e:
+        raise CodecError(f"onebit sign planes: frame lengths: {e}") from None
+    expected = pos + sum(length or plane for length in lengths)
+    if expected != len(body):
+        raise CodecError(f"onebit sign planes: {len(body)} bytes, their lengths say {expected}")
+    planes = np.empty((d, plane), dtype=np.uint8)
+    for c, length in enumerate(lengths):
+        if length:
+            planes[c] = _inflate(f"onebit sign plane {c}", body[pos : pos + length], plane)
+        else:
+            planes[c] = buf[pos : pos + plane]
+        pos += length or plane
+    bits = np.unpackbits(planes, axis=1, count=n, bitorder="little")
+    return np.packbits(bits.T, bitorder="little")
 
 
 def _onebit_decode(body: bytes, n: int, d: int) -> F64:
-    if not body or body[0] > 1:
-        raise CodecError("onebit body: the layout byte must be 0 (means per column) or 1 (per row)")
-    by_row = body[0] == 1
+    if not body or body[0] > BY_ROW | SIGN_PLANES:
+        raise CodecError("onebit body: the layout byte must be 0-3 (1: means per row, not per column; 2: signs in planes)")
+    by_row = bool(body[0] & BY_ROW)
     length, groups = (d, n) if by_row else (n, d)
-    _expect(body, 1 + 8 * groups + packed_bytes(n * d, 1))
+    means = 1 + 8 * groups
+    if len(body) < means:
+        raise CodecError(f"body is {len(body)} bytes, the header's counts need at least {means}")
+    if body[0] & SIGN_PLANES:
+        signs = _signs_from_planes(body[means:], length, groups)
+    else:
+        _expect(body, means + packed_bytes(n * d, 1))
+        signs = np.frombuffer(body, dtype=np.uint8)[means:]
     pos = np.frombuffer(body[1 : 1 + 4 * groups], dtype="<f4").astype(np.float32)
-    neg = np.frombuffer(body[1 + 4 * groups : 1 + 8 * groups], dtype="<f4").astype(np.float32)
-    out = decode_onebit(pos, neg, np.frombuffer(body, dtype=np.uint8)[1 + 8 * groups :], length)
+    neg = np.frombuffer(body[1 + 4 * groups : means], dtype="<f4").astype(np.float32)
+    out = decode_onebit(pos, neg, signs, length)
     return out.T.copy() if by_row else out  # type: ignore[no-any-return]
 
 

@@ -101,6 +101,37 @@ def test_rows_pushed_many_times_between_cuts_move_to_onebit_and_stay() -> None:
     assert client.compression_stats()["auto_switches"] == 1
 
 
+@pytest.mark.parametrize(("kind", "export_sends_it"), [("ftrl", True), ("adagrad", False)])
+def test_onebit_holds_the_accumulators_for_the_drains(kind: str, export_sends_it: bool) -> None:
+    """A 1-bit push carries no accumulator (docs/design/sign-planes.md). An export's drain
+    sends it where the weights read it (FTRL's n) and leaves it to the cut where they do not
+    (Adagrad's sum of squares); the cut settles everything."""
+    rng = np.random.default_rng(6)
+    shards = [Shard(i, 2) for i in range(2)]
+    client = PSClient(Remote(shards), 2, push_codec="auto")
+    client.control.declare([TableSpec("w", "sparse", 1, OptimizerSpec(kind, lr=0.05), "example")])
+    truth: Truth = {}
+    hot = np.unique(rng.integers(1, 1 << 40, size=400, dtype=np.uint64))
+    _window(client, hot, AUTO_MIN_ROWS // hot.shape[0] + 1, truth, rng)
+    codecs = client.codecs()
+    assert codecs["push:w"] == "onebit" and "accumulators held for the drains" in codecs["auto:w"], codecs
+    before = _held(shards, hot)
+    delta = np.column_stack([rng.normal(size=hot.shape[0]) * 0.1, np.abs(rng.normal(size=hot.shape[0]))])
+    client.push("w", hot, delta, kind=DELTA, samples=1)
+    pushed = _held(shards, hot)
+    assert np.all(pushed[:, 1] == before[:, 1]) and np.any(pushed[:, 0] != before[:, 0])
+    client.flush_residuals("export")
+    exported = _held(shards, hot)[:, 1] - before[:, 1]
+    if export_sends_it:  # to bf16's rounding of what was owed
+        assert np.all(np.abs(exported - delta[:, 1]) <= 2.0**-8 * delta[:, 1] + 1e-12)
+    else:
+        assert np.all(exported == 0.0)
+    client.flush_residuals("cut")
+    for k, row in zip(hot.tolist(), delta, strict=True):
+        truth[k] = (truth[k][0] + row, truth[k][1])
+    _exact(shards, truth)
+
+
 def test_rows_pushed_once_between_cuts_stay_rounded_without_a_onebit_window() -> None:
     rng = np.random.default_rng(1)
     client, shards = _client()
@@ -190,6 +221,20 @@ def test_a_stream_that_stops_repeating_goes_back_to_rounded_pushes() -> None:
     _window(client, keys, 1, truth, rng)  # measured under 1-bit: the drain costs more than bf16z would
     _exact(shards, truth)
     assert client.codecs()["push:w"] == BASE and client.compression_stats()["auto_switches"] == 2
+
+
+def test_the_estimate_prices_a_sign_for_each_column_1bit_pushes() -> None:
+    """1-bit holds a state delta's accumulators for the drains (docs/design/sign-planes.md):
+    its pushes carry a sign a row of FTRL's [z | n], not two."""
+    keys = np.arange(1, 20_001, dtype=np.uint64)
+    both, held = AutoChoice(), AutoChoice(held_cols=1)
+    for choice in (both, held):
+        _bodies(choice, keys, 2, 4)
+    assert both.sent == 4 * (20_000 * 2 // 8) and held.sent == 4 * (20_000 // 8)
+    client, _ = _client()
+    assert client.compression.choices == {}
+    client.push("w", keys[:10], np.ones((10, 2)), kind=DELTA)
+    assert client.compression.choices["w"].held_cols == 1  # FTRL at dim 1: n
 
 
 def test_the_estimate_counts_distinct_rows_on_a_sample_of_keys() -> None:

@@ -16,7 +16,7 @@ from ctr.format.varint import encode_varints
 from ps.compression.bits import pack_bits, packed_bytes, unpack_bits
 from ps.compression.compressor import CodecSpec, Compressor, parse_codec
 from ps.compression.minifloat import column_shifts, decode_minifloat, encode_minifloat
-from ps.compression.payload import VALUE_CODECS, CodecError, coarse_bf16z, decode_payload, encode_rows
+from ps.compression.payload import SIGN_PLANES, VALUE_CODECS, CodecError, coarse_bf16z, decode_payload, encode_rows
 from ps.compression.quantize import decode_int8, decode_onebit, encode_int8, encode_onebit, uniforms
 from ps.compression.reference import (
     int8_reference,
@@ -179,6 +179,54 @@ def test_plane_codecs_send_small_pushes_raw_and_large_ones_in_planes_bit_for_bit
             assert len(body) < 0.9 * len(plain.encode(x, rng)[0])
 
 
+def test_onebit_sends_an_accumulator_columns_signs_in_a_plane_that_costs_little():
+    rng = np.random.default_rng(3)
+    n = 20_000
+    x = np.stack([rng.normal(size=n), rng.exponential(size=n)], axis=1)  # FTRL's z and n deltas
+    x[::97, 1] *= -1  # error feedback leaves a few of n's below 0
+    codec = VALUE_CODECS["onebit"]
+    body, decoded = codec.encode(x, rng)
+    raw = 1 + 16 + n * 2 // 8
+    assert body[0] == SIGN_PLANES and len(body) < 0.65 * raw  # z's plane a bit a row, n's far less
+    np.testing.assert_array_equal(decoded, onebit_reference(x))
+    np.testing.assert_array_equal(codec.decode(body, n, 2), decoded)
+    wide = np.abs(rng.normal(size=(40, 300)))  # fewer rows than columns: means per row, signs per column of rows.T
+    body, decoded = codec.encode(wide, rng)
+    assert body[0] == SIGN_PLANES | 1
+    np.testing.assert_array_equal(codec.decode(body, 40, 300), decoded)
+    np.testing.assert_array_equal(decoded, onebit_reference(wide.T).T)
+    # signs that zstd cannot shrink go row-major as before
+    body, _ = codec.encode(rng.normal(size=(n, 2)), rng)
+    assert body[0] == 0 and len(body) == raw
+
+
+def _sign_planes_body(n: int, *chunks: bytes, lengths: list[int] | None = None) -> bytes:
+    """A 2-column onebit body with its signs in planes: the layout byte, 16 bytes of means,
+    the planes' lengths (default: each chunk's), the chunks."""
+    sizes = [len(c) for c in chunks] if lengths is None else lengths
+    return bytes([SIGN_PLANES]) + bytes(16) + bytes(encode_varints(np.array(sizes, dtype=np.uint64))) + b"".join(chunks)
+
+
+HUGE_FRAME = zstandard.ZstdCompressor().compress(bytes(1 << 20))  # a few bytes that inflate to 1 MiB
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        (b"\x04" + bytes(16 + 250), "the layout byte"),
+        (bytes([SIGN_PLANES]) + bytes(10), "need at least 17"),
+        (_sign_planes_body(2000, bytes(250), lengths=[0, 0]), "their lengths say"),
+        (_sign_planes_body(2000, bytes(250), bytes(250), bytes(1)), "their lengths say"),
+        (_sign_planes_body(2000, bytes(250), b"junk", lengths=[0, 4]), "sign plane 1: not a zstd frame"),
+        (_sign_planes_body(2000, bytes(250), HUGE_FRAME, lengths=[0, len(HUGE_FRAME)]), "declares 1048576"),
+        (bytes([SIGN_PLANES]) + bytes(16) + b"\x80", "frame lengths"),
+    ],
+)
+def test_onebit_sign_planes_that_do_not_match_the_counts_are_refused(body, error):
+    with pytest.raises(CodecError, match=error):
+        VALUE_CODECS["onebit"].decode(body, 2000, 2)
+
+
 def test_rounding_uniforms_are_uniform():
     u = uniforms(3, 200_000)
     counts = np.histogram(u, bins=20, range=(0, 1))[0]
@@ -274,6 +322,34 @@ def test_residual_bound_keeps_a_hot_rows_residual_from_growing():
     assert np.abs(unbounded.unsent(hot, 2)).max() > 100  # several a push, never caught up
     assert np.abs(bounded.unsent(hot, 2)).max() < 20
     assert bounded.stats()["residual_bound_rows"] >= 10  # sent exactly every few pushes
+
+
+def test_held_columns_wait_in_the_residuals_for_the_drain_and_cost_a_few_bytes_a_push():
+    """auto's 1-bit holds a state delta's accumulators back: the shard gets zeros there, the
+    residual keeps all of them (the bound ignores them), a drain sends them, and nothing is
+    lost; the zeros' sign plane costs a few bytes, so a push carries one bit a row, not two."""
+    keys = np.arange(1, 2001, dtype=np.uint64)
+    rng = np.random.default_rng(8)
+    held = Compressor(parse_codec("onebit"), residual_rows=5000, residual_bound=50.0, held=slice(1, 2))
+    plain = Compressor(parse_codec("onebit"), residual_rows=5000, residual_bound=50.0)
+    total, received = np.zeros((2000, 2)), np.zeros((2000, 2))
+    for i in range(6):
+        g = np.stack([rng.normal(size=2000), rng.exponential(size=2000)], axis=1)  # FTRL's z and n deltas
+        total += g
+        packed, gone, _ = held.compress(keys, g)
+        assert gone.shape[0] == 0  # all of n is owed, by design: not a row over the bound
+        _, values = decode_payload(packed.payload(with_subset=False), 2000, 2)
+        assert np.all(values[:, 1] == 0.0)
+        received += values
+        plain_bytes = len(plain.compress(keys, g)[0].body)
+        # n's signs are all 1 in the first push only; then error feedback makes them noise
+        assert len(packed.body) < (1.05 if i == 0 else 0.6) * plain_bytes
+    np.testing.assert_allclose(held.unsent(keys, 2)[:, 1], total[:, 1])
+    left_keys, left_rows = held.drain()
+    np.testing.assert_array_equal(left_keys, keys)
+    np.testing.assert_allclose(received + left_rows, total, atol=1e-9)
+    with pytest.raises(ValueError, match="error feedback"):
+        Compressor(parse_codec("fp32"), 10, held=slice(1, 2))
 
 
 def test_residual_store_evicts_the_least_recently_pushed():
