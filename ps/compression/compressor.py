@@ -177,8 +177,10 @@ class Compressor:
 
     def _compress(self, keys: Keys, x: F64) -> tuple[Compressed, Keys, F64]:
         n, d = x.shape
+        slots = None
         if self.residuals is not None:
-            x = x + self.residuals.take(keys, d)
+            owed, slots = self.residuals.take_slots(keys, d)
+            x = x + owed
         sent = None
         chosen = x
         if self.spec.topk is not None and n:
@@ -208,7 +210,7 @@ class Compressor:
                 gone_keys = np.concatenate([gone_keys, keys[over]])
                 gone_rows = np.concatenate([gone_rows, residual[over]])
             else:
-                gone_keys, gone_rows = self.residuals.put(keys, residual)
+                gone_keys, gone_rows = self.residuals.put(keys, residual, slots=slots)
             self.flushed_rows += int(gone_keys.shape[0])
         return Compressed(self.codec, n, d, sent, body, decoded), gone_keys, gone_rows
 

@@ -352,6 +352,24 @@ def test_held_columns_wait_in_the_residuals_for_the_drain_and_cost_a_few_bytes_a
         Compressor(parse_codec("fp32"), 10, held=slice(1, 2))
 
 
+def test_a_put_at_the_slots_take_found_is_the_same_put():
+    """Compression takes a push's residuals and puts the new ones for the same keys: the
+    put reuses the take's lookup, and the store ends as a put that looks again leaves it."""
+    rng = np.random.default_rng(9)
+    looked, reused = ResidualStore(40), ResidualStore(40)
+    for _ in range(12):
+        keys = np.unique(rng.integers(1, 80, 30)).astype(np.uint64)
+        rows = rng.normal(size=(keys.shape[0], 2))
+        owed, slots = reused.take_slots(keys, 2)
+        np.testing.assert_array_equal(owed, looked.take(keys, 2))
+        gone_looked = looked.put(keys, owed + rows)
+        gone_reused = reused.put(keys, owed + rows, slots=slots)
+        for a, b in zip(gone_looked, gone_reused, strict=True):  # the same rows evicted (capacity 40)
+            np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(looked.keys, reused.keys)
+    np.testing.assert_array_equal(looked.rows, reused.rows)
+
+
 def test_residual_store_evicts_the_least_recently_pushed():
     store = ResidualStore(3)
     store.put(np.array([1, 2, 3], dtype=np.uint64), np.ones((3, 1)))
