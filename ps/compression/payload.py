@@ -263,10 +263,10 @@ SIGN_PLANES_MIN_BYTES = 128  # fewer sign bytes: the frames' headers would outwe
 def _onebit_encode(rows: F64, rng: np.random.Generator) -> tuple[bytes, F64]:
     """Signs plus two means per column, or per row when there are fewer rows than columns (a
     top-k push of a few wide rows), whichever takes fewer means; the signs row-major, or
-    column by column in zstd frames where that is smaller. A state delta's accumulator
-    columns (FTRL's n, Adagrad's sums) only grow, so their signs are mostly 1 and a plane
-    of them costs a fraction of a bit a row (docs/design/sign-planes.md). A layout byte
-    says which."""
+    column by column in zstd frames where that is smaller: a column of one sign, such as
+    the zeros of the accumulator columns auto's 1-bit holds back, costs a few bytes
+    (docs/design/sign-planes.md; error feedback makes an accumulator's own signs noise).
+    A layout byte says which."""
     by_row = rows.shape[0] < rows.shape[1]
     groups = np.ascontiguousarray(rows.T if by_row else rows)
     pos, neg, packed = encode_onebit(groups)
