@@ -107,13 +107,7 @@ def _from_planes(name: str, body: bytes, n: int, d: int, dtype: str) -> npt.NDAr
         _expect(body, 1 + n * d * size)
         return np.frombuffer(body, dtype=dtype, offset=1).reshape(n, d)
     buf = np.frombuffer(body, dtype=np.uint8)
-    pos, lengths = 1, []
-    try:
-        for _ in range(size):
-            varint, pos = _get(buf, pos)
-            lengths.append(int(varint))
-    except ValueError as e:
-        raise CodecError(f"{name}: frame lengths: {e}") from None
+    lengths, pos = _frame_lengths(name, buf, 1, size)
     if pos + sum(lengths) != len(body):
         raise CodecError(f"{name}: body is {len(body)} bytes, its frame lengths say {pos + sum(lengths)}")
     plane = n * d
@@ -122,6 +116,18 @@ def _from_planes(name: str, body: bytes, n: int, d: int, dtype: str) -> npt.NDAr
         out[b] = _inflate(f"{name}: plane {b}", body[pos : pos + length], plane)
         pos += length
     return np.ascontiguousarray(out.T).view(dtype).reshape(d, n).T  # type: ignore[no-any-return]
+
+
+def _frame_lengths(name: str, buf: npt.NDArray[np.uint8], pos: int, count: int) -> tuple[list[int], int]:
+    """`count` varint frame lengths from buf[pos:], and the offset after them."""
+    lengths = []
+    try:
+        for _ in range(count):
+            varint, pos = _get(buf, pos)
+            lengths.append(int(varint))
+    except ValueError as e:
+        raise CodecError(f"{name}: frame lengths: {e}") from None
+    return lengths, pos
 
 
 def _inflate(what: str, frame: bytes, size: int) -> npt.NDArray[np.uint8]:
@@ -299,13 +305,7 @@ def _signs_from_planes(body: bytes, n: int, d: int) -> npt.NDArray[np.uint8]:
     """The row-major packed signs [n, d] of _sign_planes's bytes, every length checked."""
     buf = np.frombuffer(body, dtype=np.uint8)
     plane = (n + 7) // 8
-    pos, lengths = 0, []
-    try:
-        for _ in range(d):
-            varint, pos = _get(buf, pos)
-            lengths.append(int(varint))
-    except ValueError as e:
-        raise CodecError(f"onebit sign planes: frame lengths: {e}") from None
+    lengths, pos = _frame_lengths("onebit sign planes", buf, 0, d)
     expected = pos + sum(length or plane for length in lengths)
     if expected != len(body):
         raise CodecError(f"onebit sign planes: {len(body)} bytes, their lengths say {expected}")
