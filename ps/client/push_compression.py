@@ -90,7 +90,8 @@ class PushCompression:
             if self.auto and kind == DELTA:
                 acc = self._accumulators.get(table, slice(0, 0))
                 held = acc.stop - acc.start
-                export_held = held if table in self._export_held and self.judge_at == "cut" else 0
+                left = self._export_leaves(table)
+                export_held = left.stop - left.start if left is not None else 0
                 self.choices[table] = AutoChoice(
                     cut_value_bytes=CODEC_VALUE_BYTES[self.cut_codec], held_cols=held, export_held_cols=export_held
                 )
@@ -170,11 +171,10 @@ class PushCompression:
                 if keys.shape[0]:
                     kind = self._kinds[table]
                     if cause == "export":  # freshness, not exactness: bf16, what it loses kept for later
-                        sent = rows
-                        # a version served reads no such accumulator: it waits for the cut (where cuts come)
-                        if comp.held is not None and table in self._export_held and self.judge_at == "cut":
+                        sent, left = rows, self._export_leaves(table)
+                        if comp.held is not None and left is not None:
                             sent = rows.copy()
-                            sent[:, self._export_held[table]] = 0.0
+                            sent[:, left] = 0.0
                         comp.keep(keys, rows - self.sender.send_coded(table, keys, sent, kind, EXPORT_DRAIN_CODEC, self._rng))
                     else:
                         codec = self.cut_codec if cause == "cut" else EXACT_CODEC
@@ -184,6 +184,11 @@ class PushCompression:
                     choice.drained(cause, keys.shape[0])
                     if cause in (self.judge_at, "export") and choice.judge(at_cut=cause == self.judge_at):
                         self._switch(table, choice)
+
+    def _export_leaves(self, table: str) -> slice | None:
+        """The accumulator columns a 1-bit export drain of this table leaves to the cut: a
+        version served reads no such accumulator (not FTRL's); None where cuts never come."""
+        return self._export_held.get(table) if self.judge_at == "cut" else None
 
     def _switch(self, table: str, choice: AutoChoice) -> None:
         """auto's table changes codec (choice.compress says to which): what the error feedback
