@@ -85,10 +85,23 @@ def _finish(proc: subprocess.Popen[str], timeout: float = 240) -> str:
 
 def _once(stream: Path | str, work: Path, lifecycle: tuple[str, ...] = (), model: tuple[str, ...] = ()) -> dict[str, Any]:
     """The model an uninterrupted run of the stream leaves on fresh shards."""
+    return _timed_once(stream, work, lifecycle, model)[0]
+
+
+def _timed_once(
+    stream: Path | str, work: Path, lifecycle: tuple[str, ...] = (), model: tuple[str, ...] = ()
+) -> tuple[dict[str, Any], float]:
+    """The model an uninterrupted run leaves, and how many seconds it trained after its first
+    cut: the span random kills are drawn from, so they fall inside the run on a fast machine
+    as on a slow one."""
     shards = [_shard(i, work, lifecycle=lifecycle) for i in range(2)]
+    log = work / "once.log"
     try:
-        _finish(_trainer(stream, shards, work / "m.json", model=model))
-        return _model(shards)
+        trainer = _trainer(stream, shards, work / "m.json", log, model)
+        _training(trainer, log)
+        began = time.monotonic()
+        _finish_logged(trainer, log)
+        return _model(shards), time.monotonic() - began
     finally:
         for s in shards:
             s.stop()
@@ -100,12 +113,15 @@ def _shards_dying(
     rng: random.Random,
     how: str,
     times: int,
+    span: float,
     gap: tuple[float, float],
     lifecycle: tuple[str, ...] = (),
-    start_s: float = 0.0,
+    start: float = 0.0,
 ) -> tuple[int, str, dict[str, Any], int]:
     """Trains the stream while a shard dies (`how`) `times` times at random moments, each
-    restarted on its port; returns (kills, the trainer's log, the model, samples trained)."""
+    restarted on its port; returns (kills, the trainer's log, the model, samples trained).
+    `start` and the `gap` between kills are fractions of `span`, the seconds an uninterrupted
+    run trained, so the kills fall inside the stream however fast the machine is."""
     shards = [_shard(i, work, lifecycle=lifecycle) for i in range(2)]
     ports = [s.ready["grpc_port"] for s in shards]
     log = work / "trainer.log"
@@ -113,9 +129,9 @@ def _shards_dying(
     try:
         kills = 0
         _training(trainer, log)  # kills during its start-up would test nothing
-        time.sleep(start_s)
+        time.sleep(span * start)
         for _ in range(times):
-            time.sleep(rng.uniform(*gap))
+            time.sleep(span * rng.uniform(*gap))
             if trainer.poll() is not None:
                 break
             i = rng.randrange(2)
@@ -132,16 +148,18 @@ def _shards_dying(
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any], int]:
+def uninterrupted(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any], int, float]:
     work = tmp_path_factory.mktemp("uninterrupted")
     total = _stream(data_dir, work / "stream.libfm")
-    return work / "stream.libfm", _once(work / "stream.libfm", work), total
+    model, span = _timed_once(work / "stream.libfm", work)
+    return work / "stream.libfm", model, total, span
 
 
 @pytest.mark.parametrize("how", ["kill -9", "SIGTERM"])
 def test_shards_dying_at_random_moments_change_nothing(uninterrupted, tmp_path, how):
-    stream, expected, total = uninterrupted
-    kills, err, model, samples = _shards_dying(stream, tmp_path, random.Random(len(how)), how, KILLS, (0.4, 1.2))
+    stream, expected, total, span = uninterrupted
+    rng = random.Random(len(how))
+    kills, err, model, samples = _shards_dying(stream, tmp_path, rng, how, KILLS, span, (0.025, 0.07))
     assert kills >= 3 and "going back to the last checkpoint cut" in err, err[-3000:]  # kills in a recovery coalesce
     assert model == expected
     assert samples == total
@@ -155,20 +173,22 @@ LIFECYCLE = ("--admit-after", "2", "--bloom-mb", "1", "--ttl-updates", "400", "-
 def test_shards_with_admission_and_eviction_dying_change_nothing(data_dir, tmp_path):
     stream = tmp_path / "stream.libfm"
     total = _stream(data_dir, stream, repeat=20)
-    expected = _once(stream, tmp_path / "once", LIFECYCLE)
+    expected, span = _timed_once(stream, tmp_path / "once", LIFECYCLE)
     assert all(rows < 1500 * 1.05 * 2 for _, rows, _ in expected.values())
     rng = random.Random(3)
-    kills, err, model, samples = _shards_dying(stream, tmp_path, rng, "kill -9", 3, (0.4, 1.0), LIFECYCLE, start_s=1.0)
+    kills, err, model, samples = _shards_dying(stream, tmp_path, rng, "kill -9", 3, span, (0.035, 0.09), LIFECYCLE, 0.09)
     assert kills >= 2 and "going back to the last checkpoint cut" in err, err[-3000:]
     assert model == expected
     assert samples == total
 
 
 def _trainer_killed(
-    stream: Path | str, work: Path, rng: random.Random, kills_wanted: int, model: tuple[str, ...] = ()
+    stream: Path | str, work: Path, rng: random.Random, kills_wanted: int, span: float, model: tuple[str, ...] = ()
 ) -> tuple[int, str, dict[str, Any]]:
     """Trains the stream, killing the trainer (kill -9) at random moments and starting it
-    again; returns (kills, the last run's log, the model the shards end with)."""
+    again; returns (kills, the last run's log, the model the shards end with). Each run lives
+    2-20% of `span`, the seconds an uninterrupted run trained, so the kills fall before the
+    stream ends however fast the machine is."""
     shards = [_shard(i, work) for i in range(2)]
     try:
         kills = 0
@@ -176,7 +196,7 @@ def _trainer_killed(
             log = work / f"trainer{run}.log"
             trainer = _trainer(stream, shards, work / "m.json", log, model)
             _training(trainer, log)  # past its start-up: a kill there would test nothing
-            time.sleep(rng.uniform(0.1, 1.5))
+            time.sleep(span * rng.uniform(0.02, 0.2))
             if trainer.poll() is not None:
                 break
             trainer.kill()
@@ -190,8 +210,8 @@ def _trainer_killed(
 
 
 def test_a_trainer_killed_at_random_moments_changes_nothing(uninterrupted, tmp_path):
-    stream, expected, total = uninterrupted
-    kills, err, model = _trainer_killed(stream, tmp_path, random.Random(7), KILLS)
+    stream, expected, total, span = uninterrupted
+    kills, err, model = _trainer_killed(stream, tmp_path, random.Random(7), KILLS, span)
     assert kills >= 2 and "the stream takes up at" in err, err[-3000:]
     assert model == expected
     assert json.loads((tmp_path / "m.json").read_text())["samples"] == total
@@ -207,9 +227,9 @@ def test_a_trainer_killed_with_lossy_pushes_trains_every_sample_once(uninterrupt
     processes (rounded bf16 pushes, 1-bit where it pays: rounded-pushes.md): killed with -9
     at random moments, every sample reaches every table on every shard once, and the shards
     hold the same rows (the bits, which depend on when the cuts fell, are not compared)."""
-    stream, expected, total = uninterrupted
+    stream, expected, total, span = uninterrupted
     flags = ("--push-codec", codec, "--cut-drain-codec", cut_drain)
-    kills, err, model = _trainer_killed(stream, tmp_path, random.Random(3), KILLS, flags)
+    kills, err, model = _trainer_killed(stream, tmp_path, random.Random(3), KILLS, span, flags)
     assert kills >= 2 and "the stream takes up at" in err, err[-3000:]
     summary = json.loads((tmp_path / "m.json").read_text())
     chosen = summary["codecs"]["push:w"]
@@ -229,15 +249,9 @@ def test_a_deepfm_trainer_killed_at_random_moments_changes_nothing(data_dir, tmp
     total = _stream(data_dir, stream, repeat=3)
     once = tmp_path / "once"
     once.mkdir()
-    shards = [_shard(i, once) for i in range(2)]
-    try:
-        _finish(_trainer(stream, shards, once / "m.json", model=DEEPFM))
-        expected = _model(shards)
-    finally:
-        for s in shards:
-            s.stop()
+    expected, span = _timed_once(stream, once, model=DEEPFM)
     assert "mlp" in expected
-    kills, err, model = _trainer_killed(stream, tmp_path, random.Random(5), 3, DEEPFM)
+    kills, err, model = _trainer_killed(stream, tmp_path, random.Random(5), 3, span, DEEPFM)
     assert kills >= 2 and "the stream takes up at" in err, err[-3000:]
     assert model == expected
     assert json.loads((tmp_path / "m.json").read_text())["samples"] == total

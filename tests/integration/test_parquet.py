@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from tests.integration.test_exactly_once import _once, _trainer_killed
+from tests.integration.test_exactly_once import _timed_once, _trainer_killed
 
 AVAZU = "avazu_10k/train_rows1-9999.csv"
 
@@ -62,8 +62,8 @@ def test_a_trainer_killed_inside_a_parquet_file_trains_every_row_once(data_dir: 
     # batches of 64 keep 80,000 rows training for seconds (at the default batch a fast
     # machine finished them between two kills), so that the kills land inside the file
     slow = ("--batch-size", "64")
-    expected = _once(stream, tmp_path / "once", model=slow)
-    kills, err, model = _trainer_killed(stream, tmp_path / "killed", random.Random(3), 3, slow)
+    expected, span = _timed_once(stream, tmp_path / "once", model=slow)
+    kills, err, model = _trainer_killed(stream, tmp_path / "killed", random.Random(3), 3, span, slow)
     assert kills >= 2 and "the stream takes up at" in err, err[-3000:]
     assert model == expected
     assert json.loads((tmp_path / "killed" / "m.json").read_text())["samples"] == total

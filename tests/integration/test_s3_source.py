@@ -19,7 +19,7 @@ import boto3
 import pytest
 
 from tests.integration.s3_server import s3_server
-from tests.integration.test_exactly_once import _once, _trainer_killed
+from tests.integration.test_exactly_once import _timed_once, _trainer_killed
 from tests.integration.test_parquet import AVAZU, _as_parquet
 
 BUCKET = "stream"
@@ -101,8 +101,8 @@ def test_a_trainer_killed_inside_an_object_trains_every_row_once(s3: Any, data_d
         part = stream[i * len(stream) // 4 : (i + 1) * len(stream) // 4]
         s3.put_object(Bucket=BUCKET, Key=f"frappe/{i:02d}.libfm", Body=("\n".join(part) + "\n").encode())
     uri = f"s3://{BUCKET}/frappe/"
-    expected = _once(uri, tmp_path / "once")
-    kills, err, model = _trainer_killed(uri, tmp_path / "killed", random.Random(5), 3)
+    expected, span = _timed_once(uri, tmp_path / "once")
+    kills, err, model = _trainer_killed(uri, tmp_path / "killed", random.Random(5), 3, span)
     assert kills >= 2 and "the stream takes up at" in err, err[-3000:]
     assert model == expected
     assert json.loads((tmp_path / "killed" / "m.json").read_text())["samples"] == len(stream)
