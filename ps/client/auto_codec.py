@@ -172,6 +172,11 @@ class AutoChoice:
             self._partial = self.compress and not at_cut
         return switch
 
+    def forget_window(self) -> None:
+        """The window so far trained a past that a restore dropped: the next starts afresh."""
+        self._partial = False
+        self._reset()
+
     def _reset(self) -> None:
         self.rows = self.plain = self.sent = self.cut_sent = self.cut_rows = self._cuts = 0
         self.base = 0.0

@@ -62,6 +62,9 @@ class PushCompression:
         self.residual_bound = SHARED_RESIDUAL_BOUND if shared else None
         self.auto = auto and spec is None  # `auto` over a network: state deltas judge AUTO_CODEC (ps.client.auto_codec)
         self.judge_at = "cut"  # the drains that end auto's windows ("export" where a run takes no cuts)
+        # the end's drain went (every residual, exactly): the run's last export and cut judge
+        # nothing, since a window holding that drain measures what no stretch mid-stream pays
+        self.ended = False
         self.residual_rows = residual_rows
         self.seed = seed
         self.sender = sender
@@ -165,6 +168,7 @@ class PushCompression:
         the last export, in EXPORT_DRAIN_CODEC, keeping what it rounds off (the version
         served lacks at most that rounding of each row, owed until the row's next push or
         the next cut). The cause also files the bytes in the ledger."""
+        self.ended |= cause == "end"
         with self.wire.draining(cause):
             for table, comp in list(self.compressors.items()):
                 keys, rows = comp.drain_pushed() if cause == "export" else comp.drain()
@@ -182,7 +186,8 @@ class PushCompression:
                 choice = self.choices.get(table)
                 if choice is not None:
                     choice.drained(cause, keys.shape[0])
-                    if cause in (self.judge_at, "export") and choice.judge(at_cut=cause == self.judge_at):
+                    judged = not self.ended and cause in (self.judge_at, "export")
+                    if judged and choice.judge(at_cut=cause == self.judge_at):
                         self._switch(table, choice)
 
     def _export_leaves(self, table: str) -> slice | None:
@@ -201,10 +206,14 @@ class PushCompression:
         self._make(table)
 
     def reset(self) -> None:
-        """Forgets every residual, sparse and dense (after a restore they belong to a dropped past)."""
+        """Forgets every residual, sparse and dense, and auto's open windows (after a restore
+        they belong to a dropped past); training goes on, so windows judge again."""
         for comp in self.compressors.values():
             comp.drain()
         self._dense_residual.clear()
+        for choice in self.choices.values():
+            choice.forget_window()
+        self.ended = False
 
     def codecs(self) -> dict[str, str]:
         """Per sparse table pushed so far, its codec as --push-codec spells it."""

@@ -101,6 +101,33 @@ def test_rows_pushed_many_times_between_cuts_move_to_onebit_and_stay() -> None:
     assert client.compression_stats()["auto_switches"] == 1
 
 
+def test_the_end_of_the_stream_judges_nothing_and_a_recovery_judges_again() -> None:
+    """The end's exact drain settles every residual; the run's last cut and export come
+    after it. A window that holds that drain measures what no codec would pay mid-stream,
+    so it judges nothing: the summary names the codec the stream trained in. A recovery
+    trains on, and its windows judge again."""
+    rng = np.random.default_rng(4)
+    client, shards = _client()
+    truth: Truth = {}
+    hot = np.unique(rng.integers(1, 1 << 40, size=400, dtype=np.uint64))
+    times = AUTO_MIN_ROWS // hot.shape[0] + 1
+    _window(client, hot, times, truth, rng)
+    assert client.codecs()["push:w"] == "onebit"
+    # the stream's short last stretch: few pushes a row since the last cut, and every row
+    # drained at the end (mid-stream, a window like it would send the table back to bf16z)
+    tail = np.sort(rng.integers(1, 1 << 40, size=AUTO_MIN_ROWS // 2, dtype=np.uint64))
+    for _ in range(3):
+        client.push("w", tail, np.abs(rng.normal(size=(tail.shape[0], 2))), kind=DELTA, samples=1)
+    client.flush_residuals("end")
+    client.flush_residuals("export")
+    client.flush_residuals("cut")
+    assert client.codecs()["push:w"] == "onebit" and client.compression_stats()["auto_switches"] == 1
+    client.compression.reset()  # a recovery: the stream trains on from the last cut
+    keys = np.arange(1 << 32, (1 << 32) + AUTO_MIN_ROWS + 500, dtype=np.uint64)
+    _window(client, keys, 1, truth, rng)  # rows pushed once: 1-bit's drain costs more than bf16z
+    assert client.codecs()["push:w"] == BASE and client.compression_stats()["auto_switches"] == 2
+
+
 @pytest.mark.parametrize(("kind", "export_sends_it"), [("ftrl", True), ("adagrad", False)])
 def test_onebit_holds_the_accumulators_for_the_drains(kind: str, export_sends_it: bool) -> None:
     """A 1-bit push carries no accumulator (docs/design/sign-planes.md). An export's drain
