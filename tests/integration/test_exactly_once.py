@@ -405,9 +405,13 @@ def test_two_workers_killed_with_their_trainer_train_every_sample_once(data_dir,
     rng = random.Random(11)
     try:
         kills = 0
-        for _ in range(3):
-            proc = _two_workers(folder, shards, tmp_path / "m.json", *extra)
-            time.sleep(rng.uniform(2.0, 3.5))  # start-up and the workers' fork take about 1.5 s
+        for run in range(3):
+            log = tmp_path / f"trainer{run}.log"
+            with open(log, "w") as err_file:
+                proc = _two_workers(folder, shards, tmp_path / "m.json", *extra, err=err_file)
+            _training(proc, log)  # past start-up and the ranks' fork, which take seconds
+            # a short stretch after the first cut: the stream outlasts two kills on a fast machine
+            time.sleep(rng.uniform(0.05, 0.5))
             if proc.poll() is not None:
                 break
             proc.kill()
