@@ -27,7 +27,8 @@ Reported per run:
   figure, in each version's manifest), and its difference from the uncompressed run;
 - the worker's view (progressive window AUC), labelled as such: one worker predicts from
   what it pulled plus its own unsent residual, so it cannot see what the shards hold;
-- examples/s of the training loop.
+- examples/s of the training loop, and the CPU microseconds a sample of the trainer (with
+  its ranks), the shards and the manager (`cpu_us_per_sample` in the result file).
 
 Runs alternate configurations within a repetition; medians over --reps. Before them each
 configuration runs once, unmeasured, on a short stream (--no-warm-up skips it): numba caches
@@ -43,7 +44,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -165,7 +168,10 @@ def run_one(
         cmd += ["--cut-drain-codec", cut_drain.group(1)] if cut_drain else []
         cmd += ["--batch-size", batch.group(1)] if batch else []
         cmd += ["--dense-allreduce", allreduce.group(1)] if allreduce else []
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the trainer and its ranks, reaped
+        trainer_cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
         if args.logs:  # the trainer's log: `auto`'s switches and why (docs/design/auto-codec.md)
             Path(args.logs).mkdir(parents=True, exist_ok=True)
             (Path(args.logs) / f"{work.name}.log").write_text(proc.stderr)
@@ -173,6 +179,7 @@ def run_one(
             raise SystemExit(proc.stderr[-3000:])
         m = json.loads(out.read_text())
         versions = _published(Repository(repo, "ctr"), int(m["exports"]))
+        cpu = {"trainer": trainer_cpu, "shards": sum(_cpu_s(s.proc.pid) for s in shards), "manager": _cpu_s(manager.proc.pid)}
     finally:
         manager.stop()
         for s in shards:
@@ -195,6 +202,8 @@ def run_one(
         # moves with training speed (the same write every --cut-s whatever was trained)
         "mlp_bytes_per_sample": (mlp["sent"] + mlp["received"]) / n,
         "exports": int(m["exports"]),
+        # CPU microseconds a sample by role: on 2 shared cores, speed follows their sum
+        "cpu_us_per_sample": {k: 1e6 * v / n for k, v in cpu.items()},
         "published": len(versions),
         "served_auc": statistics.mean(served) if served else float("nan"),
         "worker_view_auc": m["window_auc"],
@@ -224,6 +233,12 @@ def warm_up(name: str, model: str, workers: int, codecs: list[str], work: Path, 
     for c in codecs:
         run_one(stream, preset_of(name), model, c, workers, folder / "".join(ch if ch.isalnum() else "_" for ch in c), short)
     print(f"warm-up of {name} {model} w{workers}: {time.monotonic() - started:.0f} s, unmeasured", flush=True)
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU seconds a live process has used (user and system, from /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _chosen(key: str) -> bool:
