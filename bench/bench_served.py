@@ -231,8 +231,13 @@ def warm_up(name: str, model: str, workers: int, codecs: list[str], work: Path, 
     short = argparse.Namespace(**{**vars(args), "export_every": max(1, rows // 6), "cut_s": 0.5, "logs": ""})
     started = time.monotonic()
     for c in codecs:
-        run_one(stream, preset_of(name), model, c, workers, folder / "".join(ch if ch.isalnum() else "_" for ch in c), short)
+        run_one(stream, preset_of(name), model, c, workers, folder / _safe(c), short)
     print(f"warm-up of {name} {model} w{workers}: {time.monotonic() - started:.0f} s, unmeasured", flush=True)
+
+
+def _safe(codecs: str) -> str:
+    """A codec pair as a folder name."""
+    return "".join(ch if ch.isalnum() else "_" for ch in codecs)
 
 
 def _cpu_s(pid: int) -> float:
@@ -297,8 +302,7 @@ def main() -> None:
                     runs: dict[str, list[dict[str, Any]]] = {c: [] for c in codecs}
                     for rep in range(args.reps):
                         for c in codecs:  # alternating within a repetition
-                            safe = "".join(ch if ch.isalnum() else "_" for ch in c)
-                            tag = f"{name}-{model}-w{workers}-{safe}-{rep}"
+                            tag = f"{name}-{model}-w{workers}-{_safe(c)}-{rep}"
                             r = run_one(stream, preset_of(name), model, c, workers, work / tag, args)
                             print(name, model, workers, c, json.dumps(r), flush=True)
                             runs[c].append(r)
