@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from ctr.format.rice import best_rice_k, rice_decode, rice_encode, rice_gaps
+from ctr.format.rice import best_rice_of, holes_below_largest, rice_decode, rice_encode
 from ctr.format.varint import decode_sorted_keys, encode_sorted_keys, encode_varints, read_varints
 
 KEYS_RAW_U64 = 0
@@ -61,29 +61,34 @@ class EncodedIds:
 def encode_known_ids(ids: npt.NDArray[np.int64]) -> EncodedIds:
     """Sorted unique row ids in the smallest form. A worker's rows are often dense among a
     shard's, and then a bit each beats a varint gap, and a Rice code of the few ids missing
-    beats a bit each."""
+    beats a bit each. Every form is priced first (best_rice_of: no array is built) and only
+    the smallest is encoded: every pull and every push by row id pays for this."""
     if ids.shape[0] == 0:
         return EncodedIds(b"", 0, False, False)
     n = int(ids.shape[0])
     length = int(ids[-1]) + 1
     varints = encode_row_ids(ids)
-    best = EncodedIds(varints, n, False, False)
-    if (length + 7) // 8 < len(best.data):
+    form, size = "varints", len(varints)
+    if (length + 7) // 8 < size:
+        form, size = "bitmap", (length + 7) // 8
+    k, bits, _ = best_rice_of(ids, False)
+    if 1 + (bits + 7) // 8 < size:
+        form, size = "rice", 1 + (bits + 7) // 8
+    head = b""
+    if length - n < n:  # the ids missing below the largest are fewer than the ids
+        hk, hbits, _ = best_rice_of(ids, True)
+        head = bytes([hk | GAPS_COMPLEMENT]) + bytes(encode_varints(np.array([length], dtype=np.uint64)))
+        if len(head) + (hbits + 7) // 8 < size:
+            form = "holes"
+    if form == "bitmap":
         mask = np.zeros(length, dtype=np.bool_)
         mask[ids] = True
-        best = EncodedIds(encode_bits(mask), length, True, False)
-    k, bits = best_rice_k(rice_gaps(ids))
-    if 1 + (bits + 7) // 8 < len(best.data):
-        best = EncodedIds(bytes([k]) + bytes(rice_encode(ids, k)), n, False, True)
-    if length - n < n:  # the ids missing below the largest are fewer than the ids
-        missing = np.ones(length, dtype=np.bool_)
-        missing[ids] = False
-        holes = np.flatnonzero(missing).astype(np.int64)
-        k, bits = best_rice_k(rice_gaps(holes))
-        head = bytes([k | GAPS_COMPLEMENT]) + bytes(encode_varints(np.array([length], dtype=np.uint64)))
-        if len(head) + (bits + 7) // 8 < len(best.data):
-            best = EncodedIds(head + bytes(rice_encode(holes, k)), n, False, True)
-    return best
+        return EncodedIds(encode_bits(mask), length, True, False)
+    if form == "rice":
+        return EncodedIds(bytes([k]) + bytes(rice_encode(ids, k)), n, False, True)
+    if form == "holes":
+        return EncodedIds(head + bytes(rice_encode(holes_below_largest(ids), hk)), n, False, True)
+    return EncodedIds(varints, n, False, False)
 
 
 GAPS_COMPLEMENT = 0x40  # the Rice form's first byte: k in the low 6 bits, this bit for "the ids missing"

@@ -82,11 +82,7 @@ class CompactHashMap:
         """For a map of key -> int64 id (row_words 2, the id in both words): each key's id,
         -1 where absent."""
         assert self.row_words == 2, "ids take a row of two words"
-        slots = self.find(keys)
-        ids = np.full(keys.shape[0], -1, dtype=np.int64)
-        hit = slots >= 0
-        ids[hit] = self.words[slots[hit]].view(np.int64).reshape(-1)
-        return ids
+        return hk.find_ids(self.slots, np.ascontiguousarray(keys, dtype=np.uint64))  # type: ignore[no-any-return]
 
     def insert_ids(self, keys: npt.NDArray[np.uint64], ids: npt.NDArray[np.int64]) -> None:
         """For a map of key -> int64 id: inserts keys (absent ones; key 0 is rejected) with these ids."""

@@ -58,6 +58,17 @@ def find_slots(slots: U32, keys: U64) -> I64:
 
 
 @nb.njit(cache=True, nogil=True)
+def find_ids(slots: U32, keys: U64) -> I64:
+    """For a map of key -> int64 id (the id in the row's two words, low word first): each
+    key's id, -1 where absent."""
+    out = np.empty(keys.shape[0], dtype=np.int64)
+    for q in range(keys.shape[0]):
+        i = probe(slots, keys[q])
+        out[q] = -1 if i < 0 else np.int64(slots[i, 2]) | (np.int64(slots[i, 3]) << np.int64(32))
+    return out
+
+
+@nb.njit(cache=True, nogil=True)
 def insert_keys(slots: U32, keys: U64) -> tuple[I64, int]:
     """Slot of each key, claiming an empty slot for new ones; returns (slots, new count).
 

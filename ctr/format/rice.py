@@ -47,6 +47,63 @@ def best_rice_k(gaps: I64) -> tuple[int, int]:
 
 
 @nb.njit(cache=True, nogil=True)
+def _gap_of(values: I64, i: int, complement: bool, prev: np.int64) -> tuple[np.int64, np.int64, np.int64]:
+    """The i-th value's (gaps it adds, their sum, the last value) of best_rice_of's walk:
+    a value itself, or with `complement` the ids missing between it and the one before,
+    whose gaps are 0 but the first's (the present ids skipped since the last missing one)."""
+    v = values[i]
+    if not complement:
+        return np.int64(1), v - prev - 1, v
+    start = values[i - 1] + 1 if i > 0 else np.int64(0)
+    missing = v - start
+    if missing <= 0:
+        return np.int64(0), np.int64(0), prev
+    return missing, start - prev - 1, v - 1
+
+
+@nb.njit(cache=True, nogil=True)
+def best_rice_of(values: I64, complement: bool) -> tuple[int, int, int]:
+    """(k, bits, count) of the cheapest Rice code of strictly increasing values >= 0, or with
+    `complement` of the values missing below the largest, without building those values
+    or their gaps: best_rice_k(rice_gaps(...)) in two passes (a pull's ids, priced every
+    pull, took a dozen array operations). Gaps of 0 add no unary bits, so only a run of
+    missing values' first gap counts beyond the count."""
+    count = np.int64(0)
+    total = 0.0
+    prev = np.int64(-1)
+    for i in range(values.shape[0]):
+        c, g, prev = _gap_of(values, i, complement, prev)
+        count += c
+        total += float(g)
+    if count == 0:
+        return 0, 0, 0
+    guess = int(np.log2(total / count + 1.0))
+    lo, hi = max(0, guess - 2), min(MAX_K, guess + 2)
+    sums = np.zeros(hi - lo + 1, dtype=np.int64)
+    prev = np.int64(-1)
+    for i in range(values.shape[0]):
+        c, g, prev = _gap_of(values, i, complement, prev)
+        if c:
+            for j in range(hi - lo + 1):
+                sums[j] += g >> (lo + j)
+    best_k, best_bits = 0, np.int64(-1)
+    for j in range(hi - lo + 1):
+        bits = sums[j] + count * (lo + j + 1)
+        if best_bits < 0 or bits < best_bits:
+            best_k, best_bits = lo + j, bits
+    return best_k, int(best_bits), int(count)
+
+
+def holes_below_largest(values: I64) -> I64:
+    """The values missing below the largest of strictly increasing values >= 0."""
+    if values.shape[0] == 0:
+        return np.zeros(0, dtype=np.int64)
+    missing = np.ones(int(values[-1]) + 1, dtype=np.bool_)
+    missing[values] = False
+    return np.flatnonzero(missing).astype(np.int64)
+
+
+@nb.njit(cache=True, nogil=True)
 def rice_encode(values: I64, k: int) -> U8:
     """Strictly increasing values >= 0 (the caller's contract) as a Rice code with parameter k."""
     n = values.shape[0]

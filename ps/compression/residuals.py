@@ -14,6 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ctr.format.hashmap import CompactHashMap
+from ps.compression.residual_kernels import rows_at
 
 Keys = npt.NDArray[np.uint64]
 F64 = npt.NDArray[np.float64]
@@ -61,13 +62,10 @@ class ResidualStore:
         """take's residuals, and each key's slot (-1 where it has none): a put of the same
         keys before any other change to the store reuses them instead of a second lookup
         (a push's lookups were a third of its compression)."""
-        out = np.zeros((keys.shape[0], cols))
         if not len(self):
-            return out, np.full(keys.shape[0], -1, dtype=np.int64)
+            return np.zeros((keys.shape[0], cols)), np.full(keys.shape[0], -1, dtype=np.int64)
         slot = self._index.find_ids(keys)
-        found = slot >= 0
-        out[found] = self._rows[slot[found]]
-        return out, slot
+        return rows_at(self._rows, slot, cols), slot
 
     def put(self, keys: Keys, rows: F64, touch: bool = True, slots: I64 | None = None) -> tuple[Keys, F64]:
         """Sets the residual of sorted unique keys; returns the rows evicted to stay within

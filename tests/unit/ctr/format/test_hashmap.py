@@ -74,3 +74,15 @@ def test_small_integer_keys_spread():
     keys = np.arange(1, 100_001, dtype=np.uint64)
     m = CompactHashMap.from_rows(keys, np.zeros((keys.shape[0], 1), dtype=np.uint32))
     assert (m.find(keys) >= 0).all()
+
+
+def test_find_ids_matches_a_dict():
+    """The id kernel reads what insert_ids wrote, ids past 32 bits included, -1 where absent."""
+    rng = np.random.default_rng(3)
+    keys = np.unique(rng.integers(1, 2**64 - 1, 2000, dtype=np.uint64))
+    ids = rng.integers(0, 2**62, keys.shape[0], dtype=np.int64)
+    m = CompactHashMap(2, capacity=16)
+    m.insert_ids(keys, ids)
+    probe = np.concatenate([keys[::3], rng.integers(1, 2**64 - 1, 300, dtype=np.uint64)])
+    by_key = dict(zip(keys.tolist(), ids.tolist(), strict=True))
+    assert m.find_ids(probe).tolist() == [by_key.get(k, -1) for k in probe.tolist()]

@@ -8,7 +8,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctr.format.rice import MAX_K, best_rice_k, rice_bits, rice_decode, rice_encode, rice_gaps
+from ctr.format.rice import (
+    MAX_K,
+    best_rice_k,
+    best_rice_of,
+    holes_below_largest,
+    rice_bits,
+    rice_decode,
+    rice_encode,
+    rice_gaps,
+)
 from tests.unit.ctr.format.test_varint import outcome
 
 
@@ -90,6 +99,25 @@ def test_best_k_is_the_cheapest():
         gaps = rice_gaps(values)
         k, bits = best_rice_k(gaps)
         assert bits == rice_bits(gaps, k) == min(rice_bits(gaps, j) for j in range(MAX_K + 1))
+
+
+def holes_reference(values: list[int]) -> list[int]:
+    return sorted(set(range(values[-1] + 1)) - set(values)) if values else []
+
+
+@settings(max_examples=300, deadline=None)
+@given(SETS)
+def test_pricing_without_building_equals_the_reference(values):
+    """best_rice_of walks the values (or the values missing below the largest) without
+    building them: the same k, bits and count as pricing the built gaps."""
+    arr = np.array(values, dtype=np.int64)
+    cases = [(False, values)]
+    if not values or values[-1] < 100_000:  # the missing values of a set up to 2**40 would not fit
+        cases.append((True, holes_reference(values)))
+        assert holes_below_largest(arr).tolist() == cases[1][1]
+    for complement, priced in cases:
+        expected = (*best_rice_k(rice_gaps(np.array(priced, dtype=np.int64))), len(priced))
+        assert best_rice_of(arr, complement) == expected
 
 
 @pytest.mark.parametrize("k", [0, 3, MAX_K])

@@ -8,6 +8,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ps.compression.residual_kernels import rows_at, rows_at_reference
 from ps.compression.residuals import ResidualStore
 
 ops = st.lists(
@@ -78,3 +79,11 @@ def test_freed_slots_are_reused_before_the_buffer_grows():
         store.put(np.arange(start, start + 100, dtype=np.uint64), np.ones((100, 2)))
     assert len(store) == 100
     assert store.nbytes <= before * 2  # the index may grow once; the row buffer does not
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(-1, 9), max_size=30), st.integers(1, 4))
+def test_rows_at_equals_its_reference(at, cols):
+    rows = np.random.default_rng(len(at)).normal(size=(10, cols))
+    idx = np.array(at, dtype=np.int64)
+    np.testing.assert_array_equal(rows_at(rows, idx, cols), rows_at_reference(rows, idx, cols))
