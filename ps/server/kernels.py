@@ -21,6 +21,7 @@ F32 = npt.NDArray[np.float32]
 U32 = npt.NDArray[np.uint32]
 U64 = npt.NDArray[np.uint64]
 I64 = npt.NDArray[np.int64]
+B = npt.NDArray[np.bool_]
 META_WORDS = 4
 
 
@@ -144,4 +145,67 @@ def gather_raw(state: F64, meta: U32, ids: I64) -> U32:
             out[i, c] = bits[r, c]
         for c in range(meta.shape[1]):
             out[i, 2 * width + c] = meta[r, c]
+    return out
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _seq(meta: U32, r: np.int64) -> np.int64:
+    return np.int64(meta[r, 2]) | (np.int64(meta[r, 3]) << np.int64(32))
+
+
+@nb.njit(cache=True, nogil=True)
+def row_seqs(meta: U32, ids: I64) -> I64:
+    """The update sequence of each row's last write (0: never written)."""
+    out = np.empty(ids.shape[0], dtype=np.int64)
+    for i in range(ids.shape[0]):
+        out[i] = _seq(meta, ids[i])
+    return out
+
+
+@nb.njit(cache=True, nogil=True)
+def push_conflicts(writer: U64, before: U64, meta: U32, found: I64, client: np.uint64, recorded: I64, with_recorded: bool) -> B:
+    """Where a push by `client` onto rows `found` (-1: absent) lands on a row its copy is not
+    (SparseTable.conflicts says when): one pass where the array form took a dozen."""
+    out = np.ones(found.shape[0], dtype=np.bool_)
+    for i in range(found.shape[0]):
+        r = found[i]
+        if r < 0:
+            out[i] = recorded[i] >= 0 if with_recorded else True
+            continue
+        mine = writer[r] == client
+        if not with_recorded:
+            out[i] = not mine
+            continue
+        rec = recorded[i]
+        only_mine = mine and np.int64(before[r]) <= max(rec, np.int64(0))
+        out[i] = not only_mine if rec < 0 else (_seq(meta, r) != rec) and not only_mine
+    return out
+
+
+@nb.njit(cache=True, nogil=True)
+def mark_writer(writer: U64, before: U64, meta: U32, ids: I64, client: np.uint64) -> None:
+    """Records `client` as the rows' writer, keeping in `before` the sequence of the last
+    write by someone else where the writer changes."""
+    for i in range(ids.shape[0]):
+        r = ids[i]
+        if writer[r] != client:
+            before[r] = np.uint64(_seq(meta, r))
+            writer[r] = client
+
+
+def push_conflicts_reference(writer: U64, before: U64, meta: U32, found: I64, client: np.uint64, recorded: I64 | None) -> B:
+    """Plain reference of push_conflicts (recorded None: without)."""
+    out = np.ones(found.shape[0], dtype=np.bool_)
+    for i, r in enumerate(found.tolist()):
+        if r < 0:
+            out[i] = True if recorded is None else recorded[i] >= 0
+            continue
+        mine = writer[r] == client
+        if recorded is None:
+            out[i] = not mine
+            continue
+        rec = int(recorded[i])
+        seq = int(meta[r, 2]) | (int(meta[r, 3]) << 32)
+        only_mine = mine and int(before[r]) <= max(rec, 0)
+        out[i] = (not only_mine) if rec < 0 else (seq != rec and not only_mine)
     return out

@@ -69,8 +69,7 @@ class SparseTable:
 
     def row_seq(self, ids: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         """The update sequence of each row's last write (0: never written)."""
-        m = self.meta[ids]
-        return (m[:, 2].astype(np.int64)) | (m[:, 3].astype(np.int64) << 32)
+        return kernels.row_seqs(self.meta, np.ascontiguousarray(ids, dtype=np.int64))  # type: ignore[no-any-return]
 
     def changed_for(self, ids: npt.NDArray[np.int64], client: int) -> npt.NDArray[np.bool_]:
         """Rows whose last write was not `client`'s: a copy it keeps may be behind."""
@@ -81,29 +80,18 @@ class SparseTable:
     ) -> npt.NDArray[np.bool_]:
         """Before a push by `client` lands on rows `found` (-1: absent): where the client's
         copy is not the row. With `recorded` (each row's sequence when the client's pull
-        session read it, -1 absent), the copy is the row when no one else wrote it since;
-        without, when the client wrote it last. Absent rows are never kept copies."""
-        out = np.ones(found.shape[0], dtype=np.bool_)
-        here = found >= 0
-        ids = found[here]
-        mine = self.writer[ids] == np.uint64(client)
-        if recorded is None:
-            out[here] = ~mine
-            return out
-        rec = recorded[here]
-        # every write since the read was the client's: it wrote last, and the last write by
-        # anyone else came no later than the read (a row it created: none at all)
-        only_mine = mine & (self.before[ids].astype(np.int64) <= np.maximum(rec, 0))
-        unchanged = self.row_seq(ids) == rec
-        out[here] = np.where(rec < 0, ~only_mine, ~unchanged & ~only_mine)
-        out[~here] = recorded[~here] >= 0  # gone since the read (evicted)
-        return out
+        session read it, -1 absent), the copy is the row when no one else wrote it since
+        (every write since the read was the client's: it wrote last, and the last write by
+        anyone else came no later than the read; a row it created: none at all); without,
+        when the client wrote it last. Absent rows are never kept copies, and a row gone
+        since the read (evicted) conflicts."""
+        rec = np.zeros(0, dtype=np.int64) if recorded is None else np.ascontiguousarray(recorded, dtype=np.int64)
+        found = np.ascontiguousarray(found, dtype=np.int64)
+        return kernels.push_conflicts(self.writer, self.before, self.meta, found, np.uint64(client), rec, recorded is not None)  # type: ignore[no-any-return]
 
     def mark_written(self, ids: npt.NDArray[np.int64], client: int) -> None:
         """Records `client` as the rows' writer, before their sequence moves."""
-        foreign = ids[self.writer[ids] != np.uint64(client)]
-        self.before[foreign] = self.row_seq(foreign).astype(np.uint64)
-        self.writer[ids] = np.uint64(client)
+        kernels.mark_writer(self.writer, self.before, self.meta, np.ascontiguousarray(ids, dtype=np.int64), np.uint64(client))
 
     @property
     def row_words(self) -> int:
