@@ -168,9 +168,12 @@ class PullCache:
             rows = np.empty((part.shape[0], spec.width), dtype=np.float64)
             stored_at, made_at, changed_at = new_at[got.stored], new_at[~got.stored], held_at[got.changed]
             rows[known] = copies  # a stale copy is replaced below: the shard sent its row
-            rows[changed_at] = got.changed_rows
+            # one worker's usual pull changes no row and makes none: those steps are skipped
+            if changed_at.shape[0]:
+                rows[changed_at] = got.changed_rows
             rows[stored_at] = got.stored_rows
-            rows[made_at] = init_rows(part[made_at], spec.width, spec.dim, params)
+            if made_at.shape[0]:
+                rows[made_at] = init_rows(part[made_at], spec.width, spec.dim, params)
             with self._lock:
                 if got.layout != kept.layouts[s]:
                     # the shard's rows moved since the ids this client holds there (a pull that
@@ -179,11 +182,14 @@ class PullCache:
                     kept.layouts[s] = got.layout
                 overlap = self._overlapping(table, first, flying)
                 sure = np.zeros(part.shape[0], dtype=np.bool_) if overlap is None else ~among(part, overlap)
-                kept.store(part[stored_at[sure[stored_at]]], got.stored_ids[sure[stored_at]], got.stored_rows[sure[stored_at]])
-                kept.update(part[changed_at[sure[changed_at]]], got.changed_rows[sure[changed_at]])
-                # a returned row an overlapping push may or may not include: not kept (a held
-                # row that did not travel keeps its copy, which that push's reply updates)
-                kept.invalidate(part[changed_at[~sure[changed_at]]])
+                if stored_at.shape[0]:
+                    new_sure = sure[stored_at]
+                    kept.store(part[stored_at[new_sure]], got.stored_ids[new_sure], got.stored_rows[new_sure])
+                if changed_at.shape[0]:
+                    kept.update(part[changed_at[sure[changed_at]]], got.changed_rows[sure[changed_at]])
+                    # a returned row an overlapping push may or may not include: not kept (a held
+                    # row that did not travel keeps its copy, which that push's reply updates)
+                    kept.invalidate(part[changed_at[~sure[changed_at]]])
                 kept.layouts[s] = got.layout
                 self._fresh[(table, s, got.session_id)] = (part[new_at], rows[new_at], sure[new_at])
                 while len(self._fresh) > FRESH_SESSIONS:  # sessions never pushed (a pipeline abandoned)

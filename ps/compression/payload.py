@@ -19,7 +19,7 @@ import zstandard
 
 from ctr.format.varint import _get, decode_index_lists, encode_index_lists, encode_varints
 from ctr.format.zstd_local import compressor, decompressor
-from ps.compression.bits import pack_bits, packed_bytes, unpack_bits
+from ps.compression.bits import bit_planes, bits_of_planes, pack_bits, packed_bytes, unpack_bits
 from ps.compression.minifloat import column_shifts, decode_minifloat, encode_minifloat
 from ps.compression.quantize import decode_int8, decode_onebit, encode_int8, encode_onebit
 
@@ -289,8 +289,7 @@ def _sign_planes(packed: npt.NDArray[np.uint8], n: int, d: int) -> bytes:
     """Row-major sign bits [n, d] as d planes of ceil(n / 8) bytes, each a zstd frame (or,
     where zstd saves nothing, the plane itself, its length written as 0): varint lengths,
     then the frames."""
-    bits = np.unpackbits(packed, count=n * d, bitorder="little").reshape(n, d)
-    planes = np.ascontiguousarray(np.packbits(bits.T, axis=1, bitorder="little"))
+    planes = bit_planes(packed, n, d)
     compress = compressor().compress
     chunks, lengths = [], []
     for c in range(d):
@@ -316,8 +315,7 @@ def _signs_from_planes(body: bytes, n: int, d: int) -> npt.NDArray[np.uint8]:
         else:
             planes[c] = buf[pos : pos + plane]
         pos += length or plane
-    bits = np.unpackbits(planes, axis=1, count=n, bitorder="little")
-    return np.packbits(bits.T, bitorder="little")
+    return bits_of_planes(planes, n)  # type: ignore[no-any-return]
 
 
 def _onebit_decode(body: bytes, n: int, d: int) -> F64:

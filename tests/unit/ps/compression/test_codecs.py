@@ -13,7 +13,15 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from ctr.format.varint import encode_varints
-from ps.compression.bits import pack_bits, packed_bytes, unpack_bits
+from ps.compression.bits import (
+    bit_planes,
+    bit_planes_reference,
+    bits_of_planes,
+    bits_of_planes_reference,
+    pack_bits,
+    packed_bytes,
+    unpack_bits,
+)
 from ps.compression.compressor import CodecSpec, Compressor, parse_codec
 from ps.compression.minifloat import column_shifts, decode_minifloat, encode_minifloat
 from ps.compression.payload import SIGN_PLANES, VALUE_CODECS, CodecError, coarse_bf16z, decode_payload, encode_rows
@@ -44,6 +52,18 @@ def test_bit_packing_equals_the_reference_and_round_trips(case):
     assert packed.shape[0] == packed_bytes(codes.shape[0], bits)
     np.testing.assert_array_equal(packed, pack_bits_reference(codes, bits))
     np.testing.assert_array_equal(unpack_bits(packed, codes.shape[0], bits), codes)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 40), st.integers(1, 20), st.integers(0, 2**32))
+def test_bit_planes_equal_the_reference_and_round_trip(n, d, seed):
+    packed = np.random.default_rng(seed).integers(0, 256, (n * d + 7) // 8, dtype=np.uint8)
+    if n * d % 8:  # the stream's padding bits are zero
+        packed[-1] &= np.uint8((1 << (n * d % 8)) - 1)
+    planes = bit_planes(packed, n, d)
+    np.testing.assert_array_equal(planes, bit_planes_reference(packed, n, d))
+    np.testing.assert_array_equal(bits_of_planes(planes, n), bits_of_planes_reference(planes, n))
+    np.testing.assert_array_equal(bits_of_planes(planes, n), packed)
 
 
 @settings(max_examples=200, deadline=None)
