@@ -93,3 +93,24 @@ def bit_planes_reference(packed: U8, n: int, d: int) -> U8:
 
 def bits_of_planes_reference(planes: U8, n: int) -> U8:
     return np.packbits(np.unpackbits(planes, axis=1, count=n, bitorder="little").T, bitorder="little")
+
+
+@nb.njit(cache=True, nogil=True)
+def byte_planes(raw: U8, n: int, d: int, size: int) -> U8:
+    """Words [n, d] of `size` bytes (their bytes row-major in `raw`) as `size` byte planes
+    column by column: plane b holds byte b of column 0's n words, then of column 1's, ...
+    (ps.compression.payload's planes layout), in one pass where two transposed copies ran."""
+    out = np.empty((size, n * d), dtype=np.uint8)
+    for i in range(n):
+        for c in range(d):
+            at = (i * d + c) * size
+            for b in range(size):
+                out[b, c * n + i] = raw[at + b]
+    return out
+
+
+def byte_planes_reference(words: npt.NDArray[np.generic]) -> U8:
+    n, d = words.shape
+    size = words.dtype.itemsize
+    by_column = np.ascontiguousarray(words.T)
+    return np.ascontiguousarray(by_column.view(np.uint8).reshape(n * d, size).T)

@@ -19,9 +19,9 @@ import zstandard
 
 from ctr.format.varint import _get, decode_index_lists, encode_index_lists, encode_varints
 from ctr.format.zstd_local import compressor, decompressor
-from ps.compression.bits import bit_planes, bits_of_planes, pack_bits, packed_bytes, unpack_bits
+from ps.compression.bits import bit_planes, bits_of_planes, byte_planes, pack_bits, packed_bytes, unpack_bits
 from ps.compression.minifloat import column_shifts, decode_minifloat, encode_minifloat
-from ps.compression.quantize import decode_int8, decode_onebit, encode_int8, encode_onebit
+from ps.compression.quantize import decode_int8, decode_onebit, encode_int8, encode_onebit, round_bf16
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -90,8 +90,7 @@ def _to_planes(words: npt.NDArray[np.generic]) -> bytes:
     size = words.dtype.itemsize
     if words.nbytes < PLANES_MIN_BYTES:
         return bytes([RAW]) + np.ascontiguousarray(words).tobytes()
-    by_column = np.ascontiguousarray(words.T)  # [d, n]
-    planes = np.ascontiguousarray(by_column.view(np.uint8).reshape(n * d, size).T)
+    planes = byte_planes(np.ascontiguousarray(words).view(np.uint8).reshape(-1), n, d, size)
     compress = compressor().compress
     frames = [compress(planes[b].data) for b in range(size)]
     lengths = bytes(encode_varints(np.array([len(f) for f in frames], dtype=np.uint64)))
@@ -160,32 +159,20 @@ def _planes_zstd(
     return enc, dec
 
 
-def _bf16_words(rows: F64, coarse: tuple[slice, int] | None = None) -> npt.NDArray[np.uint16]:
-    """The bf16 words of rows, to nearest even; with coarse (columns, bits), those columns'
-    normal values keep only `bits` (1-7) mantissa bits, the rest of their words zero."""
-    u = np.ascontiguousarray(rows, dtype=np.float32).view(np.uint32)
-    if coarse is None:
-        return _nearest_bf16(u)
-    columns, bits = coarse  # checked by coarse_bf16z
+def _bf16_words(rows: F64, coarse: tuple[slice, int] | None = None) -> tuple[npt.NDArray[np.uint16], F64]:
+    """(the bf16 words of rows, to nearest even, and the values they decode to); with coarse
+    (columns, bits), those columns' normal values keep only `bits` (1-7) mantissa bits, the
+    rest of their words zero (subnormals round as bf16's own, never to 0)."""
     drop = np.full(rows.shape[-1], 16, dtype=np.uint32)  # the float32 bits each column's rounding drops
-    drop[columns] = 16 + BF16_MANTISSA - bits
-    one = np.uint32(1)
-    half, mask = (one << (drop - one)) - one, ~((one << drop) - one)
-    top = (((u + half + ((u >> drop) & one)) & mask) >> np.uint32(16)).astype("<u2")
-    subnormal = (u & np.uint32(0x7F800000)) == 0  # their bits are the value: they round as bf16's own, never to 0
-    if subnormal[:, columns].any():
-        top = np.where(subnormal, _nearest_bf16(u), top)
-    return top
-
-
-def _nearest_bf16(u: npt.NDArray[np.uint32]) -> npt.NDArray[np.uint16]:
-    """The top halves of float32 bits `u`, rounded to nearest even."""
-    return ((u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype("<u2")
+    if coarse is not None:
+        columns, bits = coarse  # checked by coarse_bf16z
+        drop[columns] = 16 + BF16_MANTISSA - bits
+    return round_bf16(np.ascontiguousarray(rows, dtype=np.float64).reshape(-1, rows.shape[-1]), drop)  # type: ignore[no-any-return]
 
 
 def _bf16_encode(rows: F64, rng: np.random.Generator) -> tuple[bytes, F64]:
-    top = _bf16_words(rows)
-    return top.tobytes(), _bf16_values(top, rows.shape)
+    top, values = _bf16_words(rows)
+    return top.astype("<u2").tobytes(), values.reshape(rows.shape)
 
 
 def _bf16_values(top: npt.NDArray[np.uint16], shape: tuple[int, ...]) -> F64:
@@ -211,8 +198,8 @@ def coarse_bf16z(columns: slice, bits: int) -> ValueCodec:
         raise ValueError(f"bf16 keeps 1 to {BF16_MANTISSA} mantissa bits, not {bits}")
 
     def enc(rows: F64, rng: np.random.Generator) -> tuple[bytes, F64]:
-        top = _bf16_words(rows, (columns, bits))
-        return _to_planes(top.reshape(rows.shape)), _bf16_values(top, rows.shape)
+        top, values = _bf16_words(rows, (columns, bits))
+        return _to_planes(top.astype("<u2", copy=False)), values
 
     return ValueCodec(VALUE_CODECS["bf16z"].wire_id, "bf16z", True, enc, _bf16z_decode)
 

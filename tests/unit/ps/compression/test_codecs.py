@@ -18,6 +18,8 @@ from ps.compression.bits import (
     bit_planes_reference,
     bits_of_planes,
     bits_of_planes_reference,
+    byte_planes,
+    byte_planes_reference,
     pack_bits,
     packed_bytes,
     unpack_bits,
@@ -25,7 +27,15 @@ from ps.compression.bits import (
 from ps.compression.compressor import CodecSpec, Compressor, parse_codec
 from ps.compression.minifloat import column_shifts, decode_minifloat, encode_minifloat
 from ps.compression.payload import SIGN_PLANES, VALUE_CODECS, CodecError, coarse_bf16z, decode_payload, encode_rows
-from ps.compression.quantize import decode_int8, decode_onebit, encode_int8, encode_onebit, uniforms
+from ps.compression.quantize import (
+    decode_int8,
+    decode_onebit,
+    encode_int8,
+    encode_onebit,
+    round_bf16,
+    round_bf16_reference,
+    uniforms,
+)
 from ps.compression.reference import (
     int8_reference,
     minifloat_reference,
@@ -64,6 +74,33 @@ def test_bit_planes_equal_the_reference_and_round_trip(n, d, seed):
     np.testing.assert_array_equal(planes, bit_planes_reference(packed, n, d))
     np.testing.assert_array_equal(bits_of_planes(planes, n), bits_of_planes_reference(planes, n))
     np.testing.assert_array_equal(bits_of_planes(planes, n), packed)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 30), st.integers(1, 12), st.sampled_from([2, 4, 8]), st.integers(0, 2**32))
+def test_byte_planes_equal_the_reference(n, d, size, seed):
+    words = np.random.default_rng(seed).integers(0, 256, (n, d * size), dtype=np.uint8).view(f"<u{size}")
+    got = byte_planes(np.ascontiguousarray(words).view(np.uint8).reshape(-1), n, d, size)
+    np.testing.assert_array_equal(got, byte_planes_reference(words))
+
+
+SPECIALS = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-40, -3e-39, 3.4e38, -3.4e38, 1e300, 6e-8]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 2**32), st.integers(0, 20), st.integers(1, 12))
+def test_bf16_rounding_equals_the_reference(seed, n, d):
+    """Nearest even at 7 or fewer mantissa bits per column, subnormals as bf16 rounds them,
+    infinities, NaN and float32 overflow included."""
+    rng = np.random.default_rng(seed)
+    rows = rng.normal(scale=10.0 ** float(rng.integers(-45, 40)), size=(n, d))
+    rows[rng.random((n, d)) < 0.15] = rng.choice(SPECIALS)
+    drop = rng.choice([16, 19, 21, 23], d).astype(np.uint32)
+    top, values = round_bf16(rows, drop)
+    with np.errstate(over="ignore"):
+        ref_top, ref_values = round_bf16_reference(rows, drop)
+    np.testing.assert_array_equal(top, ref_top)
+    np.testing.assert_array_equal(values, ref_values)
 
 
 @settings(max_examples=200, deadline=None)
