@@ -217,6 +217,7 @@ def run_one(
     }
 
 
+ROLES = ("trainer", "shards", "manager")  # whose CPU a run keeps (cpu_us_per_sample)
 FORCED_ONEBIT = "onebit/raw"
 WARM_UP_ROWS = 60_000  # a short stream: a few exports, cuts and 1-bit windows, in seconds
 
@@ -287,6 +288,7 @@ def main() -> None:
     ap.add_argument("--logs", default="", help="a folder to keep each run's trainer log in")
     ap.add_argument("--plot-from", default="", help="only draw --plot from these result files (comma-separated)")
     ap.add_argument("--no-warm-up", action="store_true", help="skip each configuration's unmeasured short first run")
+    ap.add_argument("--abba", action="store_true", help="run every other repetition's configurations in reverse order")
     args = ap.parse_args()
     if args.plot_from:
         plot([r for f in args.plot_from.split(",") for r in json.loads(Path(f).read_text())], Path(args.plot))
@@ -305,7 +307,9 @@ def main() -> None:
                         warm_up(name, model, workers, codecs, work, args)
                     runs: dict[str, list[dict[str, Any]]] = {c: [] for c in codecs}
                     for rep in range(args.reps):
-                        for c in codecs:  # alternating within a repetition
+                        # alternating within a repetition; with --abba every other repetition
+                        # runs them in reverse, so that a drift of the machine's speed cancels
+                        for c in codecs[::-1] if args.abba and rep % 2 else codecs:
                             tag = f"{name}-{model}-w{workers}-{_safe(c)}-{rep}"
                             r = run_one(stream, preset_of(name), model, c, workers, work / tag, args)
                             print(name, model, workers, c, json.dumps(r), flush=True)
@@ -375,6 +379,7 @@ def _summarize(name: str, model: str, workers: int, runs: dict[str, list[dict[st
                 "published": _med(rs, "published"),
                 "worker_view_auc": _med(rs, "worker_view_auc"),
                 "examples_per_s": _med(rs, "examples_per_s"),
+                "cpu_us_per_sample": {k: statistics.median(r["cpu_us_per_sample"][k] for r in rs) for k in ROLES},
                 "chose": rs[-1]["chose"],
                 "wire": rs[-1]["wire"],  # the last run's bytes per table and kind, sent and received
                 "pull_cache": rs[-1]["pull_cache"],  # the last run's pull cache counts
