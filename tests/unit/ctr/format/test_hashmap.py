@@ -80,7 +80,7 @@ def test_find_ids_matches_a_dict():
     """The id kernel reads what insert_ids wrote, ids past 32 bits included, -1 where absent."""
     rng = np.random.default_rng(3)
     keys = np.unique(rng.integers(1, 2**64 - 1, 2000, dtype=np.uint64))
-    ids = rng.integers(0, 2**62, keys.shape[0], dtype=np.int64)
+    ids = np.asarray(rng.integers(0, 2**62, size=len(keys), dtype=np.int64), dtype=np.int64)
     m = CompactHashMap(2, capacity=16)
     m.insert_ids(keys, ids)
     probe = np.concatenate([keys[::3], rng.integers(1, 2**64 - 1, 300, dtype=np.uint64)])
