@@ -57,14 +57,22 @@ def find_slots(slots: U32, keys: U64) -> I64:
     return out
 
 
+@nb.njit(cache=True, nogil=True, inline="always")
+def id_of(slots: U32, key: np.uint64) -> np.int64:
+    """For a map of key -> int64 id (the id in the row's two words, low word first): the
+    key's id, -1 where absent."""
+    i = probe(slots, key)
+    if i < 0:
+        return np.int64(-1)
+    return np.int64(slots[i, 2]) | (np.int64(slots[i, 3]) << np.int64(32))
+
+
 @nb.njit(cache=True, nogil=True)
 def find_ids(slots: U32, keys: U64) -> I64:
-    """For a map of key -> int64 id (the id in the row's two words, low word first): each
-    key's id, -1 where absent."""
+    """id_of each key."""
     out = np.empty(keys.shape[0], dtype=np.int64)
     for q in range(keys.shape[0]):
-        i = probe(slots, keys[q])
-        out[q] = -1 if i < 0 else np.int64(slots[i, 2]) | (np.int64(slots[i, 3]) << np.int64(32))
+        out[q] = id_of(slots, keys[q])
     return out
 
 

@@ -9,30 +9,13 @@ import numba as nb
 import numpy as np
 import numpy.typing as npt
 
-from ctr.format.hashmap_kernels import probe
+from ctr.format.hashmap_kernels import id_of
 
 U32 = npt.NDArray[np.uint32]
 U64 = npt.NDArray[np.uint64]
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
 B = npt.NDArray[np.bool_]
-
-
-@nb.njit(cache=True, nogil=True, inline="always")
-def _entry(slots: U32, key: np.uint64) -> np.int64:
-    s = probe(slots, key)
-    if s < 0:
-        return np.int64(-1)
-    return np.int64(slots[s, 2]) | (np.int64(slots[s, 3]) << np.int64(32))
-
-
-@nb.njit(cache=True, nogil=True)
-def entries_of(slots: U32, keys: U64) -> I64:
-    """The entry of each key, -1 where none."""
-    out = np.empty(keys.shape[0], dtype=np.int64)
-    for i in range(keys.shape[0]):
-        out[i] = _entry(slots, keys[i])
-    return out
 
 
 @nb.njit(cache=True, nogil=True)
@@ -44,7 +27,7 @@ def take_known(slots: U32, valid: B, row_id: I64, rows: F64, keys: U64) -> tuple
     entries = np.empty(keys.shape[0], dtype=np.int64)
     n = 0
     for i in range(keys.shape[0]):
-        e = _entry(slots, keys[i])
+        e = id_of(slots, keys[i])
         if e >= 0 and row_id[e] >= 0:
             known[i] = True
             entries[n] = e
@@ -64,7 +47,7 @@ def add_deltas(slots: U32, valid: B, rows: F64, keys: U64, deltas: F64, drop: B)
     """A push landed: rows of valid copies take the delta (row + delta, the shard's
     arithmetic) where not `drop`; copies of `drop` keys become invalid."""
     for i in range(keys.shape[0]):
-        e = _entry(slots, keys[i])
+        e = id_of(slots, keys[i])
         if e < 0:
             continue
         if drop[i]:

@@ -47,7 +47,7 @@ class KeptRows:
 
     def _entries(self, keys: Keys) -> npt.NDArray[np.int64]:
         """Entry of each key, -1 where none."""
-        return kk.entries_of(self.index.slots, np.ascontiguousarray(keys, dtype=np.uint64))  # type: ignore[no-any-return]
+        return self.index.find_ids(keys)
 
     def take(self, keys: Keys) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_], npt.NDArray[np.int64], F64]:
         """(whether each key's row id is known, and over those: whether its copy is valid,

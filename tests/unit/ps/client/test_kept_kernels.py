@@ -29,7 +29,7 @@ def test_entries_and_take_known_match_the_reference() -> None:
     known = np.array(sorted(entries), dtype=np.uint64)
     keys = np.unique(np.concatenate([rng.choice(known, 200), rng.integers(1, 1 << 60, size=50, dtype=np.uint64)]))
     want = np.array([entries.get(int(k), -1) for k in keys.tolist()], dtype=np.int64)
-    np.testing.assert_array_equal(kk.entries_of(index.slots, keys), want)
+    np.testing.assert_array_equal(index.find_ids(keys), want)
     got = kk.take_known(index.slots, valid, row_id, rows, keys)
     ref = kk.take_known_reference(entries, valid, row_id, rows, keys)
     for g, r in zip(got, ref, strict=True):
