@@ -172,7 +172,7 @@ def _bf16_words(rows: F64, coarse: tuple[slice, int] | None = None) -> tuple[npt
 
 def _bf16_encode(rows: F64, rng: np.random.Generator) -> tuple[bytes, F64]:
     top, values = _bf16_words(rows)
-    return top.astype("<u2").tobytes(), values.reshape(rows.shape)
+    return top.astype("<u2", copy=False).tobytes(), values.reshape(rows.shape)
 
 
 def _bf16_values(top: npt.NDArray[np.uint16], shape: tuple[int, ...]) -> F64:

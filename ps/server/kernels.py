@@ -92,14 +92,19 @@ def merge_deltas(state: F64, meta: U32, ids: I64, deltas: F64, seq: int, now: in
         _stamp(meta, ids[i], seq, now)
 
 
+@nb.njit(cache=True, nogil=True, inline="always")
+def _seq(meta: U32, r: int) -> np.int64:
+    """A row's update sequence (meta words 2 and 3: lo, hi)."""
+    return np.int64(meta[r, 2]) | (np.int64(meta[r, 3]) << np.int64(32))
+
+
 @nb.njit(cache=True, nogil=True)
 def rows_updated_after(meta: U32, n: int, seq: int) -> I64:
     """Ids among the first n rows whose update sequence is greater than seq."""
     out = np.empty(n, dtype=np.int64)
     m = 0
     for r in range(n):
-        row_seq = np.int64(meta[r, 2]) | (np.int64(meta[r, 3]) << 32)
-        if row_seq > seq:
+        if _seq(meta, r) > seq:
             out[m] = r
             m += 1
     return out[:m].copy()
@@ -146,11 +151,6 @@ def gather_raw(state: F64, meta: U32, ids: I64) -> U32:
         for c in range(meta.shape[1]):
             out[i, 2 * width + c] = meta[r, c]
     return out
-
-
-@nb.njit(cache=True, nogil=True, inline="always")
-def _seq(meta: U32, r: np.int64) -> np.int64:
-    return np.int64(meta[r, 2]) | (np.int64(meta[r, 3]) << np.int64(32))
 
 
 @nb.njit(cache=True, nogil=True)
