@@ -25,6 +25,7 @@ from ctr.format import modelfile
 from ctr.format.bucket_kernels import MAX_SHARDS, by_owner, lookup_at, lookup_rows
 from ctr.format.bucket_map import NO_FILTER, BucketMap
 from ctr.model.family import ModelFamily, Request
+from ctr.model.first_use import in_first_use_order
 from ctr.model.partial_sums import partial_sums
 from ctr.model.spec import ModelSpec
 from ctr.runtime.extras import require
@@ -186,10 +187,12 @@ class ServableModel:
 
     def partial(self, req: DecodedRequest) -> npt.NDArray[np.float32]:
         """LR and FM partial sums per item over the request's features (ctr.model.partial_sums)."""
-        rows = self.rows(req.keys)
         k = self.family.partial_factors(self.spec)
+        # FM's wide rows looked up in the order the items read them (ctr.model.first_use)
+        used: Request = in_first_use_order(req) if k else req
+        rows = self.rows(used.keys)
         v_at = self.columns[self.spec.embedding_table() or "v"][0] if k else 0
-        return partial_sums(req.context, req.item_offsets, req.item_indices, req.values, rows, v_at, k)  # type: ignore[no-any-return]
+        return partial_sums(used.context, used.item_offsets, used.item_indices, used.values, rows, v_at, k)  # type: ignore[no-any-return]
 
     def per_items(
         self,

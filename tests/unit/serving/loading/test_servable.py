@@ -1,6 +1,7 @@
 """Loading and scoring a version: shard files whose columns do not match the spec's
 tables (the kernels index rows by the spec's k and fields) are refused with the reason;
-FFM scores the same whether its rows are read in place or copied."""
+FFM scores the same whether its rows are read in place or copied; FM and the DNN families
+the same whatever order their rows are looked up in."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 
 from bench.serving_model import publish, requests, spec_for
+from ctr.model.partial_sums import partial_sums
 from ctr.repository.versions import MANIFEST, Repository
 from serving.loading import servable as served
 from serving.loading.servable import load
@@ -83,3 +85,26 @@ def test_a_first_version_is_warmed_with_requests_over_its_fields(tmp_path, model
         assert (req.fields < version.spec.field_count).all()
         scores = version.score(req)
         assert scores.shape == (ITEMS,) and np.isfinite(scores).all()
+
+
+@pytest.mark.parametrize("model", ["fm", "deepfm"])
+def test_rows_looked_up_in_first_use_order_score_as_rows_in_dictionary_order(tmp_path, model):
+    """FM and the DNN families look a request's rows up in the order its items read them
+    (ctr.model.first_use); a router hands them rows in the dictionary's order: the same
+    scores, bit for bit, and FM's partial sums too."""
+    repo = Repository(tmp_path / "repo", "ctr")
+    spec = spec_for(model, k=4, hidden=(8,))
+    reqs = requests(2, items=9)
+    publish(repo, 1, spec, reqs, keys=3000, shards=2)
+    d = repo.path(1)
+    m = json.loads((d / MANIFEST).read_text())
+    version = load(d, m, m, d, [], None)
+    for r in reqs:
+        req = decode(r, spec.field_count, field_hash_ids(spec.fields))
+        in_order = version.score(req)
+        np.testing.assert_array_equal(in_order, version.score(req, version.rows(req.keys)))
+        assert np.ptp(in_order) > 0
+        if model == "fm":
+            rows, v_at = version.rows(req.keys), version.columns["v"][0]
+            want = partial_sums(req.context, req.item_offsets, req.item_indices, req.values, rows, v_at, spec.k)
+            np.testing.assert_array_equal(version.partial(req), want)
