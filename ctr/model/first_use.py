@@ -20,44 +20,57 @@ import numpy.typing as npt
 from ctr.model.family import Request
 
 I64 = npt.NDArray[np.int64]
+U64 = npt.NDArray[np.uint64]
+F32 = npt.NDArray[np.float32]
+I32 = npt.NDArray[np.int32]
 
 
 @nb.njit(cache=True, nogil=True)
-def first_use_order(context: I64, indices: I64, n: int) -> tuple[I64, I64, I64]:
-    """(the dictionary entries in the order the context, then the items' indices, first
-    name them; the context and the indices renumbered to positions in that order). Entries
-    named by neither are left out; every index must be in [0, n)."""
-    position = np.full(n, -1, dtype=np.int64)
-    order = np.empty(n, dtype=np.int64)
+def first_use_order(context: I64, indices: I64, keys: U64, values: F32, fields: I32) -> tuple[U64, F32, I32, I64, I64]:
+    """The dictionary (keys, values, fields) with only the entries the context, then the
+    items' indices, name, in the order they first name them; and the context and the
+    indices renumbered to positions in it. Every index must be in [0, len(keys)). One
+    kernel: in a request's flow the separate gathers cost a third more (80k entries: 0.72
+    against 0.94 ms)."""
+    position = np.full(keys.shape[0], -1, dtype=np.int32)  # 4 bytes an entry: more of it stays in L2
+    order = np.empty(keys.shape[0], dtype=np.int32)
     renumbered_context = np.empty_like(context)
     renumbered = np.empty_like(indices)
     used = 0
     for c in range(context.shape[0]):
         j = context[c]
-        if position[j] < 0:
-            position[j] = used
+        p = position[j]
+        if p < 0:
+            p = position[j] = used
             order[used] = j
             used += 1
-        renumbered_context[c] = position[j]
+        renumbered_context[c] = p
     for a in range(indices.shape[0]):
         j = indices[a]
-        if position[j] < 0:
-            position[j] = used
+        p = position[j]
+        if p < 0:
+            p = position[j] = used
             order[used] = j
             used += 1
-        renumbered[a] = position[j]
-    return order[:used].copy(), renumbered_context, renumbered
+        renumbered[a] = p
+    used_keys = np.empty(used, dtype=keys.dtype)
+    used_values = np.empty(used, dtype=values.dtype)
+    used_fields = np.empty(used, dtype=fields.dtype)
+    for u in range(used):
+        j = order[u]
+        used_keys[u], used_values[u], used_fields[u] = keys[j], values[j], fields[j]
+    return used_keys, used_values, used_fields, renumbered_context, renumbered
 
 
-def first_use_order_reference(context: I64, indices: I64, n: int) -> tuple[I64, I64, I64]:
+def first_use_order_reference(context: I64, indices: I64, keys: U64, values: F32, fields: I32) -> tuple[U64, F32, I32, I64, I64]:
     """first_use_order with numpy, for the tests."""
     named = np.concatenate([context, indices]).astype(np.int64)
-    assert named.shape[0] == 0 or (named.min() >= 0 and named.max() < n)
+    assert named.shape[0] == 0 or (named.min() >= 0 and named.max() < keys.shape[0])
     entries, first = np.unique(named, return_index=True)
     order = entries[np.argsort(first)]
-    position = np.full(n, -1, dtype=np.int64)
+    position = np.full(keys.shape[0], -1, dtype=np.int64)
     position[order] = np.arange(order.shape[0])
-    return order.astype(np.int64), position[context], position[indices]
+    return keys[order], values[order], fields[order], position[context], position[indices]
 
 
 @dataclass(frozen=True)
@@ -65,9 +78,9 @@ class Renumbered:
     """A request (ctr.model.family.Request) whose dictionary holds only the entries its
     features use, in first-use order."""
 
-    keys: npt.NDArray[np.uint64]
-    values: npt.NDArray[np.float32]
-    fields: npt.NDArray[np.int32]
+    keys: U64
+    values: F32
+    fields: I32
     context: I64
     item_offsets: I64
     item_indices: I64
@@ -75,5 +88,5 @@ class Renumbered:
 
 def in_first_use_order(req: Request) -> Renumbered:
     """The request with its dictionary renumbered in first-use order."""
-    order, context, indices = first_use_order(req.context, req.item_indices, req.keys.shape[0])
-    return Renumbered(req.keys[order], req.values[order], req.fields[order], context, req.item_offsets, indices)
+    keys, values, fields, context, indices = first_use_order(req.context, req.item_indices, req.keys, req.values, req.fields)
+    return Renumbered(keys, values, fields, context, req.item_offsets, indices)

@@ -37,20 +37,22 @@ def a_request(seed: int, n: int = 120, context: int = 7, items: int = 30) -> tup
 @pytest.mark.parametrize("seed", range(6))
 def test_the_kernel_equals_its_reference(seed: int) -> None:
     req, _ = a_request(seed, context=seed)  # seed 0: no context
-    got = first_use_order(req.context, req.item_indices, req.keys.shape[0])
-    want = first_use_order_reference(req.context, req.item_indices, req.keys.shape[0])
-    for g, w in zip(got, want, strict=True):
+    args = (req.context, req.item_indices, req.keys, req.values, req.fields)
+    got = first_use_order(*args)
+    for g, w in zip(got, first_use_order_reference(*args), strict=True):
+        assert np.asarray(g).dtype == np.asarray(w).dtype
         np.testing.assert_array_equal(g, w)
-    order, context, indices = got
-    assert order.shape[0] < req.keys.shape[0]  # some entries are named by no feature
-    np.testing.assert_array_equal(order[indices], req.item_indices)  # each feature names the same entry
-    np.testing.assert_array_equal(order[context], req.context)
+    keys, _, _, context, indices = got
+    assert keys.shape[0] < req.keys.shape[0]  # some entries are named by no feature
+    np.testing.assert_array_equal(keys[indices], req.keys[req.item_indices])  # each feature names the same entry
+    np.testing.assert_array_equal(keys[context], req.keys[req.context])
 
 
 def test_an_empty_request_renumbers_to_nothing() -> None:
+    req, _ = a_request(2, n=5)
     empty = np.zeros(0, np.int64)
-    order, context, indices = first_use_order(empty, empty, 5)
-    assert order.shape == context.shape == indices.shape == (0,)
+    got = first_use_order(empty, empty, req.keys, req.values, req.fields)
+    assert all(a.shape == (0,) for a in got)
 
 
 def test_the_rows_an_item_reads_come_in_order() -> None:
@@ -73,10 +75,9 @@ def test_the_rows_an_item_reads_come_in_order() -> None:
 @pytest.mark.parametrize("norm", [True, False])
 def test_scores_are_bit_identical_on_the_renumbered_request(seed: int, norm: bool) -> None:
     req, rows = a_request(seed)
-    order, _, _ = first_use_order(req.context, req.item_indices, req.keys.shape[0])
     r = in_first_use_order(req)
-    np.testing.assert_array_equal(r.keys, req.keys[order])
-    again = np.ascontiguousarray(rows[order])  # the rows a lookup of r.keys returns
+    row_of = {int(key): rows[j] for j, key in enumerate(req.keys)}
+    again = np.array([row_of[int(key)] for key in r.keys])  # the rows a lookup of r.keys returns
 
     def fm(q, rw):
         return fm_score_items(q.context, q.item_offsets, q.item_indices, q.values, rw, 1, K, -0.3, norm)
