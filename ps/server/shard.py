@@ -17,9 +17,10 @@ import numpy as np
 import numpy.typing as npt
 
 from ctr.model.spec import TableSpec
-from ctr.routing import dense_range, shard_of
+from ctr.routing import dense_range
 from ps.api import CachedPull, ExportedFile, KnownRows, ModelIdentity, TableStats, mismatch
 from ps.compression.state_diff import as_fp32_bits, base_digest, decode_state_diff
+from ps.server import kernels
 from ps.server.checkpoints import Checkpoints, CutImage, CutSnapshot, read_cut
 from ps.server.errors import BaseMismatch, RowsMoved, SessionExpired, ShardError, StaleGeneration
 from ps.server.export import changed_rows, export_folder, write_export
@@ -227,11 +228,12 @@ class Shard:
         return t
 
     def check_keys(self, keys: npt.NDArray[np.uint64]) -> None:
-        if keys.shape[0] > 1 and not bool(np.all(keys[1:] > keys[:-1])):
+        fault = kernels.key_fault(keys, self.count, self.index)
+        if fault == kernels.KEYS_UNSORTED:
             raise ShardError("keys are not sorted and unique")
-        if keys.shape[0] and not bool(np.all(shard_of(keys, self.count) == self.index)):
+        if fault == kernels.KEYS_ELSEWHERE:
             raise ShardError(f"keys routed to shard {self.index} that belong to another shard")
-        if keys.shape[0] and keys[0] == 0:
+        if fault == kernels.KEY_ZERO:
             raise ShardError("key 0 is reserved")
 
     def pull(

@@ -227,3 +227,29 @@ def test_row_ids_name_their_keys_only_in_their_layout():
     t.delete_rows(t.find(KEYS[:1]))  # rows move: the ids no longer name them
     with pytest.raises(RowsMoved):
         s.keys_of("w", layout, ids)
+
+
+@pytest.mark.parametrize(
+    ("keys", "reason"),
+    [
+        ([9, 3], "not sorted and unique"),
+        ([3, 3], "not sorted and unique"),
+        ([0, 3], "key 0 is reserved"),
+    ],
+)
+def test_calls_with_bad_keys_are_refused_with_the_reason(keys, reason):
+    s = _shard()
+    with pytest.raises(ShardError, match=reason):
+        s.pull("w", np.array(keys, dtype=np.uint64), open_session=False)
+    with pytest.raises(ShardError, match=reason):
+        s.push("w", np.array(keys, dtype=np.uint64), np.ones(2), "gradient")
+    assert s.sparse["w"].size == 0
+
+
+def test_keys_of_another_shard_are_refused():
+    s = Shard(1, 2)
+    s.declare(ModelSpec("lr").tables())
+    keys = np.arange(1, 50, dtype=np.uint64)
+    with pytest.raises(ShardError, match="belong to another shard"):
+        s.pull("w", keys, open_session=False)
+    s.pull("w", keys[shard_of(keys, 2) == 1], open_session=False)

@@ -1,5 +1,6 @@
 """The shard table's bookkeeping kernels for clients that keep rows (ps.server.kernels:
-row_seqs, push_conflicts, mark_writer) against plain references."""
+row_seqs, push_conflicts, mark_writer), and the check of a call's keys (key_fault),
+against plain references."""
 
 from __future__ import annotations
 
@@ -7,7 +8,19 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ps.server.kernels import mark_writer, push_conflicts, push_conflicts_reference, row_seqs
+from ctr.routing import shard_of
+from ps.server.kernels import (
+    KEY_ZERO,
+    KEYS_ELSEWHERE,
+    KEYS_OK,
+    KEYS_UNSORTED,
+    key_fault,
+    key_fault_reference,
+    mark_writer,
+    push_conflicts,
+    push_conflicts_reference,
+    row_seqs,
+)
 
 ROWS = 12
 
@@ -55,3 +68,28 @@ def test_mark_writer_keeps_the_last_foreign_sequence(seed, ids, client):
     assert before.tolist() == expected_before.tolist()
     assert all(writer[i] == client for i in ids)
     assert row_seqs(meta, idx).tolist() == seqs[idx].tolist()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 2**64 - 1), max_size=12), st.integers(1, 5), st.booleans(), st.booleans())
+def test_key_fault_equals_its_reference(raw: list[int], count: int, owned: bool, ordered: bool) -> None:
+    keys = np.array(raw, dtype=np.uint64)
+    if ordered:
+        keys = np.unique(keys)
+    index = 0
+    if owned and keys.shape[0]:  # often every key on one shard: the answer is then not KEYS_ELSEWHERE
+        index = int(shard_of(keys[:1], count)[0])
+        keys = keys[shard_of(keys, count) == index]
+    assert key_fault(keys, count, index) == key_fault_reference(keys, count, index)
+
+
+def test_key_fault_names_each_fault() -> None:
+    keys = np.array([5, 9, 300, 2**63], dtype=np.uint64)
+    assert key_fault(keys, 1, 0) == KEYS_OK
+    assert key_fault(keys[::-1].copy(), 1, 0) == KEYS_UNSORTED
+    assert key_fault(np.array([5, 5], dtype=np.uint64), 1, 0) == KEYS_UNSORTED  # a repeat
+    assert key_fault(np.array([0, 5], dtype=np.uint64), 1, 0) == KEY_ZERO
+    mixed = np.unique(np.arange(1, 40, dtype=np.uint64))
+    assert key_fault(mixed, 2, 0) == KEYS_ELSEWHERE
+    assert key_fault(mixed[shard_of(mixed, 2) == 1], 2, 1) == KEYS_OK
+    assert key_fault(np.zeros(0, dtype=np.uint64), 3, 2) == KEYS_OK
