@@ -387,14 +387,18 @@ class Shard:
             self._check_generation(generation)
             named = keys
             conflicts = np.zeros(keys.shape[0], dtype=np.bool_)
+            found = None  # the named keys' row ids before the push, when looked up
             if client != ANONYMOUS:
-                conflicts = t.conflicts(t.find(keys), client, recorded) | (kind == GRADIENT)
+                found = t.find(keys)
+                conflicts = t.conflicts(found, client, recorded) | (kind == GRADIENT)
             if self.rows.admits:
                 keys, values = self.rows.admit(t, keys, values)
-                if client != ANONYMOUS and keys.shape[0] < named.shape[0]:
-                    conflicts |= ~np.isin(named, keys, assume_unique=True)
+                if keys.shape[0] < named.shape[0]:
+                    found = None  # ids of other keys than the applied ones
+                    if client != ANONYMOUS:
+                        conflicts |= ~np.isin(named, keys, assume_unique=True)
             try:
-                t.apply(kind, keys, values, self.update_seq + 1, client)
+                ids = t.apply(kind, keys, values, self.update_seq + 1, client, found)
             except PushRejected as e:
                 raise ShardError(str(e)) from None
             self.update_seq += 1
@@ -402,7 +406,8 @@ class Shard:
             self._created.discard(table)
             new_ids = np.zeros(0, dtype=np.int64)
             if as_key is not None and client != ANONYMOUS and kind != GRADIENT:
-                new_ids = t.find(named[as_key & ~conflicts])
+                wanted = as_key & ~conflicts  # conflicting keys include every one admission dropped
+                new_ids = ids[wanted] if keys is named else t.find(named[wanted])
             layout = t.layout  # the ids' layout: an eviction below draws a new one
             if self.lifecycle.evicts:
                 self.rows.evict(t, self.update_seq)

@@ -151,17 +151,25 @@ class SparseTable:
         return kernels.gather_state(self.state, self.find(keys), keys, self.dim, self.params)  # type: ignore[no-any-return]
 
     def apply(
-        self, kind: str, keys: npt.NDArray[np.uint64], values: npt.NDArray[np.float64], seq: int, client: int = ANONYMOUS
-    ) -> None:
+        self,
+        kind: str,
+        keys: npt.NDArray[np.uint64],
+        values: npt.NDArray[np.float64],
+        seq: int,
+        client: int = ANONYMOUS,
+        found: npt.NDArray[np.int64] | None = None,
+    ) -> npt.NDArray[np.int64]:
         """Applies gradients (one optimizer step per row) or state deltas (added), absent keys
         starting from their initial row, if all of it is safe: gradients within max_abs;
         deltas keeping every row finite and within STATE_LIMIT. Otherwise raises
         PushRejected and changes nothing. `client` writes the deltas (a gradient step is
-        the shard's own arithmetic, which no client copy follows: ANONYMOUS)."""
+        the shard's own arithmetic, which no client copy follows: ANONYMOUS). `found`: the
+        keys' row ids when the caller has just looked them up. Returns the rows' ids."""
         if kind not in (GRADIENT, DELTA):
             raise PushRejected(f"table {self.name}: {kind} pushes are for dense tables, not sparse ones")
         v = as_rows(self.name, kind, values, keys.shape[0], self.dim if kind == GRADIENT else self.width)
-        found = self.find(keys)
+        if found is None:
+            found = self.find(keys)
         if kind == GRADIENT:
             check_values(self.name, v, self.spec.optimizer.max_abs)
         else:
@@ -177,6 +185,7 @@ class SparseTable:
             kernels.apply_gradients(self.state, self.meta, ids, v, self.dim, self.params, seq, now)
         else:
             kernels.merge_deltas(self.state, self.meta, ids, v, seq, now)
+        return ids
 
     def delete_rows(self, ids: npt.NDArray[np.int64]) -> npt.NDArray[np.uint64]:
         """Removes rows (their keys leave the hashmap); the rows after the new end move into
