@@ -255,6 +255,7 @@ class DeepFamily(ModelFamily):
 
     needs_fields = True
     has_mlp = True
+    first_use = True
 
     def __init__(self, name: str, with_fm: bool) -> None:
         self.name = name
@@ -267,7 +268,7 @@ class DeepFamily(ModelFamily):
 
     def score(self, model: Scorable, req: Request, rows: F32 | None) -> F32:
         if rows is None:  # looked up here: in the order the items read them (ctr.model.first_use)
-            req = in_first_use_order(req)
+            req = in_first_use_order(req)  # (a router that fetches the rows renumbers first)
         looked_up = model.rows(req.keys) if rows is None else rows
         spec = model.spec
         v_at, k, n_fields = model.columns[self.embedding or "v"][0], spec.k, spec.field_count

@@ -70,6 +70,9 @@ class ModelFamily:
     pairwise = False  # it has a pairwise term, which instance normalization scales
     embedding: str | None = None  # the sparse table of factor vectors, if any
     partial_sums = False  # sharded serving adds shards' partial sums (Partial); else shards send rows (Lookup)
+    # its scoring reads wide rows item by item: a request's rows are looked up in the order
+    # its items read them (ctr.model.first_use), by the family or by a router
+    first_use = False
     train_code = -1  # its code in the LR/FM/FFM training kernel (ctr.model.factorization); -1: the DNN kernel
 
     def sparse_tables(self, spec: ModelSpec) -> list[tuple[str, int]]:

@@ -72,6 +72,7 @@ def fm_score_items(
 
 class FMFamily(ModelFamily):
     name = "fm"
+    first_use = True
     pairwise = True
     embedding = "v"
     partial_sums = True
@@ -82,7 +83,7 @@ class FMFamily(ModelFamily):
 
     def score(self, model: Scorable, req: Request, rows: F32 | None) -> F32:
         if rows is None:  # looked up here: in the order the items read them (ctr.model.first_use)
-            req = in_first_use_order(req)
+            req = in_first_use_order(req)  # (a router that fetches the rows renumbers first)
         looked_up = model.rows(req.keys) if rows is None else rows
         v_at, k, norm = model.columns["v"][0], model.spec.k, model.spec.pair_norm
         return model.per_items(

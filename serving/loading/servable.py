@@ -175,7 +175,7 @@ class ServableModel:
 
         self.splitter.run(part, keys.shape[0])
 
-    def score(self, req: DecodedRequest, rows: npt.NDArray[np.float32] | None = None) -> npt.NDArray[np.float32]:
+    def score(self, req: Request, rows: npt.NDArray[np.float32] | None = None) -> npt.NDArray[np.float32]:
         """Scores the request's items; `rows` are its dictionary's rows when a router
         fetched them from the shards (else they are looked up here)."""
         return self.family.score(self, req, rows)
@@ -189,7 +189,7 @@ class ServableModel:
         """LR and FM partial sums per item over the request's features (ctr.model.partial_sums)."""
         k = self.family.partial_factors(self.spec)
         # FM's wide rows looked up in the order the items read them (ctr.model.first_use)
-        used: Request = in_first_use_order(req) if k else req
+        used: Request = in_first_use_order(req) if self.family.first_use else req
         rows = self.rows(used.keys)
         v_at = self.columns[self.spec.embedding_table() or "v"][0] if k else 0
         return partial_sums(used.context, used.item_offsets, used.item_indices, used.values, rows, v_at, k)  # type: ignore[no-any-return]

@@ -13,11 +13,12 @@ import grpc
 import numpy as np
 import numpy.typing as npt
 
+from ctr.model.family import Request
+from ctr.model.first_use import in_first_use_order
 from ctr.model.partial_sums import finish_fm, sum_squares_per_item
 from protos import predict_pb2
 from serving.loading.servable import ServableModel
 from serving.loading.watcher import ModelWatcher
-from serving.request.encoding import DecodedRequest
 from serving.sharded.fanout import FanOut, FanOutError
 from serving.sharded.request_split import KeySplit, split_request_features, split_request_keys
 
@@ -30,8 +31,11 @@ class Router:
         self.fanout = fanout
         self.watcher = watcher
 
-    def score(self, model: ServableModel, req: DecodedRequest) -> tuple[npt.NDArray[np.float32], int]:
+    def score(self, model: ServableModel, req: Request) -> tuple[npt.NDArray[np.float32], int]:
         """Scores and the version they come from: the router's, which every shard confirmed."""
+        if model.family.first_use and not model.family.partial_sums:
+            # the rows are fetched here: in the order the items read them, only those they name
+            req = in_first_use_order(req)
         split = split_request_keys(req.keys, model.shard_count, len(self.fanout))
         for attempt in range(SKEW_RETRIES + 1):
             if model.family.partial_sums:
@@ -47,7 +51,7 @@ class Router:
             grpc.StatusCode.UNAVAILABLE, f"the shards serve versions {sorted(set(versions))}, this router {model.version}"
         )
 
-    def _rows(self, model: ServableModel, req: DecodedRequest, split: KeySplit) -> tuple[npt.NDArray[np.float32], list[int]]:
+    def _rows(self, model: ServableModel, req: Request, split: KeySplit) -> tuple[npt.NDArray[np.float32], list[int]]:
         b = split.bounds
         where = [split.order[b[j] : b[j + 1]] for j in range(len(self.fanout))]
         answers = self.fanout.call(
@@ -61,7 +65,7 @@ class Router:
             rows[w] = np.frombuffer(a.rows, dtype="<f4").reshape(-1, width)
         return model.score(req, rows), [int(a.version) for a in answers]
 
-    def _partial(self, model: ServableModel, req: DecodedRequest, keys: KeySplit) -> tuple[npt.NDArray[np.float32], list[int]]:
+    def _partial(self, model: ServableModel, req: Request, keys: KeySplit) -> tuple[npt.NDArray[np.float32], list[int]]:
         n_items = req.item_offsets.shape[0] - 1
         feats = split_request_features(keys, len(self.fanout), req.context, req.item_offsets, req.item_indices)
         kb, cb, ib = keys.bounds, feats.context_bounds, feats.index_bounds
