@@ -1,9 +1,11 @@
 """The stages of one 200 x 500 request inside the prediction service, in process (no gRPC):
 the protobuf parse of the request's bytes, decoding (zstd, varints, token hashing), the
-80k key lookups (for FFM, locating its rows), scoring, and the whole servicer path from
-bytes to scores. Min / median ms over --reps calls after a warm-up, on 1 and 2 scoring
-threads; the model is bench_serving's (10M keys, two shard images). Asserts nothing;
-writes bench/results/serving_stages.json.
+renumbering in first-use order (ctr.model.first_use; FM and the DNNs look up the keys in
+that order, the others do not use it), the 80k key lookups (for FFM, locating its rows),
+scoring (renumbering included), and the whole servicer path from bytes to scores. Min /
+median ms over --reps calls after a warm-up, on 1 and 2 scoring threads; the model is
+bench_serving's (10M keys, two shard images). Asserts nothing; writes
+bench/results/serving_stages.json.
 
     .venv/bin/python bench/bench_serving_stages.py [--models lr,fm] [--keys 10000000] [--reps 60] [--threads 1,2]
 """
@@ -21,6 +23,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.bench_client import timed  # noqa: E402
 from bench.serving_model import publish, requests, spec_for  # noqa: E402
+from ctr.model.first_use import in_first_use_order  # noqa: E402
 from ctr.repository.versions import MANIFEST, Repository  # noqa: E402
 from protos import predict_pb2  # noqa: E402
 from serving.loading.servable import ServableModel, load  # noqa: E402
@@ -44,6 +47,8 @@ def stage_times(model: ServableModel, reqs: list[EncodedRequest], reps: int) -> 
         for r in reqs
     ]
     decoded = [decode(r, max(1, spec.field_count), hashes, both=model.splitter.both) for r in reqs]
+    # the keys the model looks up: FM's and the DNNs' in first-use order (ctr.model.first_use)
+    looked_up = [in_first_use_order(d).keys if model.family.first_use else d.keys for d in decoded]
     cyc = count()
 
     def whole() -> Any:
@@ -55,8 +60,9 @@ def stage_times(model: ServableModel, reqs: list[EncodedRequest], reps: int) -> 
     stages = {
         "parse": lambda: predict_pb2.PredictRequest.FromString(wire[next(cyc) % 8]),
         "decode": lambda: decode(reqs[next(cyc) % 8], max(1, spec.field_count), hashes, both=model.splitter.both),
+        "first_use_order": lambda: in_first_use_order(decoded[next(cyc) % 8]),
         # FFM scores its wide rows where they sit: its lookups only locate them
-        "lookups": lambda: (model.locate if spec.type == "ffm" else model.rows)(decoded[next(cyc) % 8].keys),
+        "lookups": lambda: (model.locate if spec.type == "ffm" else model.rows)(looked_up[next(cyc) % 8]),
         "lookups_and_score": lambda: model.score(decoded[next(cyc) % 8]),
         "whole": whole,
     }
