@@ -25,6 +25,21 @@ F32 = npt.NDArray[np.float32]
 I32 = npt.NDArray[np.int32]
 
 
+@nb.njit(cache=True, nogil=True, inline="always")
+def _renumber(named: I64, position: npt.NDArray[np.int32], order: npt.NDArray[np.int32], used: int, out: I64) -> int:
+    """out[a] = the position of entry named[a], an entry not met before taking the next
+    one (`used`, then up); returns how many positions are taken."""
+    for a in range(named.shape[0]):
+        j = named[a]
+        p = position[j]
+        if p < 0:
+            p = position[j] = used
+            order[used] = j
+            used += 1
+        out[a] = p
+    return used
+
+
 @nb.njit(cache=True, nogil=True)
 def first_use_order(context: I64, indices: I64, keys: U64, values: F32, fields: I32) -> tuple[U64, F32, I32, I64, I64]:
     """The dictionary (keys, values, fields) with only the entries the context, then the
@@ -36,23 +51,8 @@ def first_use_order(context: I64, indices: I64, keys: U64, values: F32, fields: 
     order = np.empty(keys.shape[0], dtype=np.int32)
     renumbered_context = np.empty_like(context)
     renumbered = np.empty_like(indices)
-    used = 0
-    for c in range(context.shape[0]):
-        j = context[c]
-        p = position[j]
-        if p < 0:
-            p = position[j] = used
-            order[used] = j
-            used += 1
-        renumbered_context[c] = p
-    for a in range(indices.shape[0]):
-        j = indices[a]
-        p = position[j]
-        if p < 0:
-            p = position[j] = used
-            order[used] = j
-            used += 1
-        renumbered[a] = p
+    used = _renumber(context, position, order, 0, renumbered_context)
+    used = _renumber(indices, position, order, used, renumbered)
     used_keys = np.empty(used, dtype=keys.dtype)
     used_values = np.empty(used, dtype=values.dtype)
     used_fields = np.empty(used, dtype=fields.dtype)
