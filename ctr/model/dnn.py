@@ -16,7 +16,6 @@ import numpy.typing as npt
 
 from ctr.model.factorization import pair_scale
 from ctr.model.family import ModelFamily, Request, Scorable
-from ctr.model.first_use import in_first_use_order
 from ctr.model.link import norm_scale, sigmoid, sum_sq
 from ctr.model.optim import step, weight_of
 
@@ -267,8 +266,6 @@ class DeepFamily(ModelFamily):
         return [("w", 1), (self.embedding or "v", spec.k)]
 
     def score(self, model: Scorable, req: Request, rows: F32 | None) -> F32:
-        if rows is None:  # looked up here: in the order the items read them (ctr.model.first_use)
-            req = in_first_use_order(req)  # (a router that fetches the rows renumbers first)
         looked_up = model.rows(req.keys) if rows is None else rows
         spec = model.spec
         v_at, k, n_fields = model.columns[self.embedding or "v"][0], spec.k, spec.field_count

@@ -70,8 +70,9 @@ class ModelFamily:
     pairwise = False  # it has a pairwise term, which instance normalization scales
     embedding: str | None = None  # the sparse table of factor vectors, if any
     partial_sums = False  # sharded serving adds shards' partial sums (Partial); else shards send rows (Lookup)
-    # its scoring reads wide rows item by item: a request's rows are looked up in the order
-    # its items read them (ctr.model.first_use), by the family or by a router
+    # its scoring reads wide rows item by item: whoever looks a request's rows up (the
+    # servable version, a router) renumbers the request so that they come in the order its
+    # items read them (ctr.model.first_use)
     first_use = False
     train_code = -1  # its code in the LR/FM/FFM training kernel (ctr.model.factorization); -1: the DNN kernel
 

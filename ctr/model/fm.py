@@ -13,7 +13,6 @@ import numpy.typing as npt
 from ctr.format.prefetch import prefetch_span
 from ctr.model.factorization import FM as FM_CODE
 from ctr.model.family import ModelFamily, Request, Scorable
-from ctr.model.first_use import in_first_use_order
 from ctr.model.link import norm_scale, sigmoid, sum_sq
 
 if TYPE_CHECKING:
@@ -82,8 +81,6 @@ class FMFamily(ModelFamily):
         return [("w", 1), ("v", spec.k)]
 
     def score(self, model: Scorable, req: Request, rows: F32 | None) -> F32:
-        if rows is None:  # looked up here: in the order the items read them (ctr.model.first_use)
-            req = in_first_use_order(req)  # (a router that fetches the rows renumbers first)
         looked_up = model.rows(req.keys) if rows is None else rows
         v_at, k, norm = model.columns["v"][0], model.spec.k, model.spec.pair_norm
         return model.per_items(

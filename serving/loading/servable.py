@@ -178,7 +178,12 @@ class ServableModel:
     def score(self, req: Request, rows: npt.NDArray[np.float32] | None = None) -> npt.NDArray[np.float32]:
         """Scores the request's items; `rows` are its dictionary's rows when a router
         fetched them from the shards (else they are looked up here)."""
-        return self.family.score(self, req, rows)
+        return self.family.score(self, req if rows is not None else self._in_read_order(req), rows)
+
+    def _in_read_order(self, req: Request) -> Request:
+        """The request whose rows this version looks up: renumbered in the order its items
+        read them where the family reads wide rows item by item (ctr.model.first_use)."""
+        return in_first_use_order(req) if self.family.first_use else req
 
     @property
     def locates_in_place(self) -> bool:
@@ -188,8 +193,7 @@ class ServableModel:
     def partial(self, req: DecodedRequest) -> npt.NDArray[np.float32]:
         """LR and FM partial sums per item over the request's features (ctr.model.partial_sums)."""
         k = self.family.partial_factors(self.spec)
-        # FM's wide rows looked up in the order the items read them (ctr.model.first_use)
-        used: Request = in_first_use_order(req) if self.family.first_use else req
+        used = self._in_read_order(req)
         rows = self.rows(used.keys)
         v_at = self.columns[self.spec.embedding_table() or "v"][0] if k else 0
         return partial_sums(used.context, used.item_offsets, used.item_indices, used.values, rows, v_at, k)  # type: ignore[no-any-return]
