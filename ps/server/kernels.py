@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ctr.model.optim import init_row, step, weight_of
-from ctr.routing import owner
+from ctr.routing import owner, owner_reference
 
 F64 = npt.NDArray[np.float64]
 F32 = npt.NDArray[np.float32]
@@ -235,8 +235,6 @@ def key_fault(keys: U64, count: int, index: int) -> int:
 
 def key_fault_reference(keys: U64, count: int, index: int) -> int:
     """key_fault in numpy, for the tests."""
-    from ctr.routing import owner_reference
-
     if keys.shape[0] > 1 and not bool(np.all(keys[1:] > keys[:-1])):
         return KEYS_UNSORTED
     if keys.shape[0] and keys[0] == 0:
