@@ -20,11 +20,16 @@ from serving.loading.swap_warmup import ITEMS, warmup_requests
 from serving.request.encoding import decode, field_hash_ids
 
 
-def _manifest(tmp_path, model: str):
+def _published(tmp_path, spec, reqs, keys: int, shards: int):
+    """(the folder, the manifest) of version 1 of the model, holding the requests' keys."""
     repo = Repository(tmp_path / "repo", "ctr")
-    publish(repo, 1, spec_for(model, k=4, hidden=(8,)), requests(1, items=3), keys=500, shards=2)
+    publish(repo, 1, spec, reqs, keys=keys, shards=shards)
     d = repo.path(1)
     return d, json.loads((d / MANIFEST).read_text())
+
+
+def _manifest(tmp_path, model: str):
+    return _published(tmp_path, spec_for(model, k=4, hidden=(8,)), requests(1, items=3), keys=500, shards=2)
 
 
 @pytest.mark.parametrize("model", ["fm", "ffm", "wdl"])
@@ -55,12 +60,8 @@ def test_columns_that_do_not_fit_the_spec_are_refused(tmp_path, model, columns, 
 def test_ffm_scores_rows_in_place_as_it_scores_copied_rows(tmp_path, monkeypatch):
     """FFM reads rows where the images hold them (serving.loading.servable.locate); a version with
     more shard files than MAX_LOCATED_TABLES copies them instead: the same scores."""
-    repo = Repository(tmp_path / "repo", "ctr")
-    spec = spec_for("ffm", k=3, hidden=())
-    reqs = requests(2, items=7)
-    publish(repo, 1, spec, reqs, keys=2000, shards=3)
-    d = repo.path(1)
-    m = json.loads((d / MANIFEST).read_text())
+    spec, reqs = spec_for("ffm", k=3, hidden=()), requests(2, items=7)
+    d, m = _published(tmp_path, spec, reqs, keys=2000, shards=3)
     version = load(d, m, m, d, [], None)
     for r in reqs:
         req = decode(r, spec.field_count, field_hash_ids(spec.fields))
@@ -89,15 +90,11 @@ def test_a_first_version_is_warmed_with_requests_over_its_fields(tmp_path, model
 
 @pytest.mark.parametrize("model", ["fm", "deepfm"])
 def test_rows_looked_up_in_first_use_order_score_as_rows_in_dictionary_order(tmp_path, model):
-    """FM and the DNN families look a request's rows up in the order its items read them
-    (ctr.model.first_use); a router hands them rows in the dictionary's order: the same
-    scores, bit for bit, and FM's partial sums too."""
-    repo = Repository(tmp_path / "repo", "ctr")
-    spec = spec_for(model, k=4, hidden=(8,))
-    reqs = requests(2, items=9)
-    publish(repo, 1, spec, reqs, keys=3000, shards=2)
-    d = repo.path(1)
-    m = json.loads((d / MANIFEST).read_text())
+    """A version of FM or a DNN family looks a request's rows up in the order its items read
+    them (ctr.model.first_use); the same request scored with its rows handed over in the
+    dictionary's order gives the same scores, bit for bit, and FM's partial sums too."""
+    spec, reqs = spec_for(model, k=4, hidden=(8,)), requests(2, items=9)
+    d, m = _published(tmp_path, spec, reqs, keys=3000, shards=2)
     version = load(d, m, m, d, [], None)
     for r in reqs:
         req = decode(r, spec.field_count, field_hash_ids(spec.fields))
