@@ -543,6 +543,8 @@ class PushResponse(_message.Message):
     NEW_IDS_FIELD_NUMBER: _builtins.int
     NEW_ID_COUNT_FIELD_NUMBER: _builtins.int
     LAYOUT_FIELD_NUMBER: _builtins.int
+    EPOCH_FIELD_NUMBER: _builtins.int
+    LEASE_MS_FIELD_NUMBER: _builtins.int
     applied_rows: _builtins.int
     incarnation: _builtins.int
     conflicts: _builtins.bytes
@@ -557,6 +559,14 @@ class PushResponse(_message.Message):
     """
     new_id_count: _builtins.int
     layout: _builtins.int
+    epoch: _builtins.int
+    """for a push with a client: the table's epoch after it (docs/design/write-leases.md), at which
+    the copies it leaves the client (those that do not conflict) are the shard's rows
+    """
+    lease_ms: _builtins.int
+    """a write lease granted to that client, in ms from now (0: none): until it ends no one else
+    writes the table and no row of it moves
+    """
     def __init__(
         self,
         *,
@@ -566,10 +576,12 @@ class PushResponse(_message.Message):
         new_ids: _builtins.bytes = ...,
         new_id_count: _builtins.int = ...,
         layout: _builtins.int = ...,
+        epoch: _builtins.int = ...,
+        lease_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied_rows", b"applied_rows", "conflicts", b"conflicts", "incarnation", b"incarnation", "layout", b"layout", "new_id_count", b"new_id_count", "new_ids", b"new_ids"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied_rows", b"applied_rows", "conflicts", b"conflicts", "epoch", b"epoch", "incarnation", b"incarnation", "layout", b"layout", "lease_ms", b"lease_ms", "new_id_count", b"new_id_count", "new_ids", b"new_ids"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -119,6 +119,8 @@ class PushAck:
     conflicts: npt.NDArray[np.bool_]
     new_ids: npt.NDArray[np.int64]
     layout: int
+    epoch: int = 0  # the table's epoch after the push: the copies it leaves are the rows at it
+    lease_s: float = 0.0  # a write lease granted with the reply (docs/design/write-leases.md)
 
 
 @dataclass(frozen=True)

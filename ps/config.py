@@ -62,6 +62,13 @@ class PSConfig(ServerConfig):
         default=None,
         metadata={"help": "folder the trainer's exports land in (its --export-dir, shared): Export writes only under it"},
     )
+    write_lease_s: float = field(
+        default=1.0,
+        metadata={
+            "help": "a trainer that alone writes a table skips pulls of the rows it holds for this long after each push;"
+            " another writer's first push waits for it (docs/design/write-leases.md; 0: off)"
+        },
+    )
     # the server settings (ctr.runtime.server_config) with a shard's defaults
     grpc_threads: int = field(default=8, metadata={"help": "threads that run gRPC calls"})
     max_concurrent: int = field(
@@ -76,3 +83,5 @@ class PSConfig(ServerConfig):
             raise ConfigError(f"--shard-index {self.shard_index}: must be 0..{last} (--shard-count {self.shard_count})")
         if self.full_checkpoint_every < 1:
             raise ConfigError(f"--full-checkpoint-every {self.full_checkpoint_every}: must be >= 1")
+        if not 0 <= self.write_lease_s <= 60:
+            raise ConfigError(f"--write-lease-s {self.write_lease_s}: must be 0..60 (0: off)")

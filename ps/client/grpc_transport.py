@@ -289,7 +289,8 @@ class GrpcTransport(ByteCounter):
         if not part.client:
             return None
         new_ids = decode_varint_list(resp.new_ids, resp.new_id_count, "new_ids") - 1
-        return PushAck(decode_bits(resp.conflicts, part.keys.shape[0], "conflicts"), new_ids, resp.layout)
+        conflicts = decode_bits(resp.conflicts, part.keys.shape[0], "conflicts")
+        return PushAck(conflicts, new_ids, resp.layout, resp.epoch, resp.lease_ms / 1000)
 
     def pull_dense(self, shard: int, table: str, state: bool) -> tuple[int, Rows]:
         req = ps_pb2.DensePullRequest(table=table, state=state)

@@ -43,9 +43,10 @@ def take_known(slots: U32, valid: B, row_id: I64, rows: F64, keys: U64) -> tuple
 
 
 @nb.njit(cache=True, nogil=True)
-def add_deltas(slots: U32, valid: B, rows: F64, keys: U64, deltas: F64, drop: B) -> None:
+def add_deltas(slots: U32, valid: B, rows: F64, keys: U64, deltas: F64, drop: B, stamp: I64, epoch: int) -> None:
     """A push landed: rows of valid copies take the delta (row + delta, the shard's
-    arithmetic) where not `drop`; copies of `drop` keys become invalid."""
+    arithmetic) where not `drop`, and are stamped with the table's `epoch` after the push
+    (write-leases.md); copies of `drop` keys become invalid."""
     for i in range(keys.shape[0]):
         e = id_of(slots, keys[i])
         if e < 0:
@@ -55,6 +56,23 @@ def add_deltas(slots: U32, valid: B, rows: F64, keys: U64, deltas: F64, drop: B)
         elif valid[e]:
             for j in range(rows.shape[1]):
                 rows[e, j] = rows[e, j] + deltas[i, j]
+            stamp[e] = epoch
+
+
+@nb.njit(cache=True, nogil=True)
+def leased_copies(slots: U32, valid: B, row_id: I64, stamp: I64, rows: F64, keys: U64, epoch: int) -> tuple[bool, F64]:
+    """(whether every key holds a valid copy with a row id, stamped at `epoch`; their rows
+    in key order when it does, else none): a pull a write lease makes unnecessary."""
+    entries = np.empty(keys.shape[0], dtype=np.int64)
+    for i in range(keys.shape[0]):
+        e = id_of(slots, keys[i])
+        if e < 0 or row_id[e] < 0 or not valid[e] or stamp[e] != epoch:
+            return False, np.empty((0, rows.shape[1]), dtype=np.float64)
+        entries[i] = e
+    out = np.empty((keys.shape[0], rows.shape[1]), dtype=np.float64)
+    for i in range(keys.shape[0]):
+        out[i] = rows[entries[i]]
+    return True, out
 
 
 def take_known_reference(entries: dict[int, int], valid: B, row_id: I64, rows: F64, keys: U64) -> tuple[B, B, I64, F64]:
@@ -69,7 +87,9 @@ def take_known_reference(entries: dict[int, int], valid: B, row_id: I64, rows: F
     )
 
 
-def add_deltas_reference(entries: dict[int, int], valid: B, rows: F64, keys: U64, deltas: F64, drop: B) -> None:
+def add_deltas_reference(
+    entries: dict[int, int], valid: B, rows: F64, keys: U64, deltas: F64, drop: B, stamp: I64, epoch: int
+) -> None:
     """Plain reference of add_deltas over a dict key -> entry."""
     for i, k in enumerate(keys.tolist()):
         e = entries.get(int(k), -1)
@@ -79,3 +99,14 @@ def add_deltas_reference(entries: dict[int, int], valid: B, rows: F64, keys: U64
             valid[e] = False
         elif valid[e]:
             rows[e] = rows[e] + deltas[i]
+            stamp[e] = epoch
+
+
+def leased_copies_reference(
+    entries: dict[int, int], valid: B, row_id: I64, stamp: I64, rows: F64, keys: U64, epoch: int
+) -> tuple[bool, F64]:
+    """Plain reference of leased_copies over a dict key -> entry."""
+    chosen = [entries.get(int(k), -1) for k in keys.tolist()]
+    if not all(e >= 0 and row_id[e] >= 0 and valid[e] and stamp[e] == epoch for e in chosen):
+        return False, np.empty((0, rows.shape[1]), dtype=np.float64)
+    return True, rows[chosen].reshape(-1, rows.shape[1])

@@ -41,6 +41,9 @@ class KeptRows:
         self.row_id = np.zeros(1024, dtype=np.int64)
         self.rows = np.zeros((1024, self.width), dtype=np.float64)
         self.valid = np.zeros(1024, dtype=np.bool_)
+        # the shard table's epoch at which each copy was last known to be the row (0: not
+        # known): a push of this client's that landed on it says (write-leases.md)
+        self.stamp = np.zeros(1024, dtype=np.int64)
 
     def clear(self) -> None:
         self._empty()
@@ -56,6 +59,13 @@ class KeptRows:
         keys = np.ascontiguousarray(keys, dtype=np.uint64)
         return kk.take_known(self.index.slots, self.valid, self.row_id, self.rows, keys)  # type: ignore[no-any-return]
 
+    def leased(self, keys: Keys, epoch: int) -> F64 | None:
+        """The copies of these keys when every one is valid and known to be the row at
+        `epoch` (the epoch of a write lease this client holds), else None."""
+        keys = np.ascontiguousarray(keys, dtype=np.uint64)
+        ok, rows = kk.leased_copies(self.index.slots, self.valid, self.row_id, self.stamp, self.rows, keys, epoch)
+        return rows if ok else None
+
     def ids_of(self, keys: Keys) -> npt.NDArray[np.int64]:
         """The row id of each key on its shard, -1 where none is known (valid copy or not)."""
         e = self._entries(keys)
@@ -70,8 +80,9 @@ class KeptRows:
         out[out] = self.valid[e[out]]
         return out
 
-    def store(self, keys: Keys, ids: npt.NDArray[np.int64], rows: F64) -> None:
-        """Keeps rows as a shard holds them (ids: their row ids there)."""
+    def store(self, keys: Keys, ids: npt.NDArray[np.int64], rows: F64, epoch: int = 0) -> None:
+        """Keeps rows as a shard holds them (ids: their row ids there), the rows at `epoch`
+        when a push's reply says so (0: a pull's, not known)."""
         if keys.shape[0] == 0:
             return
         e = self._entries(keys)
@@ -90,6 +101,7 @@ class KeptRows:
         self.row_id[e] = ids
         self.rows[e] = rows
         self.valid[e] = True
+        self.stamp[e] = epoch
 
     def update(self, keys: Keys, rows: F64) -> None:
         """New rows of kept keys (another writer changed them), same row ids."""
@@ -97,10 +109,12 @@ class KeptRows:
         here = e >= 0
         self.rows[e[here]] = rows[here]
         self.valid[e[here]] = True
+        self.stamp[e[here]] = 0
 
-    def landed(self, keys: Keys, deltas: F64, conflicts: npt.NDArray[np.bool_]) -> None:
+    def landed(self, keys: Keys, deltas: F64, conflicts: npt.NDArray[np.bool_], epoch: int = 0) -> None:
         """A push this client made landed on these rows: copies the shard says are still
-        the rows add the delta as the shard did (row + delta), the others are dropped."""
+        the rows add the delta as the shard did (row + delta) and are the rows at `epoch`
+        (the reply's), the others are dropped."""
         kk.add_deltas(
             self.index.slots,
             self.valid,
@@ -108,6 +122,8 @@ class KeptRows:
             np.ascontiguousarray(keys, dtype=np.uint64),
             np.ascontiguousarray(deltas, dtype=np.float64),
             np.ascontiguousarray(conflicts, dtype=np.bool_),
+            self.stamp,
+            epoch,
         )
 
     def invalidate(self, keys: Keys) -> None:
@@ -133,9 +149,11 @@ class KeptRows:
         row_id = np.zeros(cap, dtype=np.int64)
         rows = np.zeros((cap, self.width), dtype=np.float64)
         valid = np.zeros(cap, dtype=np.bool_)
-        row_id[: self.size], rows[: self.size], valid[: self.size] = (
+        stamp = np.zeros(cap, dtype=np.int64)
+        row_id[: self.size], rows[: self.size], valid[: self.size], stamp[: self.size] = (
             self.row_id[: self.size],
             self.rows[: self.size],
             self.valid[: self.size],
+            self.stamp[: self.size],
         )
-        self.row_id, self.rows, self.valid = row_id, rows, valid
+        self.row_id, self.rows, self.valid, self.stamp = row_id, rows, valid, stamp

@@ -16,6 +16,7 @@ from __future__ import annotations
 import itertools
 import os
 import threading
+import time
 from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -63,6 +64,10 @@ class PullCache:
         # per (table, shard, session): the keys a kept pull sent as keys, with the rows it read
         # for them, for the push that names the session to keep (what the shard then holds)
         self._fresh: dict[tuple[str, int, int], Fresh] = {}
+        # per (table, shard): the latest table epoch a push's reply named, and the write lease
+        # held (when it ends on this client's clock, the epoch it was granted at)
+        self._epochs: dict[tuple[str, int], int] = {}
+        self._leases: dict[tuple[str, int], tuple[float, int]] = {}
         self.counts = {
             "kept_rows_sent_as_ids": 0,
             "kept_rows_stale": 0,  # of those, ids whose copy the client had dropped
@@ -71,6 +76,8 @@ class PullCache:
             "initial_rows_made": 0,
             "rows_pushed_as_ids": 0,  # rows of pushes with no session (drains) named by row id
             "row_ids_moved": 0,  # such pushes a shard refused: its rows had moved
+            "pulls_leased": 0,  # shard parts of pulls a write lease made unnecessary
+            "rows_leased": 0,  # the rows those read from their copies
         }
 
     def know(self, spec: TableSpec) -> None:
@@ -146,6 +153,11 @@ class PullCache:
             if part.shape[0] == 0:
                 return 0, np.zeros((0, spec.width))
             with self._lock:  # the copies read now: a row this shard's reply does not send is unchanged
+                leased = self._leased_copies(table, s, kept, part)
+                if leased is not None:  # no session: the push names the rows by id
+                    self.counts["pulls_leased"] += 1
+                    self.counts["rows_leased"] += int(part.shape[0])
+                    return 0, leased
                 known, fresh, ids, copies = kept.take(part)
                 layout = kept.layouts[s]
             by_id = np.argsort(ids, kind="stable")
@@ -157,6 +169,7 @@ class PullCache:
             if got.stale or not bool(np.all(got.changed[stale])):
                 with self._lock:
                     kept.drop_shard(s)
+                    self._end_leases(table, s)
                     kept.layouts[s] = got.layout if got.stale else layout
                 known = np.zeros(part.shape[0], dtype=np.bool_)
                 by_id = ids = np.zeros(0, dtype=np.int64)
@@ -179,6 +192,7 @@ class PullCache:
                     # the shard's rows moved since the ids this client holds there (a pull that
                     # named none of them, so the shard could not answer `stale`): none holds
                     kept.drop_shard(s)
+                    self._end_leases(table, s)
                     kept.layouts[s] = got.layout
                 overlap = self._overlapping(table, first, flying)
                 sure = np.zeros(part.shape[0], dtype=np.bool_) if overlap is None else ~among(part, overlap)
@@ -209,12 +223,52 @@ class PullCache:
                 rows[order[bounds[s] : bounds[s + 1]]] = r
         return rows, tuple(sid for sid, _ in results)
 
-    def landed(self, table: str, shard: int, named: Keys, packed: Compressed, ack: PushAck | None, session: int = 0) -> None:
+    def _leased_copies(self, table: str, shard: int, kept: KeptRows, keys: Keys) -> F64 | None:
+        """The copies of one shard's part of a pull when a write lease makes the pull
+        unnecessary (docs/design/write-leases.md): the lease runs, was granted at the latest
+        epoch any reply named, and every copy is the row at that epoch. Caller holds the lock."""
+        lease = self._leases.get((table, shard))
+        if lease is None or lease[0] <= time.monotonic() or lease[1] != self._epochs.get((table, shard)):
+            return None
+        return kept.leased(keys, lease[1])
+
+    def _lease_from(self, table: str, shard: int, ack: PushAck, sent_at: float) -> None:
+        """Notes a push reply's epoch and lease. A lease counts from when the push was sent,
+        so it ends here no later than on the shard. Caller holds the lock."""
+        key = (table, shard)
+        latest = max(self._epochs.get(key, 0), ack.epoch)
+        self._epochs[key] = latest
+        if ack.lease_s <= 0 or sent_at <= 0 or ack.epoch != latest:
+            return
+        until = sent_at + ack.lease_s
+        held = self._leases.get(key)
+        if held is None or held[1] != latest or held[0] < until:
+            self._leases[key] = (until, latest)
+
+    def _end_leases(self, table: str | None = None, shard: int | None = None) -> None:
+        """Forgets leases and epochs (copies dropped; a restarted shard's epochs start anew).
+        Caller holds the lock."""
+        for key in [k for k in self._epochs if (table is None or k[0] == table) and (shard is None or k[1] == shard)]:
+            del self._epochs[key]
+            self._leases.pop(key, None)
+
+    def landed(
+        self,
+        table: str,
+        shard: int,
+        named: Keys,
+        packed: Compressed,
+        ack: PushAck | None,
+        session: int = 0,
+        sent_at: float = 0.0,
+    ) -> None:
         """A push of this client's landed: its kept copies of the rows it changed take the
         delta as the shard did, or are dropped where the shard says they are not the rows;
         rows its pull read for keys it held no copy of are kept from now on, with the push's
         delta, when the shard gave their ids (the pull read them with no push of this
-        client's in flight, so what it read plus this delta is the row)."""
+        client's in flight, so what it read plus this delta is the row). The copies it
+        leaves are the rows at the reply's epoch; a lease in the reply is held from `sent_at`
+        (time.monotonic() when the push was sent)."""
         if ack is None:
             return
         assert packed.values is not None, "the encoder keeps the values it sent"
@@ -224,7 +278,8 @@ class PullCache:
         bad = ack.conflicts if subset is None else ack.conflicts[subset]
         with self._lock:
             kept = self._table(table)
-            kept.landed(keys, values, bad)
+            self._lease_from(table, shard, ack, sent_at)
+            kept.landed(keys, values, bad, ack.epoch)
             fresh = self._fresh.pop((table, shard, session), None) if session else None
             if fresh is None or not ack.new_ids.shape[0] or ack.layout != kept.layouts[shard]:
                 return
@@ -236,7 +291,7 @@ class PullCache:
             held = kept.held(keys[listed])
             take = (ack.new_ids >= 0) & sure[at] & ~held
             rows = read[at[take]] + values[listed][take]  # the shard's arithmetic: row + delta
-            kept.store(keys[listed][take], ack.new_ids[take], rows)
+            kept.store(keys[listed][take], ack.new_ids[take], rows, ack.epoch)
 
     def row_ids(self, table: str, shard: int, keys: Keys) -> tuple[I64, int]:
         """(the row id of each of these keys of one shard, -1 where unknown; the layout the
@@ -255,6 +310,7 @@ class PullCache:
         """The shard's rows moved since the ids this client holds: its copies go too."""
         with self._lock:
             self._table(table).drop_shard(shard)
+            self._end_leases(table, shard)
             self.counts["row_ids_moved"] += 1
 
     def forget(self) -> None:
@@ -263,6 +319,7 @@ class PullCache:
             for kept in self._kept.values():
                 kept.clear()
             self._fresh.clear()
+            self._end_leases()
 
     def stats(self) -> dict[str, float]:
         """What the cache saved and held, for the trainer's summary (empty while off)."""

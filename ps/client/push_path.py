@@ -15,6 +15,7 @@ the one place a shard's part of it is."""
 
 from __future__ import annotations
 
+import time
 from contextlib import nullcontext
 from dataclasses import dataclass
 
@@ -84,18 +85,20 @@ class ShardSender:
         def one(i: int) -> None:
             s, keys, packed = parts[i]
             sessions = batch.targets[s]
+            sent_at = time.monotonic()  # a write lease in the reply runs from no later than this
             if sessions:
                 try:
                     payload, decoded = packed.payload(with_subset=True), packed.decoded(True)
                     ack = self.transport.push(SparsePush(s, table, keys, sessions, payload, kind, samples, client, decoded))
-                    self.cache.landed(table, s, keys, packed, ack, sessions[0] if len(sessions) == 1 else 0)
+                    self.cache.landed(table, s, keys, packed, ack, sessions[0] if len(sessions) == 1 else 0, sent_at)
                     return
                 except SessionLost:
                     pass
             sent = keys if packed.sent is None else keys[packed.sent]
             ids, layout = self.cache.row_ids(table, s, sent)
             named = NamedIds(np.sort(ids), layout) if sent.shape[0] and bool(np.all(ids >= 0)) else None
-            self.cache.landed(table, s, sent, packed, self._push_rows(s, table, sent, packed, kind, samples, client, named))
+            ack = self._push_rows(s, table, sent, packed, kind, samples, client, named)
+            self.cache.landed(table, s, sent, packed, ack, sent_at=sent_at)
 
         with self.cache.flying(table, batch.keys) if client else nullcontext():
             self.on_shards(one, list(range(len(parts))))
@@ -138,6 +141,7 @@ class ShardSender:
                     if part.shape[0]:
                         body, received[part] = codec.encode(rows[part], rng)
                         packed = Compressed(codec, part.shape[0], rows.shape[1], None, body, received[part])
+                        sent_at = time.monotonic()
                         ack = self._push_rows(s, table, keys[part], packed, kind, 0, client, named)
-                        self.cache.landed(table, s, keys[part], packed, ack)
+                        self.cache.landed(table, s, keys[part], packed, ack, sent_at=sent_at)
         return received

@@ -25,7 +25,13 @@ def run(args: argparse.Namespace) -> int:
     lifecycle = conf.lifecycle.policy()
     exports = Path(conf.export_root) if conf.export_root else None
     shard = Shard(
-        conf.shard_index, conf.shard_count, store, full_every=conf.full_checkpoint_every, lifecycle=lifecycle, export_root=exports
+        conf.shard_index,
+        conf.shard_count,
+        store,
+        full_every=conf.full_checkpoint_every,
+        lifecycle=lifecycle,
+        export_root=exports,
+        lease_s=conf.write_lease_s,
     )
     if store is not None:
         rows = sum(t.rows for t in shard.stats())

@@ -107,7 +107,7 @@ class LocalTransport(ByteCounter):
         reply = len(encode_varints(out.new_ids.astype(np.uint64) + np.uint64(1)))
         reply += (len(conflicts) + 7) // 8 if out.conflicts.any() else 0
         self.count(table, "sparse_push", keys_bytes + len(part.payload), reply)
-        return PushAck(conflicts, out.new_ids, out.layout)
+        return PushAck(conflicts, out.new_ids, out.layout, out.epoch, out.lease_s)
 
     def pull_dense(self, shard: int, table: str, state: bool) -> tuple[int, Rows]:
         lo, values = self.shards[shard].pull_dense(table, state)

@@ -178,6 +178,8 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
                 new_ids=bytes(encode_varints(new_ids.astype(np.uint64) + np.uint64(1))) if new_ids.shape[0] else b"",
                 new_id_count=new_ids.shape[0],
                 layout=out.layout if new_ids.shape[0] else 0,
+                epoch=out.epoch if request.client else 0,
+                lease_ms=round(1000 * out.lease_s) if request.client else 0,
             )
 
         return self._call("Push", context, run, request)

@@ -8,6 +8,7 @@ import itertools
 import logging
 import os
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,6 +25,7 @@ from ps.server import kernels
 from ps.server.checkpoints import Checkpoints, CutImage, CutSnapshot, read_cut
 from ps.server.errors import BaseMismatch, RowsMoved, SessionExpired, ShardError, StaleGeneration
 from ps.server.export import changed_rows, export_folder, write_export
+from ps.server.leases import DEFAULT_LEASE_S, WriteLeases
 from ps.server.lifecycle import Lifecycle
 from ps.server.row_lifecycle import RowLifecycle
 from ps.server.store import CutMeta, ShardStore
@@ -62,6 +64,8 @@ class PushOutcome(NamedTuple):
     conflicts: npt.NDArray[np.bool_]
     new_ids: npt.NDArray[np.int64]
     layout: int
+    epoch: int = 0  # the table's epoch after the push, at which the copies it leaves are the rows
+    lease_s: float = 0.0  # the write lease granted with it (write-leases.md), 0: none
 
     def conflicts_of_named(self, named: int, subset: npt.NDArray[np.int64] | None) -> npt.NDArray[np.bool_]:
         """The conflicts over all `named` keys of a push that carried `subset` of them."""
@@ -83,6 +87,7 @@ class Shard:
         full_every: int = 10,
         lifecycle: Lifecycle | None = None,
         export_root: Path | None = None,
+        lease_s: float = DEFAULT_LEASE_S,
     ) -> None:
         if not 0 <= index < count:
             raise ValueError(f"shard index {index} outside 0..{count - 1}")
@@ -106,6 +111,7 @@ class Shard:
         self._created: set[str] = set()  # tables declared empty since the last restore, not pushed to since
         self.checkpoints = Checkpoints(store, index, full_every)
         self.rows = RowLifecycle(lifecycle or Lifecycle())
+        self.leases = WriteLeases(lease_s)
         held = store.model() if store is not None else None
         self.model: ModelIdentity | None = ModelIdentity.from_json(held) if held else None  # the model it holds
         if store is not None:
@@ -203,6 +209,7 @@ class Shard:
         image = image if image is not None else read_cut(self.store, cut, self.index, self.count)
         self.sparse.clear()
         self.dense.clear()
+        self.leases.clear()
         self.sparse.update(image.sparse)
         self.dense.update(image.dense)
         self._sessions.clear()
@@ -381,37 +388,63 @@ class Shard:
         the session's `recorded` sequences, or None for a push that named no session of
         its own; rows admission dropped count too; all False for ANONYMOUS), and the row
         ids of the keys `as_key` marks that do not conflict."""
-        t = self._table(table)
+        self._table(table)
         self.check_keys(keys)
-        with self.lock:  # a delta is checked against the rows it lands on
-            self._check_generation(generation)
-            named = keys
-            conflicts = np.zeros(keys.shape[0], dtype=np.bool_)
-            found = None  # the named keys' row ids before the push, when looked up
-            if client != ANONYMOUS:
-                found = t.find(keys)
-                conflicts = t.conflicts(found, client, recorded) | (kind == GRADIENT)
-            if self.rows.admits:
-                keys, values = self.rows.admit(t, keys, values)
-                if keys.shape[0] < named.shape[0]:
-                    found = None  # ids of other keys than the applied ones
-                    if client != ANONYMOUS:
-                        conflicts |= ~np.isin(named, keys, assume_unique=True)
-            try:
-                ids = t.apply(kind, keys, values, self.update_seq + 1, client, found)
-            except PushRejected as e:
-                raise ShardError(str(e)) from None
-            self.update_seq += 1
-            self.samples[table] = self.samples.get(table, 0) + samples
-            self._created.discard(table)
-            new_ids = np.zeros(0, dtype=np.int64)
-            if as_key is not None and client != ANONYMOUS and kind != GRADIENT:
-                wanted = as_key & ~conflicts  # conflicting keys include every one admission dropped
-                new_ids = ids[wanted] if keys is named else t.find(named[wanted])
-            layout = t.layout  # the ids' layout: an eviction below draws a new one
-            if self.lifecycle.evicts:
-                self.rows.evict(t, self.update_seq)
-        return PushOutcome(int(keys.shape[0]), conflicts, new_ids, layout)
+        while True:
+            # another client's write lease (write-leases.md) holds this write back until it ends
+            with self.lock:
+                wait = self.leases.wait_to_write(table, client if kind != GRADIENT else ANONYMOUS)
+                if wait <= 0:
+                    t = self._table(table)  # a restore while this push waited replaced it
+                    return self._push_locked(client, recorded, t, keys, values, kind, samples, generation, as_key)
+            time.sleep(wait)
+
+    def _push_locked(
+        self,
+        client: int,
+        recorded: Recorded,
+        t: SparseTable,
+        keys: npt.NDArray[np.uint64],
+        values: npt.NDArray[np.float64],
+        kind: str,
+        samples: int,
+        generation: int,
+        as_key: npt.NDArray[np.bool_] | None,
+    ) -> PushOutcome:
+        """push_as under the lock, no other client's lease held."""
+        table = t.name
+        self._check_generation(generation)
+        named = keys
+        conflicts = np.zeros(keys.shape[0], dtype=np.bool_)
+        found = None  # the named keys' row ids before the push, when looked up
+        if client != ANONYMOUS:
+            found = t.find(keys)
+            conflicts = t.conflicts(found, client, recorded) | (kind == GRADIENT)
+        if self.rows.admits:
+            keys, values = self.rows.admit(t, keys, values)
+            if keys.shape[0] < named.shape[0]:
+                found = None  # ids of other keys than the applied ones
+                if client != ANONYMOUS:
+                    conflicts |= ~np.isin(named, keys, assume_unique=True)
+        try:
+            ids = t.apply(kind, keys, values, self.update_seq + 1, client, found)
+        except PushRejected as e:
+            raise ShardError(str(e)) from None
+        self.update_seq += 1
+        self.samples[table] = self.samples.get(table, 0) + samples
+        self._created.discard(table)
+        writer = client if kind != GRADIENT else ANONYMOUS
+        self.leases.wrote(table, writer)
+        new_ids = np.zeros(0, dtype=np.int64)
+        if as_key is not None and client != ANONYMOUS and kind != GRADIENT:
+            wanted = as_key & ~conflicts  # conflicting keys include every one admission dropped
+            new_ids = ids[wanted] if keys is named else t.find(named[wanted])
+        layout, epoch = t.layout, t.epoch  # what the reply speaks of: an eviction below draws new ones
+        # rows move only when no lease is held: a due eviction waits for the one held to end
+        if self.rows.due(t, self.update_seq) and self.leases.wait_to_move(table) <= 0:
+            self.rows.evict(t, self.update_seq)
+        lease = self.leases.grant(table, writer) if t.layout == layout else 0.0
+        return PushOutcome(int(keys.shape[0]), conflicts, new_ids, layout, epoch, lease)
 
     def pull_dense(self, table: str, state: bool = False) -> tuple[int, npt.NDArray[np.float32] | npt.NDArray[np.float64]]:
         """(offset of this shard's range, weights [n] or state [n, width])."""
@@ -547,6 +580,7 @@ class Shard:
                 self._load(cut, image)
             self._sessions.clear()
             self._created.clear()
+            self.leases.clear()  # the clients of the generation before are refused from now on
             self.generation = generation
             self.restored_cut = cut
 

@@ -26,6 +26,10 @@ ANONYMOUS = 0  # the writer of rows loaded from a cut, or pushed by a client tha
 # layout tokens: unique within a process, and (random start) unlikely to repeat across restarts,
 # so a client's row ids from before a restart or an eviction are never taken for current ones
 _LAYOUTS = itertools.count(int.from_bytes(os.urandom(6), "little") << 8)
+# epochs (write-leases.md): a new one whenever a table's writer changes or its rows move; they
+# start at the wall clock's nanoseconds, so a restarted shard's epochs come after its last ones
+_EPOCHS = itertools.count(time.time_ns())
+NO_WRITER = -1
 
 
 class PushRejected(ValueError):
@@ -66,6 +70,9 @@ class SparseTable:
         self.writer = np.zeros(capacity, dtype=np.uint64)
         self.before = np.zeros(capacity, dtype=np.uint64)
         self.layout = next(_LAYOUTS)  # row ids are valid while it holds: a delete moves rows
+        # a client's copy confirmed at this epoch is still the row while the epoch holds
+        self.epoch = next(_EPOCHS)
+        self.last_writer = NO_WRITER
 
     def row_seq(self, ids: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         """The update sequence of each row's last write (0: never written)."""
@@ -179,7 +186,11 @@ class SparseTable:
         ids, created = self.insert(keys, found)
         if created.shape[0]:
             kernels.init_rows_at(self.state, created, self.keys[created], self.dim, self.params)
-        self.mark_written(ids, client if kind != GRADIENT else ANONYMOUS)
+        writer = client if kind != GRADIENT else ANONYMOUS
+        self.mark_written(ids, writer)
+        if writer != self.last_writer:
+            self.last_writer = writer
+            self.epoch = next(_EPOCHS)
         now = int(time.time())
         if kind == GRADIENT:
             kernels.apply_gradients(self.state, self.meta, ids, v, self.dim, self.params, seq, now)
@@ -202,6 +213,7 @@ class SparseTable:
         self.keys[holes], self.state[holes], self.meta[holes] = self.keys[movers], self.state[movers], self.meta[movers]
         self.writer[holes], self.before[holes] = self.writer[movers], self.before[movers]
         self.layout = next(_LAYOUTS)  # rows moved: ids a client holds no longer name them
+        self.epoch = next(_EPOCHS)
         self.map.delete(removed)
         if holes.shape[0]:
             self.map.words[self.map.find(self.keys[holes])] = holes.view(np.uint32).reshape(-1, 2)
@@ -233,6 +245,7 @@ class SparseTable:
         self.meta[ids] = rows[:, 2 * self.width :]
         self.writer[ids] = ANONYMOUS
         self.before[ids] = 0
+        self.epoch = next(_EPOCHS)
 
 
 class DenseTable:

@@ -45,8 +45,32 @@ def test_add_deltas_matches_the_reference() -> None:
     keys = np.unique(np.concatenate([rng.choice(known, 120), rng.integers(1, 1 << 60, size=20, dtype=np.uint64)]))
     deltas = rng.normal(size=(keys.shape[0], 4))
     drop = np.asarray(rng.random(keys.shape[0]) < 0.2, dtype=np.bool_)
-    valid_ref, rows_ref = valid.copy(), rows.copy()
-    kk.add_deltas(index.slots, valid, rows, keys, deltas, drop)
-    kk.add_deltas_reference(entries, valid_ref, rows_ref, keys, deltas, drop)
+    stamp = np.asarray(rng.integers(0, 3, size=rows.shape[0]), dtype=np.int64)
+    valid_ref, rows_ref, stamp_ref = valid.copy(), rows.copy(), stamp.copy()
+    kk.add_deltas(index.slots, valid, rows, keys, deltas, drop, stamp, 7)
+    kk.add_deltas_reference(entries, valid_ref, rows_ref, keys, deltas, drop, stamp_ref, 7)
     np.testing.assert_array_equal(valid, valid_ref)
     np.testing.assert_array_equal(rows, rows_ref)
+    np.testing.assert_array_equal(stamp, stamp_ref)
+    assert 0 < int((stamp == 7).sum()) < keys.shape[0]
+
+
+def test_leased_copies_match_the_reference_in_every_case() -> None:
+    rng = np.random.default_rng(2)
+    index, entries, valid, row_id, rows = _table(rng, 400, 3)
+    stamp = np.asarray(rng.integers(6, 8, size=rows.shape[0]), dtype=np.int64)
+    known = np.array(sorted(entries), dtype=np.uint64)
+    good = [k for k in known.tolist() if valid[entries[k]] and row_id[entries[k]] >= 0 and stamp[entries[k]] == 7]
+    cases = {
+        "every copy current": np.array(sorted(good[:50]), dtype=np.uint64),
+        "one copy invalid": np.sort(np.append(good[:20], [k for k in known.tolist() if not valid[entries[k]]][0])),
+        "one copy of another epoch": np.sort(np.append(good[:20], [k for k in known.tolist() if stamp[entries[k]] == 6][0])),
+        "one key unknown": np.sort(np.append(np.array(good[:20], dtype=np.uint64), np.uint64(3))),
+        "no keys": np.zeros(0, dtype=np.uint64),
+    }
+    for name, keys in cases.items():
+        keys = np.asarray(keys, dtype=np.uint64)
+        ok, got = kk.leased_copies(index.slots, valid, row_id, stamp, rows, keys, 7)
+        ok_ref, ref = kk.leased_copies_reference(entries, valid, row_id, stamp, rows, keys, 7)
+        assert ok == ok_ref == (name in ("every copy current", "no keys")), name
+        np.testing.assert_array_equal(got, ref)

@@ -3,6 +3,8 @@ always what the shards hold, whoever else writes, and a row a client holds does 
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -17,8 +19,8 @@ FTRL = TableSpec("w", "sparse", 1, OptimizerSpec("ftrl", lr=0.05), "example")
 ADAGRAD_V = TableSpec("v", "sparse", 4, OptimizerSpec("adagrad", lr=0.05, init_std=0.01), "example")
 
 
-def _shards(n: int = 2, lifecycle: Lifecycle | None = None) -> list[Shard]:
-    return [Shard(i, n, lifecycle=lifecycle) for i in range(n)]
+def _shards(n: int = 2, lifecycle: Lifecycle | None = None, lease_s: float = 1.0) -> list[Shard]:
+    return [Shard(i, n, lifecycle=lifecycle, lease_s=lease_s) for i in range(n)]
 
 
 def _client(shards: list[Shard], keep: bool, push_codec: str = "auto", seed: int = 0) -> PSClient:
@@ -60,7 +62,9 @@ def test_one_client_keeps_bit_identical_rows_and_sends_each_row_once(table: str)
     stats = kept.compression_stats()
     assert stats["kept_rows_changed"] == 0  # nobody else wrote
     assert stats["rows_pulled"] <= 300  # each row's values travelled at most once (after it was stored)
-    assert stats["kept_rows_sent_as_ids"] > 1000
+    # held rows go as ids, or not at all while a write lease holds (write-leases.md)
+    assert stats["kept_rows_sent_as_ids"] + stats["rows_leased"] > 1000
+    assert stats["pulls_leased"] > 0
     assert kept.wire.total(("sparse_pull",)) < plain.wire.total(("sparse_pull",)) / 3
 
 
@@ -116,6 +120,47 @@ def test_rows_evicted_on_a_shard_are_pulled_again_by_key() -> None:
         rows, session = client.pull("w", keys, state=True)
         np.testing.assert_array_equal(rows, _truth(shards, "w", keys))
         client.push("w", keys, np.tile([0.01, 0.5], (keys.shape[0], 1)), session, kind=DELTA)
+
+
+def test_a_write_lease_skips_pulls_and_another_writer_waits_for_it() -> None:
+    """docs/design/write-leases.md: a client alone on a table reads the rows it holds from
+    its copies; another client's push waits until that lease has run out, and the holder's
+    next pull then brings the row it changed."""
+    shards = _shards(1, lease_s=0.2)
+    a, b = _client(shards, keep=True, seed=1), _client(shards, keep=True, seed=2)
+    keys = np.arange(10, 60, dtype=np.uint64)
+    for _ in range(4):
+        rows, session = a.pull("w", keys, state=True)
+        np.testing.assert_array_equal(rows, _truth(shards, "w", keys))
+        a.push("w", keys, np.tile([0.01, 0.5], (keys.shape[0], 1)), session, kind=DELTA)
+    leased = a.cache.counts["pulls_leased"]
+    assert leased >= 2  # every pull after the first push's reply
+    rows_b, sb = b.pull("w", keys[:5], state=True)
+    b.push("w", keys[:5], np.tile([0.2, 1.0], (5, 1)), sb, kind=DELTA)  # acknowledged after a's lease ended
+    assert shards[0].leases.waits == 1
+    rows, _ = a.pull("w", keys, state=True)
+    np.testing.assert_array_equal(rows, _truth(shards, "w", keys))
+    np.testing.assert_allclose(rows[:5, 1], 4 * 0.5 + 1.0)
+    assert a.cache.counts["pulls_leased"] == leased  # that pull went to the shard
+
+
+def test_evictions_wait_for_the_lease_and_every_pull_reads_the_shards_rows() -> None:
+    """Rows the client holds leave the shard (a row cap evicts the least recently updated)
+    and come back in a later batch: had the eviction not waited for the lease, that batch
+    would read them from copies of rows the shard no longer holds."""
+    shards = _shards(1, Lifecycle(max_rows=40), lease_s=0.02)
+    client = _client(shards, keep=True)
+    hot = np.arange(1, 31, dtype=np.uint64)
+    warm = [np.arange(100 + 10 * i, 110 + 10 * i, dtype=np.uint64) for i in range(3)]  # 60 rows in all
+    for r in range(90):
+        keys = np.union1d(hot, warm[r % 3])
+        rows, session = client.pull("w", keys, state=True)
+        np.testing.assert_array_equal(rows, _truth(shards, "w", keys))
+        client.push("w", keys, np.tile([0.01, 0.5], (keys.shape[0], 1)), session, kind=DELTA)
+        if r % 10 == 9:
+            time.sleep(0.03)  # the lease runs out: the eviction it held back happens
+    assert shards[0].rows.evicted.get("w", 0) > 0
+    assert client.cache.counts["pulls_leased"] > 0
 
 
 def test_a_client_past_its_row_bound_starts_over_and_stays_exact() -> None:
@@ -185,13 +230,14 @@ def test_drained_rows_go_by_row_id_and_land_as_their_keys_would() -> None:
     for c in (a, b):
         c.push("w", extra, np.tile([0.01, 0.5], (extra.shape[0], 1)), None, kind=DELTA)
     drained = {}
+    as_ids = a.compression_stats()["rows_pushed_as_ids"]  # the pushes a write lease sent by id
     for name, c in (("id", a), ("key", b)):
         c.drain_residuals("end")
         drained[name] = c.wire.total(("drain_end",))
     np.testing.assert_array_equal(_truth(by_id, "w", keys), _truth(by_key, "w", keys))
     np.testing.assert_array_equal(_truth(by_id, "w", extra), _truth(by_key, "w", extra))
     np.testing.assert_allclose(_truth(by_id, "w", keys), total, rtol=0, atol=1e-9)  # every update, once
-    assert a.compression_stats()["rows_pushed_as_ids"] == keys.shape[0]  # the extra rows went by key
+    assert a.compression_stats()["rows_pushed_as_ids"] - as_ids == keys.shape[0]  # the extra rows went by key
     assert drained["id"] < drained["key"] - 6 * keys.shape[0]  # an id costs a bit here, a hashed key 7-8 bytes
 
 
