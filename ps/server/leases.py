@@ -7,8 +7,8 @@ client counts it from when it sent the push the grant answered, so its view ends
 
 The shard grants a lease in the reply of a push by a keeping client, when that client wrote
 the table last and nobody else wrote it for `quiet_s`. A write by anyone else waits until
-the lease has run out (and stops renewals from the moment it asks); so does a row move
-(eviction), which the shard defers until then. One instance per shard, called under its lock.
+the lease has run out (and stops renewals from the moment it asks). A shard that evicts
+rows grants none (lease_s 0). One instance per shard, called under its lock.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ class WriteLeases:
         self._quiet_until: dict[str, float] = {}
         self._last_writer: dict[str, int] = {}
         self.granted = 0  # leases granted or renewed
-        self.waits = 0  # writes and row moves that waited for another client's lease
+        self.waits = 0  # writes that waited for another client's lease
 
     def _hold_off(self, table: str, now: float) -> float:
         """Stops grants on `table` for quiet_s; returns how long the lease held now still runs."""
@@ -58,15 +58,6 @@ class WriteLeases:
         client than the lease holder, or by ANONYMOUS, also stops renewals."""
         lease = self._held.get(table)
         if lease is None or (lease.client == client and client != ANONYMOUS):
-            return 0.0
-        wait = self._hold_off(table, self.clock())
-        if wait > 0:
-            self.waits += 1
-        return wait
-
-    def wait_to_move(self, table: str) -> float:
-        """Seconds a row move (eviction) must wait for the lease held (0: none is)."""
-        if table not in self._held:
             return 0.0
         wait = self._hold_off(table, self.clock())
         if wait > 0:

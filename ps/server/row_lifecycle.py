@@ -95,27 +95,17 @@ class RowLifecycle:
         self.not_admitted[t.name] = self.not_admitted.get(t.name, 0) + int((~keep).sum())
         return keys[keep], values.reshape(keys.shape[0], -1)[keep]
 
-    def _due(self, t: SparseTable, update_seq: int, now: float) -> tuple[bool, bool]:
-        """(a time-to-live sweep is due, the table is past its cap)."""
-        policy = self.policy
-        last_time, last_seq = self._last_sweep.get(t.name, (0.0, 0))
-        sweep = (policy.ttl_s > 0 and now - last_time >= policy.sweep_every_s) or (
-            policy.ttl_updates > 0 and update_seq - last_seq >= max(1, policy.ttl_updates // 4)
-        )
-        over = policy.max_rows > 0 and t.size > policy.max_rows * 1.05
-        return sweep, over
-
-    def due(self, t: SparseTable, update_seq: int) -> bool:
-        """Whether evict() would look for rows to evict now."""
-        return self.policy.evicts and any(self._due(t, update_seq, time.time()))
-
     def evict(self, t: SparseTable, update_seq: int) -> None:
         """Evicts expired rows (a sweep every sweep_every_s, or every quarter of ttl_updates
         updates) and, once the table is 5% past max_rows, the least recently updated down
         to it; their keys become tombstones for the next cut and export."""
         policy = self.policy
         now = time.time()
-        sweep, over = self._due(t, update_seq, now)
+        last_time, last_seq = self._last_sweep.get(t.name, (0.0, 0))
+        sweep = (policy.ttl_s > 0 and now - last_time >= policy.sweep_every_s) or (
+            policy.ttl_updates > 0 and update_seq - last_seq >= max(1, policy.ttl_updates // 4)
+        )
+        over = policy.max_rows > 0 and t.size > policy.max_rows * 1.05
         if not (sweep or over):
             return
         if sweep:

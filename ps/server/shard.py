@@ -111,7 +111,9 @@ class Shard:
         self._created: set[str] = set()  # tables declared empty since the last restore, not pushed to since
         self.checkpoints = Checkpoints(store, index, full_every)
         self.rows = RowLifecycle(lifecycle or Lifecycle())
-        self.leases = WriteLeases(lease_s)
+        # no leases where rows are evicted: they move at update counts, the same in a run that
+        # died and took up at a cut (exactly once), and a lease would hold them back by time
+        self.leases = WriteLeases(0.0 if self.lifecycle.evicts else lease_s)
         held = store.model() if store is not None else None
         self.model: ModelIdentity | None = ModelIdentity.from_json(held) if held else None  # the model it holds
         if store is not None:
@@ -440,11 +442,9 @@ class Shard:
             wanted = as_key & ~conflicts  # conflicting keys include every one admission dropped
             new_ids = ids[wanted] if keys is named else t.find(named[wanted])
         layout, epoch = t.layout, t.epoch  # what the reply speaks of: an eviction below draws new ones
-        # rows move only when no lease is held: a due eviction waits for the one held to end
-        if self.rows.due(t, self.update_seq) and self.leases.wait_to_move(table) <= 0:
+        if self.lifecycle.evicts:  # then no lease is held: WriteLeases(0)
             self.rows.evict(t, self.update_seq)
-        lease = self.leases.grant(table, writer) if t.layout == layout else 0.0
-        return PushOutcome(int(keys.shape[0]), conflicts, new_ids, layout, epoch, lease)
+        return PushOutcome(int(keys.shape[0]), conflicts, new_ids, layout, epoch, self.leases.grant(table, writer))
 
     def pull_dense(self, table: str, state: bool = False) -> tuple[int, npt.NDArray[np.float32] | npt.NDArray[np.float64]]:
         """(offset of this shard's range, weights [n] or state [n, width])."""

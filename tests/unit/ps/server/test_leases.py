@@ -58,18 +58,6 @@ def test_grants_resume_after_a_quiet_time_without_another_writer() -> None:
     assert leases.grant("w", A) == 1.0
 
 
-def test_a_row_move_waits_for_any_lease_held_even_the_writers_own() -> None:
-    leases, clock = _leases()
-    assert leases.wait_to_move("w") == 0.0
-    leases.wrote("w", A)
-    leases.grant("w", A)
-    clock.now += 0.5
-    assert leases.wait_to_move("w") == pytest.approx(0.5)
-    assert leases.grant("w", A) == 0.0  # the move is pending: the lease runs out
-    clock.now += 0.5
-    assert leases.wait_to_move("w") == 0.0
-
-
 def test_a_restore_ends_every_lease_and_zero_turns_them_off() -> None:
     leases, _ = _leases()
     leases.wrote("w", A)
