@@ -118,7 +118,16 @@ def write_stream(name: str, rows: int, work: Path, workers: int) -> tuple[Path, 
 
 
 # the pull cache's counts in a trainer's summary (docs/design/pull-cache.md)
-CACHE_COUNTS = ("kept_rows_sent_as_ids", "kept_rows_stale", "kept_rows_changed", "rows_pulled", "initial_rows_made", "kept_rows")
+CACHE_COUNTS = (
+    "kept_rows_sent_as_ids",
+    "kept_rows_stale",
+    "kept_rows_changed",
+    "rows_pulled",
+    "initial_rows_made",
+    "kept_rows",
+    "pulls_leased",
+    "rows_leased",
+)
 
 
 def run_one(
