@@ -5,8 +5,9 @@ so the client's copies that a push of its own confirmed stay the shard's rows bi
 and its pulls of rows it holds need not travel. A lease lasts `lease_s` from its grant; the
 client counts it from when it sent the push the grant answered, so its view ends first.
 
-The shard grants a lease in the reply of a push by a keeping client, when that client wrote
-the table last and nobody else wrote it for `quiet_s`. A write by anyone else waits until
+The shard grants a lease in the reply of a push by a keeping client, when that client has
+been the table's only writer for `quiet_s` (so that ranks starting together do not wait on
+each other's first lease). A write by anyone else waits until
 the lease has run out (and stops renewals from the moment it asks). A shard that evicts
 rows grants none (lease_s 0). One instance per shard, called under its lock.
 """
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from ps.server.tables import ANONYMOUS
 
 DEFAULT_LEASE_S = 1.0
-QUIET_FACTOR = 2.0  # after another writer, no grants for this many lease lengths
+QUIET_FACTOR = 2.0  # after a writer changes, no grants for this many lease lengths
 
 
 @dataclass
@@ -30,11 +31,13 @@ class _Lease:
 
 
 class WriteLeases:
-    def __init__(self, lease_s: float = DEFAULT_LEASE_S, clock: Callable[[], float] = time.monotonic) -> None:
-        if lease_s < 0:
-            raise ValueError(f"lease_s {lease_s} must be >= 0")
+    def __init__(
+        self, lease_s: float = DEFAULT_LEASE_S, quiet_s: float | None = None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        if lease_s < 0 or (quiet_s is not None and quiet_s < 0):
+            raise ValueError(f"lease_s {lease_s} and quiet_s {quiet_s} must be >= 0")
         self.lease_s = lease_s
-        self.quiet_s = QUIET_FACTOR * lease_s
+        self.quiet_s = QUIET_FACTOR * lease_s if quiet_s is None else quiet_s
         self.clock = clock
         self._held: dict[str, _Lease] = {}
         self._quiet_until: dict[str, float] = {}
@@ -65,10 +68,9 @@ class WriteLeases:
         return wait
 
     def wrote(self, table: str, client: int) -> None:
-        """A write by `client` landed: another writer than the last one means the table is
-        shared, and no lease is granted for quiet_s."""
-        last = self._last_writer.get(table)
-        if last is not None and last != client:
+        """A write by `client` landed: a writer other than the last one (or the first) is
+        granted nothing for quiet_s: the table may be shared."""
+        if self._last_writer.get(table) != client:
             self._quiet_until[table] = max(self._quiet_until.get(table, 0.0), self.clock() + self.quiet_s)
         self._last_writer[table] = client
 

@@ -88,6 +88,7 @@ class Shard:
         lifecycle: Lifecycle | None = None,
         export_root: Path | None = None,
         lease_s: float = DEFAULT_LEASE_S,
+        lease_quiet_s: float | None = None,
     ) -> None:
         if not 0 <= index < count:
             raise ValueError(f"shard index {index} outside 0..{count - 1}")
@@ -113,7 +114,7 @@ class Shard:
         self.rows = RowLifecycle(lifecycle or Lifecycle())
         # no leases where rows are evicted: they move at update counts, the same in a run that
         # died and took up at a cut (exactly once), and a lease would hold them back by time
-        self.leases = WriteLeases(0.0 if self.lifecycle.evicts else lease_s)
+        self.leases = WriteLeases(0.0 if self.lifecycle.evicts else lease_s, lease_quiet_s)
         held = store.model() if store is not None else None
         self.model: ModelIdentity | None = ModelIdentity.from_json(held) if held else None  # the model it holds
         if store is not None:

@@ -17,8 +17,10 @@ FTRL = TableSpec("w", "sparse", 1, OptimizerSpec("ftrl", lr=0.05), "example")
 ADAGRAD_V = TableSpec("v", "sparse", 4, OptimizerSpec("adagrad", lr=0.05, init_std=0.01), "example")
 
 
-def _shards(n: int = 2, lifecycle: Lifecycle | None = None, lease_s: float = 1.0) -> list[Shard]:
-    return [Shard(i, n, lifecycle=lifecycle, lease_s=lease_s) for i in range(n)]
+def _shards(n: int = 2, lifecycle: Lifecycle | None = None, lease_s: float = 1.0, quiet_s: float | None = None) -> list[Shard]:
+    """quiet_s: how long a client must have written a table alone before a write lease (None:
+    two leases; 0: at once, so that a short test sees leases)."""
+    return [Shard(i, n, lifecycle=lifecycle, lease_s=lease_s, lease_quiet_s=quiet_s) for i in range(n)]
 
 
 def _client(shards: list[Shard], keep: bool, push_codec: str = "auto", seed: int = 0) -> PSClient:
@@ -44,7 +46,7 @@ def _keys(rng: np.random.Generator, pool: np.ndarray, n: int) -> np.ndarray:
 def test_one_client_keeps_bit_identical_rows_and_sends_each_row_once(table: str) -> None:
     rng = np.random.default_rng(1)
     pool = np.unique(rng.integers(1, 1 << 40, size=300, dtype=np.uint64))
-    kept_shards, plain_shards = _shards(), _shards()
+    kept_shards, plain_shards = _shards(quiet_s=0.0), _shards()
     kept, plain = _client(kept_shards, keep=True), _client(plain_shards, keep=False)
     width = (FTRL if table == "w" else ADAGRAD_V).width
     for _ in range(30):
@@ -124,7 +126,7 @@ def test_a_write_lease_skips_pulls_and_another_writer_waits_for_it() -> None:
     """docs/design/write-leases.md: a client alone on a table reads the rows it holds from
     its copies; another client's push waits until that lease has run out, and the holder's
     next pull then brings the row it changed."""
-    shards = _shards(1, lease_s=0.2)
+    shards = _shards(1, lease_s=0.2, quiet_s=0.0)
     a, b = _client(shards, keep=True, seed=1), _client(shards, keep=True, seed=2)
     keys = np.arange(10, 60, dtype=np.uint64)
     for _ in range(4):
@@ -147,7 +149,7 @@ def test_a_shard_that_evicts_grants_no_lease_and_every_pull_reads_its_rows() -> 
     and come back in the next batch: under a lease that batch would read them from copies of
     rows the shard no longer holds. Evictions happen at update counts, the same whenever a
     shard died (exactly once), so such a shard grants no lease rather than hold them back."""
-    shards = _shards(1, Lifecycle(max_rows=40))
+    shards = _shards(1, Lifecycle(max_rows=40), quiet_s=0.0)
     client = _client(shards, keep=True)
     hot, held = np.arange(1, 31, dtype=np.uint64), np.arange(100, 110, dtype=np.uint64)
     for new in range(5):

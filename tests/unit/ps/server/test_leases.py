@@ -20,13 +20,15 @@ class Clock:
 
 def _leases(lease_s: float = 1.0) -> tuple[WriteLeases, Clock]:
     clock = Clock()
-    return WriteLeases(lease_s, clock), clock
+    return WriteLeases(lease_s, clock=clock), clock
 
 
-def test_a_lease_goes_only_to_the_client_that_wrote_the_table_last() -> None:
-    leases, _ = _leases()
+def test_a_lease_goes_only_to_the_tables_only_writer_of_the_last_quiet_time() -> None:
+    leases, clock = _leases()
     assert leases.grant("w", A) == 0.0  # it has not written
     leases.wrote("w", A)
+    assert leases.grant("w", A) == 0.0  # a second rank may be about to start
+    clock.now += leases.quiet_s
     assert leases.grant("w", A) == 1.0
     assert leases.grant("w", ANONYMOUS) == 0.0
     assert leases.grant("v", A) == 0.0  # per table
@@ -35,7 +37,8 @@ def test_a_lease_goes_only_to_the_client_that_wrote_the_table_last() -> None:
 def test_another_writer_waits_for_the_lease_and_stops_its_renewal() -> None:
     leases, clock = _leases()
     leases.wrote("w", A)
-    leases.grant("w", A)
+    clock.now += leases.quiet_s
+    assert leases.grant("w", A) == 1.0
     clock.now += 0.25
     assert leases.wait_to_write("w", A) == 0.0  # the holder writes at once
     assert leases.wait_to_write("w", B) == pytest.approx(0.75)
@@ -59,13 +62,15 @@ def test_grants_resume_after_a_quiet_time_without_another_writer() -> None:
 
 
 def test_a_restore_ends_every_lease_and_zero_turns_them_off() -> None:
-    leases, _ = _leases()
+    leases, clock = _leases()
     leases.wrote("w", A)
-    leases.grant("w", A)
+    clock.now += leases.quiet_s
+    assert leases.grant("w", A) == 1.0
     leases.clear()
     assert leases.wait_to_write("w", B) == 0.0
-    off, _ = _leases(0.0)
+    off, clock = _leases(0.0)
     off.wrote("w", A)
+    clock.now += 10.0
     assert off.grant("w", A) == 0.0
     with pytest.raises(ValueError):
         WriteLeases(-1.0)
