@@ -11,3 +11,9 @@ WIRE_BYTES = Counter(
 )
 ROWS = Gauge("boundless_ps_rows", "rows held", ["table"])
 UPDATE_SEQ = Gauge("boundless_ps_update_seq", "update sequence number")
+LEASES_GRANTED = Counter(
+    "boundless_ps_write_leases_granted_total", "write leases granted or renewed (docs/design/write-leases.md)", ["table"]
+)
+LEASE_WAIT_SECONDS = Counter(
+    "boundless_ps_write_lease_wait_seconds_total", "seconds pushes waited for another client's write lease", ["table"]
+)

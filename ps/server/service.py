@@ -170,6 +170,10 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
             metrics.KEYS.labels("push", request.table).inc(applied)
             metrics.PUSH_BYTES.labels(BY_ID[request.payload[2]].name).inc(len(request.payload))
             metrics.UPDATE_SEQ.set(self.shard.update_seq)
+            if out.lease_s:
+                metrics.LEASES_GRANTED.labels(request.table).inc()
+            if out.waited_s:
+                metrics.LEASE_WAIT_SECONDS.labels(request.table).inc(out.waited_s)
             flagged = encode_bits(out.conflicts_of_named(keys.shape[0], subset)) if out.conflicts.any() else b""
             return ps_pb2.PushResponse(
                 applied_rows=applied,

@@ -66,6 +66,7 @@ class PushOutcome(NamedTuple):
     layout: int
     epoch: int = 0  # the table's epoch after the push, at which the copies it leaves are the rows
     lease_s: float = 0.0  # the write lease granted with it (write-leases.md), 0: none
+    waited_s: float = 0.0  # how long it waited for another client's lease
 
     def conflicts_of_named(self, named: int, subset: npt.NDArray[np.int64] | None) -> npt.NDArray[np.bool_]:
         """The conflicts over all `named` keys of a push that carried `subset` of them."""
@@ -393,14 +394,17 @@ class Shard:
         ids of the keys `as_key` marks that do not conflict."""
         self._table(table)
         self.check_keys(keys)
+        waited = 0.0
         while True:
             # another client's write lease (write-leases.md) holds this write back until it ends
             with self.lock:
                 wait = self.leases.wait_to_write(table, client if kind != GRADIENT else ANONYMOUS)
                 if wait <= 0:
                     t = self._table(table)  # a restore while this push waited replaced it
-                    return self._push_locked(client, recorded, t, keys, values, kind, samples, generation, as_key)
+                    out = self._push_locked(client, recorded, t, keys, values, kind, samples, generation, as_key)
+                    return out._replace(waited_s=waited) if waited else out
             time.sleep(wait)
+            waited += wait
 
     def _push_locked(
         self,
