@@ -85,10 +85,13 @@ DEFAULT_OPTIMIZERS: dict[str, OptimizerSpec] = {
 # own effect, alpha 0.5 overshoots (docs/design/linear-step.md). The MLPs of wdl and deepfm
 # take smaller Adam steps than 0.005, measured over neighbouring rates, and an eps of 1e-5:
 # where the loss nears zero, Adam's 1e-8 turns gradients of 1e-7 into whole steps, the
-# tower drifts and the loss spikes (docs/design/mlp-step.md)
+# tower drifts and the loss spikes (docs/design/mlp-step.md). Wide&Deep's wide part takes
+# smaller steps still (alpha 0.15): its embeddings feed an MLP, not a pairwise term, and
+# on Criteo 10k alpha 0.2 left it below TorchRec's (docs/design/linear-step.md)
 MLP_EPS = 1e-5
 MODEL_DEFAULTS: dict[tuple[str, str], OptimizerSpec] = {
     ("lr", "w"): OptimizerSpec("ftrl", lr=0.5, beta=1.0, l1=0.1, l2=1.0),
+    ("wdl", "w"): OptimizerSpec("ftrl", lr=0.15, beta=1.0, l1=0.1, l2=1.0),
     ("ffm", "v"): OptimizerSpec("adagrad", lr=1.0, initial_accumulator=0.1, init_std=0.1, l2=1e-5),
     ("wdl", "mlp"): OptimizerSpec("adam", lr=0.002, eps=MLP_EPS),
     ("deepfm", "mlp"): OptimizerSpec("adam", lr=0.003, eps=MLP_EPS),
