@@ -42,7 +42,6 @@ class WriteLeases:
         self._held: dict[str, _Lease] = {}
         self._quiet_until: dict[str, float] = {}
         self._last_writer: dict[str, int] = {}
-        self.granted = 0  # leases granted or renewed
         self.waits = 0  # writes that waited for another client's lease
 
     def _hold_off(self, table: str, now: float) -> float:
@@ -85,7 +84,6 @@ class WriteLeases:
         if lease is not None and lease.client != client and lease.until > now:
             return 0.0
         self._held[table] = _Lease(client, now + self.lease_s)
-        self.granted += 1
         return self.lease_s
 
     def clear(self) -> None:
