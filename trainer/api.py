@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from trainer.config import TrainerConfig
+from trainer.openmp import bound_openmp_spin
 
 __all__ = ["TrainerConfig", "run_training"]
 
@@ -19,6 +20,7 @@ def run_training(
     """`boundless train` with this config, in this process, to a finite source's end or
     until `stop` is set: the summary --metrics-out writes. on_progress gets each progress
     record. Raises ConfigError or BadInput as the command exits on them."""
+    bound_openmp_spin()  # before torch loads, if it has not (trainer.openmp)
     from trainer.daemon import check_codecs, train_run  # the run's machinery loads when a run starts
 
     check_codecs(conf)

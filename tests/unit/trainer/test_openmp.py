@@ -1,15 +1,21 @@
-"""`boundless train` bounds how long torch's idle OpenMP threads spin before they sleep,
-unless the user chose a spin count or a wait policy (docs/design/hybrid-training.md)."""
+"""`boundless train` and the Python API's training runs bound how long torch's idle OpenMP
+threads spin before they sleep, unless the user chose a spin count or a wait policy
+(trainer.openmp, docs/design/hybrid-training.md)."""
 
 from __future__ import annotations
 
 import os
+import threading
+from pathlib import Path
 
 import pytest
 
 from boundless.cli import build_parser
+from ctr.runtime import config as cfg
 from ctr.runtime.config import ConfigError
 from trainer import cli
+from trainer.api import TrainerConfig, run_training
+from trainer.openmp import OPENMP_SPIN
 
 
 def _run_until_refused() -> None:
@@ -29,7 +35,7 @@ def _no_openmp_settings(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_the_trainer_bounds_openmp_spins_before_torch_loads() -> None:
     _run_until_refused()
-    assert os.environ["GOMP_SPINCOUNT"] == cli.OPENMP_SPIN[1]
+    assert os.environ["GOMP_SPINCOUNT"] == OPENMP_SPIN[1]
     assert "OMP_WAIT_POLICY" not in os.environ
 
 
@@ -40,3 +46,12 @@ def test_a_users_openmp_setting_stays(monkeypatch: pytest.MonkeyPatch, name: str
     assert os.environ[name] == value
     # a user's wait policy keeps libgomp's spin for that policy: no count of ours overrides it
     assert "GOMP_SPINCOUNT" not in os.environ or name == "GOMP_SPINCOUNT"
+
+
+def test_a_training_run_of_the_python_api_bounds_the_spin_too(tmp_path: Path) -> None:
+    source = tmp_path / "clicks.txt"
+    source.write_text("1 3:1 7:1\n0 4:1 7:1\n" * 50)
+    settings = {"source": str(source), "model": "lr", "ps": "local", "format": "libsvm", "metrics_port": -1, "port": -1}
+    summary = run_training(cfg.from_settings(TrainerConfig, settings, "test"), threading.Event())
+    assert summary["samples"] == 100
+    assert os.environ["GOMP_SPINCOUNT"] == OPENMP_SPIN[1]
