@@ -30,6 +30,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+# librdkafka logs warnings and errors only: at close a client notes at info level the events
+# it purged from its background queue (the admin client too: it is a producer handle,
+# "rdkafka#producer-1"), which says nothing wrong to a demo's user
+QUIET = {"log.connection.close": False, "log_level": 4}
+
+
 class KafkaBroker:
     """Starts on construction; `stop()` (or the context manager) ends it."""
 
@@ -72,7 +78,7 @@ class KafkaBroker:
         """Creates the topic; returns its --source URL."""
         from confluent_kafka.admin import AdminClient, NewTopic
 
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, **QUIET})
         for future in admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)]).values():
             future.result(timeout=30)
         return f"kafka://{self.bootstrap}/{topic}"
@@ -80,9 +86,7 @@ class KafkaBroker:
     def producer(self) -> Any:
         from confluent_kafka import Producer
 
-        # warnings and errors only: at close librdkafka notes at info level the events it
-        # purged from its background queue, which says nothing wrong to a demo's user
-        return Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5, "log.connection.close": False, "log_level": 4})
+        return Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5, **QUIET})
 
     def stop(self) -> None:
         if self.proc.poll() is None:
