@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import os
 
-OPENMP_SPIN = ("GOMP_SPINCOUNT", "30000")
+SPIN_ROUNDS = "30000"
 
 
 def bound_openmp_spin() -> None:
-    """Sets OPENMP_SPIN unless the user chose a spin count or a wait policy."""
+    """Sets GOMP_SPINCOUNT to SPIN_ROUNDS unless the user chose a spin count or a wait policy."""
     if "GOMP_SPINCOUNT" not in os.environ and "OMP_WAIT_POLICY" not in os.environ:
-        os.environ[OPENMP_SPIN[0]] = OPENMP_SPIN[1]
+        os.environ["GOMP_SPINCOUNT"] = SPIN_ROUNDS

@@ -15,7 +15,7 @@ from ctr.runtime import config as cfg
 from ctr.runtime.config import ConfigError
 from trainer import cli
 from trainer.api import TrainerConfig, run_training
-from trainer.openmp import OPENMP_SPIN
+from trainer.openmp import SPIN_ROUNDS
 
 
 def _run_until_refused() -> None:
@@ -35,7 +35,7 @@ def _no_openmp_settings(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_the_trainer_bounds_openmp_spins_before_torch_loads() -> None:
     _run_until_refused()
-    assert os.environ["GOMP_SPINCOUNT"] == OPENMP_SPIN[1]
+    assert os.environ["GOMP_SPINCOUNT"] == SPIN_ROUNDS
     assert "OMP_WAIT_POLICY" not in os.environ
 
 
@@ -54,4 +54,4 @@ def test_a_training_run_of_the_python_api_bounds_the_spin_too(tmp_path: Path) ->
     settings = {"source": str(source), "model": "lr", "ps": "local", "format": "libsvm", "metrics_port": -1, "port": -1}
     summary = run_training(cfg.from_settings(TrainerConfig, settings, "test"), threading.Event())
     assert summary["samples"] == 100
-    assert os.environ["GOMP_SPINCOUNT"] == OPENMP_SPIN[1]
+    assert os.environ["GOMP_SPINCOUNT"] == SPIN_ROUNDS
