@@ -179,7 +179,7 @@ def run_one(
         cmd += ["--dense-allreduce", allreduce.group(1)] if allreduce else []
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the trainer and its ranks, reaped
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the trainer command, reaped (one rank: the run)
         trainer_cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
         if args.logs:  # the trainer's log: `auto`'s switches and why (docs/design/auto-codec.md)
             Path(args.logs).mkdir(parents=True, exist_ok=True)
@@ -188,6 +188,8 @@ def run_one(
             raise SystemExit(proc.stderr[-3000:])
         m = json.loads(out.read_text())
         versions = _published(Repository(repo, "ctr"), int(m["exports"]))
+        # local ranks fork from a fork server the trainer does not reap: their CPU is the summary's
+        trainer_cpu += sum(m.get("rank_cpu_s", []))
         cpu = {"trainer": trainer_cpu, "shards": sum(_cpu_s(s.proc.pid) for s in shards), "manager": _cpu_s(manager.proc.pid)}
     finally:
         manager.stop()

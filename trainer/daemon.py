@@ -542,6 +542,7 @@ def train_run(
         fields.dropped = trainer.merged["dropped"]
         result["ranks"] = float(world)
         result["rank_samples"] = trainer.merged["rank_samples"]
+        result["rank_cpu_s"] = trainer.merged["rank_cpu_s"]
         result["mlp_replicas_differ"] = float(trainer.merged["replicas_differ"])
     result.update(trainer.merged.get("compression", client.compression_stats()))
     sparse = [t for st in client.control.status() for t in st.tables if t.kind == "sparse"]
@@ -559,6 +560,10 @@ def train_run(
     result["exports"] = float(len(exports))
     result["elapsed_s"] = elapsed_s
     result["examples_per_s"] = result["samples"] / elapsed_s if elapsed_s > 0 else 0.0
+    # the training processes' CPU since each started, start-up included (a group's: every
+    # rank's, which a parent that forked them through a fork server cannot see as its children's)
+    result["cpu_s"] = float(sum(trainer.merged["rank_cpu_s"])) if trainer.merged else time.process_time()
+    result["cpu_us_per_sample"] = 1e6 * result["cpu_s"] / max(1.0, result["samples"])
     result["push_bytes"] = float(push_bytes)
     result["pull_bytes"] = float(pull_bytes)
     wire = merged_wire([*trainer.merged.get("wire_others", []), client.wire.snapshot()])  # every call made, the last status's too

@@ -313,6 +313,7 @@ class Trainer:
             "compression": self.client.compression_stats(),
             "wire": self.client.wire.snapshot(),
             "mlp": self._mlp_fingerprint(),
+            "cpu_s": time.process_time(),  # this rank's process, every thread, since it started
         }
 
     def _mlp_fingerprint(self) -> tuple[str, int] | None:
@@ -388,6 +389,7 @@ class Trainer:
             "compression": _summed([f["compression"] for f in figures]),
             "wire_others": [f["wire"] for f in figures[1:]],  # rank 0 adds its own at the very end
             "rank_samples": [int(f["progress"]["count"]) for f in figures],
+            "rank_cpu_s": [float(f["cpu_s"]) for f in figures],
             "replicas_differ": self.replicas_differ,
         }
         return snap

@@ -12,3 +12,9 @@ def test_ranks_whose_mlps_differed_are_named_in_the_summary():
     assert "the ranks' MLPs differed at 2 progress report(s)" in text
     assert "MLPs differed" not in summary_text({**RESULT, "mlp_replicas_differ": 0.0}, None, [], None)
     assert "MLPs differed" not in summary_text(RESULT, None, [], None)  # one process
+
+
+def test_the_summary_names_the_cpu_the_run_used_when_it_is_known():
+    text = summary_text({**RESULT, "cpu_s": 2.5, "cpu_us_per_sample": 2500.0}, None, [], None)
+    assert "(1,000/s on cpu; 2.5 CPU-s with the start-up)" in text
+    assert "CPU-s" not in summary_text(RESULT, None, [], None)
