@@ -394,6 +394,7 @@ def train_run(
 ) -> dict[str, Any]:
     """One training run to its end (a finite source's end, or `stop`): the summary rank 0
     reports (other ranks: {}). on_progress gets every progress record (boundless.api's bar)."""
+    cpu_start = time.process_time()  # the run's CPU, not the imports before it (or a notebook's)
     check_source(conf)
     schema = load_schema(conf)
     guarded = daemon.guard(conf, conf.host)  # its identity for the PS channels; it serves health only
@@ -510,6 +511,7 @@ def train_run(
         client, model, schema, fields, source, settings, ProgressiveMetrics(conf.progress.window), exporter, stop.is_set
     )
     trainer.progress_log = progress_log if lead else None
+    trainer.cpu_start = cpu_start
     with start_up_frozen():
         if group is None:
             trainer.take_up(point, reopen, lambda: restore_and_declare(client, model.prepare, False))
@@ -560,9 +562,9 @@ def train_run(
     result["exports"] = float(len(exports))
     result["elapsed_s"] = elapsed_s
     result["examples_per_s"] = result["samples"] / elapsed_s if elapsed_s > 0 else 0.0
-    # the training processes' CPU since each started, start-up included (a group's: every
-    # rank's, which a parent that forked them through a fork server cannot see as its children's)
-    result["cpu_s"] = float(sum(trainer.merged["rank_cpu_s"])) if trainer.merged else time.process_time()
+    # the run's CPU from its settings on, start-up included (a group's: every rank's, which a
+    # parent that forked them through a fork server cannot see as its children's)
+    result["cpu_s"] = float(sum(trainer.merged["rank_cpu_s"])) if trainer.merged else time.process_time() - cpu_start
     result["cpu_us_per_sample"] = 1e6 * result["cpu_s"] / max(1.0, result["samples"])
     result["push_bytes"] = float(push_bytes)
     result["pull_bytes"] = float(pull_bytes)

@@ -84,10 +84,10 @@ def test_two_ranks_split_the_stream_and_rank_0_reports_the_group(data_dir, tmp_p
         result = json.loads((tmp_path / "r0.json").read_text())
         assert result["samples"] == total and result["ranks"] == 2
         assert min(result["rank_samples"]) > 0 and sum(result["rank_samples"]) == total  # each rank trained its share
-        # the summary's CPU is every rank's, each as its process used it up to the last gather
+        # the summary's CPU is every rank's run's, within what each process used in all (imports too)
         assert result["cpu_s"] == pytest.approx(sum(result["rank_cpu_s"]))
         for reported, (_, _, usage) in zip(result["rank_cpu_s"], used, strict=True):
-            assert 0.5 * (usage.ru_utime + usage.ru_stime) < reported <= usage.ru_utime + usage.ru_stime + 0.01
+            assert 0.05 < reported <= usage.ru_utime + usage.ru_stime + 0.01
         assert not (tmp_path / "r1.json").exists()  # rank 0 reports for the group
         assert "committed" in _log(tmp_path, 0) and "rank 0 reports the run" in _log(tmp_path, 1)
         assert _samples(shards) == {total}

@@ -112,6 +112,7 @@ class Trainer:
         self.group: Group | None = None
         self._last_cut_at = time.monotonic()
         self._last_report_at = time.monotonic()
+        self.cpu_start = time.process_time()  # the process's CPU when its run began (train_run sets it)
         self.merged: dict[str, Any] = {}  # rank 0 of a group: the ranks' merged figures at the end
         self.replicas_differ = 0  # rank 0 of a group: progress reports that found the ranks' MLPs differ
 
@@ -313,7 +314,7 @@ class Trainer:
             "compression": self.client.compression_stats(),
             "wire": self.client.wire.snapshot(),
             "mlp": self._mlp_fingerprint(),
-            "cpu_s": time.process_time(),  # this rank's process, every thread, since it started
+            "cpu_s": time.process_time() - self.cpu_start,  # this rank's process, every thread
         }
 
     def _mlp_fingerprint(self) -> tuple[str, int] | None:

@@ -17,7 +17,7 @@ def summary_text(result: dict[str, Any], export_dir: str | None, exports: list[s
     lines = [
         f"trained {samples:,} samples in {result.get('elapsed_s', 0.0):.1f} s ({result.get('examples_per_s', 0.0):,.0f}/s"
         f" on {result.get('device', 'cpu')}"
-        + (f"; {result['cpu_s']:,.1f} CPU-s with the start-up)" if "cpu_s" in result else ")")
+        + (f", {result['cpu_s']:,.1f} CPU-s)" if "cpu_s" in result else ")")
         + (f"; the last {held:,} held out of training, the last export's holdout" if held else ""),
         f"  progressive logloss {_num(result.get('progressive_logloss'))}; over the last"
         f" {int(result.get('window_samples', 0)):,}: AUC {_num(result.get('window_auc'))},"
