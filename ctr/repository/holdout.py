@@ -3,12 +3,14 @@ stored beside the export (`holdout.npz`), on which the model manager judges the 
 
 from __future__ import annotations
 
-import io
 import time
+import zipfile
 from collections import deque
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 
 from ctr.data.batch import SampleBatch
 
@@ -77,9 +79,39 @@ class RecentBatches:
 
 
 def write(path: Path, batch: SampleBatch) -> None:
-    buf = io.BytesIO()
-    np.savez(buf, **{k: getattr(batch, k) for k in _ARRAYS})
-    path.write_bytes(buf.getvalue())
+    write_batches(path, [batch])
+
+
+def write_batches(path: Path, batches: list[SampleBatch]) -> None:
+    """The batches' samples, in order, as one holdout file (np.savez's layout: a stored zip
+    of one .npy a column), each column written batch by batch. Concatenating first cost a
+    second copy of every sample: a 250k-sample Criteo holdout is 136 MB, and the copy and
+    its page faults took the training thread longer than writing it."""
+    samples = sum(len(b) for b in batches)
+    features = sum(int(b.offsets[-1] - b.offsets[0]) for b in batches)
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED, allowZip64=True) as z:
+        for name, dtype in _ARRAYS.items():
+            count = {"labels": samples, "offsets": samples + 1}.get(name, features)
+            header = {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False, "shape": (count,)}
+            with z.open(f"{name}.npy", "w", force_zip64=True) as f:
+                np.lib.format.write_array_header_1_0(f, header)
+                for chunk in _column(name, batches):
+                    f.write(np.ascontiguousarray(chunk, dtype=dtype).data)
+
+
+def _column(name: str, batches: list[SampleBatch]) -> Iterator[npt.NDArray[np.generic]]:
+    """One column of the batches' samples, a piece a batch; offsets counted from the first."""
+    if name == "offsets":
+        yield np.zeros(1, dtype=np.int64)
+    at = 0
+    for b in batches:
+        if name == "labels":
+            yield b.labels
+        elif name == "offsets":
+            yield b.offsets[1:] - b.offsets[0] + at
+            at += int(b.offsets[-1] - b.offsets[0])
+        else:
+            yield getattr(b, name)[b.offsets[0] : b.offsets[-1]]
 
 
 def read(path: Path) -> SampleBatch:

@@ -144,14 +144,13 @@ class Exporter:
             log.error("export %s removed: its holdout could not be written (%s); the next export is full", p.folder.name, e)
 
     def _write_holdout(self, p: _Pending) -> None:
-        fresh = holdout.concat(p.fresh)
         path = p.folder / holdout.HOLDOUT_FILE
-        holdout.write(path, fresh)
+        holdout.write_batches(path, p.fresh)
         p.manifest["holdout"] = {
             "name": path.name,
             "size": path.stat().st_size,
             "sha256": sha256_file(path),
-            "samples": len(fresh),
+            "samples": sum(len(b) for b in p.fresh),
             "seen": 0,  # samples the model trained on: never, now
         }
         tmp = p.folder / "export.json.tmp"
