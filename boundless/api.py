@@ -55,6 +55,7 @@ class TrainingSummary:
     exports: int
     device: str
     wire_bytes_per_sample: float
+    cpu_s: float  # the run's CPU seconds (every rank's), from reading its settings on
     metrics: dict[str, Any] = field(repr=False)
 
     @classmethod
@@ -72,6 +73,7 @@ class TrainingSummary:
             exports=int(result.get("exports", 0)),
             device=str(result.get("device", "")),
             wire_bytes_per_sample=num("wire_bytes_per_sample"),
+            cpu_s=num("cpu_s"),
             metrics=dict(result),
         )
 

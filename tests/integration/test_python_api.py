@@ -9,6 +9,7 @@ import gc
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +29,9 @@ def test_train_from_python_equals_the_command_line(data_dir: Path, tmp_path: Pat
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     cli = json.loads(out.read_text())
+    cpu_before = time.process_time()  # this test process has spent CPU before: not the run's
     summary = boundless.train(str(source), "fm", "local", k=4, batch_size=1024, metrics_port=-1, progress=True)
+    assert 0 < summary.cpu_s <= time.process_time() - cpu_before
     assert isinstance(summary, boundless.TrainingSummary)
     assert summary.samples == cli["samples"] > 20_000
     assert summary.progressive_logloss == cli["progressive_logloss"]
