@@ -565,7 +565,6 @@ def train_run(
     # the run's CPU from its settings on, start-up included (a group's: every rank's, which a
     # parent that forked them through a fork server cannot see as its children's)
     result["cpu_s"] = float(sum(trainer.merged["rank_cpu_s"])) if trainer.merged else time.process_time() - cpu_start
-    result["cpu_us_per_sample"] = 1e6 * result["cpu_s"] / max(1.0, result["samples"])
     result["push_bytes"] = float(push_bytes)
     result["pull_bytes"] = float(pull_bytes)
     wire = merged_wire([*trainer.merged.get("wire_others", []), client.wire.snapshot()])  # every call made, the last status's too

@@ -78,10 +78,6 @@ class RecentBatches:
         return out
 
 
-def write(path: Path, batch: SampleBatch) -> None:
-    write_batches(path, [batch])
-
-
 def write_batches(path: Path, batches: list[SampleBatch]) -> None:
     """The batches' samples, in order, as one holdout file (np.savez's layout: a stored zip
     of one .npy a column), each column written batch by batch. Concatenating first cost a
@@ -101,17 +97,16 @@ def write_batches(path: Path, batches: list[SampleBatch]) -> None:
 
 def _column(name: str, batches: list[SampleBatch]) -> Iterator[npt.NDArray[np.generic]]:
     """One column of the batches' samples, a piece a batch; offsets counted from the first."""
-    if name == "offsets":
+    if name == "labels":
+        yield from (b.labels for b in batches)
+    elif name == "offsets":
         yield np.zeros(1, dtype=np.int64)
-    at = 0
-    for b in batches:
-        if name == "labels":
-            yield b.labels
-        elif name == "offsets":
+        at = 0
+        for b in batches:
             yield b.offsets[1:] - b.offsets[0] + at
             at += int(b.offsets[-1] - b.offsets[0])
-        else:
-            yield getattr(b, name)[b.offsets[0] : b.offsets[-1]]
+    else:
+        yield from (getattr(b, name)[b.offsets[0] : b.offsets[-1]] for b in batches)
 
 
 def read(path: Path) -> SampleBatch:

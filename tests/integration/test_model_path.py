@@ -301,7 +301,7 @@ def test_the_gate_refuses_a_degraded_model_and_a_live_one_that_falls_behind_is_r
 def _empty_holdout(folder: Path, m: dict[str, Any]) -> None:
     """The export's own holdout holds no samples (the stream stopped before it came)."""
     empty = holdouts.head(holdouts.read(folder / m["holdout"]["name"]), 0)
-    holdouts.write(folder / m["holdout"]["name"], empty)
+    holdouts.write_batches(folder / m["holdout"]["name"], [empty])
     h = m["holdout"]
     h["samples"] = h["seen"] = 0
     h["size"] = (folder / h["name"]).stat().st_size

@@ -150,7 +150,7 @@ class Exporter:
             "name": path.name,
             "size": path.stat().st_size,
             "sha256": sha256_file(path),
-            "samples": sum(len(b) for b in p.fresh),
+            "samples": p.count,
             "seen": 0,  # samples the model trained on: never, now
         }
         tmp = p.folder / "export.json.tmp"

@@ -15,6 +15,6 @@ def test_ranks_whose_mlps_differed_are_named_in_the_summary():
 
 
 def test_the_summary_names_the_cpu_the_run_used_when_it_is_known():
-    text = summary_text({**RESULT, "cpu_s": 2.5, "cpu_us_per_sample": 2500.0}, None, [], None)
+    text = summary_text({**RESULT, "cpu_s": 2.5}, None, [], None)
     assert "(1,000/s on cpu, 2.5 CPU-s)" in text
     assert "CPU-s" not in summary_text(RESULT, None, [], None)
