@@ -11,6 +11,7 @@ which that version was not trained on. A codec pair with "~nodrain" runs with
 --no-export-drain (error-feedback residuals reach the shards only at cuts and the end);
 with "~nocache", with --pull-cache off (every pull sends every key and gets every row);
 with "~m23", with --mlp-moment-bits 23 (the MLP's Adam moments kept whole at cuts); with
+"~w23", with --mlp-weight-bits 23 (its weights kept whole at cut and export writes); with
 "~cfp64z", with --cut-drain-codec fp64z (residuals sent exactly at cuts); with "~b65536",
 with --batch-size 65536 (fewer, larger pushes: one worker's model with per-example updates
 does not depend on the batch); with "~apowersgd:4", with --dense-allreduce powersgd:4 (the
@@ -66,6 +67,7 @@ ROOT = Path(__file__).resolve().parents[1]
 NO_DRAIN = "~nodrain"  # a codec pair with this suffix runs with --no-export-drain
 NO_CACHE = "~nocache"  # ... with --pull-cache off (every pull sends every key and gets every row)
 MOMENT_BITS = re.compile(r"~m(\d+)")  # ... "~m23": with --mlp-moment-bits 23 (wdl, deepfm)
+WEIGHT_BITS = re.compile(r"~w(\d+)")  # ... "~w23": with --mlp-weight-bits 23 (wdl, deepfm)
 CUT_DRAIN = re.compile(r"~c(\w+)")  # ... "~cfp64z": with --cut-drain-codec fp64z
 BATCH = re.compile(r"~b(\d+)")  # ... "~b65536": with --batch-size 65536
 ALLREDUCE = re.compile(r"~a([\w:]+)")  # ... "~apowersgd:4": with --dense-allreduce powersgd:4
@@ -135,8 +137,8 @@ def run_one(
 ) -> dict[str, Any]:
     nodrain, nocache = NO_DRAIN in codecs, NO_CACHE in codecs
     bits, cut_drain, batch = MOMENT_BITS.search(codecs), CUT_DRAIN.search(codecs), BATCH.search(codecs)
-    allreduce = ALLREDUCE.search(codecs)
-    for suffix in (BATCH, CUT_DRAIN, MOMENT_BITS, ALLREDUCE):
+    allreduce, wbits = ALLREDUCE.search(codecs), WEIGHT_BITS.search(codecs)
+    for suffix in (BATCH, CUT_DRAIN, MOMENT_BITS, WEIGHT_BITS, ALLREDUCE):
         codecs = suffix.sub("", codecs)
     codecs = codecs.replace(NO_DRAIN, "").replace(NO_CACHE, "")
     push, _, pull = codecs.partition("/")
@@ -174,6 +176,7 @@ def run_one(
         cmd += ["--no-export-drain"] if nodrain else []
         cmd += ["--pull-cache", "off"] if nocache else []
         cmd += ["--mlp-moment-bits", bits.group(1)] if bits else []
+        cmd += ["--mlp-weight-bits", wbits.group(1)] if wbits else []
         cmd += ["--cut-drain-codec", cut_drain.group(1)] if cut_drain else []
         cmd += ["--batch-size", batch.group(1)] if batch else []
         cmd += ["--dense-allreduce", allreduce.group(1)] if allreduce else []
@@ -263,8 +266,8 @@ def _cpu_s(pid: int) -> float:
 
 
 def _chosen(key: str) -> bool:
-    """The summary's codecs a row names: each table's push codec, the MLP's moments, the cut drains."""
-    return key.startswith("push:") or key in ("mlp_moments", "cut_drain", "mlp_allreduce")
+    """The summary's codecs a row names: each table's push codec, the MLP's moments and weights, the cut drains."""
+    return key.startswith("push:") or key in ("mlp_moments", "mlp_weights", "cut_drain", "mlp_allreduce")
 
 
 def _published(repo: Repository, exports: int, timeout_s: float = 300) -> list[dict[str, float]]:

@@ -253,6 +253,15 @@ class PSAccessSettings:
             " --push-codec auto, else 23 (the summary's codecs say which; docs/design/moment-bits.md)"
         },
     )
+    mlp_weight_bits: str = field(
+        default="auto",
+        metadata={
+            "help": "the mantissa bits the weights of a worker-trained MLP (wdl, deepfm) keep from each checkpoint cut"
+            " on: rounded in place on every rank before rank 0 writes them, so the cut holds exactly what training goes"
+            " on from; 1-23 (23: whole); auto: 8 on shard processes with --push-codec auto, else 23 (the summary's"
+            " codecs say which; docs/design/moment-bits.md)"
+        },
+    )
     cut_drain_codec: str = field(
         default="auto",
         metadata={

@@ -244,7 +244,10 @@ DEEPFM = ("--model", "deepfm", "--k", "4", "--hidden", "32,16")
 def test_a_deepfm_trainer_killed_at_random_moments_changes_nothing(data_dir, tmp_path):
     """Hybrid training: the MLP and its Adam state live on the trainer and reach the shards
     at each cut, so a trainer killed between cuts takes up the cut's MLP; the shards end
-    with the same rows and the same MLP, bit for bit, as an uninterrupted run."""
+    with the same rows and the same MLP, bit for bit, as an uninterrupted run. Under the
+    default `auto` every rank rounds the MLP's moments and weights at each cut
+    (docs/design/moment-bits.md): the bits then depend on where the cuts fell, but every
+    sample still reaches every table once."""
     stream = tmp_path / "stream.libfm"
     total = _stream(data_dir, stream, repeat=3)
     once = tmp_path / "once"
@@ -255,6 +258,16 @@ def test_a_deepfm_trainer_killed_at_random_moments_changes_nothing(data_dir, tmp
     assert kills >= 2 and "the stream takes up at" in err, err[-3000:]
     assert model == expected
     assert json.loads((tmp_path / "m.json").read_text())["samples"] == total
+    rounded = tmp_path / "auto"
+    rounded.mkdir()
+    kills, err, model = _trainer_killed(stream, rounded, random.Random(6), 3, span, (*DEEPFM, "--push-codec", "auto"))
+    assert kills >= 2 and "the stream takes up at" in err, err[-3000:]
+    summary = json.loads((rounded / "m.json").read_text())
+    assert summary["samples"] == total
+    assert (summary["codecs"]["mlp_moments"], summary["codecs"]["mlp_weights"]) == ("e8m4", "e8m8"), summary["codecs"]
+    assert {t: (rows, samples) for t, (_, rows, samples) in model.items()} == {
+        t: (rows, samples) for t, (_, rows, samples) in expected.items()
+    }
 
 
 def test_in_process_shards_checkpoint_and_take_up_like_shard_processes(data_dir, tmp_path):

@@ -126,6 +126,7 @@ def test_deepfm_ranks_train_one_mlp(data_dir, tmp_path):
         assert result["samples"] == total and result["window_auc"] > 0.85
         assert result["mlp_replicas_differ"] == 0  # every progress report found the ranks' MLPs equal
         assert result["codecs"]["mlp_moments"] == "e8m4", result["codecs"]  # auto on shard processes: every rank rounds at cuts
+        assert result["codecs"]["mlp_weights"] == "e8m8", result["codecs"]  # the weights too
         assert result["codecs"]["mlp_allreduce"] == "powersgd:4:100", result["codecs"]  # and the MLP's sums go in low rank
         assert result["wire"]["mlp"]["ranks"]["sent"] > 0 and result["wire"][""]["ranks"]["received"] > 0  # counted
         assert _samples(shards) == {total}  # the mlp table counts no samples: rank 0 writes it

@@ -12,8 +12,8 @@ keeps, w | m | v | t per element), and every rank that takes up at a cut reads t
 Sparse rows stay on the PS.
 
 Where the cut writes compress (docs/design/moment-bits.md), each write first rounds the
-live Adam moments to fewer mantissa bits, on every rank alike: the cut then holds exactly
-what training goes on from, in about half the bytes."""
+live Adam moments and weights to fewer mantissa bits, on every rank alike: the cut then
+holds exactly what training goes on from, in about a third of the bytes."""
 
 from __future__ import annotations
 
@@ -52,7 +52,8 @@ def round_mantissa_(t: torch.Tensor, bits: int) -> None:
 class DenseReplica:
     """rounds: the MLP steps in the ranks' rounds (trainer.run.group: `sync`), on the sum of
     every rank's gradients since the last one; otherwise (one process) after every batch.
-    moment_bits: the mantissa bits the Adam moments keep at each write (23: whole).
+    moment_bits: the mantissa bits the Adam moments keep at each write (23: whole);
+    weight_bits: those the weights keep.
     low_rank: (rank, warm-up rounds) to send the rounds' gradients as PowerSGD's low-rank
     factors (trainer.step.low_rank_sync); None: whole."""
 
@@ -64,12 +65,15 @@ class DenseReplica:
         rank: int = 0,
         moment_bits: int = FP32_MANTISSA,
         low_rank: tuple[int, int] | None = None,
+        weight_bits: int = FP32_MANTISSA,
     ) -> None:
         if opt.kind != "adam":
             raise ValueError(f"--opt-mlp {opt.kind}: the MLP trains on the worker with Adam; give 'adam lr=...'")
-        if not 1 <= moment_bits <= FP32_MANTISSA:
-            raise ValueError(f"--mlp-moment-bits {moment_bits}: keep 1 to {FP32_MANTISSA} of a float32 mantissa's bits")
+        for flag, bits in (("--mlp-moment-bits", moment_bits), ("--mlp-weight-bits", weight_bits)):
+            if not 1 <= bits <= FP32_MANTISSA:
+                raise ValueError(f"{flag} {bits}: keep 1 to {FP32_MANTISSA} of a float32 mantissa's bits")
         self.moment_bits = moment_bits
+        self.weight_bits = weight_bits
         self.net = net
         self.opt = opt
         self.rounds = rounds
@@ -220,10 +224,11 @@ class DenseReplica:
         a known one goes as its bitwise difference from it (STATE_DIFF), which a shard
         holding anything else refuses, and then gets whole. Nothing goes when the shards
         hold it already (no batch trained since the last write or read).
-        First every rank rounds its moments to moment_bits (the same values on every
-        rank, so the replicas stay equal): the write is exact, and what a cut holds is
-        what training goes on from."""
+        First every rank rounds its moments to moment_bits and its weights to
+        weight_bits (the same values on every rank, so the replicas stay equal): the
+        write is exact, and what a cut holds is what training goes on from."""
         self.round_moments()
+        self.round_weights()
         if self.rank != 0:
             return
         mine = self.state_rows()
@@ -247,6 +252,13 @@ class DenseReplica:
         with torch.no_grad():
             for t in (*self.m, *self.v):
                 round_mantissa_(t, self.moment_bits)
+
+    def round_weights(self) -> None:
+        """The weights, in place, to weight_bits mantissa bits
+        (docs/design/moment-bits.md#the-weights-at-8-mantissa-bits-2026-12-03)."""
+        with torch.no_grad():
+            for p in self.params:
+                round_mantissa_(p.data, self.weight_bits)
 
     def read_from(self, client: PSClient) -> None:
         """Takes up the MLP the PS holds (at a cut, or the initial one rank 0 wrote)."""

@@ -48,6 +48,7 @@ class DeepModel:
         rank: int = 0,
         world: int = 1,
         moment_bits: int = FP32_MANTISSA,
+        weight_bits: int = FP32_MANTISSA,
         low_rank: tuple[int, int] | None = None,
     ) -> None:
         self.spec = spec
@@ -64,7 +65,7 @@ class DeepModel:
         self._dense_sync = lambda: dense_sync(dense_codec, "mlp", opt.lr, opt.beta1, opt.beta2, opt.eps)
         self.dense: DenseSync = self._dense_sync()
         replica = replicated and dense_codec == "fp32"
-        self.replica = DenseReplica(self.net, opt, world > 1, rank, moment_bits, low_rank) if replica else None
+        self.replica = DenseReplica(self.net, opt, world > 1, rank, moment_bits, low_rank, weight_bits) if replica else None
         self._written: npt.NDArray[np.float64] | None = None  # the MLP rows prepare() wrote to a new table
 
     def prepare(self, client: PSClient) -> None:

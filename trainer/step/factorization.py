@@ -289,13 +289,15 @@ def build_model(
     batch_size: int = 256,
     ranks: tuple[int, int] = (0, 1),
     moment_bits: int = FP32_MANTISSA,
+    weight_bits: int = FP32_MANTISSA,
     low_rank: tuple[int, int] | None = None,
 ) -> TrainableModel:
     """dense_codec: how the MLP syncs through the PS (trainer.step.dense_sync) when it is not
     `replicated` on the worker (hybrid training, trainer.step.dense_replica); device: where
     it trains (trainer.step.device), at batch_size examples a step; ranks: (this rank, the
     group's size) of a run of several ranks (trainer.run.group); moment_bits: the mantissa
-    bits a replicated MLP's Adam moments keep at each cut write (FP32_MANTISSA: whole);
+    bits a replicated MLP's Adam moments keep at each cut write (FP32_MANTISSA: whole),
+    weight_bits those its weights keep at each cut and export write;
     low_rank: PowerSGD's (rank, warm-up rounds) for the ranks' MLP gradients (None: whole)."""
     if spec.is_dnn:
         if staleness:
@@ -313,6 +315,7 @@ def build_model(
             rank=ranks[0],
             world=ranks[1],
             moment_bits=moment_bits,
+            weight_bits=weight_bits,
             low_rank=low_rank,
         )
     if dense_codec != "fp32":

@@ -1,7 +1,7 @@
 """Hybrid training's dense half: the worker's Adam is the shard's, the PS round trip loses
 nothing, and two ranks on the halves of a batch end where one rank on the whole batch does.
-Moments rounded at a write (--mlp-moment-bits) are rounded as arithmetic says, on every rank,
-and the cut holds exactly what training goes on from."""
+Moments and weights rounded at a write (--mlp-moment-bits, --mlp-weight-bits) are rounded as
+arithmetic says, on every rank, and the cut holds exactly what training goes on from."""
 
 from __future__ import annotations
 
@@ -327,10 +327,45 @@ def test_a_write_rounds_the_moments_and_the_cut_holds_what_training_goes_on_from
     client.close()
 
 
+def test_a_write_rounds_the_weights_too_where_asked_and_the_cut_holds_them():
+    """With weight_bits 8 a write leaves each weight within 2^-9 of itself, its low 15 bits
+    zero; the PS holds that MLP bit for bit and scores with it, and a worker that takes it
+    up goes on exactly as the writer does."""
+    client = PSClient.local(1)
+    client.control.declare(SPEC.tables())
+    a = DenseReplica(DeepCTR(SPEC, seed=1), OPT, moment_bits=4, weight_bits=8)
+    for i in range(3):
+        _grads(a.net, *_batch(i))
+        a.step(32)
+    before = a.state_rows()
+    a.write_to(client)
+    after = a.state_rows()
+    assert not np.array_equal(after[:, 0], before[:, 0])
+    np.testing.assert_allclose(after[:, 0], before[:, 0], rtol=2.0**-9, atol=0)
+    assert (after[:, 0].astype(np.float32).view(np.uint32) & ((1 << 15) - 1) == 0).all()
+    assert (after[:, 1:3].astype(np.float32).view(np.uint32) & ((1 << 19) - 1) == 0).all()
+    np.testing.assert_array_equal(client.pull_dense("mlp", state=True), after)
+    b = DenseReplica(DeepCTR(SPEC, seed=2), OPT, moment_bits=4, weight_bits=8)
+    b.read_from(client)
+    assert b.digest() == a.digest()
+    for r in (a, b):
+        _grads(r.net, *_batch(9))
+        r.step(32)
+    np.testing.assert_array_equal(b.state_rows(), a.state_rows())
+    client.close()
+
+
+def test_a_width_a_float32_cannot_keep_is_refused():
+    with pytest.raises(ValueError, match="--mlp-moment-bits 0"):
+        DenseReplica(DeepCTR(SPEC, seed=1), OPT, moment_bits=0)
+    with pytest.raises(ValueError, match="--mlp-weight-bits 24"):
+        DenseReplica(DeepCTR(SPEC, seed=1), OPT, weight_bits=24)
+
+
 def test_every_rank_rounds_at_a_write_and_only_rank_0_sends():
     client = PSClient.local(1)
     client.control.declare(SPEC.tables())
-    zero, one = (DenseReplica(DeepCTR(SPEC, seed=1), OPT, rank=r, moment_bits=4) for r in (0, 1))
+    zero, one = (DenseReplica(DeepCTR(SPEC, seed=1), OPT, rank=r, moment_bits=4, weight_bits=8) for r in (0, 1))
     for r in (zero, one):
         for i in range(3):
             _grads(r.net, *_batch(i))
@@ -344,15 +379,16 @@ def test_every_rank_rounds_at_a_write_and_only_rank_0_sends():
     client.close()
 
 
-def test_rounded_moments_make_a_compressed_write_smaller():
+def test_rounded_moments_and_weights_make_a_compressed_write_smaller():
     """Where pushes compress, the write after a known one with moments at 4 bits sends fewer
-    bytes than the same training's write with whole moments."""
+    bytes than the same training's write with whole moments, and fewer again with the
+    weights at 8 bits."""
     spec = ModelSpec("deepfm", k=8, fields=("a", "b", "c", "d"), hidden=(64, 64))
     sent = {}
-    for bits in (23, 4):
+    for bits, wbits in ((23, 23), (4, 23), (4, 8)):
         client = PSClient.local(2, push_codec="onebit")
         client.control.declare(spec.tables())
-        r = DenseReplica(DeepCTR(spec, seed=1), OPT, moment_bits=bits)
+        r = DenseReplica(DeepCTR(spec, seed=1), OPT, moment_bits=bits, weight_bits=wbits)
         g = torch.Generator().manual_seed(5)
         for _write in range(2):
             for _ in range(20):
@@ -361,9 +397,10 @@ def test_rounded_moments_make_a_compressed_write_smaller():
             before = _mlp_push_bytes(client)
             r.write_to(client)
             np.testing.assert_array_equal(client.pull_dense("mlp", state=True), r.state_rows())
-        sent[bits] = _mlp_push_bytes(client) - before  # the second write: a difference from the first
+        sent[bits, wbits] = _mlp_push_bytes(client) - before  # the second write: a difference from the first
         client.close()
-    assert sent[4] < 0.8 * sent[23], sent
+    assert sent[4, 23] < 0.8 * sent[23, 23], sent
+    assert sent[4, 8] < 0.85 * sent[4, 23], sent
 
 
 @pytest.mark.parametrize("model", ["deepfm", "wdl"])
