@@ -11,7 +11,7 @@ which that version was not trained on. A codec pair with "~nodrain" runs with
 --no-export-drain (error-feedback residuals reach the shards only at cuts and the end);
 with "~nocache", with --pull-cache off (every pull sends every key and gets every row);
 with "~m23", with --mlp-moment-bits 23 (the MLP's Adam moments kept whole at cuts); with
-"~w23", with --mlp-weight-bits 23 (its weights kept whole at cut and export writes); with
+"~w23", with --mlp-weight-bits 23 (its weights kept whole at cuts); with
 "~cfp64z", with --cut-drain-codec fp64z (residuals sent exactly at cuts); with "~b65536",
 with --batch-size 65536 (fewer, larger pushes: one worker's model with per-example updates
 does not depend on the batch); with "~apowersgd:4", with --dense-allreduce powersgd:4 (the

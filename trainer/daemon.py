@@ -133,8 +133,8 @@ def moment_bits(conf: TrainerConfig, remote: bool) -> int:
 
 
 def weight_bits(conf: TrainerConfig, remote: bool) -> int:
-    """--mlp-weight-bits: auto rounds the MLP's weights at cut and export writes where
-    those travel compressed (shard processes, --push-codec auto), and nowhere else."""
+    """--mlp-weight-bits: auto rounds the MLP's weights at cuts where the cut writes
+    travel compressed (shard processes, --push-codec auto), and nowhere else."""
     return _mlp_bits(conf, conf.ps_access.mlp_weight_bits, AUTO_WEIGHT_BITS, remote)
 
 

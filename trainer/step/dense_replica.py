@@ -13,7 +13,7 @@ Sparse rows stay on the PS.
 
 Where the cut writes compress (docs/design/moment-bits.md), each write first rounds the
 live Adam moments and weights to fewer mantissa bits, on every rank alike: the cut then
-holds exactly what training goes on from, in about a third of the bytes."""
+holds exactly what training goes on from, in under half the bytes."""
 
 from __future__ import annotations
 
