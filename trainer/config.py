@@ -266,9 +266,10 @@ class PSAccessSettings:
         default="auto",
         metadata={
             "help": "what a lossy push codec's held-back residuals travel in at each checkpoint cut: fp64z (exactly:"
-            " the shards then hold what uncompressed pushes would have left) or bf16z (a quarter of the value bytes;"
+            " the shards then hold what uncompressed pushes would have left), bf16z (a quarter of the value bytes;"
             " what it rounds off is forgotten on the worker too, so the cut still holds exactly what training goes"
-            " on from); auto: bf16z on shard processes with --push-codec auto, else fp64z (docs/design/cut-drains.md)"
+            " on from) or e8m4z (bf16z with 4 mantissa bits, about a quarter less again); auto: bf16z on shard"
+            " processes with --push-codec auto, else fp64z (docs/design/cut-drains.md)"
         },
     )
     residual_rows: int = field(

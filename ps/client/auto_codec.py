@@ -51,7 +51,7 @@ AUTO_STALL_LEAVE = 0.3
 AUTO_WINDOW_CUTS = 4
 SAMPLE_BITS = 4  # distinct rows are counted on 1 key in 2**SAMPLE_BITS
 KEY_BYTES = 8
-CODEC_VALUE_BYTES = {"fp64z": 8, "bf16z": 2}  # a drain's value bytes before the planes' zstd
+CODEC_VALUE_BYTES = {"fp64z": 8, "bf16z": 2, "e8m4z": 2}  # a drain's value bytes before the planes' zstd
 DRAIN_VALUE_BYTES = {"end": 8, "export": 2}  # fp64 at the end, bf16 at exports; a cut's: AutoChoice.cut_value_bytes
 _MIX = np.uint64(0x9E3779B97F4A7C15)  # keys may be raw ids: mixed before the sample is taken
 

@@ -25,7 +25,7 @@ import numpy.typing as npt
 from ctr.routing import shard_of
 from ps.api import NamedIds, PushAck, SessionLost, SparsePush
 from ps.client.pull_cache import PullCache
-from ps.compression.payload import Compressed, value_codec
+from ps.compression.payload import Compressed, drain_codec
 from ps.transport import FanOut, ShardTransport
 
 Keys = npt.NDArray[np.uint64]
@@ -122,7 +122,7 @@ class ShardSender:
     def send_coded(self, table: str, keys: Keys, rows: F64, kind: str, codec_name: str, rng: np.random.Generator) -> F64:
         """Sends rows of these sorted unique keys (keys included) in a value codec, one
         shard after another; returns what the shards received, decoded."""
-        codec = value_codec(codec_name)
+        codec = drain_codec(codec_name)
         received = np.empty_like(rows)
         order, bounds = split_by_shard(keys, self.n)
         client = self.cache.writer(table, kind)

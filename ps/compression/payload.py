@@ -403,6 +403,16 @@ def value_codec(name: str) -> ValueCodec:
     return codec
 
 
+# what a residual drain may also travel in: bf16z on the wire with every value at 4 mantissa
+# bits, a quarter less than bf16z on drained residuals (docs/design/cut-drains.md#coarser-cut-drains-2026-12-03)
+COARSE_DRAIN_CODECS = {"e8m4z": coarse_bf16z(slice(None), 4)}
+
+
+def drain_codec(name: str) -> ValueCodec:
+    """A value codec by name, or a coarse drain codec (COARSE_DRAIN_CODECS)."""
+    return COARSE_DRAIN_CODECS[name] if name in COARSE_DRAIN_CODECS else value_codec(name)
+
+
 def decode_payload(payload: bytes, rows: int, cols: int) -> tuple[I64 | None, F64]:
     """(indices of the rows the payload carries, None: all; their values [sent, cols]) of a
     push naming `rows` keys of a table with `cols` values per row."""

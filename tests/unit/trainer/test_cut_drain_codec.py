@@ -25,6 +25,7 @@ def _conf(*flags: str) -> TrainerConfig:
         (("--push-codec", "onebit"), True, "fp64z"),  # a codec the user named keeps its exact cuts
         (("--cut-drain-codec", "bf16z", "--push-codec", "onebit"), True, "bf16z"),
         (("--cut-drain-codec", "fp64z"), True, "fp64z"),
+        (("--cut-drain-codec", "e8m4z"), True, "e8m4z"),
     ],
 )
 def test_auto_rounds_cut_drains_only_where_auto_compresses_over_a_network(flags, remote, codec):

@@ -97,3 +97,26 @@ def test_a_bf16_cut_drain_forgets_its_rounding_so_the_cut_is_what_training_goes_
     assert rounded.wire.snapshot()["w"].get("drain_end", (0, 0))[0] == 0
     exact.close()
     rounded.close()
+
+
+def test_an_e8m4_cut_drain_forgets_a_coarser_rounding_in_fewer_bytes():
+    """e8m4z: bf16z on the wire with 4 mantissa bits a value; the shard takes each residual
+    to within 2^-5 of it, nothing stays owed, and the drain is smaller than bf16z's."""
+    bf16, keys, total = _client("bf16z")
+    coarse, _, same_total = _client("e8m4z")
+    np.testing.assert_array_equal(total, same_total)
+    before = coarse.unsent("w", keys, 2)
+    assert before is not None
+    shard_before = _shard_rows(coarse, keys)
+    bf16.flush_residuals("cut")
+    coarse.flush_residuals("cut")
+    assert not np.any(coarse.unsent("w", keys, 2))
+    sent = _shard_rows(coarse, keys) - shard_before
+    assert np.all(np.abs(sent - before) <= np.abs(before) * 2**-5 + 1e-300)
+    assert np.any(np.abs(sent - before) > np.abs(before) * 2**-8)  # coarser than bf16's rounding
+    words = (sent[sent != 0].astype(np.float32).view(np.uint32) >> 16) & 0x7
+    assert not words.any()  # the three low mantissa bits of every bf16 word are zero
+    assert 0 < coarse.wire.snapshot()["w"]["drain_cut"][0] < 0.9 * bf16.wire.snapshot()["w"]["drain_cut"][0]
+    assert coarse.codecs()["cut_drain"] == "e8m4z"
+    bf16.close()
+    coarse.close()
