@@ -27,8 +27,9 @@ F64 = npt.NDArray[np.float64]
 
 # residuals sent before an export: bf16 (fp32's range, a quarter of fp64's bytes) in zstd'd byte planes
 EXPORT_DRAIN_CODEC = "bf16z"
-# what a cut's drain may travel in: exactly, or in bf16 with the rounding forgotten on the
-# worker as well, so the cut still holds what training goes on from (docs/design/cut-drains.md)
+# what a cut's drain may travel in: exactly, or in bf16 (e8m4z: 4 of its mantissa bits) with the
+# rounding forgotten on the worker as well, so the cut still holds what training goes on from
+# (docs/design/cut-drains.md)
 CUT_DRAIN_CODECS = tuple(CODEC_VALUE_BYTES)  # fp64z, bf16z, e8m4z
 # several ranks: a residual may hold this many times its column's mean sent value before its
 # row goes exactly (Compressor.residual_bound; 4 costs more bytes, 16 let Frappe FFM's second
