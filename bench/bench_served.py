@@ -15,7 +15,8 @@ with "~m23", with --mlp-moment-bits 23 (the MLP's Adam moments kept whole at cut
 "~cfp64z", with --cut-drain-codec fp64z (residuals sent exactly at cuts); with "~b65536",
 with --batch-size 65536 (fewer, larger pushes: one worker's model with per-example updates
 does not depend on the batch); with "~apowersgd:4", with --dense-allreduce powersgd:4 (the
-ranks' MLP gradients in low rank).
+ranks' MLP gradients in low rank); with "~s16", with --staleness 16 (each rank reuses a pulled
+row for up to 16 of its batches before pulling it again).
 Reported per run:
 
 - wire bytes per sample, both ways (the trainer's ledger: sparse and dense pulls and pushes,
@@ -71,6 +72,7 @@ WEIGHT_BITS = re.compile(r"~w(\d+)")  # ... "~w23": with --mlp-weight-bits 23 (w
 CUT_DRAIN = re.compile(r"~c(\w+)")  # ... "~cfp64z": with --cut-drain-codec fp64z
 BATCH = re.compile(r"~b(\d+)")  # ... "~b65536": with --batch-size 65536
 ALLREDUCE = re.compile(r"~a([\w:]+)")  # ... "~apowersgd:4": with --dense-allreduce powersgd:4
+STALENESS = re.compile(r"~s(\d+)")  # ... "~s16": with --staleness 16 (a pulled row reused for 16 batches)
 # the uncompressed protocol: fp32 gradients, fp64 state deltas, raw pull replies, no pull cache
 BASELINE = f"none/raw{NO_CACHE}"
 MODEL_FLAGS = {"lr": [], "ffm": ["--k", "4"], "deepfm": ["--k", "8", "--hidden", "400,400,400"]}
@@ -137,8 +139,8 @@ def run_one(
 ) -> dict[str, Any]:
     nodrain, nocache = NO_DRAIN in codecs, NO_CACHE in codecs
     bits, cut_drain, batch = MOMENT_BITS.search(codecs), CUT_DRAIN.search(codecs), BATCH.search(codecs)
-    allreduce, wbits = ALLREDUCE.search(codecs), WEIGHT_BITS.search(codecs)
-    for suffix in (BATCH, CUT_DRAIN, MOMENT_BITS, WEIGHT_BITS, ALLREDUCE):
+    allreduce, wbits, staleness = ALLREDUCE.search(codecs), WEIGHT_BITS.search(codecs), STALENESS.search(codecs)
+    for suffix in (BATCH, CUT_DRAIN, MOMENT_BITS, WEIGHT_BITS, ALLREDUCE, STALENESS):
         codecs = suffix.sub("", codecs)
     codecs = codecs.replace(NO_DRAIN, "").replace(NO_CACHE, "")
     push, _, pull = codecs.partition("/")
@@ -180,6 +182,7 @@ def run_one(
         cmd += ["--cut-drain-codec", cut_drain.group(1)] if cut_drain else []
         cmd += ["--batch-size", batch.group(1)] if batch else []
         cmd += ["--dense-allreduce", allreduce.group(1)] if allreduce else []
+        cmd += ["--staleness", staleness.group(1)] if staleness else []
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the trainer command, reaped (one rank: the run)
