@@ -67,12 +67,16 @@ from ctr.repository.versions import Repository  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 NO_DRAIN = "~nodrain"  # a codec pair with this suffix runs with --no-export-drain
 NO_CACHE = "~nocache"  # ... with --pull-cache off (every pull sends every key and gets every row)
-MOMENT_BITS = re.compile(r"~m(\d+)")  # ... "~m23": with --mlp-moment-bits 23 (wdl, deepfm)
-WEIGHT_BITS = re.compile(r"~w(\d+)")  # ... "~w23": with --mlp-weight-bits 23 (wdl, deepfm)
-CUT_DRAIN = re.compile(r"~c(\w+)")  # ... "~cfp64z": with --cut-drain-codec fp64z
-BATCH = re.compile(r"~b(\d+)")  # ... "~b65536": with --batch-size 65536
-ALLREDUCE = re.compile(r"~a([\w:]+)")  # ... "~apowersgd:4": with --dense-allreduce powersgd:4
-STALENESS = re.compile(r"~s(\d+)")  # ... "~s16": with --staleness 16 (a pulled row reused for 16 batches)
+# ... "~m23": with --mlp-moment-bits 23, and so on for each letter (the module's docstring)
+VALUE_SUFFIXES = {
+    "m": "--mlp-moment-bits",
+    "w": "--mlp-weight-bits",
+    "c": "--cut-drain-codec",
+    "b": "--batch-size",
+    "a": "--dense-allreduce",
+    "s": "--staleness",
+}
+VALUE_SUFFIX = re.compile(r"~([mwcbas])([\w:]+)")
 # the uncompressed protocol: fp32 gradients, fp64 state deltas, raw pull replies, no pull cache
 BASELINE = f"none/raw{NO_CACHE}"
 MODEL_FLAGS = {"lr": [], "ffm": ["--k", "4"], "deepfm": ["--k", "8", "--hidden", "400,400,400"]}
@@ -138,11 +142,9 @@ def run_one(
     stream: Path, preset: str, model: str, codecs: str, workers: int, work: Path, args: argparse.Namespace
 ) -> dict[str, Any]:
     nodrain, nocache = NO_DRAIN in codecs, NO_CACHE in codecs
-    bits, cut_drain, batch = MOMENT_BITS.search(codecs), CUT_DRAIN.search(codecs), BATCH.search(codecs)
-    allreduce, wbits, staleness = ALLREDUCE.search(codecs), WEIGHT_BITS.search(codecs), STALENESS.search(codecs)
-    for suffix in (BATCH, CUT_DRAIN, MOMENT_BITS, WEIGHT_BITS, ALLREDUCE, STALENESS):
-        codecs = suffix.sub("", codecs)
     codecs = codecs.replace(NO_DRAIN, "").replace(NO_CACHE, "")
+    value_flags = [arg for letter, value in VALUE_SUFFIX.findall(codecs) for arg in (VALUE_SUFFIXES[letter], value)]
+    codecs = VALUE_SUFFIX.sub("", codecs)
     push, _, pull = codecs.partition("/")
     work.mkdir()
     exports, repo = work / "exports", work / "repo"
@@ -177,12 +179,7 @@ def run_one(
         cmd += ["--metrics-port", "-1", "--port", "-1", "--metrics-out", str(out)]
         cmd += ["--no-export-drain"] if nodrain else []
         cmd += ["--pull-cache", "off"] if nocache else []
-        cmd += ["--mlp-moment-bits", bits.group(1)] if bits else []
-        cmd += ["--mlp-weight-bits", wbits.group(1)] if wbits else []
-        cmd += ["--cut-drain-codec", cut_drain.group(1)] if cut_drain else []
-        cmd += ["--batch-size", batch.group(1)] if batch else []
-        cmd += ["--dense-allreduce", allreduce.group(1)] if allreduce else []
-        cmd += ["--staleness", staleness.group(1)] if staleness else []
+        cmd += value_flags
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the trainer command, reaped (one rank: the run)
