@@ -34,6 +34,9 @@ DATASETS = {
     "frappe": Dataset("frappe", ("frappe/frappe.validation.libfm", "frappe/frappe.test.libfm"), "libsvm"),
     "criteo10k": Dataset("criteo10k", ("criteo_10k/train_rows1-10000.tsv",), "criteo"),
     "avazu10k": Dataset("avazu10k", ("avazu_10k/train_rows1-9999.csv",), "avazu"),
+    # not tuned on: checks that what the three above show holds on other CTR data
+    "ipinyou": Dataset("ipinyou", ("ipinyou/train.fm.txt", "ipinyou/test.fm.txt"), "libsvm"),
+    "talkingdata": Dataset("talkingdata", ("talkingdata/train_sample.csv",), "talkingdata"),
 }
 
 

@@ -20,7 +20,7 @@
 #     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl \
 #     grpcio==1.85.1 grpcio-health-checking==1.85.1 grpcio-reflection==1.85.1 protobuf==7.36.2 rocksdict==0.3.29 \
 #     zstandard==0.25.0 pydantic==2.14.3 pydantic_core==2.50.4 annotated-types==0.8.0 typing-inspection==0.4.5 \
-#     typing_extensions==4.16.0 prometheus_client==0.26.0 PyYAML==6.0.3 tqdm==4.70.1
+#     typing_extensions==4.16.0 prometheus_client==0.26.0 PyYAML==6.0.3 tqdm==4.70.1 safetensors==0.8.0
 #   mkdir -p .gpudata && cp -r ../shared/data/{frappe,criteo_10k,avazu_10k} .gpudata/
 # then run `DEADLINE_S=540 bash bench/gpu_check.sh` with carry [".whl", ".gpudata"] and timeout_s 600.
 set -u
