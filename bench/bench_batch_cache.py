@@ -27,7 +27,6 @@ from ctr.data.schema import PRESETS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 MIN_ROWS = 1_000_000
-FORMATS = {"frappe": "libsvm", "criteo10k": "criteo", "avazu10k": "avazu"}
 
 
 def write_repeated(name: str, work: Path) -> tuple[Path, int]:
@@ -72,14 +71,14 @@ def main() -> None:
                 if model == "ffm" and name not in args.ffm_datasets.split(","):
                     continue
                 cache = work / f"cache-{name}-{model}"
-                first = run(stream, FORMATS[name], model, cache, work)  # parses and writes the cache
+                first = run(stream, DATASETS[name].preset, model, cache, work)  # parses and writes the cache
                 size = sum(f.stat().st_size for f in cache.rglob("*") if f.is_file())
                 parse, replay, losses = [], [], set()
                 for _ in range(args.reps):
-                    w, n, loss = run(stream, FORMATS[name], model, None, work)
+                    w, n, loss = run(stream, DATASETS[name].preset, model, None, work)
                     parse.append(n / w)
                     losses.add(round(loss, 10))
-                    w, n, loss = run(stream, FORMATS[name], model, cache, work)
+                    w, n, loss = run(stream, DATASETS[name].preset, model, cache, work)
                     replay.append(n / w)
                     losses.add(round(loss, 10))
                 key = f"{name} {model}"

@@ -35,7 +35,6 @@ from bench.bench_models import peer  # noqa: E402
 from bench.datasets import DATASETS, encode_ids, write_stream  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-FORMATS = {"frappe": "libsvm", "criteo10k": "criteo", "avazu10k": "avazu"}
 K, HIDDEN = "16", "400,400,400"
 
 
@@ -97,7 +96,7 @@ def main() -> None:
             for model in args.models.split(","):
                 runs: dict[str, list[dict[str, float] | None]] = {"boundless": [], "deepctr-torch": [], "torchrec": []}
                 for _ in range(args.reps):
-                    runs["boundless"].append(boundless(stream, FORMATS[name], len(labels), model, args.device, work))
+                    runs["boundless"].append(boundless(stream, DATASETS[name].preset, len(labels), model, args.device, work))
                     for seed in range(args.peer_seeds):
                         runs["deepctr-torch"].append(peer("run_deepctr.py", str(npz), K, HIDDEN, model, seed=seed))
                         runs["torchrec"].append(peer("run_torchrec.py", str(npz), model, K, HIDDEN, seed=seed))
