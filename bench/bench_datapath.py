@@ -26,11 +26,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.datasets import DATASETS, encode_ids, write_libffm, write_vw  # noqa: E402
+from ctr.data.schema import PRESETS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 PEERS = ROOT / "bench" / ".peers-venv" / "bin" / "python"
 MIN_ROWS = 1_000_000
-FORMATS = {"frappe": "libsvm", "criteo10k": "criteo", "avazu10k": "avazu"}
 OURS = {
     "boundless lr (defaults)": ["--model", "lr"],
     "boundless lr (VW's FTRL: no l1/l2)": ["--model", "lr", "--opt-w", "ftrl l1=0 l2=0"],
@@ -43,7 +43,7 @@ def write_repeated(name: str, work: Path, min_rows: int = MIN_ROWS) -> tuple[Pat
     labels, ids, _ = encode_ids(ds)
     reps = -(-min_rows // len(labels))
     lines = ds.lines()
-    csv = FORMATS[name] == "avazu"
+    csv = PRESETS[ds.preset].format == "csv"
     stream = work / f"{name}.{'csv' if csv else 'txt'}"
     body = lines[1:] if csv else lines
     stream.write_text("\n".join(([lines[0]] if csv else []) + body * reps) + "\n")
@@ -88,7 +88,7 @@ def main() -> None:
                     walls.setdefault(label, []).append(wall)
                     losses[label] = json.loads(out)["progressive_logloss"]
                 for label, flags in OURS.items():
-                    wall, loss = ours(stream, FORMATS[name], flags, work)
+                    wall, loss = ours(stream, DATASETS[name].preset, flags, work)
                     walls.setdefault(label, []).append(wall)
                     losses[label] = loss
                 if not args.skip_xlearn:
@@ -99,7 +99,7 @@ def main() -> None:
                                 [str(PEERS), str(ROOT / "bench/peers/run_xlearn.py"), str(ffm), str(ffm), "4", "1", kind], env
                             )
                             walls.setdefault(f"xlearn {kind} (1 epoch)", []).append(wall)
-                        wall, loss = ours(stream, FORMATS[name], ["--model", kind, "--k", "4"], work)
+                        wall, loss = ours(stream, DATASETS[name].preset, ["--model", kind, "--k", "4"], work)
                         walls.setdefault(f"boundless {kind} k=4", []).append(wall)
                         losses[f"boundless {kind} k=4"] = loss
             results[name] = {

@@ -35,7 +35,6 @@ MODELS: dict[str, list[str]] = {
     "fm": ["--model", "fm", "--k", "8"],
     "ffm": ["--model", "ffm", "--k", "8"],
 }
-FORMATS = {"frappe": "libsvm", "criteo10k": "criteo", "avazu10k": "avazu"}
 
 
 def train(stream: Path, fmt: str, rows: int, flags: list[str], reps: int, work: Path) -> dict[str, float]:
@@ -92,7 +91,7 @@ def main() -> None:
             rows = labels.shape[0]
             res: dict[str, object] = {"rows": rows}
             for model in args.models.split(","):
-                res[model] = train(stream, FORMATS[name], rows, MODELS[model], args.reps, work)
+                res[model] = train(stream, DATASETS[name].preset, rows, MODELS[model], args.reps, work)
                 print(name, model, json.dumps(res[model]), flush=True)
             gap = {}
             for label, flags in {
@@ -100,7 +99,7 @@ def main() -> None:
                 "batch256_per_example": ["--batch-size", "256"],
                 "batch256_summed": ["--batch-size", "256", "--update", "batch"],
             }.items():
-                gap[label] = train(stream, FORMATS[name], rows, ["--model", "lr", *flags], 1, work)["progressive_logloss"]
+                gap[label] = train(stream, DATASETS[name].preset, rows, ["--model", "lr", *flags], 1, work)["progressive_logloss"]
             vw_file = work / f"{name}.vw"
             write_vw(labels, ids, vw_file)
             for label, extra in {"vw_default": [], "vw_ftrl": ["--ftrl"]}.items():
