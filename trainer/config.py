@@ -111,6 +111,14 @@ class LearnerSettings:
     opt_emb: str = field(default="", metadata={"help": "optimizer of table emb (wdl)"})
     opt_bias: str = field(default="", metadata={"help": "optimizer of the dense bias"})
     opt_mlp: str = field(default="", metadata={"help": "optimizer of the dense MLP table, e.g. 'adam lr=0.002'"})
+    mlp_step_positives: int = field(
+        default=16,
+        metadata={
+            "help": "wdl and deepfm: the MLP steps once the batches since its last step hold at least this many positive"
+            " and this many negative samples (0: after every batch); on a stream with rare positives a batch holds"
+            " one or two, too few to step on"
+        },
+    )
     batch_size: int = field(
         default=0,
         metadata={

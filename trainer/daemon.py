@@ -454,6 +454,7 @@ def train_run(
             moment_bits=moment_bits(conf, client.transport.remote),
             weight_bits=weight_bits(conf, client.transport.remote),
             low_rank=dense_allreduce(conf, client.transport.remote),
+            step_positives=conf.learner.mlp_step_positives,
         )
     except ValueError as e:
         raise cfg.ConfigError(str(e)) from None
@@ -590,6 +591,7 @@ def train_run(
     result["push_codec"] = conf.ps_access.push_codec  # type: ignore[assignment]
     result["codecs"] = client.codecs()  # type: ignore[assignment]  # what `auto` chose, per table
     if replica is not None:
+        result["mlp_steps"] = float(replica.steps)  # Adam's steps: fewer than batches where they wait for positives
         for name, bits in (("mlp_moments", replica.moment_bits), ("mlp_weights", replica.weight_bits)):
             result["codecs"][name] = f"e8m{bits}" if bits < FP32_MANTISSA else "fp32"  # type: ignore[index]
         if world > 1:

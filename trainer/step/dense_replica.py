@@ -11,6 +11,12 @@ the weights and the Adam state into the dense table `mlp` (the layout the shard'
 keeps, w | m | v | t per element), and every rank that takes up at a cut reads them back.
 Sparse rows stay on the PS.
 
+A step waits for enough of both labels (step_positives, docs/design/mlp-step.md): on a
+stream with rare positives a 256-sample batch holds one or two, and Adam, which scales
+every step to about its rate whatever the gradient's size, would step as far on one
+positive as on many. The gradients of the batches (or rounds) before it are summed and
+wait; a cut's write steps on what waits, so the cut holds every sample trained.
+
 Where the cut writes compress (docs/design/moment-bits.md), each write first rounds the
 live Adam moments and weights to fewer mantissa bits, on every rank alike: the cut then
 holds exactly what training goes on from, in under half the bytes."""
@@ -55,7 +61,9 @@ class DenseReplica:
     moment_bits: the mantissa bits the Adam moments keep at each write (23: whole);
     weight_bits: those the weights keep.
     low_rank: (rank, warm-up rounds) to send the rounds' gradients as PowerSGD's low-rank
-    factors (trainer.step.low_rank_sync); None: whole."""
+    factors (trainer.step.low_rank_sync); None: whole.
+    step_positives: Adam steps once the gradients since its last step hold at least this
+    many positive and this many negative samples (0: at every batch or round)."""
 
     def __init__(
         self,
@@ -66,12 +74,16 @@ class DenseReplica:
         moment_bits: int = FP32_MANTISSA,
         low_rank: tuple[int, int] | None = None,
         weight_bits: int = FP32_MANTISSA,
+        step_positives: int = 0,
     ) -> None:
         if opt.kind != "adam":
             raise ValueError(f"--opt-mlp {opt.kind}: the MLP trains on the worker with Adam; give 'adam lr=...'")
         for flag, bits in (("--mlp-moment-bits", moment_bits), ("--mlp-weight-bits", weight_bits)):
             if not 1 <= bits <= FP32_MANTISSA:
                 raise ValueError(f"{flag} {bits}: keep 1 to {FP32_MANTISSA} of a float32 mantissa's bits")
+        if step_positives < 0:
+            raise ValueError(f"--mlp-step-positives {step_positives}: must be >= 0")
+        self.step_positives = step_positives
         self.moment_bits = moment_bits
         self.weight_bits = weight_bits
         self.net = net
@@ -85,39 +97,46 @@ class DenseReplica:
         self._held: npt.NDArray[np.float64] | None = None  # what the shards' mlp table holds, once known
         self._acc: list[torch.Tensor] | None = None  # gradients summed since the last step
         self._acc_samples = 0
+        self._acc_positives = 0.0
+        # summed gradients (the group's, after a round: the same on every rank) waiting for
+        # step_positives of each label; the samples and positives they cover
+        self._waiting: list[torch.Tensor] | None = None
+        self._waiting_samples = 0
+        self._waiting_positives = 0.0
         self.low_rank = low_rank
         self._low_rank: Any = None  # its LowRankSync, made at the first round (it needs the group)
         # bytes the last round all-reduced: (the control words, the MLP's gradients and count)
         self.synced: tuple[int, int] = (0, 0)
 
-    def step(self, samples: int) -> None:
+    def step(self, samples: int, positives: float = 0.0) -> None:
         """After a batch's backward: its gradient (of its summed loss, in the parameters'
-        .grad) over `samples` samples joins what this rank holds for the next step; alone,
-        it steps now."""
+        .grad) over `samples` samples, `positives` of them labelled 1, joins what this rank
+        holds for the next step; alone, it steps now (or waits: step_positives)."""
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
         if self._acc is None:
             self._acc = grads
         else:
             torch._foreach_add_(self._acc, grads)
         self._acc_samples += samples
+        self._acc_positives += positives
         for p in self.params:
             p.grad = None
         if not self.rounds:
-            acc, total = self._take()
-            self._adam(acc, total)
+            acc, total, pos = self._take()
+            self._advance(acc, total, pos)
 
     def sync(self, control: torch.Tensor, group: torch.distributed.ProcessGroup | None = None) -> torch.Tensor:
         """A round over gloo: `control` and this rank's gradient sum and sample count, summed
         over the group in one all-reduce on the CPU; Adam steps on the mean when any rank
         trained. Returns the summed control."""
-        acc, total = self._take()
+        acc, total, pos = self._take()
         n = control.shape[0]
         if self.low_rank is not None:
-            words = torch.cat([control.float(), torch.tensor([float(total)])])
+            words = torch.cat([control.float(), torch.tensor([pos, float(total)])])
             summed = self._step_low_rank(words, [g.cpu() for g in acc], group)
-            self.synced = (4 * n, 4 + 4 * self._low_rank.floats)  # the count goes with the MLP's share
+            self.synced = (4 * n, 8 + 4 * self._low_rank.floats)  # the counts go with the MLP's share
             return summed[:n].double()
-        flat = torch.cat([control.float(), *(g.reshape(-1).float().cpu() for g in acc), torch.tensor([float(total)])])
+        flat = torch.cat([control.float(), *(g.reshape(-1).float().cpu() for g in acc), torch.tensor([pos, float(total)])])
         torch.distributed.all_reduce(flat, group=group)
         self.synced = (4 * n, 4 * (flat.numel() - n))
         self._step_on(flat[n:])
@@ -128,7 +147,8 @@ class DenseReplica:
     ) -> torch.Tensor:
         """Adam on the group's gradients as PowerSGD approximates their mean (every rank
         decodes the same), in the round's all-reduces with `words` (the last: this rank's
-        sample count); a round where no rank trained steps nothing. Returns the summed words."""
+        positives and sample count); a round where no rank trained steps nothing. Returns the
+        summed words."""
         if self._low_rank is None:
             from trainer.step.low_rank_sync import LowRankSync  # torch.distributed: only for ranks
 
@@ -138,38 +158,69 @@ class DenseReplica:
         if mean is not None:
             world = torch.distributed.get_world_size(group)
             device = self.params[0].device
-            self._adam([m.to(device) * world for m in mean], int(summed[-1]))
+            self._advance([m.to(device) * world for m in mean], int(summed[-1]), float(summed[-2]))
         return summed  # type: ignore[no-any-return]
 
     def sync_on_device(self, group: torch.distributed.ProcessGroup) -> None:
         """A round's gradients over NCCL (every rank's MLP on a GPU of its own): this rank's
         gradient sum and sample count summed where they are, on the device; Adam steps on
         the mean when any rank trained."""
-        acc, total = self._take()
+        acc, total, pos = self._take()
         device = self.params[0].device
         if self.low_rank is not None:
-            self._step_low_rank(torch.tensor([float(total)], device=device), acc, group)
-            self.synced = (0, 4 + 4 * self._low_rank.floats)
+            self._step_low_rank(torch.tensor([pos, float(total)], device=device), acc, group)
+            self.synced = (0, 8 + 4 * self._low_rank.floats)
             return
-        flat = torch.cat([*(g.reshape(-1).float() for g in acc), torch.tensor([float(total)], device=device)])
+        flat = torch.cat([*(g.reshape(-1).float() for g in acc), torch.tensor([pos, float(total)], device=device)])
         torch.distributed.all_reduce(flat, group=group)
         self.synced = (0, 4 * flat.numel())
         self._step_on(flat)
 
     def _step_on(self, flat: torch.Tensor) -> None:
-        """Adam on a summed round: the parameters' gradients, flat, then the sample count."""
+        """Adam on a summed round: the parameters' gradients, flat, then the positives and
+        the sample count."""
         total = int(flat[-1])
         if total > 0:
             sizes = [p.numel() for p in self.params]
             device = self.params[0].device
-            summed = [g.view_as(p).to(device) for g, p in zip(flat[:-1].split(sizes), self.params, strict=True)]
-            self._adam(summed, total)
+            summed = [g.view_as(p).to(device) for g, p in zip(flat[:-2].split(sizes), self.params, strict=True)]
+            self._advance(summed, total, float(flat[-2]))
 
-    def _take(self) -> tuple[list[torch.Tensor], int]:
+    def _take(self) -> tuple[list[torch.Tensor], int, float]:
         acc = self._acc if self._acc is not None else [torch.zeros_like(p) for p in self.params]
-        total = self._acc_samples
-        self._acc, self._acc_samples = None, 0
-        return acc, total
+        total, positives = self._acc_samples, self._acc_positives
+        self._acc, self._acc_samples, self._acc_positives = None, 0, 0.0
+        return acc, total, positives
+
+    def _advance(self, grads: list[torch.Tensor], total: int, positives: float) -> None:
+        """The summed `grads` of `total` samples join those waiting; Adam steps on them all
+        once they hold step_positives of each label."""
+        if total <= 0:
+            return
+        if self._waiting is None:
+            self._waiting = grads
+        else:
+            torch._foreach_add_(self._waiting, grads)
+        self._waiting_samples += total
+        self._waiting_positives += positives
+        k = self.step_positives
+        if min(self._waiting_positives, self._waiting_samples - self._waiting_positives) >= k:
+            self.step_waiting()
+
+    def step_waiting(self) -> None:
+        """Adam steps on the gradients waiting, whatever their labels (a cut's write, the end)."""
+        waiting, total = self._waiting, self._waiting_samples
+        self._forget_waiting()
+        if waiting is not None:
+            self._adam(waiting, total)
+
+    def _forget_waiting(self) -> None:
+        self._waiting, self._waiting_samples, self._waiting_positives = None, 0, 0.0
+
+    @property
+    def waiting_samples(self) -> int:
+        """Samples whose gradients wait for the next step."""
+        return self._waiting_samples
 
     def _adam(self, grads: list[torch.Tensor], total: int) -> None:
         """One Adam step on the mean gradient: the summed `grads` over `total` samples."""
@@ -226,7 +277,10 @@ class DenseReplica:
         hold it already (no batch trained since the last write or read).
         First every rank rounds its moments to moment_bits and its weights to
         weight_bits (the same values on every rank, so the replicas stay equal): the
-        write is exact, and what a cut holds is what training goes on from."""
+        write is exact, and what a cut holds is what training goes on from. Before that,
+        Adam steps on the gradients that wait (on every rank: they are the group's), so
+        the write holds every sample trained."""
+        self.step_waiting()
         self.round_moments()
         self.round_weights()
         if self.rank != 0:
@@ -265,6 +319,9 @@ class DenseReplica:
         self.take(np.asarray(client.pull_dense(TABLE, state=True), dtype=np.float64))
 
     def take(self, held: F64) -> None:
-        """Takes up rows the PS's `mlp` table is known to hold (read, or just written)."""
+        """Takes up rows the PS's `mlp` table is known to hold (read, or just written); the
+        gradients that waited are of samples trained after it, which will be trained again."""
+        self._forget_waiting()
+        self._acc, self._acc_samples, self._acc_positives = None, 0, 0.0
         self.load_rows(held)
         self._held = held.copy()  # load_rows may share its memory

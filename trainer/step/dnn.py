@@ -50,6 +50,7 @@ class DeepModel:
         moment_bits: int = FP32_MANTISSA,
         weight_bits: int = FP32_MANTISSA,
         low_rank: tuple[int, int] | None = None,
+        step_positives: int = 0,
     ) -> None:
         self.spec = spec
         self.tables = {t.name: t for t in spec.tables()}
@@ -65,7 +66,14 @@ class DeepModel:
         self._dense_sync = lambda: dense_sync(dense_codec, "mlp", opt.lr, opt.beta1, opt.beta2, opt.eps)
         self.dense: DenseSync = self._dense_sync()
         replica = replicated and dense_codec == "fp32"
-        self.replica = DenseReplica(self.net, opt, world > 1, rank, moment_bits, low_rank, weight_bits) if replica else None
+        if step_positives < 0:
+            raise ValueError(f"--mlp-step-positives {step_positives}: must be >= 0")
+        self.step_positives = step_positives
+        self.replica = (
+            DenseReplica(self.net, opt, world > 1, rank, moment_bits, low_rank, weight_bits, step_positives) if replica else None
+        )
+        # the MLP on the shards (a --dense-codec): its gradient sums waiting for step_positives
+        self._waiting: tuple[npt.NDArray[np.float32], int, float] | None = None
         self._written: npt.NDArray[np.float64] | None = None  # the MLP rows prepare() wrote to a new table
 
     def prepare(self, client: PSClient) -> None:
@@ -82,6 +90,10 @@ class DeepModel:
         if self.replica is not None:
             self.replica.write_to(client)
         else:
+            if self._waiting is not None:  # the cut holds every sample trained
+                grad, samples, _ = self._waiting
+                self._waiting = None
+                self.dense.push(client, grad / samples, samples)
             self.dense.flush(client)
 
     def mlp_for_export(self) -> dict[str, npt.NDArray[np.float32]] | None:
@@ -93,12 +105,14 @@ class DeepModel:
 
     def reset(self) -> None:
         self.dense = self._dense_sync()
+        self._waiting = None
 
     def state(self, client: PSClient) -> dict[str, Any]:
         return {} if self.replica is not None else {"dense_sync": self.dense.state(client)}
 
     def take_up(self, client: PSClient, state: dict[str, Any]) -> None:
         written, self._written = self._written, None
+        self._waiting = None  # of samples after the cut taken up: they are trained again
         if self.replica is not None and written is not None:
             self.replica.take(written)  # the table this worker has just created: no read back
         elif self.replica is not None:
@@ -219,7 +233,7 @@ class DeepModel:
         )
         n = len(batch)
         if self.replica is not None:
-            self.replica.step(n)
+            self.replica.step(n, float(np.sum(batch.labels, dtype=np.float64)))
         if seq:
             states = {"w": w_state, self.emb: e_state}
             return probs, Trained(got.uniq, start, states, bias_start, bias_state, {}, 0.0, n)
@@ -236,5 +250,18 @@ class DeepModel:
         probs, done = self.compute(batch, got)
         self.push(client, got, done)
         if self.replica is None:
-            self.dense.push(client, self.net.flat_grad() / max(1, done.samples), done.samples)
+            self._push_dense(client, self.net.flat_grad(), done.samples, float(np.sum(batch.labels, dtype=np.float64)))
         return probs
+
+    def _push_dense(self, client: PSClient, grad: npt.NDArray[np.float32], samples: int, positives: float) -> None:
+        """The MLP's summed gradient goes to the shards once the batches since the last push
+        hold step_positives of each label (trainer.step.dense_replica: the same rule)."""
+        if self._waiting is not None:
+            grad, samples, positives = grad + self._waiting[0], samples + self._waiting[1], positives + self._waiting[2]
+            self._waiting = None
+        if samples <= 0:
+            return
+        if min(positives, samples - positives) < self.step_positives:
+            self._waiting = (grad, samples, positives)
+            return
+        self.dense.push(client, grad / samples, samples)

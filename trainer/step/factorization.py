@@ -291,6 +291,7 @@ def build_model(
     moment_bits: int = FP32_MANTISSA,
     weight_bits: int = FP32_MANTISSA,
     low_rank: tuple[int, int] | None = None,
+    step_positives: int = 0,
 ) -> TrainableModel:
     """dense_codec: how the MLP syncs through the PS (trainer.step.dense_sync) when it is not
     `replicated` on the worker (hybrid training, trainer.step.dense_replica); device: where
@@ -298,7 +299,8 @@ def build_model(
     group's size) of a run of several ranks (trainer.run.group); moment_bits: the mantissa
     bits a replicated MLP's Adam moments keep at each cut write (FP32_MANTISSA: whole),
     weight_bits those its weights keep at each cut and export write;
-    low_rank: PowerSGD's (rank, warm-up rounds) for the ranks' MLP gradients (None: whole)."""
+    low_rank: PowerSGD's (rank, warm-up rounds) for the ranks' MLP gradients (None: whole);
+    step_positives: the positives and negatives an MLP step waits for (docs/design/mlp-step.md)."""
     if spec.is_dnn:
         if staleness:
             raise ValueError(f"--staleness applies to lr, fm and ffm; {spec.type} pulls every batch")
@@ -317,6 +319,7 @@ def build_model(
             moment_bits=moment_bits,
             weight_bits=weight_bits,
             low_rank=low_rank,
+            step_positives=step_positives,
         )
     if dense_codec != "fp32":
         raise ValueError(f"--dense-codec {dense_codec} applies to the MLP of wdl and deepfm, not {spec.type}")

@@ -407,3 +407,98 @@ def test_the_default_mlp_takes_no_whole_steps_on_the_gradients_of_a_fitted_strea
             p.grad = 1e-7 * s * 256
         whole.step(256)
     assert max(float((p.detach() - b).abs().max()) for p, b in zip(whole.params, before, strict=True)) > 0.5 * steps * opt.lr
+
+
+def _merged(batches: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    parts = [_batch(i) for i in batches]
+    return torch.cat([p for p, _ in parts]), torch.cat([d for _, d in parts])
+
+
+def test_a_step_waits_for_enough_of_both_labels_then_takes_the_batches_summed():
+    """step_positives 4: batches of 1, 2 and 3 positives wait until their sum holds 4, and
+    the step is the one a single batch of all of them would take."""
+    waits = DenseReplica(DeepCTR(SPEC, seed=1), OPT, step_positives=4)
+    whole = DenseReplica(DeepCTR(SPEC, seed=1), OPT)
+    for i, positives in enumerate((1.0, 2.0)):
+        _grads(waits.net, *_batch(i))
+        waits.step(32, positives)
+        assert waits.steps == 0 and waits.waiting_samples == 32 * (i + 1)
+    _grads(waits.net, *_batch(2))
+    waits.step(32, 3.0)  # 6 positives and 90 negatives: a step
+    _grads(whole.net, *_merged([0, 1, 2]))
+    whole.step(96)
+    assert waits.steps == 1 and waits.waiting_samples == 0
+    np.testing.assert_allclose(waits.state_rows(), whole.state_rows(), rtol=1e-5, atol=1e-7)
+    _grads(waits.net, *_batch(3))
+    waits.step(32, 30.0)  # 30 positives, 2 negatives: too few negatives
+    assert waits.steps == 1
+
+
+def test_without_a_threshold_every_batch_steps_as_before():
+    a, b = DenseReplica(DeepCTR(SPEC, seed=1), OPT, step_positives=0), DenseReplica(DeepCTR(SPEC, seed=1), OPT)
+    for i in range(3):
+        _grads(a.net, *_batch(i))
+        a.step(32, 0.0)  # no positives at all
+        _grads(b.net, *_batch(i))
+        b.step(32)
+    assert a.steps == b.steps == 3
+    np.testing.assert_array_equal(a.state_rows(), b.state_rows())
+
+
+def test_a_cut_steps_on_what_waits_and_a_take_up_forgets_it():
+    client = PSClient.local(1)
+    client.control.declare(SPEC.tables())
+    a = DenseReplica(DeepCTR(SPEC, seed=1), OPT, step_positives=100)
+    whole = DenseReplica(DeepCTR(SPEC, seed=1), OPT)
+    for i in range(2):
+        _grads(a.net, *_batch(i))
+        a.step(32, 3.0)
+    assert a.steps == 0
+    a.write_to(client)  # the cut holds every sample trained: the waiting gradients step first
+    _grads(whole.net, *_merged([0, 1]))
+    whole.step(64)
+    assert a.steps == 1 and a.waiting_samples == 0
+    np.testing.assert_allclose(client.pull_dense("mlp", state=True), whole.state_rows(), rtol=1e-5, atol=1e-7)
+    _grads(a.net, *_batch(5))
+    a.step(32, 3.0)
+    a.read_from(client)  # back at the cut: batch 5 is trained again from there, so it must not wait
+    assert a.waiting_samples == 0
+    np.testing.assert_array_equal(a.state_rows(), client.pull_dense("mlp", state=True))
+    client.close()
+
+
+def test_a_negative_threshold_is_refused():
+    with pytest.raises(ValueError, match="--mlp-step-positives -1"):
+        DenseReplica(DeepCTR(SPEC), OPT, step_positives=-1)
+
+
+def _rank_waiting(rank: int, port: int, out: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=2)
+    try:
+        replica = DenseReplica(DeepCTR(SPEC, seed=1), OPT, rounds=True, rank=rank, step_positives=3)
+        steps = []
+        for i, positives in enumerate(((1.0, 1.0), (0.0, 1.0), (2.0, 2.0))):  # round sums 2, 1, 4
+            pooled, dlogit = _batch(i)
+            half = slice(0, 20) if rank == 0 else slice(20, 32)
+            _grads(replica.net, pooled[half], dlogit[half])
+            replica.step(20 if rank == 0 else 12, positives[rank])
+            replica.sync(torch.zeros(1, dtype=torch.float64), torch.distributed.group.WORLD)
+            steps.append(replica.steps)
+        np.save(out, np.concatenate([replica.state_rows().reshape(-1), [float(replica.digest())], steps]))
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def test_ranks_wait_for_the_groups_positives_and_step_alike(tmp_path: Path):
+    """The rounds' positives are summed over the ranks: rounds of 2 and then 3 positives in
+    all step once, at the second, on both rounds' gradients (a rank alone has fewer)."""
+    ranks = [np.load(path) for path in run_ranks(_rank_waiting, tmp_path, ".npy")]
+    np.testing.assert_array_equal(ranks[0], ranks[1])
+    assert ranks[0][-3:].tolist() == [0.0, 1.0, 2.0]
+    whole = DenseReplica(DeepCTR(SPEC, seed=1), OPT)
+    _grads(whole.net, *_merged([0, 1]))
+    whole.step(64)
+    _grads(whole.net, *_batch(2))
+    whole.step(32)
+    np.testing.assert_allclose(ranks[0][:-4].reshape(-1, 4), whole.state_rows(), rtol=1e-4, atol=1e-6)

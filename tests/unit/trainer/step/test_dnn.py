@@ -92,3 +92,26 @@ def test_a_new_mlp_table_is_written_once_and_not_read_back_and_a_second_worker_r
     assert second.replica is not None
     np.testing.assert_array_equal(second.replica.state_rows(), first.replica.state_rows())
     client.close()
+
+
+@pytest.mark.parametrize("replicated", [True, False])
+def test_the_mlp_steps_once_its_batches_hold_enough_of_both_labels(replicated: bool):
+    """step_positives 8 over batches of 3 positives: Adam steps at every third batch, on
+    the worker or on the shards alike, and the end steps on what still waits."""
+    from ps.client import PSClient
+
+    client = PSClient.local(1)
+    model = DeepModel(SPEC, replicated=replicated, step_positives=8)
+    model.prepare(client)
+    model.take_up(client, {})
+    rng = np.random.default_rng(2)
+    for positives in (3, 3, 3, 3, 3, 3, 1):
+        batch, _ = _batch(rng)
+        batch.labels[:] = 0.0
+        batch.labels[:positives] = 1.0
+        model.train(client, batch)
+    if model.replica is not None:
+        assert model.replica.steps == 2 and model.replica.waiting_samples == 24
+    model.finish(client)
+    assert int(client.pull_dense("mlp", state=True)[0, 3]) == 3  # Adam's step count, as the shards hold it
+    client.close()
