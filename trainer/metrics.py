@@ -18,6 +18,11 @@ WIRE_BYTES = Counter(
     "serialized bytes of PS calls: per table and kind (sparse/dense pull/push, drain_<cause>, control), sent and received",
     ["table", "kind", "direction"],
 )
+MLP_STEPS = Counter("boundless_trainer_mlp_steps_total", "Adam steps of the MLP (wdl, deepfm) on this trainer")
+MLP_WAITING_SAMPLES = Gauge(
+    "boundless_trainer_mlp_waiting_samples",
+    "samples whose MLP gradients wait for --mlp-step-positives positives and negatives before a step",
+)
 RECOVERIES = Counter("boundless_trainer_recoveries_total", "times a PS shard restarted and every shard went back to a common cut")
 BACKLOG = {  # what the stream holds past the trained position (the trainer's lag)
     "bytes": Gauge("boundless_trainer_backlog_bytes", "bytes of the source's files past the trained position"),

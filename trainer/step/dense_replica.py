@@ -34,6 +34,8 @@ from ctr.model.mlp import DeepCTR
 from ctr.model.optim import FP32_MANTISSA, OptimizerSpec
 from ps.api import STATE
 from ps.client import PSClient
+from trainer import metrics
+from trainer.step.step_gate import StepGate
 
 F64 = npt.NDArray[np.float64]
 TABLE = "mlp"
@@ -81,9 +83,7 @@ class DenseReplica:
         for flag, bits in (("--mlp-moment-bits", moment_bits), ("--mlp-weight-bits", weight_bits)):
             if not 1 <= bits <= FP32_MANTISSA:
                 raise ValueError(f"{flag} {bits}: keep 1 to {FP32_MANTISSA} of a float32 mantissa's bits")
-        if step_positives < 0:
-            raise ValueError(f"--mlp-step-positives {step_positives}: must be >= 0")
-        self.step_positives = step_positives
+        self.gate = StepGate(step_positives)
         self.moment_bits = moment_bits
         self.weight_bits = weight_bits
         self.net = net
@@ -99,10 +99,9 @@ class DenseReplica:
         self._acc_samples = 0
         self._acc_positives = 0.0
         # summed gradients (the group's, after a round: the same on every rank) waiting for
-        # step_positives of each label; the samples and positives they cover
+        # step_positives of each label (the gate counts their samples and positives)
         self._waiting: list[torch.Tensor] | None = None
         self._waiting_samples = 0
-        self._waiting_positives = 0.0
         self.low_rank = low_rank
         self._low_rank: Any = None  # its LowRankSync, made at the first round (it needs the group)
         # bytes the last round all-reduced: (the control words, the MLP's gradients and count)
@@ -202,9 +201,7 @@ class DenseReplica:
         else:
             torch._foreach_add_(self._waiting, grads)
         self._waiting_samples += total
-        self._waiting_positives += positives
-        k = self.step_positives
-        if min(self._waiting_positives, self._waiting_samples - self._waiting_positives) >= k:
+        if self.gate.add(total, positives):
             self.step_waiting()
 
     def step_waiting(self) -> None:
@@ -215,7 +212,8 @@ class DenseReplica:
             self._adam(waiting, total)
 
     def _forget_waiting(self) -> None:
-        self._waiting, self._waiting_samples, self._waiting_positives = None, 0, 0.0
+        self._waiting, self._waiting_samples = None, 0
+        self.gate.reset()
 
     @property
     def waiting_samples(self) -> int:
@@ -241,6 +239,7 @@ class DenseReplica:
             torch._foreach_add_(denom, o.eps)
             torch._foreach_addcdiv_(self.params, self.m, denom, value=-o.lr / c1)
         self.steps = t
+        metrics.MLP_STEPS.inc()
 
     def state_rows(self) -> F64:
         """The MLP as the PS's adam rows [n, 4]: weight, m, v, t, in ModelSpec.mlp_shapes() order."""

@@ -24,11 +24,13 @@ from ctr.model.optim import FP32_MANTISSA, PLAIN, plain_state, rows_with_weights
 from ctr.model.spec import ModelSpec
 from ps.api import STATE
 from ps.client import PSClient, PullSession
+from trainer import metrics
 from trainer.step.dense_replica import DenseReplica
 from trainer.step.dense_sync import DenseSync, dense_sync
 from trainer.step.factorization import Fetched, Trained, carry_previous, push_trained
 from trainer.step.host_staging import HostStaging
 from trainer.step.own_view import own_view
+from trainer.step.step_gate import StepGate
 
 # |dloss/dlogit| at least this in the MLP's backward: the Jacobian is read back as the input
 # gradient over it, so a saturated prediction (sigmoid rounds to the label) keeps it
@@ -66,14 +68,12 @@ class DeepModel:
         self._dense_sync = lambda: dense_sync(dense_codec, "mlp", opt.lr, opt.beta1, opt.beta2, opt.eps)
         self.dense: DenseSync = self._dense_sync()
         replica = replicated and dense_codec == "fp32"
-        if step_positives < 0:
-            raise ValueError(f"--mlp-step-positives {step_positives}: must be >= 0")
-        self.step_positives = step_positives
+        self.gate = StepGate(step_positives)  # the MLP on the shards: when its pushes go
         self.replica = (
             DenseReplica(self.net, opt, world > 1, rank, moment_bits, low_rank, weight_bits, step_positives) if replica else None
         )
-        # the MLP on the shards (a --dense-codec): its gradient sums waiting for step_positives
-        self._waiting: tuple[npt.NDArray[np.float32], int, float] | None = None
+        # the MLP on the shards (a --dense-codec): its gradient sum and samples waiting for the gate
+        self._waiting: tuple[npt.NDArray[np.float32], int] | None = None
         self._written: npt.NDArray[np.float64] | None = None  # the MLP rows prepare() wrote to a new table
 
     def prepare(self, client: PSClient) -> None:
@@ -91,9 +91,11 @@ class DeepModel:
             self.replica.write_to(client)
         else:
             if self._waiting is not None:  # the cut holds every sample trained
-                grad, samples, _ = self._waiting
+                grad, samples = self._waiting
                 self._waiting = None
+                self.gate.reset()
                 self.dense.push(client, grad / samples, samples)
+                metrics.MLP_STEPS.inc()
             self.dense.flush(client)
 
     def mlp_for_export(self) -> dict[str, npt.NDArray[np.float32]] | None:
@@ -106,6 +108,7 @@ class DeepModel:
     def reset(self) -> None:
         self.dense = self._dense_sync()
         self._waiting = None
+        self.gate.reset()
 
     def state(self, client: PSClient) -> dict[str, Any]:
         return {} if self.replica is not None else {"dense_sync": self.dense.state(client)}
@@ -113,6 +116,7 @@ class DeepModel:
     def take_up(self, client: PSClient, state: dict[str, Any]) -> None:
         written, self._written = self._written, None
         self._waiting = None  # of samples after the cut taken up: they are trained again
+        self.gate.reset()
         if self.replica is not None and written is not None:
             self.replica.take(written)  # the table this worker has just created: no read back
         elif self.replica is not None:
@@ -255,13 +259,15 @@ class DeepModel:
 
     def _push_dense(self, client: PSClient, grad: npt.NDArray[np.float32], samples: int, positives: float) -> None:
         """The MLP's summed gradient goes to the shards once the batches since the last push
-        hold step_positives of each label (trainer.step.dense_replica: the same rule)."""
-        if self._waiting is not None:
-            grad, samples, positives = grad + self._waiting[0], samples + self._waiting[1], positives + self._waiting[2]
-            self._waiting = None
+        hold step_positives of each label (the gate, as for the replica)."""
         if samples <= 0:
             return
-        if min(positives, samples - positives) < self.step_positives:
-            self._waiting = (grad, samples, positives)
+        waiting, self._waiting = self._waiting, None
+        total = samples
+        if waiting is not None:
+            grad, total = grad + waiting[0], total + waiting[1]
+        if not self.gate.add(samples, positives):
+            self._waiting = (grad, total)
             return
-        self.dense.push(client, grad / samples, samples)
+        self.dense.push(client, grad / total, total)
+        metrics.MLP_STEPS.inc()
