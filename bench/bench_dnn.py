@@ -58,7 +58,22 @@ def boundless(stream: Path, fmt: str, rows: int, model: str, device: str, work: 
     subprocess.run(cmd, check=True, capture_output=True, timeout=3600)
     wall = time.perf_counter() - started
     r = json.loads(out.read_text())
-    return {"auc": r["window_auc"], "examples_per_s": r["examples_per_s"], "wall_s": wall, "device": r.get("device", "cpu")}
+    return {
+        "auc": r["window_auc"],
+        "logloss": r["window_logloss"],
+        "examples_per_s": r["examples_per_s"],
+        "wall_s": wall,
+        "device": r.get("device", "cpu"),
+    }
+
+
+def constant_logloss(labels: np.ndarray) -> float:
+    """Logloss on the last 20% of predicting the first 80%'s positive rate: what a model
+    must beat to have learned anything (rare positives make a small logloss easy)."""
+    cut = int(len(labels) * 0.8)
+    p = float(np.clip(labels[:cut].mean(), 1e-6, 1 - 1e-6))
+    y = labels[cut:]
+    return float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p)))
 
 
 def values_of(runs: list[dict[str, float] | None], key: str) -> list[float]:
@@ -85,12 +100,14 @@ def main() -> None:
     ap.add_argument("--peer-seeds", type=int, default=1, help="runs of each peer a round, seeded 0..S-1")
     args = ap.parse_args()
     results: dict[str, dict[str, dict[str, Any]]] = {}
+    constants: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         for name in args.datasets.split(","):
             ds = DATASETS[name]
             stream = write_stream(ds, work)
             labels, ids, _ = encode_ids(ds)
+            constants[name] = constant_logloss(np.asarray(labels, dtype=np.float64))
             npz = work / f"{name}.npz"
             np.savez(npz, labels=labels, ids=ids)
             for model in args.models.split(","):
@@ -105,6 +122,7 @@ def main() -> None:
                     system: {
                         "auc": median(r, "auc"),
                         "auc_range": spread(r, "auc"),
+                        "logloss": median(r, "logloss"),
                         "examples_per_s": median(r, "examples_per_s"),
                         "runs": r,
                     }
@@ -112,18 +130,24 @@ def main() -> None:
                 }
                 print(
                     key,
-                    json.dumps({s: {m: v[m] for m in ("auc", "examples_per_s")} for s, v in results[key].items()}),
+                    json.dumps({s: {m: v[m] for m in ("auc", "logloss", "examples_per_s")} for s, v in results[key].items()}),
                     flush=True,
                 )
     out = ROOT / "bench" / "results" / "dnn.json"
     out.parent.mkdir(exist_ok=True)  # ignored by git: a fresh clone has no results folder
     out.write_text(json.dumps(results, indent=1))
-    print("\n| dataset / model | system | AUC, last 20% (median [min-max]) | examples/s (median) |\n|---|---|---|---|")
+    print(
+        "\n| dataset / model | system | AUC, last 20% (median [min-max]) | logloss, last 20% (median) | examples/s (median) |"
+        "\n|---|---|---|---|---|"
+    )
     for key, systems in results.items():
         for system, v in systems.items():
-            auc, span, rate = v["auc"], v["auc_range"], v["examples_per_s"]
+            auc, span, rate, loss = v["auc"], v["auc_range"], v["examples_per_s"], v["logloss"]
             shown = "-" if auc is None else f"{auc:.4f}" + (f" [{span[0]:.4f}-{span[1]:.4f}]" if span else "")
-            print(f"| {key} | {system} | {shown} | {rate if rate is None else f'{rate:,.0f}'} |")
+            loss_shown = "-" if loss is None else f"{loss:.5f}"
+            print(f"| {key} | {system} | {shown} | {loss_shown} | {rate if rate is None else f'{rate:,.0f}'} |")
+    for name, loss in constants.items():
+        print(f"{name}: a constant (the first 80%'s positive rate) scores logloss {loss:.5f} on the last 20%")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import pandas as pd
 import torch
 from deepctr_torch.inputs import SparseFeat, get_feature_names
 from deepctr_torch.models import WDL, DeepFM
-from sklearn.metrics import roc_auc_score
+from sklearn.metrics import log_loss, roc_auc_score
 
 data = np.load(sys.argv[1])
 k, hidden = int(sys.argv[2]), tuple(int(h) for h in sys.argv[3].split(","))
@@ -38,6 +38,7 @@ print(
     json.dumps(
         {
             "auc": roc_auc_score(labels[cut:], scores),
+            "logloss": log_loss(labels[cut:], np.asarray(scores, dtype=np.float64).reshape(-1), labels=[0, 1]),
             "epochs": 1,
             "train_rows": cut,
             "seconds": elapsed,

@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 import torch
-from sklearn.metrics import roc_auc_score
+from sklearn.metrics import log_loss, roc_auc_score
 from torchrec import EmbeddingBagCollection, EmbeddingBagConfig, KeyedJaggedTensor
 
 data = np.load(sys.argv[1])
@@ -83,6 +83,7 @@ print(
     json.dumps(
         {
             "auc": roc_auc_score(labels[cut:], scores.numpy()),
+            "logloss": log_loss(labels[cut:], scores.double().numpy(), labels=[0, 1]),
             "epochs": 1,
             "train_rows": cut,
             "seconds": elapsed,
