@@ -270,6 +270,32 @@ def test_a_deepfm_trainer_killed_at_random_moments_changes_nothing(data_dir, tmp
     }
 
 
+def test_a_deepfm_trainer_on_rare_positives_killed_at_random_moments_changes_nothing(data_dir, tmp_path):
+    """On a stream with rare positives the MLP's gradients wait across batches for enough
+    positives (--mlp-step-positives) and most cuts fall while they wait: a lossless cut
+    carries them, so the trainer killed with -9 still ends bit for bit where an
+    uninterrupted run does, the MLP included."""
+    lines = (data_dir / "frappe/frappe.validation.libfm").read_text().splitlines()
+    rare, positives = [], 0
+    for line in lines * 3:
+        label, rest = line.split(" ", 1)
+        if label == "1":
+            positives += 1
+            label = "1" if positives % 40 == 0 else "-1"  # about 0.8% positive: 8 a 1,024-line batch
+        rare.append(f"{label} {rest}")
+    stream = tmp_path / "stream.libfm"
+    stream.write_text("\n".join(rare) + "\n")
+    once = tmp_path / "once"
+    once.mkdir()
+    expected, span = _timed_once(stream, once, model=DEEPFM)
+    summary = json.loads((once / "m.json").read_text())
+    assert summary["mlp_steps"] < summary["samples"] / 1024 / 1.5  # the MLP waited: most batches took no step
+    kills, err, model = _trainer_killed(stream, tmp_path, random.Random(7), 3, span, DEEPFM)
+    assert kills >= 2 and "the stream takes up at" in err, err[-3000:]
+    assert model == expected
+    assert json.loads((tmp_path / "m.json").read_text())["samples"] == len(rare)
+
+
 def test_in_process_shards_checkpoint_and_take_up_like_shard_processes(data_dir, tmp_path):
     """`--ps local --local-data-dir`: the trainer's own shards keep cuts in RocksDB; a rerun
     takes up after what the last cut holds, and --from-start starts over."""

@@ -15,7 +15,11 @@ A step waits for enough of both labels (step_positives, docs/design/mlp-step.md)
 stream with rare positives a 256-sample batch holds one or two, and Adam, which scales
 every step to about its rate whatever the gradient's size, would step as far on one
 positive as on many. The gradients of the batches (or rounds) before it are summed and
-wait; a cut's write steps on what waits, so the cut holds every sample trained.
+wait. Where the cut's write holds the MLP whole, what waits goes into the cut too (the
+worker state: trainer.step.dnn), so where the cuts fall changes nothing and a restart ends
+bit for bit where an uninterrupted run does; where the write rounds the MLP (and with it
+where the cuts fall already shapes the model), the write steps on what waits first. Either
+way the cut holds every sample trained.
 
 Where the cut writes compress (docs/design/moment-bits.md), each write first rounds the
 live Adam moments and weights to fewer mantissa bits, on every rank alike: the cut then
@@ -205,7 +209,7 @@ class DenseReplica:
             self.step_waiting()
 
     def step_waiting(self) -> None:
-        """Adam steps on the gradients waiting, whatever their labels (a cut's write, the end)."""
+        """Adam steps on the gradients waiting, whatever their labels (a rounding write)."""
         waiting, total = self._waiting, self._waiting_samples
         self._forget_waiting()
         if waiting is not None:
@@ -219,6 +223,30 @@ class DenseReplica:
     def waiting_samples(self) -> int:
         """Samples whose gradients wait for the next step."""
         return self._waiting_samples
+
+    @property
+    def exact(self) -> bool:
+        """A write holds the MLP and its Adam state whole (nothing rounded)."""
+        return self.moment_bits >= FP32_MANTISSA and self.weight_bits >= FP32_MANTISSA
+
+    def waiting_state(self) -> tuple[npt.NDArray[np.float32], int, float] | None:
+        """What waits, for a cut: the summed gradients (flat, float32, in parameter order),
+        their samples and positives; None when nothing does."""
+        if self._waiting is None or self._waiting_samples <= 0:
+            return None
+        flat = torch.cat([g.reshape(-1).float().cpu() for g in self._waiting]).numpy()
+        return flat, self._waiting_samples, self.gate.positives
+
+    def take_waiting(self, flat: npt.NDArray[np.float32], samples: int, positives: float) -> None:
+        """Takes up what waited at a cut (after its MLP: read_from or take)."""
+        sizes = [p.numel() for p in self.params]
+        if flat.shape != (sum(sizes),):
+            raise ValueError(f"the cut's waiting MLP gradients hold {flat.shape[0]} values; this MLP has {sum(sizes)}")
+        device = self.params[0].device
+        parts = torch.from_numpy(np.array(flat, dtype=np.float32)).split(sizes)
+        self._waiting = [g.view_as(p).to(device) for g, p in zip(parts, self.params, strict=True)]
+        self._waiting_samples = samples
+        self.gate.resume(samples, positives)
 
     def _adam(self, grads: list[torch.Tensor], total: int) -> None:
         """One Adam step on the mean gradient: the summed `grads` over `total` samples."""
@@ -276,10 +304,12 @@ class DenseReplica:
         hold it already (no batch trained since the last write or read).
         First every rank rounds its moments to moment_bits and its weights to
         weight_bits (the same values on every rank, so the replicas stay equal): the
-        write is exact, and what a cut holds is what training goes on from. Before that,
-        Adam steps on the gradients that wait (on every rank: they are the group's), so
-        the write holds every sample trained."""
-        self.step_waiting()
+        write is exact, and what a cut holds is what training goes on from. Where they
+        round, Adam first steps on the gradients that wait (on every rank: they are the
+        group's), so the write holds every sample trained; where nothing rounds, they wait
+        on and the cut carries them (waiting_state)."""
+        if not self.exact:
+            self.step_waiting()
         self.round_moments()
         self.round_weights()
         if self.rank != 0:

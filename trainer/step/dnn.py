@@ -25,6 +25,7 @@ from ctr.model.spec import ModelSpec
 from ps.api import STATE
 from ps.client import PSClient, PullSession
 from trainer import metrics
+from trainer.json_arrays import array_text, text_array
 from trainer.step.dense_replica import DenseReplica
 from trainer.step.dense_sync import DenseSync, dense_sync
 from trainer.step.factorization import Fetched, Trained, carry_previous, push_trained
@@ -111,18 +112,32 @@ class DeepModel:
         self.gate.reset()
 
     def state(self, client: PSClient) -> dict[str, Any]:
-        return {} if self.replica is not None else {"dense_sync": self.dense.state(client)}
+        """What a cut records of this worker's model: what a compressed MLP sync holds, or
+        the MLP's gradients waiting for a step where the cut's write left them waiting."""
+        if self.replica is None:
+            return {"dense_sync": self.dense.state(client)}
+        waiting = self.replica.waiting_state()
+        if waiting is None:
+            return {}
+        flat, samples, positives = waiting
+        return {"mlp_waiting": {"grads": array_text(flat, "<f4"), "samples": samples, "positives": positives}}
 
     def take_up(self, client: PSClient, state: dict[str, Any]) -> None:
         written, self._written = self._written, None
         self._waiting = None  # of samples after the cut taken up: they are trained again
         self.gate.reset()
-        if self.replica is not None and written is not None:
-            self.replica.take(written)  # the table this worker has just created: no read back
-        elif self.replica is not None:
-            self.replica.read_from(client)  # the cut's MLP, or the initial one another rank wrote
-        else:
+        if self.replica is None:
             self.dense.take_up(client, dict(state.get("dense_sync") or {}))
+            return
+        if written is not None:
+            self.replica.take(written)  # the table this worker has just created: no read back
+        else:
+            self.replica.read_from(client)  # the cut's MLP, or the initial one another rank wrote
+        waiting = state.get("mlp_waiting")
+        if waiting:  # the gradients the cut's write left waiting (DenseReplica.exact)
+            flat = text_array(waiting["grads"], "<f4")
+            assert flat is not None
+            self.replica.take_waiting(flat, int(waiting["samples"]), float(waiting["positives"]))
 
     def _mlp_step(
         self,

@@ -43,6 +43,11 @@ class StepGate:
             self._warn_at *= 2
         return False
 
+    def resume(self, samples: int, positives: float) -> None:
+        """Counts what a cut carried as waiting."""
+        self.samples, self.positives = samples, positives
+        metrics.MLP_WAITING_SAMPLES.set(samples)
+
     def reset(self) -> None:
         """Nothing waits: a step was taken (or the samples will be trained again)."""
         self.samples, self.positives = 0, 0.0

@@ -445,25 +445,57 @@ def test_without_a_threshold_every_batch_steps_as_before():
     np.testing.assert_array_equal(a.state_rows(), b.state_rows())
 
 
-def test_a_cut_steps_on_what_waits_and_a_take_up_forgets_it():
+def test_a_rounding_cut_steps_on_what_waits_and_a_take_up_forgets_it():
+    """Where the write rounds the MLP (--mlp-moment-bits), where the cuts fall shapes the
+    model already: the write steps on the waiting gradients, so the cut holds every sample."""
     client = PSClient.local(1)
     client.control.declare(SPEC.tables())
-    a = DenseReplica(DeepCTR(SPEC, seed=1), OPT, step_positives=100)
-    whole = DenseReplica(DeepCTR(SPEC, seed=1), OPT)
+    a = DenseReplica(DeepCTR(SPEC, seed=1), OPT, moment_bits=4, step_positives=100)
+    whole = DenseReplica(DeepCTR(SPEC, seed=1), OPT, moment_bits=4)
     for i in range(2):
         _grads(a.net, *_batch(i))
         a.step(32, 3.0)
-    assert a.steps == 0
-    a.write_to(client)  # the cut holds every sample trained: the waiting gradients step first
+    assert a.steps == 0 and not a.exact
+    a.write_to(client)
     _grads(whole.net, *_merged([0, 1]))
     whole.step(64)
-    assert a.steps == 1 and a.waiting_samples == 0
+    whole.round_moments()
+    whole.round_weights()
+    assert a.steps == 1 and a.waiting_samples == 0 and a.waiting_state() is None
     np.testing.assert_allclose(client.pull_dense("mlp", state=True), whole.state_rows(), rtol=1e-5, atol=1e-7)
     _grads(a.net, *_batch(5))
     a.step(32, 3.0)
     a.read_from(client)  # back at the cut: batch 5 is trained again from there, so it must not wait
     assert a.waiting_samples == 0
     np.testing.assert_array_equal(a.state_rows(), client.pull_dense("mlp", state=True))
+    client.close()
+
+
+def test_an_exact_cut_carries_what_waits_so_where_it_falls_changes_nothing():
+    """A whole write leaves the gradients waiting; the cut carries them (waiting_state) and
+    a replica that takes up there goes on bit for bit as one that never stopped."""
+    client = PSClient.local(1)
+    client.control.declare(SPEC.tables())
+    a = DenseReplica(DeepCTR(SPEC, seed=1), OPT, step_positives=8)
+    never = DenseReplica(DeepCTR(SPEC, seed=1), OPT, step_positives=8)
+    for r in (a, never):
+        for i in range(2):
+            _grads(r.net, *_batch(i))
+            r.step(32, 3.0)
+    a.write_to(client)  # a cut between the batches
+    assert a.exact and a.steps == 0 and a.waiting_samples == 64
+    carried = a.waiting_state()
+    assert carried is not None and carried[1:] == (64, 6.0)
+    b = DenseReplica(DeepCTR(SPEC, seed=2), OPT, step_positives=8)  # a restarted worker
+    b.read_from(client)
+    b.take_waiting(*carried)
+    for r in (b, never):
+        _grads(r.net, *_batch(2))
+        r.step(32, 3.0)  # 9 positives: the step, on all three batches
+    assert b.steps == never.steps == 1
+    np.testing.assert_array_equal(b.state_rows(), never.state_rows())
+    with pytest.raises(ValueError, match="waiting MLP gradients hold 3 values"):
+        b.take_waiting(np.zeros(3, np.float32), 32, 1.0)
     client.close()
 
 

@@ -3,6 +3,8 @@ are those of separate autograd passes."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -113,5 +115,50 @@ def test_the_mlp_steps_once_its_batches_hold_enough_of_both_labels(replicated: b
     if model.replica is not None:
         assert model.replica.steps == 2 and model.replica.waiting_samples == 24
     model.finish(client)
-    assert int(client.pull_dense("mlp", state=True)[0, 3]) == 3  # Adam's step count, as the shards hold it
+    # Adam's step count, as the shards hold it: a whole write leaves the last batch waiting
+    # (the cut's worker state carries it); a sync through the shards pushes it
+    assert int(client.pull_dense("mlp", state=True)[0, 3]) == (2 if replicated else 3)
+    assert ("mlp_waiting" in model.state(client)) == replicated
+    client.close()
+
+
+def test_a_cut_carries_the_waiting_gradients_and_a_restarted_worker_goes_on_from_them():
+    """Killed after a cut that left gradients waiting, a worker that takes up at the cut
+    ends bit for bit where one that never stopped does."""
+    from ps.client import PSClient
+
+    def batches() -> list[SampleBatch]:
+        rng = np.random.default_rng(3)
+        out = []
+        for positives in (3, 3, 3, 3, 3, 3):
+            batch, _ = _batch(rng)
+            batch.labels[:] = 0.0
+            batch.labels[:positives] = 1.0
+            out.append(batch)
+        return out
+
+    never_client, client = PSClient.local(1), PSClient.local(1)
+    never = DeepModel(SPEC, step_positives=8)
+    never.prepare(never_client)
+    never.take_up(never_client, {})
+    for b in batches():
+        never.train(never_client, b)
+    first = DeepModel(SPEC, step_positives=8)
+    first.prepare(client)
+    first.take_up(client, {})
+    data = batches()
+    for b in data[:4]:  # a step after the third; the fourth waits
+        first.train(client, b)
+    first.finish(client)  # the cut
+    state = json.loads(json.dumps(first.state(client)))  # as a cut stores it
+    assert state["mlp_waiting"]["samples"] == 24
+    restarted = DeepModel(SPEC, step_positives=8)
+    restarted.prepare(client)  # the table exists: the cut's MLP is read
+    restarted.take_up(client, state)
+    for b in data[4:]:  # the second step, after the sixth: on the fourth's gradients too
+        restarted.train(client, b)
+    assert restarted.replica is not None and never.replica is not None
+    assert restarted.replica.steps == never.replica.steps == 2
+    np.testing.assert_array_equal(restarted.replica.state_rows(), never.replica.state_rows())
+    never_client.close()
     client.close()
