@@ -105,7 +105,6 @@ class DenseReplica:
         # summed gradients (the group's, after a round: the same on every rank) waiting for
         # step_positives of each label (the gate counts their samples and positives)
         self._waiting: list[torch.Tensor] | None = None
-        self._waiting_samples = 0
         self.low_rank = low_rank
         self._low_rank: Any = None  # its LowRankSync, made at the first round (it needs the group)
         # bytes the last round all-reduced: (the control words, the MLP's gradients and count)
@@ -204,25 +203,24 @@ class DenseReplica:
             self._waiting = grads
         else:
             torch._foreach_add_(self._waiting, grads)
-        self._waiting_samples += total
         if self.gate.add(total, positives):
-            self.step_waiting()
+            self._step_waiting()
 
-    def step_waiting(self) -> None:
-        """Adam steps on the gradients waiting, whatever their labels (a rounding write)."""
-        waiting, total = self._waiting, self._waiting_samples
+    def _step_waiting(self) -> None:
+        """Adam steps on the gradients waiting, whatever their labels (due, or a rounding write)."""
+        waiting, total = self._waiting, self.gate.samples
         self._forget_waiting()
         if waiting is not None:
             self._adam(waiting, total)
 
     def _forget_waiting(self) -> None:
-        self._waiting, self._waiting_samples = None, 0
+        self._waiting = None
         self.gate.reset()
 
     @property
     def waiting_samples(self) -> int:
         """Samples whose gradients wait for the next step."""
-        return self._waiting_samples
+        return self.gate.samples
 
     @property
     def exact(self) -> bool:
@@ -232,10 +230,10 @@ class DenseReplica:
     def waiting_state(self) -> tuple[npt.NDArray[np.float32], int, float] | None:
         """What waits, for a cut: the summed gradients (flat, float32, in parameter order),
         their samples and positives; None when nothing does."""
-        if self._waiting is None or self._waiting_samples <= 0:
+        if self._waiting is None or self.gate.samples <= 0:
             return None
         flat = torch.cat([g.reshape(-1).float().cpu() for g in self._waiting]).numpy()
-        return flat, self._waiting_samples, self.gate.positives
+        return flat, self.gate.samples, self.gate.positives
 
     def take_waiting(self, flat: npt.NDArray[np.float32], samples: int, positives: float) -> None:
         """Takes up what waited at a cut (after its MLP: read_from or take)."""
@@ -245,7 +243,6 @@ class DenseReplica:
         device = self.params[0].device
         parts = torch.from_numpy(np.array(flat, dtype=np.float32)).split(sizes)
         self._waiting = [g.view_as(p).to(device) for g, p in zip(parts, self.params, strict=True)]
-        self._waiting_samples = samples
         self.gate.resume(samples, positives)
 
     def _adam(self, grads: list[torch.Tensor], total: int) -> None:
@@ -309,7 +306,7 @@ class DenseReplica:
         group's), so the write holds every sample trained; where nothing rounds, they wait
         on and the cut carries them (waiting_state)."""
         if not self.exact:
-            self.step_waiting()
+            self._step_waiting()
         self.round_moments()
         self.round_weights()
         if self.rank != 0:

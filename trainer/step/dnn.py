@@ -69,12 +69,12 @@ class DeepModel:
         self._dense_sync = lambda: dense_sync(dense_codec, "mlp", opt.lr, opt.beta1, opt.beta2, opt.eps)
         self.dense: DenseSync = self._dense_sync()
         replica = replicated and dense_codec == "fp32"
-        self.gate = StepGate(step_positives)  # the MLP on the shards: when its pushes go
+        self.gate = StepGate(step_positives)  # the MLP on the shards: when its pushes go (the replica has its own)
         self.replica = (
             DenseReplica(self.net, opt, world > 1, rank, moment_bits, low_rank, weight_bits, step_positives) if replica else None
         )
-        # the MLP on the shards (a --dense-codec): its gradient sum and samples waiting for the gate
-        self._waiting: tuple[npt.NDArray[np.float32], int] | None = None
+        # the MLP on the shards (a --dense-codec): its gradient sum waiting for the gate
+        self._waiting: npt.NDArray[np.float32] | None = None
         self._written: npt.NDArray[np.float64] | None = None  # the MLP rows prepare() wrote to a new table
 
     def prepare(self, client: PSClient) -> None:
@@ -91,12 +91,7 @@ class DeepModel:
         if self.replica is not None:
             self.replica.write_to(client)
         else:
-            if self._waiting is not None:  # the cut holds every sample trained
-                grad, samples = self._waiting
-                self._waiting = None
-                self.gate.reset()
-                self.dense.push(client, grad / samples, samples)
-                metrics.MLP_STEPS.inc()
+            self._push_waiting(client)  # the cut holds every sample trained
             self.dense.flush(client)
 
     def mlp_for_export(self) -> dict[str, npt.NDArray[np.float32]] | None:
@@ -108,8 +103,7 @@ class DeepModel:
 
     def reset(self) -> None:
         self.dense = self._dense_sync()
-        self._waiting = None
-        self.gate.reset()
+        self._forget_waiting()
 
     def state(self, client: PSClient) -> dict[str, Any]:
         """What a cut records of this worker's model: what a compressed MLP sync holds, or
@@ -124,9 +118,8 @@ class DeepModel:
 
     def take_up(self, client: PSClient, state: dict[str, Any]) -> None:
         written, self._written = self._written, None
-        self._waiting = None  # of samples after the cut taken up: they are trained again
-        self.gate.reset()
         if self.replica is None:
+            self._forget_waiting()  # of samples after the cut taken up: they are trained again
             self.dense.take_up(client, dict(state.get("dense_sync") or {}))
             return
         if written is not None:
@@ -277,12 +270,18 @@ class DeepModel:
         hold step_positives of each label (the gate, as for the replica)."""
         if samples <= 0:
             return
-        waiting, self._waiting = self._waiting, None
-        total = samples
+        self._waiting = grad if self._waiting is None else self._waiting + grad
+        if self.gate.add(samples, positives):
+            self._push_waiting(client)
+
+    def _push_waiting(self, client: PSClient) -> None:
+        """The waiting gradient sum goes to the shards as one step on its mean."""
+        waiting, samples = self._waiting, self.gate.samples
+        self._forget_waiting()
         if waiting is not None:
-            grad, total = grad + waiting[0], total + waiting[1]
-        if not self.gate.add(samples, positives):
-            self._waiting = (grad, total)
-            return
-        self.dense.push(client, grad / total, total)
-        metrics.MLP_STEPS.inc()
+            self.dense.push(client, waiting / samples, samples)
+            metrics.MLP_STEPS.inc()
+
+    def _forget_waiting(self) -> None:
+        self._waiting = None
+        self.gate.reset()

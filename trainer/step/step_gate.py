@@ -24,11 +24,11 @@ class StepGate:
         self._warn_at = WARN_FROM
 
     def add(self, samples: int, positives: float) -> bool:
-        """Counts a batch (or a round); True when the step is due (the count starts over)."""
+        """Counts a batch (or a round); True when the step is due (the caller steps on
+        every sample counted, then resets)."""
         self.samples += samples
         self.positives += positives
         if min(self.positives, self.samples - self.positives) >= self.need:
-            self.reset()
             return True
         metrics.MLP_WAITING_SAMPLES.set(self.samples)
         if self.samples >= self._warn_at:

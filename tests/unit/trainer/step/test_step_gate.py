@@ -6,21 +6,26 @@ from __future__ import annotations
 import logging
 
 import pytest
+from prometheus_client import REGISTRY
 
-from trainer import metrics
 from trainer.step.step_gate import WARN_FROM, StepGate
 
 
-def test_a_step_is_due_once_both_labels_reach_the_threshold_and_the_count_starts_over():
+def _waiting_gauge() -> float | None:
+    return REGISTRY.get_sample_value("boundless_trainer_mlp_waiting_samples")
+
+
+def test_a_step_is_due_once_both_labels_reach_the_threshold_and_the_count_starts_over_at_the_reset():
     gate = StepGate(4)
     assert not gate.add(10, 3.0)  # 3 positives
-    assert metrics.MLP_WAITING_SAMPLES._value.get() == 10
+    assert _waiting_gauge() == 10
     assert not gate.add(2, 0.0)  # 3 positives, 9 negatives
     assert gate.add(1, 1.0)  # 4 and 9: due
-    assert gate.samples == 0
+    assert (gate.samples, gate.positives) == (13, 4.0)  # what the step is on
+    gate.reset()
+    assert (gate.samples, gate.positives) == (0, 0.0) and _waiting_gauge() == 0
     assert not gate.add(4, 4.0)  # 4 positives, no negatives
     assert gate.add(4, 0.0)  # 4 and 4
-    assert (gate.samples, gate.positives) == (0, 0.0) and metrics.MLP_WAITING_SAMPLES._value.get() == 0
 
 
 def test_zero_makes_every_batch_a_step():
