@@ -113,7 +113,7 @@ def main() -> None:
             for model in args.models.split(","):
                 runs: dict[str, list[dict[str, float] | None]] = {"boundless": [], "deepctr-torch": [], "torchrec": []}
                 for _ in range(args.reps):
-                    runs["boundless"].append(boundless(stream, DATASETS[name].preset, len(labels), model, args.device, work))
+                    runs["boundless"].append(boundless(stream, ds.preset, len(labels), model, args.device, work))
                     for seed in range(args.peer_seeds):
                         runs["deepctr-torch"].append(peer("run_deepctr.py", str(npz), K, HIDDEN, model, seed=seed))
                         runs["torchrec"].append(peer("run_torchrec.py", str(npz), model, K, HIDDEN, seed=seed))
