@@ -36,6 +36,7 @@ from ps.compression.payload import VALUE_CODECS
 from trainer.config import ENV_PREFIX, HELP_EXAMPLES, HELP_GROUPS, TrainerConfig
 from trainer.input.bad_input import BadInput, message, too_bad
 from trainer.input.source import Position, Source, open_source
+from trainer.run.agreement import group_settings, shards_verdict
 from trainer.run.exporter import Exporter
 from trainer.run.loop import LoopSettings, Trainer, merged_wire
 from trainer.run.progress_log import ProgressLog
@@ -374,7 +375,26 @@ def form_group(conf: TrainerConfig) -> Group | None:
     require("torch")  # the group is torch.distributed's
     from trainer.run.group import Group
 
-    return Group(rv)
+    try:
+        return Group(rv, group_settings(conf, rv.world))
+    except GroupLost as e:  # rank 0 or a rank it waited for went away before the group formed
+        logging.getLogger("trainer").error("rank %d: %s; exiting with %d to be started again", rv.rank, e, EXIT_RESTART)
+        raise SystemExit(EXIT_RESTART) from None
+
+
+def check_same_shards(conf: TrainerConfig, group: Group, statuses: list[ShardStatus]) -> None:
+    """Every rank reaches the shard processes rank 0 reaches (by their incarnations, so that
+    hosts may name them differently): a rank pointed at another PS would push into a model
+    nobody exports. A shard that restarted between the ranks' looks restarts the group."""
+    seen = group.gather((addresses_of(conf), [st.incarnation for st in statuses]))
+    verdict = group.broadcast(shards_verdict(seen) if seen is not None else None)
+    if verdict == "restarted":
+        logging.getLogger("trainer").error(
+            "rank %d: a PS shard restarted while the ranks met; exiting with %d to be started again", group.rank, EXIT_RESTART
+        )
+        raise SystemExit(EXIT_RESTART)
+    if verdict != "same":
+        raise cfg.ConfigError(verdict)
 
 
 def _part(point: CutPoint, rank: int) -> CutPoint:
@@ -418,6 +438,8 @@ def train_run(
     statuses = client.control.status()
     if not conf.local:
         check_shard_list(conf, statuses)
+    if group is not None:
+        check_same_shards(conf, group, statuses)
     planned = planned_point(statuses, conf.ps_access.from_start)  # read only: nothing changes before the model is named
     check_ranks(planned, world)  # where the cut is known before the restore; after it, below
 

@@ -43,14 +43,18 @@ def _port() -> int:
         return int(s.getsockname()[1])
 
 
-def _ranks(folder: Path, shards: list[Daemon], work: Path, *extra: str, tag: str = "") -> list[subprocess.Popen[str]]:
-    """Two ranks, each its own process with no flag but its rank naming the other."""
+def _ranks(
+    folder: Path, shards: list[Daemon], work: Path, *extra: str, tag: str = "", rank1: tuple[str, ...] = ()
+) -> list[subprocess.Popen[str]]:
+    """Two ranks, each its own process with no flag but its rank naming the other (rank1:
+    flags of rank 1 alone, after the rest, so they override them)."""
     master = f"127.0.0.1:{_port()}"
     procs = []
     for rank in range(2):
         cmd = [sys.executable, "-m", "boundless", "train", "--source", str(folder), "--no-follow", "--metrics-port", "-1"]
         cmd += ["--ps", ",".join(s.address for s in shards), "--rank", str(rank), "--world-size", "2", "--master", master]
         cmd += ["--batch-size", "2048", "--checkpoint-interval-s", "0.3", "--metrics-out", str(work / f"r{rank}.json"), *extra]
+        cmd += list(rank1) if rank == 1 else []
         log = open(work / f"rank{rank}{tag}.log", "w")  # noqa: SIM115 - closed with the process
         procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, text=True))
     return procs
@@ -160,6 +164,40 @@ def test_a_group_that_cannot_work_is_refused(data_dir, tmp_path, flags, message)
     ]
     proc = subprocess.run([*cmd, *flags], capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize(
+    ("rank1", "message"),
+    [
+        (("--model", "ffm"), "--model ffm (rank 0: fm)"),
+        (("--world-size", "3"), "--world-size 3 (rank 0: 2)"),  # alone, rank 0 would wait for rank 2 until the timeout
+        (
+            ("--batch-size", "256", "--push-codec", "onebit"),
+            "--batch-size 256 (rank 0: 2048); --push-codec onebit (rank 0: auto)",
+        ),
+        (("--ps", "OTHER"), "--ps: rank 1 reaches other shard processes"),
+    ],
+)
+def test_ranks_started_with_other_settings_are_refused_before_anything_changes(data_dir, tmp_path, rank1, message):
+    """Ranks on several hosts are started one by one, each with its own flags: one that
+    differs from rank 0 in what they must share ends every rank with a configuration error
+    (exit 2, not the restart code: starting them again would not mend it) that names the
+    flag, before any shard changes."""
+    _folder(data_dir, tmp_path / "stream", 1)
+    shards = _shards(tmp_path)
+    (tmp_path / "other").mkdir()
+    other = _shards(tmp_path / "other") if rank1[0] == "--ps" else []
+    rank1 = ("--ps", ",".join(s.address for s in other)) if other else rank1
+    try:
+        procs = _ranks(tmp_path / "stream", shards, tmp_path, "--model", "fm", rank1=rank1)
+        assert _wait(procs, 120) == [2, 2], _log(tmp_path, 0)[-2000:] + _log(tmp_path, 1)[-2000:]
+        for rank in range(2):
+            log = _log(tmp_path, rank)
+            assert message in log and "Traceback" not in log, log[-2000:]
+        assert _samples(shards) == set() and not (tmp_path / "r0.json").exists()
+    finally:
+        for s in shards + other:
+            s.stop()
 
 
 def test_sigterm_to_one_rank_stops_every_rank_at_one_boundary_and_a_restart_trains_the_rest(data_dir, tmp_path):

@@ -4,8 +4,9 @@ GETs from the offset a checkpoint recorded; `.parquet` objects are read a row gr
 time through pyarrow's S3 file system and rendered as text (trainer.input.parquet_text).
 
 The prefix's contract mirrors the folder's (docs/design/folder-source.md): the objects whose
-base names match `--source-pattern` and none of `--source-ignore`, in key order; worker i of
-W reads objects i, i+W, ... of that order. An object is known by its key and ETag: S3 objects
+base names match `--source-pattern` and none of `--source-ignore`, in key order; a rank of a
+group reads its share of them (trainer.input.file_split: by key hash where followed, else
+objects i, i+W, ... of that order). An object is known by its key and ETag: S3 objects
 do not grow, so an object is finished once read to its end, and a key that comes back with
 another ETag (overwritten) is read as the new object it is. With --follow the prefix is
 listed again every poll for new keys. A checkpoint's position is the object's URI and the
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ctr.runtime.extras import require
+from trainer.input.file_split import share
 from trainer.input.parquet_text import ParquetText, is_parquet
 from trainer.input.source import BLOCK_BYTES, Block, Position, StreamSource
 
@@ -102,8 +104,8 @@ class S3PrefixSource(StreamSource):
         return found
 
     def _mine(self) -> list[S3Object]:
-        index, count = self.part
-        return self._all_objects()[index::count]
+        objects = self._all_objects()
+        return share(objects, [o.key for o in objects], self.part, self.follow)
 
     def peek(self, max_lines: int = 2000, max_bytes: int = 4 << 20, timeout_s: float = 0.0) -> list[str]:
         """The first object's first lines, waiting up to timeout_s for one to land."""

@@ -31,6 +31,7 @@ from typing import BinaryIO, Protocol
 import numpy as np
 
 from trainer.config import DEFAULT_IGNORE
+from trainer.input.file_split import share
 from trainer.input.parquet_text import ParquetText, is_parquet
 
 BLOCK_BYTES = 1 << 20
@@ -132,8 +133,8 @@ class StreamSource:
         self.ignore = ignore
         self._read_ids: dict[int, tuple[str, bytes]] = {}  # inodes of files read to their end: name then, head digest
         self._inodes: dict[str, int] = {}  # a folder's files' inodes, from its listing
-        # worker i of W reads the folder's files i, i+W, i+2W... in name order; files land
-        # in name order (rolling names), so each file keeps its owner as the folder grows
+        # rank i of W reads its share of the folder's files (trainer.input.file_split): by
+        # their names' hash when followed, so files rolling away move no other file
         self.part = part
         self.follow = follow
         self.poll_s = poll_s
@@ -165,8 +166,8 @@ class StreamSource:
 
     def _files(self) -> list[Path]:
         """This worker's files."""
-        index, count = self.part
-        return self._all_files()[index::count]
+        files = self._all_files()
+        return share(files, [f.name for f in files], self.part, self.follow)
 
     def peek(self, max_lines: int = 2000, max_bytes: int = 4 << 20, timeout_s: float = 0.0) -> list[str]:
         """The first lines of the stream, without consuming them: the first file's head,

@@ -24,11 +24,12 @@ Importing this module imports torch."""
 
 from __future__ import annotations
 
+import json
 import logging
 import pickle
 import socket
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Protocol
@@ -36,6 +37,8 @@ from typing import Any, Protocol
 import torch
 import torch.distributed as dist
 
+from ctr.runtime.config import ConfigError
+from trainer.run.agreement import disagreement_message, disagreements
 from trainer.run.rendezvous import GroupLost, Rendezvous
 
 log = logging.getLogger("trainer")
@@ -48,6 +51,10 @@ class Ledger(Protocol):
     def count(self, table: str, kind: str, sent: int, received: int) -> None: ...
 
 
+AGREE_KEY = "boundless/settings"  # the rendezvous store's key of each rank's settings, /RANK
+VERDICT_KEY = "boundless/verdict"  # rank 0's: "" where every rank agrees, else why not
+READ_KEY = "boundless/read"  # /RANK: that rank has its answer (rank 0 may then go)
+REFUSAL_WAIT_S = 10.0  # how long a refusing rank 0 keeps the store up for the others to read why
 NCCL_TIMEOUT_S = 300.0  # a dense all-reduce that waits this long for a rank gives up (after the round's gloo words passed)
 
 
@@ -69,16 +76,21 @@ class Round:
 
 
 class Group:
-    def __init__(self, rv: Rendezvous, timeout_s: float = 1800.0) -> None:
+    def __init__(self, rv: Rendezvous, settings: dict[str, str] | None = None, timeout_s: float = 1800.0) -> None:
+        """settings: what every rank must share (trainer.run.agreement), compared with rank
+        0's before the group forms; ConfigError on every rank where one differs."""
         self.rank, self.world = rv.rank, rv.world
         log.info("rank %d of %d: meeting at %s:%d", rv.rank, rv.world, rv.host, rv.port)
-        dist.init_process_group(
-            "gloo",
-            init_method=f"tcp://{rv.host}:{rv.port}",
-            rank=rv.rank,
-            world_size=rv.world,
-            timeout=timedelta(seconds=timeout_s),
-        )
+        timeout = timedelta(seconds=timeout_s)
+        with _collective():
+            # rank 0 hosts the rendezvous store, as init_method tcp:// would; it is made here
+            # so that the ranks compare their settings through it first: a rank started with
+            # another --world-size would otherwise leave the rest waiting in their first
+            # collective until the timeout
+            store = dist.TCPStore(rv.host, rv.port, is_master=rv.leader, timeout=timeout, wait_for_workers=False)
+            if settings is not None:
+                _agree(store, rv, settings)
+            dist.init_process_group("gloo", store=store, rank=rv.rank, world_size=rv.world, timeout=timeout)
         self.pg = dist.group.WORLD
         self.dense_pg: Any = None  # the NCCL group of the MLP's gradients, when place_dense chose it
         self.ledger: Ledger | None = None  # where the collectives' bytes are counted (the trainer's)
@@ -165,6 +177,37 @@ class Group:
     def close(self) -> None:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def _agree(store: dist.Store, rv: Rendezvous, settings: dict[str, str]) -> None:
+    """Every rank posts its settings; rank 0 compares each rank's with its own as they come
+    and posts the verdict; every other rank compares its own with rank 0's (a rank past
+    rank 0's --world-size is never read by it), waits for the verdict and says it read it:
+    rank 0 hosts the store, so it stays until then (or a few seconds) when it refuses."""
+    store.set(f"{AGREE_KEY}/{rv.rank}", json.dumps(settings))
+    if rv.leader:
+        refused = ""
+        for r in range(1, rv.world):
+            store.wait([f"{AGREE_KEY}/{r}"])
+            found = disagreements(settings, json.loads(store.get(f"{AGREE_KEY}/{r}")))
+            if found:
+                refused = disagreement_message(r, found)
+                break
+        store.set(VERDICT_KEY, refused)
+        if refused:
+            with suppress(RuntimeError):  # a rank that never came, or went: nothing to wait for
+                store.wait([f"{READ_KEY}/{r}" for r in range(1, rv.world)], timedelta(seconds=REFUSAL_WAIT_S))
+    else:
+        store.wait([f"{AGREE_KEY}/0"])
+        found = disagreements(json.loads(store.get(f"{AGREE_KEY}/0")), settings)
+        if found:
+            store.set(f"{READ_KEY}/{rv.rank}", "")
+            raise ConfigError(disagreement_message(rv.rank, found))
+        store.wait([VERDICT_KEY])
+        refused = store.get(VERDICT_KEY).decode()
+        store.set(f"{READ_KEY}/{rv.rank}", "")
+    if refused:
+        raise ConfigError(refused)
 
 
 def _pickled(obj: Any) -> int:

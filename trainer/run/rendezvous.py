@@ -24,6 +24,10 @@ class Rendezvous:
     host: str
     port: int
 
+    @property
+    def leader(self) -> bool:
+        return self.rank == 0
+
 
 def rendezvous(rank: int, world_size: int, master: str, environ: Mapping[str, str]) -> Rendezvous:
     """The flags, else the environment; a single process (world 1) when neither names a group."""
