@@ -397,6 +397,19 @@ def check_same_shards(conf: TrainerConfig, group: Group, statuses: list[ShardSta
         raise cfg.ConfigError(verdict)
 
 
+def whole_stream(conf: TrainerConfig, stop: threading.Event) -> Source:
+    """The stream unsplit, for rank 0 to peek at its first lines: a followed folder's files
+    go to ranks by their names' hash, so rank 0's own share may hold none yet (and a
+    topic's partition 0, rank 0's, may be empty where others are not)."""
+    return open_source(
+        conf.input.source,
+        conf.input.follows(),
+        stop=stop.is_set,
+        pattern=conf.input.source_pattern,
+        ignore=conf.input.ignored_names(),
+    )
+
+
 def _part(point: CutPoint, rank: int) -> CutPoint:
     """Where rank `rank` takes up: its part of a cut the ranks took together (at cut 0, the
     start of its share of the stream)."""
@@ -459,7 +472,7 @@ def train_run(
     except ValueError as e:
         raise cfg.ConfigError(str(e)) from None
     if lead:
-        schema, fields = resolve(conf, schema, source)
+        schema, fields = resolve(conf, schema, whole_stream(conf, stop) if world > 1 and conf.input.splits() else source)
     if group is not None:  # every rank trains the field list rank 0 resolved
         schema, fields = group.broadcast((schema, fields) if lead else None)
     spec = model_spec(conf, tuple(fields.names))

@@ -17,6 +17,7 @@ import pytest
 
 from boundless.processes import Daemon, start
 from tests.support import wait_for_text
+from trainer.input.file_split import owner_of
 from trainer.run.rendezvous import EXIT_RESTART
 
 
@@ -197,6 +198,29 @@ def test_ranks_started_with_other_settings_are_refused_before_anything_changes(d
         assert _samples(shards) == set() and not (tmp_path / "r0.json").exists()
     finally:
         for s in shards + other:
+            s.stop()
+
+
+def test_a_followed_folder_whose_files_are_all_rank_1s_trains_and_rank_0_resolves_the_fields(data_dir, tmp_path):
+    """A followed folder's files go to ranks by their names' hash (trainer.input.file_split):
+    here every one hashes to rank 1, so rank 0 reads the field list FFM needs from the
+    folder as a whole, not from its own share, which holds nothing."""
+    lines = (data_dir / "frappe/frappe.validation.libfm").read_text().splitlines()[:3000]
+    folder = tmp_path / "stream"
+    folder.mkdir()
+    names = ["f00.txt", "f01.txt", "f02.txt"]
+    assert [owner_of(n, 2) for n in names] == [1, 1, 1]
+    for i, name in enumerate(names):
+        (folder / name).write_text("\n".join(lines[i * 1000 : (i + 1) * 1000]) + "\n")
+    shards = _shards(tmp_path)
+    try:
+        procs = _ranks(folder, shards, tmp_path, "--model", "ffm", "--follow", "--idle-exit-s", "2", "--peek-timeout-s", "10")
+        assert _wait(procs, 180) == [0, 0], _log(tmp_path, 0)[-2000:]
+        result = json.loads((tmp_path / "r0.json").read_text())
+        assert result["samples"] == 3000 and result["rank_samples"] == [0, 3000]
+        assert "model ffm, 10 fields" in _log(tmp_path, 0)
+    finally:
+        for s in shards:
             s.stop()
 
 

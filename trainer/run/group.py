@@ -82,12 +82,15 @@ class Group:
         self.rank, self.world = rv.rank, rv.world
         log.info("rank %d of %d: meeting at %s:%d", rv.rank, rv.world, rv.host, rv.port)
         timeout = timedelta(seconds=timeout_s)
-        with _collective():
-            # rank 0 hosts the rendezvous store, as init_method tcp:// would; it is made here
-            # so that the ranks compare their settings through it first: a rank started with
-            # another --world-size would otherwise leave the rest waiting in their first
-            # collective until the timeout
+        # rank 0 hosts the rendezvous store, as init_method tcp:// would; it is made here so
+        # that the ranks compare their settings through it first: a rank started with another
+        # --world-size would otherwise leave the rest waiting in their first collective
+        try:
             store = dist.TCPStore(rv.host, rv.port, is_master=rv.leader, timeout=timeout, wait_for_workers=False)
+        except RuntimeError as e:  # a port taken on rank 0's host, or no rank 0 within the timeout
+            where = "cannot listen at" if rv.leader else "found no rank 0 at"
+            raise GroupLost(f"{where} {rv.host}:{rv.port}, where the ranks meet: {_first_line(e)}") from None
+        with _collective():
             if settings is not None:
                 _agree(store, rv, settings)
             dist.init_process_group("gloo", store=store, rank=rv.rank, world_size=rv.world, timeout=timeout)
@@ -208,6 +211,11 @@ def _agree(store: dist.Store, rv: Rendezvous, settings: dict[str, str]) -> None:
         store.set(f"{READ_KEY}/{rv.rank}", "")
     if refused:
         raise ConfigError(refused)
+
+
+def _first_line(e: BaseException) -> str:
+    """An error's first line: torch's carry a C++ stack after it."""
+    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
 
 
 def _pickled(obj: Any) -> int:
