@@ -35,8 +35,8 @@ from ps.compression.compressor import parse_codec
 from ps.compression.payload import VALUE_CODECS
 from trainer.config import ENV_PREFIX, HELP_EXAMPLES, HELP_GROUPS, TrainerConfig
 from trainer.input.bad_input import BadInput, message, too_bad
-from trainer.input.source import Position, Source, open_source
-from trainer.run.agreement import group_settings, shards_verdict
+from trainer.input.source import Position, Source, StreamSource, open_source
+from trainer.run.agreement import folders_verdict, group_settings, shards_verdict
 from trainer.run.exporter import Exporter
 from trainer.run.loop import LoopSettings, Trainer, merged_wire
 from trainer.run.progress_log import ProgressLog
@@ -397,6 +397,16 @@ def check_same_shards(conf: TrainerConfig, group: Group, statuses: list[ShardSta
         raise cfg.ConfigError(verdict)
 
 
+def check_same_folder(conf: TrainerConfig, group: Group, whole: Source) -> None:
+    """Every rank follows the one folder rank 0 does (trainer.run.agreement.folders_verdict):
+    compared by the names of its files, as its path may be another on each host."""
+    names = whole.names() if isinstance(whole, StreamSource) else []
+    seen = group.gather(names)
+    verdict = group.broadcast(folders_verdict(seen) if seen is not None else None)
+    if verdict:
+        raise cfg.ConfigError(verdict)
+
+
 def whole_stream(conf: TrainerConfig, stop: threading.Event) -> Source:
     """The stream unsplit, for rank 0 to peek at its first lines: a followed folder's files
     go to ranks by their names' hash, so rank 0's own share may hold none yet (and a
@@ -471,8 +481,11 @@ def train_run(
         source = reopen(_part(planned, rank).position)
     except ValueError as e:
         raise cfg.ConfigError(str(e)) from None
+    whole = whole_stream(conf, stop) if group is not None and conf.input.splits() else source
+    if group is not None and conf.input.splits() and not conf.input.source.startswith(("kafka://", "s3://")):
+        check_same_folder(conf, group, whole)
     if lead:
-        schema, fields = resolve(conf, schema, whole_stream(conf, stop) if world > 1 and conf.input.splits() else source)
+        schema, fields = resolve(conf, schema, whole)
     if group is not None:  # every rank trains the field list rank 0 resolved
         schema, fields = group.broadcast((schema, fields) if lead else None)
     spec = model_spec(conf, tuple(fields.names))

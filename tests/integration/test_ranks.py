@@ -177,6 +177,7 @@ def test_a_group_that_cannot_work_is_refused(data_dir, tmp_path, flags, message)
             "--batch-size 256 (rank 0: 2048); --push-codec onebit (rank 0: auto)",
         ),
         (("--ps", "OTHER"), "--ps: rank 1 reaches other shard processes"),
+        (("--source", "OTHER"), "--source: rank 1's folder holds 1 file and rank 0's 4 files, and no name is in both"),
     ],
 )
 def test_ranks_started_with_other_settings_are_refused_before_anything_changes(data_dir, tmp_path, rank1, message):
@@ -189,6 +190,10 @@ def test_ranks_started_with_other_settings_are_refused_before_anything_changes(d
     (tmp_path / "other").mkdir()
     other = _shards(tmp_path / "other") if rank1[0] == "--ps" else []
     rank1 = ("--ps", ",".join(s.address for s in other)) if other else rank1
+    if rank1[0] == "--source":  # a folder of the host's own, not the shared one
+        (tmp_path / "own").mkdir()
+        (tmp_path / "own" / "local.libfm").write_text((tmp_path / "stream" / "part0.libfm").read_text())
+        rank1 = ("--source", str(tmp_path / "own"))
     try:
         procs = _ranks(tmp_path / "stream", shards, tmp_path, "--model", "fm", rank1=rank1)
         assert _wait(procs, 120) == [2, 2], _log(tmp_path, 0)[-2000:] + _log(tmp_path, 1)[-2000:]

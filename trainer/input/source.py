@@ -146,6 +146,10 @@ class StreamSource:
         # reader replays its parsed batches from the batch cache)
         self.cached: Callable[[str], bool] | None = None
 
+    def names(self) -> list[str]:
+        """The names of every file the folder's contract reads now, every rank's share."""
+        return [f.name for f in self._all_files()] if Path(self.source).is_dir() else []
+
     def _all_files(self) -> list[Path]:
         p = Path(self.source)
         if not p.is_dir():

@@ -91,3 +91,24 @@ def shards_verdict(seen: Sequence[tuple[Sequence[str], Sequence[int]]]) -> str:
             )
         restarted = True
     return "restarted" if restarted else "same"
+
+
+def folders_verdict(seen: Sequence[Sequence[str]]) -> str:
+    """ "" where the ranks' folders can be one shared folder, from each rank's listing in rank
+    order; else why not. The ranks split one folder's files, so a rank whose folder shares
+    no file name with rank 0's (one of them not empty) reads another folder, a host's own or
+    one not mounted: the files the split gives to the other ranks would never be read."""
+    lead = set(seen[0])
+    for r, names in enumerate(seen[1:], 1):
+        if (names or lead) and not lead.intersection(names):
+            return (
+                f"--source: rank {r}'s folder holds {_files(len(names))} and rank 0's {_files(len(lead))}, and no name"
+                " is in both: the ranks split one shared folder's files between them (each its share), so on folders of their own"
+                " every rank would leave the files that fall to the others unread; mount the same folder on every"
+                " host, or use a topic or an s3:// prefix"
+            )
+    return ""
+
+
+def _files(n: int) -> str:
+    return f"{n} file" if n == 1 else f"{n} files"

@@ -11,7 +11,7 @@ import pytest
 from boundless.cli import build_parser
 from ctr.runtime import config as cfg
 from trainer.config import ENV_PREFIX, TrainerConfig
-from trainer.run.agreement import disagreement_message, disagreements, group_settings, shards_verdict
+from trainer.run.agreement import disagreement_message, disagreements, folders_verdict, group_settings, shards_verdict
 
 PS = ("--ps", "10.0.0.1:7000,10.0.0.2:7000")
 
@@ -79,3 +79,11 @@ def test_ranks_reach_rank_0s_shards_by_their_processes_not_their_names():
     assert shards_verdict([lead, (lead[0], [11, 13])]) == "restarted"  # shard 1 restarted between the looks
     verdict = shards_verdict([lead, (lead[0], [11, 12]), (["10.9.0.1:7000", "10.9.0.2:7000"], [21, 22])])
     assert verdict.startswith("--ps: rank 2 reaches other shard processes (10.9.0.1:7000,10.9.0.2:7000) than rank 0")
+
+
+def test_ranks_on_folders_that_share_no_file_are_refused():
+    shared = ["a.txt", "b.txt", "c.txt"]
+    assert folders_verdict([shared, shared[1:] + ["d.txt"]]) == ""  # one folder, listed a moment apart
+    assert folders_verdict([[], []]) == ""  # nothing landed yet
+    assert folders_verdict([shared, ["x.txt"]]).startswith("--source: rank 1's folder holds 1 file and rank 0's 3")
+    assert folders_verdict([shared, shared, []]).startswith("--source: rank 2's folder holds 0 files")  # not mounted
