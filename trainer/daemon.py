@@ -408,9 +408,9 @@ def check_same_folder(conf: TrainerConfig, group: Group, whole: Source) -> None:
 
 
 def whole_stream(conf: TrainerConfig, stop: threading.Event) -> Source:
-    """The stream unsplit, for rank 0 to peek at its first lines: a followed folder's files
-    go to ranks by their names' hash, so rank 0's own share may hold none yet (and a
-    topic's partition 0, rank 0's, may be empty where others are not)."""
+    """A folder or prefix unsplit, for rank 0 to peek at its first lines and every rank to
+    list it: a followed folder's files go to ranks by their names' hash, so rank 0's own
+    share may hold none yet."""
     return open_source(
         conf.input.source,
         conf.input.follows(),
@@ -481,11 +481,16 @@ def train_run(
         source = reopen(_part(planned, rank).position)
     except ValueError as e:
         raise cfg.ConfigError(str(e)) from None
-    whole = whole_stream(conf, stop) if group is not None and conf.input.splits() else source
-    if group is not None and conf.input.splits() and not conf.input.source.startswith(("kafka://", "s3://")):
+    # a split folder or prefix, seen whole: rank 0's hashed share may hold no file yet (a
+    # topic's partition 0 is always rank 0's)
+    files = group is not None and conf.input.splits() and not conf.input.source.startswith("kafka://")
+    whole = whole_stream(conf, stop) if files and (lead or not conf.input.source.startswith("s3://")) else source
+    if group is not None and files and not conf.input.source.startswith("s3://"):  # a prefix: by its URL
         check_same_folder(conf, group, whole)
     if lead:
         schema, fields = resolve(conf, schema, whole)
+    if whole is not source and hasattr(whole, "close"):
+        whole.close()
     if group is not None:  # every rank trains the field list rank 0 resolved
         schema, fields = group.broadcast((schema, fields) if lead else None)
     spec = model_spec(conf, tuple(fields.names))
