@@ -299,6 +299,10 @@ class PSAccessSettings:
         },
     )
 
+    def addresses(self) -> list[str]:
+        """--ps as its shard addresses, in shard order (['local'] for in-process shards)."""
+        return [a.strip() for a in self.ps.split(",") if a.strip()]
+
 
 @dataclass(frozen=True)
 class ExportSettings:

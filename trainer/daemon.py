@@ -164,7 +164,7 @@ def keeps_pulled_rows(conf: TrainerConfig) -> bool:
 
 
 def addresses_of(conf: TrainerConfig) -> list[str]:
-    return [a.strip() for a in conf.ps_access.ps.split(",") if a.strip()]
+    return conf.ps_access.addresses()
 
 
 # `--pull-codec auto` where several ranks write the rows (docs/design/auto-codec.md): bf16 in
@@ -397,27 +397,14 @@ def check_same_shards(conf: TrainerConfig, group: Group, statuses: list[ShardSta
         raise cfg.ConfigError(verdict)
 
 
-def check_same_folder(conf: TrainerConfig, group: Group, whole: Source) -> None:
+def check_same_folder(group: Group, source: Source) -> None:
     """Every rank follows the one folder rank 0 does (trainer.run.agreement.folders_verdict):
     compared by the names of its files, as its path may be another on each host."""
-    names = whole.names() if isinstance(whole, StreamSource) else []
+    names = source.names() if isinstance(source, StreamSource) else []
     seen = group.gather(names)
     verdict = group.broadcast(folders_verdict(seen) if seen is not None else None)
     if verdict:
         raise cfg.ConfigError(verdict)
-
-
-def whole_stream(conf: TrainerConfig, stop: threading.Event) -> Source:
-    """A folder or prefix unsplit, for rank 0 to peek at its first lines and every rank to
-    list it: a followed folder's files go to ranks by their names' hash, so rank 0's own
-    share may hold none yet."""
-    return open_source(
-        conf.input.source,
-        conf.input.follows(),
-        stop=stop.is_set,
-        pattern=conf.input.source_pattern,
-        ignore=conf.input.ignored_names(),
-    )
 
 
 def _part(point: CutPoint, rank: int) -> CutPoint:
@@ -481,16 +468,10 @@ def train_run(
         source = reopen(_part(planned, rank).position)
     except ValueError as e:
         raise cfg.ConfigError(str(e)) from None
-    # a split folder or prefix, seen whole: rank 0's hashed share may hold no file yet (a
-    # topic's partition 0 is always rank 0's)
-    files = group is not None and conf.input.splits() and not conf.input.source.startswith("kafka://")
-    whole = whole_stream(conf, stop) if files and (lead or not conf.input.source.startswith("s3://")) else source
-    if group is not None and files and not conf.input.source.startswith("s3://"):  # a prefix: by its URL
-        check_same_folder(conf, group, whole)
-    if lead:
-        schema, fields = resolve(conf, schema, whole)
-    if whole is not source and hasattr(whole, "close"):
-        whole.close()
+    if group is not None and conf.input.splits() and not conf.input.source.startswith(("kafka://", "s3://")):
+        check_same_folder(group, source)  # a topic or a prefix is one by its URL (group_settings)
+    if lead:  # the peek sees the whole folder or prefix, whichever rank's share its first file is
+        schema, fields = resolve(conf, schema, source)
     if group is not None:  # every rank trains the field list rank 0 resolved
         schema, fields = group.broadcast((schema, fields) if lead else None)
     spec = model_spec(conf, tuple(fields.names))

@@ -144,7 +144,7 @@ def supervise(conf: TrainerConfig) -> int:
         served = client.serve_local()
         addresses = list(served.addresses)
     else:
-        addresses = [a.strip() for a in conf.ps_access.ps.split(",") if a.strip()]
+        addresses = conf.ps_access.addresses()
     try:
         return _run(conf, ctx, addresses, stop, log)
     finally:

@@ -108,10 +108,11 @@ class S3PrefixSource(StreamSource):
         return share(objects, [o.key for o in objects], self.part, self.follow)
 
     def peek(self, max_lines: int = 2000, max_bytes: int = 4 << 20, timeout_s: float = 0.0) -> list[str]:
-        """The first object's first lines, waiting up to timeout_s for one to land."""
+        """The first object's first lines, waiting up to timeout_s for one to land: the
+        prefix's first, whichever rank's share it is (as a folder's, StreamSource.peek)."""
         deadline = time.monotonic() + timeout_s
         while True:
-            objects = [o for o in self._mine() if o.size > 0]
+            objects = [o for o in self._all_objects() if o.size > 0]
             if objects:
                 first = objects[0]
                 if is_parquet(first.key):

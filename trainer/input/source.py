@@ -175,12 +175,15 @@ class StreamSource:
 
     def peek(self, max_lines: int = 2000, max_bytes: int = 4 << 20, timeout_s: float = 0.0) -> list[str]:
         """The first lines of the stream, without consuming them: the first file's head,
-        waiting up to timeout_s for one to land. Empty for stdin, which cannot be re-read."""
+        waiting up to timeout_s for one to land. Empty for stdin, which cannot be re-read.
+        The folder's first file, whichever rank's share it is: a followed folder's files go
+        to ranks by their names' hash, so rank 0's, which resolves the field list for every
+        rank, may hold none yet."""
         if self.source == "-":
             return []
         deadline = time.monotonic() + timeout_s
         while True:
-            files = self._files() if Path(self.source).exists() else []
+            files = self._all_files() if Path(self.source).exists() else []
             if files and files[0].stat().st_size > 0:
                 if is_parquet(str(files[0])):
                     with ParquetText(files[0]) as rendered:

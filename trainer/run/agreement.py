@@ -34,7 +34,7 @@ def group_settings(conf: TrainerConfig, world: int) -> dict[str, str]:
     for section, names in ((conf.learner, LEARNER), (conf.parallel, PARALLEL), (conf.ps_access, PS_ACCESS)):
         out.update({flag(n): str(getattr(section, n)) for n in names})
     inp = conf.input
-    out["--ps"] = f"{len([a for a in conf.ps_access.ps.split(',') if a.strip()])} shards"
+    out["--ps"] = f"{len(conf.ps_access.addresses())} shards"
     out["--model-name"] = conf.export.model_name
     out["--export-drain"] = str(conf.export.export_drain)
     out["--window"] = str(conf.progress.window)  # the merged metrics add each rank's share of it
