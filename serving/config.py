@@ -75,6 +75,13 @@ class ServingConfig(ServerConfig):
             " supervisor that restarts them and merges their metrics (0: one per core this process may use)"
         },
     )
+    port_shared: bool = field(
+        default=False,
+        metadata={
+            "help": "bind the gRPC and REST ports with SO_REUSEPORT, beside the other processes of one `serve --processes`"
+            " group (its supervisor sets it); a server started alone takes its ports to itself"
+        },
+    )
     score_threads: int = field(
         default=0,
         metadata={"help": "threads for one request's lookups and scoring, shared by the requests in flight (0: one per core)"},

@@ -11,7 +11,7 @@ import grpc
 
 from ctr.repository.versions import Repository
 from ctr.runtime import config as cfg
-from ctr.runtime import daemon
+from ctr.runtime import daemon, ports
 from ctr.runtime.auth import service_policy
 from ctr.runtime.config import ConfigError
 from protos import predict_pb2, predict_pb2_grpc
@@ -60,6 +60,10 @@ def run(args: argparse.Namespace) -> int:
     if process_count(conf) > 1:
         return run_group(conf)  # a supervisor of that many processes like this one
     log = daemon.setup_logging("serving", conf.log_level)
+    if not conf.port_shared:  # before a model loads: a second server on a served port loads nothing
+        ports.check_free(conf.host, conf.port)
+        if conf.rest_port > 0:
+            ports.check_free(conf.host, conf.rest_port, "--rest-port")
     splitter = Splitter(conf.score_threads or os.cpu_count() or 1, conf.score_spin_us * 1e-6)
     part = ROUTER if conf.router else ShardPart(conf.shard_index, conf.shard_count)
     max_bytes = int(conf.max_request_mb * (1 << 20))
@@ -106,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
         if part not in (WHOLE, ROUTER):
             predict_pb2_grpc.add_ShardScorerServicer_to_server(ShardScorerServicer(watcher), s)
 
-    served = daemon.serve(conf, "serving", register, services, guarded, max_message_bytes=max_bytes)
+    served = daemon.serve(conf, "serving", register, services, guarded, max_message_bytes=max_bytes, share_port=conf.port_shared)
     port = served.port
     # the scoring services are ready once a (warmed) version serves: a readiness probe on
     # them keeps traffic away until then, while "" (liveness) says the process is up
@@ -127,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
     rest, rest_port = None, -1
     if conf.rest_port >= 0:
         front = RestFront(servicer, max_bytes, conf.max_concurrent, guarded["tokens"])
-        rest, rest_port = serve_rest(front, conf.host, conf.rest_port, guarded["identity"])
+        rest, rest_port = serve_rest(front, conf.host, conf.rest_port, guarded["identity"], conf.port_shared)
     log.info(
         "serving %s from %s on %s:%d (%s), REST on :%d, metrics on :%d",
         ", ".join(names),

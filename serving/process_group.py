@@ -36,7 +36,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ctr.runtime import config as cfg
-from ctr.runtime import daemon
+from ctr.runtime import daemon, ports
 from serving.config import ServingConfig
 from serving.loading.local_copies import owned_prefix, remove_orphans
 from serving.merged_metrics import serve_merged
@@ -78,6 +78,7 @@ def child_config(conf: ServingConfig, count: int, port: int, rest_port: int, rea
         metrics_port=0 if conf.metrics_port >= 0 else -1,
         ready_file=str(ready),
         copies_dir=str(copies),
+        port_shared=True,
         score_threads=threads,
         score_spin_us=conf.score_spin_us if threads > 1 else 0.0,
     )
@@ -127,7 +128,12 @@ class ProcessGroup:
         self._lock = threading.Lock()
 
     def start(self) -> int:
-        """Starts every process; returns the port they share."""
+        """Starts every process; returns the port they share. A port another process
+        listens on is refused (OSError): the group's processes bind with SO_REUSEPORT, which
+        would let them join another server of the same user on it."""
+        ports.check_free(self.conf.host, self.port)
+        if self.rest_port > 0:
+            ports.check_free(self.conf.host, self.rest_port, "--rest-port")
         first = self._spawn(0)
         ready = first.wait_ready(START_TIMEOUT_S)
         self.port, self.rest_port = int(ready["grpc_port"]), int(ready.get("rest_port", -1))

@@ -285,17 +285,26 @@ def _handler(front: RestFront) -> type[BaseHTTPRequestHandler]:
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    share_port = False
 
     def server_bind(self) -> None:
-        # several serving processes share the port, as they share gRPC's (serving.process_group)
-        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        if self.share_port:  # the processes of one group share the port, as they share gRPC's (serving.process_group)
+            self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         super().server_bind()
 
 
-def serve_rest(front: RestFront, host: str, port: int, identity: Identity) -> tuple[ThreadingHTTPServer, int]:
+class _SharedServer(_Server):
+    share_port = True
+
+
+def serve_rest(
+    front: RestFront, host: str, port: int, identity: Identity, share_port: bool = False
+) -> tuple[ThreadingHTTPServer, int]:
     """Starts the endpoint on a thread; returns it and its bound port. With a certificate,
-    it speaks TLS, asking clients for theirs where gRPC does (tls_client_auth)."""
-    server = _Server((host, port), _handler(front))
+    it speaks TLS, asking clients for theirs where gRPC does (tls_client_auth). share_port:
+    beside the other processes of a serving group (SO_REUSEPORT); otherwise the port is
+    this process's alone."""
+    server = (_SharedServer if share_port else _Server)((host, port), _handler(front))
     if identity.cert is not None and identity.key is not None:
         # the handshake runs on the request's thread (at its first read), not in the accept loop
         server.socket = tls_context(identity).wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)

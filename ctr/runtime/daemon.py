@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import start_http_server
 
+from ctr.runtime import ports
+
 if TYPE_CHECKING:  # gRPC loads only in processes that serve it (not `train --ps local`)
     import grpc
     from grpc_health.v1 import health
@@ -58,6 +60,7 @@ def grpc_server(
     policy: Policy | None = None,
     daemon: str = "",
     ready: bool = True,
+    share_port: bool = False,
 ) -> tuple[grpc.Server, int, health.HealthServicer]:
     """A started server with a health service, and reflection only when asked for (it
     lists every service to whoever connects); returns (server, bound port, health).
@@ -65,7 +68,9 @@ def grpc_server(
     messages over `max_message_bytes`: what a flood of requests can hold stays bounded.
     identity: TLS with its certificate (mutual under client_auth); tokens and policy: the
     bearer tokens the policy's methods need (ctr.runtime.auth). daemon: names it in the
-    per-call metrics (ctr.runtime.rpc_metrics); ready=False: health starts NOT_SERVING."""
+    per-call metrics (ctr.runtime.rpc_metrics); ready=False: health starts NOT_SERVING.
+    share_port: bind with SO_REUSEPORT, beside the other processes of one serving group;
+    otherwise the port is this process's alone (ctr.runtime.ports)."""
     import grpc
     from grpc_health.v1 import health, health_pb2, health_pb2_grpc
     from grpc_reflection.v1alpha import reflection as grpc_reflection
@@ -82,6 +87,7 @@ def grpc_server(
         options=[
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", max_message_bytes),
+            ("grpc.so_reuseport", 1 if share_port else 0),
         ],
         maximum_concurrent_rpcs=max_concurrent,
     )
@@ -92,9 +98,13 @@ def grpc_server(
         grpc_reflection.enable_server_reflection((*service_names, grpc_reflection.SERVICE_NAME, health.SERVICE_NAME), server)
     creds = identity.server_credentials() if identity is not None else None
     address = f"{host}:{port}"
-    bound = server.add_secure_port(address, creds) if creds is not None else server.add_insecure_port(address)
+    try:
+        bound = server.add_secure_port(address, creds) if creds is not None else server.add_insecure_port(address)
+    except RuntimeError:  # grpcio's "Failed to bind": say why, and name the flag
+        bound = 0
     if bound == 0:
-        raise OSError(f"cannot bind gRPC server to {host}:{port}")
+        ports.check_free(host, port)  # raises where another process listens there
+        raise OSError(f"--port {port}: cannot bind the gRPC server on {host}")
     status = health_pb2.HealthCheckResponse.SERVING if ready else health_pb2.HealthCheckResponse.NOT_SERVING
     for name in (*service_names, ""):
         health_servicer.set(name, status)  # before the first call can ask
@@ -138,6 +148,7 @@ def serve(
     service_names: Sequence[str],
     guarded: dict[str, Any],
     max_message_bytes: int = MAX_MESSAGE_BYTES,
+    share_port: bool = False,
 ) -> Served:
     """A daemon's gRPC server from its config: TLS and tokens (`guarded`, what guard()
     returned), threads, limits, reflection, per-call metrics; its health NOT_SERVING until
@@ -153,6 +164,7 @@ def serve(
         reflection=conf.reflection,
         daemon=daemon,
         ready=False,
+        share_port=share_port,
         **guarded,
     )
     return Served(server, port, health_servicer, tuple(service_names))

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from ctr.runtime import config as cfg
-from ctr.runtime import daemon
+from ctr.runtime import daemon, ports
 from ctr.runtime.auth import service_policy
 from protos import ps_pb2, ps_pb2_grpc
 from ps.config import PSConfig
@@ -21,6 +21,7 @@ def run(args: argparse.Namespace) -> int:
     """Runs one shard until SIGTERM."""
     conf = cfg.build(PSConfig, ENV_PREFIX, args)
     log = daemon.setup_logging(f"ps{conf.shard_index}", conf.log_level)
+    ports.check_free(conf.host, conf.port)  # before the store: a second shard on a served port opens nothing
     store = ShardStore(Path(conf.data_dir)) if conf.data_dir else None
     lifecycle = conf.lifecycle.policy()
     exports = Path(conf.export_root) if conf.export_root else None

@@ -1,11 +1,14 @@
 """`serve --processes 2`: two serving processes on one port under a supervisor. Swaps
 under load fail no request and every answer holds the scores of the version it reports;
 a process killed with -9 loses only the requests it held, the other keeps serving, and the
-supervisor starts it again; SIGTERM stops them all and removes the shared copies."""
+supervisor starts it again; SIGTERM stops them all and removes the shared copies. The port
+is the group's alone: another server, group or shard started on it is refused."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -185,3 +188,46 @@ def test_one_client_reaches_every_process_through_several_connections(tmp_path):
         assert all(after[p] > before.get(p, 0.0) for p in ("0", "1"))
     finally:
         serving.stop()
+
+
+def _refused_quickly(*args: str) -> str:
+    """Runs `boundless ARGS`, which must exit non-zero with a message and no traceback."""
+    proc = subprocess.run([sys.executable, "-m", "boundless", *args], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    return proc.stderr
+
+
+def test_a_server_started_on_the_groups_port_is_refused_and_the_group_keeps_it(tmp_path):
+    """gRPC binds with SO_REUSEPORT by default on Linux: a second server of the same user on
+    a served port bound beside the first, and the kernel gave it half of the connections,
+    scored by whatever model it had. A PS shard there split a worker's pushes between two
+    stores."""
+    repo, reqs, expected = _published(tmp_path)
+    repo.set_policy(Policy("pinned", 1))
+    serving = start("serving", ["serve", "--repo", str(repo.root), "--processes", "2", "--rest-port", "0"], tmp_path)
+    try:
+        serving.wait_ready()
+        port, rest_port = serving.ready["grpc_port"], serving.ready["rest_port"]
+        other = tmp_path / "other"
+        copies = tmp_path / "other-copies"
+        alone = _refused_quickly("serve", "--repo", str(other), "--port", str(port), "--copies-dir", str(copies))
+        assert f"--port {port} on 127.0.0.1" in alone and "another process listens there" in alone
+        assert not copies.exists()  # refused before it loaded anything
+        group = _refused_quickly("serve", "--repo", str(other), "--processes", "2", "--port", str(port))
+        assert f"--port {port} on 127.0.0.1" in group
+        rest = _refused_quickly("serve", "--repo", str(other), "--rest-port", str(rest_port))
+        assert f"--rest-port {rest_port} on 127.0.0.1" in rest
+        store = tmp_path / "shard"
+        shard = _refused_quickly("ps", "--shard-index", "0", "--shard-count", "1", "--data-dir", str(store), "--port", str(port))
+        assert f"--port {port} on 127.0.0.1" in shard and not store.exists()
+        # every connection still reaches the group, and only it
+        client = PredictClient(serving.address, connections=16)
+        for i in range(32):
+            got = client.predict_encoded(reqs[i % len(reqs)])
+            assert got.version == 1 and np.allclose(got.scores, expected[1][i % len(reqs)], atol=1e-5)
+        client.close()
+        assert sum(_requests_by_process(serving).values()) >= 32
+    finally:
+        serving.stop()
+    assert serving.proc.returncode == 0
