@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from ctr.repository.versions import Repository, RepositoryError
+from ctr.repository.writer_lock import WriterLock
 from ctr.runtime import config as cfg
 from ctr.runtime import daemon
 from ctr.runtime.auth import service_policy
@@ -105,6 +106,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def watch(conf: ModelMgrConfig) -> int:
     log = daemon.setup_logging("modelmgr", conf.log_level)
     repo = Repository(conf.repo, conf.model_name)
+    writer = WriterLock(repo.dir, f"model {conf.model_name!r} in {conf.repo}")
+    writer.take("model manager")  # before the Publisher, whose start removes unfinished versions
     gate = QualityGate(
         min_samples=conf.min_samples,
         max_auc_drop=conf.max_auc_drop,
@@ -136,6 +139,7 @@ def watch(conf: ModelMgrConfig) -> int:
     )
     served.ready()
     port = served.port
+    writer.announce("model manager", f"{conf.host}:{port}")
     metrics_port = daemon.metrics_server(conf.host, conf.metrics_port)
     stop = daemon.stop_requested()
     log.info(
@@ -149,6 +153,7 @@ def watch(conf: ModelMgrConfig) -> int:
             log.error("scan failed: %s", e)
         stop.wait(conf.poll_s)
     served.stop(grace_s=1)
+    writer.release()
     return 0
 
 
@@ -173,6 +178,9 @@ def run(args: argparse.Namespace) -> int:
         if args.action in ("gc", "show", "diff", "status"):
             from modelmgr.commands import inspect_cli
 
+            if args.action == "gc" and not args.dry_run:  # removes versions: not under a running manager's feet
+                with WriterLock(repo.dir, f"model {args.model_name!r} in {args.repo}").held("boundless model gc"):
+                    return inspect_cli.run(repo, args)
             return inspect_cli.run(repo, args)
         if args.action == "pin":
             actions.pin(repo, args.version, args.reason)

@@ -553,3 +553,44 @@ def test_retention_cut_short_never_leaves_a_version_that_looks_servable(pristine
     monkeypatch.setattr(repo.storage, "delete_tree", real)
     repo.gc(keep_full=1)
     assert repo.versions() == [3, 4] and not (repo.dir / "00000001").exists() and not (repo.dir / "00000002").exists()
+
+
+def test_one_manager_writes_a_model_and_a_second_is_refused_naming_it(pristine, tmp_path):
+    """Two managers on one model removed each other's staged versions: one published every
+    export and the other recorded each as rejected (internal: FileNotFoundError), false
+    evidence in the repository. Now the second is refused before it touches anything, and so
+    is a direct gc while the manager runs; the lock goes with its holder, even by SIGKILL."""
+    exports, repo_dir = Exports(tmp_path / "exports"), tmp_path / "repo"
+    watch = ["model", "watch", "--exports", str(exports.root), "--repo", str(repo_dir), "--poll-s", "0.05"]
+    first = start("first", [*watch, "--max-auc-drop", "1"], tmp_path)
+    try:
+        first.wait_ready()
+        full = exports.add(pristine[0])
+        delta = exports.add(pristine[1], previous=full)
+        second = subprocess.run(
+            [sys.executable, "-m", "boundless", *watch, "--max-auc-drop", "1"], capture_output=True, text=True, timeout=60
+        )
+        assert second.returncode == 2 and "Traceback" not in second.stderr, second.stderr[-3000:]
+        admin = f"127.0.0.1:{first.ready['grpc_port']}"
+        holder = f"model manager pid {first.proc.pid} on "
+        assert holder in second.stderr and f"--manager {admin}" in second.stderr, second.stderr[-2000:]
+        repo = Repository(repo_dir, "ctr")
+        _wait("both exports published", lambda: repo.counter().handled_through >= delta, [first])
+        assert repo.versions() == [1, 2] and repo.rejected() == []
+
+        gc = _cli(repo_dir, "gc", "--keep-full", "1")
+        assert gc.returncode == 2 and holder in gc.stdout and f"--manager {admin}" in gc.stdout, gc.stdout + gc.stderr
+        assert _cli(repo_dir, "gc", "--keep-full", "1", "--dry-run").returncode == 0  # it reads only
+        assert _cli(repo_dir, "gc", "--keep-full", "1", "--manager", admin).returncode == 0
+        assert _cli(repo_dir, "list").returncode == 0
+    finally:
+        first.proc.kill()  # SIGKILL: the kernel drops its lock
+        first.proc.wait()
+    after = start("after", [*watch, "--max-auc-drop", "1"], tmp_path)
+    try:
+        after.wait_ready()
+        exports.add(pristine[2], previous=delta)
+        _wait("the next export published by the next manager", lambda: Repository(repo_dir, "ctr").versions()[-1] == 3, [after])
+    finally:
+        after.stop()
+    assert _cli(repo_dir, "gc", "--keep-full", "1").returncode == 0  # no manager: gc writes directly

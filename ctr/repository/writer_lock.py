@@ -1,0 +1,95 @@
+"""The one model manager that writes a model's versions.
+
+A manager numbers versions from the repository's counter, stages each in `.tmp-EXPORT`,
+and removes the unfinished folders it finds when it starts. Two managers on one model
+(a second `boundless model watch` started by mistake, or a copy of a unit on another host
+of a shared volume) removed each other's staged folders: one published every export and the
+other recorded each of them as rejected ("internal: FileNotFoundError"), false evidence in
+the repository. Each could also take the same version number.
+
+So a manager holds an exclusive `flock` on `<model>/.writer.lock` for as long as it runs
+(the kernel releases it when the process dies, even by SIGKILL), and writes who it is into
+that file: its pid, its host and, once bound, its admin address. A second manager, or a
+`boundless model gc` run on the repository directly, is refused with that holder named.
+The lock lives in the model's local folder: the repository itself for a local (or mounted)
+one, serving's local cache for an S3 one, so for S3 it guards one host only.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO
+
+from ctr.repository.versions import RepositoryError
+
+WRITER_LOCK = ".writer.lock"
+
+
+class WriterBusy(RepositoryError):
+    """Another process writes this model's versions."""
+
+
+class WriterLock:
+    def __init__(self, folder: Path, what: str) -> None:
+        self.path = folder / WRITER_LOCK
+        self.what = what  # "model 'ctr' in repo", for messages
+        self._file: IO[str] | None = None
+
+    def take(self, role: str) -> None:
+        """Holds the lock (WriterBusy, naming the holder, if another process does)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        f = open(self.path, "a+")  # noqa: SIM115 - held open for as long as the lock is
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read()
+            f.close()
+            raise WriterBusy(f"{self.what} is written by another process: {describe(holder)}") from None
+        self._file = f
+        self.announce(role)
+
+    def announce(self, role: str, admin: str = "") -> None:
+        """Says who holds the lock (and, once bound, where its admin service answers)."""
+        if self._file is None:
+            return
+        holder = {"role": role, "pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}
+        if admin:
+            holder["admin"] = admin
+        self._file.seek(0)
+        self._file.truncate()
+        self._file.write(json.dumps(holder))
+        self._file.flush()
+
+    def release(self) -> None:
+        if self._file is not None:
+            self._file.close()  # closing the description drops the flock
+            self._file = None
+
+    @contextmanager
+    def held(self, role: str) -> Iterator[None]:
+        self.take(role)
+        try:
+            yield
+        finally:
+            self.release()
+
+
+def describe(holder_json: str) -> str:
+    """The holder, as a sentence an operator can act on."""
+    try:
+        h = json.loads(holder_json)
+    except ValueError:
+        return "it is starting (it has not said who it is yet)"
+    since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(h.get("since", 0))))
+    text = f"{h.get('role', 'a process')} pid {h.get('pid')} on {h.get('host')}, since {since}"
+    if h.get("admin"):
+        text += f"; send commands to it with --manager {h['admin']}"
+    return text
