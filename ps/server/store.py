@@ -90,6 +90,10 @@ class StoreCorrupted(ValueError):
     """The store cannot be read whole: a checksum failure, a missing block, a lost MANIFEST."""
 
 
+class StoreInUse(OSError):
+    """Another process has the store open for writing (RocksDB's LOCK file is held)."""
+
+
 class ShardStore:
     def __init__(self, path: Path) -> None:
         path.mkdir(parents=True, exist_ok=True)
@@ -125,7 +129,15 @@ class ShardStore:
     def _open(self) -> Rdict:
         opts = Options(raw_mode=True)
         opts.create_if_missing(True)
-        return Rdict(str(self.path), opts)
+        try:
+            return Rdict(str(self.path), opts)
+        except Exception as e:
+            if "lock" in str(e).lower():  # "IO error: While lock file: DIR/LOCK: Resource temporarily unavailable"
+                raise StoreInUse(
+                    f"--data-dir {self.path}: another process has this store open (it holds {self.path / 'LOCK'}):"
+                    " a shard still runs on it; stop that process first, or give this shard a folder of its own"
+                ) from None
+            raise
 
     def _commit_batch(self, batch: WriteBatch | None = None, key: bytes = b"", value: bytes = b"") -> None:
         """Writes a batch (or one key) durably. After a failed write (a full disk) RocksDB

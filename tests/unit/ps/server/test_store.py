@@ -10,7 +10,7 @@ import pytest
 from ctr.model.spec import ModelSpec
 from ps.server.errors import ShardError, StaleGeneration
 from ps.server.shard import Shard
-from ps.server.store import ShardStore
+from ps.server.store import ShardStore, StoreInUse
 
 SPEC = ModelSpec("fm", k=4)
 
@@ -145,3 +145,15 @@ def test_gather_raw_equals_its_numpy_reference():
     ids = rng.integers(0, 50, 20).astype(np.int64)
     reference = np.concatenate([state[ids].view(np.uint32), meta[ids]], axis=1)
     np.testing.assert_array_equal(gather_raw(state, meta, ids), reference)
+
+
+def test_a_store_another_shard_has_open_is_refused_naming_the_folder(tmp_path):
+    """RocksDB's LOCK keeps a second writer out; its message reached the operator as a
+    traceback ending in "IO error: While lock file"."""
+    held = ShardStore(tmp_path / "shard")
+    try:
+        with pytest.raises(StoreInUse, match=r"--data-dir .*shard: another process has this store open"):
+            ShardStore(tmp_path / "shard")
+    finally:
+        held.close()
+    ShardStore(tmp_path / "shard").close()  # closed: the next opens it
