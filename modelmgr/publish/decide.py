@@ -21,7 +21,7 @@ class Publish:
 
 @dataclass(frozen=True)
 class Reject:
-    stage: str  # identity, lineage, schema, verify, gate, internal
+    stage: str  # identity, lineage, schema, verify, gate, order, internal
     reason: str
     evidence: Any = None
 

@@ -85,6 +85,7 @@ class Publisher:
         self.compact_after = compact_after  # a chain this many deltas long is folded into a full version (0: never)
         self.keep_full = keep_full  # retention: full versions kept with their chains (0: keep everything)
         self._seen: set[str] = set()
+        self._below: set[str] | None = None  # the export folders at or below handled_through, as last listed
         self.changed = False  # a version was published or the policy set since the caller last looked
         self._models: dict[int, Any] = {}  # version -> serving.loading.servable.ServableModel
         for name in repo.clean_unfinished():
@@ -97,11 +98,34 @@ class Publisher:
         stamp, now = self.exports.stat().st_mtime_ns, time.monotonic()
         if stamp != self._listed[0] or now - self._listed[1] > RELIST_S:
             self._handled = self.repo.counter().handled_through
-            names = (e.name for e in os.scandir(self.exports) if e.is_dir())
+            names = [e.name for e in os.scandir(self.exports) if e.is_dir()]
             self._candidates = sorted(n for n in names if n > self._handled and n not in self._seen)
+            self._refuse_late({n for n in names if n <= self._handled})
             self._seen = {n for n in self._seen if n > self._handled}  # what the counter holds is forgotten
             self._listed = (stamp, now)
         return self._candidates
+
+    def _refuse_late(self, below: set[str]) -> None:
+        """Rejects the READY exports that appeared since the last listing with an id at or
+        below the last handled one: exports go in id order, so one numbered behind (a trainer
+        whose clock lags the one that exported before, into a folder emptied meanwhile)
+        would otherwise lie there unpublished, and retention would delete it. Those present
+        when the manager starts are taken as handled before."""
+        if self._below is not None:
+            for name in sorted(below - self._below - self._seen):
+                if not (self.exports / name / "READY").exists():
+                    below.discard(name)  # still being written: looked at again at the next listing
+                    continue
+                self._reject(
+                    self.exports / name,
+                    Rejected(
+                        "order",
+                        f"its id is not above {self._handled}, the last export handled: the trainer that wrote it"
+                        " numbers exports behind the one before (its clock lags); its next exports into a folder"
+                        " that keeps the newest ones are numbered above them",
+                    ),
+                )
+        self._below = below
 
     def poll(self) -> list[int]:
         """Processes every new READY export; returns the versions published."""

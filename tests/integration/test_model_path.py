@@ -55,8 +55,14 @@ class Exports:
         root.mkdir(parents=True, exist_ok=True)
         self.base = ""  # the id of the last good full export
 
-    def add(self, src: Path, damage: Callable[[Path, dict[str, Any]], Any] | None = None, previous: str | None = None) -> str:
-        new = f"{time.time_ns():020d}"
+    def add(
+        self,
+        src: Path,
+        damage: Callable[[Path, dict[str, Any]], Any] | None = None,
+        previous: str | None = None,
+        export_id: str | None = None,
+    ) -> str:
+        new = export_id or f"{time.time_ns():020d}"
         dst = self.root / new
         # READY is left out of the copy (the manager, polling, may see the folder mid-copy) and
         # written last, as an exporter does
@@ -594,3 +600,27 @@ def test_one_manager_writes_a_model_and_a_second_is_refused_naming_it(pristine, 
     finally:
         after.stop()
     assert _cli(repo_dir, "gc", "--keep-full", "1").returncode == 0  # no manager: gc writes directly
+
+
+def test_an_export_numbered_behind_the_last_handled_is_rejected_not_left_lying(pristine, tmp_path, monkeypatch):
+    """Exports are published in id order. One that appears with an id at or below the last
+    handled (its trainer's clock lags) was skipped by every scan and deleted by retention,
+    silently; now it is rejected with the reason, and the next exports publish as before."""
+    from modelmgr.publish import publisher as publisher_module
+
+    monkeypatch.setattr(publisher_module, "RELIST_S", 0.0)  # every poll lists the folder
+    exports, repo = Exports(tmp_path / "exports"), Repository(tmp_path / "repo", "ctr")
+    publisher = Publisher(repo, exports.root, QualityGate(max_auc_drop=1.0, rollback_auc_drop=1.0))
+    full = exports.add(pristine[0])
+    assert publisher.poll() == [1]
+    late = f"{int(full) - 60_000_000_000:020d}"  # a minute behind
+    exports.add(pristine[0], export_id=late)
+    exports.base = full  # the next delta builds on the published full export
+    assert publisher.poll() == []
+    (record,) = repo.rejected()
+    assert record["export_id"] == late and record["reason"].startswith("order: its id is not above " + full)
+    assert publisher.poll() == [] and len(repo.rejected()) == 1  # once
+    exports.add(pristine[1], previous=full)
+    assert publisher.poll() == [2]
+    # a manager started later takes what is in the folder as handled before
+    assert Publisher(repo, exports.root, QualityGate(max_auc_drop=1.0)).poll() == [] and len(repo.rejected()) == 1

@@ -42,6 +42,7 @@ from trainer.metrics import EXPORT_FAILURES, EXPORT_SECONDS
 log = logging.getLogger("trainer")
 
 DENSE_FILE = "dense.safetensors"
+ID_DIGITS = 20  # an export id: nanoseconds, zero-padded, so that name order is time order
 
 
 class ExportFailed(RuntimeError):
@@ -104,6 +105,7 @@ class Exporter:
         self.previous: str | None = None
         self.holdout = max(0, holdout)  # samples per holdout
         self._pending: list[_Pending] = []
+        self._last_id = 0
         export_dir.mkdir(parents=True, exist_ok=True)
 
     def observe(self, batch: SampleBatch, read_at: float | None = None) -> None:
@@ -178,13 +180,23 @@ class Exporter:
         full = force_full or self.base is None or self.count % self.full_every == 0
         started = time.perf_counter()
         taken = time.time()
-        export_id = f"{time.time_ns():020d}"
+        export_id = self._next_id()
         folder = self.export_dir / export_id
         try:
             return self._write(folder, export_id, full, metrics, started, taken, mlp)
         except BaseException:
             shutil.rmtree(folder, ignore_errors=True)  # a manager never sees half an export (no READY)
             raise
+
+    def _next_id(self) -> str:
+        """The export's id: the wall clock in ns, but above every export in the folder and
+        the last one given. The manager publishes exports in id order and skips ids at or
+        below the last it handled, so a clock stepped back (NTP) or a trainer restarted on a
+        host whose clock lags would otherwise export into nothing, silently."""
+        with os.scandir(self.export_dir) as entries:
+            newest = max((int(e.name) for e in entries if e.name.isdigit() and len(e.name) == ID_DIGITS), default=0)
+        self._last_id = max(time.time_ns(), newest + 1, self._last_id + 1)
+        return f"{self._last_id:0{ID_DIGITS}d}"
 
     def _write(
         self,

@@ -302,3 +302,31 @@ def test_ranks_whose_mlps_differ_are_named_and_devices_apart_are_told_apart():
     assert replicas_verdict([("cpu", 7), ("cpu", 8)]) == "rank 0: cpu 00000007, rank 1: cpu 00000008"
     assert replicas_verdict([("cuda:0", 7), ("cuda:1", 8)]) == "rank 0: cuda:0 00000007, rank 1: cuda:1 00000008"
     assert replicas_verdict([("cpu", 7), ("cuda:0", 8)]) == "devices"  # may drift in rounding
+
+
+def test_export_ids_rise_when_the_clock_steps_back_or_the_folder_holds_later_ones(tmp_path, monkeypatch):
+    """The manager publishes exports in id order and skips ids at or below the last it
+    handled: an id taken from a clock stepped back (NTP), or from a host whose clock lags the
+    one that exported into the folder before, was an export nobody would publish."""
+    import time as real_time
+
+    from trainer.run import exporter as exporter_module
+    from trainer.run.exporter import Exporter
+
+    fields = FieldIndex([str(i) for i in range(4)])
+    spec = ModelSpec("lr", k=1, fields=tuple(fields.names))
+    exports = tmp_path / "exports"
+    client = PSClient.local(export_root=exports)
+    build_model(spec, device="cpu").prepare(client)
+    exporter = Exporter(client, exports, "m", spec, fields, {}, full_every=1000, holdout=0)
+    now = real_time.time_ns()
+    clock = iter([now, now - 5_000_000_000, now - 5_000_000_000])
+    monkeypatch.setattr(exporter_module.time, "time_ns", lambda: next(clock))
+    first = exporter.export({})
+    stepped_back = exporter.export({})
+    assert int(first) == now and stepped_back > first and len(stepped_back) == len(first) == 20
+
+    # a new trainer (another host, its clock a minute behind) exporting into the same folder
+    later = Exporter(client, exports, "m", spec, fields, {}, full_every=1000, holdout=0)
+    monkeypatch.setattr(exporter_module.time, "time_ns", lambda: now - 60_000_000_000)
+    assert later.export({}, force_full=True) > stepped_back
