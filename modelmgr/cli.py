@@ -159,7 +159,9 @@ def watch(conf: ModelMgrConfig) -> int:
 
 def run(args: argparse.Namespace) -> int:
     if args.action == "watch":
-        return watch(cfg.build(ModelMgrConfig, ENV_PREFIX, args))
+        conf = cfg.build(ModelMgrConfig, ENV_PREFIX, args)
+        cfg.check_outputs(conf)
+        return watch(conf)
     if args.action in REMOTE and args.manager:
         return _remote(args)
     if args.action == "publish":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ctr.runtime.config import WRITES
 from ctr.runtime.server_config import ServerConfig
 
 HELP_GROUPS: dict[str, tuple[str, ...]] = {
@@ -25,7 +26,7 @@ HELP_EXAMPLES = """\
 @dataclass(frozen=True)
 class ModelMgrConfig(ServerConfig):
     exports: str = field(default="exports", metadata={"help": "folder the trainer exports into"})
-    repo: str = field(default="repo", metadata={"help": "model repository folder"})
+    repo: str = field(default="repo", metadata={WRITES: "folder", "help": "model repository folder"})
     model_name: str = field(default="ctr", metadata={"help": "the name of the model this manager publishes"})
     poll_s: float = field(default=0.2, metadata={"help": "seconds between scans of the exports"})
     accept_new_spec: bool = field(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ctr.runtime.config import ConfigError, flag, section
+from ctr.runtime.config import WRITES, ConfigError, flag, section
 from ctr.runtime.server_config import ServerConfig
 from ps.api import Lifecycle
 
@@ -53,14 +53,19 @@ class RowLifecycleSettings:
 class PSConfig(ServerConfig):
     shard_index: int = field(default=0, metadata={"help": "this shard's index"})
     shard_count: int = field(default=1, metadata={"help": "number of shards"})
-    data_dir: str | None = field(default=None, metadata={"help": "RocksDB folder; none keeps state in memory only"})
+    data_dir: str | None = field(
+        default=None, metadata={WRITES: "folder", "help": "RocksDB folder; none keeps state in memory only"}
+    )
     lifecycle: RowLifecycleSettings = section(RowLifecycleSettings, "row lifecycle")
     full_checkpoint_every: int = field(
         default=10, metadata={"help": "every Nth checkpoint cut holds every row (the others: rows changed since the last)"}
     )
     export_root: str | None = field(
         default=None,
-        metadata={"help": "folder the trainer's exports land in (its --export-dir, shared): Export writes only under it"},
+        metadata={
+            WRITES: "folder",
+            "help": "folder the trainer's exports land in (its --export-dir, shared): Export writes only under it",
+        },
     )
     write_lease_s: float = field(
         default=1.0,

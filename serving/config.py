@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ctr.runtime.config import ConfigError
+from ctr.runtime.config import WRITES, ConfigError
 from ctr.runtime.server_config import ServerConfig
 
 
@@ -123,7 +123,11 @@ class ServingConfig(ServerConfig):
         },
     )
     copies_dir: str | None = field(
-        default=None, metadata={"help": "folder for serving's checked copies of the files it maps (default: a temporary one)"}
+        default=None,
+        metadata={
+            WRITES: "folder",
+            "help": "folder for serving's checked copies of the files it maps (default: a temporary one)",
+        },
     )
     # the server settings (ctr.runtime.server_config) with serving's defaults
     max_concurrent: int = field(

@@ -57,6 +57,7 @@ def copies_root(conf: ServingConfig) -> Path | None:
 
 def run(args: argparse.Namespace) -> int:
     conf = cfg.build(ServingConfig, ENV_PREFIX, args)
+    cfg.check_outputs(conf)
     if process_count(conf) > 1:
         return run_group(conf)  # a supervisor of that many processes like this one
     log = daemon.setup_logging("serving", conf.log_level)

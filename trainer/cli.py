@@ -18,6 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     bound_openmp_spin()  # before torch loads (trainer.openmp)
     conf = cfg.build(TrainerConfig, ENV_PREFIX, args)
+    cfg.check_outputs(conf)
     if conf.parallel.workers > 1:
         from trainer.local_ranks import supervise
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ctr.runtime.config import ConfigError, section
+from ctr.runtime.config import WRITES, ConfigError, section
 from ctr.runtime.server_config import ServerConfig
 from ps.config import RowLifecycleSettings
 
@@ -308,7 +308,9 @@ class PSAccessSettings:
 class ExportSettings:
     """The model versions the trainer writes for the model manager."""
 
-    export_dir: str | None = field(default=None, metadata={"help": "folder for model exports; none disables them"})
+    export_dir: str | None = field(
+        default=None, metadata={WRITES: "folder", "help": "folder for model exports; none disables them"}
+    )
     model_name: str = field(default="ctr", metadata={"help": "model name written in exports"})
     export_interval_s: float = field(default=10.0, metadata={"help": "seconds between delta exports"})
     full_export_every: int = field(default=10, metadata={"help": "every Nth export is a full one (the rest are deltas)"})
@@ -330,10 +332,13 @@ class ProgressSettings:
     """What the trainer reports while it runs."""
 
     window: int = field(default=10000, metadata={"help": "samples in the progressive-metric window"})
-    metrics_out: str | None = field(default=None, metadata={"help": "write final metrics JSON here"})
+    metrics_out: str | None = field(default=None, metadata={WRITES: "file", "help": "write final metrics JSON here"})
     curve_out: str | None = field(
         default=None,
-        metadata={"help": "append the progressive metrics here as JSON lines at every progress record (boundless report)"},
+        metadata={
+            WRITES: "file",
+            "help": "append the progressive metrics here as JSON lines at every progress record (boundless report)",
+        },
     )
     progress_interval_s: float = field(
         default=5.0, metadata={"help": "seconds between progress records: the log line, the AUC gauges, --curve-out"}
@@ -347,7 +352,8 @@ class LocalShardSettings:
 
     shards: int = field(default=1, metadata={"help": "in-process shards with --ps local"})
     data_dir: str | None = field(
-        default=None, metadata={"help": "with --ps local: RocksDB folder of the in-process shards, for checkpoints"}
+        default=None,
+        metadata={WRITES: "folder", "help": "with --ps local: RocksDB folder of the in-process shards, for checkpoints"},
     )
     lifecycle: RowLifecycleSettings = section(RowLifecycleSettings, "")
 

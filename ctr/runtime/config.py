@@ -186,6 +186,36 @@ def to_flags(conf: Any) -> list[str]:
     return out
 
 
+WRITES = "writes"  # a field's metadata key: the setting names a "folder" or a "file" its daemon writes
+
+
+def check_outputs(conf: Any) -> None:
+    """Makes every folder `conf` names for writing (and each written file's folder), and
+    checks it can be written, as a daemon starts: a path that cannot be written is refused
+    now, naming its flag, not after hours of work (a trainer's --metrics-out is written at
+    its end). Remote locations (s3://...) are left to their clients."""
+    for leaf in settings(type(conf)):
+        kind = leaf.field.metadata.get(WRITES)
+        value = conf
+        for attr in leaf.path:
+            value = getattr(value, attr)
+        if kind is None or not value or "://" in str(value):
+            continue
+        name = f"--{leaf.name.replace('_', '-')} {value}"
+        path = Path(value)
+        folder = path if kind == "folder" else path.parent
+        if kind == "file" and path.is_dir():
+            raise ConfigError(f"{name}: a folder, where a file is to be written")
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except FileExistsError:
+            raise ConfigError(f"{name}: {folder} is a file, where a folder is needed") from None
+        except OSError as e:
+            raise ConfigError(f"{name}: the folder {folder} cannot be made: {e.strerror}") from None
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise ConfigError(f"{name}: the folder {folder} cannot be written (its permissions)")
+
+
 def flag(name: str, prefix: str = "") -> str:
     """The flag of setting `name` in a section whose leaves take `prefix`."""
     return "--" + (prefix + name).replace("_", "-")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ctr.runtime.config import ConfigError
+from ctr.runtime.config import WRITES, ConfigError
 from ctr.runtime.security import SecurityConfig
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -23,7 +23,7 @@ class ServerConfig(SecurityConfig):
         default=16, metadata={"help": "calls in flight at once; more are refused with RESOURCE_EXHAUSTED"}
     )
     reflection: bool = field(default=False, metadata={"help": "enable gRPC server reflection (lists the services to any client)"})
-    ready_file: str | None = field(default=None, metadata={"help": "write bound ports here as JSON"})
+    ready_file: str | None = field(default=None, metadata={WRITES: "file", "help": "write bound ports here as JSON"})
     log_level: str = field(default="INFO", metadata={"help": "logging level"})
 
     def validate(self) -> None:

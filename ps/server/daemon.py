@@ -20,6 +20,7 @@ ENV_PREFIX = "BOUNDLESS_PS_"
 def run(args: argparse.Namespace) -> int:
     """Runs one shard until SIGTERM."""
     conf = cfg.build(PSConfig, ENV_PREFIX, args)
+    cfg.check_outputs(conf)
     log = daemon.setup_logging(f"ps{conf.shard_index}", conf.log_level)
     ports.check_free(conf.host, conf.port)  # before the store: a second shard on a served port opens nothing
     store = ShardStore(Path(conf.data_dir)) if conf.data_dir else None

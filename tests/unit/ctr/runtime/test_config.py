@@ -128,3 +128,33 @@ def test_a_config_rendered_as_flags_builds_the_same_config():
     )
     again = build(ServingConfig, "X_", p.parse_args(to_flags(conf)), environ={})
     assert again == conf and again.processes == 3 and again.strict_features and again.repo == "r x"
+
+
+def test_the_paths_a_daemon_writes_are_made_or_refused_at_start_naming_the_flag(tmp_path):
+    """Before: a trainer trained to the end and then failed on --metrics-out's folder, and
+    every daemon's bad folder came out as a bare "[Errno 2] ... '/x'" with no flag."""
+    from ctr.runtime.config import check_outputs
+    from serving.config import ServingConfig
+    from trainer.config import TrainerConfig
+
+    conf = build(
+        TrainerConfig,
+        "X_",
+        environ={"X_EXPORT_DIR": str(tmp_path / "a/exports"), "X_METRICS_OUT": str(tmp_path / "b/c/m.json")},
+    )
+    check_outputs(conf)
+    assert (tmp_path / "a/exports").is_dir() and (tmp_path / "b/c").is_dir() and not (tmp_path / "b/c/m.json").exists()
+    blocker = tmp_path / "blocker"
+    blocker.write_text("")
+    cases = {
+        "X_METRICS_OUT": (str(blocker / "m.json"), rf"--metrics-out {blocker}/m.json: {blocker} is a file, where a folder"),
+        "X_EXPORT_DIR": (str(blocker), rf"--export-dir {blocker}: {blocker} is a file, where a folder is needed"),
+        "X_CURVE_OUT": (str(tmp_path), rf"--curve-out {tmp_path}: a folder, where a file is to be written"),
+        "X_READY_FILE": ("/proc/none/r.json", r"--ready-file /proc/none/r.json: the folder /proc/none cannot be made"),
+    }
+    for var, (value, message) in cases.items():
+        with pytest.raises(ConfigError, match=message):
+            check_outputs(build(TrainerConfig, "X_", environ={var: value}))
+    with pytest.raises(ConfigError, match="--copies-dir"):
+        check_outputs(build(ServingConfig, "X_", environ={"X_COPIES_DIR": str(blocker)}))
+    check_outputs(build(TrainerConfig, "X_", environ={"X_EXPORT_DIR": "s3://bucket/exports"}))  # left to its client
