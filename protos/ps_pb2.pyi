@@ -1016,6 +1016,7 @@ class StatsResponse(_message.Message):
     CUTS_FIELD_NUMBER: _builtins.int
     DROPS_ROWS_FIELD_NUMBER: _builtins.int
     EXPORT_ROOT_FIELD_NUMBER: _builtins.int
+    DURABLE_FIELD_NUMBER: _builtins.int
     shard_index: _builtins.int
     shard_count: _builtins.int
     update_seq: _builtins.int
@@ -1030,6 +1031,8 @@ class StatsResponse(_message.Message):
     """admission or eviction is on: a push may not land on every row it names"""
     export_root: _builtins.str
     """the folder exports are written under ("": this shard writes none)"""
+    durable: _builtins.bool
+    """a data directory holds its checkpoint cuts (none: memory only)"""
     @_builtins.property
     def tables(self) -> _containers.RepeatedCompositeFieldContainer[Global___TableStats]: ...
     @_builtins.property
@@ -1051,10 +1054,11 @@ class StatsResponse(_message.Message):
         cuts: _abc.Iterable[_builtins.int] | None = ...,
         drops_rows: _builtins.bool = ...,
         export_root: _builtins.str = ...,
+        durable: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint_offsets", b"checkpoint_offsets", "checkpoint_seq", b"checkpoint_seq", "committed_cut", b"committed_cut", "cuts", b"cuts", "drops_rows", b"drops_rows", "export_root", b"export_root", "generation", b"generation", "incarnation", b"incarnation", "shard_count", b"shard_count", "shard_index", b"shard_index", "tables", b"tables", "update_seq", b"update_seq"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint_offsets", b"checkpoint_offsets", "checkpoint_seq", b"checkpoint_seq", "committed_cut", b"committed_cut", "cuts", b"cuts", "drops_rows", b"drops_rows", "durable", b"durable", "export_root", b"export_root", "generation", b"generation", "incarnation", b"incarnation", "shard_count", b"shard_count", "shard_index", b"shard_index", "tables", b"tables", "update_seq", b"update_seq"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -219,6 +219,7 @@ class ShardStatus:
     cuts: tuple[int, ...] = ()
     drops_rows: bool = False  # admission or eviction is on: a push may not land on every row it names
     export_root: str = ""  # where the shard writes exports ("": none)
+    durable: bool = False  # a data directory holds its checkpoint cuts (none: memory only)
 
 
 # Which model a PS holds: its name, type and (for models whose tables are sized by the

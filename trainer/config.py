@@ -283,7 +283,13 @@ class PSAccessSettings:
     residual_rows: int = field(
         default=1 << 20, metadata={"help": "error-feedback memory of lossy push codecs, rows per table (older rows are flushed)"}
     )
-    checkpoint_interval_s: float = field(default=0.0, metadata={"help": "seconds between PS checkpoints (0: off)"})
+    checkpoint_interval_s: float = field(
+        default=-1.0,
+        metadata={
+            "help": "seconds between checkpoint cuts, and one at the stream's end (0: off; -1: auto, 60 where every"
+            " shard keeps a data directory, --data-dir or --local-data-dir, else off)"
+        },
+    )
     from_start: bool = field(
         default=False,
         metadata={
@@ -386,6 +392,9 @@ class TrainerConfig(ServerConfig):
 
     def validate(self) -> None:
         super().validate()
+        every = self.ps_access.checkpoint_interval_s
+        if every < 0 and every != -1:
+            raise ConfigError(f"--checkpoint-interval-s {every:g}: seconds (0: off), or -1 (auto)")
         if self.parallel.workers > 1 and not self.input.splits():
             raise ConfigError(
                 f"--workers {self.parallel.workers}: the stream is split by files or partitions,"

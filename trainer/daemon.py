@@ -37,6 +37,7 @@ from trainer.config import ENV_PREFIX, HELP_EXAMPLES, HELP_GROUPS, TrainerConfig
 from trainer.input.bad_input import BadInput, message, too_bad
 from trainer.input.source import Position, Source, StreamSource, open_source
 from trainer.run.agreement import folders_verdict, group_settings, shards_verdict
+from trainer.run.cut_interval import cut_interval
 from trainer.run.exporter import Exporter
 from trainer.run.loop import LoopSettings, Trainer, merged_wire
 from trainer.run.progress_log import ProgressLog
@@ -216,8 +217,6 @@ def connect(conf: TrainerConfig, stopping: Callable[[], bool] = lambda: False, r
         1 if conf.parallel.local_aggregate else ranks,  # one leader pushes the host's sums
         cut_drain_codec(conf, remote=True),
     )
-    # auto's windows end at cuts, where 1-bit's big cost (the exact drain) falls; a run without cuts at exports
-    client.compression.judge_at = "cut" if access.checkpoint_interval_s > 0 else "export"
     for addr, ch in zip(addresses, client.transport.channels, strict=True):  # type: ignore[attr-defined]
         ready, until = grpc.channel_ready_future(ch), time.monotonic() + 30
         while True:  # in slices, so that SIGTERM ends the wait
@@ -450,6 +449,10 @@ def train_run(
         check_shard_list(conf, statuses)
     if group is not None:
         check_same_shards(conf, group, statuses)
+    names = ["in process"] * len(statuses) if conf.local else addresses_of(conf)
+    cut_every, cuts_said, cuts_warn = cut_interval(conf.ps_access.checkpoint_interval_s, statuses, names)
+    # auto's windows end at cuts, where 1-bit's big cost (the exact drain) falls; a run without cuts at exports
+    client.compression.judge_at = "cut" if cut_every > 0 else "export"
     planned = planned_point(statuses, conf.ps_access.from_start)  # read only: nothing changes before the model is named
     check_ranks(planned, world)  # where the cut is known before the restore; after it, below
 
@@ -519,6 +522,8 @@ def train_run(
     log.info(
         "model %s, %d fields, tables %s", spec.type, len(fields), ", ".join(f"{t.name}:{t.optimizer.kind}" for t in spec.tables())
     )
+    if lead:
+        log.log(logging.WARNING if cuts_warn else logging.INFO, "%s", cuts_said)
     metrics_port = daemon.metrics_server(conf.host, conf.metrics_port) if conf.metrics_port >= 0 else -1
     served, grpc_port = None, -1
     if conf.port >= 0:  # health only: the trainer is a client of the PS and serves nothing else
@@ -542,7 +547,7 @@ def train_run(
         share(conf.input.max_samples, rank, world),  # each rank its part of a sample limit
         conf.input.idle_exit_s,
         conf.export.export_interval_s,
-        conf.ps_access.checkpoint_interval_s,
+        cut_every,
         max_line_bytes=conf.input.max_line_bytes,
         batch_cache=None if (conf.input.batch_cache or "").lower() in ("", "off", "none") else conf.input.batch_cache,
         batch_cache_max_bytes=int(conf.input.batch_cache_max_gb * 1e9),
@@ -597,6 +602,7 @@ def train_run(
         result["mlp_replicas_differ"] = float(trainer.merged["replicas_differ"])
     result.update(trainer.merged.get("compression", client.compression_stats()))
     sparse = [t for st in client.control.status() for t in st.tables if t.kind == "sparse"]
+    result["checkpoint_interval_s"] = cut_every
     result["sparse_rows"] = float(sum(t.rows for t in sparse))  # the model's size, after the lifecycle
     result["not_admitted"] = float(sum(t.not_admitted for t in sparse))
     result["evicted"] = float(sum(t.evicted for t in sparse))

@@ -359,6 +359,7 @@ class GrpcTransport(ByteCounter):
             tuple(r.cuts),
             r.drops_rows,
             r.export_root,
+            r.durable,
         )
 
     def close(self) -> None:

@@ -154,6 +154,7 @@ class LocalTransport(ByteCounter):
             tuple(s.cuts()),
             s.drops_rows,
             str(s.export_root or ""),
+            s.store is not None,
         )
 
     def close(self) -> None:

@@ -259,6 +259,7 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
                 cuts=self.shard.cuts(),
                 drops_rows=self.shard.drops_rows,
                 export_root=str(self.shard.export_root.resolve()) if self.shard.export_root else "",
+                durable=self.shard.store is not None,
             )
 
         return self._call("Stats", context, run, request)

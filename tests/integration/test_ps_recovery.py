@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -107,3 +110,52 @@ def test_a_poisoned_push_gets_invalid_argument_and_changes_nothing(tmp_path):
         client.close()
     finally:
         shard.stop()
+
+
+def _train(source: Path, ps: str, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "boundless", "train", "--source", str(source), "--format", "libsvm", "--no-follow"]
+    cmd += ["--ps", ps, "--metrics-port", "-1", "--metrics-out", str(out), *extra]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+
+
+def test_the_default_keeps_the_model_in_shards_given_a_data_directory(data_dir, tmp_path):
+    """Before, cuts were off by default: shards started with --data-dir wrote nothing to it,
+    and a shard killed after a run came back empty. Now the default takes cuts where every
+    shard keeps a data directory (and one at the stream's end); a memory-only shard is
+    never asked for one, and cuts asked of it are refused naming it."""
+    lines = (data_dir / "frappe/frappe.validation.libfm").read_text().splitlines()[:4000]
+    source = tmp_path / "f.libsvm"
+    source.write_text("\n".join(lines) + "\n")
+    args = [["ps", "--shard-index", str(i), "--shard-count", "2", "--data-dir", str(tmp_path / f"ps{i}")] for i in range(2)]
+    shards = [start(f"ps{i}", a, tmp_path) for i, a in enumerate(args)]
+    try:
+        ps = ",".join(s.address for s in shards if s.wait_ready())
+        proc = _train(source, ps, tmp_path / "a.json")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "checkpoint cuts every 60 s (auto: every shard keeps a data directory)" in proc.stderr
+        assert json.loads((tmp_path / "a.json").read_text())["checkpoint_interval_s"] == 60
+        held = {t.name: t.rows for t in PSClient.connect([s.address for s in shards]).control.status()[1].tables}
+        shards[1].kill()
+        shards[1] = start("ps1", args[1], tmp_path)
+        ready = shards[1].wait_ready()
+        assert ready["committed_cut"] >= 1
+        client = PSClient.connect([s.address for s in shards])
+        assert {t.name: t.rows for t in client.control.status()[1].tables} == held and held["w"] > 0
+        client.close()
+        ps = ",".join(s.address for s in shards)  # the restarted shard listens on a new port
+        again = _train(source, ps, tmp_path / "b.json")  # the stream taken up at its end: nothing left to train
+        assert again.returncode == 0, again.stderr[-3000:]
+        assert json.loads((tmp_path / "b.json").read_text())["samples"] == len(lines)
+    finally:
+        for s in shards:
+            s.stop()
+    memory = start("mem", ["ps", "--shard-index", "0", "--shard-count", "1"], tmp_path)
+    try:
+        memory.wait_ready()
+        proc = _train(source, memory.address, tmp_path / "c.json")
+        assert proc.returncode == 0 and "no checkpoint cuts (auto: the shards keep no data directory" in proc.stderr
+        refused = _train(source, memory.address, tmp_path / "d.json", "--checkpoint-interval-s", "5")
+        assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr[-3000:]
+        assert f"--checkpoint-interval-s 5: shard 0 ({memory.address}) keeps no data directory" in refused.stderr
+    finally:
+        memory.stop()
