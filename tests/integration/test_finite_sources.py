@@ -44,3 +44,26 @@ def test_a_pipe_ends_at_its_end_and_follow_keeps_reading(data_dir: Path, tmp_pat
     assert json.loads(out.read_text())["samples"] == 3000  # no export: nothing held back
     follow = _train(tmp_path, "--source", str(data_dir / CRITEO), "--follow", "--idle-exit-s", "1", "--progress-interval-s", ".2")
     assert follow.returncode == 0 and "following" in follow.stderr
+
+
+def test_compressed_files_train_as_the_text_they_hold(data_dir: Path, tmp_path: Path):
+    """A gzip'd file named as the source failed on "line is not valid UTF-8"; in a folder of
+    plain files it trained nothing and a few of its bytes were counted as bad lines."""
+    import gzip
+
+    import zstandard
+
+    raw = (data_dir / CRITEO).read_bytes()
+    lines = raw.splitlines(keepends=True)
+    folder = tmp_path / "days"
+    folder.mkdir()
+    (folder / "day-0.tsv").write_bytes(b"".join(lines[:3000]))
+    (folder / "day-1.tsv.gz").write_bytes(gzip.compress(b"".join(lines[3000:6000])))
+    (folder / "day-2.tsv.zst").write_bytes(zstandard.ZstdCompressor().compress(b"".join(lines[6000:])))
+    out = tmp_path / "m.json"
+    proc = _train(tmp_path, "--source", str(folder), "--no-follow", "--format", "criteo", "--metrics-out", str(out))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert result["samples"] == len(lines) and result["bad_lines"] == 0, result
+    alone = _train(tmp_path, "--source", str(folder / "day-1.tsv.gz"), "--metrics-out", str(out))
+    assert alone.returncode == 0 and json.loads(out.read_text())["samples"] == 3000, alone.stderr[-2000:]

@@ -31,6 +31,7 @@ from typing import BinaryIO, Protocol
 import numpy as np
 
 from trainer.config import DEFAULT_IGNORE
+from trainer.input.compressed import DecompressedText, compression_of_file
 from trainer.input.file_split import share
 from trainer.input.parquet_text import ParquetText, is_parquet
 
@@ -190,7 +191,12 @@ class StreamSource:
                         head = rendered.read(max_bytes)
                 else:
                     with open(files[0], "rb") as fh:
-                        head = fh.read(max_bytes)
+                        kind = compression_of_file(fh.fileno())
+                        if kind is None:
+                            head = fh.read(max_bytes)
+                        else:
+                            with DecompressedText(files[0], kind) as unpacked:
+                                head = unpacked.read(max_bytes)
                 text = head.decode("utf-8", errors="replace").splitlines()
                 return text[: max_lines if len(head) < max_bytes else max(0, min(max_lines, len(text) - 1))]
             if time.monotonic() >= deadline or self.stop():
@@ -251,7 +257,10 @@ class StreamSource:
                 with fh:
                     ident = os.fstat(fh.fileno())
                     parquet = is_parquet(str(f))
-                    if offset > ident.st_size and not parquet:  # the checkpoint's file is shorter now: rewritten while down
+                    compressed = None if parquet else compression_of_file(fh.fileno())
+                    if (
+                        offset > ident.st_size and not parquet and compressed is None
+                    ):  # the checkpoint's file is shorter now: rewritten while down
                         log.error(
                             "%s holds %d bytes, fewer than the %d the checkpoint read: it was truncated or rewritten;"
                             " reading it from its start",
@@ -275,6 +284,13 @@ class StreamSource:
                             text.seek(offset)
                             finished = yield from self._read(
                                 text, str(f), offset, line_no, lambda: True, max_line_bytes, block_bytes
+                            )
+                    elif compressed is not None:  # its text, decompressed as it is read; whole once it is there
+                        unpacked: BinaryIO = DecompressedText(f, compressed)  # type: ignore[assignment]
+                        with unpacked:
+                            unpacked.seek(offset)
+                            finished = yield from self._read(
+                                unpacked, str(f), offset, line_no, lambda: True, max_line_bytes, block_bytes
                             )
                     else:
                         fh.seek(offset)
@@ -364,7 +380,8 @@ class StreamSource:
                     partial = b""
                     skipping = True
                 continue
-            changed = None if name == "<stdin>" or not self.follow or is_parquet(name) else self._changed(fh, name, offset)
+            whole = is_parquet(name) or isinstance(fh, DecompressedText)  # read whole once there: no growth to watch
+            changed = None if name == "<stdin>" or not self.follow or whole else self._changed(fh, name, offset)
             if changed == "truncated":  # copytruncate: the lines read stay trained, the new ones are read
                 log.error("%s was truncated below the %d bytes read (rewritten in place); read from the start", name, offset)
                 fh.seek(0)

@@ -1,0 +1,66 @@
+"""Compressed files read as the text they hold (gzip, bzip2, xz, zstd, told by their first
+bytes): in a folder beside plain files, named as the source, taken up mid-file at a
+checkpoint's offset, and, cut short, trained up to the damage with the damage logged."""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import logging
+import lzma
+from collections.abc import Callable
+
+import pytest
+import zstandard
+
+from trainer.input.compressed import DecompressedText, compression_of
+from trainer.input.source import Block, Position, StreamSource
+
+COMPRESS: dict[str, Callable[[bytes], bytes]] = {
+    "gzip": gzip.compress,
+    "bzip2": bz2.compress,
+    "xz": lzma.compress,
+    "zstd": zstandard.ZstdCompressor().compress,
+}
+PLAIN = b"".join(f"{i % 2} {i}:1 {i + 7}:1\n".encode() for i in range(5000))
+
+
+def _read(src: StreamSource) -> list[Block]:
+    return [b for b in src.blocks(1 << 16, block_bytes=4096) if b is not None and b.data]
+
+
+@pytest.mark.parametrize("kind", COMPRESS)
+def test_a_compressed_file_reads_as_its_text_beside_plain_ones_and_from_any_offset(tmp_path, kind):
+    packed = COMPRESS[kind](PLAIN)
+    assert compression_of(packed[:6]) == kind and compression_of(PLAIN[:6]) is None
+    (tmp_path / "part-0").write_bytes(PLAIN)
+    (tmp_path / "part-1.data").write_bytes(packed)  # told by its bytes, not its name
+    blocks = _read(StreamSource(str(tmp_path), follow=False))
+    assert b"".join(b.data for b in blocks if b.file.endswith("part-0")) == PLAIN
+    mine = [b for b in blocks if b.file.endswith("part-1.data")]
+    assert b"".join(b.data for b in mine) == PLAIN and mine[0].offset == 0
+    # a checkpoint taken at a block boundary inside it: the rest, from the same line on
+    at = mine[len(mine) // 2]
+    start = Position(at.file, at.offset, at.line)
+    rest = _read(StreamSource(str(tmp_path / "part-1.data"), follow=False, start=start))
+    assert rest[0].offset == at.offset and rest[0].line == at.line
+    assert b"".join(b.data for b in rest) == PLAIN[at.offset :]
+    assert StreamSource(str(tmp_path / "part-1.data"), follow=False).peek(3) == PLAIN.decode().splitlines()[:3]
+
+
+def test_a_stream_cut_short_trains_the_lines_before_and_says_where(tmp_path, caplog):
+    packed = gzip.compress(PLAIN)
+    (tmp_path / "cut.gz").write_bytes(packed[: len(packed) // 2])
+    with caplog.at_level(logging.ERROR, logger="trainer"):
+        blocks = _read(StreamSource(str(tmp_path / "cut.gz"), follow=False))
+    text = b"".join(b.data for b in blocks)
+    assert 0 < len(text) < len(PLAIN) and PLAIN.startswith(text)
+    assert "cut.gz: its gzip stream is cut short or damaged after" in caplog.text and "EOFError" in caplog.text
+
+
+def test_decompressed_text_reads_forward_only(tmp_path):
+    (tmp_path / "a.xz").write_bytes(lzma.compress(PLAIN))
+    with DecompressedText(tmp_path / "a.xz", "xz") as text:
+        assert text.seek(100) == 100 and text.read(10) == PLAIN[100:110]
+        with pytest.raises(OSError):
+            text.seek(0)
