@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -319,7 +320,20 @@ def train(conf: TrainerConfig, aggregation: AggregationPlan | None = None, name:
     except StoppedWhileUnreachable as e:
         # exactly once still holds: the shards and the stream go back to the last cut
         log.warning("%s: stopped; the next start takes up from the last checkpoint cut", e)
+    except (ValueError, OSError):  # a configuration the ranks refused (trainer.run.agreement), a bad path...
+        _leave_group()
+        raise
     return 0
+
+
+def _leave_group() -> None:
+    """Ends this process's torch.distributed group, if it formed one: a process that exits
+    with gloo's threads alive can abort in C++ ("terminate called without an active
+    exception", SIGABRT) instead of leaving with its error's exit code. Without a group,
+    torch is not imported."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def check_shard_list(conf: TrainerConfig, statuses: list[ShardStatus]) -> None:
