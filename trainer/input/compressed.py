@@ -26,6 +26,8 @@ from typing import Any
 
 log = logging.getLogger("trainer")
 
+MAX_HEADER_BYTES = 1 << 20  # a CSV header longer than this is not looked for further
+
 MAGIC = {
     b"\x1f\x8b": "gzip",
     b"BZh": "bzip2",
@@ -113,3 +115,20 @@ class DecompressedText(io.RawIOBase):
         if not self.closed:
             self._file.close()
         super().close()
+
+
+def first_line(path: str | Path) -> str:
+    """A file's first line of text (a CSV's header, for a reader resumed inside the file),
+    decompressed where the file is compressed."""
+    with open(path, "rb") as fh:
+        kind = compression_of_file(fh.fileno())
+        if kind is None:
+            return fh.readline().decode("utf-8", errors="replace")
+    with DecompressedText(path, kind) as text:
+        head = b""
+        while b"\n" not in head and len(head) < MAX_HEADER_BYTES:
+            more = text.read1(1 << 16)
+            if not more:
+                break
+            head += more
+    return head.split(b"\n", 1)[0].decode("utf-8", errors="replace")

@@ -22,6 +22,7 @@ from ctr.data.schema import FeatureSchema, detect_schema
 from trainer import metrics
 from trainer.input.batch_cache import BatchCache, CachedBatch, Recording
 from trainer.input.block_parser import BlockParser
+from trainer.input.compressed import first_line
 from trainer.input.parquet_text import ParquetText, header_of, is_parquet
 from trainer.input.source import Block, Position, Source, StreamSource
 
@@ -132,9 +133,8 @@ class BatchReader:
                 header = header_of(block.file)
             elif block.file.startswith("s3://"):  # resumed inside an object: its first line
                 header = self.source.first_line(block.file)  # type: ignore[attr-defined]
-            else:  # resumed inside the file: its first line is still its header
-                with open(block.file, encoding="utf-8", errors="replace") as fh:
-                    header = fh.readline()
+            else:  # resumed inside the file: its first line (of its text, if compressed) is still its header
+                header = first_line(block.file)
         p = self._parsers[block.file] = BlockParser(self.schema, self.fields, header, self.max_line_bytes)
         return p, block if block.data else None
 

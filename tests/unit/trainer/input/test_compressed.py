@@ -64,3 +64,31 @@ def test_decompressed_text_reads_forward_only(tmp_path):
         assert text.seek(100) == 100 and text.read(10) == PLAIN[100:110]
         with pytest.raises(OSError):
             text.seek(0)
+
+
+def test_a_csv_resumed_inside_its_compressed_file_takes_its_header_from_the_text(data_dir, tmp_path):
+    """A reader resumed mid-file reads the CSV's header from the file's first line: of a
+    gzip'd file, that line is of its text, not of its compressed bytes."""
+    from ctr.data.fields import FieldIndex
+    from ctr.data.schema import PRESETS
+    from trainer.input.compressed import first_line
+    from trainer.input.reader import BatchReader
+
+    text = b"".join((data_dir / "avazu_10k/train_rows1-9999.csv").read_bytes().splitlines(keepends=True)[:3001])
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "packed").mkdir()
+    (tmp_path / "plain" / "day.csv").write_bytes(text)
+    (tmp_path / "packed" / "day.csv").write_bytes(gzip.compress(text))
+    assert first_line(tmp_path / "packed" / "day.csv") == text.split(b"\n", 1)[0].decode()
+    offset = len(b"".join(text.splitlines(keepends=True)[:2001]))  # after the header and 2,000 rows
+
+    def batches(folder):
+        start = Position(str(folder / "day.csv"), offset, 2001)
+        reader = BatchReader(StreamSource(str(folder), follow=False, start=start), PRESETS["avazu"], FieldIndex(), 250, 1 << 20)
+        return [r.batch for r in reader.batches() if r is not None], reader.bad_lines
+
+    plain, plain_bad = batches(tmp_path / "plain")
+    packed, packed_bad = batches(tmp_path / "packed")
+    assert plain_bad == packed_bad == 0 and sum(len(b) for b in plain) == 1000
+    for a, b in zip(plain, packed, strict=True):
+        assert (a.keys == b.keys).all() and (a.labels == b.labels).all()
