@@ -113,3 +113,31 @@ def test_a_prefix_that_cannot_be_listed_fails_at_start_naming_it(s3: Any, tmp_pa
     proc = subprocess.run([*cmd, "--metrics-port", "-1"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "s3://no-such-bucket/x/" in proc.stderr and "NoSuchBucket" in proc.stderr, proc.stderr[-2000:]
+
+
+def test_compressed_objects_train_as_the_text_they_hold(s3: Any, data_dir: Path, tmp_path: Path) -> None:
+    """gzip and zstd objects (told by their first bytes) train as their CSV text, the same
+    rows as the plain objects; a reader resumed inside one takes the CSV header from its text."""
+    import gzip
+
+    import zstandard
+
+    from trainer.input.s3_source import S3PrefixSource
+
+    lines = (data_dir / AVAZU).read_bytes().splitlines(keepends=True)
+    header, rows = lines[0], lines[1:]
+    half = len(rows) // 2
+    s3.put_object(Bucket=BUCKET, Key="packed/part-0.csv.gz", Body=gzip.compress(b"".join([header, *rows[:half]])))
+    s3.put_object(
+        Bucket=BUCKET, Key="packed/part-1.csv.zst", Body=zstandard.ZstdCompressor().compress(b"".join([header, *rows[half:]]))
+    )
+    s3.put_object(Bucket=BUCKET, Key="plain/part-0.csv", Body=b"".join([header, *rows[:half]]))
+    s3.put_object(Bucket=BUCKET, Key="plain/part-1.csv", Body=b"".join([header, *rows[half:]]))
+    args = ("--model", "fm", "--k", "4", "--no-follow", "--holdout-samples", "0")
+    plain, _ = _train(f"s3://{BUCKET}/plain/", tmp_path / "plain.json", *args)
+    packed, _ = _train(f"s3://{BUCKET}/packed/", tmp_path / "packed.json", *args)
+    assert packed["samples"] == plain["samples"] == len(rows) and packed["bad_lines"] == 0
+    for key in ("progressive_logloss", "window_auc"):
+        assert packed[key] == plain[key], key
+    source = S3PrefixSource(f"s3://{BUCKET}/packed/", follow=False)
+    assert source.first_line(f"s3://{BUCKET}/packed/part-1.csv.zst") == header.decode().rstrip("\n")

@@ -1,5 +1,6 @@
 """Compressed files read as the text they hold: gzip, bzip2, xz and zstd, told by their first
-bytes (not their names), in a followed folder or named as the source.
+bytes (not their names), in a followed folder, named as the source, or as objects under
+an s3:// prefix (whose bytes are read from the start: a ranged GET cannot start mid-stream).
 
 Without this, a gzip'd day of clicks (the form Criteo publishes its logs in) parsed as
 binary: a file named as the source failed on "line is not valid UTF-8", and one in a folder
@@ -46,26 +47,28 @@ def compression_of_file(fd: int) -> str | None:
     return compression_of(os.pread(fd, 6, 0))
 
 
-def _open(path: Path, kind: str) -> Any:
+def _open(raw: Any, kind: str) -> Any:
+    """A decompressing reader over `raw`, a binary file object it closes with itself."""
     if kind == "gzip":
-        return gzip.open(path, "rb")
+        return gzip.GzipFile(fileobj=raw, mode="rb")
     if kind == "bzip2":
-        return bz2.open(path, "rb")
+        return bz2.BZ2File(raw, "rb")
     if kind == "xz":
-        return lzma.open(path, "rb")
+        return lzma.LZMAFile(raw, "rb")
     import zstandard
 
-    raw = open(path, "rb")  # noqa: SIM115 - closed with the reader (closefd)
     return zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True, closefd=True)
 
 
 class DecompressedText(io.RawIOBase):
-    """The text of one compressed file, read forward from any offset. A stream that ends
-    early or is damaged reads as ending there (`damage` says why and where)."""
+    """The text of one compressed file (or of `raw`, an object's bytes from its start, named
+    `path`), read forward from any offset. A stream that ends early or is damaged reads as
+    ending there (`damage` says why and where)."""
 
-    def __init__(self, path: str | Path, kind: str) -> None:
+    def __init__(self, path: str | Path, kind: str, raw: Any = None) -> None:
         self.path, self.kind = str(path), kind
-        self._file = _open(Path(path), kind)
+        self._raw = open(path, "rb") if raw is None else raw  # noqa: SIM115 - closed in close()
+        self._file = _open(self._raw, kind)
         self._at = 0
         self.damage: str | None = None
 
@@ -114,6 +117,7 @@ class DecompressedText(io.RawIOBase):
     def close(self) -> None:
         if not self.closed:
             self._file.close()
+            self._raw.close()  # gzip, bz2 and lzma leave a file object they were given open
         super().close()
 
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ctr.runtime.extras import require
+from trainer.input.compressed import DecompressedText, compression_of
 from trainer.input.file_split import share
 from trainer.input.parquet_text import ParquetText, is_parquet
 from trainer.input.source import BLOCK_BYTES, Block, Position, StreamSource
@@ -119,7 +120,7 @@ class S3PrefixSource(StreamSource):
                     with ParquetText(first.uri) as rendered:
                         head = rendered.read(max_bytes)
                 else:
-                    head = self._range(first.key, 0, max_bytes)
+                    head = self._text_head(first.key, max_bytes)
                 text = head.decode("utf-8", errors="replace").splitlines()
                 return text[: max_lines if len(head) < max_bytes else max(0, min(max_lines, len(text) - 1))]
             if time.monotonic() >= deadline or self.stop():
@@ -132,7 +133,7 @@ class S3PrefixSource(StreamSource):
 
     def first_line(self, uri: str) -> str:
         """The first line of a text object (its csv header), for a reader resumed inside it."""
-        head = self._range(uri[len(f"s3://{self.bucket}/") :], 0, 1 << 20)
+        head = self._text_head(uri[len(f"s3://{self.bucket}/") :], 1 << 20)
         return head.split(b"\n", 1)[0].decode("utf-8", errors="replace")
 
     def backlog(self, position: Position) -> tuple[str, int] | None:
@@ -188,6 +189,9 @@ class S3PrefixSource(StreamSource):
             with text:
                 text.seek(offset)
                 return (yield from self._read(text, o.uri, offset, line_no, lambda: True, max_line, block_bytes))  # type: ignore[arg-type]
+        kind = compression_of(self._range(o.key, 0, 6)) if o.size else None
+        if kind is not None:  # its text from the start, decompressed up to the offset (trainer.input.compressed)
+            return (yield from self._compressed(o, kind, offset, line_no, max_line, block_bytes))
         if offset >= o.size and o.size:
             return True
         try:
@@ -202,6 +206,35 @@ class S3PrefixSource(StreamSource):
             return (yield from self._read(body, o.uri, offset, line_no, lambda: True, max_line, block_bytes))  # type: ignore[arg-type]
         finally:
             body.close()
+
+    def _compressed(
+        self, o: S3Object, kind: str, offset: int, line_no: int, max_line: int, block_bytes: int
+    ) -> Generator[Block | None, None, bool]:
+        """A compressed object's blocks of text from `offset`, its bytes read from the start."""
+        try:
+            got = self.s3.get_object(Bucket=self.bucket, Key=o.key)
+        except Exception as e:  # noqa: BLE001 - deleted since the listing: the next listing tells
+            log.warning("%s: cannot be read (%s); taken up at the next listing", o.uri, e)
+            return False
+        with DecompressedText(o.uri, kind, _RangedBody(self.s3, self.bucket, o.key, 0, got["Body"])) as text:
+            text.seek(offset)
+            return (yield from self._read(text, o.uri, offset, line_no, lambda: True, max_line, block_bytes))  # type: ignore[arg-type]
+
+    def _text_head(self, key: str, length: int) -> bytes:
+        """An object's first `length` bytes of text (decompressed where it is compressed)."""
+        head = self._range(key, 0, length)
+        kind = compression_of(head[:6])
+        if kind is None:
+            return head
+        got = self.s3.get_object(Bucket=self.bucket, Key=key)
+        with DecompressedText(f"s3://{self.bucket}/{key}", kind, _RangedBody(self.s3, self.bucket, key, 0, got["Body"])) as text:
+            out = b""
+            while len(out) < length:
+                more = text.read1(length - len(out))
+                if not more:
+                    break
+                out += more
+            return out
 
     def _changed(self, fh: Any, name: str, offset: int) -> str | None:
         return None  # an object does not grow, shrink or rotate: it is read to its end
