@@ -88,6 +88,20 @@ class S3PrefixSource(StreamSource):
         self._done: dict[str, str] = {}  # key -> ETag of the objects read to their end
         self._objects: tuple[float, list[S3Object]] = (-MIN_LIST_S, [])
 
+    def _rebased(self, start: Position) -> Position:
+        """The checkpoint's position when it is an object under this prefix; from the start,
+        said, when the source changed since the cut (StreamSource._rebased)."""
+        bucket, prefix = parse_uri(self.source)
+        if not start.file or start.file.startswith(f"s3://{bucket}/{prefix}"):
+            return start
+        log.warning(
+            "the checkpoint's stream position is in %s, which is not under --source %s: the source changed since"
+            " the cut; it is read from its start",
+            start.file,
+            self.source,
+        )
+        return Position()
+
     def _all_objects(self) -> list[S3Object]:
         """The prefix's objects the contract reads, in key order (a listing reused for
         MIN_LIST_S: a followed prefix is not listed every few ms)."""

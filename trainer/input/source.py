@@ -24,7 +24,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Generator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
@@ -40,6 +40,14 @@ FLOWING_POLL_S = 0.01  # the wait for more data while a stream flows
 HEAD_BYTES = 4096  # a file's first bytes, which with its inode tell a rename from a new file
 
 log = logging.getLogger("trainer")
+
+
+def _same_path(a: Path, b: Path) -> bool:
+    """The same folder however spelled (relative, absolute, through links), where both exist."""
+    try:
+        return a.resolve(strict=True) == b.resolve(strict=True)
+    except OSError:
+        return os.path.abspath(a) == os.path.abspath(b)
 
 
 def _head(fh: BinaryIO) -> bytes:
@@ -140,12 +148,49 @@ class StreamSource:
         self.follow = follow
         self.poll_s = poll_s
         self.stop = stop
-        self.start = start or Position()
+        self.start = self._rebased(start or Position())
         self.idle_since = time.monotonic()
         self._listed: tuple[int, float, list[Path]] = (-1, 0.0, [])  # folder mtime, when listed, files
         # asked before a finished file is read from its start: True skips reading it (the
         # reader replays its parsed batches from the batch cache)
         self.cached: Callable[[str], bool] | None = None
+
+    def _rebased(self, start: Position) -> Position:
+        """The checkpoint's position in this source's spelling. Files are ordered by their
+        paths, and those before the position's count as read, so a position spelled
+        otherwise (a relative --source now absolute) or in another folder (the source moved,
+        or changed) made every file count as read, or none: a run that trained nothing, or
+        everything again, silently."""
+        if not start.file or self.source == "-":
+            return start
+        if start.partitions is not None:  # a topic's position: the source was a topic at the cut
+            log.warning(
+                "the checkpoint's stream position is in topic %s: --source %s is read from its start", start.file, self.source
+            )
+            return Position()
+        here = Path(self.source)
+        was = Path(start.file)
+        folder = here if here.is_dir() else here.parent
+        candidate = folder / was.name if here.is_dir() else here
+        if _same_path(was.parent, folder) and (here.is_dir() or was.name == here.name):
+            return replace(start, file=str(candidate))  # the same file, spelled as this source spells it
+        if candidate.exists() and was.name == candidate.name:
+            log.warning(
+                "the checkpoint's stream position is in %s, which is not under --source %s; %s has a file of that name:"
+                " taken as the same stream, moved, and taken up there",
+                start.file,
+                self.source,
+                folder,
+            )
+            return replace(start, file=str(candidate))
+        log.warning(
+            "the checkpoint's stream position is in %s, which is not in --source %s: the source changed since the cut;"
+            " %s is read from its start",
+            start.file,
+            self.source,
+            self.source,
+        )
+        return Position()
 
     def names(self) -> list[str]:
         """The names of every file the folder's contract reads now, every rank's share."""

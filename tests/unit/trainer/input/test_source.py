@@ -17,3 +17,37 @@ def test_a_folders_backlog_counts_the_bytes_past_the_position(tmp_path):
     followed = StreamSource(str(tmp_path), follow=True, part=(1, 2))  # by name hash: a.txt is rank 1's, b and c rank 0's
     assert followed.backlog(Position()) == ("bytes", 100)
     assert StreamSource("-", follow=False).backlog(Position()) is None  # stdin: unknown
+
+
+def test_a_checkpoints_position_is_taken_in_this_sources_spelling_or_dropped_with_a_warning(tmp_path, monkeypatch, caplog):
+    """Files before the position's count as read, compared by path: a position spelled
+    otherwise (a relative --source now absolute) made a restart train nothing or all again,
+    and one in another folder made a new folder train nothing, silently."""
+    import logging
+
+    day = tmp_path / "day"
+    day.mkdir()
+    for name in ("part-1", "part-2"):
+        (day / name).write_text("1 1:1\n0 2:1\n")
+    monkeypatch.chdir(tmp_path)
+    at = Position("day/part-1", 6, 1)
+    absolute = StreamSource(str(day), follow=False, start=at)
+    assert absolute.start == Position(str(day / "part-1"), 6, 1)
+    data = [b for b in absolute.blocks(1 << 16) if b is not None and b.data]
+    assert [(b.file, b.offset) for b in data] == [(str(day / "part-1"), 6), (str(day / "part-2"), 0)]
+    assert StreamSource("day/part-1", follow=False, start=Position(str(day / "part-1"), 6, 1)).start.file == "day/part-1"
+
+    other = tmp_path / "another"  # sorts before "day": every file counted as read before
+    other.mkdir()
+    (other / "a").write_text("1 3:1\n")
+    with caplog.at_level(logging.WARNING, logger="trainer"):
+        fresh = StreamSource(str(other), follow=False, start=at)
+    assert fresh.start == Position() and "not in --source" in caplog.text and "read from its start" in caplog.text
+    assert [b.file for b in fresh.blocks(1 << 16) if b is not None and b.data] == [str(other / "a")]
+
+    moved = tmp_path / "moved"
+    day.rename(moved)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="trainer"):
+        taken_up = StreamSource(str(moved), follow=False, start=at)
+    assert taken_up.start == Position(str(moved / "part-1"), 6, 1) and "taken as the same stream, moved" in caplog.text
