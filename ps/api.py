@@ -201,6 +201,13 @@ class StoppedWhileUnreachable(RuntimeError):
     stop retrying, and the next start takes up from the last checkpoint cut."""
 
 
+class Superseded(ValueError):
+    """A shard follows a newer trainer generation than this trainer's: another trainer
+    restored the shards after this one did, and the shard refuses this one's calls. Two
+    trainers (not ranks of one group) on one PS: the older one stops, naming why, instead of
+    fighting the newer one for the shards."""
+
+
 # the shard that keeps a checkpoint cut's trainer offsets (the others keep an empty blob)
 OFFSETS_SHARD = 0
 

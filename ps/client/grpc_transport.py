@@ -31,6 +31,7 @@ from ps.api import (
     ShardStatus,
     SparsePush,
     StoppedWhileUnreachable,
+    Superseded,
     TableStats,
 )
 from ps.compression.payload import decode_payload
@@ -172,6 +173,12 @@ class GrpcTransport(ByteCounter):
                     continue
                 if e.code() not in RETRIED and not late:
                     self._saw_in(shard, e)  # a refusal from a process that restarted says so
+                    if e.code() == grpc.StatusCode.ABORTED:  # the shard follows a newer trainer generation
+                        raise Superseded(
+                            f"PS shard {shard} at {self.addresses[shard]} refused {method}: {e.details()}. Another trainer"  # type: ignore[attr-defined]
+                            " restored these shards after this one started (two trainers, not ranks of one group, on one"
+                            " PS?); this trainer stops, and what it trained since the last cut is not kept"
+                        ) from None
                     raise
                 now = time.monotonic()
                 if now + delay > deadline:

@@ -13,6 +13,7 @@ from boundless.processes import start
 from ctr.model.spec import ModelSpec
 from ctr.routing import shard_of
 from ps.client import PSClient
+from tests.support import wait_for_text
 
 SPEC = ModelSpec("fm", k=4)
 
@@ -159,3 +160,36 @@ def test_the_default_keeps_the_model_in_shards_given_a_data_directory(data_dir, 
         assert f"--checkpoint-interval-s 5: shard 0 ({memory.address}) keeps no data directory" in refused.stderr
     finally:
         memory.stop()
+
+
+def test_a_trainer_superseded_by_another_on_its_shards_stops_naming_why(data_dir, tmp_path):
+    """A second trainer (not a rank of the first's group) started on the same shards restores
+    them under a newer generation, and the shards refuse the first one's calls. The first
+    died at its next call with a gRPC traceback (ABORTED); now it stops with a message."""
+    lines = (data_dir / "frappe/frappe.validation.libfm").read_text().splitlines()
+    for name, part in (("first", lines[:3000]), ("second", lines[3000:5000])):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "part-0").write_text("\n".join(part) + "\n")
+    shard = start("ps0", ["ps", "--data-dir", str(tmp_path / "ps0")], tmp_path)
+    try:
+        shard.wait_ready()
+        cmd = [sys.executable, "-m", "boundless", "train", "--format", "libsvm", "--ps", shard.address, "--metrics-port", "-1"]
+        log = tmp_path / "first.log"
+        with open(log, "w") as out:
+            first = subprocess.Popen(
+                [*cmd, "--source", str(tmp_path / "first"), "--idle-exit-s", "6"], stdout=out, stderr=subprocess.STDOUT
+            )
+        try:
+            wait_for_text(log, "checkpoint cuts every", first, timeout=120)
+            second = subprocess.run(
+                [*cmd, "--source", str(tmp_path / "second"), "--no-follow"], capture_output=True, text=True, timeout=120
+            )
+            assert second.returncode == 0, second.stderr[-3000:]
+            assert first.wait(120) == 2
+        finally:
+            first.kill()
+        text = log.read_text()
+        assert "Traceback" not in text, text[-3000:]
+        assert "this shard follows generation 2. Another trainer restored these shards after this one started" in text
+    finally:
+        shard.stop()
