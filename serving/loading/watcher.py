@@ -278,10 +278,16 @@ class ModelWatcher:
         now = time.monotonic()
         if now - self._said_waiting > WAITING_LOG_S:  # say why nothing serves, now and then
             self._said_waiting = now
+            try:
+                others = [m for m in Repository.models_in(self.repo.root) if m != self.repo.model]
+            except Exception:  # noqa: BLE001 - an unreachable repository: the warning says the rest
+                others = []
             log.warning(
-                "no version of model %r in %s yet: waiting for the model manager to publish one (check --repo and --model-name)",
+                "no version of model %r in %s yet: waiting for the model manager to publish one (check --repo and"
+                " --model-name)%s",
                 self.repo.model,
                 self.repo.root,
+                f"; the repository holds {', '.join(repr(m) for m in others)}" if others else "",
             )
 
     def _swap(self, model: ServableModel) -> None:
