@@ -29,6 +29,10 @@ log = logging.getLogger("trainer")
 
 MAX_HEADER_BYTES = 1 << 20  # a CSV header longer than this is not looked for further
 
+# names that announce a compressed file: one still empty is left for a later pass (its
+# first bytes decide how it is read), not read as a plain file that grows
+COMPRESSED_SUFFIXES = frozenset({".gz", ".gzip", ".bz2", ".xz", ".zst", ".zstd"})
+
 MAGIC = {
     b"\x1f\x8b": "gzip",
     b"BZh": "bzip2",

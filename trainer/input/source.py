@@ -31,7 +31,7 @@ from typing import BinaryIO, Protocol
 import numpy as np
 
 from trainer.config import DEFAULT_IGNORE
-from trainer.input.compressed import DecompressedText, compression_of_file
+from trainer.input.compressed import COMPRESSED_SUFFIXES, DecompressedText, compression_of_file
 from trainer.input.file_split import share
 from trainer.input.parquet_text import ParquetText, is_parquet
 
@@ -285,6 +285,7 @@ class StreamSource:
                 yield None
                 time.sleep(self._nap())
                 continue
+            unwritten = 0  # compressed files still empty: looked at again at the next pass
             for i, f in enumerate(pending):
                 is_start = str(f) == start.file
                 offset = start.offset if is_start else 0
@@ -303,9 +304,11 @@ class StreamSource:
                     ident = os.fstat(fh.fileno())
                     parquet = is_parquet(str(f))
                     compressed = None if parquet else compression_of_file(fh.fileno())
-                    if (
-                        offset > ident.st_size and not parquet and compressed is None
-                    ):  # the checkpoint's file is shorter now: rewritten while down
+                    if self.follow and compressed is None and ident.st_size == 0 and f.suffix in COMPRESSED_SUFFIXES:
+                        unwritten += 1  # not written yet: its first bytes tell how to read it, at the next pass
+                        continue
+                    # the checkpoint's file is shorter now: rewritten while down
+                    if offset > ident.st_size and not parquet and compressed is None:
                         log.error(
                             "%s holds %d bytes, fewer than the %d the checkpoint read: it was truncated or rewritten;"
                             " reading it from its start",
@@ -346,6 +349,9 @@ class StreamSource:
                     yield Block(str(f), 0, 0, b"", eof=True)
                 if self.stop():
                     return
+            if unwritten == len(pending):  # nothing to read but files still being written
+                yield None
+                time.sleep(self._nap())
             start = Position()
 
     def _unread(self, files: list[Path]) -> list[Path]:

@@ -92,3 +92,30 @@ def test_a_csv_resumed_inside_its_compressed_file_takes_its_header_from_the_text
     assert plain_bad == packed_bad == 0 and sum(len(b) for b in plain) == 1000
     for a, b in zip(plain, packed, strict=True):
         assert (a.keys == b.keys).all() and (a.labels == b.labels).all()
+
+
+def test_a_followed_compressed_file_still_empty_is_read_once_its_bytes_land(tmp_path):
+    """An empty `.gz` in a followed folder was read as a plain file that grows: its gzip
+    bytes, once written, would have been parsed as text."""
+    import threading
+    import time
+
+    (tmp_path / "a.gz").write_bytes(b"")
+    got: list[bytes] = []
+    deadline = time.monotonic() + 20  # a source that reads the wrong bytes never reaches the text's length
+    src = StreamSource(
+        str(tmp_path), follow=True, poll_s=0.02, stop=lambda: len(b"".join(got)) >= len(PLAIN) or time.monotonic() > deadline
+    )
+
+    def land() -> None:
+        time.sleep(0.3)
+        (tmp_path / "a.gz").write_bytes(gzip.compress(PLAIN))
+
+    threading.Thread(target=land, daemon=True).start()
+    for b in src.blocks(1 << 16, block_bytes=4096):
+        if b is not None and b.data:
+            got.append(b.data)
+    assert b"".join(got) == PLAIN
+    assert [b.data for b in StreamSource(str(tmp_path / "a.gz"), follow=False).blocks(1 << 16) if b is not None and b.data]
+    (tmp_path / "empty.gz").write_bytes(b"")  # not followed: an empty file is simply empty, and the run ends
+    assert [b for b in StreamSource(str(tmp_path / "empty.gz"), follow=False).blocks(1 << 16) if b is not None and b.data] == []
