@@ -465,8 +465,8 @@ def train_run(
         check_same_shards(conf, group, statuses)
     names = ["in process"] * len(statuses) if conf.local else addresses_of(conf)
     cut_every, cuts_said, cuts_warn = cut_interval(conf.ps_access.checkpoint_interval_s, statuses, names)
-    # auto's windows end at cuts, where 1-bit's big cost (the exact drain) falls; a run without cuts at exports
-    client.compression.judge_at = "cut" if cut_every > 0 else "export"
+    if not conf.local:  # auto's windows end at cuts, where 1-bit's big cost (the exact drain) falls; without cuts at exports
+        client.compression.judge_at = "cut" if cut_every > 0 else "export"
     planned = planned_point(statuses, conf.ps_access.from_start)  # read only: nothing changes before the model is named
     check_ranks(planned, world)  # where the cut is known before the restore; after it, below
 
