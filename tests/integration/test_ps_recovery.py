@@ -177,7 +177,7 @@ def test_a_trainer_superseded_by_another_on_its_shards_stops_naming_why(data_dir
         log = tmp_path / "first.log"
         with open(log, "w") as out:
             first = subprocess.Popen(
-                [*cmd, "--source", str(tmp_path / "first"), "--idle-exit-s", "6"], stdout=out, stderr=subprocess.STDOUT
+                [*cmd, "--source", str(tmp_path / "first"), "--idle-exit-s", "6"], stdout=out, stderr=subprocess.STDOUT, text=True
             )
         try:
             wait_for_text(log, "checkpoint cuts every", first, timeout=120)

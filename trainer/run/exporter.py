@@ -76,7 +76,6 @@ class _Pending:
 
     folder: Path
     manifest: dict[str, Any]
-    taken_at: float  # wall time
     fresh: list[SampleBatch] = field(default_factory=list)
     count: int = 0
 
@@ -108,14 +107,13 @@ class Exporter:
         self._last_id = 0
         export_dir.mkdir(parents=True, exist_ok=True)
 
-    def observe(self, batch: SampleBatch, read_at: float | None = None) -> None:
+    def observe(self, batch: SampleBatch) -> None:
         """A batch read and about to be trained: it goes into the holdouts of the exports
-        waiting for samples (the exported models have not trained on it). A worker's batch
-        (`read_at`, wall time) goes only into those of exports taken before it was read."""
+        waiting for samples (the exported models have not trained on it)."""
         if not len(batch) or not self.holdout:
             return
         for p in self._pending:
-            take = min(len(batch), self.holdout - p.count) if read_at is None or read_at >= p.taken_at else 0
+            take = min(len(batch), self.holdout - p.count)
             if take > 0:
                 p.fresh.append(holdout.head(batch, take))
                 p.count += take
@@ -179,11 +177,10 @@ class Exporter:
     def _export(self, metrics: dict[str, float], force_full: bool, mlp: dict[str, npt.NDArray[np.float32]] | None) -> str:
         full = force_full or self.base is None or self.count % self.full_every == 0
         started = time.perf_counter()
-        taken = time.time()
         export_id = self._next_id()
         folder = self.export_dir / export_id
         try:
-            return self._write(folder, export_id, full, metrics, started, taken, mlp)
+            return self._write(folder, export_id, full, metrics, started, mlp)
         except BaseException:
             shutil.rmtree(folder, ignore_errors=True)  # a manager never sees half an export (no READY)
             raise
@@ -205,7 +202,6 @@ class Exporter:
         full: bool,
         metrics: dict[str, float],
         started: float,
-        taken: float,
         mlp: dict[str, npt.NDArray[np.float32]] | None,
     ) -> str:
         files, seqs = self.client.control.export(full, export_id)  # the shards write under the same export folder
@@ -229,7 +225,7 @@ class Exporter:
         tmp.write_text(json.dumps(manifest, indent=1))
         os.replace(tmp, folder / "export.json")
         self.close()  # exports become READY in order: the one before takes what it has
-        self._pending.append(_Pending(folder, manifest, taken))  # only once it is written whole
+        self._pending.append(_Pending(folder, manifest))  # only once it is written whole
         if not self.holdout:
             self.close()
         if full:
