@@ -19,17 +19,20 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO
+from typing import BinaryIO
 
 from ctr.repository.versions import RepositoryError
 
 WRITER_LOCK = ".writer.lock"
+
+log = logging.getLogger("modelmgr")
 
 
 class WriterBusy(RepositoryError):
@@ -40,17 +43,17 @@ class WriterLock:
     def __init__(self, folder: Path, what: str) -> None:
         self.path = folder / WRITER_LOCK
         self.what = what  # "model 'ctr' in repo", for messages
-        self._file: IO[str] | None = None
+        self._file: BinaryIO | None = None
 
     def take(self, role: str) -> None:
         """Holds the lock (WriterBusy, naming the holder, if another process does)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        f = open(self.path, "a+")  # noqa: SIM115 - held open for as long as the lock is
+        f = open(self.path, "a+b", buffering=0)  # noqa: SIM115 - held open for as long as the lock is; unbuffered
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             f.seek(0)
-            holder = f.read()
+            holder = f.read().decode("utf-8", errors="replace")
             f.close()
             raise WriterBusy(f"{self.what} is written by another process: {describe(holder)}") from None
         self._file = f
@@ -63,10 +66,11 @@ class WriterLock:
         holder = {"role": role, "pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}
         if admin:
             holder["admin"] = admin
-        self._file.seek(0)
-        self._file.truncate()
-        self._file.write(json.dumps(holder))
-        self._file.flush()
+        try:  # straight to the file (no buffer left to fail again at close)
+            os.ftruncate(self._file.fileno(), 0)
+            os.pwrite(self._file.fileno(), json.dumps(holder).encode(), 0)
+        except OSError as e:  # a full disk: the lock is held all the same; only its description is missing
+            log.warning("%s: cannot write who holds it (%s); the lock is held", self.path, e.strerror or e)
 
     def release(self) -> None:
         if self._file is not None:

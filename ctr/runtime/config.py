@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
 import os
 import types
 from pathlib import Path
@@ -211,6 +212,8 @@ def check_outputs(conf: Any) -> None:
         except FileExistsError:
             raise ConfigError(f"{name}: {folder} is a file, where a folder is needed") from None
         except OSError as e:
+            if e.errno in (errno.ENOSPC, errno.EDQUOT):  # a full disk passes: the daemon waits for space as it runs
+                continue
             raise ConfigError(f"{name}: the folder {folder} cannot be made: {e.strerror}") from None
         if not os.access(folder, os.W_OK | os.X_OK):
             raise ConfigError(f"{name}: the folder {folder} cannot be written (its permissions)")
