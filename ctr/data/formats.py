@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ctr.data.compressed import DecompressedText, compression_of_file
 from ctr.data.fields import FieldIndex, cross_name
 from ctr.data.schema import CRITEO_CATEGORICAL, CRITEO_NUMERIC, FeatureSchema
 
@@ -52,7 +53,12 @@ def read_lines(data: str) -> list[str]:
     path = Path(data)
     if not path.is_file():
         raise ValueError(f"--data {data}: no such file")
-    return path.read_text(errors="replace").splitlines()
+    with open(path, "rb") as fh:
+        kind = compression_of_file(fh.fileno())
+        if kind is None:
+            return fh.read().decode("utf-8", errors="replace").splitlines()
+    with DecompressedText(path, kind) as text:  # gzip, bzip2, xz, zstd: the text they hold
+        return b"".join(iter(lambda: text.read1(1 << 20), b"")).decode("utf-8", errors="replace").splitlines()
 
 
 def parse_number(raw: str) -> float | None:

@@ -17,12 +17,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from ctr.data.batch import SampleBatch
+from ctr.data.compressed import first_line
 from ctr.data.fields import FieldIndex
 from ctr.data.schema import FeatureSchema, detect_schema
 from trainer import metrics
 from trainer.input.batch_cache import BatchCache, CachedBatch, Recording
 from trainer.input.block_parser import BlockParser
-from trainer.input.compressed import first_line
 from trainer.input.parquet_text import ParquetText, header_of, is_parquet
 from trainer.input.source import Block, Position, Source, StreamSource
 

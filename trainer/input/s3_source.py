@@ -24,8 +24,8 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from ctr.data.compressed import DecompressedText, compression_of
 from ctr.runtime.extras import require
-from trainer.input.compressed import DecompressedText, compression_of
 from trainer.input.file_split import share
 from trainer.input.parquet_text import ParquetText, is_parquet
 from trainer.input.source import BLOCK_BYTES, Block, Position, StreamSource
@@ -204,7 +204,7 @@ class S3PrefixSource(StreamSource):
                 text.seek(offset)
                 return (yield from self._read(text, o.uri, offset, line_no, lambda: True, max_line, block_bytes))  # type: ignore[arg-type]
         kind = compression_of(self._range(o.key, 0, 6)) if o.size else None
-        if kind is not None:  # its text from the start, decompressed up to the offset (trainer.input.compressed)
+        if kind is not None:  # its text from the start, decompressed up to the offset (ctr.data.compressed)
             return (yield from self._compressed(o, kind, offset, line_no, max_line, block_bytes))
         if offset >= o.size and o.size:
             return True

@@ -30,8 +30,8 @@ from typing import BinaryIO, Protocol
 
 import numpy as np
 
+from ctr.data.compressed import COMPRESSED_SUFFIXES, DecompressedText, compression_of_file
 from trainer.config import DEFAULT_IGNORE
-from trainer.input.compressed import COMPRESSED_SUFFIXES, DecompressedText, compression_of_file
 from trainer.input.file_split import share
 from trainer.input.parquet_text import ParquetText, is_parquet
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 import pytest
 import zstandard
 
-from trainer.input.compressed import DecompressedText, compression_of
+from ctr.data.compressed import DecompressedText, compression_of
 from trainer.input.source import Block, Position, StreamSource
 
 COMPRESS: dict[str, Callable[[bytes], bytes]] = {
@@ -51,7 +51,7 @@ def test_a_compressed_file_reads_as_its_text_beside_plain_ones_and_from_any_offs
 def test_a_stream_cut_short_trains_the_lines_before_and_says_where(tmp_path, caplog):
     packed = gzip.compress(PLAIN)
     (tmp_path / "cut.gz").write_bytes(packed[: len(packed) // 2])
-    with caplog.at_level(logging.ERROR, logger="trainer"):
+    with caplog.at_level(logging.ERROR, logger="boundless.data"):
         blocks = _read(StreamSource(str(tmp_path / "cut.gz"), follow=False))
     text = b"".join(b.data for b in blocks)
     assert 0 < len(text) < len(PLAIN) and PLAIN.startswith(text)
@@ -69,9 +69,9 @@ def test_decompressed_text_reads_forward_only(tmp_path):
 def test_a_csv_resumed_inside_its_compressed_file_takes_its_header_from_the_text(data_dir, tmp_path):
     """A reader resumed mid-file reads the CSV's header from the file's first line: of a
     gzip'd file, that line is of its text, not of its compressed bytes."""
+    from ctr.data.compressed import first_line
     from ctr.data.fields import FieldIndex
     from ctr.data.schema import PRESETS
-    from trainer.input.compressed import first_line
     from trainer.input.reader import BatchReader
 
     text = b"".join((data_dir / "avazu_10k/train_rows1-9999.csv").read_bytes().splitlines(keepends=True)[:3001])
@@ -119,3 +119,11 @@ def test_a_followed_compressed_file_still_empty_is_read_once_its_bytes_land(tmp_
     assert [b.data for b in StreamSource(str(tmp_path / "a.gz"), follow=False).blocks(1 << 16) if b is not None and b.data]
     (tmp_path / "empty.gz").write_bytes(b"")  # not followed: an empty file is simply empty, and the run ends
     assert [b for b in StreamSource(str(tmp_path / "empty.gz"), follow=False).blocks(1 << 16) if b is not None and b.data] == []
+
+
+def test_the_sample_files_of_predict_and_eval_may_be_compressed(tmp_path):
+    from ctr.data.formats import read_lines
+
+    (tmp_path / "s.zst").write_bytes(COMPRESS["zstd"](PLAIN))
+    (tmp_path / "s.txt").write_bytes(PLAIN)
+    assert read_lines(str(tmp_path / "s.zst")) == read_lines(str(tmp_path / "s.txt")) == PLAIN.decode().splitlines()

@@ -1,6 +1,7 @@
 """Compressed files read as the text they hold: gzip, bzip2, xz and zstd, told by their first
-bytes (not their names), in a followed folder, named as the source, or as objects under
-an s3:// prefix (whose bytes are read from the start: a ranged GET cannot start mid-stream).
+bytes (not their names): the trainer's sources (a followed folder, a file named as the
+source, objects under an s3:// prefix, whose bytes are read from the start since a ranged
+GET cannot start mid-stream) and the sample files of `boundless predict` and `eval`.
 
 Without this, a gzip'd day of clicks (the form Criteo publishes its logs in) parsed as
 binary: a file named as the source failed on "line is not valid UTF-8", and one in a folder
@@ -25,7 +26,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-log = logging.getLogger("trainer")
+log = logging.getLogger("boundless.data")  # propagates to the daemon's log (trainer, serving tools)
 
 MAX_HEADER_BYTES = 1 << 20  # a CSV header longer than this is not looked for further
 
