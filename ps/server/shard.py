@@ -98,6 +98,8 @@ class Shard:
         self.sparse: dict[str, SparseTable] = {}
         self.dense: dict[str, DenseTable] = {}
         self.store = store
+        if store is not None:
+            store.claim_place(index, count)  # before anything is read from it
         self.export_root = export_root  # exports land only in folders under it (none: no exports)
         self.lock = threading.Lock()
         self.update_seq = 0

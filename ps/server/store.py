@@ -47,6 +47,7 @@ BLOOM_BLOCK = 1 << 16  # counters per stored block of an admission Bloom filter
 _COMMITTED = b"m:committed"
 _MODEL = b"m:model"  # the identity of the model the store holds (ps.api)
 _CREATED = b"m:created"  # written when the store is made: a store that lost it lost its contents
+_PLACE = b"m:place"  # which shard of how many the store's rows are (a key's shard is its hash mod the count)
 # the trainer generation that last restored the store's shard and the cut it went back to:
 # a shard that restarts still refuses the calls of older trainers
 _GENERATION = b"m:generation"
@@ -88,6 +89,10 @@ def _table(prefix: bytes, table: str) -> bytes:
 
 class StoreCorrupted(ValueError):
     """The store cannot be read whole: a checksum failure, a missing block, a lost MANIFEST."""
+
+
+class StoreMisplaced(ValueError):
+    """The store holds another shard's rows, or a shard of another count."""
 
 
 class StoreInUse(OSError):
@@ -292,6 +297,25 @@ class ShardStore:
 
     def put_model(self, identity: bytes) -> None:
         self._commit_batch(key=_MODEL, value=identity)
+
+    def claim_place(self, index: int, count: int) -> None:
+        """Records which shard of how many this store holds, or checks it against what it
+        recorded: a key's rows live on shard hash(key) mod count, so a store opened as another
+        shard, or under another count, would serve keys it does not hold and hold rows no
+        trainer asks it for (StoreMisplaced). A store written before places were recorded
+        takes this one."""
+        raw = self.db.get(_PLACE)
+        if isinstance(raw, bytes):
+            held = json.loads(raw)
+            if (int(held["index"]), int(held["count"])) != (index, count):
+                raise StoreMisplaced(
+                    f"--data-dir {self.path} holds the rows of shard {held['index']} of {held['count']}, and this process"
+                    f" was started as shard {index} of {count} (--shard-index, --shard-count). A key's shard is its hash"
+                    " mod the shard count, so a store keeps its place: give each shard its own folder, as before; a"
+                    " model cannot be re-sharded in place (start empty stores, and the trainer with --from-start)"
+                )
+            return
+        self._commit_batch(key=_PLACE, value=json.dumps({"index": index, "count": count}).encode())
 
     def generation(self) -> tuple[int, int]:
         """(the trainer generation that last restored this shard, the cut it went back to);

@@ -157,3 +157,23 @@ def test_a_store_another_shard_has_open_is_refused_naming_the_folder(tmp_path):
     finally:
         held.close()
     ShardStore(tmp_path / "shard").close()  # closed: the next opens it
+
+
+def test_a_store_opened_as_another_shard_or_count_is_refused_naming_both(tmp_path):
+    """A store keeps its shard's rows (key hash mod the count): opened as shard 0 of 3 after
+    shard 0 of 2, or as shard 1 (data folders swapped), it loaded and served the wrong keys."""
+    from ps.server.store import StoreMisplaced
+
+    Shard(0, 2, ShardStore(tmp_path / "s0")).close()
+    for index, count in ((0, 3), (1, 2)):
+        store = ShardStore(tmp_path / "s0")
+        try:
+            with pytest.raises(
+                StoreMisplaced, match=rf"holds the rows of shard 0 of 2, and this process was started as shard {index} of {count}"
+            ):
+                Shard(index, count, store)
+        finally:
+            store.close()
+    store = ShardStore(tmp_path / "s0")
+    Shard(0, 2, store).close()  # its own place: opened as before
+    store.close()
