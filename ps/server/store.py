@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -315,7 +316,10 @@ class ShardStore:
                     " model cannot be re-sharded in place (start empty stores, and the trainer with --from-start)"
                 )
             return
-        self._commit_batch(key=_PLACE, value=json.dumps({"index": index, "count": count}).encode())
+        try:
+            self._commit_batch(key=_PLACE, value=json.dumps({"index": index, "count": count}).encode())
+        except Exception as e:  # noqa: BLE001 - a full disk: recorded at a later start, the shard starts all the same
+            logging.getLogger("ps").warning("%s: cannot record which shard it holds yet (%s)", self.path, e)
 
     def generation(self) -> tuple[int, int]:
         """(the trainer generation that last restored this shard, the cut it went back to);
