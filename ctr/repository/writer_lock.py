@@ -91,6 +91,8 @@ def describe(holder_json: str) -> str:
     try:
         h = json.loads(holder_json)
     except ValueError:
+        h = None
+    if not isinstance(h, dict):
         return "it is starting (it has not said who it is yet)"
     since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(h.get("since", 0))))
     text = f"{h.get('role', 'a process')} pid {h.get('pid')} on {h.get('host')}, since {since}"
