@@ -13,18 +13,16 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import zstandard
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.datasets import DATA  # noqa: E402
+from bench.whole_runs import alternating  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -40,26 +38,10 @@ def main() -> None:
         files["plain"].write_bytes(text)
         files["gzip"].write_bytes(gzip.compress(text, compresslevel=6))
         files["zstd"].write_bytes(zstandard.ZstdCompressor(level=3).compress(text))
-        runs: dict[str, list[dict[str, float]]] = {name: [] for name in files}
-        for _ in range(args.reps):
-            for name, path in files.items():
-                out = Path(tmp) / f"{name}.json"
-                cmd = [sys.executable, "-m", "boundless", "train", "--source", str(path), "--ps", "local", "--format", "criteo"]
-                t = time.perf_counter()
-                subprocess.run([*cmd, "--metrics-port", "-1", "--metrics-out", str(out)], check=True, capture_output=True)
-                m = json.loads(out.read_text())
-                runs[name].append(
-                    {
-                        "examples_per_s": m["examples_per_s"],
-                        "whole_s": time.perf_counter() - t,
-                        "samples": m["samples"],
-                        "progressive_logloss": m["progressive_logloss"],
-                    }
-                )
         result: dict[str, Any] = {
             "rows": text.count(b"\n"),
             "bytes": {name: path.stat().st_size for name, path in files.items()},
-            **{n: {k: float(np.median([r[k] for r in rs])) for k in rs[0]} | {"runs": rs} for n, rs in runs.items()},
+            **alternating(files, ["--format", "criteo"], args.reps, Path(tmp)),
         }
     losses = {result[name]["progressive_logloss"] for name in files}
     assert len(losses) == 1, losses  # the same training from every file

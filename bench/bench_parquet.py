@@ -11,20 +11,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.datasets import DATA  # noqa: E402
+from bench.whole_runs import alternating  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,26 +42,10 @@ def main() -> None:
         table = pacsv.read_csv(csv, convert_options=pacsv.ConvertOptions(column_types=dict.fromkeys(header, pa.string())))
         parquet = Path(tmp) / "avazu.parquet"
         pq.write_table(table, parquet, row_group_size=args.rows_per_group)
-        runs: dict[str, list[dict[str, float]]] = {"csv": [], "parquet": []}
-        for _ in range(args.reps):
-            for name, path in (("csv", csv), ("parquet", parquet)):
-                out = Path(tmp) / f"{name}.json"
-                cmd = [sys.executable, "-m", "boundless", "train", "--source", str(path), "--ps", "local"]
-                t = time.perf_counter()
-                subprocess.run([*cmd, "--metrics-port", "-1", "--metrics-out", str(out)], check=True, capture_output=True)
-                m = json.loads(out.read_text())
-                runs[name].append(
-                    {
-                        "examples_per_s": m["examples_per_s"],
-                        "whole_s": time.perf_counter() - t,
-                        "samples": m["samples"],
-                        "progressive_logloss": m["progressive_logloss"],
-                    }
-                )
         result: dict[str, Any] = {
             "rows": int(table.num_rows),
             "bytes": {"csv": csv.stat().st_size, "parquet": parquet.stat().st_size},
-            **{n: {k: float(np.median([r[k] for r in rs])) for k in rs[0]} | {"runs": rs} for n, rs in runs.items()},
+            **alternating({"csv": csv, "parquet": parquet}, [], args.reps, Path(tmp)),
         }
     assert result["csv"]["progressive_logloss"] == result["parquet"]["progressive_logloss"]  # the same training
     for name in ("csv", "parquet"):

@@ -1,0 +1,35 @@
+"""Whole-process `boundless train --ps local` runs over several sources of the same rows,
+alternating, with each source's medians: what bench_parquet.py and bench_compressed.py
+compare (examples/s in the trainer, the whole process's seconds, what it trained)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def alternating(sources: dict[str, Path], flags: list[str], reps: int, work: Path) -> dict[str, dict[str, Any]]:
+    """Per source: the median of each figure over `reps` runs, and the runs ("runs")."""
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in sources}
+    for _ in range(reps):
+        for name, path in sources.items():
+            out = work / f"{name}.json"
+            cmd = [sys.executable, "-m", "boundless", "train", "--source", str(path), "--ps", "local", *flags]
+            t = time.perf_counter()
+            subprocess.run([*cmd, "--metrics-port", "-1", "--metrics-out", str(out)], check=True, capture_output=True)
+            m = json.loads(out.read_text())
+            runs[name].append(
+                {
+                    "examples_per_s": m["examples_per_s"],
+                    "whole_s": time.perf_counter() - t,
+                    "samples": m["samples"],
+                    "progressive_logloss": m["progressive_logloss"],
+                }
+            )
+    return {n: {k: float(np.median([r[k] for r in rs])) for k in rs[0]} | {"runs": rs} for n, rs in runs.items()}
