@@ -10,6 +10,7 @@ quality gate, serving) runs as processes on this machine and stops at the end.
 from __future__ import annotations
 
 import argparse
+import csv as csv_module
 import tempfile
 from pathlib import Path
 
@@ -48,8 +49,10 @@ def main() -> None:
             )
             version = p.wait_published()
             print(f"serving version {version}; versions {p.models.list()}")
-            header = csv.read_text().splitlines()[0].split(",")
-            row = dict(zip(header, csv.read_text().splitlines()[1].split(","), strict=True))
+            with open(csv, newline="", encoding="utf-8-sig") as fh:  # quoted fields as the trainer reads them
+                lines = csv_module.reader(fh)
+                header = next(lines)
+                row = dict(zip(header, next(lines), strict=True))
             row.pop(args.label)
             pred = p.client.predict(items=[row, {**row, header[-1]: "unseen"}])
             print(f"scores of two items from version {pred.version}: {pred.scores.round(4).tolist()}")

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ctr.data.compressed import DecompressedText, compression_of_file
+from ctr.data.csv_line import BOM, CsvQuoteError, header_names, split_csv
 from ctr.data.fields import FieldIndex, cross_name
 from ctr.data.schema import CRITEO_CATEGORICAL, CRITEO_NUMERIC, FeatureSchema
 
@@ -49,16 +50,23 @@ def read_lines(data: str) -> list[str]:
     """The lines of a file of samples, or of standard input for '-' (ValueError naming a
     path that is not there)."""
     if data == "-":
-        return sys.stdin.read().splitlines()
+        return _lines(sys.stdin.read())
     path = Path(data)
     if not path.is_file():
         raise ValueError(f"--data {data}: no such file")
     with open(path, "rb") as fh:
         kind = compression_of_file(fh.fileno())
         if kind is None:
-            return fh.read().decode("utf-8", errors="replace").splitlines()
+            return _lines(fh.read().decode("utf-8", errors="replace"))
     with DecompressedText(path, kind) as text:  # gzip, bzip2, xz, zstd: the text they hold
-        return b"".join(iter(lambda: text.read1(1 << 20), b"")).decode("utf-8", errors="replace").splitlines()
+        return _lines(b"".join(iter(lambda: text.read1(1 << 20), b"")).decode("utf-8", errors="replace"))
+
+
+def _lines(text: str) -> list[str]:
+    """Lines split where the trainer splits them, at \\n only: str.splitlines would also
+    split inside a value at \\x1c-\\x1e, \\x85 or U+2028 (the parsers drop a line's \\r)."""
+    lines = text.split("\n")
+    return lines[:-1] if lines and lines[-1] == "" else lines
 
 
 def parse_number(raw: str) -> float | None:
@@ -140,7 +148,10 @@ def columns_of(schema: FeatureSchema, index: FieldIndex, header: str | None) -> 
     else:
         if header is None:
             raise ParseError("csv format needs the header line")
-        names = tuple(c.strip() for c in header.rstrip("\r\n").split(schema.delimiter))
+        try:
+            names = header_names(header, schema.delimiter)
+        except CsvQuoteError as e:
+            raise ParseError(f"header: {e}") from e
         if schema.label not in names:
             raise ParseError(f"header has no label column {schema.label!r}")
         label_at = names.index(schema.label)
@@ -166,8 +177,13 @@ def _columns(schema: FeatureSchema, index: FieldIndex, header: str | None) -> Li
     width = len(cols.names)
     layout = list(zip(cols.names, cols.roles, cols.numeric, strict=True))
 
+    quoted = not cols.ragged and delim != '"'  # csv quotes its fields; criteo's TSV has no quoting
+
     def parse(line: str) -> ParsedSample:
-        raw = line.rstrip("\r\n").split(delim)
+        try:
+            raw = split_csv(line, delim) if quoted else line.rstrip("\r\n").split(delim)
+        except CsvQuoteError as e:
+            raise ParseError(str(e)) from e
         if cols.ragged:
             if len(raw) > width:
                 raise ParseError(f"{len(raw)} columns, at most {width} expected")
@@ -286,7 +302,8 @@ def _with_crosses(parse: LineParser, crosses: list[tuple[int, int, int]]) -> Lin
 
 
 def make_parser(schema: FeatureSchema, index: FieldIndex, header: str | None = None) -> LineParser:
-    """A parser for one file; csv files pass their header line."""
+    """A parser for one file; csv files pass their header line. A byte order mark that
+    starts a line (a file's first, written by a spreadsheet program) is not part of it."""
     if schema.format in ("criteo", "csv"):
         parse = _columns(schema, index, header)
     elif schema.format == "libsvm":
@@ -296,7 +313,12 @@ def make_parser(schema: FeatureSchema, index: FieldIndex, header: str | None = N
     else:
         parse = _kv(schema, index)
     crosses = cross_fields(schema, index)
-    return _with_crosses(parse, crosses) if crosses else parse
+    whole = _with_crosses(parse, crosses) if crosses else parse
+
+    def parse_line(line: str) -> ParsedSample:
+        return whole(line[1:] if line.startswith(BOM) else line)
+
+    return parse_line
 
 
 def cross_fields(schema: FeatureSchema, index: FieldIndex) -> list[tuple[int, int, int]]:
@@ -342,7 +364,7 @@ def _check_given_fields(schema: FeatureSchema, lines: list[str], header: str | N
     if schema.format == "criteo":
         missing = [f for f in schema.fields if f not in (*CRITEO_NUMERIC, *CRITEO_CATEGORICAL)]
     elif header is not None:
-        columns = {c.strip() for c in header.rstrip("\r\n").split(schema.delimiter)}
+        columns = set(header_names(header, schema.delimiter))
         missing = [f for f in schema.fields if f not in columns]
     else:
         missing = []

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from ctr.data.csv_line import BOM, CsvQuoteError, header_names
+
 Format = Literal["criteo", "csv", "libsvm", "libffm", "kv"]
 FORMATS: tuple[str, ...] = ("criteo", "csv", "libsvm", "libffm", "kv")
 
@@ -98,7 +100,7 @@ class FeatureSchema:
         if self.format == "criteo":
             return (*CRITEO_NUMERIC, *CRITEO_CATEGORICAL)
         if self.format == "csv" and header is not None:
-            names = [c.strip() for c in header.rstrip("\r\n").split(self.delimiter)]
+            names = header_names(header, self.delimiter)
             return tuple(n for n in names if n != self.label and n not in self.skip)
         if self.format == "libsvm" and self.libsvm_fields == "single":
             return ("0",)
@@ -121,7 +123,7 @@ _CSV_LABELS = ("click", "label", "is_attributed", "clicked", "y")
 def detect_schema(first_line: str, label: str | None = None) -> FeatureSchema:
     """Guesses the schema of a file from its first line (for `--data PATH` without --format);
     `label` names a csv file's label column when it is none of the usual names."""
-    line = first_line.rstrip("\r\n")
+    line = first_line.rstrip("\r\n").removeprefix(BOM)
     if "\t" in line:
         cols = line.split("\t")
         if any("=" in c for c in cols[1:]):
@@ -129,7 +131,10 @@ def detect_schema(first_line: str, label: str | None = None) -> FeatureSchema:
         if 37 <= len(cols) <= 40:
             return PRESETS["criteo"]
     if "," in line and ":" not in line:
-        header = [c.strip() for c in line.split(",")]
+        try:
+            header = list(header_names(line, ","))
+        except CsvQuoteError as e:
+            raise ValueError(f"csv header: {e}") from e
         if label is not None and label not in header:
             raise ValueError(f"csv header has no label column {label!r} (--label); its columns: {', '.join(header[:20])}")
         for name in (label,) if label is not None else _CSV_LABELS:

@@ -1,9 +1,12 @@
-"""Parquet sources: a Parquet file trains exactly as the CSV of the same rows does; a value
-that cannot be a CSV field is counted and named by row group and column; a trainer killed
+"""Parquet sources: a Parquet file trains exactly as the CSV of the same rows does, values
+with commas and quotes too; a line break in a value is counted and named by row group and
+column; a trainer killed
 with -9 inside a Parquet file takes up at the cut's row and trains every row once."""
 
 from __future__ import annotations
 
+import csv as csv_module
+import io
 import json
 import random
 import subprocess
@@ -15,6 +18,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from tests.integration.test_exactly_once import _timed_once, _trainer_killed
+from trainer.input.parquet_text import ParquetText
 
 AVAZU = "avazu_10k/train_rows1-9999.csv"
 
@@ -46,12 +50,30 @@ def test_parquet_trains_exactly_as_the_csv_of_its_rows(data_dir: Path, tmp_path:
         assert from_parquet[key] == from_csv[key], key
 
 
-def test_values_that_cannot_be_csv_fields_are_counted_by_row_group_and_column(tmp_path: Path) -> None:
-    table = pa.table({"click": ["1", "0", "1", None] * 50, "site": ["a", "b,c", "d", "e"] * 50, "app": ["x"] * 200})
+def test_commas_and_quotes_train_as_they_stand_and_line_breaks_are_counted(tmp_path: Path) -> None:
+    rng = random.Random(5)
+    sites = ["a", "b,c", 'd "q"', "e", "Mozilla/5.0 (KHTML, like Gecko)"]
+    rows = [(str(int(rng.random() < 0.3)), rng.choice(sites), rng.choice("xyz")) for _ in range(400)]
+    table = pa.table({"click": [r[0] for r in rows], "site": [r[1] for r in rows], "app": [r[2] for r in rows]})
+    pq.write_table(table, tmp_path / "quoted.parquet", row_group_size=100)
+    with open(tmp_path / "quoted.csv", "w", newline="") as fh:  # the same rows as Python's csv writes them
+        writer = csv_module.writer(fh)
+        writer.writerow(["click", "site", "app"])
+        writer.writerows(rows)
+    with ParquetText(tmp_path / "quoted.parquet") as text:  # the text the parser reads holds the values as they are
+        rendered = b"".join(iter(text.read, b"")).decode()
+    assert [tuple(r) for r in csv_module.reader(io.StringIO(rendered))] == [("click", "site", "app"), *rows]
+    from_parquet, err = _train(tmp_path / "quoted.parquet", tmp_path / "p.json", "--model", "fm", "--k", "4")
+    from_csv, _ = _train(tmp_path / "quoted.csv", tmp_path / "c.json", "--model", "fm", "--k", "4")
+    assert from_parquet["bad_lines"] == from_csv["bad_lines"] == 0 and "written with _" not in err
+    for key in ("samples", "progressive_logloss", "window_auc"):
+        assert from_parquet[key] == from_csv[key], key
+
+    table = pa.table({"click": ["1", "0", "1", None] * 50, "site": ["a", "b\nc", "d,e", "f"] * 50, "app": ["x"] * 200})
     path = tmp_path / "odd.parquet"
     pq.write_table(table, path, row_group_size=100)
     got, err = _train(path, tmp_path / "m.json", "--label", "click", "--max-bad-fraction", "0.5")
-    assert "row group 0, column site: 25 value(s) with a comma" in err and "row group 1, column site" in err
+    assert "row group 0, column site: 25 value(s) with a line break" in err and "row group 1, column site" in err
     assert got["samples"] + got.get("held_out_samples", 0) == 150 and got["bad_lines"] == 50  # null labels: bad rows
     assert "row group 0, row 3" in err  # a bad row is named by its row group and row
 

@@ -12,7 +12,9 @@ generated nasty lines.
 Layout (Python side builds it, trainer.input.block_parser.Layout):
 - MODE_COLUMNS (criteo, csv): col_role[c] is a field index or LABEL_COLUMN, SKIPPED,
   DROPPED; col_numeric[c] buckets the column's number; `ragged` lets lines have fewer
-  columns (criteo); csv needs exactly ncols.
+  columns (criteo); csv needs exactly ncols. `quoted` (csv): a column that starts with a
+  double quote is the value up to the next one (ctr.data.csv_line); a doubled quote inside,
+  an unclosed one or text after the closing one defers the line.
 - MODE_LIBSVM / MODE_LIBFFM / MODE_KV: named fields go through an open-addressed table
   (name_keys, name_role, name_numeric) keyed by token_key(name, 0); numbered fields (libsvm
   positions, libffm field numbers) are n itself below nfields.
@@ -235,6 +237,7 @@ def parse_block(
     mode: int,
     delim: int,
     ragged: bool,
+    quoted: bool,
     col_role: npt.NDArray[np.int32],
     col_numeric: npt.NDArray[np.bool_],
     name_keys: npt.NDArray[np.uint64],
@@ -320,19 +323,29 @@ def parse_block(
                 if c >= width:
                     ok = False
                     break
-                ce = cs
-                while ce < e and buf[ce] != delim:
-                    ce += 1
+                if quoted and cs < e and buf[cs] == 34:  # "...": the value between the quotes
+                    q = cs + 1
+                    while q < e and buf[q] != 34:
+                        q += 1
+                    if q >= e or (q + 1 < e and buf[q + 1] != delim):
+                        ok = False  # unclosed, a doubled quote inside, or text after: the reference settles it
+                        break
+                    vs, ve, ce = cs + 1, q, q + 1
+                else:
+                    ce = cs
+                    while ce < e and buf[ce] != delim:
+                        ce += 1
+                    vs, ve = cs, ce
                 role = col_role[c]
                 if role == LABEL_COLUMN:
-                    st, v = parse_number(buf, cs, ce)
+                    st, v = parse_number(buf, vs, ve)
                     ok = st == _NUM_OK
                     label = 1.0 if v > 0 else 0.0
-                elif ce > cs and role != SKIPPED:
+                elif ve > vs and role != SKIPPED:
                     # emitted inline here and in kv: a shared helper measured 3x slower
-                    ts, te, in_scratch = cs, ce, False
+                    ts, te, in_scratch = vs, ve, False
                     if col_numeric[c]:
-                        end = _bucket(buf, cs, ce, scratch, sp)
+                        end = _bucket(buf, vs, ve, scratch, sp)
                         if end < 0:
                             ok = False
                             break

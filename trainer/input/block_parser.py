@@ -72,6 +72,7 @@ class BlockParser:
             raise ValueError(f"schema.delimiter: {delim!r} must be one ASCII character")
         self.delim = delim.encode()[0]
         self.mode = k.MODE_COLUMNS if self.columns is not None else _MODES[schema.format]
+        self.quoted = schema.format == "csv" and self.delim != ord('"')  # criteo's TSV has no quoting
         if self.columns is not None:
             self.col_role = np.asarray(self.columns.roles, dtype=np.int32)
             self.col_numeric = np.asarray(self.columns.numeric, dtype=np.bool_)
@@ -133,6 +134,7 @@ class BlockParser:
             self.mode,
             self.delim,
             self.columns is not None and self.columns.ragged,
+            self.quoted,
             self.col_role,
             self.col_numeric,
             names.keys,

@@ -11,9 +11,11 @@ text), and `seek` renders row groups from the start until it reaches the offset,
 restart at a checkpoint cut takes up at the same row. Arrow renders a value the same way
 every time, so offsets mean the same after a restart.
 
-A string holding a comma, a quote or a line break cannot be one CSV field: it is written
-with those characters replaced by `_`, and counted and named (file, row group, column) in
-the log, as a malformed value. Nulls become empty fields (a missing feature, or a bad label).
+A row group with a string that holds a comma or a quote is written with its strings
+quoted as CSV quotes them (ctr.data.csv_line), so the value trains as it stands (a user
+agent's "KHTML, like Gecko" is the value a client sends). A line break cannot be inside a
+line: it is written as `_`, and counted and named (file, row group, column) in the log, as
+a malformed value. Nulls become empty fields (a missing feature, or a bad label).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from typing import Any
 from ctr.runtime.extras import require
 
 log = logging.getLogger("trainer")
-STRUCTURAL = r'[,"\r\n]'
+BREAKS = r"[\r\n]"
 
 
 def is_parquet(name: str) -> bool:
@@ -60,7 +62,7 @@ class ParquetText(io.RawIOBase):
         else:
             self.file = pq.ParquetFile(self.path)
         self.header = (",".join(self.file.schema_arrow.names) + "\n").encode()
-        self.malformed = 0  # values rewritten: they held a comma, quote or line break
+        self.malformed = 0  # values rewritten: they held a line break
         self.failed_groups = 0  # row groups that could not be read
         self._next_group = 0
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="parquet")
@@ -102,24 +104,25 @@ class ParquetText(io.RawIOBase):
             pacsv.write_csv(table, sink, options)
             return sink.getvalue()
         except pa.ArrowInvalid:
-            pass  # some value holds a comma, quote or line break: found and rewritten below
+            pass  # some value holds a comma, quote or line break: quoted, or rewritten, below
         columns = []
         for name, col in zip(table.column_names, table.columns, strict=True):
             if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
-                bad = pc.sum(pc.match_substring_regex(col, STRUCTURAL)).as_py() or 0
+                bad = pc.sum(pc.match_substring_regex(col, BREAKS)).as_py() or 0
                 if bad:
                     self.malformed += bad
                     log.warning(
-                        "%s: row group %d, column %s: %d value(s) with a comma, quote or line break; written with _",
+                        "%s: row group %d, column %s: %d value(s) with a line break; written with _",
                         self.path,
                         group,
                         name,
                         bad,
                     )
-                    col = pc.replace_substring_regex(col, STRUCTURAL, "_")
+                    col = pc.replace_substring_regex(col, BREAKS, "_")
             columns.append(col)
         sink = io.BytesIO()
-        pacsv.write_csv(pa.table(columns, names=table.column_names), sink, options)
+        quoted = pacsv.WriteOptions(include_header=False, quoting_style="needed")  # strings quoted, "" inside
+        pacsv.write_csv(pa.table(columns, names=table.column_names), sink, quoted)
         return sink.getvalue()
 
     def close(self) -> None:

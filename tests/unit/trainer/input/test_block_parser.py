@@ -134,8 +134,22 @@ NUMBERS = st.one_of(
     ),
 )
 NAMES = st.sampled_from(["a", "b", "n", "s", "C1", "C2", "I1", "0", "1", "7", "٣", "é", "x y", ""])
-TEXT = st.text(alphabet=st.sampled_from(list("ab01:=, \t.-é\x1f")), max_size=6)
-JUNK = st.sampled_from([b"\xff", b"\xed\xa0\x80", b"\xc0\xaf", b"\xf4\x90\x80\x80", b"\xe2\x82", b"\r", b"\x00", b"\xc3\xa9"])
+TEXT = st.text(alphabet=st.sampled_from(list('ab01:=, \t.-é\x1f"')), max_size=6)
+JUNK = st.sampled_from(
+    [b"\xff", b"\xed\xa0\x80", b"\xc0\xaf", b"\xf4\x90\x80\x80", b"\xe2\x82", b"\r", b"\x00", b"\xc3\xa9", b"\xef\xbb\xbf"]
+)
+
+
+def _csv_field(draw, text: str) -> str:
+    """A csv field as writers quote it (the delimiter and doubled quotes inside), or not."""
+    how = draw(st.integers(0, 3))
+    if how == 1:
+        return '"' + text.replace('"', '""') + '"'
+    if how == 2:  # malformed: unclosed, or text after the closing quote
+        return draw(st.sampled_from(['"' + text, '"' + text + '"x']))
+    return text
+
+
 ENDINGS = st.sampled_from([b"\n", b"\r\n", b"\r\r\n", b" \n"])
 
 
@@ -147,7 +161,8 @@ def _line(draw, fmt: str) -> bytes:
         text = "\t".join([label, *cols])
     elif fmt == "csv":
         width = draw(st.sampled_from([4, 4, 4, 3, 5]))
-        text = ",".join([label, draw(TEXT), draw(TEXT), draw(NUMBERS)][:width] + ["x"] * (width - 4))
+        cols = [label, draw(TEXT), draw(TEXT), draw(NUMBERS)][:width] + ["x"] * (width - 4)
+        text = ",".join(_csv_field(draw, c) for c in cols)
     elif fmt == "libsvm":
         toks = [f"{draw(TEXT)}:{draw(NUMBERS)}" if draw(st.booleans()) else draw(TEXT) for _ in range(n)]
         text = " ".join([label, *toks])

@@ -1,0 +1,119 @@
+"""CSV files as spreadsheet programs, pandas, R and Python's csv module write them (quoted
+fields, a delimiter inside quotes, doubled quotes, a byte order mark, CRLF) train on the
+keys a client's raw values score with, and malformed quoting is a bad line that says so."""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import Literal
+
+import numpy as np
+import pytest
+
+from ctr.data.fields import FieldIndex
+from ctr.data.formats import ParseError, make_parser
+from ctr.data.schema import FeatureSchema, detect_schema
+from serving.client import RequestEncoder
+from serving.client.predict_client import Value
+from serving.request.encoding import decode, field_hash_ids
+from trainer.input.block_parser import BlockParser
+
+SCHEMA = FeatureSchema(format="csv", label="clicked", numeric=("n",))
+ROWS = [
+    (1, "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko)", "x", 7.5),
+    (0, 'the "best" ad', "y, z", 250.0),
+    (1, "plain", "", 0.25),
+]
+NAMES = ("ua", "site", "n")
+
+
+def _written(quoting: Literal[0, 1, 2, 3], bom: bool = False, crlf: bool = False) -> bytes:
+    out = io.StringIO(newline="")
+    w = csv.writer(out, quoting=quoting, lineterminator="\r\n" if crlf else "\n")
+    w.writerow(["clicked", *NAMES])
+    w.writerows(ROWS)
+    return (("\ufeff" if bom else "") + out.getvalue()).encode()
+
+
+def _keys_by_kernel(data: bytes) -> list[list[int]]:
+    """Per sample, the sorted keys the trainer's block parser gives, failing if any line
+    went to the reference parser (the kernel reads quoted fields itself)."""
+    header, body = data.split(b"\n", 1)
+    index = FieldIndex(SCHEMA.base_fields(header.decode()))
+    parser = BlockParser(SCHEMA, index, header.decode())
+    parser.reference = lambda text: pytest.fail(f"deferred: {text!r}")  # type: ignore[method-assign]
+    got = parser.parse(body, True, 100)
+    assert got.bad == [] and got.lines == len(ROWS)
+    b = got.batch
+    return [sorted(b.keys[b.offsets[i] : b.offsets[i + 1]].tolist()) for i in range(len(ROWS))]
+
+
+def _keys_by_client(rows: list[tuple[int, str, str, float]]) -> list[list[int]]:
+    """Per row, the sorted keys of the request a client sends with the row's raw values."""
+    enc = RequestEncoder(SCHEMA, list(NAMES))
+    out = []
+    for _, ua, site, n in rows:
+        item: dict[str, Value] = {"ua": ua, "n": n}
+        if site:  # an empty field is a missing feature
+            item["site"] = site
+        d = decode(enc.encode([item]), len(NAMES), field_hash_ids(NAMES))
+        out.append(sorted(d.keys.tolist()))
+    return out
+
+
+@pytest.mark.parametrize("quoting", [csv.QUOTE_MINIMAL, csv.QUOTE_ALL, csv.QUOTE_NONNUMERIC])
+@pytest.mark.parametrize(("bom", "crlf"), [(False, False), (True, True)])
+def test_written_csv_trains_on_the_keys_a_client_scores_with(quoting, bom, crlf):
+    data = _written(quoting, bom, crlf).replace(b'"the ""best"" ad"', b'"the best ad"')  # doubled: the next test
+    rows = [ROWS[0], (0, "the best ad", "y, z", 250.0), ROWS[2]]
+    assert detect_schema(data.split(b"\n", 1)[0].decode()).label == "clicked"
+    assert _keys_by_kernel(data) == _keys_by_client(rows)
+
+
+def test_doubled_quotes_go_to_the_reference_parser_and_agree():
+    data = _written(csv.QUOTE_MINIMAL)
+    header, body = data.split(b"\n", 1)
+    index = FieldIndex(SCHEMA.base_fields(header.decode()))
+    got = BlockParser(SCHEMA, index, header.decode()).parse(body, True, 100)
+    assert got.bad == []
+    b = got.batch
+    keys = [sorted(b.keys[b.offsets[i] : b.offsets[i + 1]].tolist()) for i in range(len(ROWS))]
+    assert keys == _keys_by_client(ROWS)
+
+
+def test_the_same_values_quoted_or_not_are_the_same_features():
+    plain = b"clicked,ua,site,n\n1,a,x,7.5\n0,b,y,250\n"
+    quoted = b'"clicked","ua","site","n"\n"1","a","x","7.5"\n0,"b",y,"250"\n'
+    runs = []
+    for data in (plain, quoted):
+        header, body = data.split(b"\n", 1)
+        got = BlockParser(SCHEMA, FieldIndex(SCHEMA.base_fields(header.decode())), header.decode()).parse(body, True, 10)
+        runs.append((got.batch.labels.tolist(), got.batch.keys.tolist()))
+    assert runs[0] == runs[1]
+
+
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [('1,"unclosed,x,2', "bad quoting"), ('1,"a"b,x,2', "bad quoting"), ("1,a,x", "3 columns, header has 4")],
+)
+def test_malformed_quoting_is_a_bad_line_that_says_so(line, why):
+    header = "clicked,ua,site,n"
+    index = FieldIndex(SCHEMA.base_fields(header))
+    got = BlockParser(SCHEMA, index, header).parse((line + "\n1,a,x,2\n").encode(), True, 10)
+    assert [b.line for b in got.bad] == [0] and why in got.bad[0].reason
+    assert got.batch.labels.tolist() == [1.0]  # the next line trains
+    with pytest.raises(ParseError, match=why):
+        make_parser(SCHEMA, FieldIndex(SCHEMA.base_fields(header)), header)(line)
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_line_in_any_format():
+    assert detect_schema("\ufeffclicked,a").label == "clicked"
+    assert detect_schema('\ufeff"label","a"').label == "label"
+    libsvm = FeatureSchema(format="libsvm")
+    parse = make_parser(libsvm, FieldIndex(()))
+    assert parse("\ufeff1 3:1 7:2").tokens == parse("1 3:1 7:2").tokens
+    header = "\ufeffclicked,ua,site,n"
+    parser = BlockParser(SCHEMA, FieldIndex(SCHEMA.base_fields(header)), header)
+    assert parser.index.names[:3] == ["ua", "site", "n"]
+    assert np.asarray(parser.parse(b"1,a,x,2\n", True, 10).batch.labels).tolist() == [1.0]
