@@ -17,16 +17,26 @@ from ctr.runtime.kernel_cache import install as _install_kernel_cache
 _install_kernel_cache()  # before any module of this package defines a numba kernel
 
 if TYPE_CHECKING:
-    from boundless.api import LocalPlatform, Models, TrainingSummary, local_platform, train
+    from boundless.api import LocalPlatform, Models, NotPublished, TrainingSummary, local_platform, train
     from modelmgr.commands.admin_client import AdminClient
     from serving.client import PredictClient
 
-__all__ = ["AdminClient", "LocalPlatform", "Models", "PredictClient", "TrainingSummary", "local_platform", "train"]
+__all__ = [
+    "AdminClient",
+    "LocalPlatform",
+    "Models",
+    "NotPublished",
+    "PredictClient",
+    "TrainingSummary",
+    "local_platform",
+    "train",
+]
 _WHERE = {
     "train": "boundless.api",
     "local_platform": "boundless.api",
     "LocalPlatform": "boundless.api",
     "Models": "boundless.api",
+    "NotPublished": "boundless.api",
     "TrainingSummary": "boundless.api",
     "PredictClient": "serving.client",
     "AdminClient": "modelmgr.commands.admin_client",

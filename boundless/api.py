@@ -182,6 +182,10 @@ class Models:
         return totals
 
 
+class NotPublished(RuntimeError):
+    """The manager rejected the exports it was given: no version is coming to wait for."""
+
+
 class LocalPlatform:
     """What `boundless demo` starts, as processes on this machine: PS shards over gRPC, the
     model manager (its quality gate included), and serving; their logs in `work_dir`."""
@@ -238,8 +242,9 @@ class LocalPlatform:
 
     def wait_published(self, after: int = 0, timeout: float = 120.0) -> int:
         """Waits until the policy names a version above `after` and serving scores with it;
-        returns it (the manager publishes what its quality gate passes: an export it
-        rejects never comes, and this times out naming the logs)."""
+        returns it. The manager publishes what its quality gate passes: when it has handled
+        every finished export and rejected the newest, nothing is coming, and this raises
+        NotPublished with the manager's reason at once (else TimeoutError naming the logs)."""
         deadline = time.monotonic() + timeout
         while True:
             target = self.repo.target()
@@ -250,11 +255,27 @@ class LocalPlatform:
                         return int(target)
                 except Exception:  # noqa: BLE001 - not serving yet: asked again until the deadline
                     pass
+            else:
+                self._raise_if_rejected()
             if time.monotonic() > deadline:
                 raise TimeoutError(f"no version served within {timeout:.0f} s (logs in {self.dir})")
             for x in self.daemons:
                 x.check()
             time.sleep(0.2)
+
+    def _raise_if_rejected(self) -> None:
+        """NotPublished when the manager has handled every finished export in the folder and
+        rejected the newest of them: no version is on its way until training exports again."""
+        ready = sorted(e.name for e in self.exports.iterdir() if (e / "READY").is_file()) if self.exports.is_dir() else []
+        if not ready:
+            return
+        reasons = {str(r.get("export_id")): str(r.get("reason")) for r in self.repo.rejected()}
+        if ready[-1] in reasons and set(ready) <= self.repo.processed_exports():
+            raise NotPublished(
+                f"the model manager rejected export {ready[-1]}, the newest, and has no other to publish:"
+                f" {reasons[ready[-1]]} (every rejection:"
+                f" boundless model list --repo {self.repo.root} --model-name {self.model_name})"
+            )
 
     @property
     def client(self) -> PredictClient:

@@ -80,3 +80,13 @@ def test_local_platform_trains_serves_scores_and_rolls_back(data_dir: Path, tmp_
         )
         totals = p.models.promote("next", min_shadow=10, max_mean_abs_diff=1.0)
         assert totals.evidence.version == v2 and p.models.target() == v2 and "next" not in p.repo.routing()
+
+
+def test_waiting_for_a_version_the_gate_rejected_fails_at_once_with_its_reason(tmp_path: Path) -> None:
+    """A CSV too short for the gate's holdout: the wait names the rejection, not a timeout."""
+    rows = ["clicked,site,n", *(f"{i % 5 == 0:d},s{i % 7},{i % 11}" for i in range(1_500))]
+    (tmp_path / "short.csv").write_text("\n".join(rows) + "\n")
+    with boundless.local_platform(shards=1, work_dir=tmp_path / "platform") as p:
+        assert p.train(str(tmp_path / "short.csv"), "lr", progress=False, metrics_port=-1).exports == 1
+        with pytest.raises(boundless.NotPublished, match="holdout samples"):  # not TimeoutError
+            p.wait_published(timeout=100)
