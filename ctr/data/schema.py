@@ -120,33 +120,56 @@ PRESETS: dict[str, FeatureSchema] = {
 _CSV_LABELS = ("click", "label", "is_attributed", "clicked", "y")
 
 
+def _is_label(text: str) -> bool:
+    """Whether a first column reads as a label (a number), as a headerless line's does."""
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _header(line: str, delimiter: str) -> tuple[str, ...]:
+    try:
+        return header_names(line, delimiter)
+    except CsvQuoteError as e:
+        raise ValueError(f"csv header: {e}") from e
+
+
+def _csv_preset(header: tuple[str, ...], label: str, delimiter: str) -> FeatureSchema:
+    """The csv schema of a header naming `label`: Criteo's numeric columns when it has I1,
+    TalkingData's skipped times for is_attributed, Avazu's skipped id."""
+    if label == "is_attributed":
+        return replace(PRESETS["talkingdata"], delimiter=delimiter)
+    base = PRESETS["criteo-csv"] if "I1" in header else PRESETS["avazu"]
+    return replace(base, label=label, skip=tuple(s for s in base.skip if s in header), delimiter=delimiter)
+
+
+_DELIMITERS = (",", "\t", ";", "|")  # a header line's: comma first, then TSV, then European and pipe exports
+
+
 def detect_schema(first_line: str, label: str | None = None) -> FeatureSchema:
     """Guesses the schema of a file from its first line (for `--data PATH` without --format);
-    `label` names a csv file's label column when it is none of the usual names."""
+    `label` names a csv file's label column when it is none of the usual names. A header
+    delimited by commas, tabs, semicolons or pipes is a csv file when it names a label."""
     line = first_line.rstrip("\r\n").removeprefix(BOM)
     if "\t" in line:
         cols = line.split("\t")
         if any("=" in c for c in cols[1:]):
             return PRESETS["kv"]
-        if 37 <= len(cols) <= 40:
+        if 37 <= len(cols) <= 40 and _is_label(cols[0]):
             return PRESETS["criteo"]
-    if "," in line and ":" not in line:
-        try:
-            header = list(header_names(line, ","))
-        except CsvQuoteError as e:
-            raise ValueError(f"csv header: {e}") from e
-        if label is not None and label not in header:
-            raise ValueError(f"csv header has no label column {label!r} (--label); its columns: {', '.join(header[:20])}")
+    headers = [(d, _header(line, d)) for d in _DELIMITERS if d in line and (d != "," or ":" not in line)]
+    for delim, header in headers:
         for name in (label,) if label is not None else _CSV_LABELS:
             if name in header:
-                base = PRESETS["criteo-csv"] if "I1" in header else PRESETS["avazu"]
-                skip = tuple(s for s in base.skip if s in header)
-                if name == "is_attributed":
-                    return PRESETS["talkingdata"]
-                return replace(base, label=name, skip=skip)
+                return _csv_preset(header, name, delim)
+    if headers and (label is not None or headers[0][0] == ","):
+        columns = ", ".join(headers[0][1][:20])
+        if label is not None:
+            raise ValueError(f"csv header has no label column {label!r} (--label); its columns: {columns}")
         raise ValueError(
-            f"csv header has no label column (looked for {', '.join(_CSV_LABELS)}; name it with --label);"
-            f" its columns: {', '.join(header[:20])}"
+            f"csv header has no label column (looked for {', '.join(_CSV_LABELS)}; name it with --label); its columns: {columns}"
         )
     tokens = line.split()
     if len(tokens) >= 2:

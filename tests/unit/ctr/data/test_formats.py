@@ -120,3 +120,22 @@ def test_skipped_columns_may_be_left_out_of_the_field_list():
 
     schema = FeatureSchema.from_dict({"format": "csv", "label": "click", "fields": ["site"], "skip": ["device"]})
     assert resolve_fields(schema, ["click,site,device", "1,a,b"], freeze=True).names == ["site"]
+
+
+@pytest.mark.parametrize("delim", [",", "\t", ";", "|"])
+def test_a_header_with_a_label_is_detected_as_csv_by_its_delimiter(delim):
+    schema = detect_schema(delim.join(["click", "site", "app"]))
+    assert (schema.format, schema.label, schema.delimiter) == ("csv", "click", delim)
+    criteo_header = delim.join(["label", *(f"I{i}" for i in range(1, 14)), *(f"C{i}" for i in range(1, 27))])
+    assert detect_schema(criteo_header).numeric[:2] == ("I1", "I2")  # Criteo's columns by name, not headerless Criteo
+    assert detect_schema(delim.join(["a", "is_attributed"])).skip == PRESETS["talkingdata"].skip
+
+
+def test_headerless_lines_are_not_taken_for_headers():
+    assert detect_schema("\t".join(["1", *["5"] * 38])).format == "criteo"
+    assert detect_schema("1 3:1 5:2").format == "libsvm"
+    assert detect_schema("0\tsite=a\tapp=b").format == "kv"
+    with pytest.raises(ValueError, match="no label column 'y'.*its columns: a, b"):
+        detect_schema("a\tb", label="y")
+    with pytest.raises(ValueError, match="looked for click"):
+        detect_schema("a,b,c")
