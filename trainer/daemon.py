@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from ctr.data.csv_line import CsvQuoteError
 from ctr.data.fields import FieldIndex
 from ctr.data.formats import resolve_fields
 from ctr.data.schema import PRESETS, FeatureSchema, detect_schema
@@ -260,7 +261,10 @@ def resolve(conf: TrainerConfig, schema: FeatureSchema | None, source: Source) -
                 " and --format is auto"
             )
         return None, FieldIndex()
-    index = resolve_fields(schema, lines, freeze=needs_fields)
+    try:
+        index = resolve_fields(schema, lines, freeze=needs_fields)
+    except CsvQuoteError as e:  # the first file's header
+        raise cfg.ConfigError(f"--source {conf.input.source}: {e}") from e
     if needs_fields and len(index) == 0:
         raise cfg.ConfigError(
             f"--model {conf.learner.model}: needs the field list; give schema fields, or data within --peek-timeout-s"

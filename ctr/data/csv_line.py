@@ -18,7 +18,8 @@ BOM = "\ufeff"  # a UTF-8 byte order mark, as spreadsheet programs start their C
 
 
 class CsvQuoteError(ValueError):
-    """A line whose quoting is malformed: an unclosed quote, or text after a closing one."""
+    """A line whose quoting is malformed (an unclosed quote, text after a closing one), or
+    a header that names a column twice."""
 
 
 def split_csv(line: str, delimiter: str) -> list[str]:
@@ -33,7 +34,25 @@ def split_csv(line: str, delimiter: str) -> list[str]:
         raise CsvQuoteError(f"bad quoting ({e})") from e
 
 
+def split_header(line: str, delimiter: str) -> tuple[str, ...]:
+    """A line read as a header: a leading byte order mark dropped, quotes undone,
+    surrounding spaces stripped (names given twice not checked: see header_names)."""
+    return tuple(c.strip() for c in split_csv(line.removeprefix(BOM), delimiter))
+
+
 def header_names(header: str, delimiter: str) -> tuple[str, ...]:
-    """A header line's column names: a leading byte order mark dropped, quotes undone,
-    surrounding spaces stripped."""
-    return tuple(c.strip() for c in split_csv(header.removeprefix(BOM), delimiter))
+    """A header line's column names (split_header). Raises CsvQuoteError for a name given
+    twice: which of the two a client's value stands for cannot be told."""
+    names = split_header(header, delimiter)
+    seen: dict[str, int] = {}
+    for i, name in enumerate(names):
+        if name and name in seen:
+            raise CsvQuoteError(f"the header names column {name!r} twice (columns {seen[name] + 1} and {i + 1}); rename one")
+        seen[name] = i
+    return names
+
+
+def unnamed_columns(names: tuple[str, ...]) -> list[int]:
+    """The columns (from 1) a header leaves without a name, as pandas writes a DataFrame's
+    index (`to_csv` without index=False): not trained, since no client can send them."""
+    return [i + 1 for i, name in enumerate(names) if not name]

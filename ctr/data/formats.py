@@ -7,6 +7,7 @@ indices come from a FieldIndex shared by all files of a stream (ctr.data.fields)
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 import sys
@@ -15,9 +16,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ctr.data.compressed import DecompressedText, compression_of_file
-from ctr.data.csv_line import BOM, CsvQuoteError, header_names, split_csv
+from ctr.data.csv_line import BOM, CsvQuoteError, header_names, split_csv, unnamed_columns
 from ctr.data.fields import FieldIndex, cross_name
 from ctr.data.schema import CRITEO_CATEGORICAL, CRITEO_NUMERIC, FeatureSchema
+
+log = logging.getLogger(__name__)
 
 
 class ParseError(ValueError):
@@ -155,12 +158,13 @@ def columns_of(schema: FeatureSchema, index: FieldIndex, header: str | None) -> 
         if schema.label not in names:
             raise ParseError(f"header has no label column {schema.label!r}")
         label_at = names.index(schema.label)
+        _warn_unnamed(names)
     skip, numeric = frozenset(schema.skip), frozenset(schema.numeric)
     roles = []
     for i, name in enumerate(names):
         if i == label_at:
             roles.append(LABEL_COLUMN)
-        elif name in skip:
+        elif name in skip or not name:
             roles.append(SKIPPED)
         else:
             f = index.get(name)
@@ -168,6 +172,21 @@ def columns_of(schema: FeatureSchema, index: FieldIndex, header: str | None) -> 
                 f = index.add(name)
             roles.append(f if f >= 0 else DROPPED)
     return Columns(names, tuple(roles), tuple(n in numeric for n in names), schema.format == "criteo")
+
+
+_warned_unnamed: set[tuple[int, ...]] = set()
+
+
+def _warn_unnamed(names: tuple[str, ...]) -> None:
+    """Logs, once a process for each layout, the columns a header leaves unnamed."""
+    unnamed = tuple(unnamed_columns(names))
+    if unnamed and unnamed not in _warned_unnamed:
+        _warned_unnamed.add(unnamed)
+        log.warning(
+            "csv header: column(s) %s have no name (a DataFrame's index written by to_csv?): not trained;"
+            " name them to train them",
+            ", ".join(map(str, unnamed)),
+        )
 
 
 def _columns(schema: FeatureSchema, index: FieldIndex, header: str | None) -> LineParser:

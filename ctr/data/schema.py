@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from ctr.data.csv_line import BOM, CsvQuoteError, header_names
+from ctr.data.csv_line import BOM, CsvQuoteError, header_names, split_header
 
 Format = Literal["criteo", "csv", "libsvm", "libffm", "kv"]
 FORMATS: tuple[str, ...] = ("criteo", "csv", "libsvm", "libffm", "kv")
@@ -101,7 +101,7 @@ class FeatureSchema:
             return (*CRITEO_NUMERIC, *CRITEO_CATEGORICAL)
         if self.format == "csv" and header is not None:
             names = header_names(header, self.delimiter)
-            return tuple(n for n in names if n != self.label and n not in self.skip)
+            return tuple(n for n in names if n and n != self.label and n not in self.skip)
         if self.format == "libsvm" and self.libsvm_fields == "single":
             return ("0",)
         return ()
@@ -131,7 +131,7 @@ def _is_label(text: str) -> bool:
 
 def _header(line: str, delimiter: str) -> tuple[str, ...]:
     try:
-        return header_names(line, delimiter)
+        return split_header(line, delimiter)
     except CsvQuoteError as e:
         raise ValueError(f"csv header: {e}") from e
 

@@ -200,6 +200,29 @@ class BlockParser:
                 self.dropped_names.add(name)
 
 
+class RefusedFile:
+    """The parser of a file whose header cannot be read (no label column, a name given
+    twice, bad quoting): each of its lines is a bad line with that reason, so the file is
+    named and counted and the stream goes on to the next (--max-bad-fraction still judges)."""
+
+    def __init__(self, reason: str, index: FieldIndex) -> None:
+        self.reason = f"not trained: the file's {reason}"
+        self.index = index
+
+    def parse(self, block: bytes | memoryview, final: bool, max_lines: int, ascii_only: bool = False) -> ParsedBlock:
+        data = bytes(block)
+        ends: list[int] = []
+        pos = 0
+        while len(ends) < max_lines and pos < len(data):
+            nl = data.find(b"\n", pos)
+            if nl < 0 and not final:
+                break
+            pos = len(data) if nl < 0 else nl + 1
+            ends.append(pos)
+        empty = build_batch([], self.index.ids())
+        return ParsedBlock(empty, np.asarray(ends, dtype=np.int64), [BadLine(i, self.reason) for i in range(len(ends))])
+
+
 def merge(a: SampleBatch, a_lines: npt.NDArray[np.int32], b: SampleBatch, b_lines: npt.NDArray[np.int32]) -> SampleBatch:
     """The samples of a and b in the order of their line numbers."""
     order = np.argsort(np.concatenate([a_lines, b_lines]), kind="stable")

@@ -19,10 +19,11 @@ import numpy as np
 from ctr.data.batch import SampleBatch
 from ctr.data.compressed import first_line
 from ctr.data.fields import FieldIndex
+from ctr.data.formats import ParseError
 from ctr.data.schema import FeatureSchema, detect_schema
 from trainer import metrics
 from trainer.input.batch_cache import BatchCache, CachedBatch, Recording
-from trainer.input.block_parser import BlockParser
+from trainer.input.block_parser import BlockParser, RefusedFile
 from trainer.input.parquet_text import ParquetText, header_of, is_parquet
 from trainer.input.source import Block, Position, Source, StreamSource
 
@@ -60,7 +61,7 @@ class BatchReader:
         self.max_line_bytes = max_line_bytes
         self.bad_lines = 0
         self.first_bad: list[str] = []  # "file:line: reason" of the first bad lines, for the error a user sees
-        self._parsers: dict[str, BlockParser] = {}
+        self._parsers: dict[str, BlockParser | RefusedFile] = {}
         self._parquet: dict[str, ParquetText] = {}  # the Parquet file whose bad rows are being named
         # the unparsed lines of the current file: fewer than a batch, waiting for more
         self._held: Block | None = None
@@ -114,11 +115,11 @@ class BatchReader:
             data, line = rest, line + 1
         return None
 
-    def _parser(self, block: Block) -> tuple[BlockParser, Block | None]:
+    def _parser(self, block: Block) -> tuple[BlockParser | RefusedFile, Block | None]:
         """The file's parser, and the block less a csv file's header line."""
-        p = self._parsers.get(block.file)
-        if p is not None:
-            return p, block
+        known = self._parsers.get(block.file)
+        if known is not None:
+            return known, block
         assert self.schema is not None
         header: str | None = None
         if self.schema.format == "csv":
@@ -135,7 +136,12 @@ class BatchReader:
                 header = self.source.first_line(block.file)  # type: ignore[attr-defined]
             else:  # resumed inside the file: its first line (of its text, if compressed) is still its header
                 header = first_line(block.file)
-        p = self._parsers[block.file] = BlockParser(self.schema, self.fields, header, self.max_line_bytes)
+        try:
+            p: BlockParser | RefusedFile = BlockParser(self.schema, self.fields, header, self.max_line_bytes)
+        except ParseError as e:  # its header: the file is named, its lines counted bad, the stream goes on
+            log.error("%s: %s; its lines are not trained", block.file, e)
+            p = RefusedFile(str(e), self.fields)
+        self._parsers[block.file] = p
         return p, block if block.data else None
 
     def batches(self) -> Generator[ReadyBatch | None, None, None]:

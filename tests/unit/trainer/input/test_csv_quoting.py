@@ -11,6 +11,8 @@ from typing import Literal
 import numpy as np
 import pytest
 
+from ctr.data import formats
+from ctr.data.csv_line import CsvQuoteError, header_names
 from ctr.data.fields import FieldIndex
 from ctr.data.formats import ParseError, make_parser
 from ctr.data.schema import FeatureSchema, detect_schema
@@ -18,6 +20,8 @@ from serving.client import RequestEncoder
 from serving.client.predict_client import Value
 from serving.request.encoding import decode, field_hash_ids
 from trainer.input.block_parser import BlockParser
+from trainer.input.reader import BatchReader
+from trainer.input.source import StreamSource
 
 SCHEMA = FeatureSchema(format="csv", label="clicked", numeric=("n",))
 ROWS = [
@@ -117,3 +121,31 @@ def test_a_byte_order_mark_is_not_part_of_the_first_line_in_any_format():
     parser = BlockParser(SCHEMA, FieldIndex(SCHEMA.base_fields(header)), header)
     assert parser.index.names[:3] == ["ua", "site", "n"]
     assert np.asarray(parser.parse(b"1,a,x,2\n", True, 10).batch.labels).tolist() == [1.0]
+
+
+def test_a_name_given_twice_is_refused_and_an_unnamed_column_is_not_trained(caplog):
+    with pytest.raises(CsvQuoteError, match="names column 'a' twice \\(columns 2 and 4\\)"):
+        header_names("clicked,a,b,a", ",")
+    assert header_names('"",clicked,a', ",") == ("", "clicked", "a")  # pandas' index column: no name
+    formats._warned_unnamed.clear()  # warned once a process: this test's warning is its own
+    keys = []
+    for header, body in (("clicked,a,b", b"1,x,y\n0,z,y\n"), (",clicked,a,b", b"0,1,x,y\n1,0,z,y\n")):
+        index = FieldIndex(SCHEMA.base_fields(header))
+        got = BlockParser(SCHEMA, index, header).parse(body, True, 10)
+        keys.append(got.batch.keys.tolist())
+        assert index.names == ["a", "b"]
+    assert keys[0] == keys[1]
+    assert "column(s) 1 have no name" in caplog.text
+
+
+def test_a_file_whose_header_cannot_be_read_is_named_and_the_next_trains(tmp_path, caplog):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "a.csv").write_text("clicked,ua,site,n\n1,a,x,2\n0,b,y,3\n")
+    (folder / "b.csv").write_text("click,ua\n1,a\n0,b\n1,c\n")  # another label column
+    (folder / "c.csv").write_text("clicked,ua,site,n\n1,c,z,4\n")
+    reader = BatchReader(StreamSource(str(folder), follow=False), SCHEMA, FieldIndex(["ua", "site", "n"]), 2, 1 << 20)
+    labels = [x for r in reader.batches() if r is not None for x in r.batch.labels.tolist()]
+    assert labels == [1.0, 0.0, 1.0] and reader.bad_lines == 3
+    assert reader.first_bad[0].endswith("b.csv:2: not trained: the file's header has no label column 'clicked'")
+    assert "b.csv: header has no label column 'clicked'; its lines are not trained" in caplog.text
