@@ -73,11 +73,14 @@ class _Context:
 
 
 def features_of(raw: Any, where: str) -> dict[str, Value]:
-    """One JSON object of features, checked: names to strings, numbers or [token, x]."""
+    """One JSON object of features, checked: names to strings, numbers or [token, x]; null
+    is a missing feature."""
     if not isinstance(raw, dict):
         raise Refused(HTTPStatus.BAD_REQUEST, f"{where}: expected an object of features, got {type(raw).__name__}")
     out: dict[str, Value] = {}
     for name, value in raw.items():
+        if value is None:
+            continue  # null: a missing feature (pandas' to_json writes NaN so)
         if isinstance(value, bool) or not isinstance(value, (str, int, float, list)):
             raise Refused(HTTPStatus.BAD_REQUEST, f"{where}.{name}: expected a string, a number or [token, value]")
         if isinstance(value, list):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -35,7 +36,7 @@ from serving.request.encoding import EncodedRequest, encode, encode_tokens
 
 # a categorical value, a number (bucketed when the schema says the field is numeric),
 # or (token, value) for a weighted feature such as libsvm's index:value
-Value = str | int | float | tuple[str, float]
+Value = str | int | float | tuple[str, float] | None  # None and NaN: a missing feature
 UNKNOWN_NAMES = 8  # unknown field names a request carries to serving's error message
 CROSS_JOIN = "\x1f"  # between the two tokens of a cross (ctr.data.formats)
 
@@ -83,6 +84,8 @@ class RequestEncoder:
         """Appends one item's (or the context's) features; returns each field's first token."""
         first: dict[str, str] = {}
         for name, raw in features.items():
+            if raw is None or (isinstance(raw, float) and math.isnan(raw)):
+                continue  # missing, as pandas writes NaN to a CSV (an empty field), not the token "None" or "nan"
             if self._is_unknown(name):
                 unknown[name] = unknown.get(name, 0) + 1
                 continue

@@ -12,6 +12,7 @@ from ctr.data.schema import FeatureSchema
 from serving.client import RequestEncoder
 from serving.client.predict_client import Value
 from serving.request.encoding import decode, field_hash_ids
+from serving.rest import features_of
 
 SCHEMA = FeatureSchema(format="kv", numeric=("n",), skip=("id",), cross=(("a", "n"), ("u", "b")))
 LINES = ["1\tu=alice\ta=x\tb=y\tn=7\tid=9", "0\tu=alice\ta=z\tb=y2\tn=1.5\tid=10", "1\tu=alice\ta=q\tb=w\tn=250\tid=11"]
@@ -68,3 +69,16 @@ def test_unknown_feature_names_are_counted_with_their_names():
     assert req.unknown_features == 4 and req.unknown_fields == ("A", "U", "zz")
     cols = enc.encode_columns({"A": np.array(["x", "y"]), "b": np.array(["p", "q"])})
     assert cols.unknown_features == 2 and cols.unknown_fields == ("A",)
+
+
+def test_none_and_nan_are_missing_features_as_an_empty_csv_field_is():
+    """pandas writes NaN to a CSV as an empty field, which the trainer reads as missing: the
+    same row from Python (None, NaN) or REST (null) scores without the feature, not with the
+    token "None" or "nan"."""
+    names, _ = _trainer_keys()
+    enc = RequestEncoder(SCHEMA, names)
+    want = _item_keys(enc, enc.encode([{"a": "x", "b": "y"}]), 1)
+    for missing in (None, float("nan")):
+        got = enc.encode([{"a": "x", "b": "y", "n": missing, "u": missing}])
+        assert _item_keys(enc, got, 1) == want and got.unknown_features == 0
+    assert features_of({"a": "x", "n": None}, "instances[0]") == {"a": "x"}
