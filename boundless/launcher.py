@@ -26,6 +26,7 @@ from boundless.synthetic import SyntheticSpec, SyntheticStream
 from ctr.data.batch import build_batch
 from ctr.data.quality import auc
 from ctr.repository.versions import Repository
+from ctr.runtime import strict_json
 from ctr.runtime.security import Identity, install
 from serving.client import PredictClient, encode_batch
 from serving.client.predict_cli import parse_samples
@@ -373,7 +374,7 @@ class Demo:
             f"({latency['bytes'] / 1024:.1f} KiB/request, {self.args.requests} requests)"
         )
         summary = {**result, "versions": len(versions), "latency_ms": latency, "lr_baseline": baseline}
-        (self.dir / "demo.json").write_text(json.dumps(summary, indent=1))
+        (self.dir / "demo.json").write_text(strict_json.dumps(summary, indent=1))
 
 
 def run(args: argparse.Namespace) -> int:

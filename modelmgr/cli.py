@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -12,7 +11,7 @@ from pathlib import Path
 from ctr.repository.versions import Repository, RepositoryError
 from ctr.repository.writer_lock import WriterLock
 from ctr.runtime import config as cfg
-from ctr.runtime import daemon
+from ctr.runtime import daemon, strict_json
 from ctr.runtime.auth import service_policy
 from modelmgr.admin_service import ModelAdminServicer
 from modelmgr.commands import actions
@@ -298,7 +297,7 @@ def _list(repo: Repository, as_json: bool) -> int:
     policy = repo.policy()
     if as_json:
         doc = {"policy": policy.describe(), "policy_reason": policy.reason, "versions": rows, "rejected": repo.rejected()}
-        print(json.dumps(doc, indent=1))
+        print(strict_json.dumps(doc, indent=1))
         return 0
     print(f"model {repo.model}  policy: {policy.describe()}" + (f" ({policy.reason})" if policy.reason else ""))
     print(f"{'version':>8} {'kind':>5} {'base':>6} {'samples':>9} {'AUC':>7}  created")

@@ -27,7 +27,7 @@ from ctr.model.optim import FP32_MANTISSA
 from ctr.model.registry import family
 from ctr.model.spec import ModelSpec
 from ctr.runtime import config as cfg
-from ctr.runtime import daemon
+from ctr.runtime import daemon, strict_json
 from ctr.runtime.extras import require
 from ps.api import ModelIdentity, ShardRestarted, ShardStatus, StoppedWhileUnreachable
 from ps.client import PSClient
@@ -663,7 +663,7 @@ def train_run(
     log.debug("done: %s", json.dumps(summary))
     log.info("done: %s", summary_text(result, conf.export.export_dir, list(exports), conf.progress.metrics_out))
     if conf.progress.metrics_out:
-        Path(conf.progress.metrics_out).write_text(json.dumps(result, indent=1))
+        Path(conf.progress.metrics_out).write_text(strict_json.dumps(result, indent=1))
     client.close()
     if group is not None:
         group.close()

@@ -8,7 +8,6 @@ calibration (mean prediction over the file's CTR); --json prints them as one obj
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from ctr.data.formats import ParsedSample, ParseError, make_parser, read_lines
 from ctr.data.quality import auc, logloss
 from ctr.data.schema import FeatureSchema, detect_schema
 from ctr.repository.versions import Repository
+from ctr.runtime import strict_json
 from modelmgr.publish.evaluate import load_published, scores
 
 CHUNK = 8192  # lines parsed, hashed and scored at once
@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
         "mean_prediction": float(p.mean()),
     }
     if args.json:
-        print(json.dumps(doc))
+        print(strict_json.dumps(doc))
     else:
         print(
             f"{args.model_name} version {version} on {len(y)} samples of {args.data}: AUC {doc['auc']:.6f}"

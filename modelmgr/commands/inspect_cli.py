@@ -4,13 +4,13 @@ rollback or unpin: what serving actually loaded, not what the policy file says."
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from typing import Any
 
 import numpy as np
 
 from ctr.repository.versions import Repository
+from ctr.runtime import strict_json
 from modelmgr.commands import actions
 
 
@@ -21,17 +21,17 @@ def run(repo: Repository, args: argparse.Namespace) -> int:
         m = repo.manifest(args.version)
         why = repo.broken(args.version)
         doc = {**m, "broken": why, "served": repo.target() == args.version}
-        print(json.dumps(doc, indent=1) if args.json else _show(doc))
+        print(strict_json.dumps(doc, indent=1) if args.json else _show(doc))
         return 0
     if args.action == "diff":
         d = diff(repo, args.a, args.b)
-        print(json.dumps(d, indent=1) if args.json else "\n".join(f"{k}: {v}" for k, v in d.items()))
+        print(strict_json.dumps(d, indent=1) if args.json else "\n".join(f"{k}: {v}" for k, v in d.items()))
         return 0
     if args.action == "status":
         rows = [replica_status(a) for a in _addresses(args.serving)]
         doc = {"policy": repo.policy().describe(), "target": repo.target(), "replicas": rows}
         if args.json:
-            print(json.dumps(doc, indent=1))
+            print(strict_json.dumps(doc, indent=1))
         else:
             print(f"policy {doc['policy']}, target version {doc['target']}")
             for r in rows:
@@ -42,7 +42,7 @@ def run(repo: Repository, args: argparse.Namespace) -> int:
 
 def report_gc(gone: list[int], dry_run: bool, as_json: bool) -> int:
     verb = "would remove" if dry_run else "removed"
-    print(json.dumps({"removed": gone, "dry_run": dry_run}) if as_json else f"{verb} versions {gone or 'none'}")
+    print(strict_json.dumps({"removed": gone, "dry_run": dry_run}) if as_json else f"{verb} versions {gone or 'none'}")
     return 0
 
 

@@ -4,12 +4,12 @@ counts, content digests and samples applied, and per table the digest of the who
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any
 
 import grpc
 
+from ctr.runtime import strict_json
 from ps.client.grpc_transport import GrpcTransport
 from ps.server.digest import combine
 from ps.transport import ShardStatus
@@ -69,7 +69,7 @@ def show(addresses_text: str, as_json: bool) -> int:
         raise ValueError("ps stats: give the shards' addresses, HOST:PORT[,HOST:PORT...]")
     stats = collect(addresses)
     if as_json:
-        json.dump(stats, sys.stdout, indent=1)
+        sys.stdout.write(strict_json.dumps(stats, indent=1))
         print()
         return 0
     for s in stats["shards"]:

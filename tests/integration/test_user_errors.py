@@ -77,3 +77,19 @@ def test_serving_runs_without_metrics_and_the_trainer_checks_the_export_root(pla
     elsewhere = platform.train(data_dir / "criteo_10k/train_rows1-10000.tsv", "--export-dir", str(tmp_path / "elsewhere"))
     _refused(elsewhere, "--export-dir", "--export-root")
     assert not (tmp_path / "elsewhere").exists() or not any((tmp_path / "elsewhere").iterdir())
+
+
+def test_a_figure_without_a_value_is_null_in_the_metrics_json(tmp_path: Path) -> None:
+    """One class in the window has no AUC: the metrics file says null, which every JSON
+    reader takes (Python's own default would write NaN, which jq and JSON.parse refuse)."""
+    source = tmp_path / "negatives.csv"
+    source.write_text("clicked,a\n" + "".join(f"0,{i % 7}\n" for i in range(500)))
+    out = tmp_path / "m.json"
+    proc = _train("--source", str(source), "--metrics-out", str(out))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+    def refuse(constant: str) -> None:
+        raise ValueError(f"{constant} in {out}")
+
+    doc = json.loads(out.read_text(), parse_constant=refuse)
+    assert doc["window_auc"] is None and doc["samples"] == 500
