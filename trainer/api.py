@@ -24,4 +24,4 @@ def run_training(
     from trainer.daemon import check_codecs, train_run  # the run's machinery loads when a run starts
 
     check_codecs(conf)
-    return train_run(conf, stop, logging.getLogger("trainer"), on_progress=on_progress)
+    return train_run(conf, stop, logging.getLogger("trainer"), on_progress=on_progress, announce=False)

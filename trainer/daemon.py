@@ -451,9 +451,11 @@ def train_run(
     log: logging.Logger,
     aggregation: AggregationPlan | None = None,
     on_progress: Callable[[dict[str, float]], None] | None = None,
+    announce: bool = True,
 ) -> dict[str, Any]:
     """One training run to its end (a finite source's end, or `stop`): the summary rank 0
-    reports (other ranks: {}). on_progress gets every progress record (boundless.api's bar)."""
+    reports (other ranks: {}). on_progress gets every progress record (boundless.api's bar);
+    `announce` prints the ready line a supervisor reads (not from Python: boundless.train)."""
     cpu_start = time.process_time()  # the run's CPU, not the imports before it (or a notebook's)
     check_source(conf)
     schema = load_schema(conf)
@@ -578,7 +580,7 @@ def train_run(
     )
     progress_log = ProgressLog(conf.progress.curve_out if lead else None, count_samples=world > 1, on_record=on_progress)
     if lead or conf.ready_file:  # a local rank other than 0 has none to write and prints none
-        daemon.write_ready_file(conf.ready_file, grpc_port=grpc_port, metrics_port=metrics_port)
+        daemon.write_ready_file(conf.ready_file, announce, grpc_port=grpc_port, metrics_port=metrics_port)
     trainer = Trainer(
         client, model, schema, fields, source, settings, ProgressiveMetrics(conf.progress.window), exporter, stop.is_set
     )

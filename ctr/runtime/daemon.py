@@ -199,10 +199,12 @@ def metrics_server(host: str, port: int) -> int:
     return int(server.server_port)
 
 
-def write_ready_file(path: str | None, **ports: object) -> None:
-    """Atomically writes {"pid":..., ports...} so a launcher can find the bound ports."""
+def write_ready_file(path: str | None, announce: bool = True, **ports: object) -> None:
+    """Atomically writes {"pid":..., ports...} so a launcher can find the bound ports, and
+    prints it for a supervisor reading stdout (`announce`; not inside a notebook's run)."""
     payload = json.dumps({"pid": os.getpid(), **ports})
-    print(payload, flush=True)
+    if announce:
+        print(payload, flush=True)
     if path:
         tmp = Path(path + ".tmp")
         tmp.write_text(payload)

@@ -21,7 +21,7 @@ from ctr.runtime.config import ConfigError
 from tests.support import wait_until
 
 
-def test_train_from_python_equals_the_command_line(data_dir: Path, tmp_path: Path) -> None:
+def test_train_from_python_equals_the_command_line(data_dir: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     source = data_dir / "frappe/frappe.test.libfm"
     out = tmp_path / "cli.json"
     cmd = [sys.executable, "-m", "boundless", "train", "--source", str(source), "--model", "fm", "--k", "4"]
@@ -38,6 +38,7 @@ def test_train_from_python_equals_the_command_line(data_dir: Path, tmp_path: Pat
     assert summary.window_auc == cli["window_auc"] and 0.8 < summary.window_auc < 1.0
     assert "batch_size=4096" in (boundless.train.__doc__ or "")  # help(boundless.train) tells the settings
     assert gc.get_freeze_count() == 0  # what the run froze is the caller's to collect again
+    assert '"pid"' not in capfd.readouterr().out  # a daemon's ready line is for supervisors, not a notebook
 
 
 def test_a_bad_setting_is_refused_by_its_name() -> None:
