@@ -11,7 +11,9 @@ from ps.config import RowLifecycleSettings
 
 ENV_PREFIX = "BOUNDLESS_TRAINER_"
 # names a folder source never reads: dot-files and what producers write before they rename
-DEFAULT_IGNORE = (".*", "*.part", "*.tmp", "*.temp", "*.partial", "*.swp", "*~")
+# a producer's names for what it is still writing, and Hadoop's and Spark's hidden ones
+# (`_SUCCESS`, `_temporary`, `_committed_*`: FileInputFormat skips names starting with _ or .)
+DEFAULT_IGNORE = (".*", "_*", "*.part", "*.tmp", "*.temp", "*.partial", "*.swp", "*~")
 
 # --help's groups: the most needed settings first, then one group per section, then the
 # process's own (ports, logging) and security

@@ -10,6 +10,7 @@ import json
 import random
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,32 +44,37 @@ def _train(source: str, out: Path, *args: str) -> tuple[dict[str, Any], str]:
 def _avazu_parts(data_dir: Path, folder: Path) -> int:
     """Avazu's rows as a folder: two CSV files and a Parquet file between them, each with
     its header, plus names the folder contract skips; returns the rows it trains on."""
-    folder.mkdir()
+    folder.mkdir(parents=True)
     lines = (data_dir / AVAZU).read_text().splitlines()
     header, rows = lines[0], lines[1:]
     thirds = [rows[: len(rows) // 3], rows[len(rows) // 3 : 2 * len(rows) // 3], rows[2 * len(rows) // 3 :]]
     (folder / "part-0.csv").write_text("\n".join([header, *thirds[0]]) + "\n")
-    middle = folder.parent / "middle.csv"
-    middle.write_text("\n".join([header, *thirds[1]]) + "\n")
-    _as_parquet(middle, folder / "part-1.parquet", rows_per_group=1000)
+    with tempfile.TemporaryDirectory() as scratch:
+        middle = Path(scratch) / "middle.csv"
+        middle.write_text("\n".join([header, *thirds[1]]) + "\n")
+        _as_parquet(middle, folder / "part-1.parquet", rows_per_group=1000)
     (folder / "part-2.csv").write_text("\n".join([header, *thirds[2]]) + "\n")
     (folder / "part-3.csv.part").write_text("\n".join([header, *thirds[0]]) + "\n")  # a producer still writing
     (folder / ".hidden.csv").write_text("\n".join([header, *thirds[0]]) + "\n")
+    (folder / "_SUCCESS").write_text("")  # a Spark job's marker, and its scratch folder
+    (folder / "_temporary" / "0").mkdir(parents=True)
+    (folder / "_temporary" / "0" / "part-9.csv").write_text("\n".join([header, *thirds[0]]) + "\n")
     return len(rows)
 
 
 def _upload(s3: Any, folder: Path, prefix: str) -> None:
-    for f in sorted(folder.iterdir()):
-        s3.upload_file(str(f), BUCKET, prefix + f.name)
+    for f in sorted(folder.rglob("*")):
+        if f.is_file():
+            s3.upload_file(str(f), BUCKET, prefix + f.relative_to(folder).as_posix())
 
 
 def test_a_prefix_trains_exactly_as_the_folder_of_its_objects(s3: Any, data_dir: Path, tmp_path: Path) -> None:
-    rows = _avazu_parts(data_dir, tmp_path / "folder")
-    _upload(s3, tmp_path / "folder", "in/day=1/")
+    rows = _avazu_parts(data_dir, tmp_path / "table" / "day=1")  # a partitioned table's first partition
+    _upload(s3, tmp_path / "table", "in/")
     s3.put_object(Bucket=BUCKET, Key="elsewhere/part-9.csv", Body=b"not,this\n")  # outside the prefix
     args = ("--model", "fm", "--k", "4", "--no-follow", "--holdout-samples", "0")
-    from_folder, _ = _train(str(tmp_path / "folder"), tmp_path / "folder.json", *args)
-    from_s3, err = _train(f"s3://{BUCKET}/in/day=1/", tmp_path / "s3.json", *args)
+    from_folder, _ = _train(str(tmp_path / "table"), tmp_path / "folder.json", *args)
+    from_s3, err = _train(f"s3://{BUCKET}/in/", tmp_path / "s3.json", *args)
     assert from_folder["samples"] == from_s3["samples"] == rows
     for key in ("progressive_logloss", "window_auc", "window_logloss", "bad_lines"):
         assert from_s3[key] == from_folder[key], key
@@ -76,7 +82,8 @@ def test_a_prefix_trains_exactly_as_the_folder_of_its_objects(s3: Any, data_dir:
 
 def test_a_followed_prefix_trains_objects_as_they_land(s3: Any, data_dir: Path, tmp_path: Path) -> None:
     rows = _avazu_parts(data_dir, tmp_path / "folder")
-    objects = sorted(f for f in (tmp_path / "folder").iterdir() if not f.name.startswith(".") and not f.name.endswith(".part"))
+    contract = (f for f in (tmp_path / "folder").iterdir() if f.is_file() and not f.name.startswith((".", "_")))
+    objects = sorted(f for f in contract if not f.name.endswith(".part"))
     s3.upload_file(str(objects[0]), BUCKET, "live/" + objects[0].name)
     out = tmp_path / "m.json"
     cmd = [sys.executable, "-m", "boundless", "train", "--source", f"s3://{BUCKET}/live/", "--ps", "local"]

@@ -112,7 +112,8 @@ class S3PrefixSource(StreamSource):
         for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=self.prefix):
             for o in page.get("Contents", []):
                 key = o["Key"]
-                if not key.endswith("/") and self._takes(key.rsplit("/", 1)[-1]):
+                folders = key[len(self.prefix) :].split("/")[:-1]  # under the prefix: `_temporary/0/` is skipped
+                if not key.endswith("/") and self._takes(key.rsplit("/", 1)[-1]) and not any(map(self._ignored, folders)):
                     found.append(S3Object(f"s3://{self.bucket}/{key}", key, str(o.get("ETag", "")), int(o["Size"])))
         found.sort(key=lambda o: o.key)
         self._objects = (now, found)
@@ -125,7 +126,7 @@ class S3PrefixSource(StreamSource):
     def peek(self, max_lines: int = 2000, max_bytes: int = 4 << 20, timeout_s: float = 0.0) -> list[str]:
         """The first object's first lines, waiting up to timeout_s for one to land: the
         prefix's first, whichever rank's share it is (as a folder's, StreamSource.peek)."""
-        deadline = time.monotonic() + timeout_s
+        deadline = time.monotonic() + (timeout_s if self.follow else 0.0)
         while True:
             objects = [o for o in self._all_objects() if o.size > 0]
             if objects:

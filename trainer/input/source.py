@@ -6,9 +6,10 @@ their start, so bad lines are reported as file:line and a checkpoint records exa
 the stream stands. A line longer than the limit is skipped without being held in memory.
 
 A folder's contract (docs/design/folder-source.md): it reads the files whose names match
-`--source-pattern` (default: all) and none of `--source-ignore` (dot-files and the names
-producers write into before they rename: *.part, *.tmp, *.temp, *.partial, *.swp, *~), in
-name order. A file is known by its inode and first bytes, not its name: a file
+`--source-pattern` (default: all) and none of `--source-ignore` (dot-files, Hadoop's and
+Spark's `_` names, and the names producers write into before they rename: *.part, *.tmp,
+*.temp, *.partial, *.swp, *~), in its subfolders too (a Hive or Spark layout), in the order
+of their paths under it. A file is known by its inode and first bytes, not its name: a file
 read and then renamed inside the folder is not read again, and a name that comes back with
 another file is read as the new file it is. A file that shrinks below what was read
 (truncated and rewritten in place, as copytruncate does) is reported and read from its
@@ -48,6 +49,16 @@ def _same_path(a: Path, b: Path) -> bool:
         return a.resolve(strict=True) == b.resolve(strict=True)
     except OSError:
         return os.path.abspath(a) == os.path.abspath(b)
+
+
+def _under(path: Path, folder: Path) -> Path | None:
+    """path's place under folder (however either is spelled), or None when it is not under it."""
+    for a, b in ((Path(os.path.abspath(path)), Path(os.path.abspath(folder))), (path.resolve(), folder.resolve())):
+        try:
+            return a.relative_to(b)
+        except ValueError:
+            continue
+    return None
 
 
 def _head(fh: BinaryIO) -> bytes:
@@ -142,6 +153,7 @@ class StreamSource:
         self.ignore = ignore
         self._read_ids: dict[int, tuple[str, bytes]] = {}  # inodes of files read to their end: name then, head digest
         self._inodes: dict[str, int] = {}  # a folder's files' inodes, from its listing
+        self._relative: dict[str, str] = {}  # a folder's files' paths under it, from its listing
         # rank i of W reads its share of the folder's files (trainer.input.file_split): by
         # their names' hash when followed, so files rolling away move no other file
         self.part = part
@@ -174,6 +186,9 @@ class StreamSource:
         candidate = folder / was.name if here.is_dir() else here
         if _same_path(was.parent, folder) and (here.is_dir() or was.name == here.name):
             return replace(start, file=str(candidate))  # the same file, spelled as this source spells it
+        under = _under(was, folder) if here.is_dir() else None
+        if under is not None:  # in a subfolder of this folder
+            return replace(start, file=str(folder / under))
         if candidate.exists() and was.name == candidate.name:
             log.warning(
                 "the checkpoint's stream position is in %s, which is not under --source %s; %s has a file of that name:"
@@ -193,54 +208,85 @@ class StreamSource:
         return Position()
 
     def names(self) -> list[str]:
-        """The names of every file the folder's contract reads now, every rank's share."""
-        return [f.name for f in self._all_files()] if Path(self.source).is_dir() else []
+        """The names (paths under the folder) of every file the folder's contract reads
+        now, every rank's share."""
+        return [self._relative[str(f)] for f in self._all_files()] if Path(self.source).is_dir() else []
 
     def _all_files(self) -> list[Path]:
         p = Path(self.source)
         if not p.is_dir():
             return [p]
         # this runs every few ms while following: the listing is reused while the folder's
-        # mtime stays the same, for at most one poll (a file may land in the same mtime tick)
+        # mtime stays the same, for at most one poll (a file may land in the same mtime tick,
+        # or in a subfolder, which leaves the folder's mtime as it was)
         stamp, now = p.stat().st_mtime_ns, time.monotonic()
         if stamp != self._listed[0] or now - self._listed[1] > self.poll_s:
-            with os.scandir(p) as entries:  # entries know their type and inode: no stat per file
-                found = {e.name: e.inode() for e in entries if e.is_file() and self._takes(e.name)}
-            self._inodes = {str(p / n): ino for n, ino in found.items()}
-            self._listed = (stamp, now, [p / n for n in sorted(found)])
+            found: dict[str, tuple[str, int]] = {}  # path under the folder: (path, inode)
+            self._walk(str(p), "", found, set())
+            self._inodes = {path: ino for path, ino in found.values()}
+            self._relative = {path: rel for rel, (path, _) in found.items()}
+            self._listed = (stamp, now, [Path(found[rel][0]) for rel in sorted(found)])
         return self._listed[2]
+
+    def _walk(self, folder: str, prefix: str, found: dict[str, tuple[str, int]], seen: set[tuple[int, int]]) -> None:
+        """The files under `folder` the contract reads, subfolders included (a Hive or Spark
+        layout: `date=2026-12-01/part-00000.csv`), by their path under the source folder.
+        A subfolder whose name the ignore globs match (`_temporary`, `.staging`) is not
+        entered; a folder reached twice through links is entered once."""
+        try:
+            held = os.stat(folder)
+            if (held.st_dev, held.st_ino) in seen:
+                return
+            seen.add((held.st_dev, held.st_ino))
+            with os.scandir(folder) as entries:  # entries know their type and inode: no stat per file
+                listed = list(entries)
+        except OSError:  # a subfolder removed meanwhile
+            return
+        for e in listed:
+            try:
+                if e.is_dir():
+                    if not self._ignored(e.name):
+                        self._walk(e.path, f"{prefix}{e.name}/", found, seen)
+                elif e.is_file() and self._takes(e.name):
+                    found[prefix + e.name] = (e.path, e.inode())
+            except OSError:
+                continue
 
     def _takes(self, name: str) -> bool:
         """A name the folder's contract reads (not one a producer is still writing)."""
-        return fnmatch.fnmatch(name, self.pattern) and not any(fnmatch.fnmatch(name, g) for g in self.ignore)
+        return fnmatch.fnmatch(name, self.pattern) and not self._ignored(name)
+
+    def _ignored(self, name: str) -> bool:
+        return any(fnmatch.fnmatch(name, g) for g in self.ignore)
 
     def _files(self) -> list[Path]:
-        """This worker's files."""
+        """This worker's files (dealt out by their paths under the folder)."""
         files = self._all_files()
-        return share(files, [f.name for f in files], self.part, self.follow)
+        return share(files, [self._relative.get(str(f), f.name) for f in files], self.part, self.follow)
 
     def peek(self, max_lines: int = 2000, max_bytes: int = 4 << 20, timeout_s: float = 0.0) -> list[str]:
         """The first lines of the stream, without consuming them: the first file's head,
         waiting up to timeout_s for one to land. Empty for stdin, which cannot be re-read.
-        The folder's first file, whichever rank's share it is: a followed folder's files go
-        to ranks by their names' hash, so rank 0's, which resolves the field list for every
-        rank, may hold none yet."""
+        The folder's first file that holds bytes, whichever rank's share it is: a followed
+        folder's files go to ranks by their names' hash, so rank 0's, which resolves the field
+        list for every rank, may hold none yet. Only a followed source waits for one."""
         if self.source == "-":
             return []
-        deadline = time.monotonic() + timeout_s
+        deadline = time.monotonic() + (timeout_s if self.follow else 0.0)  # a finished folder has what it has
         while True:
             files = self._all_files() if Path(self.source).exists() else []
-            if files and files[0].stat().st_size > 0:
-                if is_parquet(str(files[0])):
-                    with ParquetText(files[0]) as rendered:
+            first = next((f for f in files if _size(f) > 0), None)  # an empty file (a marker) tells nothing
+            if first is not None:
+                if is_parquet(str(first)):
+                    with ParquetText(first) as rendered:
                         head = rendered.read(max_bytes)
                 else:
-                    with open(files[0], "rb") as fh:
+                    with open(first, "rb") as fh:
                         kind = compression_of_file(fh.fileno())
                         if kind is None:
                             head = fh.read(max_bytes)
                         else:
-                            with DecompressedText(files[0], kind) as unpacked:
+                            with DecompressedText(first, kind) as unpacked:
                                 head = unpacked.read(max_bytes)
                 text = head.decode("utf-8", errors="replace").splitlines()
                 return text[: max_lines if len(head) < max_bytes else max(0, min(max_lines, len(text) - 1))]
@@ -453,3 +499,11 @@ class StreamSource:
         right after the last one ended; a full poll per file would cap a stream of small
         files at one file per poll), the full poll once the stream has been idle a second."""
         return self.poll_s if time.monotonic() - self.idle_since > 1.0 else min(self.poll_s, FLOWING_POLL_S)
+
+
+def _size(path: Path) -> int:
+    """A file's size; 0 for one gone since the listing (rolled away)."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0

@@ -51,3 +51,55 @@ def test_a_checkpoints_position_is_taken_in_this_sources_spelling_or_dropped_wit
     with caplog.at_level(logging.WARNING, logger="trainer"):
         taken_up = StreamSource(str(moved), follow=False, start=at)
     assert taken_up.start == Position(str(moved / "part-1"), 6, 1) and "taken as the same stream, moved" in caplog.text
+
+
+def _spark_layout(root):
+    """A Hive/Spark partitioned output: partitions in subfolders, markers and a job's
+    scratch folder beside them."""
+    for day, parts in (("date=2026-12-01", ("part-00000.csv", "part-00001.csv")), ("date=2026-12-02", ("part-00000.csv",))):
+        (root / day).mkdir(parents=True)
+        for n, part in enumerate(parts):
+            (root / day / part).write_text(f"{day}/{n}\n")
+        (root / day / "_SUCCESS").write_text("")
+        (root / day / ".part-00000.csv.crc").write_text("crc")
+    (root / "_temporary" / "0").mkdir(parents=True)
+    (root / "_temporary" / "0" / "part-00009.csv").write_text("half written\n")
+    (root / "_SUCCESS").write_text("")
+
+
+def test_a_partitioned_folder_is_read_through_its_subfolders_in_path_order(tmp_path):
+    _spark_layout(tmp_path)
+    src = StreamSource(str(tmp_path), follow=False)
+    lines = [b.data for b in src.blocks(1 << 16) if b is not None and b.data]
+    assert lines == [b"date=2026-12-01/0\n", b"date=2026-12-01/1\n", b"date=2026-12-02/0\n"]
+    assert src.names() == ["date=2026-12-01/part-00000.csv", "date=2026-12-01/part-00001.csv", "date=2026-12-02/part-00000.csv"]
+    assert src.peek() == ["date=2026-12-01/0"]  # the first file with bytes: markers are empty and ignored
+
+    # a restart inside a partition takes up there, however the folder is spelled
+    at = Position(str(tmp_path / "date=2026-12-01" / "part-00001.csv"), 0, 0)
+    resumed = StreamSource(str(tmp_path) + "/", follow=False, start=at)
+    assert [b.data for b in resumed.blocks(1 << 16) if b is not None and b.data] == [
+        b"date=2026-12-01/1\n",
+        b"date=2026-12-02/0\n",
+    ]
+
+    # two followed ranks share the files by their paths under the folder: each file once
+    got = []
+    for rank in (0, 1):
+        ranked = StreamSource(str(tmp_path), follow=True, part=(rank, 2), stop=lambda: False)
+        got += [str(f) for f in ranked._files()]
+    assert sorted(got) == sorted(str(tmp_path / n) for n in src.names())
+
+
+def test_an_empty_marker_first_does_not_hold_up_the_peek(tmp_path):
+    (tmp_path / "_SUCCESS").write_text("")
+    (tmp_path / "a-empty.csv").write_text("")
+    (tmp_path / "b.csv").write_text("clicked,a\n1,x\n")
+    assert StreamSource(str(tmp_path), follow=True).peek(timeout_s=30) == ["clicked,a", "1,x"]
+    empty = tmp_path / "none"
+    empty.mkdir()
+
+    def waits() -> bool:
+        raise AssertionError("a folder that is not followed has no data to wait for")
+
+    assert StreamSource(str(empty), follow=False, stop=waits).peek(timeout_s=3600) == []
