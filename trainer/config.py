@@ -46,6 +46,14 @@ class InputSettings:
     label: str | None = field(
         default=None, metadata={"help": "the label column of csv input (default: click, label, is_attributed, clicked or y)"}
     )
+    csv_header: str | None = field(
+        default=None,
+        metadata={
+            "help": "the column names of csv lines that carry no header line, as a header line: 'click,site,app'"
+            " (a Kafka topic's messages; a topic whose first messages hold a header needs none); a line equal"
+            " to it is skipped"
+        },
+    )
     max_bad_fraction: float = field(
         default=0.1,
         metadata={

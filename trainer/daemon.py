@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from ctr.data.csv_line import CsvQuoteError
+from ctr.data.csv_line import CsvQuoteError, header_names, split_header
 from ctr.data.fields import FieldIndex
 from ctr.data.formats import resolve_fields
 from ctr.data.schema import PRESETS, FeatureSchema, detect_schema
@@ -70,12 +70,45 @@ def load_schema(conf: TrainerConfig) -> FeatureSchema | None:
         except (ValueError, yaml.YAMLError) as e:
             raise cfg.ConfigError(f"--schema {conf.input.schema}: {e}") from None
     elif conf.input.format == "auto":
-        return None
+        return with_csv_header(None, conf.input.csv_header, conf.input.label) if conf.input.csv_header else None
     elif conf.input.format not in PRESETS:
         raise cfg.ConfigError(f"--format: unknown preset {conf.input.format!r}; known: auto, {', '.join(PRESETS)}")
     else:
         schema = PRESETS[conf.input.format]
-    return replace(schema, label=conf.input.label) if conf.input.label else schema
+    schema = replace(schema, label=conf.input.label) if conf.input.label else schema
+    return with_csv_header(schema, conf.input.csv_header, conf.input.label) if conf.input.csv_header else schema
+
+
+def with_csv_header(schema: FeatureSchema | None, header: str, label: str | None) -> FeatureSchema:
+    """The schema with --csv-header's column names (detected from them under --format auto)."""
+    try:
+        schema = schema or detect_schema(header, label)
+        if schema.format != "csv":
+            raise ValueError(f"it is for csv input, and the format is {schema.format}")
+        names = header_names(header, schema.delimiter)
+    except ValueError as e:
+        raise cfg.ConfigError(f"--csv-header {header!r}: {e}") from None
+    if schema.label not in names:
+        raise cfg.ConfigError(f"--csv-header {header!r}: no label column {schema.label!r} (--label names it)")
+    return replace(schema, header=header)
+
+
+def topic_header(conf: TrainerConfig, schema: FeatureSchema, lines: list[str]) -> FeatureSchema:
+    """A csv topic's schema with its columns: a topic's messages carry no per-partition
+    header, so the first peeked message that names the label column is the topic's header
+    (a producer's header message); without one the topic needs --csv-header."""
+    if schema.format != "csv" or schema.header or not conf.input.source.startswith("kafka://"):
+        return schema
+    for line in lines:
+        try:
+            if schema.label in split_header(line, schema.delimiter):
+                return replace(schema, header=line.rstrip("\r\n"))
+        except ValueError:
+            continue
+    raise cfg.ConfigError(
+        f"--source {conf.input.source}: csv messages carry no header, and the topic's first messages hold none"
+        f" naming the label column {schema.label!r}: give the columns with --csv-header 'NAME,NAME,...'"
+    )
 
 
 def check_codecs(conf: TrainerConfig) -> None:
@@ -233,17 +266,20 @@ def connect(conf: TrainerConfig, stopping: Callable[[], bool] = lambda: False, r
     return client
 
 
-def detect_from(lines: list[str], label: str | None = None) -> FeatureSchema | None:
+def detect_from(lines: list[str], label: str | None = None, every: bool = False) -> FeatureSchema | None:
     """The schema of the first line whose format can be told; None when there is no line.
-    Lines none of which tell their format are refused at once, naming why the first does not."""
+    Lines none of which tell their format are refused at once, naming why the first does not.
+    The first 100 lines are tried, or `every` line (a topic's partitions interleave, so its
+    header message may come late in a peek)."""
     first: ValueError | None = None
-    for line in lines[:100]:
+    for line in lines if every else lines[:100]:
         try:
             return detect_schema(line, label)
         except ValueError as e:
             first = first or e
     if first is not None:
-        raise cfg.ConfigError(f"--format auto: {first}; give --format, --label or a --schema YAML")
+        csv_header = ", or --csv-header for csv messages without a header" if every else ""
+        raise cfg.ConfigError(f"--format auto: {first}; give --format, --label or a --schema YAML{csv_header}")
     return None
 
 
@@ -253,7 +289,9 @@ def resolve(conf: TrainerConfig, schema: FeatureSchema | None, source: Source) -
     fixed = schema is not None and bool(schema.base_fields())
     lines = [] if fixed else source.peek(timeout_s=conf.input.peek_timeout_s)
     if schema is None:
-        schema = detect_from(lines, conf.input.label)
+        schema = detect_from(lines, conf.input.label, every=conf.input.source.startswith("kafka://"))
+    if schema is not None:
+        schema = topic_header(conf, schema, lines)
     if schema is None:
         if needs_fields:
             raise cfg.ConfigError(

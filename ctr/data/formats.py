@@ -72,6 +72,11 @@ def _lines(text: str) -> list[str]:
     return lines[:-1] if lines and lines[-1] == "" else lines
 
 
+def is_header_line(line: str, header: str) -> bool:
+    """Whether a line repeats the schema's header (a producer's header message): skipped."""
+    return line.rstrip("\r\n").removeprefix(BOM) == header.rstrip("\r\n").removeprefix(BOM)
+
+
 def parse_number(raw: str) -> float | None:
     """The value of a number per NUMBER; None when raw is not one."""
     return float(raw) if NUMBER.fullmatch(raw) else None
@@ -149,6 +154,7 @@ def columns_of(schema: FeatureSchema, index: FieldIndex, header: str | None) -> 
         names: tuple[str, ...] = ("label", *CRITEO_NUMERIC, *CRITEO_CATEGORICAL)
         label_at = 0
     else:
+        header = header if header is not None else (schema.header or None)
         if header is None:
             raise ParseError("csv format needs the header line")
         try:
@@ -355,6 +361,8 @@ def resolve_fields(schema: FeatureSchema, lines: list[str], freeze: bool) -> Fie
     """The stream's field index: the schema's known fields, then those the first lines show
     (csv: lines[0] is the header), then the crosses. Unparsable lines are passed over here;
     the trainer reports them when it reads them. Raises ValueError naming a bad setting."""
+    if schema.format == "csv" and schema.header:  # the lines carry no header: the schema names the columns
+        lines = [schema.header, *(line for line in lines if not is_header_line(line, schema.header))]
     header = lines[0] if schema.format == "csv" and lines else None
     index = FieldIndex(schema.base_fields(header), cap=schema.max_fields)
     if schema.fields:

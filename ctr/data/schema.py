@@ -28,6 +28,9 @@ class FeatureSchema:
         (ctr.data.fields): fixed for criteo, the header for csv, discovered for the rest.
     max_fields: the cap on discovered fields.
     cross: pairs of fields hashed together into one feature of a field of their own.
+    header: csv only: the column names as a header line, for lines that carry none (a Kafka
+        topic's messages, headerless files); a line equal to it is skipped. Empty: each
+        file's first line is its header.
     """
 
     format: Format = "kv"
@@ -39,6 +42,7 @@ class FeatureSchema:
     fields: tuple[str, ...] = ()
     max_fields: int = 256
     cross: tuple[tuple[str, str], ...] = ()
+    header: str = ""
 
     def __post_init__(self) -> None:
         if self.max_fields < 1:
@@ -64,6 +68,7 @@ class FeatureSchema:
             "fields": list(self.fields),
             "max_fields": self.max_fields,
             "cross": [list(c) for c in self.cross],
+            **({"header": self.header} if self.header else {}),
         }
 
     @classmethod
@@ -74,7 +79,7 @@ class FeatureSchema:
         lf = str(d.get("libsvm_fields", "position"))
         if lf not in ("single", "position"):
             raise ValueError(f"schema.libsvm_fields: {lf!r} is not 'single' or 'position'")
-        known = {"format", "label", "numeric", "skip", "delimiter", "libsvm_fields", "fields", "max_fields", "cross"}
+        known = {"format", "label", "numeric", "skip", "delimiter", "libsvm_fields", "fields", "max_fields", "cross", "header"}
         unknown = set(d) - known
         if unknown:
             raise ValueError(f"schema: unknown settings {sorted(unknown)}; known: {sorted(known)}")
@@ -90,16 +95,19 @@ class FeatureSchema:
             libsvm_fields=lf,  # type: ignore[arg-type]
             fields=tuple(str(x) for x in d.get("fields", ()) or ()),  # type: ignore[attr-defined]
             max_fields=int(d.get("max_fields", 256)),  # type: ignore[call-overload]
+            header=str(d.get("header", "") or ""),
             cross=tuple((str(c[0]), str(c[1])) if len(c) == 2 else tuple(map(str, c)) for c in cross),  # type: ignore[misc]
         )
 
     def base_fields(self, header: str | None = None) -> tuple[str, ...]:
-        """The field list known before any data line: given, Criteo's, or a CSV header's."""
+        """The field list known before any data line: given, Criteo's, or a CSV header's
+        (the schema's own, else the file's)."""
         if self.fields:
             return self.fields
         if self.format == "criteo":
             return (*CRITEO_NUMERIC, *CRITEO_CATEGORICAL)
-        if self.format == "csv" and header is not None:
+        header = self.header or header
+        if self.format == "csv" and header:
             names = header_names(header, self.delimiter)
             return tuple(n for n in names if n and n != self.label and n not in self.skip)
         if self.format == "libsvm" and self.libsvm_fields == "single":

@@ -142,3 +142,24 @@ def test_two_ranks_split_the_partitions_and_train_each_message_once_across_a_res
     finally:
         for s in shards:
             s.stop()
+
+
+def test_a_csv_topic_takes_its_columns_from_a_header_message_or_csv_header(broker, data_dir, tmp_path):
+    """A topic's partitions share one header: a producer's header message (as `demo --source
+    kafka --data FILE.csv` sends the file's first line, to partition 0 only) names the
+    columns for every partition and is not a sample; a topic of bare rows needs
+    --csv-header, and says so without it."""
+    lines = (data_dir / "avazu_10k/train_rows1-9999.csv").read_text().splitlines()
+    with_header, bare = broker.create_topic("with-header", 2), broker.create_topic("bare", 2)
+    produce_lines(broker.producer(), "with-header", lines[:3001], 2)
+    produce_lines(broker.producer(), "bare", lines[1:3001], 2)
+    out = tmp_path / "m.json"
+    base = [sys.executable, "-m", "boundless", "train", "--no-follow", "--metrics-port", "-1", "--metrics-out", str(out)]
+    for source, extra in ((with_header, []), (bare, ["--csv-header", lines[0]])):
+        proc = subprocess.run([*base, "--source", source, *extra], capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        got = json.loads(out.read_text())
+        assert got["samples"] + got["held_out_samples"] == 3000 and got["bad_lines"] == 0, got
+        assert got["model"]["fields"][:3] == ["hour", "C1", "banner_pos"]  # Avazu's columns by name, id skipped
+    refused = subprocess.run([*base, "--source", bare, "--format", "avazu"], capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 2 and "--csv-header" in refused.stderr and "Traceback" not in refused.stderr

@@ -19,11 +19,11 @@ import numpy as np
 from ctr.data.batch import SampleBatch
 from ctr.data.compressed import first_line
 from ctr.data.fields import FieldIndex
-from ctr.data.formats import ParseError
+from ctr.data.formats import ParseError, is_header_line
 from ctr.data.schema import FeatureSchema, detect_schema
 from trainer import metrics
 from trainer.input.batch_cache import BatchCache, CachedBatch, Recording
-from trainer.input.block_parser import BlockParser, RefusedFile
+from trainer.input.block_parser import BlockParser, ParsedBlock, RefusedFile
 from trainer.input.parquet_text import ParquetText, header_of, is_parquet
 from trainer.input.source import Block, Position, Source, StreamSource
 
@@ -66,6 +66,8 @@ class BatchReader:
         # the unparsed lines of the current file: fewer than a batch, waiting for more
         self._held: Block | None = None
         self._header_next = False  # a detected csv format: the line detected is the header
+        # a csv schema's own header (a Kafka topic's columns): lines repeating it are skipped
+        self._header = schema.header if schema is not None and schema.format == "csv" and schema.header else None
         self.cache = cache
         self._recording: Recording | None = None
         self._replays: dict[str, tuple[Iterator[CachedBatch], list[tuple[int, str]]]] = {}
@@ -115,6 +117,12 @@ class BatchReader:
             data, line = rest, line + 1
         return None
 
+    def _repeats_header(self, view: memoryview, got: ParsedBlock, line: int) -> bool:
+        """Whether bad line `line` of a parse of `view` repeats the schema's header."""
+        start = int(got.line_ends[line - 1]) if line else 0
+        raw = bytes(view[start : int(got.line_ends[line])])
+        return self._header is not None and is_header_line(raw.decode("utf-8", errors="replace"), self._header)
+
     def _parser(self, block: Block) -> tuple[BlockParser | RefusedFile, Block | None]:
         """The file's parser, and the block less a csv file's header line."""
         known = self._parsers.get(block.file)
@@ -122,7 +130,9 @@ class BatchReader:
             return known, block
         assert self.schema is not None
         header: str | None = None
-        if self.schema.format == "csv":
+        if self._header is not None:  # the schema names the columns: every line is a sample's
+            header = self._header
+        elif self.schema.format == "csv":
             if block.offset == 0 or self._header_next:
                 nl = block.data.find(b"\n")
                 raw = block.data if nl < 0 else block.data[:nl]
@@ -228,6 +238,8 @@ class BatchReader:
             got = parser.parse(view[pos:], block.final, self.batch_size, ascii_only)
             for bad in got.bad:
                 at = line + bad.line
+                if self._header is not None and self._repeats_header(view[pos:], got, bad.line):
+                    continue  # a producer's header message (or a file's header line): not a sample
                 self._bad(block.file, at + 1, "a NUL byte in the line" if at in nul_lines else bad.reason)
             pos += got.consumed
             line += got.lines

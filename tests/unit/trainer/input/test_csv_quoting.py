@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import io
+from dataclasses import replace
 from typing import Literal
 
 import numpy as np
@@ -149,3 +150,15 @@ def test_a_file_whose_header_cannot_be_read_is_named_and_the_next_trains(tmp_pat
     assert labels == [1.0, 0.0, 1.0] and reader.bad_lines == 3
     assert reader.first_bad[0].endswith("b.csv:2: not trained: the file's header has no label column 'clicked'")
     assert "b.csv: header has no label column 'clicked'; its lines are not trained" in caplog.text
+
+
+def test_a_schemas_header_names_the_columns_of_lines_without_one(tmp_path):
+    """--csv-header: every line is a sample's, and one repeating the header is skipped,
+    neither trained nor counted bad (a producer's header message)."""
+    (tmp_path / "rows.csv").write_text("1,a,x,2\nclicked,ua,site,n\n0,b,y,3\n")
+    schema = replace(SCHEMA, header="clicked,ua,site,n")
+    source = StreamSource(str(tmp_path / "rows.csv"), follow=False)
+    reader = BatchReader(source, schema, FieldIndex(schema.base_fields()), 10, 1 << 20)
+    labels = [x for r in reader.batches() if r is not None for x in r.batch.labels.tolist()]
+    assert labels == [1.0, 0.0] and reader.bad_lines == 0
+    assert FeatureSchema.from_dict(schema.to_dict()) == schema and "header" not in SCHEMA.to_dict()
