@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv as csv_module
 import io
 import json
+import math
 import random
 import subprocess
 import sys
@@ -89,3 +90,22 @@ def test_a_trainer_killed_inside_a_parquet_file_trains_every_row_once(data_dir: 
     assert kills >= 2 and "the stream takes up at" in err, err[-3000:]
     assert model == expected
     assert json.loads((tmp_path / "killed" / "m.json").read_text())["samples"] == total
+
+
+def test_float_and_bool_values_render_as_python_writes_them(tmp_path: Path) -> None:
+    """A float id (a column with nulls read into pandas is float) renders "15706.0", as
+    pandas' to_csv writes it and a client's str() sends it, not Arrow's "15706"; booleans
+    "True"; NaN, like null, is a missing feature."""
+    floats = [15706.0, None, math.nan, 1e20, 0.1]
+    bools = [True, False, None, True, False]
+    table = pa.table({"click": ["1", "0", "1", "0", "1"], "f": pa.array(floats), "b": pa.array(bools), "i": [1, 2, None, 4, 5]})
+    pq.write_table(table, tmp_path / "typed.parquet")
+    with ParquetText(tmp_path / "typed.parquet") as text:
+        rendered = b"".join(iter(text.read, b"")).decode()
+
+    def python(v: object) -> str:
+        return "" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v)
+
+    columns = [table.column(n).to_pylist() for n in ("click", "f", "b", "i")]
+    rows = [(c, python(f), python(b), python(i)) for c, f, b, i in zip(*columns, strict=True)]
+    assert [tuple(r) for r in csv_module.reader(io.StringIO(rendered))][1:] == rows

@@ -98,6 +98,7 @@ class ParquetText(io.RawIOBase):
             self.failed_groups += 1
             log.error("%s: row group %d cannot be read (%s); skipped", self.path, group, e)
             return b""
+        table = _as_python_writes(table)
         options = pacsv.WriteOptions(include_header=False, quoting_style="none")
         sink = io.BytesIO()
         try:  # the usual case: no value needs quoting, and Arrow says so while it writes
@@ -176,6 +177,29 @@ class ParquetText(io.RawIOBase):
         data = self.read(len(b))
         b[: len(data)] = data
         return len(data)
+
+
+def _as_python_writes(table: Any) -> Any:
+    """The table with its float and bool columns as the text Python's str() gives them (and
+    pandas' to_csv, and a client sending the values), not Arrow's: a float id 15706.0 is
+    "15706.0", not "15706", and True is "True", not "true", so a categorical column of them
+    trains on the tokens a client's values hash to. NaN, like null, is an empty field (a
+    missing feature). Numeric columns bucket the same number either way."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    columns, changed = [], False
+    for col in table.columns:
+        if pa.types.is_floating(col.type):
+            values = col.to_numpy(zero_copy_only=False)  # nulls read as NaN
+            text = values.astype(str)
+            text[np.isnan(values)] = ""
+            col, changed = pa.array(text, type=pa.string()), True
+        elif pa.types.is_boolean(col.type):
+            col, changed = pc.if_else(col, "True", "False"), True
+        columns.append(col)
+    return pa.table(columns, names=table.column_names) if changed else table
 
 
 def header_of(path: str) -> str:
