@@ -107,11 +107,20 @@ class PredictBody:
 
 
 def column_of(raw: Any, where: str, length: int | None) -> npt.NDArray[Any]:
-    """One JSON column: numbers or strings of one kind, `length` long when given."""
+    """One JSON column: numbers or strings of one kind, `length` long when given; null in a
+    column of strings is a missing value."""
     if not isinstance(raw, list) or not raw:
         raise Refused(HTTPStatus.BAD_REQUEST, f"{where}: expected a non-empty list")
     if length is not None and len(raw) != length:
         raise Refused(HTTPStatus.BAD_REQUEST, f"{where}: {len(raw)} values for {length} items")
+    if any(v is None for v in raw):  # null: a missing value, which a column of strings writes as ""
+        if not all(v is None or isinstance(v, str) for v in raw):
+            raise Refused(
+                HTTPStatus.BAD_REQUEST,
+                f"{where}: null among numbers: a column of numbers cannot leave a value out;"
+                " send the items as 'instances' rows without that feature",
+            )
+        raw = ["" if v is None else v for v in raw]
     try:
         arr = np.asarray(raw)
     except ValueError:

@@ -5,6 +5,7 @@ and counts features of fields the model does not have."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from ctr.data.batch import build_batch
 from ctr.data.formats import make_parser, resolve_fields
@@ -12,7 +13,7 @@ from ctr.data.schema import FeatureSchema
 from serving.client import RequestEncoder
 from serving.client.predict_client import Value
 from serving.request.encoding import decode, field_hash_ids
-from serving.rest import features_of
+from serving.rest import Refused, column_of, features_of
 
 SCHEMA = FeatureSchema(format="kv", numeric=("n",), skip=("id",), cross=(("a", "n"), ("u", "b")))
 LINES = ["1\tu=alice\ta=x\tb=y\tn=7\tid=9", "0\tu=alice\ta=z\tb=y2\tn=1.5\tid=10", "1\tu=alice\ta=q\tb=w\tn=250\tid=11"]
@@ -82,3 +83,9 @@ def test_none_and_nan_are_missing_features_as_an_empty_csv_field_is():
         got = enc.encode([{"a": "x", "b": "y", "n": missing, "u": missing}])
         assert _item_keys(enc, got, 1) == want and got.unknown_features == 0
     assert features_of({"a": "x", "n": None}, "instances[0]") == {"a": "x"}
+
+
+def test_null_in_a_rest_column_of_strings_is_missing_and_among_numbers_is_refused():
+    assert column_of(["a", None, "b"], "inputs.site", 3).tolist() == ["a", "", "b"]
+    with pytest.raises(Refused, match="inputs.n: null among numbers"):
+        column_of([1.5, None], "inputs.n", 2)
