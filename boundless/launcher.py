@@ -197,6 +197,10 @@ class Demo:
             result = json.loads((self.dir / "trainer.json").read_text())
             repo = Repository(self.dir / "repo", "ctr")
             self.wait_published(repo, int(result["exports"]), serving)
+            if repo.target() is None:  # every export rejected: nothing to serve or measure
+                reasons = "; ".join(f"{r.get('export_id')}: {r.get('reason')}" for r in repo.rejected()) or "none handled"
+                print(f"demo: the model manager published no version ({reasons}); logs in {self.dir}", file=sys.stderr)
+                return 1
             latency = self.measure(serving, synth)
             self.save_serving_metrics(serving)
             baseline = None if self.args.data or self.args.model == "lr" else self.lr_baseline(source)
@@ -266,6 +270,8 @@ class Demo:
             if len(repo.processed_exports()) >= exports:
                 break
             time.sleep(0.2)
+        if repo.target() is None:
+            return  # nothing published: nothing for serving to load
         client = PredictClient(serving.address)
         while time.monotonic() < deadline:
             try:

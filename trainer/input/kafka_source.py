@@ -27,6 +27,7 @@ log = logging.getLogger("trainer")
 
 SCHEME = "kafka://"
 POLL_MESSAGES = 20000
+OFFSET_BEGINNING = -2  # librdkafka's: a partition's oldest retained message
 
 
 def is_kafka(source: str) -> bool:
@@ -72,7 +73,8 @@ class KafkaSource:
             reason = topic_meta.error if topic_meta is not None else "no such topic"
             raise ValueError(f"--source {source}: topic {self.topic!r} cannot be read: {reason}")
         index, count = part
-        self.partitions = sorted(p for p in topic_meta.partitions if p % count == index)
+        self.all_partitions = sorted(topic_meta.partitions)
+        self.partitions = [p for p in self.all_partitions if p % count == index]
         stored = (start.partitions if start is not None else None) or {}
         # the next offset to read per partition; -2 is librdkafka's OFFSET_BEGINNING
         self.next: dict[int, int] = {p: int(stored.get(str(p), -2)) for p in self.partitions}
@@ -100,24 +102,33 @@ class KafkaSource:
         consumer.assign([TopicPartition(self.topic, p, o) for p, o in self.next.items()])
 
     def peek(self, max_lines: int = 2000, max_bytes: int = 4 << 20, timeout_s: float = 0.0) -> list[str]:
-        """The first messages at the start position, read by a throwaway consumer."""
+        """The first messages of every partition of the topic (every rank's: the lead
+        resolves the schema for all), from the oldest each holds, by a throwaway consumer:
+        an equal share of max_lines from each, partition 0's first. A producer's header
+        message is at a partition's start, not at a checkpoint's position."""
+        from confluent_kafka import TopicPartition
+
         consumer = self._new_consumer()
-        self._assign(consumer)
-        lines: list[str] = []
+        share = max(1, max_lines // len(self.all_partitions))
+        consumer.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in self.all_partitions])
+        got: dict[int, list[str]] = {p: [] for p in self.all_partitions}
         size = 0
         deadline = time.monotonic() + timeout_s
         try:
-            while len(lines) < max_lines and size < max_bytes and not self.stop():
-                msgs = consumer.consume(num_messages=max_lines - len(lines), timeout=0.2)
+            while size < max_bytes and not self.stop() and any(len(v) < share for v in got.values()):
+                msgs = consumer.consume(num_messages=share, timeout=0.2)
                 for m in msgs:
-                    if m.error() is None and m.value() is not None:
+                    lines = got.get(m.partition())
+                    if m.error() is None and m.value() is not None and lines is not None and len(lines) < share:
                         lines.append(m.value().decode("utf-8", errors="replace").rstrip("\r\n"))
                         size += len(m.value())
-                if not msgs and (lines or time.monotonic() >= deadline):
+                        if len(lines) == share:  # its share is in: the others' messages come next
+                            consumer.pause([TopicPartition(self.topic, m.partition())])
+                if not msgs and (any(got.values()) or time.monotonic() >= deadline):
                     break
         finally:
             consumer.close()
-        return lines
+        return [line for p in self.all_partitions for line in got[p]]
 
     def _at_end(self) -> bool:
         """Every partition has been read up to its current high watermark."""
