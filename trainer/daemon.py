@@ -79,6 +79,13 @@ def load_schema(conf: TrainerConfig) -> FeatureSchema | None:
     return with_csv_header(schema, conf.input.csv_header, conf.input.label) if conf.input.csv_header else schema
 
 
+def own_outputs(conf: TrainerConfig) -> tuple[str, ...]:
+    """What this trainer writes (its --export-dir, --metrics-out, --curve-out, batch cache...):
+    a source folder that holds one of them does not read it back as samples."""
+    cache = conf.input.batch_cache
+    return (*cfg.output_paths(conf), *([cache] if cache and cache.lower() not in ("off", "none") else []))
+
+
 def with_csv_header(schema: FeatureSchema | None, header: str, label: str | None) -> FeatureSchema:
     """The schema with --csv-header's column names (detected from them under --format auto)."""
     try:
@@ -523,6 +530,7 @@ def train_run(
             part=(rank, world),
             pattern=conf.input.source_pattern,
             ignore=conf.input.ignored_names(),
+            exclude=own_outputs(conf),
         )
 
     try:

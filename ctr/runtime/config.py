@@ -190,6 +190,18 @@ def to_flags(conf: Any) -> list[str]:
 WRITES = "writes"  # a field's metadata key: the setting names a "folder" or a "file" its daemon writes
 
 
+def output_paths(conf: Any) -> list[str]:
+    """The local paths `conf` names for writing (files and folders), as given."""
+    out = []
+    for leaf in settings(type(conf)):
+        value = conf
+        for attr in leaf.path:
+            value = getattr(value, attr)
+        if leaf.field.metadata.get(WRITES) is not None and value and "://" not in str(value):
+            out.append(str(value))
+    return out
+
+
 def check_outputs(conf: Any) -> None:
     """Makes every folder `conf` names for writing (and each written file's folder), and
     checks it can be written, as a daemon starts: a path that cannot be written is refused

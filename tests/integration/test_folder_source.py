@@ -85,3 +85,20 @@ def test_a_file_truncated_and_rewritten_in_place_is_reported_and_read_anew(data_
     result, err = _finish(proc, tmp_path)
     assert result["samples"] == 3000 + 1200 and result["bad_lines"] == 1
     assert "truncated" in err and "a NUL byte in the line" in err
+
+
+def test_a_followed_folder_holding_the_trainers_own_outputs_reads_only_its_samples(data_dir: Path, tmp_path: Path) -> None:
+    """Exports, the metrics file and the curve written inside the folder followed (a layout
+    users pick) are never read back as samples: subfolders are read, so an export folder
+    there would have been, and the curve is appended to while the folder is followed."""
+    folder = tmp_path / "stream"
+    (folder / "day=1").mkdir(parents=True)
+    (folder / "day=1" / "part-0.libfm").write_text("\n".join(_lines(data_dir, 3000)) + "\n")
+    cmd = [sys.executable, "-m", "boundless", "train", "--source", str(folder), "--format", "libsvm", "--follow"]
+    cmd += ["--idle-exit-s", "2.5", "--metrics-port", "-1", "--port", "-1", "--metrics-out", str(folder / "m.json")]
+    cmd += ["--curve-out", str(folder / "curve.jsonl"), "--progress-interval-s", "0.1", "--batch-size", "500"]
+    cmd += ["--export-dir", str(folder / "exports"), "--export-interval-s", "0.2"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads((folder / "m.json").read_text())
+    assert got["samples"] + got["held_out_samples"] == 3000 and got["bad_lines"] == 0 and got["exports"] >= 1, got

@@ -123,8 +123,10 @@ def open_source(
     part: tuple[int, int] = (0, 1),
     pattern: str = "*",
     ignore: tuple[str, ...] = DEFAULT_IGNORE,
+    exclude: tuple[str, ...] = (),
 ) -> Source:
-    """A folder, a file, stdin ('-'), s3://BUCKET/PREFIX, or kafka://HOST:PORT/TOPIC."""
+    """A folder, a file, stdin ('-'), s3://BUCKET/PREFIX, or kafka://HOST:PORT/TOPIC;
+    `exclude`: paths a folder's listing passes over (the trainer's own outputs)."""
     if source.startswith("s3://"):
         from trainer.input.s3_source import S3PrefixSource  # boto3 loads only for S3
 
@@ -133,7 +135,7 @@ def open_source(
         from trainer.input.kafka_source import KafkaSource  # confluent-kafka loads only for Kafka
 
         return KafkaSource(source, follow, stop=stop, start=start, part=part)
-    return StreamSource(source, follow, stop=stop, start=start, part=part, pattern=pattern, ignore=ignore)
+    return StreamSource(source, follow, stop=stop, start=start, part=part, pattern=pattern, ignore=ignore, exclude=exclude)
 
 
 class StreamSource:
@@ -147,10 +149,13 @@ class StreamSource:
         part: tuple[int, int] = (0, 1),
         pattern: str = "*",
         ignore: tuple[str, ...] = DEFAULT_IGNORE,
+        exclude: tuple[str, ...] = (),
     ) -> None:
         self.source = source
         self.pattern = pattern
         self.ignore = ignore
+        # what the trainer writes (exports, metrics, its batch cache), never read back as samples
+        self.exclude = frozenset(os.path.abspath(x) for x in exclude)
         self._read_ids: dict[int, tuple[str, bytes]] = {}  # inodes of files read to their end: name then, head digest
         self._inodes: dict[str, int] = {}  # a folder's files' inodes, from its listing
         self._relative: dict[str, str] = {}  # a folder's files' paths under it, from its listing
@@ -243,6 +248,8 @@ class StreamSource:
         except OSError:  # a subfolder removed meanwhile
             return
         for e in listed:
+            if self.exclude and os.path.abspath(e.path) in self.exclude:
+                continue
             try:
                 if e.is_dir():
                     if not self._ignored(e.name):
