@@ -109,3 +109,13 @@ def test_float_and_bool_values_render_as_python_writes_them(tmp_path: Path) -> N
     columns = [table.column(n).to_pylist() for n in ("click", "f", "b", "i")]
     rows = [(c, python(f), python(b), python(i)) for c, f, b, i in zip(*columns, strict=True)]
     assert [tuple(r) for r in csv_module.reader(io.StringIO(rendered))][1:] == rows
+
+
+def test_a_list_column_is_left_out_naming_it_and_the_rest_trains(tmp_path: Path) -> None:
+    table = pa.table(
+        {"click": ["1", "0"] * 300, "site": ["a", "b"] * 300, "tags": pa.array([["x", "y"], ["z"]] * 300, pa.list_(pa.string()))}
+    )
+    pq.write_table(table, tmp_path / "lists.parquet")
+    got, err = _train(tmp_path / "lists.parquet", tmp_path / "m.json", "--holdout-samples", "0")
+    assert got["samples"] == 600 and got["bad_lines"] == 0 and got["model"]["fields"] == ["site"]
+    assert "column(s) tags (list<element: string>) are not trained" in err  # before: "Unsupported Type", no file named

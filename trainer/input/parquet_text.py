@@ -61,7 +61,8 @@ class ParquetText(io.RawIOBase):
             self.file = pq.ParquetFile(fs.open_input_file(key))
         else:
             self.file = pq.ParquetFile(self.path)
-        self.header = (",".join(self.file.schema_arrow.names) + "\n").encode()
+        self.columns = _flat_columns(self.path, self.file.schema_arrow)
+        self.header = (",".join(self.columns) + "\n").encode()
         self.malformed = 0  # values rewritten: they held a line break
         self.failed_groups = 0  # row groups that could not be read
         self._next_group = 0
@@ -93,7 +94,7 @@ class ParquetText(io.RawIOBase):
         import pyarrow.csv as pacsv
 
         try:
-            table = self.file.read_row_group(group)
+            table = self.file.read_row_group(group, columns=self.columns)
         except Exception as e:  # noqa: BLE001 - a damaged row group is skipped, the rest trained
             self.failed_groups += 1
             log.error("%s: row group %d cannot be read (%s); skipped", self.path, group, e)
@@ -177,6 +178,28 @@ class ParquetText(io.RawIOBase):
         data = self.read(len(b))
         b[: len(data)] = data
         return len(data)
+
+
+_told_nested: set[tuple[str, ...]] = set()
+
+
+def _flat_columns(path: str, schema: Any) -> list[str]:
+    """The columns one CSV field can hold; list, struct and map columns are left out, with
+    a warning once a process for each set of them (a multi-valued feature needs a column
+    of its own per value, or its values joined into one string, to be trained)."""
+    import pyarrow as pa
+
+    nested = [f for f in schema if pa.types.is_nested(f.type)]
+    names = tuple(f.name for f in nested)
+    if nested and names not in _told_nested:
+        _told_nested.add(names)
+        log.warning(
+            "%s: column(s) %s are not trained: a list, struct or map column is not one CSV field"
+            " (explode it, or join its values into one string)",
+            path,
+            ", ".join(f"{f.name} ({f.type})" for f in nested),
+        )
+    return [f.name for f in schema if not pa.types.is_nested(f.type)]
 
 
 def _as_python_writes(table: Any) -> Any:
