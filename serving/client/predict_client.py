@@ -36,7 +36,8 @@ from serving.request.encoding import EncodedRequest, encode, encode_tokens
 
 # a categorical value, a number (bucketed when the schema says the field is numeric),
 # or (token, value) for a weighted feature such as libsvm's index:value
-Value = str | int | float | tuple[str, float] | None  # None and NaN: a missing feature
+# None and NaN: a missing feature; a list: several values of one field; a tuple: (token, weight)
+Value = str | int | float | tuple[str, float] | list[str | int | float | None] | None
 UNKNOWN_NAMES = 8  # unknown field names a request carries to serving's error message
 CROSS_JOIN = "\x1f"  # between the two tokens of a cross (ctr.data.formats)
 
@@ -96,6 +97,10 @@ class RequestEncoder:
                     acc.fields.append(f)
                     acc.tokens.append(str(raw[0]))
                     acc.values.append(float(raw[1]))
+            elif isinstance(raw, list):  # a multi-valued feature (kv's `tags=x<TAB>tags=y`): a value each
+                for value in raw:
+                    if not (value is None or (isinstance(value, float) and math.isnan(value))):
+                        self.fields.add(acc, name, str(value))
             else:
                 self.fields.add(acc, name, str(raw))
             if len(acc.tokens) > before:

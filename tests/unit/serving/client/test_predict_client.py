@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from ctr.data.batch import build_batch
+from ctr.data.fields import FieldIndex
 from ctr.data.formats import make_parser, resolve_fields
 from ctr.data.schema import FeatureSchema
 from serving.client import RequestEncoder
@@ -89,3 +90,13 @@ def test_null_in_a_rest_column_of_strings_is_missing_and_among_numbers_is_refuse
     assert column_of(["a", None, "b"], "inputs.site", 3).tolist() == ["a", "", "b"]
     with pytest.raises(Refused, match="inputs.n: null among numbers"):
         column_of([1.5, None], "inputs.n", 2)
+
+
+def test_a_list_is_a_multi_valued_feature_as_kv_repeats_a_field():
+    schema = FeatureSchema(format="kv")
+    index = FieldIndex()
+    sample = make_parser(schema, index)("1\ttags=x\ttags=y\tsite=a")
+    trained = sorted(build_batch([sample], index.ids()).keys.tolist())
+    enc = RequestEncoder(schema, index.names)
+    d = decode(enc.encode([{"tags": ["x", None, "y"], "site": "a"}]), 2, field_hash_ids(tuple(index.names)))
+    assert sorted(d.keys.tolist()) == trained  # before: one token "['x', 'y']"
