@@ -181,6 +181,7 @@ def column_keys(values: np.ndarray, name: str, numeric: bool) -> tuple[npt.NDArr
         keys[big] = hash_int_tokens(tokens[big], ord("b"), fid32)
         keys[~big] = hash_int_tokens(tokens[~big], ord("v"), fid32)
         return keys, np.ones(tokens.shape[0], dtype=np.bool_)
+    values = _as_text_if_past_int64(values)
     if values.dtype.kind in "iu":
         return hash_int_tokens(values.astype(np.int64), 0, fid32), np.ones(values.shape[0], dtype=np.bool_)
     if values.dtype.kind not in "US":
@@ -191,6 +192,15 @@ def column_keys(values: np.ndarray, name: str, numeric: bool) -> tuple[npt.NDArr
     buf = np.frombuffer(np.ascontiguousarray(raw).tobytes(), dtype=np.uint8)
     starts = np.arange(values.shape[0], dtype=np.int64) * width
     return _hash_spans(buf, starts, starts + lengths, fid32), lengths > 0
+
+
+def _as_text_if_past_int64(values: np.ndarray) -> np.ndarray:
+    """An unsigned column holding ids past 2**63 - 1 (64-bit hashed ids), as their decimal
+    text: the integer kernels read int64, which would wrap such an id to a negative number
+    and hash another token than the trainer's."""
+    if values.dtype == np.uint64 and values.size and int(values.max()) > np.iinfo(np.int64).max:
+        return values.astype(str)
+    return values
 
 
 def _hash_spans(
@@ -268,6 +278,7 @@ def flatten_token_columns(
             if f < 0:
                 continue
             flat, per = _column(name, col, n_items)
+            flat = flat if name in numeric else _as_text_if_past_int64(flat)  # such ids travel hashed
             if name in numeric or flat.dtype.kind in "iu":
                 if name in numeric:
                     big, flat = bucket_tokens(flat, name)

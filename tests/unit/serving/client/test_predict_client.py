@@ -100,3 +100,19 @@ def test_a_list_is_a_multi_valued_feature_as_kv_repeats_a_field():
     enc = RequestEncoder(schema, index.names)
     d = decode(enc.encode([{"tags": ["x", None, "y"], "site": "a"}]), 2, field_hash_ids(tuple(index.names)))
     assert sorted(d.keys.tolist()) == trained  # before: one token "['x', 'y']"
+
+
+def test_unsigned_ids_past_int64_hash_as_their_decimal_text_in_every_encoding():
+    """64-bit hashed ids in a uint64 column: the integer kernels read int64, which wrapped
+    such an id to a negative number, a token the trainer never saw."""
+    enc = RequestEncoder(FeatureSchema(format="csv", label="click"), ["uid"])
+    ids = [10000169349117863715, 5, 2**64 - 1]
+
+    def keys(req) -> list[int]:
+        return sorted(decode(req, 1, field_hash_ids(("uid",))).keys.tolist())
+
+    want = keys(enc.encode([{"uid": str(i)} for i in ids]))
+    column = np.array(ids, dtype=np.uint64)
+    assert keys(enc.encode([{"uid": i} for i in ids])) == want
+    assert keys(enc.encode_columns({"uid": column})) == want
+    assert keys(enc.encode_columns({"uid": column}, tokens=True)) == want
