@@ -89,9 +89,14 @@ def split_spaces(line: str) -> list[str]:
 
 
 def parse_label(raw: str) -> float:
+    """1.0 for a positive number or true, 0.0 for zero, a negative number or false (any
+    case: pandas writes a boolean label column as True/False)."""
     v = parse_number(raw)
     if v is None:
-        raise ParseError(f"label: {raw!r} is not a number")
+        word = raw.lower()
+        if word in ("true", "false"):
+            return 1.0 if word == "true" else 0.0
+        raise ParseError(f"label: {raw!r} is not a number or true/false")
     return 1.0 if v > 0 else 0.0
 
 

@@ -42,6 +42,8 @@ _DEFER = -4  # a field the reference parser must settle (it grows the index or e
 
 _P10 = np.array([10.0**i for i in range(23)], dtype=np.float64)  # exact up to 1e22
 _FLOAT32_MAX = 3.4028234663852886e38
+_TRUE = np.frombuffer(b"true", dtype=np.uint8)  # a label's words, compared with the bytes lowercased
+_FALSE = np.frombuffer(b"false", dtype=np.uint8)
 _NUM_OK = 0
 _NUM_BAD = 1
 _NUM_SLOW = 2  # a valid number outside the fast path: deferred to float()
@@ -164,6 +166,21 @@ def parse_number(buf: npt.NDArray[np.uint8], s: int, e: int) -> tuple[int, float
     v = float(m)
     v = v * _P10[exp10] if exp10 >= 0 else v / _P10[-exp10]
     return _NUM_OK, -v if neg else v
+
+
+@nb.njit(cache=True, nogil=True)
+def bool_label(buf: npt.NDArray[np.uint8], s: int, e: int) -> int:
+    """1 when buf[s:e] is "true", 0 when "false" (ASCII, any case), -1 otherwise."""
+    if e - s == 4:
+        word, truth = _TRUE, 1
+    elif e - s == 5:
+        word, truth = _FALSE, 0
+    else:
+        return -1
+    for j in range(e - s):
+        if buf[s + j] | 0x20 != word[j]:
+            return -1
+    return truth
 
 
 @nb.njit(cache=True, nogil=True)
@@ -341,6 +358,10 @@ def parse_block(
                     st, v = parse_number(buf, vs, ve)
                     ok = st == _NUM_OK
                     label = 1.0 if v > 0 else 0.0
+                    if not ok:  # pandas' boolean label column: True/False
+                        truth = bool_label(buf, vs, ve)
+                        ok = truth >= 0
+                        label = float(truth)
                 elif ve > vs and role != SKIPPED:
                     # emitted inline here and in kv: a shared helper measured 3x slower
                     ts, te, in_scratch = vs, ve, False

@@ -154,7 +154,7 @@ ENDINGS = st.sampled_from([b"\n", b"\r\n", b"\r\r\n", b" \n"])
 
 
 def _line(draw, fmt: str) -> bytes:
-    label = draw(st.one_of(st.sampled_from(["0", "1", "-1", "2"]), NUMBERS))
+    label = draw(st.one_of(st.sampled_from(["0", "1", "-1", "2", "True", "false", "TRUE", "tru", "falsey"]), NUMBERS))
     n = draw(st.integers(0, 6))
     if fmt == "criteo":
         cols = [draw(NUMBERS) if i < 3 else draw(TEXT) for i in range(n * 7)]

@@ -162,3 +162,16 @@ def test_a_schemas_header_names_the_columns_of_lines_without_one(tmp_path):
     labels = [x for r in reader.batches() if r is not None for x in r.batch.labels.tolist()]
     assert labels == [1.0, 0.0] and reader.bad_lines == 0
     assert FeatureSchema.from_dict(schema.to_dict()) == schema and "header" not in SCHEMA.to_dict()
+
+
+def test_a_boolean_label_column_reads_as_pandas_writes_it():
+    header = "clicked,ua,site,n"
+    runs = []
+    for body in (b"1,a,x,2\n0,b,y,3\n", b"True,a,x,2\nFalse,b,y,3\n", b'"true",a,x,2\nFALSE,b,y,3\n'):
+        parser = BlockParser(SCHEMA, FieldIndex(SCHEMA.base_fields(header)), header)
+        parser.reference = lambda text: pytest.fail(f"deferred: {text!r}")  # type: ignore[method-assign]
+        got = parser.parse(body, True, 10)
+        runs.append((got.batch.labels.tolist(), got.batch.keys.tolist()))
+    assert runs[0] == runs[1] == runs[2] and runs[0][0] == [1.0, 0.0]
+    with pytest.raises(ParseError, match="not a number or true/false"):
+        make_parser(SCHEMA, FieldIndex(SCHEMA.base_fields(header)), header)("yes,a,x,2")
