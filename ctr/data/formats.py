@@ -100,10 +100,20 @@ def parse_label(raw: str) -> float:
     return 1.0 if v > 0 else 0.0
 
 
-def bucket_numeric(raw: str, field: str) -> str:
-    """Criteo-winner bucketing: floor(ln(v)^2) for v > 2, else the integer itself."""
+# how exporters write a number that is not there: R's NA, pandas' and numpy's NaN, SQL's
+# NULL, Hive's \N, Excel's #N/A. In a numeric column it is a missing feature, as an empty
+# field is; elsewhere it is a value like any other (NA may be North America).
+MISSING_NUMBERS = ("NA", "N/A", "#N/A", "NaN", "nan", "NAN", "null", "NULL", "Null", "None", "\\N")
+_MISSING = frozenset(MISSING_NUMBERS)
+
+
+def bucket_numeric(raw: str, field: str) -> str | None:
+    """Criteo-winner bucketing: floor(ln(v)^2) for v > 2, else the integer itself; None
+    for a missing-number marker (MISSING_NUMBERS)."""
     v = parse_number(raw)
     if v is None:
+        if raw in _MISSING:
+            return None
         raise ParseError(f"field {field}: {raw!r} is not a number")
     if math.isinf(v):
         raise ParseError(f"field {field}: {raw!r} is not finite")
@@ -126,6 +136,8 @@ class FieldEncoder:
         if raw == "" or name in self.skip:
             return
         token = bucket_numeric(raw, name) if name in self.numeric else raw
+        if token is None:
+            return
         i = self.index.add(name)
         if i < 0:
             return
@@ -226,6 +238,8 @@ def _columns(schema: FeatureSchema, index: FieldIndex, header: str | None) -> Li
             if value == "" or role in (LABEL_COLUMN, SKIPPED):
                 continue
             token = bucket_numeric(value, name) if numeric else value
+            if token is None:  # a missing number (NA, NaN, NULL, \N)
+                continue
             if role == DROPPED:
                 index.drop(name)
                 continue

@@ -28,6 +28,7 @@ import numba as nb
 import numpy as np
 import numpy.typing as npt
 
+from ctr.data.formats import MISSING_NUMBERS
 from ctr.data.hashing import FNV64_OFFSET, FNV64_PRIME, finish_key, fnv_bytes
 
 MODE_COLUMNS = 0
@@ -42,6 +43,10 @@ _DEFER = -4  # a field the reference parser must settle (it grows the index or e
 
 _P10 = np.array([10.0**i for i in range(23)], dtype=np.float64)  # exact up to 1e22
 _FLOAT32_MAX = 3.4028234663852886e38
+# ctr.data.formats.MISSING_NUMBERS, joined, with each marker's end
+_MISSING_BYTES = np.frombuffer("".join(MISSING_NUMBERS).encode(), dtype=np.uint8)
+_MISSING_ENDS = np.cumsum([len(m) for m in MISSING_NUMBERS]).astype(np.int64)
+_MISSING_NUMBER = -2  # _bucket's answer for a missing-number marker: no feature
 _TRUE = np.frombuffer(b"true", dtype=np.uint8)  # a label's words, compared with the bytes lowercased
 _FALSE = np.frombuffer(b"false", dtype=np.uint8)
 _NUM_OK = 0
@@ -202,12 +207,31 @@ def _write_int(out: npt.NDArray[np.uint8], at: int, v: int) -> int:
 
 
 @nb.njit(cache=True, nogil=True)
+def missing_number(buf: npt.NDArray[np.uint8], s: int, e: int) -> bool:
+    """Whether buf[s:e] is one of ctr.data.formats.MISSING_NUMBERS (NA, NaN, NULL, \\N...)."""
+    start = 0
+    for i in range(_MISSING_ENDS.shape[0]):
+        end = _MISSING_ENDS[i]
+        if end - start == e - s:
+            same = True
+            for j in range(e - s):
+                if buf[s + j] != _MISSING_BYTES[start + j]:
+                    same = False
+                    break
+            if same:
+                return True
+        start = end
+    return False
+
+
+@nb.njit(cache=True, nogil=True)
 def _bucket(buf: npt.NDArray[np.uint8], s: int, e: int, scratch: npt.NDArray[np.uint8], at: int) -> int:
     """Writes the bucket token of the number buf[s:e] (ctr.data.formats.bucket_numeric) at
-    scratch[at:]; returns its end, or -1 to defer the line."""
+    scratch[at:]; returns its end, _MISSING_NUMBER for a missing-number marker (no
+    feature), or -1 to defer the line."""
     status, v = parse_number(buf, s, e)
     if status != _NUM_OK:
-        return -1
+        return _MISSING_NUMBER if status == _NUM_BAD and missing_number(buf, s, e) else -1
     if v > 2:
         scratch[at] = 98  # b
         return _write_int(scratch, at + 1, int(math.log(v) ** 2))
@@ -367,12 +391,17 @@ def parse_block(
                     ts, te, in_scratch = vs, ve, False
                     if col_numeric[c]:
                         end = _bucket(buf, vs, ve, scratch, sp)
-                        if end < 0:
+                        if end == _MISSING_NUMBER:
+                            role = SKIPPED  # no feature, and none dropped
+                        elif end < 0:
                             ok = False
                             break
-                        ts, te, in_scratch = sp, end, True
-                        sp = end
-                    if role == DROPPED:
+                        else:
+                            ts, te, in_scratch = sp, end, True
+                            sp = end
+                    if role == SKIPPED:
+                        pass
+                    elif role == DROPPED:
                         line_dropped += 1
                     else:
                         src = scratch if in_scratch else buf
@@ -490,12 +519,17 @@ def parse_block(
                             ts, te, in_scratch = k + 1, ce, False
                             if name_numeric[slot]:
                                 end = _bucket(buf, k + 1, ce, scratch, sp)
-                                if end < 0:
+                                if end == _MISSING_NUMBER:
+                                    role = SKIPPED  # no feature, and none dropped
+                                elif end < 0:
                                     ok = False
                                     break
-                                ts, te, in_scratch = sp, end, True
-                                sp = end
-                            if role == DROPPED:
+                                else:
+                                    ts, te, in_scratch = sp, end, True
+                                    sp = end
+                            if role == SKIPPED:
+                                pass
+                            elif role == DROPPED:
                                 line_dropped += 1
                             else:
                                 src = scratch if in_scratch else buf

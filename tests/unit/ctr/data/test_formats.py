@@ -55,7 +55,7 @@ def test_criteo_numeric_bucketing():
     "fmt,line,needle",
     [
         ("criteo", "x\t1\t2", "label"),
-        ("criteo", "1\tnan\t2", "field I1"),
+        ("criteo", "1\tabc\t2", "field I1"),  # a number or a missing marker (nan, NA): neither
         ("libsvm", "1 5:1 bad", "feature 2"),
         ("libffm", "0 1:2 3:4:5", "feature 1"),
         ("kv", "1\tuser=3\tnoequals", "column 3"),

@@ -34,6 +34,7 @@ def features_of(d, indices) -> list[tuple[int, int, float]]:
 
 def expected(name: str, raw: object, numeric: bool) -> tuple[int, int, float]:
     token = bucket_numeric(repr(float(raw)), name) if numeric else str(raw)  # type: ignore[arg-type]
+    assert token is not None  # the values here are numbers, no missing markers
     return (hash_tokens_reference([field_id(name)], [token])[0], FIELDS.index(name), 1.0)
 
 

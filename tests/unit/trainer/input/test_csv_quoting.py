@@ -175,3 +175,19 @@ def test_a_boolean_label_column_reads_as_pandas_writes_it():
     assert runs[0] == runs[1] == runs[2] and runs[0][0] == [1.0, 0.0]
     with pytest.raises(ParseError, match="not a number or true/false"):
         make_parser(SCHEMA, FieldIndex(SCHEMA.base_fields(header)), header)("yes,a,x,2")
+
+
+@pytest.mark.parametrize("marker", ["NA", "NaN", "nan", "NULL", "null", "None", "\\N", "#N/A", "N/A", ""])
+def test_a_missing_number_is_a_missing_feature_in_a_numeric_column(marker):
+    """R writes NA, Hive \\N, SQL NULL: the sample trains without the feature, as with an
+    empty field, in the kernel and the reference alike; in a categorical column NA is a
+    value (North America)."""
+    header = "clicked,ua,site,n"
+    parser = BlockParser(SCHEMA, FieldIndex(SCHEMA.base_fields(header)), header)
+    parser.reference = lambda text: pytest.fail(f"deferred: {text!r}")  # type: ignore[method-assign]
+    got = parser.parse(f"1,a,x,{marker}\n1,a,x,\n".encode(), True, 10).batch
+    assert got.offsets.tolist() == [0, 2, 4] and got.keys[:2].tolist() == got.keys[2:].tolist()
+    sample = make_parser(SCHEMA, FieldIndex(SCHEMA.base_fields(header)), header)(f"1,a,{marker},{marker}")
+    assert sample.tokens == (["a", marker] if marker else ["a"])
+    enc = RequestEncoder(SCHEMA, list(NAMES))
+    assert decode(enc.encode([{"ua": "a", "n": marker}]), 3, field_hash_ids(NAMES)).keys.shape == (1,)
