@@ -255,7 +255,7 @@ class StreamSource:
                     if not self._ignored(e.name):
                         self._walk(e.path, f"{prefix}{e.name}/", found, seen)
                 elif e.is_file() and self._takes(e.name):
-                    found[prefix + e.name] = (e.path, e.inode())
+                    found[prefix + e.name] = (str(Path(e.path)), e.inode())  # spelled as str(Path) keys it
             except OSError:
                 continue
 

@@ -67,8 +67,13 @@ def _spark_layout(root):
     (root / "_SUCCESS").write_text("")
 
 
-def test_a_partitioned_folder_is_read_through_its_subfolders_in_path_order(tmp_path):
+def test_a_partitioned_folder_is_read_through_its_subfolders_in_path_order(tmp_path, monkeypatch):
     _spark_layout(tmp_path)
+    monkeypatch.chdir(tmp_path.parent)
+    spelled = StreamSource(f"./{tmp_path.name}//", follow=False)  # keys spelled as str(Path) spells them
+    assert spelled.names()[0] == "date=2026-12-01/part-00000.csv" and set(spelled._inodes) == {
+        str(f) for f in spelled._all_files()
+    }
     src = StreamSource(str(tmp_path), follow=False)
     lines = [b.data for b in src.blocks(1 << 16) if b is not None and b.data]
     assert lines == [b"date=2026-12-01/0\n", b"date=2026-12-01/1\n", b"date=2026-12-02/0\n"]
