@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
+from boundless.processes import die_with_parent
 from ctr.runtime.extras import missing_extra
 
 # subcommand -> (module with add_arguments/run, help); only the module of the command
@@ -86,6 +87,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    die_with_parent()  # a daemon a launcher started ends with it (boundless.processes.start)
     args_in = sys.argv[1:] if argv is None else list(argv)
     try:
         parser = build_parser(next((a for a in args_in if a in COMMANDS), None))

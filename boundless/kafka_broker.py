@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from boundless.processes import ends_with_this_process
+
 
 class BrokerUnavailable(RuntimeError):
     pass
@@ -59,6 +61,7 @@ class KafkaBroker:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
+            preexec_fn=ends_with_this_process(),  # noqa: PLW1509 - only prctl, before exec: no broker outlives its launcher
         )
         deadline = time.monotonic() + timeout_s
         while True:

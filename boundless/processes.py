@@ -3,12 +3,15 @@ that dies is reported with the tail of its log."""
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,9 +72,46 @@ class Daemon:
             self.proc.wait()
 
 
+PARENT_ENV = "BOUNDLESS_DIE_WITH_PARENT"  # the pid whose death ends a daemon start() ran
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_parent() -> None:
+    """Called as a `boundless` process starts: one that start() ran from its main thread
+    asks the kernel for SIGTERM when that process dies, however it dies (kill -9 of a demo,
+    a notebook's kernel, a test runner), so it stops as on any SIGTERM instead of living on
+    with its ports and stores. The variable is removed, so the daemon's own children (a
+    serving group's processes, local ranks) are not tied to a process that is not theirs."""
+    raw = os.environ.pop(PARENT_ENV, None)
+    if not raw or not sys.platform.startswith("linux"):
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+        return  # not granted: the daemon lives on as before
+    if os.getppid() != int(raw):  # the parent died before the request took hold
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _sigterm_on_parent_death() -> None:  # pragma: no cover - runs in the child between fork and exec
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
+def ends_with_this_process() -> Callable[[], None] | None:
+    """A preexec_fn that ends a child program (not a `boundless` one: those call
+    die_with_parent themselves) when this process dies, for use from the main thread; None
+    from another thread, whose exit would end the child early."""
+    if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread():
+        return None
+    return _sigterm_on_parent_death
+
+
 def start(name: str, args: list[str], run_dir: Path, env: dict[str, str] | None = None, module: str = "boundless") -> Daemon:
-    """Runs `python -m MODULE ARGS --ready-file ...` with its output in run_dir/NAME.log."""
+    """Runs `python -m MODULE ARGS --ready-file ...` with its output in run_dir/NAME.log.
+    Started from the main thread, the daemon ends when this process does (die_with_parent:
+    the kernel ties it to the thread that started it, and only the main thread lasts as long
+    as the process)."""
     run_dir.mkdir(parents=True, exist_ok=True)
+    tie = {PARENT_ENV: str(os.getpid())} if threading.current_thread() is threading.main_thread() else {}
     ready = run_dir / f"{name}.ready.json"
     ready.unlink(missing_ok=True)
     log = run_dir / f"{name}.log"
@@ -81,7 +121,7 @@ def start(name: str, args: list[str], run_dir: Path, env: dict[str, str] | None 
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env={**os.environ, **(env or {})},
+            env={**os.environ, **tie, **(env or {})},
             start_new_session=True,
         )
     return Daemon(name, proc, log, ready)
