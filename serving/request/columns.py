@@ -165,9 +165,18 @@ def hash_int_tokens(values: npt.NDArray[np.int64], prefix: int, fid: np.uint32) 
 def bucket_tokens(values: np.ndarray, name: str) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.int64]]:
     """ctr.data.formats.bucket_numeric over a column: (which values take prefix "b", the integer
     after the prefix): "b" + floor(ln(v)^2) above 2, else "v" + floor(v)."""
-    v = np.asarray(values, dtype=np.float64)
+    try:
+        v = np.asarray(values, dtype=np.float64)
+    except ValueError as e:  # a string column of numbers with a word among them (NA, '')
+        raise ValueError(
+            f"{name}: a numeric column holds a value that is not a number ({e}); a column cannot leave a value out:"
+            " send missing values with the dict form, which leaves the feature out"
+        ) from None
     if not np.isfinite(v).all():
-        raise ValueError(f"{name}: a numeric column holds a non-finite value")
+        raise ValueError(
+            f"{name}: a numeric column holds NaN or an infinity; a column cannot leave a value out:"
+            " send missing values with the dict form, which leaves the feature out"
+        )
     big = v > 2
     return big, np.where(big, np.log(np.where(big, v, 3.0)) ** 2, np.floor(v)).astype(np.int64)
 

@@ -116,3 +116,11 @@ def test_unsigned_ids_past_int64_hash_as_their_decimal_text_in_every_encoding():
     assert keys(enc.encode([{"uid": i} for i in ids])) == want
     assert keys(enc.encode_columns({"uid": column})) == want
     assert keys(enc.encode_columns({"uid": column}, tokens=True)) == want
+
+
+def test_a_numeric_column_with_a_missing_value_is_refused_naming_it_and_the_way_out():
+    enc = RequestEncoder(FeatureSchema(format="csv", label="click", numeric=("n",)), ["n"])
+    for column in (np.array(["1.5", "NA"]), np.array([1.5, float("nan")])):
+        with pytest.raises(ValueError, match="^n: a numeric column holds .*send missing values with the dict form"):
+            enc.encode_columns({"n": column})
+    assert enc.encode_columns({"n": np.array(["1.5", "2"])}).item_count == 2  # numbers as text are numbers
