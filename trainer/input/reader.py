@@ -130,8 +130,8 @@ class BatchReader:
             return known, block
         assert self.schema is not None
         header: str | None = None
-        if self._header is not None:  # the schema names the columns: every line is a sample's
-            header = self._header
+        if self._header is not None and not is_parquet(block.file):  # the schema names the columns
+            header = self._header  # every line is a sample's (a Parquet file names its own columns)
         elif self.schema.format == "csv":
             if block.offset == 0 or self._header_next:
                 nl = block.data.find(b"\n")

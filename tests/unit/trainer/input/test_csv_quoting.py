@@ -191,3 +191,19 @@ def test_a_missing_number_is_a_missing_feature_in_a_numeric_column(marker):
     assert sample.tokens == (["a", marker] if marker else ["a"])
     enc = RequestEncoder(SCHEMA, list(NAMES))
     assert decode(enc.encode([{"ua": "a", "n": marker}]), 3, field_hash_ids(NAMES)).keys.shape == (1,)
+
+
+def test_a_parquet_file_names_its_own_columns_under_a_schemas_header(tmp_path):
+    """--csv-header is for lines without a header; a Parquet file beside them keeps its own
+    column order (else its values would land in the header's columns)."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "a.csv").write_text("1,a,x,2\n")
+    pq.write_table(pa.table({"site": ["x"], "n": ["2"], "clicked": ["1"], "ua": ["a"]}), folder / "b.parquet")
+    schema = replace(SCHEMA, header="clicked,ua,site,n")
+    reader = BatchReader(StreamSource(str(folder), follow=False), schema, FieldIndex(schema.base_fields()), 10, 1 << 20)
+    batches = [r.batch for r in reader.batches() if r is not None]
+    keys = [sorted(b.keys[b.offsets[i] : b.offsets[i + 1]].tolist()) for b in batches for i in range(len(b.labels))]
+    assert len(keys) == 2 and keys[0] == keys[1] and reader.bad_lines == 0
