@@ -18,6 +18,7 @@ import numpy as np
 
 from ctr.data.batch import SampleBatch
 from ctr.data.compressed import first_line
+from ctr.data.csv_line import split_header
 from ctr.data.fields import FieldIndex
 from ctr.data.formats import ParseError, is_header_line
 from ctr.data.schema import FeatureSchema, detect_schema
@@ -117,6 +118,30 @@ class BatchReader:
             data, line = rest, line + 1
         return None
 
+    def _own_header(self, block: Block) -> str | None:
+        """Under the schema's header (--csv-header), a file's first line when it is a header
+        of the file's own, in another order: it names the label column and is not the
+        schema's. Its columns are read by it, not by the flag's order. None for a topic's
+        blocks (a message is not a file) and for files without one."""
+        assert self.schema is not None and self._header is not None
+        if not isinstance(self.source, StreamSource) or is_parquet(block.file):
+            return None
+        try:
+            if block.offset == 0:
+                nl = block.data.find(b"\n")
+                line = (block.data if nl < 0 else block.data[:nl]).decode("utf-8", errors="replace")
+            elif block.file.startswith("s3://"):
+                line = self.source.first_line(block.file)  # type: ignore[attr-defined]
+            else:
+                line = first_line(block.file)
+            names = split_header(line, self.schema.delimiter)
+        except (OSError, ValueError):
+            return None
+        if is_header_line(line, self._header) or self.schema.label not in names:
+            return None
+        log.info("%s has a header of its own; its columns are read by it, not by --csv-header", block.file)
+        return line.rstrip("\r\n")
+
     def _repeats_header(self, view: memoryview, got: ParsedBlock, line: int) -> bool:
         """Whether bad line `line` of a parse of `view` repeats the schema's header."""
         start = int(got.line_ends[line - 1]) if line else 0
@@ -130,16 +155,14 @@ class BatchReader:
             return known, block
         assert self.schema is not None
         header: str | None = None
-        if self._header is not None and not is_parquet(block.file):  # the schema names the columns
+        own = self._own_header(block) if self._header is not None else None
+        if self._header is not None and own is None and not is_parquet(block.file):  # the schema names the columns
             header = self._header  # every line is a sample's (a Parquet file names its own columns)
         elif self.schema.format == "csv":
             if block.offset == 0 or self._header_next:
-                nl = block.data.find(b"\n")
-                raw = block.data if nl < 0 else block.data[:nl]
-                header = raw.decode("utf-8", errors="replace")
-                rest = b"" if nl < 0 else block.data[nl + 1 :]
-                newlines = block.newlines - 1 if block.newlines > 0 and nl >= 0 else -1
-                block = Block(block.file, len(raw) + 1, block.line + 1, rest, block.final, newlines=newlines)
+                header, block = _without_first_line(block)
+            elif own is not None:  # resumed inside a file with a header of its own
+                header = own
             elif is_parquet(block.file):  # resumed inside a Parquet file: its column names
                 header = header_of(block.file)
             elif block.file.startswith("s3://"):  # resumed inside an object: its first line
@@ -253,6 +276,17 @@ class BatchReader:
             self._held = Block(block.file, block.offset + pos, line, block.data[pos:], block.final, newlines=held_newlines)
         if block.final:
             yield from self._drain()
+
+
+def _without_first_line(block: Block) -> tuple[str, Block]:
+    """A file's first line (a csv header) and the block after it."""
+    nl = block.data.find(b"\n")
+    raw = block.data if nl < 0 else block.data[:nl]
+    rest = b"" if nl < 0 else block.data[nl + 1 :]
+    newlines = block.newlines - 1 if block.newlines > 0 and nl >= 0 else -1
+    return raw.decode("utf-8", errors="replace"), Block(
+        block.file, len(raw) + 1, block.line + 1, rest, block.final, newlines=newlines
+    )
 
 
 def _mark_nul_lines(block: Block) -> tuple[Block, frozenset[int]]:

@@ -22,7 +22,7 @@ from serving.client.predict_client import Value
 from serving.request.encoding import decode, field_hash_ids
 from trainer.input.block_parser import BlockParser
 from trainer.input.reader import BatchReader
-from trainer.input.source import StreamSource
+from trainer.input.source import Position, StreamSource
 
 SCHEMA = FeatureSchema(format="csv", label="clicked", numeric=("n",))
 ROWS = [
@@ -207,3 +207,18 @@ def test_a_parquet_file_names_its_own_columns_under_a_schemas_header(tmp_path):
     batches = [r.batch for r in reader.batches() if r is not None]
     keys = [sorted(b.keys[b.offsets[i] : b.offsets[i + 1]].tolist()) for b in batches for i in range(len(b.labels))]
     assert len(keys) == 2 and keys[0] == keys[1] and reader.bad_lines == 0
+
+
+def test_a_file_with_its_own_header_in_another_order_is_read_by_it_under_a_schemas_header(tmp_path):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "a.csv").write_text("1,a,x,2\n")  # headerless: the flag's order
+    (folder / "b.csv").write_text("site,n,clicked,ua\nx,2,1,a\n")  # its own order
+    (folder / "c.csv").write_text("clicked,ua,site,n\n1,a,x,2\n")  # the flag's header repeated
+    schema = replace(SCHEMA, header="clicked,ua,site,n")
+    for start in (Position(), Position(str(folder / "b.csv"), 18, 1)):  # from the start, and resumed inside b.csv
+        source = StreamSource(str(folder), follow=False, start=start)
+        reader = BatchReader(source, schema, FieldIndex(schema.base_fields()), 10, 1 << 20)
+        batches = [r.batch for r in reader.batches() if r is not None]
+        keys = [sorted(b.keys[b.offsets[i] : b.offsets[i + 1]].tolist()) for b in batches for i in range(len(b.labels))]
+        assert len(set(map(tuple, keys))) == 1 and reader.bad_lines == 0, keys
