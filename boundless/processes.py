@@ -3,7 +3,6 @@ that dies is reported with the tail of its log."""
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import signal
@@ -15,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from ctr.runtime.parent_death import sigterm_when_parent_dies
 
 
 class DaemonDied(RuntimeError):
@@ -73,7 +74,6 @@ class Daemon:
 
 
 PARENT_ENV = "BOUNDLESS_DIE_WITH_PARENT"  # the pid whose death ends a daemon start() ran
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def die_with_parent() -> None:
@@ -83,26 +83,17 @@ def die_with_parent() -> None:
     with its ports and stores. The variable is removed, so the daemon's own children (a
     serving group's processes, local ranks) are not tied to a process that is not theirs."""
     raw = os.environ.pop(PARENT_ENV, None)
-    if not raw or not sys.platform.startswith("linux"):
-        return
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
-        return  # not granted: the daemon lives on as before
+    if not raw or not sigterm_when_parent_dies():
+        return  # not started so, or not granted: the daemon lives on as before
     if os.getppid() != int(raw):  # the parent died before the request took hold
         os.kill(os.getpid(), signal.SIGTERM)
 
 
-def _sigterm_on_parent_death() -> None:  # pragma: no cover - runs in the child between fork and exec
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-
-
-def ends_with_this_process() -> Callable[[], None] | None:
+def ends_with_this_process() -> Callable[[], bool] | None:
     """A preexec_fn that ends a child program (not a `boundless` one: those call
     die_with_parent themselves) when this process dies, for use from the main thread; None
     from another thread, whose exit would end the child early."""
-    if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread():
-        return None
-    return _sigterm_on_parent_death
+    return sigterm_when_parent_dies if threading.current_thread() is threading.main_thread() else None
 
 
 def start(name: str, args: list[str], run_dir: Path, env: dict[str, str] | None = None, module: str = "boundless") -> Daemon:

@@ -20,7 +20,6 @@ server behind on the port.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import logging
 import math
@@ -37,6 +36,7 @@ from pathlib import Path
 
 from ctr.runtime import config as cfg
 from ctr.runtime import daemon, ports
+from ctr.runtime.parent_death import sigterm_when_parent_dies
 from serving.config import ServingConfig
 from serving.loading.local_copies import owned_prefix, remove_orphans
 from serving.merged_metrics import serve_merged
@@ -44,7 +44,6 @@ from serving.merged_metrics import serve_merged
 START_TIMEOUT_S = 600.0  # a process is ready once its first version is loaded and warmed
 RESTART_BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)  # after consecutive quick exits
 STEADY_S = 60.0  # a process that ran this long restarts without waiting
-_PR_SET_PDEATHSIG = 1
 
 
 def usable_cores() -> int:
@@ -82,10 +81,6 @@ def child_config(conf: ServingConfig, count: int, port: int, rest_port: int, rea
         score_threads=threads,
         score_spin_us=conf.score_spin_us if threads > 1 else 0.0,
     )
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 @dataclass
@@ -151,7 +146,7 @@ class ProcessGroup:
         proc = subprocess.Popen(
             [sys.executable, "-m", "boundless", "serve", *cfg.to_flags(conf)],
             stdin=subprocess.DEVNULL,
-            preexec_fn=_die_with_parent,  # noqa: PLW1509 - only prctl, before exec
+            preexec_fn=sigterm_when_parent_dies,  # noqa: PLW1509 - only prctl, before exec
         )
         worker = Worker(index, proc, ready, time.monotonic())
         with self._lock:
