@@ -16,6 +16,7 @@ import dataclasses
 import errno
 import os
 import types
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
@@ -190,16 +191,21 @@ def to_flags(conf: Any) -> list[str]:
 WRITES = "writes"  # a field's metadata key: the setting names a "folder" or a "file" its daemon writes
 
 
-def output_paths(conf: Any) -> list[str]:
-    """The local paths `conf` names for writing (files and folders), as given."""
-    out = []
+def _written(conf: Any) -> Iterator[tuple[str, str, str]]:
+    """(setting name, "folder" or "file", path) of each local path `conf` names for writing
+    (remote locations, s3://..., are left to their clients)."""
     for leaf in settings(type(conf)):
+        kind = leaf.field.metadata.get(WRITES)
         value = conf
         for attr in leaf.path:
             value = getattr(value, attr)
-        if leaf.field.metadata.get(WRITES) is not None and value and "://" not in str(value):
-            out.append(str(value))
-    return out
+        if kind is not None and value and "://" not in str(value):
+            yield leaf.name, kind, str(value)
+
+
+def output_paths(conf: Any) -> list[str]:
+    """The local paths `conf` names for writing (files and folders), as given."""
+    return [path for _, _, path in _written(conf)]
 
 
 def check_outputs(conf: Any) -> None:
@@ -207,14 +213,8 @@ def check_outputs(conf: Any) -> None:
     checks it can be written, as a daemon starts: a path that cannot be written is refused
     now, naming its flag, not after hours of work (a trainer's --metrics-out is written at
     its end). Remote locations (s3://...) are left to their clients."""
-    for leaf in settings(type(conf)):
-        kind = leaf.field.metadata.get(WRITES)
-        value = conf
-        for attr in leaf.path:
-            value = getattr(value, attr)
-        if kind is None or not value or "://" in str(value):
-            continue
-        name = f"--{leaf.name.replace('_', '-')} {value}"
+    for setting, kind, value in _written(conf):
+        name = f"--{setting.replace('_', '-')} {value}"
         path = Path(value)
         folder = path if kind == "folder" else path.parent
         if kind == "file" and path.is_dir():
