@@ -4,12 +4,12 @@ operator's dashboard reads, and with `--curve-out` one JSON line per record, whi
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from ctr.runtime import strict_json
 from trainer import metrics
 
 
@@ -46,9 +46,9 @@ class ProgressLog:
         line = {
             "time": time.time(),
             "elapsed_s": time.monotonic() - self._started,
-            **{k: (v if math.isfinite(v) else None) for k, v in snap.items()},
+            **snap,
             "push_bytes": push_bytes,
             "pull_bytes": pull_bytes,
         }
         with self.path.open("a") as f:  # one line per record: a reader never sees half of one
-            f.write(json.dumps(line) + "\n")
+            f.write(strict_json.dumps(line) + "\n")  # NaN (no value yet) as null
