@@ -399,11 +399,9 @@ def parse_block(
                         else:
                             ts, te, in_scratch = sp, end, True
                             sp = end
-                    if role == SKIPPED:
-                        pass
-                    elif role == DROPPED:
+                    if role == DROPPED:
                         line_dropped += 1
-                    else:
+                    elif role != SKIPPED:  # SKIPPED here: a missing number
                         src = scratch if in_scratch else buf
                         keys[nf] = finish_key(fnv_bytes(FNV64_OFFSET, src, ts, te), field_ids[role])
                         fields[nf] = role
@@ -527,11 +525,9 @@ def parse_block(
                                 else:
                                     ts, te, in_scratch = sp, end, True
                                     sp = end
-                            if role == SKIPPED:
-                                pass
-                            elif role == DROPPED:
+                            if role == DROPPED:
                                 line_dropped += 1
-                            else:
+                            elif role != SKIPPED:  # SKIPPED here: a missing number
                                 src = scratch if in_scratch else buf
                                 keys[nf] = finish_key(fnv_bytes(FNV64_OFFSET, src, ts, te), field_ids[role])
                                 fields[nf] = role

@@ -118,29 +118,31 @@ class BatchReader:
             data, line = rest, line + 1
         return None
 
-    def _own_header(self, block: Block) -> str | None:
-        """Under the schema's header (--csv-header), a file's first line when it is a header
-        of the file's own, in another order: it names the label column and is not the
-        schema's. Its columns are read by it, not by the flag's order. None for a topic's
-        blocks (a message is not a file) and for files without one."""
-        assert self.schema is not None and self._header is not None
-        if not isinstance(self.source, StreamSource) or is_parquet(block.file):
-            return None
+    def _file_header(self, block: Block) -> str | None:
+        """The header line of a csv block's file: the block's first line at the file's start
+        (or after a detected format), else the file's first line read again (a Parquet
+        file's column names). None where the schema's header (--csv-header, a topic's) names
+        the columns instead: a topic's messages, and a file whose first line does not name
+        the label column (a Parquet file always names its own)."""
+        assert self.schema is not None
+        if self._header is not None and not isinstance(self.source, StreamSource):
+            return None  # a message is not a file
+        if block.offset == 0 or self._header_next:
+            nl = block.data.find(b"\n")
+            line = (block.data if nl < 0 else block.data[:nl]).decode("utf-8", errors="replace")
+        elif is_parquet(block.file):
+            line = header_of(block.file)
+        elif block.file.startswith("s3://"):  # resumed inside an object: its first line
+            line = self.source.first_line(block.file)  # type: ignore[attr-defined]
+        else:  # resumed inside the file: its first line (of its text, if compressed) is still its header
+            line = first_line(block.file)
+        if self._header is None or is_parquet(block.file):
+            return line
         try:
-            if block.offset == 0:
-                nl = block.data.find(b"\n")
-                line = (block.data if nl < 0 else block.data[:nl]).decode("utf-8", errors="replace")
-            elif block.file.startswith("s3://"):
-                line = self.source.first_line(block.file)  # type: ignore[attr-defined]
-            else:
-                line = first_line(block.file)
-            names = split_header(line, self.schema.delimiter)
-        except (OSError, ValueError):
-            return None
-        if is_header_line(line, self._header) or self.schema.label not in names:
-            return None
-        log.info("%s has a header of its own; its columns are read by it, not by --csv-header", block.file)
-        return line.rstrip("\r\n")
+            named = self.schema.label in split_header(line, self.schema.delimiter)
+        except ValueError:
+            named = False
+        return line if named else None
 
     def _repeats_header(self, view: memoryview, got: ParsedBlock, line: int) -> bool:
         """Whether bad line `line` of a parse of `view` repeats the schema's header."""
@@ -155,20 +157,12 @@ class BatchReader:
             return known, block
         assert self.schema is not None
         header: str | None = None
-        own = self._own_header(block) if self._header is not None else None
-        if self._header is not None and own is None and not is_parquet(block.file):  # the schema names the columns
-            header = self._header  # every line is a sample's (a Parquet file names its own columns)
-        elif self.schema.format == "csv":
-            if block.offset == 0 or self._header_next:
-                header, block = _without_first_line(block)
-            elif own is not None:  # resumed inside a file with a header of its own
-                header = own
-            elif is_parquet(block.file):  # resumed inside a Parquet file: its column names
-                header = header_of(block.file)
-            elif block.file.startswith("s3://"):  # resumed inside an object: its first line
-                header = self.source.first_line(block.file)  # type: ignore[attr-defined]
-            else:  # resumed inside the file: its first line (of its text, if compressed) is still its header
-                header = first_line(block.file)
+        if self.schema.format == "csv":
+            header = self._file_header(block)
+            if header is None:  # every line is a sample's
+                header = self._header
+            elif block.offset == 0 or self._header_next:
+                block = _after_first_line(block)
         try:
             p: BlockParser | RefusedFile = BlockParser(self.schema, self.fields, header, self.max_line_bytes)
         except ParseError as e:  # its header: the file is named, its lines counted bad, the stream goes on
@@ -278,15 +272,13 @@ class BatchReader:
             yield from self._drain()
 
 
-def _without_first_line(block: Block) -> tuple[str, Block]:
-    """A file's first line (a csv header) and the block after it."""
+def _after_first_line(block: Block) -> Block:
+    """The block less its first line (a csv file's header)."""
     nl = block.data.find(b"\n")
-    raw = block.data if nl < 0 else block.data[:nl]
     rest = b"" if nl < 0 else block.data[nl + 1 :]
     newlines = block.newlines - 1 if block.newlines > 0 and nl >= 0 else -1
-    return raw.decode("utf-8", errors="replace"), Block(
-        block.file, len(raw) + 1, block.line + 1, rest, block.final, newlines=newlines
-    )
+    first = len(block.data) if nl < 0 else nl
+    return Block(block.file, first + 1, block.line + 1, rest, block.final, newlines=newlines)
 
 
 def _mark_nul_lines(block: Block) -> tuple[Block, frozenset[int]]:
