@@ -47,7 +47,8 @@ class TrainingSummary:
     """What one training run did: the figures `boundless train --metrics-out` writes, the
     common ones typed; `metrics` holds them all."""
 
-    samples: int
+    samples: int  # the stream's: a run taken up at a checkpoint cut counts on from the cut's
+    trained_samples: int  # what this run trained, which examples_per_s and the bytes per sample are over
     examples_per_s: float
     elapsed_s: float
     progressive_logloss: float
@@ -66,6 +67,7 @@ class TrainingSummary:
 
         return cls(
             samples=int(result.get("samples", 0)),
+            trained_samples=int(result.get("trained_samples", result.get("samples", 0))),
             examples_per_s=num("examples_per_s"),
             elapsed_s=num("elapsed_s"),
             progressive_logloss=num("progressive_logloss"),

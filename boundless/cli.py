@@ -68,7 +68,7 @@ class Parser(argparse.ArgumentParser):
             if renamed:
                 hints.append(f"{flag} is now {renamed[0][0]} ({renamed[0][1]})")
                 continue
-            close = difflib.get_close_matches(flag, known, n=1, cutoff=0.6)
+            close = difflib.get_close_matches(flag, [k for k in known if k != "--help"], n=1, cutoff=0.7)
             if close:
                 hints.append(f"{flag}: did you mean {close[0]}?")
         super().error(message + "".join(f"\n  {h}" for h in hints))
@@ -86,12 +86,20 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def command_parser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    """The subparser of `command`."""
+    actions = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return actions[0].choices[command]  # type: ignore[no-any-return]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     die_with_parent()  # a daemon a launcher started ends with it (boundless.processes.start)
     args_in = sys.argv[1:] if argv is None else list(argv)
     try:
         parser = build_parser(next((a for a in args_in if a in COMMANDS), None))
-        args = parser.parse_args(args_in)
+        args, unknown = parser.parse_known_args(args_in)
+        if unknown:  # said by the command's own parser: its usage, and hints from its flags
+            command_parser(parser, args.command).error(f"unrecognized arguments: {' '.join(unknown)}")
         run: Callable[[argparse.Namespace], int] = importlib.import_module(args._module).run
         return run(args)
     except KeyboardInterrupt:

@@ -123,7 +123,10 @@ def draw_training(rows: list[dict[str, Any]], out: Path) -> Path:
         ax.plot(elapsed[1:], rate, marker=".")
     ax.set(title="throughput", xlabel="seconds", ylabel="samples/s")
     ax = axes[1, 1]
-    per = np.maximum(samples, 1)
+    # bytes are the run's, so per sample the run trained (a run taken up at a cut counts on from
+    # the cut's samples); curves written before the field existed: the samples
+    trained = _series(rows, "trained_samples")
+    per = np.maximum(np.where(np.isnan(trained), samples, trained), 1)
     ax.plot(samples, _series(rows, "push_bytes") / per, marker=".", label="push")
     ax.plot(samples, _series(rows, "pull_bytes") / per, marker=".", label="pull")
     ax.set(title="bytes on the wire per sample", xlabel="samples trained", ylabel="bytes/sample")

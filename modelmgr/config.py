@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ctr.repository.holdout import JUDGED_FROM
 from ctr.runtime.config import WRITES
 from ctr.runtime.server_config import ServerConfig
 
@@ -36,7 +37,7 @@ class ModelMgrConfig(ServerConfig):
             " refused: another model's export in the same folder must not replace this one)"
         },
     )
-    min_samples: int = field(default=1000, metadata={"help": "quality gate: holdout samples needed to judge an export"})
+    min_samples: int = field(default=JUDGED_FROM, metadata={"help": "quality gate: holdout samples needed to judge an export"})
     max_auc_drop: float = field(
         default=0.02, metadata={"help": "quality gate: how far the candidate's holdout AUC may trail the live version's"}
     )

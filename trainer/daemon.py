@@ -642,7 +642,7 @@ def train_run(
             trainer.start_at(mine)
             result = dict(_run_rank(trainer, group, log))
     if group is not None and not lead:
-        log.info("rank %d: trained %d samples of its share; rank 0 reports the run", rank, trainer.submitted)
+        log.info("rank %d: trained %d samples of its share; rank 0 reports the run", rank, trainer.trained)
         client.close()
         group.close()
         if served is not None:
@@ -682,7 +682,12 @@ def train_run(
         )
     result["exports"] = float(len(exports))
     result["elapsed_s"] = elapsed_s
-    result["examples_per_s"] = result["samples"] / elapsed_s if elapsed_s > 0 else 0.0
+    # `samples` is the stream's (a cut taken up carries its count on); speed and bytes per
+    # sample are over what this run trained
+    trained = float(trainer.merged.get("trained", trainer.trained))
+    result["trained_samples"] = trained
+    result["taken_up_samples"] = float(trainer.merged.get("run_from", trainer.run_from))
+    result["examples_per_s"] = trained / elapsed_s if elapsed_s > 0 else 0.0
     # the run's CPU from its settings on, start-up included (a group's: every rank's, which a
     # parent that forked them through a fork server cannot see as its children's)
     result["cpu_s"] = float(sum(trainer.merged["rank_cpu_s"])) if trainer.merged else time.process_time() - cpu_start
@@ -691,9 +696,9 @@ def train_run(
     wire = merged_wire([*trainer.merged.get("wire_others", []), client.wire.snapshot()])  # every call made, the last status's too
     result["wire"] = {t: {k: {"sent": b[0], "received": b[1]} for k, b in kinds.items()} for t, kinds in wire.items()}
     result["wire_bytes"] = float(sum(sum(b) for kinds in wire.values() for b in kinds.values()))
-    result["wire_bytes_per_sample"] = result["wire_bytes"] / max(1.0, result["samples"])
-    result["push_bytes_per_sample"] = push_bytes / max(1.0, result["samples"])
-    result["pull_bytes_per_sample"] = pull_bytes / max(1.0, result["samples"])
+    result["wire_bytes_per_sample"] = result["wire_bytes"] / max(1.0, trained)
+    result["push_bytes_per_sample"] = push_bytes / max(1.0, trained)
+    result["pull_bytes_per_sample"] = pull_bytes / max(1.0, trained)
     result["push_codec"] = conf.ps_access.push_codec  # type: ignore[assignment]
     result["codecs"] = client.codecs()  # type: ignore[assignment]  # what `auto` chose, per table
     if replica is not None:

@@ -15,6 +15,7 @@ import numpy.typing as npt
 from ctr.data.batch import SampleBatch
 
 HOLDOUT_FILE = "holdout.npz"
+JUDGED_FROM = 1000  # holdout samples the model manager's gate needs to judge an export, by default
 _ARRAYS = {"labels": np.float32, "offsets": np.int64, "keys": np.uint64, "fields": np.int32, "values": np.float32}
 
 

@@ -9,12 +9,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ctr.repository.holdout import JUDGED_FROM
 from modelmgr.publish.evaluate import Evaluation
 
 
 @dataclass(frozen=True)
 class QualityGate:
-    min_samples: int = 1000  # holdout samples needed to judge
+    min_samples: int = JUDGED_FROM  # holdout samples needed to judge
     max_auc_drop: float = 0.02  # the candidate's AUC may trail the live version's by this much
     min_auc: float = 0.5  # and never below this
     max_logloss: float = 1.0

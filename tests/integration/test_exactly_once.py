@@ -331,6 +331,44 @@ def test_in_process_shards_checkpoint_and_take_up_like_shard_processes(data_dir,
     assert again["samples"] == 26000 and "start empty (--from-start)" in err
 
 
+def test_a_run_taken_up_at_a_cut_reports_its_own_samples_and_exports_no_older_version(data_dir, tmp_path):
+    """A rerun on shards that keep cuts: its speed and bytes per sample are over the samples
+    it trained, not over the stream's count the cut carries on, and the model it took up is
+    not exported again (as a new version it would serve an older state than the last one)."""
+    lines = (data_dir / "frappe/frappe.validation.libfm").read_text().splitlines()
+    folder, exports = tmp_path / "stream", tmp_path / "exports"
+    folder.mkdir()
+    (folder / "a.libfm").write_text("\n".join(lines[:20000]) + "\n")
+
+    def train() -> dict[str, Any]:
+        out = tmp_path / "m.json"
+        cmd = [sys.executable, "-m", "boundless", "train", "--source", str(folder), "--no-follow", "--metrics-port", "-1"]
+        cmd += ["--ps", "local", "--local-data-dir", str(tmp_path / "ps"), "--checkpoint-interval-s", "1000"]
+        cmd += ["--export-dir", str(exports), "--holdout-samples", "0", "--metrics-out", str(out)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return dict(json.loads(out.read_text()))
+
+    first = train()
+    assert first["samples"] == first["trained_samples"] == 20000 and first["taken_up_samples"] == 0
+    written = sorted(p.name for p in exports.iterdir())
+    assert len(written) == 1
+
+    again = train()  # nothing new in the stream: nothing trained, no export
+    assert again["samples"] == 20000 and again["trained_samples"] == 0 and again["taken_up_samples"] == 20000
+    assert sorted(p.name for p in exports.iterdir()) == written
+
+    (folder / "b.libfm").write_text("\n".join(lines[20000:26000]) + "\n")
+    third = train()
+    assert third["samples"] == 26000 and third["trained_samples"] == 6000 and third["taken_up_samples"] == 20000
+    assert third["examples_per_s"] == pytest.approx(6000 / third["elapsed_s"])
+    assert third["wire_bytes_per_sample"] == pytest.approx(third["wire_bytes"] / 6000)
+    new = sorted(set(p.name for p in exports.iterdir()) - set(written))
+    assert len(new) == 1  # the last model only, and whole: this run's first export
+    manifest = json.loads((exports / new[0] / "export.json").read_text())
+    assert manifest["kind"] == "full" and manifest["metrics"]["samples"] == 26000
+
+
 def test_shards_holding_different_cuts_go_back_to_the_newest_they_all_hold(data_dir, tmp_path):
     """Shard 1 never got the last cut (it died between the trainer's prepares, say): a trainer
     that starts takes both shards back to the newest cut both hold, and says so."""

@@ -64,6 +64,10 @@ def test_commands_name_what_is_wrong(data_dir: Path, tmp_path: Path):
     _refused(_boundless("eval", "--repo", str(tmp_path / "nosuchrepo"), "--data", "x.tsv"), "--repo")
     _refused(_boundless("serve", "--model", "ctr"), "--model is now --model-name")
     _refused(_boundless("train", "--sourc", "x"), "did you mean --source?")
+    # the command's own usage, and no hint that is only a similar spelling of --help
+    label = _boundless("predict", "--address", dead, "--data", "x.csv", "--label", "click")
+    _refused(label, "usage: boundless predict", "boundless predict: error: unrecognized arguments: --label click")
+    assert "did you mean" not in label.stderr
     helped = _boundless("train", "--help")
     assert helped.returncode == 0 and "essential:" in helped.stdout and "examples:" in helped.stdout
 

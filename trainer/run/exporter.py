@@ -158,24 +158,22 @@ class Exporter:
         os.replace(tmp, p.folder / "export.json")
         (p.folder / "READY").write_text(str(p.manifest["id"]))
 
-    def export(
-        self, metrics: dict[str, float], force_full: bool = False, mlp: dict[str, npt.NDArray[np.float32]] | None = None
-    ) -> str:
+    def export(self, metrics: dict[str, float], mlp: dict[str, npt.NDArray[np.float32]] | None = None) -> str:
         """Writes one export and returns its id; every full_every-th export is a full one.
         `mlp`: the MLP's tensors where the worker holds them (else read from the shards).
         One that cannot be written (a full or read-only export disk, a shard that failed to
         write its part) is removed and raises ExportFailed; the next export is then a full
         one, since the shards' delta state may have moved past what was written."""
         try:
-            return self._export(metrics, force_full, mlp)
+            return self._export(metrics, mlp)
         except (ShardRestarted, StoppedWhileUnreachable):
             raise  # the training path recovers from these
         except Exception as e:  # noqa: BLE001 - an export that fails must not stop training
             self.base = None  # the next one is full: no delta builds on what did not land
             raise ExportFailed(f"{type(e).__name__}: {e}") from e
 
-    def _export(self, metrics: dict[str, float], force_full: bool, mlp: dict[str, npt.NDArray[np.float32]] | None) -> str:
-        full = force_full or self.base is None or self.count % self.full_every == 0
+    def _export(self, metrics: dict[str, float], mlp: dict[str, npt.NDArray[np.float32]] | None) -> str:
+        full = self.base is None or self.count % self.full_every == 0
         started = time.perf_counter()
         export_id = self._next_id()
         folder = self.export_dir / export_id

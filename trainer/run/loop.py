@@ -100,6 +100,10 @@ class Trainer:
         self.elapsed_s = 0.0
         self.pipeline = Pipeline(client, model)
         self.submitted = 0  # samples handed to the pipeline (progress lags it by a batch)
+        # samples this process trained (again after a recovery): its speed and bytes per sample are
+        # over these, not over `submitted`, which a cut taken up starts at the samples it carried
+        self.trained = 0
+        self.run_from = 0  # samples the stream had when this run began (a cut taken up carries them)
         self.progress_log: ProgressLog | None = None  # None on ranks other than 0: rank 0 records the merged progress
         self._tail: deque[tuple[Position, SampleBatch]] = deque()  # read, not trained yet (settings.hold_back)
         self._tail_samples = 0
@@ -107,7 +111,7 @@ class Trainer:
         self.ended = False  # the stream ended, or stayed idle for idle_exit_s (not a stop or a sample limit)
         self._exported_at = 0  # samples submitted at the last export
         self._taken_up_at = 0
-        self._last_progress = (time.monotonic(), 0)  # when, and samples submitted, at the last progress line
+        self._last_progress = (time.monotonic(), 0)  # when, and samples trained, at the last progress line
         # the ranks of a run of several (trainer.run.group): every batch boundary is a round
         self.group: Group | None = None
         self._last_cut_at = time.monotonic()
@@ -120,6 +124,7 @@ class Trainer:
         if self.observe is not None:
             self.observe(batch)  # before training: holdouts hold what exports have not seen
         self.submitted += len(batch)
+        self.trained += len(batch)
         self._record(self.pipeline.submit(batch))
 
     def _record(self, done: Result | None) -> None:
@@ -161,8 +166,11 @@ class Trainer:
 
     def run(self) -> dict[str, float]:
         started = time.monotonic()
-        if self.exporter is not None and self.submitted:  # a model taken up from a cut: its base first
-            self.exports.append(self.exporter.export(self.progress.snapshot(), force_full=True, mlp=self.model.mlp_for_export()))
+        self.run_from = self.submitted
+        # a model taken up from a cut is not exported as it stands: the run before trained past
+        # the cut, so as a new version it would take serving back to an older state, or its
+        # run ended there, exporting it; this run's first export is a full one
+        self._exported_at = self.submitted
         while True:
             try:
                 self._stream()
@@ -182,7 +190,8 @@ class Trainer:
         if self.group is not None:
             final = self._merge_ranks(final)
         if self.progress_log is not None:
-            self.progress_log.record(final, self.client.push_bytes, self.client.pull_bytes)
+            trained = self.merged.get("trained", self.trained)
+            self.progress_log.record(final, self.client.push_bytes, self.client.pull_bytes, trained)
         return final
 
     def _end_on_shards(self, started: float) -> None:
@@ -200,9 +209,10 @@ class Trainer:
         if self.exporter is not None:
             for batch in self.held_out:  # exports still waiting get unseen samples first
                 self.exporter.observe(batch)
-            self._export()
-            for batch in self.held_out:
-                self.exporter.observe(batch)
+            if self.submitted > self._exported_at:  # a model the last export already holds is no new version
+                self._export()
+                for batch in self.held_out:
+                    self.exporter.observe(batch)
         if self.s.checkpoint_interval_s > 0:
             self.checkpoint()
         self._wait_commit()
@@ -307,6 +317,8 @@ class Trainer:
             # what the merge keeps of each rank; in full only for the summary at the end
             "progress": self.progress.state(last=share, compact=not final),
             "submitted": self.submitted,
+            "trained": self.trained,
+            "run_from": self.run_from,
             "push_bytes": self.client.push_bytes,
             "pull_bytes": self.client.pull_bytes,
             "bad_lines": self.bad_lines,
@@ -354,11 +366,11 @@ class Trainer:
         self._check_replicas(figures, snap["samples"])
         now = time.monotonic()
         then, before = self._last_progress
-        total = sum(int(f["submitted"]) for f in figures)
+        total = sum(int(f["trained"]) for f in figures)
         rate = (total - before) / (now - then) if now > then else 0.0
         self._last_progress = (now, total)
         wire = merged_wire([f["wire"] for f in figures])
-        per = max(1.0, snap["samples"])
+        per = max(1.0, total)
         log.info(
             "samples %d  %.0f/s on %d ranks (%s)  window AUC %.4f  logloss %.4f  wire %.1f B/sample (between ranks %.1f)",
             snap["samples"],
@@ -371,7 +383,7 @@ class Trainer:
             sum(sum(kinds.get("ranks", (0, 0))) for kinds in wire.values()) / per,
         )
         if self.progress_log is not None:
-            self.progress_log.record(snap, sum(f["push_bytes"] for f in figures), sum(f["pull_bytes"] for f in figures))
+            self.progress_log.record(snap, sum(f["push_bytes"] for f in figures), sum(f["pull_bytes"] for f in figures), total)
 
     def _merge_ranks(self, own: dict[str, float]) -> dict[str, float]:
         """At the end: rank 0 gets the ranks' merged metrics (and their bytes and bad lines
@@ -390,6 +402,8 @@ class Trainer:
             "compression": _summed([f["compression"] for f in figures]),
             "wire_others": [f["wire"] for f in figures[1:]],  # rank 0 adds its own at the very end
             "rank_samples": [int(f["progress"]["count"]) for f in figures],
+            "trained": sum(int(f["trained"]) for f in figures),
+            "run_from": sum(int(f["run_from"]) for f in figures),
             "rank_cpu_s": [float(f["cpu_s"]) for f in figures],
             "replicas_differ": self.replicas_differ,
         }
@@ -441,13 +455,13 @@ class Trainer:
 
     def _log_progress(self) -> None:
         snap = self.progress.snapshot()
-        per = max(1.0, snap["samples"])
+        per = max(1.0, self.trained)
         self._count_bytes()
         backlog = self._measure_backlog()
         now = time.monotonic()
         then, before = self._last_progress
-        rate = (self.submitted - before) / (now - then) if now > then else 0.0
-        self._last_progress = (now, self.submitted)
+        rate = (self.trained - before) / (now - then) if now > then else 0.0
+        self._last_progress = (now, self.trained)
         log.info(
             "samples %d  %.0f/s on %s  window AUC %.4f  logloss %.4f  wire %.1f B/sample (push %.1f, pull %.1f)%s",
             snap["samples"],
@@ -461,7 +475,7 @@ class Trainer:
             self._outlook(backlog, rate),
         )
         if self.progress_log is not None:
-            self.progress_log.record(snap, self.client.push_bytes, self.client.pull_bytes)
+            self.progress_log.record(snap, self.client.push_bytes, self.client.pull_bytes, self.trained)
 
     def _outlook(self, backlog: tuple[str, int] | None, rate: float) -> str:
         """Where the stream stands: followed, or how long a finite one has to go."""

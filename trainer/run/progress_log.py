@@ -28,7 +28,9 @@ class ProgressLog:
         self._samples = 0.0
         self._started = time.monotonic()
 
-    def record(self, snap: dict[str, float], push_bytes: int = 0, pull_bytes: int = 0) -> None:
+    def record(self, snap: dict[str, float], push_bytes: int = 0, pull_bytes: int = 0, trained: int = 0) -> None:
+        """`snap`: the stream's progressive metrics (a cut taken up carries its samples on);
+        `trained`: the samples this run trained, which the samples counter counts."""
         for gauge, key in (
             (metrics.WINDOW_AUC, "window_auc"),
             (metrics.WINDOW_LOGLOSS, "window_logloss"),
@@ -36,9 +38,9 @@ class ProgressLog:
         ):
             if math.isfinite(snap.get(key, math.nan)):
                 gauge.set(snap[key])
-        if self.count_samples and snap["samples"] > self._samples:
-            metrics.SAMPLES.inc(snap["samples"] - self._samples)
-            self._samples = snap["samples"]
+        if self.count_samples and trained > self._samples:
+            metrics.SAMPLES.inc(trained - self._samples)
+            self._samples = trained
         if self.on_record is not None:
             self.on_record(snap)
         if self.path is None:
@@ -49,6 +51,7 @@ class ProgressLog:
             **snap,
             "push_bytes": push_bytes,
             "pull_bytes": pull_bytes,
+            "trained_samples": trained,
         }
         with self.path.open("a") as f:  # one line per record: a reader never sees half of one
             f.write(strict_json.dumps(line) + "\n")  # NaN (no value yet) as null

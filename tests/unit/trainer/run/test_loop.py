@@ -329,4 +329,4 @@ def test_export_ids_rise_when_the_clock_steps_back_or_the_folder_holds_later_one
     # a new trainer (another host, its clock a minute behind) exporting into the same folder
     later = Exporter(client, exports, "m", spec, fields, {}, full_every=1000, holdout=0)
     monkeypatch.setattr(exporter_module.time, "time_ns", lambda: now - 60_000_000_000)
-    assert later.export({}, force_full=True) > stepped_back
+    assert later.export({}) > stepped_back
