@@ -38,6 +38,8 @@ class PredictRequest(_message.Message):
     UNKNOWN_FIELDS_FIELD_NUMBER: _builtins.int
     STRICT_FIELD_NUMBER: _builtins.int
     ROUTING_KEY_FIELD_NUMBER: _builtins.int
+    LABEL_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
     model: _builtins.str
     item_count: _builtins.int
     dictionary: _builtins.bytes
@@ -69,6 +71,12 @@ class PredictRequest(_message.Message):
     requests (ROUTING.json, `boundless model label`) takes the keys whose stable hash falls
     in its share, so one key always meets one version. Empty: the stable version.
     """
+    label: _builtins.str
+    """Instead of routing: the version a label names ("stable": the policy's version), or a
+    version by number, scored only if this server has it loaded (the stable version or a
+    label's); NOT_FOUND names what it has. TF Serving's /versions/N and /labels/L.
+    """
+    version: _builtins.int
     @_builtins.property
     def unknown_fields(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """their names, the first few"""
@@ -89,10 +97,12 @@ class PredictRequest(_message.Message):
         unknown_fields: _abc.Iterable[_builtins.str] | None = ...,
         strict: _builtins.bool = ...,
         routing_key: _builtins.str = ...,
+        label: _builtins.str = ...,
+        version: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["compression", b"compression", "context", b"context", "dictionary", b"dictionary", "fields", b"fields", "item_count", b"item_count", "items", b"items", "model", b"model", "routing_key", b"routing_key", "strict", b"strict", "tokens", b"tokens", "unknown_features", b"unknown_features", "unknown_fields", b"unknown_fields", "values", b"values"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["compression", b"compression", "context", b"context", "dictionary", b"dictionary", "fields", b"fields", "item_count", b"item_count", "items", b"items", "label", b"label", "model", b"model", "routing_key", b"routing_key", "strict", b"strict", "tokens", b"tokens", "unknown_features", b"unknown_features", "unknown_fields", b"unknown_fields", "values", b"values", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -167,6 +177,7 @@ class ModelStatusResponse(_message.Message):
     LOAD_ERROR_FIELD_NUMBER: _builtins.int
     SERVED_FIELD_NUMBER: _builtins.int
     SHADOWS_FIELD_NUMBER: _builtins.int
+    LABELS_FIELD_NUMBER: _builtins.int
     model: _builtins.str
     version: _builtins.int
     base_version: _builtins.int
@@ -194,6 +205,10 @@ class ModelStatusResponse(_message.Message):
     def shadows(self) -> _containers.RepeatedCompositeFieldContainer[Global___ShadowEvidence]:
         """what this process's shadow scoring saw of the model's labelled versions"""
 
+    @_builtins.property
+    def labels(self) -> _containers.RepeatedCompositeFieldContainer[Global___LabelledVersion]:
+        """the labelled versions loaded beside the stable one (ROUTING.json)"""
+
     def __init__(
         self,
         *,
@@ -209,14 +224,45 @@ class ModelStatusResponse(_message.Message):
         load_error: _builtins.str = ...,
         served: _abc.Iterable[_builtins.str] | None = ...,
         shadows: _abc.Iterable[Global___ShadowEvidence] | None = ...,
+        labels: _abc.Iterable[Global___LabelledVersion] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["transform", b"transform"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["base_version", b"base_version", "fields", b"fields", "keys", b"keys", "load_error", b"load_error", "loaded_at", b"loaded_at", "model", b"model", "model_type", b"model_type", "policy", b"policy", "served", b"served", "shadows", b"shadows", "transform", b"transform", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["base_version", b"base_version", "fields", b"fields", "keys", b"keys", "labels", b"labels", "load_error", b"load_error", "loaded_at", b"loaded_at", "model", b"model", "model_type", b"model_type", "policy", b"policy", "served", b"served", "shadows", b"shadows", "transform", b"transform", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ModelStatusResponse: _TypeAlias = ModelStatusResponse  # noqa: Y015
+
+@_typing.final
+class LabelledVersion(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LABEL_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
+    SHARE_FIELD_NUMBER: _builtins.int
+    SHADOW_FIELD_NUMBER: _builtins.int
+    label: _builtins.str
+    version: _builtins.int
+    share: _builtins.float
+    """of routing keys"""
+    shadow: _builtins.float
+    """of live requests, scored off the path"""
+    def __init__(
+        self,
+        *,
+        label: _builtins.str = ...,
+        version: _builtins.int = ...,
+        share: _builtins.float = ...,
+        shadow: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["label", b"label", "shadow", b"shadow", "share", b"share", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LabelledVersion: _TypeAlias = LabelledVersion  # noqa: Y015
 
 @_typing.final
 class ShadowEvidence(_message.Message):

@@ -5,7 +5,14 @@ and for languages without a gRPC client:
                                     "context": {feature: value, ...}, "strict": true}
                               or   {"inputs": {feature: [value per item], ...}, "context": ...}
         -> {"predictions": [score, ...], "model": NAME, "model_version": V, "unknown_features": n}
-    GET  /v1/models/NAME           -> {"model_version_status": [{"version": "V", "state": "AVAILABLE", ...}]}
+    GET  /v1/models/NAME           -> {"model_version_status": [{"version": "V", "state": "AVAILABLE",
+                                        "labels": ["stable"], ...}, ...]}  (every version loaded)
+    GET  /v1/models/NAME/metadata  -> {"model_spec": {...}, "metadata": {"model_type", "fields", "transform"}}
+
+As in TF Serving, /v1/models/NAME/versions/V or /v1/models/NAME/labels/L in place of
+/v1/models/NAME names a version for any of the three ("stable" is the policy's version, a
+canary's label its own), which this server must have loaded (404 lists what it has), and a
+body may carry "signature_name": "serving_default", the one signature.
 
 A value is a string or a number (a token, bucketed as the served version's feature
 transform says: the JSON is encoded as `PredictClient.predict` encodes dicts), or
@@ -43,6 +50,7 @@ from ctr.runtime.auth import RANK, role_of
 from ctr.runtime.security import Identity
 from serving.client.predict_client import RequestEncoder, Value, request_proto
 from serving.loading.servable import ServableModel
+from serving.loading.watcher import NotLoaded
 from serving.service import PredictorServicer
 
 log = logging.getLogger("serving.rest")
@@ -57,6 +65,42 @@ HTTP_OF: dict[grpc.StatusCode, HTTPStatus] = {
     grpc.StatusCode.PERMISSION_DENIED: HTTPStatus.FORBIDDEN,
 }
 PREFIX = "/v1/models/"
+SIGNATURE = "serving_default"  # TF Serving's default signature name: a model here has that one
+VERBS = {("POST", ":predict"): "predict", ("GET", "/metadata"): "metadata", ("GET", ""): "status"}
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a REST path names: a model, the call, and a version by label or number (TF
+    Serving's /versions/V and /labels/L; neither: routed as gRPC routes it)."""
+
+    model: str
+    verb: str  # predict, status or metadata
+    label: str = ""
+    version: int = 0
+
+
+def target_of(method: str, path: str) -> Target:
+    """The target of a path under /v1/models/, or Refused naming the endpoints."""
+    rest = path.split("?", 1)[0][len(PREFIX) :]
+    # in VERBS's order: a GET of .../metadata before the bare GET, whose suffix is ""
+    found = next(((v, suffix) for (m, suffix), v in VERBS.items() if m == method and rest.endswith(suffix)), None)
+    if found is None:
+        raise Refused(HTTPStatus.NOT_FOUND, f"{method} {path}: no such endpoint")
+    verb, suffix = found
+    parts = rest[: len(rest) - len(suffix)].split("/")
+    if len(parts) == 1 and parts[0]:
+        return Target(parts[0], verb)
+    if len(parts) == 3 and parts[0] and parts[1] == "labels" and parts[2]:
+        return Target(parts[0], verb, label=parts[2])
+    if len(parts) == 3 and parts[0] and parts[1] == "versions":
+        if not parts[2].isdigit() or int(parts[2]) == 0:
+            raise Refused(HTTPStatus.BAD_REQUEST, f"{path}: version {parts[2]!r} is not a version number")
+        return Target(parts[0], verb, version=int(parts[2]))
+    raise Refused(
+        HTTPStatus.NOT_FOUND,
+        f"{method} {path}: no such endpoint (expected {PREFIX}NAME[/versions/V or /labels/L][:predict or /metadata])",
+    )
 
 
 class Refused(Exception):
@@ -138,9 +182,11 @@ def parse_predict(body: bytes) -> PredictBody:
         raise Refused(HTTPStatus.BAD_REQUEST, f"body: not JSON: {e}") from None
     if not isinstance(doc, dict):
         raise Refused(HTTPStatus.BAD_REQUEST, "body: expected an object with 'instances' or 'inputs'")
-    unknown = sorted(set(doc) - {"instances", "inputs", "context", "strict", "routing_key"})
+    unknown = sorted(set(doc) - {"instances", "inputs", "context", "strict", "routing_key", "signature_name"})
     if unknown:
         raise Refused(HTTPStatus.BAD_REQUEST, f"body: unknown key(s) {', '.join(map(repr, unknown))}")
+    if doc.get("signature_name", SIGNATURE) != SIGNATURE:  # TF Serving's clients send its default name
+        raise Refused(HTTPStatus.BAD_REQUEST, f"signature_name: {doc['signature_name']!r}: the one signature is {SIGNATURE!r}")
     if ("instances" in doc) == ("inputs" in doc):
         raise Refused(HTTPStatus.BAD_REQUEST, "body: give either 'instances' (rows) or 'inputs' (columns)")
     strict = doc.get("strict", True)
@@ -207,17 +253,29 @@ class RestFront:
         if RANK[role] < RANK["predict"]:
             raise Refused(HTTPStatus.FORBIDDEN, f"role {role} may not predict (needs predict)")
 
-    def predict(self, name: str, body: bytes) -> dict[str, Any]:
+    def versions(self, target: Target) -> list[tuple[str, ServableModel]]:
+        """(label, version) of what the target names among the loaded versions (all of them
+        for a bare model name, the stable one first); Refused when none is loaded or matches."""
+        watcher = self.servicer.watcher_for(target.model, _Context())  # type: ignore[arg-type]
+        if watcher.current is None:
+            raise Refused(HTTPStatus.SERVICE_UNAVAILABLE, f"no version of model {target.model!r} is loaded yet")
+        if not (target.label or target.version):
+            return watcher.loaded()
+        try:
+            return [watcher.named(target.label, target.version)]
+        except NotLoaded as e:
+            raise Refused(HTTPStatus.NOT_FOUND, str(e)) from None
+
+    def predict(self, target: Target, body: bytes) -> dict[str, Any]:
         parsed = parse_predict(body)
-        current = self.servicer.watcher_for(name, _Context()).current  # type: ignore[arg-type]
-        if current is None:
-            raise Refused(HTTPStatus.SERVICE_UNAVAILABLE, f"no version of model {name!r} is loaded yet")
-        encoder = self.encoder(current)
+        # the transform of the version named, else the stable one's (a routed label's version
+        # is the same model: another field list or transform is refused at publication)
+        encoder = self.encoder(self.versions(target)[0][1])
         if parsed.columns is not None:
             enc = encoder.encode_columns(parsed.columns, parsed.context_columns)
         else:
             enc = encoder.encode(parsed.rows or [], parsed.context)
-        request = request_proto(enc, name, parsed.strict, parsed.routing_key)
+        request = request_proto(enc, target.model, parsed.strict, parsed.routing_key, label=target.label, version=target.version)
         reply = self.servicer.Predict(request, _Context())  # type: ignore[arg-type]
         return {
             "predictions": [float(s) for s in reply.scores],
@@ -227,12 +285,35 @@ class RestFront:
             "unknown_features": reply.unknown_features,
         }
 
-    def status(self, name: str) -> dict[str, Any]:
-        current = self.servicer.watcher_for(name, _Context()).current  # type: ignore[arg-type]
-        if current is None:
-            raise Refused(HTTPStatus.SERVICE_UNAVAILABLE, f"no version of model {name!r} is loaded yet")
+    def status(self, target: Target) -> dict[str, Any]:
+        by_version: dict[int, list[str]] = {}
+        for label, model in self.versions(target):
+            by_version.setdefault(model.version, []).append(label)
         state = {"error_code": "OK", "error_message": ""}
-        return {"model_version_status": [{"version": str(current.version), "state": "AVAILABLE", "status": state}]}
+        return {
+            "model_version_status": [
+                {"version": str(v), "state": "AVAILABLE", "status": state, "labels": labels} for v, labels in by_version.items()
+            ]
+        }
+
+    def metadata(self, target: Target) -> dict[str, Any]:
+        label, model = self.versions(target)[0]
+        schema = model.schema
+        return {
+            "model_spec": {"name": model.name, "version": str(model.version), "label": label},
+            "metadata": {
+                "signature_name": SIGNATURE,
+                "model_type": model.spec.type,
+                "fields": list(model.spec.fields),
+                "transform": {
+                    "format": schema.format,
+                    "label": schema.label,
+                    "numeric": list(schema.numeric),
+                    "skip": list(schema.skip),
+                    "cross": [list(pair) for pair in schema.cross],
+                },
+            },
+        }
 
 
 def _handler(front: RestFront) -> type[BaseHTTPRequestHandler]:
@@ -258,20 +339,20 @@ def _handler(front: RestFront) -> type[BaseHTTPRequestHandler]:
                 front.check_token(self.headers.get("Authorization"))
                 if not self.path.startswith(PREFIX):
                     raise Refused(HTTPStatus.NOT_FOUND, f"{self.path}: expected {PREFIX}NAME or {PREFIX}NAME:predict")
-                rest = self.path[len(PREFIX) :]
-                if method == "POST" and rest.endswith(":predict"):
-                    self._predict(rest[: -len(":predict")])
-                elif method == "GET" and rest and ":" not in rest and "/" not in rest:
-                    self._reply(HTTPStatus.OK, front.status(rest))
+                target = target_of(method, self.path)
+                if target.verb == "predict":
+                    self._predict(target)
+                elif target.verb == "metadata":
+                    self._reply(HTTPStatus.OK, front.metadata(target))
                 else:
-                    raise Refused(HTTPStatus.NOT_FOUND, f"{method} {self.path}: no such endpoint")
+                    self._reply(HTTPStatus.OK, front.status(target))
             except Refused as e:
                 self._reply(e.status, {"error": str(e)})
             except Exception as e:  # a daemon answers 500 and keeps serving
                 log.exception("REST %s %s failed", method, self.path)
                 self._reply(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"{type(e).__name__}: {e}"})
 
-        def _predict(self, name: str) -> None:
+        def _predict(self, target: Target) -> None:
             length = self.headers.get("Content-Length")
             if length is None or not length.isdigit():
                 raise Refused(HTTPStatus.LENGTH_REQUIRED, "Content-Length: required")
@@ -282,7 +363,7 @@ def _handler(front: RestFront) -> type[BaseHTTPRequestHandler]:
             if not front.slots.acquire(blocking=False):
                 raise Refused(HTTPStatus.TOO_MANY_REQUESTS, "more requests in flight than --max-concurrent")
             try:
-                self._reply(HTTPStatus.OK, front.predict(name, body))
+                self._reply(HTTPStatus.OK, front.predict(target, body))
             finally:
                 front.slots.release()
 

@@ -14,7 +14,7 @@ from protos import predict_pb2, predict_pb2_grpc
 from serving import metrics
 from serving.loading.servable import ServableModel
 from serving.loading.shard_part import WHOLE
-from serving.loading.watcher import ModelWatcher
+from serving.loading.watcher import ModelWatcher, NotLoaded
 from serving.metrics import abort
 from serving.request.encoding import EncodedRequest, EncodingError, decode, field_hash_ids
 from serving.scoring.shadow import ShadowScorer
@@ -57,8 +57,12 @@ class PredictorServicer(predict_pb2_grpc.PredictorServicer):
     def Predict(self, request: predict_pb2.PredictRequest, context: grpc.ServicerContext) -> predict_pb2.PredictResponse:
         start = time.perf_counter()
         watcher = self.watcher_for(request.model, context)
-        with watcher.use_routed(request.routing_key) as (label, model):  # the whole request uses this version
-            return self._predict(request, context, watcher, model, start, label)
+        try:
+            routed = watcher.use_routed(request.routing_key, request.label, request.version)
+            with routed as (label, model):  # the whole request uses this version
+                return self._predict(request, context, watcher, model, start, label)
+        except NotLoaded as e:  # raised before the block: the request named a version not loaded here
+            abort(context, grpc.StatusCode.NOT_FOUND, str(e))
 
     def _predict(
         self,
@@ -159,7 +163,17 @@ class PredictorServicer(predict_pb2_grpc.PredictorServicer):
             load_error=watcher.last_error,
             served=sorted(self.watchers),
             shadows=[e.to_message() for e in (self.shadow.evidence(model.name) if self.shadow is not None else [])],
+            labels=labelled_versions(watcher),
         )
+
+
+def labelled_versions(watcher: ModelWatcher) -> list[predict_pb2.LabelledVersion]:
+    entries = watcher.labels  # read once: the watcher replaces it whole
+    return [
+        predict_pb2.LabelledVersion(label=label, version=m.version, share=entry.share, shadow=entry.shadow)
+        for label, m in watcher.loaded()
+        if (entry := entries.get(label)) is not None
+    ]
 
 
 def transform_of(schema: FeatureSchema) -> predict_pb2.FeatureTransform:

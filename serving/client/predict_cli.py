@@ -27,6 +27,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--format", default="model", help="model: the served version's own transform (default); auto, or a schema preset"
     )
     parser.add_argument("--model-name", default="ctr", help="the served model's name")
+    parser.add_argument(
+        "--version-label",
+        default="",
+        help="score with the version this label names (stable, or a canary's label: boundless model label), not the routed one",
+    )
+    parser.add_argument("--version", type=int, default=0, help="score with this version, if serving has it loaded")
     parser.add_argument("--items", type=int, default=200, help="items per request")
     parser.add_argument("--limit", type=int, default=0, help="score at most this many samples (0: all)")
     parser.add_argument("--scores", action="store_true", help="print one score per line")
@@ -80,11 +86,11 @@ def parse_samples(
 def _score(args: argparse.Namespace, client: PredictClient, lines: list[str]) -> int:
     samples, fields = parse_samples(lines, client.status(), args.format, args.limit, args.data)
     labels, scores = [], []
-    version = 0
+    version, label = 0, ""
     for lo in range(0, len(samples), args.items):
         batch = build_batch(samples[lo : lo + args.items], fields.ids())
-        pred = client.predict_encoded(encode_batch(batch))
-        version = pred.version
+        pred = client.predict_encoded(encode_batch(batch), label=args.version_label, version=args.version)
+        version, label = pred.version, pred.label
         labels.extend(batch.labels.tolist())
         scores.extend(pred.scores.tolist())
         if args.scores:
@@ -96,7 +102,7 @@ def _score(args: argparse.Namespace, client: PredictClient, lines: list[str]) ->
             file=sys.stderr,
         )
     print(
-        f"scored {len(scores)} samples with {args.model_name} version {version}: "
+        f"scored {len(scores)} samples with {args.model_name} version {version} ({label}): "
         f"AUC {auc(labels, scores):.6f}  logloss {logloss(labels, scores):.6f}",
         file=sys.stderr,
     )

@@ -210,7 +210,9 @@ class RequestEncoder:
         return items_out, context_out
 
 
-def request_proto(req: EncodedRequest, model: str, strict: bool, routing_key: str = "") -> predict_pb2.PredictRequest:
+def request_proto(
+    req: EncodedRequest, model: str, strict: bool, routing_key: str = "", *, label: str = "", version: int = 0
+) -> predict_pb2.PredictRequest:
     """The Predict message of an encoded request (the gRPC client's, and REST's in serving)."""
     return predict_pb2.PredictRequest(
         model=model,
@@ -226,6 +228,8 @@ def request_proto(req: EncodedRequest, model: str, strict: bool, routing_key: st
         unknown_fields=list(req.unknown_fields),
         strict=strict,
         routing_key=routing_key,
+        label=label,
+        version=version,
     )
 
 
@@ -341,25 +345,41 @@ class PredictClient:
                 time.sleep(0.05)
 
     def predict(
-        self, items: Sequence[Mapping[str, Value]], context: Mapping[str, Value] | None = None, routing_key: str = ""
+        self,
+        items: Sequence[Mapping[str, Value]],
+        context: Mapping[str, Value] | None = None,
+        routing_key: str = "",
+        *,
+        label: str = "",
+        version: int = 0,
     ) -> Prediction:
-        """routing_key: what a traffic split routes by (a user id): one key, one version label."""
-        return self.predict_encoded(self.encoder.encode(items, context), routing_key)
+        """routing_key: what a traffic split routes by (a user id): one key, one version label.
+        label or version: that version instead ("stable", a canary's label, or a number),
+        NOT_FOUND unless serving has it loaded."""
+        return self.predict_encoded(self.encoder.encode(items, context), routing_key, label=label, version=version)
 
     def predict_columns(
-        self, items: Mapping[str, ColumnValues], context: Mapping[str, ColumnValues] | None = None, routing_key: str = ""
+        self,
+        items: Mapping[str, ColumnValues],
+        context: Mapping[str, ColumnValues] | None = None,
+        routing_key: str = "",
+        *,
+        label: str = "",
+        version: int = 0,
     ) -> Prediction:
-        return self.predict_encoded(self.encoder.encode_columns(items, context), routing_key)
+        return self.predict_encoded(self.encoder.encode_columns(items, context), routing_key, label=label, version=version)
 
-    def predict_encoded(self, req: EncodedRequest, routing_key: str = "") -> Prediction:
+    def predict_encoded(self, req: EncodedRequest, routing_key: str = "", *, label: str = "", version: int = 0) -> Prediction:
         stub = self.stubs[next(self._turn) % len(self.stubs)]  # the connections in turn
-        resp = stub.Predict(self.to_proto(req, routing_key), timeout=self.timeout)
+        resp = stub.Predict(self.to_proto(req, routing_key, label=label, version=version), timeout=self.timeout)
         return Prediction(
             np.asarray(resp.scores, dtype=np.float32), resp.model, resp.version, resp.unknown_features, resp.label or "stable"
         )
 
-    def to_proto(self, req: EncodedRequest, routing_key: str = "") -> predict_pb2.PredictRequest:
-        return request_proto(req, self.model, self.strict, routing_key)
+    def to_proto(
+        self, req: EncodedRequest, routing_key: str = "", *, label: str = "", version: int = 0
+    ) -> predict_pb2.PredictRequest:
+        return request_proto(req, self.model, self.strict, routing_key, label=label, version=version)
 
     def status(self) -> predict_pb2.ModelStatusResponse:
         return self.stub.ModelStatus(predict_pb2.ModelStatusRequest(model=self.model), timeout=self.timeout)

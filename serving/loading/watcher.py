@@ -39,6 +39,10 @@ SPARE_WAIT_S = 0.05  # how long a load waits for the last request on the retired
 log = logging.getLogger("serving")
 
 
+class NotLoaded(LookupError):
+    """A request named a label or a version this server has not loaded."""
+
+
 def unit_of(key: str, salt: str = "") -> float:
     """A stable number in [0, 1) for a key: the same in every process and after restarts."""
     digest = hashlib.blake2b(f"{salt}\x00{key}".encode(), digest_size=8).digest()
@@ -127,14 +131,19 @@ class ModelWatcher:
             yield model
 
     @contextmanager
-    def use_routed(self, routing_key: str = "") -> Iterator[tuple[str, ServableModel | None]]:
+    def use_routed(self, routing_key: str = "", label: str = "", version: int = 0) -> Iterator[tuple[str, ServableModel | None]]:
         """use(), with the label that routed the request: a label's version when the key's
-        stable hash falls in its share (route_of), else "stable", the policy's version."""
+        stable hash falls in its share (route_of), else "stable", the policy's version. A
+        request that names a label or a version gets it, or NotLoaded naming what is loaded."""
+        model: ServableModel | None
         with self._use_lock:
-            label = route_of(routing_key, self.labels) if routing_key and self.labels else STABLE
-            model = self.labelled.get(label) if label != STABLE else None
-            if model is None:
-                label, model = STABLE, self.current
+            if label or version:
+                label, model = self._named(label, version)
+            else:
+                label = route_of(routing_key, self.labels) if routing_key and self.labels else STABLE
+                model = self.labelled.get(label) if label != STABLE else None
+                if model is None:
+                    label, model = STABLE, self.current
             if model is not None:
                 model.active += 1
         try:
@@ -144,6 +153,25 @@ class ModelWatcher:
             if model is not None:
                 with self._use_lock:
                     model.active -= 1
+
+    def loaded(self) -> list[tuple[str, ServableModel]]:
+        """(label, version) of every version this watcher serves: the stable one first."""
+        stable = [(STABLE, self.current)] if self.current is not None else []
+        return stable + sorted(self.labelled.items(), key=lambda item: item[0])
+
+    def named(self, label: str, version: int) -> tuple[str, ServableModel]:
+        """The loaded version a label or number names (NotLoaded: none), not counted in use."""
+        with self._use_lock:
+            return self._named(label, version)
+
+    def _named(self, label: str, version: int) -> tuple[str, ServableModel]:
+        """The loaded version a request names by label, by number, or both (under _use_lock)."""
+        found = [(name, m) for name, m in self.loaded() if (not label or name == label) and (not version or m.version == version)]
+        if not found:
+            asked = " ".join(p for p in (f"label {label!r}" if label else "", f"version {version}" if version else "") if p)
+            loaded = ", ".join(f"{name} {m.version}" for name, m in self.loaded()) or "none yet"
+            raise NotLoaded(f"model {self.repo.model!r}: {asked} is not loaded here (loaded: {loaded})")
+        return found[0]
 
     def shadows(self, routing_key: str, count: int) -> list[tuple[str, ServableModel]]:
         """The labelled versions that also score this request off its path: each label with

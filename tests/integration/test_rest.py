@@ -63,6 +63,7 @@ def test_rest_scores_as_grpc_does_and_refuses_bad_json_by_field(tmp_path):
             "version": "1",
             "state": "AVAILABLE",
             "status": {"error_code": "OK", "error_message": ""},
+            "labels": ["stable"],
         }
         bad = [
             (b"{not json", 400, "body: not JSON"),

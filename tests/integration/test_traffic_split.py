@@ -6,11 +6,15 @@ replica's evidence passes its gate."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 
+import grpc
 import numpy as np
+import pytest
 
 from bench.serving_model import requests
 from boundless.processes import start
@@ -146,3 +150,65 @@ def test_a_shadow_is_promoted_only_on_evidence_every_replica_gives(tmp_path):
     finally:
         for r in replicas:
             r.stop()
+
+
+def _rest(url: str, body: dict | None = None) -> tuple[int, dict]:
+    data = None if body is None else json.dumps(body).encode()
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, data=data), timeout=30) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def test_a_request_that_names_a_label_or_a_version_gets_it_over_grpc_and_tf_servings_rest_paths(tmp_path):
+    """An operator scores the canary itself (gRPC's label and version, TF Serving's
+    /labels/L and /versions/V), whatever a routing key would pick; a version not loaded is
+    NOT_FOUND naming what is; REST lists every loaded version and its metadata, and takes
+    TF Serving clients' signature_name."""
+    reqs = requests(2, seed=11, items=20)
+    repo, scores = two_fm_versions(tmp_path / "repo", reqs, keys=20_000)
+    repo.set_policy(Policy("pinned", 1))
+    _model(repo, "label", "canary", "2", "--share", "0.3")
+    serving = start("serving", ["serve", "--repo", str(repo.root), "--poll-s", "0.05", "--rest-port", "0"], tmp_path)
+    try:
+        serving.wait_ready()
+        client = PredictClient(serving.address)
+        client.wait_for_model()
+        wait_until("the canary loaded", lambda: any(client.predict_encoded(reqs[0], f"u{i}").version == 2 for i in range(50)))
+        for i in range(20):
+            canary = client.predict_encoded(reqs[0], f"user-{i}", label="canary")
+            assert (canary.label, canary.version) == ("canary", 2)
+            np.testing.assert_allclose(canary.scores, scores[2][0], atol=1e-5)
+            stable = client.predict_encoded(reqs[0], f"user-{i}", version=1)
+            assert (stable.label, stable.version) == ("stable", 1)
+            np.testing.assert_allclose(stable.scores, scores[1][0], atol=1e-5)
+        assert client.predict_encoded(reqs[0], label="stable", version=1).version == 1
+        for label, version in (("", 3), ("beta", 0), ("canary", 1)):
+            with pytest.raises(grpc.RpcError) as e:
+                client.predict_encoded(reqs[0], label=label, version=version)
+            assert e.value.code() == grpc.StatusCode.NOT_FOUND  # type: ignore[attr-defined]
+            assert "is not loaded here (loaded: stable 1, canary 2)" in e.value.details()  # type: ignore[attr-defined]
+
+        base = f"http://127.0.0.1:{serving.ready['rest_port']}/v1/models/ctr"
+        fields = list(client.status().fields)
+        row = {fields[0]: "17", fields[1]: "3"}
+        want = {v: client.predict([row], version=v).scores for v in (1, 2)}
+        for path, version in (("/versions/2", 2), ("/labels/canary", 2), ("/labels/stable", 1), ("/versions/1", 1)):
+            status, got = _rest(base + path + ":predict", {"signature_name": "serving_default", "instances": [row]})
+            assert status == 200 and got["model_version"] == version, (path, got)
+            np.testing.assert_allclose(got["predictions"], want[version], atol=1e-6)
+        status, got = _rest(base + "/versions/3:predict", {"instances": [row]})
+        assert status == 404 and "version 3 is not loaded here" in got["error"]
+        status, got = _rest(base + ":predict", {"signature_name": "classify", "instances": [row]})
+        assert status == 400 and "the one signature is 'serving_default'" in got["error"]
+        status, got = _rest(base)
+        assert status == 200
+        assert [(s["version"], s["labels"]) for s in got["model_version_status"]] == [("1", ["stable"]), ("2", ["canary"])]
+        status, got = _rest(base + "/labels/canary/metadata")
+        assert status == 200 and got["model_spec"] == {"name": "ctr", "version": "2", "label": "canary"}
+        assert got["metadata"]["model_type"] == "fm" and got["metadata"]["fields"] == fields
+        labelled = client.status().labels
+        assert [(x.label, x.version, round(x.share, 6)) for x in labelled] == [("canary", 2, 0.3)]
+    finally:
+        serving.stop()
