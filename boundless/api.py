@@ -95,12 +95,13 @@ class _Bar:
     def record(self, snap: dict[str, float]) -> None:
         if self.bar is None:
             return
-        samples = snap.get("samples", 0.0)
+        samples = snap.get("samples", 0.0)  # the stream's (a cut taken up carries its count on)
+        trained = snap.get("trained_samples", samples)  # this run's, which its speed is over
         now = time.monotonic()
         then, before = self._last
-        self._last = (now, samples)
+        self._last = (now, trained)
         self.bar.update(max(0, int(samples) - self.bar.n))
-        rate = (samples - before) / (now - then) if now > then else 0.0
+        rate = (trained - before) / (now - then) if now > then else 0.0
         self.bar.set_postfix({"ex/s": f"{rate:,.0f}", "window AUC": f"{snap.get('window_auc', math.nan):.4f}"})
 
     def close(self) -> None:

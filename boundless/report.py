@@ -103,6 +103,22 @@ def server_histogram(path: Path) -> tuple[np.ndarray, np.ndarray] | None:
     return None
 
 
+def _trained(rows: list[dict[str, Any]]) -> np.ndarray:
+    """Samples the record's run had trained: a run taken up at a cut counts its `samples` on
+    from the cut's (curves written before `trained_samples` existed: the samples)."""
+    trained, samples = _series(rows, "trained_samples"), _series(rows, "samples")
+    return np.where(np.isnan(trained), samples, trained)
+
+
+def throughput(rows: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
+    """(seconds, samples/s) between consecutive records. Runs append to one curve file: a
+    record whose clock went back starts a run, so no rate spans two (NaN there)."""
+    elapsed, done = _series(rows, "elapsed_s"), _trained(rows)
+    dt = np.diff(elapsed)
+    rate = np.where(dt > 0, np.diff(done) / np.where(dt > 0, dt, 1.0), np.nan)
+    return elapsed[1:], rate
+
+
 def draw_training(rows: list[dict[str, Any]], out: Path) -> Path:
     import matplotlib.pyplot as plt
 
@@ -117,16 +133,11 @@ def draw_training(rows: list[dict[str, Any]], out: Path) -> Path:
     ax.set(title="progressive logloss", xlabel="samples trained", ylabel="logloss")
     ax.legend()
     ax = axes[1, 0]
-    elapsed = _series(rows, "elapsed_s")
     if len(rows) > 1:
-        rate = np.diff(samples) / np.maximum(np.diff(elapsed), 1e-9)
-        ax.plot(elapsed[1:], rate, marker=".")
+        ax.plot(*throughput(rows), marker=".")
     ax.set(title="throughput", xlabel="seconds", ylabel="samples/s")
     ax = axes[1, 1]
-    # bytes are the run's, so per sample the run trained (a run taken up at a cut counts on from
-    # the cut's samples); curves written before the field existed: the samples
-    trained = _series(rows, "trained_samples")
-    per = np.maximum(np.where(np.isnan(trained), samples, trained), 1)
+    per = np.maximum(_trained(rows), 1)  # bytes are the run's: per sample the run trained
     ax.plot(samples, _series(rows, "push_bytes") / per, marker=".", label="push")
     ax.plot(samples, _series(rows, "pull_bytes") / per, marker=".", label="pull")
     ax.set(title="bytes on the wire per sample", xlabel="samples trained", ylabel="bytes/sample")

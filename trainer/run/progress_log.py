@@ -42,7 +42,7 @@ class ProgressLog:
             metrics.SAMPLES.inc(trained - self._samples)
             self._samples = trained
         if self.on_record is not None:
-            self.on_record(snap)
+            self.on_record({**snap, "trained_samples": trained})
         if self.path is None:
             return
         line = {

@@ -4,6 +4,7 @@ what cannot be read."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -63,3 +64,15 @@ def test_an_empty_folder_is_an_error_that_says_what_is_missing(tmp_path, capsys)
     (tmp_path / report.LATENCY).write_text('{"predict_ms": []}')
     assert main(["report", str(tmp_path)]) == 2
     assert "predict_ms holds no latencies" in capsys.readouterr().out
+
+
+def test_throughput_is_over_what_each_run_trained_and_spans_no_two_runs():
+    first = [{"samples": 1000.0 * i, "trained_samples": 1000.0 * i, "elapsed_s": float(i)} for i in (1, 2, 3)]
+    # the next run took up a cut at 2,500 samples: its clock starts again, its count goes on
+    second = [{"samples": 2500.0 + 500 * i, "trained_samples": 500.0 * i, "elapsed_s": float(i)} for i in (1, 2)]
+    seconds, rate = report.throughput(first + second)
+    assert seconds.tolist() == [2.0, 3.0, 1.0, 2.0]
+    assert rate[:2].tolist() == [1000.0, 1000.0] and rate[3] == 500.0
+    assert math.isnan(rate[2])  # the restart: not a rate
+    old = [{"samples": 100.0, "elapsed_s": 1.0}, {"samples": 300.0, "elapsed_s": 2.0}]  # before trained_samples
+    assert report.throughput(old)[1].tolist() == [200.0]
