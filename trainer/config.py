@@ -41,7 +41,13 @@ class InputSettings:
             " endpoint and credentials from AWS_* variables), or kafka://HOST:PORT/TOPIC"
         },
     )
-    format: str = field(default="auto", metadata={"help": "schema preset (criteo, avazu, libsvm, libffm, kv...) or auto"})
+    format: str = field(
+        default="auto",
+        metadata={
+            "help": "auto (told from the first line); csv, tsv (a header line naming the label) or parquet; or a"
+            " preset (criteo, avazu, libsvm, libffm, kv...)"
+        },
+    )
     schema: str | None = field(default=None, metadata={"help": "YAML feature schema; overrides --format"})
     label: str | None = field(
         default=None, metadata={"help": "the label column of csv input (default: click, label, is_attributed, clicked or y)"}

@@ -22,7 +22,7 @@ import yaml
 from ctr.data.csv_line import CsvQuoteError, header_names, split_header
 from ctr.data.fields import FieldIndex
 from ctr.data.formats import resolve_fields
-from ctr.data.schema import PRESETS, FeatureSchema, detect_schema
+from ctr.data.schema import DELIMITED, PRESETS, FeatureSchema, detect_schema
 from ctr.model.optim import FP32_MANTISSA
 from ctr.model.registry import family
 from ctr.model.spec import ModelSpec
@@ -69,10 +69,12 @@ def load_schema(conf: TrainerConfig) -> FeatureSchema | None:
             schema = FeatureSchema.from_dict(yaml.safe_load(Path(conf.input.schema).read_text()) or {})
         except (ValueError, yaml.YAMLError) as e:
             raise cfg.ConfigError(f"--schema {conf.input.schema}: {e}") from None
-    elif conf.input.format == "auto":
-        return with_csv_header(None, conf.input.csv_header, conf.input.label) if conf.input.csv_header else None
+    elif conf.input.format == "auto" or conf.input.format in DELIMITED:  # told from the first line
+        delimiters = DELIMITED.get(conf.input.format)
+        return with_csv_header(None, conf.input.csv_header, conf.input.label, delimiters) if conf.input.csv_header else None
     elif conf.input.format not in PRESETS:
-        raise cfg.ConfigError(f"--format: unknown preset {conf.input.format!r}; known: auto, {', '.join(PRESETS)}")
+        known = ", ".join(["auto", *DELIMITED, *PRESETS])
+        raise cfg.ConfigError(f"--format: unknown format {conf.input.format!r}; known: {known}")
     else:
         schema = PRESETS[conf.input.format]
     schema = replace(schema, label=conf.input.label) if conf.input.label else schema
@@ -86,10 +88,13 @@ def own_outputs(conf: TrainerConfig) -> tuple[str, ...]:
     return (*cfg.output_paths(conf), *([cache] if cache and cache.lower() not in ("off", "none") else []))
 
 
-def with_csv_header(schema: FeatureSchema | None, header: str, label: str | None) -> FeatureSchema:
-    """The schema with --csv-header's column names (detected from them under --format auto)."""
+def with_csv_header(
+    schema: FeatureSchema | None, header: str, label: str | None, delimiters: tuple[str, ...] | None = None
+) -> FeatureSchema:
+    """The schema with --csv-header's column names (detected from them under --format auto,
+    csv or tsv)."""
     try:
-        schema = schema or detect_schema(header, label)
+        schema = schema or detect_schema(header, label, delimiters)
         if schema.format != "csv":
             raise ValueError(f"it is for csv input, and the format is {schema.format}")
         names = header_names(header, schema.delimiter)
@@ -273,20 +278,20 @@ def connect(conf: TrainerConfig, stopping: Callable[[], bool] = lambda: False, r
     return client
 
 
-def detect_from(lines: list[str], label: str | None = None, every: bool = False) -> FeatureSchema | None:
+def detect_from(lines: list[str], label: str | None = None, every: bool = False, fmt: str = "auto") -> FeatureSchema | None:
     """The schema of the first line whose format can be told; None when there is no line.
     Lines none of which tell their format are refused at once, naming why the first does not.
     The first 100 lines are tried, or `every` line (a topic's partitions interleave, so its
-    header message may come late in a peek)."""
+    header message may come late in a peek). fmt csv or tsv: only a header so delimited."""
     first: ValueError | None = None
     for line in lines if every else lines[:100]:
         try:
-            return detect_schema(line, label)
+            return detect_schema(line, label, DELIMITED.get(fmt))
         except ValueError as e:
             first = first or e
     if first is not None:
         csv_header = ", or --csv-header for csv messages without a header" if every else ""
-        raise cfg.ConfigError(f"--format auto: {first}; give --format, --label or a --schema YAML{csv_header}")
+        raise cfg.ConfigError(f"--format {fmt}: {first}; give --format, --label or a --schema YAML{csv_header}")
     return None
 
 
@@ -296,7 +301,7 @@ def resolve(conf: TrainerConfig, schema: FeatureSchema | None, source: Source) -
     fixed = schema is not None and bool(schema.base_fields())
     lines = [] if fixed else source.peek(timeout_s=conf.input.peek_timeout_s)
     if schema is None:
-        schema = detect_from(lines, conf.input.label, every=conf.input.source.startswith("kafka://"))
+        schema = detect_from(lines, conf.input.label, conf.input.source.startswith("kafka://"), conf.input.format)
     if schema is not None:
         schema = topic_header(conf, schema, lines)
     if schema is None:
@@ -623,6 +628,8 @@ def train_run(
         hold_back=conf.export.holdout_samples if exporter is not None and ends(conf) else 0,
         max_bad_fraction=conf.input.max_bad_fraction,
         export_drain=conf.export.export_drain,
+        label=conf.input.label,
+        delimiters=DELIMITED.get(conf.input.format),
     )
     progress_log = ProgressLog(conf.progress.curve_out if lead else None, count_samples=world > 1, on_record=on_progress)
     if lead or conf.ready_file:  # a local rank other than 0 has none to write and prints none

@@ -121,6 +121,7 @@ PRESETS: dict[str, FeatureSchema] = {
     "avazu": FeatureSchema(format="csv", label="click", skip=("id",)),
     "talkingdata": FeatureSchema(format="csv", label="is_attributed", skip=("attributed_time", "click_time")),
     "libsvm": FeatureSchema(format="libsvm"),
+    "libfm": FeatureSchema(format="libsvm"),  # libFM's text format is libsvm's
     "libffm": FeatureSchema(format="libffm"),
     "kv": FeatureSchema(format="kv"),
 }
@@ -144,6 +145,19 @@ def _header(line: str, delimiter: str) -> tuple[str, ...]:
         raise ValueError(f"csv header: {e}") from e
 
 
+def _delimited_header(line: str, label: str | None, delimiters: tuple[str, ...]) -> FeatureSchema:
+    """The csv schema of a header line delimited by one of `delimiters` that names the label
+    (`label`, else one of the usual names), or ValueError saying what the line lacks."""
+    names = " or ".join(repr(d) for d in delimiters)
+    for delim in (d for d in delimiters if d in line):
+        header = _header(line, delim)
+        for name in (label,) if label is not None else _CSV_LABELS:
+            if name in header:
+                return _csv_preset(header, name, delim)
+    wanted = repr(label) if label is not None else f"one of {', '.join(_CSV_LABELS)}; name it with --label"
+    raise ValueError(f"the first line is not a header delimited by {names} that names the label column ({wanted}): {line[:80]!r}")
+
+
 def _csv_preset(header: tuple[str, ...], label: str, delimiter: str) -> FeatureSchema:
     """The csv schema of a header naming `label`: Criteo's numeric columns when it has I1,
     TalkingData's skipped times for is_attributed, Avazu's skipped id."""
@@ -154,13 +168,19 @@ def _csv_preset(header: tuple[str, ...], label: str, delimiter: str) -> FeatureS
 
 
 _DELIMITERS = (",", "\t", ";", "|")  # a header line's: comma first, then TSV, then European and pipe exports
+# --format csv / tsv: a file whose first line is a header naming the label, delimited so;
+# parquet: a Parquet file, read as the csv text of its columns (trainer.input.parquet_text)
+DELIMITED: dict[str, tuple[str, ...]] = {"csv": _DELIMITERS, "tsv": ("\t",), "parquet": (",",)}
 
 
-def detect_schema(first_line: str, label: str | None = None) -> FeatureSchema:
+def detect_schema(first_line: str, label: str | None = None, delimiters: tuple[str, ...] | None = None) -> FeatureSchema:
     """Guesses the schema of a file from its first line (for `--data PATH` without --format);
     `label` names a csv file's label column when it is none of the usual names. A header
-    delimited by commas, tabs, semicolons or pipes is a csv file when it names a label."""
+    delimited by commas, tabs, semicolons or pipes is a csv file when it names a label.
+    `delimiters`: only a header delimited by one of them (--format csv or tsv)."""
     line = first_line.rstrip("\r\n").removeprefix(BOM)
+    if delimiters is not None:
+        return _delimited_header(line, label, delimiters)
     if "\t" in line:
         cols = line.split("\t")
         if any("=" in c for c in cols[1:]):

@@ -15,7 +15,7 @@ from ctr.data.batch import build_batch
 from ctr.data.fields import FieldIndex
 from ctr.data.formats import ParsedSample, ParseError, make_parser, read_lines, resolve_fields
 from ctr.data.quality import auc, logloss
-from ctr.data.schema import PRESETS, FeatureSchema, detect_schema
+from ctr.data.schema import DELIMITED, PRESETS, FeatureSchema, detect_schema
 from protos import predict_pb2
 from serving.client.predict_client import PredictClient, encode_batch, schema_of
 
@@ -42,10 +42,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def schema_for(fmt: str, served: FeatureSchema, first_line: str) -> FeatureSchema:
     if fmt == "model":
         return served if served.format != "kv" or "=" in first_line else detect_schema(first_line)
-    if fmt == "auto":
-        return detect_schema(first_line)
+    if fmt == "auto" or fmt in DELIMITED:
+        return detect_schema(first_line, None, DELIMITED.get(fmt))
     if fmt not in PRESETS:
-        raise ValueError(f"--format {fmt!r}: not model, auto or a preset ({', '.join(PRESETS)})")
+        raise ValueError(f"--format {fmt!r}: not model, auto, {', '.join(DELIMITED)} or a preset ({', '.join(PRESETS)})")
     return PRESETS[fmt]
 
 

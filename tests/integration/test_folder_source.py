@@ -102,3 +102,24 @@ def test_a_followed_folder_holding_the_trainers_own_outputs_reads_only_its_sampl
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads((folder / "m.json").read_text())
     assert got["samples"] + got["held_out_samples"] == 3000 and got["bad_lines"] == 0 and got["exports"] >= 1, got
+
+
+def test_a_csv_arriving_after_the_peek_is_read_by_label_and_format_csv(data_dir: Path, tmp_path: Path) -> None:
+    """A trainer started on an empty folder tells the format from the first file that comes
+    after its peek gave up, with --label's column and --format csv's delimiters (before:
+    the late detection knew neither, and every line of a csv whose label is 'conv' was bad)."""
+    text = (data_dir / "avazu_10k/train_rows1-9999.csv").read_text().splitlines()[:2001]
+    header = text[0].replace(",click,", ",conv,").replace(",", ";")
+    for fmt in ("auto", "csv"):
+        folder, work = tmp_path / fmt / "stream", tmp_path / fmt
+        folder.mkdir(parents=True)
+        cmd = [sys.executable, "-m", "boundless", "train", "--source", str(folder), "--label", "conv", "--format", fmt]
+        cmd += ["--peek-timeout-s", "0.2", "--idle-exit-s", "3", "--metrics-port", "-1", "--port", "-1"]
+        proc = subprocess.Popen([*cmd, "--metrics-out", str(work / "m.json")], stderr=subprocess.PIPE, text=True)
+        time.sleep(1.5)  # past the peek
+        rows = [x.replace(",", ";") for x in text[1:]]
+        (folder / ".day.tmp").write_text("\n".join([header, *rows]) + "\n")
+        (folder / ".day.tmp").rename(folder / "day.csv")
+        result, err = _finish(proc, work)
+        assert result["samples"] == 2000 and result["bad_lines"] == 0, err[-2000:]
+        assert "detected format csv in" in err

@@ -54,9 +54,12 @@ class BatchReader:
         batch_size: int,
         max_line_bytes: int,
         cache: BatchCache | None = None,
+        label: str | None = None,
+        delimiters: tuple[str, ...] | None = None,
     ) -> None:
         self.source = source
         self.schema = schema
+        self.label, self.delimiters = label, delimiters  # how _detect tells a format: --label, --format csv/tsv
         self.fields = fields
         self.batch_size = batch_size
         self.max_line_bytes = max_line_bytes
@@ -109,7 +112,7 @@ class BatchReader:
             nl = data.find(b"\n")
             head, rest = (data, b"") if nl < 0 else (data[:nl], data[nl + 1 :])
             try:
-                self.schema = detect_schema(head.decode("utf-8"))
+                self.schema = detect_schema(head.decode("utf-8"), self.label, self.delimiters)
                 log.info("detected format %s in %s", self.schema.format, block.file)
                 self._header_next = True
                 return Block(block.file, block.offset + len(block.data) - len(data), line, data, block.final)

@@ -54,6 +54,10 @@ class LoopSettings:
     hold_back: int = 0
     max_bad_fraction: float = 0.1  # more bad lines than this share of the lines read stops the run (BadInput)
     export_drain: bool = True  # residuals sent (in bf16) before each export (docs/design/wire-bytes.md)
+    # a format told from the stream once it flows (nothing to peek at when the run began):
+    # --label's column, and --format csv/tsv's delimiters, as the peek would have told it
+    label: str | None = None
+    delimiters: tuple[str, ...] | None = None
 
 
 class Trainer:
@@ -135,7 +139,9 @@ class Trainer:
 
     def _reader(self) -> BatchReader:
         s = self.s
-        return BatchReader(self.source, self.schema, self.fields, s.batch_size, s.max_line_bytes, self.cache)
+        return BatchReader(
+            self.source, self.schema, self.fields, s.batch_size, s.max_line_bytes, self.cache, s.label, s.delimiters
+        )
 
     def take_up(self, point: CutPoint, reopen: Callable[[Position | None], Source], recover: Callable[[], CutPoint]) -> None:
         """Starts at a checkpoint cut the shards were restored to (`point`; the source is

@@ -4,7 +4,7 @@ import pytest
 
 from ctr.data.fields import FieldIndex
 from ctr.data.formats import ParseError, make_parser
-from ctr.data.schema import PRESETS, detect_schema
+from ctr.data.schema import DELIMITED, PRESETS, detect_schema
 
 FILES = [
     ("criteo_10k/train_rows1-10000.tsv", "criteo", 10000),
@@ -139,3 +139,16 @@ def test_headerless_lines_are_not_taken_for_headers():
         detect_schema("a\tb", label="y")
     with pytest.raises(ValueError, match="looked for click"):
         detect_schema("a,b,c")
+
+
+def test_format_csv_or_tsv_takes_only_a_header_so_delimited_that_names_the_label():
+    assert detect_schema("id;conv;site", "conv", DELIMITED["csv"]).delimiter == ";"
+    assert detect_schema("conv\tsite", "conv", DELIMITED["tsv"]).delimiter == "\t"
+    assert detect_schema("click,site", None, DELIMITED["csv"]).label == "click"
+    with pytest.raises(ValueError, match=r"not a header delimited by '\\t' that names the label column \('conv'\)"):
+        detect_schema("id,conv,site", "conv", DELIMITED["tsv"])
+    with pytest.raises(ValueError, match="not a header delimited by"):
+        detect_schema("1 3:1 5:2", None, DELIMITED["csv"])  # libsvm: not taken for csv
+    with pytest.raises(ValueError, match="one of click, label"):
+        detect_schema("a,b,c", None, DELIMITED["csv"])
+    assert PRESETS["libfm"] == PRESETS["libsvm"]  # libFM's text format
