@@ -46,6 +46,7 @@ import grpc
 import numpy as np
 import numpy.typing as npt
 
+from ctr.data.formats import ParseError
 from ctr.runtime.auth import RANK, role_of
 from ctr.runtime.security import Identity
 from serving.client.predict_client import RequestEncoder, Value, request_proto
@@ -271,10 +272,15 @@ class RestFront:
         # the transform of the version named, else the stable one's (a routed label's version
         # is the same model: another field list or transform is refused at publication)
         encoder = self.encoder(self.versions(target)[0][1])
-        if parsed.columns is not None:
-            enc = encoder.encode_columns(parsed.columns, parsed.context_columns)
-        else:
-            enc = encoder.encode(parsed.rows or [], parsed.context)
+        try:
+            if parsed.columns is not None:
+                enc = encoder.encode_columns(parsed.columns, parsed.context_columns)
+            else:
+                enc = encoder.encode(parsed.rows or [], parsed.context, "instances")
+        except ParseError as e:  # a value the version's transform cannot take: which and where
+            raise Refused(HTTPStatus.BAD_REQUEST, str(e)) from None
+        except ValueError as e:  # a column's
+            raise Refused(HTTPStatus.BAD_REQUEST, f"inputs: {e}") from None
         request = request_proto(enc, target.model, parsed.strict, parsed.routing_key, label=target.label, version=target.version)
         reply = self.servicer.Predict(request, _Context())  # type: ignore[arg-type]
         return {

@@ -26,7 +26,7 @@ import numpy.typing as npt
 
 from ctr.data.batch import SampleBatch
 from ctr.data.fields import FieldIndex, cross_name
-from ctr.data.formats import FieldEncoder, ParsedSample
+from ctr.data.formats import FieldEncoder, ParsedSample, ParseError
 from ctr.data.hashing import hash_tokens, pack_tokens
 from ctr.data.schema import FORMATS, FeatureSchema
 from ctr.runtime.security import Identity, open_channel
@@ -122,15 +122,25 @@ class RequestEncoder:
                 acc.values.append(1.0)
                 owner.append(who)
 
-    def encode(self, items: Sequence[Mapping[str, Value]], context: Mapping[str, Value] | None = None) -> EncodedRequest:
+    def encode(
+        self, items: Sequence[Mapping[str, Value]], context: Mapping[str, Value] | None = None, items_name: str = "items"
+    ) -> EncodedRequest:
+        """A value that cannot be a feature (a numeric field's 'abc') raises ParseError naming
+        where it is: `items_name`[i] or context."""
         acc = ParsedSample(0.0, [], [], [])
         owner: list[int] = []
         unknown: dict[str, int] = {}
-        shared = self._add(acc, owner, -1, context or {}, unknown)
+        try:
+            shared = self._add(acc, owner, -1, context or {}, unknown)
+        except ParseError as e:
+            raise ParseError(f"context: {e}") from None
         if self.crosses:
             self._add_crosses(acc, owner, -1, shared, {})
         for i, features in enumerate(items):
-            own = self._add(acc, owner, i, features, unknown)
+            try:
+                own = self._add(acc, owner, i, features, unknown)
+            except ParseError as e:
+                raise ParseError(f"{items_name}[{i}]: {e}") from None
             if self.crosses:
                 self._add_crosses(acc, owner, i, own, shared)
         fields = np.asarray(acc.fields, np.int64)

@@ -4,6 +4,8 @@ and counts features of fields the model does not have."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -124,3 +126,43 @@ def test_a_numeric_column_with_a_missing_value_is_refused_naming_it_and_the_way_
         with pytest.raises(ValueError, match="^n: a numeric column holds .*send missing values with the dict form"):
             enc.encode_columns({"n": column})
     assert enc.encode_columns({"n": np.array(["1.5", "2"])}).item_count == 2  # numbers as text are numbers
+
+
+def test_a_value_a_numeric_field_cannot_take_is_named_by_its_item_or_the_context():
+    from ctr.data.formats import ParseError
+
+    encoder = RequestEncoder(SCHEMA, ["u", "a", "b", "n", "axn", "uxb"])
+    with pytest.raises(ParseError, match=r"^items\[1\]: field n: 'abc' is not a number"):
+        encoder.encode([{"n": 3}, {"n": "abc"}])
+    with pytest.raises(ParseError, match=r"^instances\[0\]: field n: 'inf' is not a number"):
+        encoder.encode([{"n": float("inf")}], items_name="instances")
+    with pytest.raises(ParseError, match=r"^context: field n"):
+        encoder.encode([{"a": "x"}], {"n": "x1"})
+
+
+def test_rest_refuses_such_a_value_with_400_naming_it_not_a_500(tmp_path):
+    from http import HTTPStatus
+
+    from bench.serving_model import publish, requests, spec_for
+    from ctr.repository.versions import Repository
+    from serving.loading.watcher import ModelWatcher
+    from serving.rest import RestFront, Target
+    from serving.service import PredictorServicer
+
+    spec = spec_for("lr", k=1, hidden=())
+    repo = Repository(tmp_path / "repo", "ctr")
+    publish(repo, 1, spec, requests(1, seed=5, items=5), keys=1_000, shards=1)
+    watcher = ModelWatcher(repo, 60.0)
+    watcher.refresh()
+    assert watcher.current is not None
+    watcher.current.schema = FeatureSchema(format="csv", numeric=(spec.fields[0],))  # a numeric field, as a csv's
+    front = RestFront(PredictorServicer(watcher), 1 << 20, 4, None)
+    name = spec.fields[0]
+    for body, words in (
+        ({"instances": [{name: 3}, {name: "abc"}]}, f"instances[1]: field {name}: 'abc' is not a number"),
+        ({"inputs": {name: ["abc", "3"]}}, f"inputs: {name}: a numeric column holds a value that is not a number"),
+    ):
+        with pytest.raises(Refused) as e:
+            front.predict(Target("ctr", "predict"), json.dumps(body).encode())
+        assert e.value.status == HTTPStatus.BAD_REQUEST and words in str(e.value)
+    assert front.predict(Target("ctr", "predict"), json.dumps({"instances": [{name: 3}]}).encode())["model_version"] == 1
