@@ -10,6 +10,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -367,6 +368,28 @@ def test_a_run_taken_up_at_a_cut_reports_its_own_samples_and_exports_no_older_ve
     assert len(new) == 1  # the last model only, and whole: this run's first export
     manifest = json.loads((exports / new[0] / "export.json").read_text())
     assert manifest["kind"] == "full" and manifest["metrics"]["samples"] == 26000
+
+    # a run that died between its last export and its next cut: the newest export stands
+    # ahead of the cut the next run takes up, so that run replays the stream up to there
+    # and exports only past it (its replay would be older than the version served)
+    ahead = exports / f"{int(new[0]) + 1:020d}"
+    shutil.copytree(exports / new[0], ahead)
+    manifest["id"], manifest["metrics"]["samples"] = ahead.name, 29000
+    (ahead / "export.json").write_text(json.dumps(manifest))
+    (folder / "c.libfm").write_text("\n".join(lines[26000:36000]) + "\n")
+    before = set(p.name for p in exports.iterdir())
+    out = tmp_path / "m.json"
+    cmd = [sys.executable, "-m", "boundless", "train", "--source", str(folder), "--no-follow", "--metrics-port", "-1"]
+    cmd += ["--ps", "local", "--local-data-dir", str(tmp_path / "ps"), "--checkpoint-interval-s", "1000"]
+    cmd += ["--export-dir", str(exports), "--holdout-samples", "0", "--batch-size", "500", "--export-interval-s", "0"]
+    proc = subprocess.run([*cmd, "--metrics-out", str(out)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "taken up at 26000 samples, behind the last export (29000)" in proc.stderr
+    written = [
+        json.loads((exports / n / "export.json").read_text()) for n in sorted(set(p.name for p in exports.iterdir()) - before)
+    ]
+    assert written and min(m["metrics"]["samples"] for m in written) > 29000, [m["metrics"]["samples"] for m in written]
+    assert written[0]["kind"] == "full" and written[-1]["metrics"]["samples"] == 36000
 
 
 def test_shards_holding_different_cuts_go_back_to_the_newest_they_all_hold(data_dir, tmp_path):

@@ -183,6 +183,24 @@ class Exporter:
             shutil.rmtree(folder, ignore_errors=True)  # a manager never sees half an export (no READY)
             raise
 
+    def last_exported_samples(self) -> int:
+        """The stream's samples at the newest READY export in the folder of this model (0:
+        none): a run taken up at an older cut replays the stream up to there."""
+        with os.scandir(self.export_dir) as entries:
+            ids = sorted((e.name for e in entries if e.name.isdigit() and len(e.name) == ID_DIGITS), reverse=True)
+        for export_id in ids:
+            folder = self.export_dir / export_id
+            if not (folder / "READY").exists():
+                continue  # still waiting for its holdout, or cut short: never published
+            try:
+                manifest = json.loads((folder / "export.json").read_text())
+                if manifest["model"]["name"] != self.name:
+                    return 0
+                return int(manifest["metrics"]["samples"])
+            except (OSError, ValueError, KeyError, TypeError):
+                return 0  # unreadable: the manager refuses it too; nothing to wait for
+        return 0
+
     def _next_id(self) -> str:
         """The export's id: the wall clock in ns, but above every export in the folder and
         the last one given. The manager publishes exports in id order and skips ids at or

@@ -175,8 +175,21 @@ class Trainer:
         self.run_from = self.submitted
         # a model taken up from a cut is not exported as it stands: the run before trained past
         # the cut, so as a new version it would take serving back to an older state, or its
-        # run ended there, exporting it; this run's first export is a full one
+        # run ended there, exporting it; this run's first export is a full one. Past the cut,
+        # the stream is replayed up to where that run's last export stood: a version from the
+        # replay would be older than the one served, judged against one that trained on its
+        # holdout, so exports wait until the stream passes that point (one process: a rank's
+        # count is its share, which another world size deals out otherwise)
         self._exported_at = self.submitted
+        if self.exporter is not None and self.submitted and self.group is None:
+            reached = self.exporter.last_exported_samples()
+            if reached > self.submitted:
+                log.info(
+                    "taken up at %d samples, behind the last export (%d): exports resume once the stream passes it",
+                    self.submitted,
+                    reached,
+                )
+                self._exported_at = reached
         while True:
             try:
                 self._stream()
