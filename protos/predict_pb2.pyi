@@ -40,6 +40,7 @@ class PredictRequest(_message.Message):
     ROUTING_KEY_FIELD_NUMBER: _builtins.int
     LABEL_FIELD_NUMBER: _builtins.int
     VERSION_FIELD_NUMBER: _builtins.int
+    TRANSFORM_DIGEST_FIELD_NUMBER: _builtins.int
     model: _builtins.str
     item_count: _builtins.int
     dictionary: _builtins.bytes
@@ -77,6 +78,12 @@ class PredictRequest(_message.Message):
     label's); NOT_FOUND names what it has. TF Serving's /versions/N and /labels/L.
     """
     version: _builtins.int
+    transform_digest: _builtins.int
+    """The field list and feature transform the client encoded with (ctr.data.schema.
+    transform_digest of ModelStatus's fields and transform; 0: not checked). A version
+    with another one (a new spec published, a rollback across one) refuses the request
+    with FAILED_PRECONDITION instead of scoring features it would read otherwise.
+    """
     @_builtins.property
     def unknown_fields(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """their names, the first few"""
@@ -99,10 +106,11 @@ class PredictRequest(_message.Message):
         routing_key: _builtins.str = ...,
         label: _builtins.str = ...,
         version: _builtins.int = ...,
+        transform_digest: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["compression", b"compression", "context", b"context", "dictionary", b"dictionary", "fields", b"fields", "item_count", b"item_count", "items", b"items", "label", b"label", "model", b"model", "routing_key", b"routing_key", "strict", b"strict", "tokens", b"tokens", "unknown_features", b"unknown_features", "unknown_fields", b"unknown_fields", "values", b"values", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["compression", b"compression", "context", b"context", "dictionary", b"dictionary", "fields", b"fields", "item_count", b"item_count", "items", b"items", "label", b"label", "model", b"model", "routing_key", b"routing_key", "strict", b"strict", "tokens", b"tokens", "transform_digest", b"transform_digest", "unknown_features", b"unknown_features", "unknown_fields", b"unknown_fields", "values", b"values", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

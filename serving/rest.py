@@ -66,6 +66,7 @@ HTTP_OF: dict[grpc.StatusCode, HTTPStatus] = {
     grpc.StatusCode.PERMISSION_DENIED: HTTPStatus.FORBIDDEN,
 }
 PREFIX = "/v1/models/"
+ENCODERS_KEPT = 8  # versions whose encoders REST keeps: the stable ones and labels of the models served
 SIGNATURE = "serving_default"  # TF Serving's default signature name: a model here has that one
 VERBS = {("POST", ":predict"): "predict", ("GET", "/metadata"): "metadata", ("GET", ""): "status"}
 
@@ -231,16 +232,18 @@ class RestFront:
         self.max_bytes = max_bytes
         self.slots = threading.BoundedSemaphore(max_concurrent)
         self.tokens = dict(tokens) if tokens is not None else None
-        self._encoders: dict[str, tuple[int, RequestEncoder]] = {}  # model -> its version's encoder
+        self._encoders: dict[tuple[str, int], RequestEncoder] = {}  # (model, version) -> its encoder, oldest use first
         self._lock = threading.Lock()
 
     def encoder(self, model: ServableModel) -> RequestEncoder:
-        """The served version's encoder (its transform and fields), made once per version."""
+        """A served version's encoder (its transform and fields), made once per version; the
+        last few versions' are kept (a stable version and its canaries take turns)."""
+        key = (model.name, model.version)
         with self._lock:
-            version, enc = self._encoders.get(model.name, (-1, None))
-            if enc is None or version != model.version:
-                enc = RequestEncoder(model.schema, list(model.spec.fields))
-                self._encoders[model.name] = (model.version, enc)
+            enc = self._encoders.pop(key, None) or RequestEncoder(model.schema, list(model.spec.fields), checked=True)
+            self._encoders[key] = enc  # the most recent last
+            while len(self._encoders) > ENCODERS_KEPT:
+                del self._encoders[next(iter(self._encoders))]
         return enc
 
     def check_token(self, header: str | None) -> None:
@@ -269,8 +272,9 @@ class RestFront:
 
     def predict(self, target: Target, body: bytes) -> dict[str, Any]:
         parsed = parse_predict(body)
-        # the transform of the version named, else the stable one's (a routed label's version
-        # is the same model: another field list or transform is refused at publication)
+        if not (target.label or target.version):  # routed here: encoded with, and sent to, the version routed to
+            routed, _ = self.servicer.watcher_for(target.model, _Context()).routed(parsed.routing_key)  # type: ignore[arg-type]
+            target = Target(target.model, target.verb, label=routed)
         encoder = self.encoder(self.versions(target)[0][1])
         try:
             if parsed.columns is not None:

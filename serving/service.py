@@ -16,7 +16,7 @@ from serving.loading.servable import ServableModel
 from serving.loading.shard_part import WHOLE
 from serving.loading.watcher import ModelWatcher, NotLoaded
 from serving.metrics import abort
-from serving.request.encoding import EncodedRequest, EncodingError, decode, field_hash_ids
+from serving.request.encoding import TRANSFORM_CHANGED, EncodedRequest, EncodingError, decode, field_hash_ids
 from serving.scoring.shadow import ShadowScorer
 from serving.sharded.fanout import FanOutError
 from serving.sharded.router import Router
@@ -85,6 +85,14 @@ class PredictorServicer(predict_pb2_grpc.PredictorServicer):
             abort(context, grpc.StatusCode.FAILED_PRECONDITION, f"this is serving shard {model.part}: send Predict to the router")
         if request.model and request.model != model.name:
             abort(context, grpc.StatusCode.NOT_FOUND, f"model: {request.model!r} is not served here (serving {model.name!r})")
+        if request.transform_digest and request.transform_digest != model.transform_digest:
+            abort(
+                context,
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"{TRANSFORM_CHANGED}: version {model.version} ({label}) has {model.spec.field_count} fields"
+                f" ({', '.join(model.spec.fields[:6])}{', ...' if model.spec.field_count > 6 else ''}) and its own"
+                " transform, not the ones the request was encoded for: ask ModelStatus again (PredictClient does)",
+            )
         if request.unknown_features:
             metrics.UNKNOWN_FEATURES.inc(request.unknown_features)
             if request.strict or self.strict_features:

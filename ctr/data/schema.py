@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -113,6 +115,15 @@ class FeatureSchema:
         if self.format == "libsvm" and self.libsvm_fields == "single":
             return ("0",)
         return ()
+
+
+def transform_digest(fields: tuple[str, ...] | list[str], schema: FeatureSchema) -> int:
+    """A 64-bit digest of what turns a client's named values into a model's features: the
+    field list (a feature's index) and the transform (bucketed, skipped and crossed fields,
+    the label). A request carries the digest it was encoded for, so serving can refuse one
+    encoded for another version's (serving.service)."""
+    text = json.dumps([list(fields), sorted(schema.numeric), sorted(schema.skip), schema.label, [list(c) for c in schema.cross]])
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little") or 1
 
 
 PRESETS: dict[str, FeatureSchema] = {

@@ -17,7 +17,7 @@ import itertools
 import json
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import grpc
@@ -28,11 +28,11 @@ from ctr.data.batch import SampleBatch
 from ctr.data.fields import FieldIndex, cross_name
 from ctr.data.formats import FieldEncoder, ParsedSample, ParseError
 from ctr.data.hashing import hash_tokens, pack_tokens
-from ctr.data.schema import FORMATS, FeatureSchema
+from ctr.data.schema import FORMATS, FeatureSchema, transform_digest
 from ctr.runtime.security import Identity, open_channel
 from protos import predict_pb2, predict_pb2_grpc
 from serving.request.columns import ColumnValues, bucket_tokens, flatten_columns, flatten_token_columns
-from serving.request.encoding import EncodedRequest, encode, encode_tokens
+from serving.request.encoding import TRANSFORM_CHANGED, EncodedRequest, encode, encode_tokens
 
 # a categorical value, a number (bucketed when the schema says the field is numeric),
 # or (token, value) for a weighted feature such as libsvm's index:value
@@ -69,9 +69,12 @@ class RequestEncoder:
     the trainer drops them, and counted in the request (`unknown_features`); the schema's
     label and skipped columns are ignored without a count."""
 
-    def __init__(self, schema: FeatureSchema | None = None, fields: Sequence[str] = ()) -> None:
+    def __init__(self, schema: FeatureSchema | None = None, fields: Sequence[str] = (), checked: bool = False) -> None:
+        """checked: the schema and fields are a served version's (ModelStatus): requests
+        carry their digest, and a version with others refuses them instead of misreading."""
         self.schema = schema or FeatureSchema()
         self.index = FieldIndex(tuple(fields), frozen=bool(fields))
+        self.digest = transform_digest(tuple(fields), self.schema) if checked else 0
         self.fields = FieldEncoder(self.schema, self.index)
         self.ignored = frozenset(self.schema.skip) | {self.schema.label}
         self.crosses = [(a, b, cross_name(a, b)) for a, b in self.schema.cross]
@@ -148,7 +151,7 @@ class RequestEncoder:
         keys = hash_tokens(buf, offsets, np.ascontiguousarray(self.index.ids()[fields], dtype=np.uint32))
         values = np.asarray(acc.values, np.float32)
         req = encode(keys, values, fields, np.asarray(owner, np.int64), len(items), fields)
-        return _with_unknown(req, unknown)
+        return self._stamped(_with_unknown(req, unknown))
 
     def encode_columns(
         self,
@@ -169,12 +172,15 @@ class RequestEncoder:
         numeric = self.fields.numeric
         if self.index.frozen if tokens is None else tokens:
             features = flatten_token_columns([(context, None), (items, n_items)], self._field_of, numeric)
-            return _with_unknown(encode_tokens(features, n_items, compress), unknown)
+            return self._stamped(_with_unknown(encode_tokens(features, n_items, compress), unknown))
         ck, cf, co = flatten_columns(context, None, self._field_of, numeric)
         ik, if_, io = flatten_columns(items, n_items, self._field_of, numeric)
         keys, fields, owner = np.concatenate([ck, ik]), np.concatenate([cf, if_]), np.concatenate([co, io])
         req = encode(keys, np.ones(keys.shape[0], np.float32), fields, owner, n_items, fields)
-        return _with_unknown(req, unknown)
+        return self._stamped(_with_unknown(req, unknown))
+
+    def _stamped(self, req: EncodedRequest) -> EncodedRequest:
+        return dataclasses.replace(req, transform_digest=self.digest) if self.digest else req
 
     def _field_of(self, name: str) -> int:
         """A column's field index; -1 (left out) for skipped, label and unknown columns."""
@@ -240,6 +246,7 @@ def request_proto(
         routing_key=routing_key,
         label=label,
         version=version,
+        transform_digest=req.transform_digest,
     )
 
 
@@ -331,7 +338,9 @@ class PredictClient:
             status = self.status()
             schema = self.schema if self.schema is not None else schema_of(status.transform)
             fields = self.given_fields if self.given_fields is not None else list(status.fields)
-            self._encoder = RequestEncoder(schema, fields)
+            # the served version's own: checked by serving; a schema or fields given replace it knowingly
+            checked = self.schema is None and self.given_fields is None
+            self._encoder = RequestEncoder(schema, fields, checked)
         return self._encoder
 
     def refresh(self) -> None:
@@ -366,7 +375,7 @@ class PredictClient:
         """routing_key: what a traffic split routes by (a user id): one key, one version label.
         label or version: that version instead ("stable", a canary's label, or a number),
         NOT_FOUND unless serving has it loaded."""
-        return self.predict_encoded(self.encoder.encode(items, context), routing_key, label=label, version=version)
+        return self._asking_again(lambda: self.encoder.encode(items, context), routing_key, label, version)
 
     def predict_columns(
         self,
@@ -377,7 +386,19 @@ class PredictClient:
         label: str = "",
         version: int = 0,
     ) -> Prediction:
-        return self.predict_encoded(self.encoder.encode_columns(items, context), routing_key, label=label, version=version)
+        return self._asking_again(lambda: self.encoder.encode_columns(items, context), routing_key, label, version)
+
+    def _asking_again(self, encode: Callable[[], EncodedRequest], routing_key: str, label: str, version: int) -> Prediction:
+        """Encodes and sends; when serving says the version's field list or transform is not
+        the one encoded for (a new spec published, a rollback across one), asks ModelStatus
+        again and sends it once more, encoded anew."""
+        try:
+            return self.predict_encoded(encode(), routing_key, label=label, version=version)
+        except grpc.RpcError as e:
+            if e.code() != grpc.StatusCode.FAILED_PRECONDITION or TRANSFORM_CHANGED not in (e.details() or ""):  # type: ignore[attr-defined]
+                raise
+        self.refresh()
+        return self.predict_encoded(encode(), routing_key, label=label, version=version)
 
     def predict_encoded(self, req: EncodedRequest, routing_key: str = "", *, label: str = "", version: int = 0) -> Prediction:
         stub = self.stubs[next(self._turn) % len(self.stubs)]  # the connections in turn

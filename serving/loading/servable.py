@@ -10,6 +10,7 @@ split across the scoring threads (serving.scoring.parallel).
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 from safetensors.numpy import load_file
 
-from ctr.data.schema import FeatureSchema
+from ctr.data.schema import FeatureSchema, transform_digest
 from ctr.format import modelfile
 from ctr.format.bucket_kernels import MAX_SHARDS, by_owner, lookup_at, lookup_rows
 from ctr.format.bucket_map import NO_FILTER, BucketMap
@@ -109,6 +110,11 @@ class ServableModel:
     loaded_at: float = field(default_factory=time.time)
     active: int = 0  # requests scoring with it now (serving.loading.watcher.ModelWatcher.use)
     schema: FeatureSchema = field(default_factory=FeatureSchema)  # how raw values became features
+
+    @functools.cached_property
+    def transform_digest(self) -> int:
+        """What a request encoded for this version's fields and transform carries."""
+        return transform_digest(tuple(self.spec.fields), self.schema)
 
     @property
     def bias(self) -> float:

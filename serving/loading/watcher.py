@@ -135,15 +135,8 @@ class ModelWatcher:
         """use(), with the label that routed the request: a label's version when the key's
         stable hash falls in its share (route_of), else "stable", the policy's version. A
         request that names a label or a version gets it, or NotLoaded naming what is loaded."""
-        model: ServableModel | None
         with self._use_lock:
-            if label or version:
-                label, model = self._named(label, version)
-            else:
-                label = route_of(routing_key, self.labels) if routing_key and self.labels else STABLE
-                model = self.labelled.get(label) if label != STABLE else None
-                if model is None:
-                    label, model = STABLE, self.current
+            label, model = self._named(label, version) if label or version else self._routed(routing_key)
             if model is not None:
                 model.active += 1
         try:
@@ -153,6 +146,17 @@ class ModelWatcher:
             if model is not None:
                 with self._use_lock:
                     model.active -= 1
+
+    def routed(self, routing_key: str = "") -> tuple[str, ServableModel | None]:
+        """The (label, version) a request with this key would score with now, not counted in
+        use (REST encodes with that version's transform, then names it)."""
+        with self._use_lock:
+            return self._routed(routing_key)
+
+    def _routed(self, routing_key: str) -> tuple[str, ServableModel | None]:
+        label = route_of(routing_key, self.labels) if routing_key and self.labels else STABLE
+        model = self.labelled.get(label) if label != STABLE else None
+        return (label, model) if model is not None else (STABLE, self.current)
 
     def loaded(self) -> list[tuple[str, ServableModel]]:
         """(label, version) of every version this watcher serves: the stable one first."""

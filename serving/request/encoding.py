@@ -39,6 +39,11 @@ class EncodingError(ValueError):
     """A request whose bytes are truncated or inconsistent, naming the field."""
 
 
+# how serving begins the FAILED_PRECONDITION of a request encoded for another version's
+# field list or transform (its transform_digest), which a client answers by asking again
+TRANSFORM_CHANGED = "the model's field list or feature transform changed"
+
+
 @dataclass(frozen=True)
 class EncodedRequest:
     item_count: int
@@ -51,6 +56,7 @@ class EncodedRequest:
     compression: int = 0  # 1: each non-empty bytes field is a zstd frame
     unknown_features: int = 0  # features the encoder dropped: the model has no field of their name
     unknown_fields: tuple[str, ...] = ()  # those fields' names, the first few
+    transform_digest: int = 0  # the field list and transform it was encoded for (0: not checked)
 
     @property
     def nbytes(self) -> int:

@@ -77,3 +77,44 @@ def test_a_new_version_is_warmed_with_the_requests_served_last(tmp_path):
             watcher.remember(decode(r, spec.field_count, hashes))
     assert watcher.warm(model) == WARM_REQUESTS  # the most recent ones only
     watcher.stop()
+
+
+def test_a_version_with_another_field_list_refuses_requests_encoded_for_the_last_and_the_client_asks_again(tmp_path):
+    """A new spec published (its fields in another order), or a rollback across one: the
+    client's cached transform would put features in other fields' slots and score them
+    silently. Serving refuses a request encoded for another field list or transform with
+    FAILED_PRECONDITION; PredictClient asks ModelStatus again and scores as a new client."""
+    import dataclasses
+
+    import grpc
+    import pytest
+
+    reqs = requests(2, seed=5, items=10)
+    spec = spec_for("ffm", k=2, hidden=())
+    reordered = dataclasses.replace(spec, fields=tuple(reversed(spec.fields)))
+    repo = Repository(tmp_path / "repo", "ctr")
+    publish(repo, 1, spec, reqs, keys=5_000, shards=2, seed=1)
+    publish(repo, 2, reordered, reqs, keys=5_000, shards=2, seed=2)
+    repo.set_policy(Policy("pinned", 1))
+    serving = start("serving", ["serve", "--repo", str(repo.root), "--poll-s", "0.02"], tmp_path)
+    try:
+        serving.wait_ready()
+        client = PredictClient(serving.address)
+        client.wait_for_model()
+        items = [{spec.fields[0]: "a", spec.fields[3]: "b"}, {spec.fields[1]: "c", spec.fields[5]: "d"}]
+        assert client.predict(items).version == 1
+        stale = client.encoder.encode(items)  # encoded for version 1's field list
+        repo.set_policy(Policy("pinned", 2))
+        time.sleep(0.5)
+        with pytest.raises(grpc.RpcError) as e:
+            client.predict_encoded(stale)
+        assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION  # type: ignore[attr-defined]
+        assert "field list or feature transform changed: version 2" in e.value.details()  # type: ignore[attr-defined]
+        got = client.predict(items)  # asks again, encodes for version 2
+        fresh = PredictClient(serving.address).predict(items)
+        assert got.version == fresh.version == 2
+        np.testing.assert_array_equal(got.scores, fresh.scores)
+        unchecked = PredictClient(serving.address, schema=client.encoder.schema, fields=list(spec.fields))
+        assert unchecked.predict(items).version == 2  # a field list given on purpose is not second-guessed
+    finally:
+        serving.stop()

@@ -152,3 +152,21 @@ def test_format_csv_or_tsv_takes_only_a_header_so_delimited_that_names_the_label
     with pytest.raises(ValueError, match="one of click, label"):
         detect_schema("a,b,c", None, DELIMITED["csv"])
     assert PRESETS["libfm"] == PRESETS["libsvm"]  # libFM's text format
+
+
+def test_the_transform_digest_changes_with_what_changes_a_features_encoding_only():
+    from dataclasses import replace
+
+    from ctr.data.schema import FeatureSchema, transform_digest
+
+    base = FeatureSchema(format="csv", label="click", numeric=("n",), skip=("id",), cross=(("a", "b"),))
+    digest = transform_digest(("a", "b", "n"), base)
+    assert digest == transform_digest(["a", "b", "n"], replace(base, delimiter=";", format="kv"))  # not the file's shape
+    for other in (
+        transform_digest(("b", "a", "n"), base),  # another field order: other slots
+        transform_digest(("a", "b", "n"), replace(base, numeric=())),
+        transform_digest(("a", "b", "n"), replace(base, skip=())),
+        transform_digest(("a", "b", "n"), replace(base, cross=())),
+        transform_digest(("a", "b", "n"), replace(base, label="y")),
+    ):
+        assert other != digest and other != 0
