@@ -4,6 +4,9 @@ from prometheus_client import Counter, Gauge
 
 PUBLISHED = Counter("boundless_modelmgr_published_total", "versions published")
 REJECTED = Counter("boundless_modelmgr_rejected_total", "exports rejected, by stage", ["stage"])
+STAGES = ("identity", "lineage", "schema", "verify", "gate", "order", "internal")  # modelmgr.publish.decide.Reject
+for _stage in STAGES:  # every stage's series from the start: a rate() or an alert sees 0, not no data
+    REJECTED.labels(_stage)
 LATEST = Gauge("boundless_modelmgr_latest_version", "newest published version")
 ROLLBACKS = Counter("boundless_modelmgr_auto_rollbacks_total", "live versions rolled back for falling behind their predecessor")
 STORAGE_FAILURES = Counter(

@@ -6,6 +6,8 @@ import grpc
 from prometheus_client import Counter, Gauge, Histogram
 
 REQUESTS = Counter("boundless_serving_requests_total", "Predict requests", ["code"])
+for _code in ("OK", "INVALID_ARGUMENT", "NOT_FOUND", "FAILED_PRECONDITION", "RESOURCE_EXHAUSTED", "UNAVAILABLE", "INTERNAL"):
+    REQUESTS.labels(_code)  # each code a Predict answers with, at 0 from the start: an error rate has its series
 ITEMS = Counter("boundless_serving_items_total", "items scored")
 UNKNOWN_FEATURES = Counter(
     "boundless_serving_unknown_features_total",
