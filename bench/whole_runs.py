@@ -8,13 +8,14 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 
-def alternating(sources: dict[str, Path], flags: list[str], reps: int, work: Path) -> dict[str, dict[str, Any]]:
+def alternating(sources: Mapping[str, Path | str], flags: list[str], reps: int, work: Path) -> dict[str, dict[str, Any]]:
     """Per source: the median of each figure over `reps` runs, and the runs ("runs")."""
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in sources}
     for _ in range(reps):

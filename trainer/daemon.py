@@ -695,6 +695,10 @@ def train_run(
     result["trained_samples"] = trained
     result["taken_up_samples"] = float(trainer.merged.get("run_from", trainer.run_from))
     result["examples_per_s"] = trained / elapsed_s if elapsed_s > 0 else 0.0
+    # a followed stream waits for data: its speed while data came, beside the wall clock's
+    result["idle_s"] = trainer.idle_s
+    busy_s = elapsed_s - trainer.idle_s
+    result["busy_examples_per_s"] = trained / busy_s if busy_s > 0 else result["examples_per_s"]
     # the run's CPU from its settings on, start-up included (a group's: every rank's, which a
     # parent that forked them through a fork server cannot see as its children's)
     result["cpu_s"] = float(sum(trainer.merged["rank_cpu_s"])) if trainer.merged else time.process_time() - cpu_start

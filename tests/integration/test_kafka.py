@@ -6,6 +6,7 @@ import json
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -97,6 +98,42 @@ def test_the_backlog_of_a_topic_is_the_messages_past_the_position(broker, tmp_pa
         assert src.backlog(Position(partitions={"0": 150, "1": 150})) == ("messages", 0)
         behind = {"0": 100, "1": 20}
         assert src.backlog(Position(partitions=behind)) == ("messages", sum(150 - behind[str(p)] for p in partitions))
+
+
+def test_the_backlog_asked_while_the_reading_thread_consumes_stalls_neither(broker, tmp_path):
+    """The progress line asks the backlog from the training thread while the reader thread
+    consumes. librdkafka's watermark calls hold the GIL: made there, they stalled both
+    threads (seconds a progress line on a followed topic, or for good)."""
+    import threading
+
+    from trainer.input.kafka_source import KafkaSource
+    from trainer.input.source import Position
+
+    source = broker.create_topic(TOPIC, 2)
+    produce_lines(broker.producer(), TOPIC, [f"1 {i}:1" for i in range(2000)], 2)
+    src = KafkaSource(source, follow=True)
+    read = [0]
+
+    def consume() -> None:
+        for block in src.blocks(1 << 20):
+            read[0] += block.newline_count() if block is not None else 0
+
+    reader = threading.Thread(target=consume, daemon=True)
+    reader.start()
+    answers: list[tuple[str, int] | None] = []
+
+    def ask() -> None:
+        while read[0] < 2000 or len(answers) < 20:
+            answers.append(src.backlog(Position(partitions={"0": 0, "1": 0})))
+            time.sleep(0.02)
+
+    asking = threading.Thread(target=ask, daemon=True)
+    asking.start()
+    asking.join(timeout=60)
+    src.stop = lambda: True
+    assert not asking.is_alive(), f"backlog calls stalled: {len(answers)} answered, {read[0]} of 2000 messages read"
+    assert answers[-1] == ("messages", 2000)  # every message is past offset 0
+    reader.join(timeout=30)
 
 
 def test_two_ranks_split_the_partitions_and_train_each_message_once_across_a_restart(broker, data_dir, tmp_path):

@@ -27,6 +27,7 @@ log = logging.getLogger("trainer")
 
 SCHEME = "kafka://"
 POLL_MESSAGES = 20000
+WATERMARK_EVERY_S = 0.5  # how often the reading thread notes the watermarks backlog() reports
 OFFSET_BEGINNING = -2  # librdkafka's: a partition's oldest retained message
 
 
@@ -66,6 +67,8 @@ class KafkaSource:
         self.stop = stop
         self.poll_s = poll_s
         self.idle_since = time.monotonic()
+        self._watermarks: dict[int, tuple[int, int]] = {}  # partition -> (low, high), as fetches last saw them
+        self._watermarks_at = 0.0
         self._consumer = self._new_consumer()
         meta = self._consumer.list_topics(self.topic, timeout=metadata_timeout_s)
         topic_meta = meta.topics.get(self.topic)
@@ -140,11 +143,28 @@ class KafkaSource:
                 return False
         return True
 
+    def _note_watermarks(self) -> None:
+        """Keeps the watermarks this consumer's fetches last saw, for backlog(). Called on the
+        reading thread, between its consume() calls: librdkafka's watermark calls hold the
+        GIL (confluent-kafka-python#412), and one made from the training thread while this
+        one consumed stalled both, for seconds or for good."""
+        from confluent_kafka import TopicPartition
+
+        now = time.monotonic()
+        if len(self._watermarks) == len(self.partitions) and now - self._watermarks_at < WATERMARK_EVERY_S:
+            return
+        self._watermarks_at = now
+        for p in self.partitions:
+            low, high = self._consumer.get_watermark_offsets(TopicPartition(self.topic, p), cached=True)
+            if high >= 0:  # fetched from already (before that: -1001, not known)
+                self._watermarks[p] = (low, high)
+
     def blocks(self, max_line_bytes: int) -> Iterator[Block | None]:
         self._assign(self._consumer)
         try:
             while not self.stop():
                 msgs = self._consumer.consume(num_messages=POLL_MESSAGES, timeout=self.poll_s)
+                self._note_watermarks()
                 if not msgs:
                     if not self.follow and self._at_end():
                         return
@@ -186,19 +206,14 @@ class KafkaSource:
             self.next[p] = first + len(run)
 
     def backlog(self, position: Position) -> tuple[str, int] | None:
-        """Messages of this worker's partitions past `position`: up to the high watermarks
-        its fetches last saw, or, for a partition not fetched yet, the broker's answer."""
-        from confluent_kafka import TopicPartition
-
+        """Messages of this worker's partitions past `position`, up to the high watermarks
+        its fetches last saw (noted by the reading thread: no call into librdkafka here);
+        None before any partition was fetched from."""
+        watermarks = dict(self._watermarks)
+        if not watermarks:
+            return None
         at = position.partitions or {}
-        total = 0
-        for p in self.partitions:
-            tp = TopicPartition(self.topic, p)
-            low, high = self._consumer.get_watermark_offsets(tp, cached=True)
-            if high < 0:  # nothing fetched from it yet
-                low, high = self._consumer.get_watermark_offsets(tp, timeout=2.0)
-            total += max(0, high - max(low, int(at.get(str(p), -1))))
-        return "messages", total
+        return "messages", sum(max(0, high - max(low, int(at.get(str(p), -1)))) for p, (low, high) in watermarks.items())
 
     def position_after(self, position: Position) -> Position:
         """The stream position once the batch ending at `position` is trained: every

@@ -107,6 +107,7 @@ class Trainer:
         # samples this process trained (again after a recovery): its speed and bytes per sample are
         # over these, not over `submitted`, which a cut taken up starts at the samples it carried
         self.trained = 0
+        self.idle_s = 0.0  # seconds the stream had nothing to read: a followed source waiting for data
         self.run_from = 0  # samples the stream had when this run began (a cut taken up carries them)
         self.progress_log: ProgressLog | None = None  # None on ranks other than 0: rank 0 records the merged progress
         self._tail: deque[tuple[Position, SampleBatch]] = deque()  # read, not trained yet (settings.hold_back)
@@ -242,9 +243,12 @@ class Trainer:
         busy_until = time.monotonic()  # when this loop last finished training an item: the idle clock
         tty = sys.stderr.isatty()
         ready = ThreadedReader(self.reader, self.s.queue_depth, self.stop)
+        waited_from = time.monotonic()
         try:
             for item in ready:
                 now = time.monotonic()
+                if item is None or not len(item.batch):  # the wait gave no sample: the stream had no data
+                    self.idle_s += now - waited_from
                 if item is not None:
                     self._admit(item.batch, self.source.position_after(item.position))
                     busy_until = time.monotonic()
@@ -281,6 +285,7 @@ class Trainer:
                 elif finished or self.stop():
                     self.ended = idle  # idleness ends the stream as its end does: the tail is the holdout
                     break
+                waited_from = time.monotonic()
             else:
                 self.ended = True
         finally:

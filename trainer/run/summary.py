@@ -17,11 +17,17 @@ def summary_text(result: dict[str, Any], export_dir: str | None, exports: list[s
     samples = int(result.get("samples", 0))
     trained = int(result.get("trained_samples", samples))  # this run's; `samples` counts on from a cut taken up
     taken_up = int(result.get("taken_up_samples", 0))
+    idle = float(result.get("idle_s", 0.0))
     held = int(result.get("held_out_samples", 0))
     lines = [
         f"trained {trained:,} samples in {result.get('elapsed_s', 0.0):.1f} s ({result.get('examples_per_s', 0.0):,.0f}/s"
         f" on {result.get('device', 'cpu')}"
-        + (f", {result['cpu_s']:,.1f} CPU-s)" if "cpu_s" in result else ")")
+        + (f", {result['cpu_s']:,.1f} CPU-s" if "cpu_s" in result else "")
+        + (
+            f"; {result.get('busy_examples_per_s', 0.0):,.0f}/s while data came, idle {idle:,.1f} s)"
+            if idle > max(1.0, 0.1 * result.get("elapsed_s", 0.0))
+            else ")"
+        )
         + (f" on from a checkpoint cut at {taken_up:,}: the stream's samples are {samples:,}" if taken_up else "")
         + (f"; the last {held:,} held out of training, the last export's holdout" if held else "")
         + (

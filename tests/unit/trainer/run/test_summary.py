@@ -41,3 +41,10 @@ def test_a_holdout_too_small_for_the_managers_gate_is_called_so():
     small = summary_text({**RESULT, "held_out_samples": 800.0}, "exports", ["0179"], None)
     assert "the last 800 held out of training" in small and "gate needs 1,000 at its defaults: too few" in small
     assert "too few" not in summary_text({**RESULT, "held_out_samples": 2000.0}, "exports", ["0179"], None)
+
+
+def test_a_run_that_waited_for_data_gives_its_speed_while_data_came():
+    waited = {**RESULT, "elapsed_s": 60.0, "examples_per_s": 500.0, "idle_s": 50.0, "busy_examples_per_s": 3000.0}
+    assert "(500/s on cpu; 3,000/s while data came, idle 50.0 s)" in summary_text(waited, None, [], None)
+    busy = {**RESULT, "idle_s": 0.05, "busy_examples_per_s": 1050.0}
+    assert "while data came" not in summary_text(busy, None, [], None)
