@@ -119,8 +119,10 @@ class S3PrefixSource(StreamSource):
         self._objects = (now, found)
         return found
 
-    def _mine(self) -> list[S3Object]:
-        objects = self._all_objects()
+    def _mine(self, as_listed: bool = False) -> list[S3Object]:
+        """This rank's objects; as_listed: of the last listing (no call to S3: the training
+        thread's backlog does not wait on a LIST the reading thread makes anyway)."""
+        objects = self._objects[1] if as_listed else self._all_objects()
         return share(objects, [o.key for o in objects], self.part, self.follow)
 
     def peek(self, max_lines: int = 2000, max_bytes: int = 4 << 20, timeout_s: float = 0.0) -> list[str]:
@@ -152,9 +154,11 @@ class S3PrefixSource(StreamSource):
         return head.split(b"\n", 1)[0].decode("utf-8", errors="replace")
 
     def backlog(self, position: Position) -> tuple[str, int] | None:
-        """Bytes of this worker's objects past `position`."""
+        """Bytes of this worker's objects past `position`, as last listed (None: not listed yet)."""
+        if self._objects[0] < 0:
+            return None
         total = 0
-        for o in self._mine():
+        for o in self._mine(as_listed=True):
             if position.file and o.uri < position.file or self._done.get(o.key) == o.etag:
                 continue
             total += max(0, o.size - (position.offset if o.uri == position.file else 0))
