@@ -229,7 +229,9 @@ class Trainer:
         if self.exporter is not None:
             for batch in self.held_out:  # exports still waiting get unseen samples first
                 self.exporter.observe(batch)
-            if self.submitted > self._exported_at:  # a model the last export already holds is no new version
+            # a model the last export already holds is no new version (a group's rank 0 cannot
+            # tell: the other ranks may have trained since)
+            if self.group is not None or self.submitted > self._exported_at:
                 self._export()
                 for batch in self.held_out:
                     self.exporter.observe(batch)
