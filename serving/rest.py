@@ -8,6 +8,7 @@ and for languages without a gRPC client:
     GET  /v1/models/NAME           -> {"model_version_status": [{"version": "V", "state": "AVAILABLE",
                                         "labels": ["stable"], ...}, ...]}  (every version loaded)
     GET  /v1/models/NAME/metadata  -> {"model_spec": {...}, "metadata": {"model_type", "fields", "transform"}}
+    GET  /v1/models                -> {"models": [{"name", "versions": [{"version", "labels"}], "load_error"}]}
 
 As in TF Serving, /v1/models/NAME/versions/V or /v1/models/NAME/labels/L in place of
 /v1/models/NAME names a version for any of the three ("stable" is the policy's version, a
@@ -83,8 +84,16 @@ class Target:
 
 
 def target_of(method: str, path: str) -> Target:
-    """The target of a path under /v1/models/, or Refused naming the endpoints."""
-    rest = path.split("?", 1)[0][len(PREFIX) :]
+    """The target of a path under /v1/models/, or Refused naming the endpoints. GET
+    /v1/models (no name) is the list of the models served (Target("", "models"))."""
+    bare = path.split("?", 1)[0]
+    if bare in (PREFIX, PREFIX.rstrip("/")):
+        if method == "GET":
+            return Target("", "models")
+        raise Refused(HTTPStatus.NOT_FOUND, f"{method} {path}: no such endpoint")
+    if not bare.startswith(PREFIX):
+        raise Refused(HTTPStatus.NOT_FOUND, f"{path}: expected {PREFIX}NAME or {PREFIX}NAME:predict")
+    rest = bare[len(PREFIX) :]
     # in VERBS's order: a GET of .../metadata before the bare GET, whose suffix is ""
     found = next(((v, suffix) for (m, suffix), v in VERBS.items() if m == method and rest.endswith(suffix)), None)
     if found is None:
@@ -306,6 +315,18 @@ class RestFront:
             ]
         }
 
+    def models(self) -> dict[str, Any]:
+        """Every model this server serves, with the versions it has loaded and their labels
+        (none yet: an empty list, and the reason a version was refused, if one was)."""
+        out = []
+        for name, watcher in sorted(self.servicer.watchers.items()):
+            loaded: dict[int, list[str]] = {}
+            for label, model in watcher.loaded():
+                loaded.setdefault(model.version, []).append(label)
+            versions = [{"version": str(v), "labels": labels} for v, labels in loaded.items()]
+            out.append({"name": name, "versions": versions, "load_error": watcher.last_error})
+        return {"models": out}
+
     def metadata(self, target: Target) -> dict[str, Any]:
         label, model = self.versions(target)[0]
         schema = model.schema
@@ -347,10 +368,10 @@ def _handler(front: RestFront) -> type[BaseHTTPRequestHandler]:
         def _route(self, method: str) -> None:
             try:
                 front.check_token(self.headers.get("Authorization"))
-                if not self.path.startswith(PREFIX):
-                    raise Refused(HTTPStatus.NOT_FOUND, f"{self.path}: expected {PREFIX}NAME or {PREFIX}NAME:predict")
                 target = target_of(method, self.path)
-                if target.verb == "predict":
+                if target.verb == "models":
+                    self._reply(HTTPStatus.OK, front.models())
+                elif target.verb == "predict":
                     self._predict(target)
                 elif target.verb == "metadata":
                     self._reply(HTTPStatus.OK, front.metadata(target))

@@ -54,6 +54,11 @@ def test_two_models_in_one_process_score_as_each_alone(tmp_path):
         rest = f"http://127.0.0.1:{serving.ready['rest_port']}/v1/models/small"
         with urllib.request.urlopen(rest, timeout=10) as r:
             assert json.loads(r.read())["model_version_status"][0]["version"] == "1"
+        with urllib.request.urlopen(rest.removesuffix("/small"), timeout=10) as r:  # every model served
+            listed = json.loads(r.read())["models"]
+        assert [(m["name"], m["versions"], m["load_error"]) for m in listed] == [
+            (name, [{"version": "1", "labels": ["stable"]}], "") for name in ("big", "small")
+        ]
         anonymous = PredictClient(serving.address, model="")
         with pytest.raises(grpc.RpcError) as e:
             anonymous.predict_encoded(reqs[0])

@@ -21,6 +21,8 @@ from serving.rest import Refused, Target, parse_predict, target_of
         ("GET", "/v1/models/ctr/metadata", Target("ctr", "metadata")),
         ("GET", "/v1/models/ctr/labels/canary/metadata", Target("ctr", "metadata", label="canary")),
         ("GET", "/v1/models/ctr?x=1", Target("ctr", "status")),
+        ("GET", "/v1/models", Target("", "models")),
+        ("GET", "/v1/models/", Target("", "models")),
     ],
 )
 def test_paths_name_the_model_the_version_and_the_call(method, path, want):
@@ -30,7 +32,9 @@ def test_paths_name_the_model_the_version_and_the_call(method, path, want):
 @pytest.mark.parametrize(
     ("method", "path", "status", "words"),
     [
-        ("GET", "/v1/models/", HTTPStatus.NOT_FOUND, "no such endpoint"),
+        ("POST", "/v1/models", HTTPStatus.NOT_FOUND, "no such endpoint"),
+        ("GET", "/v1/modelsx", HTTPStatus.NOT_FOUND, "expected /v1/models/NAME"),
+        ("GET", "/v2/models/ctr", HTTPStatus.NOT_FOUND, "expected /v1/models/NAME"),
         ("POST", "/v1/models/ctr:classify", HTTPStatus.NOT_FOUND, "no such endpoint"),
         ("POST", "/v1/models/ctr/versions/x:predict", HTTPStatus.BAD_REQUEST, "'x' is not a version number"),
         ("POST", "/v1/models/ctr/versions/0:predict", HTTPStatus.BAD_REQUEST, "'0' is not a version number"),
