@@ -210,5 +210,13 @@ def test_a_request_that_names_a_label_or_a_version_gets_it_over_grpc_and_tf_serv
         assert got["metadata"]["model_type"] == "fm" and got["metadata"]["fields"] == fields
         labelled = client.status().labels
         assert [(x.label, x.version, round(x.share, 6)) for x in labelled] == [("canary", 2, 0.3)]
+        rows = tmp_path / "rows.kv"  # labelled rows in the served transform's format (kv)
+        rows.write_text("".join(f"{i % 2}\t{fields[0]}={i}\t{fields[1]}={i % 7}\n" for i in range(40)))
+        cli = [sys.executable, "-m", "boundless", "predict", "--address", serving.address, "--data", str(rows)]
+        for flags, says in ((["--version-label", "canary"], "version 2 (canary)"), (["--version", "1"], "version 1 (stable)")):
+            scored = subprocess.run([*cli, *flags], capture_output=True, text=True, timeout=120)
+            assert scored.returncode == 0 and f"scored 40 samples with ctr {says}" in scored.stderr, scored.stderr[-2000:]
+        missing = subprocess.run([*cli, "--version", "7"], capture_output=True, text=True, timeout=120)
+        assert missing.returncode == 2 and "NOT_FOUND: model 'ctr': version 7 is not loaded here" in missing.stderr
     finally:
         serving.stop()
