@@ -720,6 +720,7 @@ def train_run(
             low_rank = replica.low_rank
             result["codecs"]["mlp_allreduce"] = "exact" if low_rank is None else f"powersgd:{low_rank[0]}:{low_rank[1]}"  # type: ignore[index]
     result["workers"] = float(world)
+    result["ps"] = "local" if conf.local else "remote"  # type: ignore[assignment]  # local: the bytes never cross a wire
     result["device"] = model.device  # type: ignore[assignment]
     result["staleness"] = float(conf.parallel.staleness)
     result["model"] = {**spec.to_dict(), "fields": list(fields.names)}

@@ -51,8 +51,10 @@ def summary_text(result: dict[str, Any], export_dir: str | None, exports: list[s
     ranks = sum(n for k, n in both if k == "ranks")  # the collectives between ranks (trainer.run.group)
     between = f", between ranks {ranks / per:.1f}" if ranks else ""
     if trained:
+        # in-process shards take the same messages, which cross no wire
+        where = "PS calls (in process, no wire)" if result.get("ps") == "local" else "wire"
         lines.append(
-            f"  wire {result.get('wire_bytes', 0) / per:.1f} B/sample both ways: PS pushes"
+            f"  {where} {result.get('wire_bytes', 0) / per:.1f} B/sample both ways: PS pushes"
             f" {result.get('push_bytes', 0) / per:.1f} (residual drains {drains / per:.1f}), PS pulls"
             f" {result.get('pull_bytes', 0) / per:.1f}{between}; {int(result.get('sparse_rows', 0)):,} sparse rows"
         )

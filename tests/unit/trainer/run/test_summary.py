@@ -48,3 +48,9 @@ def test_a_run_that_waited_for_data_gives_its_speed_while_data_came():
     assert "(500/s on cpu; 3,000/s while data came, idle 50.0 s)" in summary_text(waited, None, [], None)
     busy = {**RESULT, "idle_s": 0.05, "busy_examples_per_s": 1050.0}
     assert "while data came" not in summary_text(busy, None, [], None)
+
+
+def test_in_process_shards_bytes_are_not_called_a_wire():
+    local = summary_text({**RESULT, "ps": "local", "wire_bytes": 2000.0}, None, [], None)
+    assert "PS calls (in process, no wire) 2.0 B/sample" in local and "  wire " not in local
+    assert "  wire 2.0 B/sample" in summary_text({**RESULT, "ps": "remote", "wire_bytes": 2000.0}, None, [], None)
