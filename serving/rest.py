@@ -281,9 +281,22 @@ class RestFront:
 
     def predict(self, target: Target, body: bytes) -> dict[str, Any]:
         parsed = parse_predict(body)
-        if not (target.label or target.version):  # routed here: encoded with, and sent to, the version routed to
-            routed, _ = self.servicer.watcher_for(target.model, _Context()).routed(parsed.routing_key)  # type: ignore[arg-type]
-            target = Target(target.model, target.verb, label=routed)
+        routed = not (target.label or target.version)
+        watcher = self.servicer.watcher_for(target.model, _Context())  # type: ignore[arg-type]
+        for attempt in range(2):
+            named = target
+            if routed:  # routed here: encoded with, and sent to, the version routed to
+                named = Target(target.model, target.verb, label=watcher.routed(parsed.routing_key)[0])
+            try:
+                return self._predict_as(named, parsed)
+            except Refused as e:
+                # between routing and scoring a label was removed, or the version swapped for
+                # one of another transform: routed once more, as gRPC routes inside the call
+                if not routed or attempt or e.status not in (HTTPStatus.NOT_FOUND, HTTPStatus.PRECONDITION_FAILED):
+                    raise
+        raise AssertionError("unreachable")
+
+    def _predict_as(self, target: Target, parsed: PredictBody) -> dict[str, Any]:
         encoder = self.encoder(self.versions(target)[0][1])
         try:
             if parsed.columns is not None:

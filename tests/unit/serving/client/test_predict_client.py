@@ -166,3 +166,30 @@ def test_rest_refuses_such_a_value_with_400_naming_it_not_a_500(tmp_path):
             front.predict(Target("ctr", "predict"), json.dumps(body).encode())
         assert e.value.status == HTTPStatus.BAD_REQUEST and words in str(e.value)
     assert front.predict(Target("ctr", "predict"), json.dumps({"instances": [{name: 3}]}).encode())["model_version"] == 1
+
+
+def test_a_rest_request_routed_to_a_label_removed_before_it_scored_is_routed_again(tmp_path):
+    """gRPC routes inside the call; REST routes first (to encode with that version's
+    transform), so a label removed in between must not fail the request."""
+    from bench.serving_model import publish, requests, spec_for
+    from ctr.repository.versions import Repository
+    from serving.loading.watcher import ModelWatcher
+    from serving.rest import RestFront, Target
+    from serving.service import PredictorServicer
+
+    spec = spec_for("lr", k=1, hidden=())
+    repo = Repository(tmp_path / "repo", "ctr")
+    publish(repo, 1, spec, requests(1, seed=5, items=5), keys=1_000, shards=1)
+    watcher = ModelWatcher(repo, 60.0)
+    watcher.refresh()
+    real, calls = watcher.routed, []
+
+    def routed(key: str = ""):
+        calls.append(key)
+        return ("canary", None) if len(calls) == 1 else real(key)  # the label gone by the time it scores
+
+    watcher.routed = routed  # type: ignore[method-assign]
+    front = RestFront(PredictorServicer(watcher), 1 << 20, 4, None)
+    body = json.dumps({"instances": [{spec.fields[0]: "a"}], "routing_key": "u1"}).encode()
+    got = front.predict(Target("ctr", "predict"), body)
+    assert (got["label"], got["model_version"], len(calls)) == ("stable", 1, 2)
