@@ -188,7 +188,7 @@ def test_a_rest_request_routed_to_a_label_removed_before_it_scored_is_routed_aga
         calls.append(key)
         return ("canary", None) if len(calls) == 1 else real(key)  # the label gone by the time it scores
 
-    watcher.routed = routed  # type: ignore[method-assign]
+    watcher.routed = routed  # type: ignore[method-assign, assignment]
     front = RestFront(PredictorServicer(watcher), 1 << 20, 4, None)
     body = json.dumps({"instances": [{spec.fields[0]: "a"}], "routing_key": "u1"}).encode()
     got = front.predict(Target("ctr", "predict"), body)
