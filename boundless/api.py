@@ -100,6 +100,8 @@ class _Bar:
         now = time.monotonic()
         then, before = self._last
         self._last = (now, trained)
+        if self.bar.n == 0 and samples > trained:  # a cut taken up: the bar starts at its samples, not at a jump to them
+            self.bar.n = self.bar.last_print_n = self.bar.initial = int(samples - trained)
         self.bar.update(max(0, int(samples) - self.bar.n))
         rate = (trained - before) / (now - then) if now > then else 0.0
         self.bar.set_postfix({"ex/s": f"{rate:,.0f}", "window AUC": f"{snap.get('window_auc', math.nan):.4f}"})
