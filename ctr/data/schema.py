@@ -156,15 +156,23 @@ def _header(line: str, delimiter: str) -> tuple[str, ...]:
         raise ValueError(f"csv header: {e}") from e
 
 
-def _delimited_header(line: str, label: str | None, delimiters: tuple[str, ...]) -> FeatureSchema:
-    """The csv schema of a header line delimited by one of `delimiters` that names the label
-    (`label`, else one of the usual names), or ValueError saying what the line lacks."""
-    names = " or ".join(repr(d) for d in delimiters)
-    for delim in (d for d in delimiters if d in line):
-        header = _header(line, delim)
+def _labelled_header(headers: list[tuple[str, tuple[str, ...]]], label: str | None) -> FeatureSchema | None:
+    """The csv schema of the first (delimiter, header) that names the label (`label`, else
+    one of the usual names); None when none does."""
+    for delim, header in headers:
         for name in (label,) if label is not None else _CSV_LABELS:
             if name in header:
                 return _csv_preset(header, name, delim)
+    return None
+
+
+def _delimited_header(line: str, label: str | None, delimiters: tuple[str, ...]) -> FeatureSchema:
+    """The csv schema of a header line delimited by one of `delimiters` that names the label
+    (`label`, else one of the usual names), or ValueError saying what the line lacks."""
+    found = _labelled_header([(d, _header(line, d)) for d in delimiters if d in line], label)
+    if found is not None:
+        return found
+    names = " or ".join(repr(d) for d in delimiters)
     wanted = repr(label) if label is not None else f"one of {', '.join(_CSV_LABELS)}; name it with --label"
     raise ValueError(f"the first line is not a header delimited by {names} that names the label column ({wanted}): {line[:80]!r}")
 
@@ -199,10 +207,9 @@ def detect_schema(first_line: str, label: str | None = None, delimiters: tuple[s
         if 37 <= len(cols) <= 40 and _is_label(cols[0]):
             return PRESETS["criteo"]
     headers = [(d, _header(line, d)) for d in _DELIMITERS if d in line and (d != "," or ":" not in line)]
-    for delim, header in headers:
-        for name in (label,) if label is not None else _CSV_LABELS:
-            if name in header:
-                return _csv_preset(header, name, delim)
+    found = _labelled_header(headers, label)
+    if found is not None:
+        return found
     if headers and (label is not None or headers[0][0] == ","):
         columns = ", ".join(headers[0][1][:20])
         if label is not None:
