@@ -186,9 +186,7 @@ class Exporter:
     def last_exported_samples(self) -> int:
         """The stream's samples at the newest READY export in the folder of this model (0:
         none): a run taken up at an older cut replays the stream up to there."""
-        with os.scandir(self.export_dir) as entries:
-            ids = sorted((e.name for e in entries if e.name.isdigit() and len(e.name) == ID_DIGITS), reverse=True)
-        for export_id in ids:
+        for export_id in sorted(self._ids_in_folder(), reverse=True):
             folder = self.export_dir / export_id
             if not (folder / "READY").exists():
                 continue  # still waiting for its holdout, or cut short: never published
@@ -201,13 +199,17 @@ class Exporter:
                 return 0  # unreadable: the manager refuses it too; nothing to wait for
         return 0
 
+    def _ids_in_folder(self) -> list[str]:
+        """The export folders' ids (fixed-width digits: they sort as their numbers)."""
+        with os.scandir(self.export_dir) as entries:
+            return [e.name for e in entries if e.name.isdigit() and len(e.name) == ID_DIGITS]
+
     def _next_id(self) -> str:
         """The export's id: the wall clock in ns, but above every export in the folder and
         the last one given. The manager publishes exports in id order and skips ids at or
         below the last it handled, so a clock stepped back (NTP) or a trainer restarted on a
         host whose clock lags would otherwise export into nothing, silently."""
-        with os.scandir(self.export_dir) as entries:
-            newest = max((int(e.name) for e in entries if e.name.isdigit() and len(e.name) == ID_DIGITS), default=0)
+        newest = max(map(int, self._ids_in_folder()), default=0)
         self._last_id = max(time.time_ns(), newest + 1, self._last_id + 1)
         return f"{self._last_id:0{ID_DIGITS}d}"
 
