@@ -227,6 +227,14 @@ def parse_predict(body: bytes) -> PredictBody:
     return PredictBody(None, columns, {}, context, strict, str(routing_key))
 
 
+def labels_by_version(loaded: list[tuple[str, ServableModel]]) -> dict[int, list[str]]:
+    """The labels of each loaded version, in the order given (the stable version's first)."""
+    out: dict[int, list[str]] = {}
+    for label, model in loaded:
+        out.setdefault(model.version, []).append(label)
+    return out
+
+
 class RestFront:
     """The REST endpoint of one serving process, scoring through its gRPC servicer."""
 
@@ -318,13 +326,11 @@ class RestFront:
         }
 
     def status(self, target: Target) -> dict[str, Any]:
-        by_version: dict[int, list[str]] = {}
-        for label, model in self.versions(target):
-            by_version.setdefault(model.version, []).append(label)
         state = {"error_code": "OK", "error_message": ""}
         return {
             "model_version_status": [
-                {"version": str(v), "state": "AVAILABLE", "status": state, "labels": labels} for v, labels in by_version.items()
+                {"version": str(v), "state": "AVAILABLE", "status": state, "labels": labels}
+                for v, labels in labels_by_version(self.versions(target)).items()
             ]
         }
 
@@ -333,10 +339,7 @@ class RestFront:
         (none yet: an empty list, and the reason a version was refused, if one was)."""
         out = []
         for name, watcher in sorted(self.servicer.watchers.items()):
-            loaded: dict[int, list[str]] = {}
-            for label, model in watcher.loaded():
-                loaded.setdefault(model.version, []).append(label)
-            versions = [{"version": str(v), "labels": labels} for v, labels in loaded.items()]
+            versions = [{"version": str(v), "labels": labels} for v, labels in labels_by_version(watcher.loaded()).items()]
             out.append({"name": name, "versions": versions, "load_error": watcher.last_error})
         return {"models": out}
 
