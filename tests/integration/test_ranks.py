@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from boundless.processes import Daemon, start
+from ctr.repository import holdout
 from tests.support import wait_for_text
 from trainer.input.file_split import owner_of
 from trainer.run.rendezvous import EXIT_RESTART
@@ -29,10 +32,12 @@ def _folder(data_dir: Path, folder: Path, copies: int) -> int:
     return 4 * copies * len(lines)
 
 
-def _shards(work: Path) -> list[Daemon]:
+def _shards(work: Path, exports: Path | None = None) -> list[Daemon]:
     shards = []
     for i in range(2):
-        d = start(f"ps{i}", ["ps", "--shard-index", str(i), "--shard-count", "2", "--data-dir", str(work / f"ps{i}")], work)
+        args = ["ps", "--shard-index", str(i), "--shard-count", "2", "--data-dir", str(work / f"ps{i}")]
+        args += ["--export-root", str(exports)] if exports is not None else []
+        d = start(f"ps{i}", args, work)
         d.wait_ready()
         shards.append(d)
     return shards
@@ -224,6 +229,78 @@ def test_a_followed_folder_whose_files_are_all_rank_1s_trains_and_rank_0_resolve
         result = json.loads((tmp_path / "r0.json").read_text())
         assert result["samples"] == 3000 and result["rank_samples"] == [0, 3000]
         assert "model ffm, 10 fields" in _log(tmp_path, 0)
+    finally:
+        for s in shards:
+            s.stop()
+
+
+def test_a_groups_exports_record_every_ranks_samples_and_take_their_holdouts_from_any_rank(data_dir, tmp_path):
+    """Rank 0 exports for the group, but here its share of the followed folder is empty:
+    every export still comes, records the group's samples (not rank 0's none), and takes
+    its holdout from rank 1: the samples rank 1 read right after the export, which the
+    exported model has not trained on. Before, rank 0's exports waited for its own samples:
+    one export at the end, recording rank 0's share."""
+    lines = (data_dir / "frappe/frappe.validation.libfm").read_text().splitlines()[:12000]
+    folder = tmp_path / "stream"
+    folder.mkdir()
+    names = ["f00.txt", "f01.txt", "f02.txt"]
+    assert [owner_of(n, 2) for n in names] == [1, 1, 1]
+    for i, name in enumerate(names):
+        (folder / name).write_text("\n".join(lines[i * 4000 : (i + 1) * 4000]) + "\n")
+    exports = tmp_path / "exports"
+    shards = _shards(tmp_path, exports)
+    try:
+        flags = ["--follow", "--idle-exit-s", "2", "--peek-timeout-s", "10", "--batch-size", "500"]
+        flags += ["--export-dir", str(exports), "--export-interval-s", "0", "--holdout-samples", "700"]
+        assert _wait(_ranks(folder, shards, tmp_path, *flags), 180) == [0, 0], _log(tmp_path, 0)[-2000:]
+        result = json.loads((tmp_path / "r0.json").read_text())
+        assert result["samples"] == 12000 and result["rank_samples"] == [0, 12000]
+        manifests = [json.loads((d / "export.json").read_text()) for d in sorted(exports.iterdir()) if (d / "READY").exists()]
+        assert len(manifests) == result["exports"] >= 4, _log(tmp_path, 0)[-2000:]
+        samples = [int(m["metrics"]["samples"]) for m in manifests]
+        assert samples == sorted(set(samples)) and samples[-1] == 12000, samples
+        labels = np.array([float(line.split()[0]) > 0 for line in lines], dtype=np.float32)
+        for m, at in zip(manifests, samples, strict=True):
+            held = holdout.read(exports / m["id"] / holdout.HOLDOUT_FILE)
+            assert m["holdout"]["samples"] == len(held) == min(700, 12000 - at), (at, m["holdout"])
+            assert np.array_equal(held.labels, labels[at : at + 700]), at  # what rank 1 read right after the export
+    finally:
+        for s in shards:
+            s.stop()
+
+
+def test_a_group_taken_up_behind_its_last_export_exports_only_past_it(data_dir, tmp_path):
+    """A group that died between an export and its next cut replays the stream up to where
+    that export stood: its exports wait until the group's samples (every rank's) pass it,
+    as one process's do (docs/design/taken-up-exports.md)."""
+    lines = (data_dir / "frappe/frappe.validation.libfm").read_text().splitlines()[:18000]
+    folder, exports = tmp_path / "stream", tmp_path / "exports"
+    folder.mkdir()
+
+    def write(first: int, count: int) -> None:
+        for i in range(first, first + count):
+            (folder / f"f{i:02d}.txt").write_text("\n".join(lines[i * 3000 : (i + 1) * 3000]) + "\n")
+
+    write(0, 4)
+    shards = _shards(tmp_path, exports)
+    try:
+        flags = ["--export-dir", str(exports), "--holdout-samples", "0", "--batch-size", "500", "--export-interval-s", "0"]
+        flags += ["--checkpoint-interval-s", "1000"]  # the last cut only: at the run's end
+        assert _wait(_ranks(folder, shards, tmp_path, *flags)) == [0, 0], _log(tmp_path, 0)[-2000:]
+        last = max(exports.iterdir())
+        manifest = json.loads((last / "export.json").read_text())
+        assert manifest["metrics"]["samples"] == 12000  # the group's, not rank 0's share
+        ahead = exports / f"{int(last.name) + 1:020d}"  # an export the next cut never followed
+        shutil.copytree(last, ahead)
+        manifest["id"], manifest["metrics"]["samples"] = ahead.name, 15000
+        (ahead / "export.json").write_text(json.dumps(manifest))
+        before = {p.name for p in exports.iterdir()}
+        write(4, 2)
+        assert _wait(_ranks(folder, shards, tmp_path, *flags, tag="again")) == [0, 0], _log(tmp_path, 0, "again")[-2000:]
+        assert "taken up at 12000 samples, behind the last export (15000)" in _log(tmp_path, 0, "again")
+        new = sorted({p.name for p in exports.iterdir()} - before)
+        samples = [json.loads((exports / n / "export.json").read_text())["metrics"]["samples"] for n in new]
+        assert samples and min(samples) > 15000 and samples[-1] == 18000, samples
     finally:
         for s in shards:
             s.stop()

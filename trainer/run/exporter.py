@@ -126,6 +126,12 @@ class Exporter:
         out with less evidence than `holdout` samples while the stream flows."""
         return bool(self._pending)
 
+    @property
+    def needed(self) -> int:
+        """Samples the export waiting for its holdout still needs (0: none waits). One waits
+        at a time: an export closes the one before it."""
+        return max((self.holdout - p.count for p in self._pending), default=0)
+
     def close(self) -> None:
         """Every export waiting for its holdout gets what there is: at the run's end, and
         before a recovery reads the stream again from a cut (samples they trained on)."""

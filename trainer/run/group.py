@@ -4,9 +4,10 @@ torch.distributed group (gloo over TCP) through the standard rendezvous (`RANK`,
 --rank, --world-size, --master) and train in rounds (docs/design/ranks.md).
 
 A round is one all-reduce per batch boundary that every rank joins: a few control words
-(whether this rank's stream is over, a stop, and rank 0's calls for a cut or a progress
-report) and, for wdl and deepfm, the MLP's gradient summed since the last round with its
-sample count (trainer.step.dense_replica). So ranks whose streams differ in length stay in
+(whether this rank's stream is over, a stop, the samples it took since the last round, and
+rank 0's calls for a cut, a progress report, an export, or samples for an export's holdout)
+and, for wdl and deepfm, the MLP's gradient summed since the last round with its sample
+count (trainer.step.dense_replica). So ranks whose streams differ in length stay in
 step (a rank whose stream is over joins with nothing until every rank's is: they all leave
 at the first round where all are over), and a cut is taken by every rank at the same batch
 boundary. A rank that dies fails the others' collective: every rank then exits with
@@ -73,6 +74,8 @@ class Round:
     cut: bool  # rank 0 calls a checkpoint cut at this boundary
     report: bool  # rank 0 calls for the merged progress
     export: bool = False  # rank 0 calls an export: every rank drains its residuals first
+    samples: int = 0  # samples the ranks took into training since their last round, together
+    holdout: int = 0  # samples rank 0's last export still needs for its holdout: every rank sends what it read
 
 
 class Group:
@@ -126,12 +129,23 @@ class Group:
         self._count(table, share, share)
 
     def round(
-        self, over: bool, stop: bool, cut: bool = False, report: bool = False, dense: Any = None, export: bool = False
+        self,
+        over: bool,
+        stop: bool,
+        cut: bool = False,
+        report: bool = False,
+        dense: Any = None,
+        export: bool = False,
+        samples: int = 0,
+        holdout: int = 0,
     ) -> Round:
-        """One round: every rank's control words summed (cut and report count from rank 0
-        only), and `dense`'s gradient (a DenseReplica) summed and stepped in the same call."""
+        """One round: every rank's control words summed (cut, report, export and holdout
+        count from rank 0 only), and `dense`'s gradient (a DenseReplica) summed and stepped
+        in the same call. `samples`: this rank's since its last round, a batch's worth, so
+        exact in the float32 words the MLP's round carries (a running count would not be)."""
         lead = self.leader
         words = [float(over), float(stop), float(cut and lead), float(report and lead), float(export and lead)]
+        words += [float(samples), float(holdout if lead else 0)]
         control = torch.tensor(words, dtype=torch.float64)
         with _collective():
             if dense is not None and self.dense_pg is not None:
@@ -148,7 +162,16 @@ class Group:
             word_bytes = control.element_size() * control.shape[0]
         self._all_reduced("", word_bytes)
         self._all_reduced("mlp", mlp_bytes)
-        return Round(int(summed[0]), bool(summed[1] > 0), bool(summed[2] > 0), bool(summed[3] > 0), bool(summed[4] > 0))
+        stop_, cut_, report_, export_ = (bool(summed[i] > 0) for i in range(1, 5))
+        return Round(int(summed[0]), stop_, cut_, report_, export_, round(float(summed[5])), round(float(summed[6])))
+
+    def total(self, value: int) -> int:
+        """The sum of every rank's `value`, exactly (int64)."""
+        box = torch.tensor([value], dtype=torch.int64)
+        with _collective():
+            dist.all_reduce(box, group=self.pg)
+        self._all_reduced("", box.element_size())
+        return int(box[0])
 
     def gather(self, obj: Any) -> list[Any] | None:
         """Every rank's `obj`, in rank order, at rank 0 (None elsewhere)."""

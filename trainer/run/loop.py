@@ -114,11 +114,15 @@ class Trainer:
         self._tail_samples = 0
         self.held_out: list[SampleBatch] = []  # the stream's tail, never trained: the last export's holdout
         self.ended = False  # the stream ended, or stayed idle for idle_exit_s (not a stop or a sample limit)
-        self._exported_at = 0  # samples submitted at the last export
+        self._exported_at = 0  # the stream's samples at the last export (a group's: every rank's)
+        self._last_export_at = time.monotonic()
         self._taken_up_at = 0
         self._last_progress = (time.monotonic(), 0)  # when, and samples trained, at the last progress line
         # the ranks of a run of several (trainer.run.group): every batch boundary is a round
         self.group: Group | None = None
+        self._group_samples = 0  # every rank's samples together, as of the last round
+        self._round_from = 0  # this rank's `submitted` at its last round
+        self._since_round: list[SampleBatch] = []  # ranks other than 0: trained since the last round
         self._last_cut_at = time.monotonic()
         self._last_report_at = time.monotonic()
         self.cpu_start = time.process_time()  # the process's CPU when its run began (train_run sets it)
@@ -128,6 +132,8 @@ class Trainer:
     def train_batch(self, batch: SampleBatch) -> None:
         if self.observe is not None:
             self.observe(batch)  # before training: holdouts hold what exports have not seen
+        elif self.group is not None:
+            self._since_round.append(batch)  # rank 0's export may want it for its holdout
         self.submitted += len(batch)
         self.trained += len(batch)
         self._record(self.pipeline.submit(batch))
@@ -179,15 +185,18 @@ class Trainer:
         # run ended there, exporting it; this run's first export is a full one. Past the cut,
         # the stream is replayed up to where that run's last export stood: a version from the
         # replay would be older than the one served, judged against one that trained on its
-        # holdout, so exports wait until the stream passes that point (one process: a rank's
-        # count is its share, which another world size deals out otherwise)
-        self._exported_at = self.submitted
-        if self.exporter is not None and self.submitted and self.group is None:
+        # holdout, so exports wait until the stream passes that point (a group's: every rank's
+        # samples, which exports record as theirs)
+        if self.group is not None:
+            self._group_samples = self.group.total(self.submitted)
+            self._round_from = self.submitted
+        self._exported_at = self.stream_samples
+        if self.exporter is not None and self.stream_samples:
             reached = self.exporter.last_exported_samples()
-            if reached > self.submitted:
+            if reached > self.stream_samples:
                 log.info(
                     "taken up at %d samples, behind the last export (%d): exports resume once the stream passes it",
-                    self.submitted,
+                    self.stream_samples,
                     reached,
                 )
                 self._exported_at = reached
@@ -226,13 +235,13 @@ class Trainer:
         self.client.flush_residuals()  # the shards end with every update, exactly
         self._count_bytes()
         self.elapsed_s = time.monotonic() - started
+        # a group's last export waits for every rank's last pushes and residuals (the gather)
+        merged = self._group_metrics() if self.group is not None else None
         if self.exporter is not None:
             for batch in self.held_out:  # exports still waiting get unseen samples first
                 self.exporter.observe(batch)
-            # a model the last export already holds is no new version (a group's rank 0 cannot
-            # tell: the other ranks may have trained since)
-            if self.group is not None or self.submitted > self._exported_at:
-                self._export()
+            if self.stream_samples > self._exported_at:  # else the last export already holds this model
+                self._export(merged)
                 for batch in self.held_out:
                     self.exporter.observe(batch)
         if self.s.checkpoint_interval_s > 0:
@@ -241,7 +250,7 @@ class Trainer:
 
     def _stream(self) -> None:
         """Trains the stream until it ends (or the sample limit, idleness, a stop)."""
-        last_export = last_ckpt = last_log = time.monotonic()
+        last_ckpt = last_log = time.monotonic()
         busy_until = time.monotonic()  # when this loop last finished training an item: the idle clock
         tty = sys.stderr.isatty()
         ready = ThreadedReader(self.reader, self.s.queue_depth, self.stop)
@@ -262,11 +271,8 @@ class Trainer:
                 # cache, is not idle)
                 quiet = now - max(self.source.idle_since, busy_until)
                 idle = item is None and self.s.idle_exit_s > 0 and quiet > self.s.idle_exit_s
-                due = now - last_export >= self.s.export_interval_s
-                changed = self.submitted > self._exported_at  # an export of an unchanged model says nothing new
-                if self.group is None and self.exporter is not None and due and changed and not self.exporter.waiting:
+                if self.group is None and self._export_due(now):
                     self._export()
-                    last_export = now
                 if self.group is None and self.s.checkpoint_interval_s > 0 and now - last_ckpt >= self.s.checkpoint_interval_s:
                     self.checkpoint()
                     last_ckpt = now
@@ -277,10 +283,7 @@ class Trainer:
                 finished = done or idle
                 if self.group is not None:
                     # rank 0 calls an export in the round, so every rank can drain for it first
-                    export = self.exporter is not None and due and changed and not self.exporter.waiting
-                    r = self._round(over=False, export=export)
-                    if r.export:
-                        last_export = now
+                    r = self._round(over=False, export=self._export_due(now))
                     if r.stop or finished:
                         self.ended = idle and not r.stop
                         break
@@ -295,16 +298,36 @@ class Trainer:
         self._hold_out_tail()
         self.flush()
 
+    @property
+    def stream_samples(self) -> int:
+        """The stream's samples taken into training: a group's, every rank's (as of the last
+        round); what exports record and are compared by."""
+        return self._group_samples if self.group is not None else self.submitted
+
+    def _export_due(self, now: float) -> bool:
+        """An export is due on its clock, the model changed since the last (an unchanged
+        model's export says nothing new), and the last has its holdout."""
+        due = now - self._last_export_at >= self.s.export_interval_s
+        exporter = self.exporter
+        return exporter is not None and due and self.stream_samples > self._exported_at and not exporter.waiting
+
     def _round(self, over: bool, export: bool = False) -> Round:
         """A round of the ranks at this batch boundary (trainer.run.group): rank 0 calls the
-        cuts, the exports and the progress reports on its clocks; every rank then takes
-        the cut, or drains its residuals for the export."""
+        cuts, the exports and the progress reports on its clocks; every rank then sends
+        samples for the last export's holdout, takes the cut, or drains its residuals for
+        the export."""
         assert self.group is not None
         now = time.monotonic()
         cut = self.s.checkpoint_interval_s > 0 and now - self._last_cut_at >= self.s.checkpoint_interval_s
         report = now - self._last_report_at >= self.s.progress_interval_s
         replica = getattr(self.model, "replica", None)
-        r = self.group.round(over, self.stop(), cut, report, replica, export)
+        since, self._round_from = self.submitted - self._round_from, self.submitted
+        needed = self.exporter.needed if self.exporter is not None else 0
+        r = self.group.round(over, self.stop(), cut, report, replica, export, since, needed)
+        self._group_samples += r.samples
+        read, self._since_round = self._since_round, []
+        if r.holdout:
+            self._send_holdout(read, r.holdout)
         if r.export:
             self._drain_for_export()
         if r.cut:
@@ -315,26 +338,53 @@ class Trainer:
             self._last_report_at = time.monotonic()
         return r
 
+    def _send_holdout(self, read: list[SampleBatch], needed: int) -> None:
+        """Rank 0's last export waits for its holdout: every other rank sends up to `needed`
+        of the samples it trained since the last round, read after that export, so the
+        holdout fills at the group's pace, also while rank 0's own stream is idle or over."""
+        assert self.group is not None
+        mine: list[SampleBatch] = []
+        for batch in read:
+            if needed <= 0:
+                break
+            mine.append(holdout.head(batch, min(needed, len(batch))))
+            needed -= len(mine[-1])
+        sent = self.group.gather(mine if self.exporter is None else [])  # rank 0 observed its own
+        if sent is not None and self.exporter is not None:
+            for batches in sent[1:]:
+                for batch in batches:
+                    self.exporter.observe(batch)
+
+    def _group_metrics(self) -> dict[str, float] | None:
+        """The ranks' merged progressive metrics, at rank 0 (None elsewhere): what a group's
+        export records. A gather, so rank 0 has it only once every rank called it."""
+        assert self.group is not None
+        share = self.progress.window // self.group.world
+        states = self.group.gather(self.progress.state(last=share))
+        return None if states is None else ProgressiveMetrics.merge(self.progress.window, states).snapshot()
+
     def _drain_for_export(self) -> None:
         """Every rank's pushes acknowledged and, with --export-drain, its residuals sent
-        (with --local-aggregate, rank 0's, which hold the host's); then rank 0 exports."""
+        (with --local-aggregate, rank 0's, which hold the host's); then rank 0 exports the
+        model with the ranks' merged metrics."""
         assert self.group is not None
         self.flush()
         if self.s.export_drain:
             if self.client.aggregator is not None:
                 self.group.barrier()  # no rank pushes through rank 0 while it drains
             self.client.drain_residuals("export")
-        self.group.barrier()
+        merged = self._group_metrics()  # a collective: every rank's pushes and drains are acknowledged
         if self.exporter is not None:
-            self._export()
+            self._export(merged)
 
     def _join(self) -> None:
         """This rank's stream is over (its end, idleness, its sample limit, a stop): it joins
         the rounds with nothing until every rank's is, and all leave at that same round. Its
-        first round sends the MLP gradient of what it trained since the last (the tail)."""
+        first round sends the MLP gradient of what it trained since the last (the tail).
+        Rank 0 goes on calling exports of what the others train."""
         assert self.group is not None
         while True:
-            if self._round(over=True).over == self.group.world:
+            if self._round(over=True, export=self._export_due(time.monotonic())).over == self.group.world:
                 return
 
     def _rank_figures(self, final: bool = False) -> dict[str, Any]:
@@ -546,20 +596,22 @@ class Trainer:
         metrics.RECOVERIES.inc()
         log.info("recovered at cut %d in %.2f s; training takes up at %s", point.cut, time.monotonic() - started, self.position)
 
-    def _export(self) -> None:
-        """Ranks drained their residuals together before it (_drain_for_export)."""
+    def _export(self, merged: dict[str, float] | None = None) -> None:
+        """Ranks drained their residuals together before it (_drain_for_export); `merged`:
+        their metrics, which a group's export records."""
         assert self.exporter is not None
+        self._last_export_at = time.monotonic()
         self.flush()
         if self.s.export_drain and self.group is None:
             self.client.drain_residuals("export")
-        snap = self.progress.snapshot()
+        snap = merged if merged is not None else self.progress.snapshot()
         try:
             export_id = self.exporter.export(snap, mlp=self.model.mlp_for_export())
         except ExportFailed as e:  # a full export disk: training goes on, the next export is full
             metrics.EXPORT_FAILURES.inc()
             log.error("export at %d samples not written (%s); training goes on, the next export is full", snap["samples"], e)
             return
-        self._exported_at = self.submitted
+        self._exported_at = self.stream_samples
         self.exports.append(export_id)
         metrics.EXPORTS.inc()
         log.info("exported %s at %d samples", export_id, snap["samples"])

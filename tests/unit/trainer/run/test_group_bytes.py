@@ -42,7 +42,7 @@ def test_two_ranks_count_what_their_collectives_move(tmp_path: Path) -> None:
     ledgers = [json.loads(path.read_text()) for path in run_ranks(_rank, tmp_path, ".json")]
     params = sum(p.numel() for p in DeepCTR(SPEC, seed=1).params)
     mlp = 3 * 4 * (params + 2)  # three rounds of float32 gradients, positives and a count; W = 2: the whole buffer each way
-    words = 3 * 4 * 5 + 8 * 5  # the words in the MLP's float32 buffer, then a float64 round of them alone
+    words = 3 * 4 * 7 + 8 * 7  # the words in the MLP's float32 buffer, then a float64 round of them alone
     figures, cut = len(pickle.dumps(FIGURES)), len(pickle.dumps({"cut": 7}))
     assert ledgers[0]["mlp"][RANKS] == ledgers[1]["mlp"][RANKS] == [mlp, mlp]
     assert ledgers[0][""][RANKS] == [words + cut, words + figures]  # rank 0 gathers and broadcasts
