@@ -86,6 +86,18 @@ class DecompressedText(io.RawIOBase):
     def tell(self) -> int:
         return self._at
 
+    def disk_per_text(self) -> float | None:
+        """Compressed bytes consumed per byte of text so far (None before any text, or where
+        the compressed stream cannot say where it is): a position in the text, times this,
+        is about where the file stands on disk."""
+        if self._at <= 0:
+            return None
+        try:
+            consumed = self._raw.tell() if hasattr(self._raw, "tell") else getattr(self._raw, "offset", None)
+        except (OSError, ValueError):
+            return None
+        return consumed / self._at if isinstance(consumed, int) and consumed > 0 else None
+
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
         """Forward from where it is (the source seeks once, to its start offset, before reading)."""
         if whence != io.SEEK_SET or offset < self._at:

@@ -148,3 +148,16 @@ def test_compressed_objects_train_as_the_text_they_hold(s3: Any, data_dir: Path,
         assert packed[key] == plain[key], key
     source = S3PrefixSource(f"s3://{BUCKET}/packed/", follow=False)
     assert source.first_line(f"s3://{BUCKET}/packed/part-1.csv.zst") == header.decode().rstrip("\n")
+
+    # halfway through the gzip'd object its backlog is about half its size on disk, plus the
+    # zstd object's: a position counts bytes of text (the old backlog said 0 past a fifth)
+    from trainer.input.source import Position
+
+    gz, text = f"s3://{BUCKET}/packed/part-0.csv.gz", len(b"".join([header, *rows[:half]]))
+    blocks = source.blocks(1 << 16, block_bytes=1 << 14)
+    at = next(b for b in blocks if b is not None and b.file == gz and b.offset >= text // 2)
+    sizes = {o["Key"]: o["Size"] for o in s3.list_objects_v2(Bucket=BUCKET, Prefix="packed/")["Contents"]}
+    expected = sizes["packed/part-0.csv.gz"] * (1 - at.offset / text) + sizes["packed/part-1.csv.zst"]
+    assert at.offset > sizes["packed/part-0.csv.gz"]
+    left = source.backlog(Position(gz, at.offset, at.line))
+    assert left is not None and abs(left[1] - expected) < 0.1 * sizes["packed/part-0.csv.gz"], (left, sizes, at.offset)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,8 +59,11 @@ class ParquetText(io.RawIOBase):
             import pyarrow.fs as pafs
 
             fs, key = pafs.FileSystem.from_uri(self.path)
-            self.file = pq.ParquetFile(fs.open_input_file(key))
+            opened = fs.open_input_file(key)
+            self.size = int(opened.size())
+            self.file = pq.ParquetFile(opened)
         else:
+            self.size = os.path.getsize(self.path)
             self.file = pq.ParquetFile(self.path)
         self.columns = _flat_columns(self.path, self.file.schema_arrow)
         self.header = (",".join(self.columns) + "\n").encode()
@@ -74,6 +78,16 @@ class ParquetText(io.RawIOBase):
     @property
     def row_groups(self) -> int:
         return int(self.file.num_row_groups)
+
+    def disk_per_text(self) -> float | None:
+        """The file's bytes per byte of its text, from the rows rendered so far (None before
+        any): a position in the text, times this, is about where the file stands on disk."""
+        rows = sum(self.rows_of(g) for g in range(min(self._next_group, self.row_groups)))
+        text = self._at + len(self._buf) - len(self.header)
+        total = int(self.file.metadata.num_rows)
+        if rows <= 0 or text <= 0 or total <= 0:
+            return None
+        return self.size / (len(self.header) + text / rows * total)
 
     def rows_of(self, group: int) -> int:
         return int(self.file.metadata.row_group(group).num_rows)

@@ -154,14 +154,15 @@ class S3PrefixSource(StreamSource):
         return head.split(b"\n", 1)[0].decode("utf-8", errors="replace")
 
     def backlog(self, position: Position) -> tuple[str, int] | None:
-        """Bytes of this worker's objects past `position`, as last listed (None: not listed yet)."""
+        """Bytes of this worker's objects past `position`, as last listed (None: not listed
+        yet); a compressed or Parquet object's position is in its text (on_disk)."""
         if self._objects[0] < 0:
             return None
         total = 0
         for o in self._mine(as_listed=True):
             if position.file and o.uri < position.file or self._done.get(o.key) == o.etag:
                 continue
-            total += max(0, o.size - (position.offset if o.uri == position.file else 0))
+            total += max(0, o.size - (self.on_disk(position) if o.uri == position.file else 0))
         return "bytes", total
 
     def blocks(self, max_line_bytes: int, block_bytes: int = BLOCK_BYTES) -> Iterator[Block | None]:

@@ -158,6 +158,9 @@ class StreamSource:
         self.exclude = frozenset(os.path.abspath(x) for x in exclude)
         self._read_ids: dict[int, tuple[str, bytes]] = {}  # inodes of files read to their end: name then, head digest
         self._inodes: dict[str, int] = {}  # a folder's files' inodes, from its listing
+        # compressed and Parquet files read lately: their bytes on disk per byte of the text a
+        # position counts in (backlog() is in bytes on disk)
+        self._disk_per_text: dict[str, float] = {}
         self._relative: dict[str, str] = {}  # a folder's files' paths under it, from its listing
         # rank i of W reads its share of the folder's files (trainer.input.file_split): by
         # their names' hash when followed, so files rolling away move no other file
@@ -305,7 +308,7 @@ class StreamSource:
         return position
 
     def backlog(self, position: Position) -> tuple[str, int] | None:
-        """Bytes of this worker's files past `position` (None for stdin)."""
+        """Bytes on disk of this worker's files past `position` (None for stdin)."""
         if self.source == "-":
             return None
         total = 0
@@ -317,8 +320,23 @@ class StreamSource:
                 size = f.stat().st_size
             except OSError:  # rolled away meanwhile
                 continue
-            total += max(0, size - (position.offset if name == position.file else 0))
+            total += max(0, size - (self.on_disk(position) if name == position.file else 0))
         return "bytes", total
+
+    def on_disk(self, position: Position) -> int:
+        """About where `position` stands in its file's bytes on disk: a compressed or Parquet
+        file's position counts bytes of its text, which its file holds fewer (or more) of."""
+        return round(position.offset * self._disk_per_text.get(position.file, 1.0))
+
+    def _note_disk_per_text(self, name: str, fh: object) -> None:
+        """Keeps a compressed or Parquet file's bytes on disk per byte of text, as read so far."""
+        ratio = getattr(fh, "disk_per_text", None)
+        found = ratio() if callable(ratio) else None
+        if found is not None:
+            self._disk_per_text.pop(name, None)  # to the end: the oldest entries go first
+            self._disk_per_text[name] = found
+            while len(self._disk_per_text) > 8:  # the files read lately: a position lags the reading by a few
+                del self._disk_per_text[next(iter(self._disk_per_text))]
 
     def blocks(self, max_line_bytes: int, block_bytes: int = BLOCK_BYTES) -> Iterator[Block | None]:
         """Blocks in stream order; yields None while waiting for data (so callers can flush)."""
@@ -475,6 +493,7 @@ class StreamSource:
                 if cut:
                     # counted once, by numpy (5x bytes.count, without the GIL); the reader takes it from here
                     newlines = int(np.count_nonzero(np.frombuffer(buf, dtype=np.uint8, count=cut) == 10))
+                    self._note_disk_per_text(name, fh)
                     yield Block(name, offset, line_no, buf[:cut], newlines=newlines)
                     offset += cut
                     line_no += newlines

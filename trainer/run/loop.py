@@ -559,7 +559,9 @@ class Trainer:
             return f"  following {self.source.source} (waits for more data; --no-follow ends at its end)"
         if backlog is None or backlog[0] != "bytes" or rate <= 0 or not self.position.offset or not self.submitted:
             return ""
-        per_sample = self.position.offset / max(1, self.submitted)  # bytes a sample takes, from the file so far
+        on_disk = getattr(self.source, "on_disk", None)  # backlog is in bytes on disk: a compressed file holds fewer
+        at = on_disk(self.position) if callable(on_disk) else self.position.offset
+        per_sample = at / max(1, self.submitted)  # bytes a sample takes, from the file so far
         return f"  ETA {backlog[1] / per_sample / rate:.0f} s"
 
     def _measure_backlog(self) -> tuple[str, int] | None:

@@ -108,3 +108,49 @@ def test_an_empty_marker_first_does_not_hold_up_the_peek(tmp_path):
         raise AssertionError("a folder that is not followed has no data to wait for")
 
     assert StreamSource(str(empty), follow=False, stop=waits).peek(timeout_s=3600) == []
+
+
+def _half_read(src: StreamSource, name: str, text_bytes: int) -> Position:
+    """Reads the source until a block of `name` starts past half its text; that block's
+    position (the reading goes on from there, as a trained position lags it)."""
+    for block in src.blocks(1 << 16, block_bytes=1 << 15):
+        if block is not None and block.file == name and block.offset >= text_bytes // 2:
+            return Position(block.file, block.offset, block.line)
+    raise AssertionError("the file was not read past half")
+
+
+def test_a_compressed_or_parquet_files_backlog_is_in_its_bytes_on_disk(tmp_path):
+    """A compressed or Parquet file's position counts bytes of its text, which its file holds
+    about a quarter of (or fewer): half read, its backlog is about half its size on disk.
+    Before, backlog took the text offset from the file's size: 0 once a fifth was read, so a
+    trainer halfway through a gzip'd day reported itself caught up."""
+    import gzip
+    import random
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rnd = random.Random(7)
+    lines = [f"{rnd.randint(0, 1)} a:{rnd.randint(0, 999)} b:{rnd.randint(0, 99)} c:{rnd.randint(0, 9)}" for _ in range(60000)]
+    text = ("\n".join(lines) + "\n").encode()
+    zipped = tmp_path / "day.gz"
+    zipped.write_bytes(gzip.compress(text))
+    src = StreamSource(str(zipped), follow=False)
+    at = _half_read(src, str(zipped), len(text))
+    size = zipped.stat().st_size
+    assert size < len(text) / 2  # a text offset past the size: the old backlog said 0
+    kind, left = src.backlog(at)  # type: ignore[misc]
+    assert kind == "bytes" and abs(left - size * (1 - at.offset / len(text))) < 0.1 * size, (left, size)
+
+    table = pa.table({"label": [int(x.split()[0]) for x in lines], "a": [x.split()[1] for x in lines]})
+    folder = tmp_path / "parquet"
+    folder.mkdir()
+    path = folder / "day.parquet"
+    pq.write_table(table, path, row_group_size=5000)
+    src = StreamSource(str(folder), follow=False)
+    text_bytes = sum(len(x) for x in (f"{r['label']},{r['a']}\n" for r in table.to_pylist())) + len("label,a\n")
+    at = _half_read(src, str(path), text_bytes)
+    size = path.stat().st_size
+    kind, left = src.backlog(at)  # type: ignore[misc]
+    assert kind == "bytes" and abs(left - size * (1 - at.offset / text_bytes)) < 0.1 * size, (left, size, at)
+    assert src.on_disk(Position(str(tmp_path / "plain.txt"), 100)) == 100  # a plain file: its offset
