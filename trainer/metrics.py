@@ -25,7 +25,11 @@ MLP_WAITING_SAMPLES = Gauge(
 )
 RECOVERIES = Counter("boundless_trainer_recoveries_total", "times a PS shard restarted and every shard went back to a common cut")
 BACKLOG = {  # what the stream holds past the trained position (the trainer's lag)
-    "bytes": Gauge("boundless_trainer_backlog_bytes", "bytes of the source's files past the trained position"),
+    "bytes": Gauge(
+        "boundless_trainer_backlog_bytes",
+        "bytes on disk of the source's files past the trained position (within a compressed or Parquet file:"
+        " estimated from the bytes on disk read per byte of its text)",
+    ),
     "messages": Gauge("boundless_trainer_backlog_messages", "messages of the topic's partitions past the trained position"),
 }
 EXPORT_SECONDS = Histogram(
