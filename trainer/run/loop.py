@@ -60,6 +60,9 @@ class LoopSettings:
     delimiters: tuple[str, ...] | None = None
 
 
+HOLDOUT_FROM_RANKS_AFTER_S = 2.0  # rank 0's source idle this long: the other ranks fill its export's holdout
+
+
 class Trainer:
     def __init__(
         self,
@@ -322,7 +325,13 @@ class Trainer:
         report = now - self._last_report_at >= self.s.progress_interval_s
         replica = getattr(self.model, "replica", None)
         since, self._round_from = self.submitted - self._round_from, self.submitted
-        needed = self.exporter.needed if self.exporter is not None else 0
+        # rank 0's own samples fill its export's holdout, crossing no wire; only while its
+        # source has had no data for a while do the other ranks send theirs (a reader that
+        # lags a batch is not idle; a share that is over and held its tail back ends the
+        # run's exports with that tail, as one process does)
+        quiet = now - self.source.idle_since >= HOLDOUT_FROM_RANKS_AFTER_S
+        idle = since == 0 and quiet and (not over or not self.held_out)
+        needed = self.exporter.needed if self.exporter is not None and idle else 0
         r = self.group.round(over, self.stop(), cut, report, replica, export, since, needed)
         self._group_samples += r.samples
         read, self._since_round = self._since_round, []
@@ -339,9 +348,9 @@ class Trainer:
         return r
 
     def _send_holdout(self, read: list[SampleBatch], needed: int) -> None:
-        """Rank 0's last export waits for its holdout: every other rank sends up to `needed`
-        of the samples it trained since the last round, read after that export, so the
-        holdout fills at the group's pace, also while rank 0's own stream is idle or over."""
+        """Rank 0's last export waits for its holdout and rank 0's stream is idle: every
+        other rank sends up to `needed` of the samples it trained since the last round, read
+        after that export, so exports go on while rank 0's share has no data."""
         assert self.group is not None
         mine: list[SampleBatch] = []
         for batch in read:
@@ -360,7 +369,7 @@ class Trainer:
         export records. A gather, so rank 0 has it only once every rank called it."""
         assert self.group is not None
         share = self.progress.window // self.group.world
-        states = self.group.gather(self.progress.state(last=share))
+        states = self.group.gather(self.progress.state(last=share, compact=True))
         return None if states is None else ProgressiveMetrics.merge(self.progress.window, states).snapshot()
 
     def _drain_for_export(self) -> None:
