@@ -4,7 +4,13 @@ from prometheus_client import Counter, Gauge, Histogram
 
 SAMPLES = Counter("boundless_trainer_samples_total", "samples trained")
 BAD_LINES = Counter("boundless_trainer_bad_lines_total", "input lines rejected by the parser")
-EXPORTS = Counter("boundless_trainer_exports_total", "exports requested")
+EXPORTS = Counter("boundless_trainer_exports_total", "exports written (each READY once its holdout has come)")
+EXPORTS_READY = Counter("boundless_trainer_exports_ready_total", "exports marked READY for the model manager")
+EXPORT_HOLDOUT_NEEDED = Gauge(
+    "boundless_trainer_export_holdout_needed_samples",
+    "samples the newest export still waits for before it is READY (its holdout: read after it, never trained on it); 0: none"
+    " waits. Above 0 for long: the stream is quiet, and no new version is published until it brings them",
+)
 EXPORT_FAILURES = Counter(
     "boundless_trainer_export_failures_total", "exports that could not be written (a full export disk): training went on"
 )

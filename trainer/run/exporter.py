@@ -37,7 +37,7 @@ from ctr.model.spec import ModelSpec
 from ctr.repository import holdout
 from ps.api import ExportedFile, ShardRestarted, StoppedWhileUnreachable
 from ps.client import PSClient
-from trainer.metrics import EXPORT_FAILURES, EXPORT_SECONDS
+from trainer.metrics import EXPORT_FAILURES, EXPORT_HOLDOUT_NEEDED, EXPORT_SECONDS, EXPORTS_READY
 
 log = logging.getLogger("trainer")
 
@@ -119,6 +119,7 @@ class Exporter:
                 p.count += take
         while self._pending and self._pending[0].count >= self.holdout:
             self._finish(self._pending.pop(0))
+        EXPORT_HOLDOUT_NEEDED.set(self.needed)
 
     @property
     def waiting(self) -> bool:
@@ -137,12 +138,14 @@ class Exporter:
         before a recovery reads the stream again from a cut (samples they trained on)."""
         while self._pending:
             self._finish(self._pending.pop(0))
+        EXPORT_HOLDOUT_NEEDED.set(0)
 
     def _finish(self, p: _Pending) -> None:
         """Writes the export's holdout and READY; one that cannot be written (a full export
         disk) is removed, counted and logged, and the next export is a full one."""
         try:
             self._write_holdout(p)
+            EXPORTS_READY.inc()
         except OSError as e:
             shutil.rmtree(p.folder, ignore_errors=True)
             self.base = None
@@ -252,6 +255,7 @@ class Exporter:
         self._pending.append(_Pending(folder, manifest))  # only once it is written whole
         if not self.holdout:
             self.close()
+        EXPORT_HOLDOUT_NEEDED.set(self.needed)
         if full:
             self.base = export_id
         self.previous = export_id
