@@ -8,8 +8,9 @@ import sys
 import time
 from pathlib import Path
 
+from ctr.repository.s3_lease import TERM_S as WRITER_LEASE_S
 from ctr.repository.versions import Repository, RepositoryError
-from ctr.repository.writer_lock import WriterLock
+from ctr.repository.writer_lock import writer_lock
 from ctr.runtime import config as cfg
 from ctr.runtime import daemon, strict_json
 from ctr.runtime.auth import service_policy
@@ -105,7 +106,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def watch(conf: ModelMgrConfig) -> int:
     log = daemon.setup_logging("modelmgr", conf.log_level)
     repo = Repository(conf.repo, conf.model_name)
-    writer = WriterLock(repo.dir, f"model {conf.model_name!r} in {conf.repo}")
+    writer = writer_lock(repo, f"model {conf.model_name!r} in {conf.repo}", conf.writer_lease_s)
     writer.take("model manager")  # before the Publisher, whose start removes unfinished versions
     gate = QualityGate(
         min_samples=conf.min_samples,
@@ -146,6 +147,12 @@ def watch(conf: ModelMgrConfig) -> int:
     )
     daemon.write_ready_file(conf.ready_file, grpc_port=port, metrics_port=metrics_port)
     while not stop.is_set():
+        lost = writer.lost()
+        if lost is not None:  # another host's manager writes this model now: publishing on would race it
+            log.error("%s; this manager stops", lost)
+            served.stop(grace_s=1)
+            writer.release()
+            return 1
         try:
             manager.scan()
         except Exception as e:  # noqa: BLE001 - a full disk, a damaged repository: retry, never die
@@ -180,7 +187,7 @@ def run(args: argparse.Namespace) -> int:
             from modelmgr.commands import inspect_cli
 
             if args.action == "gc" and not args.dry_run:  # removes versions: not under a running manager's feet
-                with WriterLock(repo.dir, f"model {args.model_name!r} in {args.repo}").held("boundless model gc"):
+                with writer_lock(repo, f"model {args.model_name!r} in {args.repo}", WRITER_LEASE_S).held("boundless model gc"):
                     return inspect_cli.run(repo, args)
             return inspect_cli.run(repo, args)
         if args.action == "pin":

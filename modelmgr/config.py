@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ctr.repository.holdout import JUDGED_FROM
-from ctr.runtime.config import WRITES
+from ctr.runtime.config import WRITES, ConfigError
 from ctr.runtime.server_config import ServerConfig
 
 HELP_GROUPS: dict[str, tuple[str, ...]] = {
@@ -69,7 +69,18 @@ class ModelMgrConfig(ServerConfig):
         default=1000, metadata={"help": "retention: rejection records kept in the repository, the newest (0: keep all)"}
     )
     keep_full: int = field(default=3, metadata={"help": "retention: full versions kept with their delta chains (0: keep all)"})
+    writer_lease_s: float = field(
+        default=30.0,
+        metadata={
+            "help": "an S3 repository: the term of the model's writer lease there (renewed every third of it; another host's"
+            " manager takes over a lease unrenewed for a term, and is refused one that is renewed)"
+        },
+    )
     notify: str = field(
         default="",
         metadata={"help": "serving replicas (host:port,...) told at once when a version is published or rolled back"},
     )
+
+    def __post_init__(self) -> None:
+        if not self.writer_lease_s > 0:
+            raise ConfigError(f"--writer-lease-s {self.writer_lease_s}: must be > 0")

@@ -129,6 +129,10 @@ class S3Storage:
     def _k(self, key: str) -> str:
         return f"{self.prefix}/{key}" if self.prefix else key
 
+    def object_key(self, key: str) -> str:
+        """The bucket's key of a repository key."""
+        return self._k(key)
+
     def read_bytes(self, key: str) -> bytes:
         try:
             return self.s3.get_object(Bucket=self.bucket, Key=self._k(key))["Body"].read()  # type: ignore[no-any-return]

@@ -12,7 +12,8 @@ So a manager holds an exclusive `flock` on `<model>/.writer.lock` for as long as
 that file: its pid, its host and, once bound, its admin address. A second manager, or a
 `boundless model gc` run on the repository directly, is refused with that holder named.
 The lock lives in the model's local folder: the repository itself for a local (or mounted)
-one, serving's local cache for an S3 one, so for S3 it guards one host only.
+one, serving's local cache for an S3 one, so for S3 it guards one host only; there the
+writer also holds a lease on S3 itself (ctr.repository.s3_lease), which guards every host.
 """
 
 from __future__ import annotations
@@ -26,9 +27,13 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
-from ctr.repository.versions import RepositoryError
+from ctr.repository.storage import S3Storage
+from ctr.repository.versions import Repository, RepositoryError
+
+if TYPE_CHECKING:
+    from ctr.repository.s3_lease import S3Lease
 
 WRITER_LOCK = ".writer.lock"
 
@@ -40,10 +45,13 @@ class WriterBusy(RepositoryError):
 
 
 class WriterLock:
-    def __init__(self, folder: Path, what: str) -> None:
+    def __init__(self, folder: Path, what: str, lease: S3Lease | None = None) -> None:
+        """lease: an S3 repository's lease on the model, taken after the flock."""
         self.path = folder / WRITER_LOCK
         self.what = what  # "model 'ctr' in repo", for messages
+        self.lease = lease
         self._file: BinaryIO | None = None
+        self._since = 0.0
 
     def take(self, role: str) -> None:
         """Holds the lock (WriterBusy, naming the holder, if another process does)."""
@@ -57,15 +65,35 @@ class WriterLock:
             f.close()
             raise WriterBusy(f"{self.what} is written by another process: {describe(holder)}") from None
         self._file = f
+        self._since = time.time()
         self.announce(role)
+        if self.lease is not None:
+            from ctr.repository.s3_lease import LeaseBusy
+
+            try:
+                self.lease.take(self._holder(role))
+            except LeaseBusy as e:
+                self.release()
+                raise WriterBusy(str(e)) from None
+
+    def _holder(self, role: str, admin: str = "") -> dict[str, Any]:
+        holder: dict[str, Any] = {"role": role, "pid": os.getpid(), "host": socket.gethostname(), "since": self._since}
+        if admin:
+            holder["admin"] = admin
+        return holder
+
+    def lost(self) -> str | None:
+        """None while this process is the model's writer; else why not (its S3 lease was
+        taken over, or could not be renewed in time): it must stop writing."""
+        return self.lease.held() if self.lease is not None else None
 
     def announce(self, role: str, admin: str = "") -> None:
         """Says who holds the lock (and, once bound, where its admin service answers)."""
         if self._file is None:
             return
-        holder = {"role": role, "pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}
-        if admin:
-            holder["admin"] = admin
+        holder = self._holder(role, admin)
+        if self.lease is not None and admin:
+            self.lease.update(holder)
         try:  # straight to the file (no buffer left to fail again at close)
             os.ftruncate(self._file.fileno(), 0)
             os.pwrite(self._file.fileno(), json.dumps(holder).encode(), 0)
@@ -73,6 +101,8 @@ class WriterLock:
             log.warning("%s: cannot write who holds it (%s); the lock is held", self.path, e.strerror or e)
 
     def release(self) -> None:
+        if self.lease is not None and self._file is not None:
+            self.lease.release()
         if self._file is not None:
             self._file.close()  # closing the description drops the flock
             self._file = None
@@ -84,6 +114,17 @@ class WriterLock:
             yield
         finally:
             self.release()
+
+
+def writer_lock(repo: Repository, what: str, lease_term_s: float) -> WriterLock:
+    """The lock of the model's writer: its flock and, for an S3 repository, its lease there."""
+    lease = None
+    if isinstance(repo.storage, S3Storage):
+        from ctr.repository.s3_lease import LEASE, S3Lease
+
+        storage = repo.storage
+        lease = S3Lease(storage.s3, storage.bucket, storage.object_key(f"{repo.model}/{LEASE}"), what, lease_term_s)
+    return WriterLock(repo.dir, what, lease)
 
 
 def describe(holder_json: str) -> str:

@@ -624,3 +624,58 @@ def test_an_export_numbered_behind_the_last_handled_is_rejected_not_left_lying(p
     assert publisher.poll() == [2]
     # a manager started later takes what is in the folder as handled before
     assert Publisher(repo, exports.root, QualityGate(max_auc_drop=1.0)).poll() == [] and len(repo.rejected()) == 1
+
+
+def test_one_manager_writes_an_s3_model_across_hosts_and_takes_over_from_one_that_stopped(pristine, tmp_path):
+    """Managers on other hosts share no folder, so the flock cannot keep them apart on an S3
+    repository (here: processes with separate local caches, as hosts have). The model's
+    writer lease on S3 does: a second manager is refused naming the first, which renews its
+    lease; a manager whose holder stopped renewing (SIGSTOP: a frozen host) takes over after
+    a term; and the frozen one, resumed, finds its lease taken and stops without writing."""
+    import signal
+
+    from tests.integration.s3_server import s3_server
+
+    with s3_server(tmp_path / "weed") as env:
+        url = "s3://models/prod"
+        exports = Exports(tmp_path / "exports")
+        repo = Repository(url, "ctr", cache=tmp_path / "reader-cache")
+        watch = ["model", "watch", "--exports", str(exports.root), "--repo", url, "--poll-s", "0.1"]
+        watch += ["--max-auc-drop", "1", "--writer-lease-s", "3"]
+
+        def host(name: str) -> dict[str, str]:
+            (tmp_path / name).mkdir(exist_ok=True)
+            return {**env, "TMPDIR": str(tmp_path / name)}  # the S3 cache, and so the flock, of that host
+
+        first = start("first", watch, tmp_path, host("a"))
+        daemons = [first]
+        try:
+            first.wait_ready()
+            full = exports.add(pristine[0])
+            _wait("version 1", lambda: repo.versions() == [1], daemons)
+            cmd = [sys.executable, "-m", "boundless", *watch]
+            second = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env={**os.environ, **host("b")})
+            assert second.returncode == 2 and "Traceback" not in second.stderr, second.stderr[-3000:]
+            admin = f"127.0.0.1:{first.ready['grpc_port']}"
+            assert f"model manager pid {first.proc.pid} on " in second.stderr, second.stderr[-2000:]
+            assert f"--manager {admin}" in second.stderr and "renews its lease" in second.stderr, second.stderr[-2000:]
+
+            os.kill(first.proc.pid, signal.SIGSTOP)  # alive, but renewing nothing
+            third = start("third", watch, tmp_path, host("c"))
+            daemons = [third]
+            third.wait_ready(timeout=60)
+            assert "not renewed for 3 s" in third.log.read_text()
+            exports.add(pristine[1], previous=full)
+            _wait("version 2, by the manager that took over", lambda: repo.versions() == [1, 2], daemons)
+            os.kill(first.proc.pid, signal.SIGCONT)
+            assert first.proc.wait(timeout=30) == 1
+            said = first.log.read_text()
+            assert "this manager stops" in said and "Traceback" not in said, said[-2000:]
+            assert repo.versions() == [1, 2] and repo.rejected() == []
+            third.stop()
+            assert not repo.storage.exists("ctr/.writer.lease")  # given back: the next manager takes it at once
+        finally:
+            for d in (first, *daemons):
+                if d.proc.poll() is None:
+                    os.kill(d.proc.pid, signal.SIGCONT)
+                    d.stop()

@@ -385,6 +385,9 @@ class Trainer:
         merged = self._group_metrics()  # a collective: every rank's pushes and drains are acknowledged
         if self.exporter is not None:
             self._export(merged)
+        # no rank pushes again until the shards wrote the export: a push of what it trains
+        # next would land in it, and those samples may fill the export's holdout
+        self.group.barrier()
 
     def _join(self) -> None:
         """This rank's stream is over (its end, idleness, its sample limit, a stop): it joins
