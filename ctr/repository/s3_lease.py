@@ -83,7 +83,9 @@ class S3Lease:
                 return
             etag, found = self._read()
         h = _decode(found)
-        if h.get("host") == socket.gethostname() and not _alive(h.get("pid")):
+        # a pid of this host that is gone, or this process's own (a container restarted: its
+        # main process has the same pid each time), held it before: taken over at once
+        if h.get("host") == socket.gethostname() and (h.get("pid") == os.getpid() or not _alive(h.get("pid"))):
             log.info("%s: its holder, pid %s on this host, is gone; taking it over", self.url, h.get("pid"))
         else:
             log.info(
