@@ -56,6 +56,7 @@ def s3_server(work: Path, bucket: str = "models") -> Iterator[dict[str, str]]:
         "-s3",
         f"-s3.port={s3}",
         "-s3.port.iceberg=0",
+        "-s3.port.lance=0",  # its fixed port (9101) made a second server on the host exit
     ]
     log = open(work / "weed.log", "wb")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
