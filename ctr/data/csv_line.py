@@ -31,6 +31,11 @@ def split_csv(line: str, delimiter: str) -> list[str]:
     try:
         return next(csv.reader([text], delimiter=delimiter, quotechar=QUOTE, strict=True), [""])
     except csv.Error as e:
+        if "unexpected end of data" in str(e):  # a quote opened and never closed on this line
+            raise CsvQuoteError(
+                "bad quoting (a quoted field is not closed on this line: a line break inside quotes? such a record is"
+                " not read, the stream's unit being a line; write its values without line breaks)"
+            ) from e
         raise CsvQuoteError(f"bad quoting ({e})") from e
 
 

@@ -100,7 +100,11 @@ def test_the_same_values_quoted_or_not_are_the_same_features():
 
 @pytest.mark.parametrize(
     ("line", "why"),
-    [('1,"unclosed,x,2', "bad quoting"), ('1,"a"b,x,2', "bad quoting"), ("1,a,x", "3 columns, header has 4")],
+    [
+        ('1,"unclosed,x,2', "a quoted field is not closed on this line: a line break inside quotes?"),
+        ('1,"a"b,x,2', "bad quoting"),
+        ("1,a,x", "3 columns, header has 4"),
+    ],
 )
 def test_malformed_quoting_is_a_bad_line_that_says_so(line, why):
     header = "clicked,ua,site,n"
