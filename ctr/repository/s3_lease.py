@@ -88,7 +88,7 @@ class S3Lease:
         if h.get("host") == socket.gethostname() and (h.get("pid") == os.getpid() or not _alive(h.get("pid"))):
             log.info("%s: its holder, pid %s on this host, is gone; taking it over", self.url, h.get("pid"))
         else:
-            log.info(
+            log.warning(  # a warning: a command (gc) shows it while it waits
                 "%s is held (%s): watching it for up to %.0f s to tell whether its holder renews it",
                 self.url,
                 describe(found),
