@@ -21,6 +21,7 @@ a malformed value. Nulls become empty fields (a missing feature, or a bad label)
 from __future__ import annotations
 
 import io
+import itertools
 import logging
 import os
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -70,6 +71,8 @@ class ParquetText(io.RawIOBase):
         self.malformed = 0  # values rewritten: they held a line break
         self.failed_groups = 0  # row groups that could not be read
         self._next_group = 0
+        # rows in the row groups up to each one: disk_per_text asks at every block read
+        self._rows_through = list(itertools.accumulate(self.rows_of(g) for g in range(self.row_groups)))
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="parquet")
         self._ahead: _Ahead | None = None  # the next row group, rendering
         self._buf = self.header  # text not read yet
@@ -82,9 +85,10 @@ class ParquetText(io.RawIOBase):
     def disk_per_text(self) -> float | None:
         """The file's bytes per byte of its text, from the rows rendered so far (None before
         any): a position in the text, times this, is about where the file stands on disk."""
-        rows = sum(self.rows_of(g) for g in range(min(self._next_group, self.row_groups)))
+        done = min(self._next_group, self.row_groups)
+        rows = self._rows_through[done - 1] if done else 0
         text = self._at + len(self._buf) - len(self.header)
-        total = int(self.file.metadata.num_rows)
+        total = self._rows_through[-1] if self._rows_through else 0
         if rows <= 0 or text <= 0 or total <= 0:
             return None
         return self.size / (len(self.header) + text / rows * total)
