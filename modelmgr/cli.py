@@ -146,13 +146,13 @@ def watch(conf: ModelMgrConfig) -> int:
         "watching %s, publishing into %s/%s; admin service on %s:%d", conf.exports, conf.repo, conf.model_name, conf.host, port
     )
     daemon.write_ready_file(conf.ready_file, grpc_port=port, metrics_port=metrics_port)
+    code = 0
     while not stop.is_set():
         lost = writer.lost()
         if lost is not None:  # another host's manager writes this model now: publishing on would race it
             log.error("%s; this manager stops", lost)
-            served.stop(grace_s=1)
-            writer.release()
-            return 1
+            code = 1
+            break
         try:
             manager.scan()
         except Exception as e:  # noqa: BLE001 - a full disk, a damaged repository: retry, never die
@@ -160,7 +160,7 @@ def watch(conf: ModelMgrConfig) -> int:
         stop.wait(conf.poll_s)
     served.stop(grace_s=1)
     writer.release()
-    return 0
+    return code
 
 
 def run(args: argparse.Namespace) -> int:

@@ -28,17 +28,14 @@ import threading
 import time
 from typing import Any
 
-from ctr.repository.versions import RepositoryError
+from ctr.repository.writer_lock import WriterBusy
+from ctr.repository.writer_lock import describe as said
 
 LEASE = ".writer.lease"
 TERM_S = 30.0  # a holder renews every third of it; a contender takes over after a whole one unchanged
 READ_BACK_S = 0.5  # a new holder reads the lease back after this, for servers that let two conditional PUTs through
 
 log = logging.getLogger("modelmgr")
-
-
-class LeaseBusy(RepositoryError):
-    """Another manager holds the lease and renews it."""
 
 
 class S3Lease:
@@ -60,7 +57,7 @@ class S3Lease:
         return f"s3://{self.bucket}/{self.key}"
 
     def take(self, holder: dict[str, Any]) -> None:
-        """Holds the lease, or raises LeaseBusy naming the holder that renews it. An existing
+        """Holds the lease, or raises WriterBusy naming the holder that renews it. An existing
         lease is watched for up to a term: unchanged that long, it was abandoned (its holder
         died) and is taken over."""
         self._holder = dict(holder)
@@ -71,7 +68,7 @@ class S3Lease:
         etag, found = self._read()
         if found != body:
             who = describe(found)
-            raise LeaseBusy(f"{self.what} is written by another manager, which took its lease at the same moment: {who}")
+            raise WriterBusy(f"{self.what} is written by another manager, which took its lease at the same moment: {who}")
         self._etag, self._renewed = etag, time.monotonic()
         self._thread = threading.Thread(target=self._renew_loop, name="writer-lease", daemon=True)
         self._thread.start()
@@ -99,12 +96,12 @@ class S3Lease:
                 time.sleep(min(1.0, self.term_s / 10))
                 now, found_now = self._read()
                 if now != etag:
-                    raise LeaseBusy(f"{self.what} is written by another manager, which renews its lease: {describe(found_now)}")
+                    raise WriterBusy(f"{self.what} is written by another manager, which renews its lease: {describe(found_now)}")
             who = describe(found)
             log.warning("%s: not renewed for %.0f s, its holder stopped (%s); taking it over", self.url, self.term_s, who)
         if not self._put_if(body, match=etag):
             _, found = self._read()
-            raise LeaseBusy(f"{self.what}: another manager took the lease first: {describe(found)}")
+            raise WriterBusy(f"{self.what}: another manager took the lease first: {describe(found)}")
 
     def update(self, holder: dict[str, Any]) -> None:
         """Says who holds it anew (its admin address, once bound), as a renewal."""
@@ -200,6 +197,4 @@ def _alive(pid: Any) -> bool:
 
 def describe(body: bytes) -> str:
     """The holder, as a sentence an operator can act on (writer_lock.describe's words)."""
-    from ctr.repository.writer_lock import describe as said
-
     return said(body.decode("utf-8", errors="replace"))

@@ -68,13 +68,11 @@ class WriterLock:
         self._since = time.time()
         self.announce(role)
         if self.lease is not None:
-            from ctr.repository.s3_lease import LeaseBusy
-
             try:
-                self.lease.take(self._holder(role))
-            except LeaseBusy as e:
+                self.lease.take(self._holder(role))  # WriterBusy where another host's manager holds it
+            except BaseException:
                 self.release()
-                raise WriterBusy(str(e)) from None
+                raise
 
     def _holder(self, role: str, admin: str = "") -> dict[str, Any]:
         holder: dict[str, Any] = {"role": role, "pid": os.getpid(), "host": socket.gethostname(), "since": self._since}
