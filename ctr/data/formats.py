@@ -18,7 +18,7 @@ from pathlib import Path
 from ctr.data.compressed import DecompressedText, compression_of_file
 from ctr.data.csv_line import BOM, CsvQuoteError, header_names, split_csv, unnamed_columns
 from ctr.data.fields import FieldIndex, cross_name
-from ctr.data.schema import CRITEO_CATEGORICAL, CRITEO_NUMERIC, FeatureSchema
+from ctr.data.schema import CRITEO_CATEGORICAL, CRITEO_NUMERIC, LIST_SEPARATOR, FeatureSchema
 
 log = logging.getLogger(__name__)
 
@@ -162,11 +162,16 @@ class Columns:
     roles: tuple[int, ...]
     numeric: tuple[bool, ...]
     ragged: bool  # criteo: missing trailing columns are empty; csv: the count must match
+    separators: tuple[str, ...] = ()  # per column: a multi-valued column's separator, else ''
+
+    def separator(self, column: int) -> str:
+        return self.separators[column] if self.separators else ""
 
 
-def columns_of(schema: FeatureSchema, index: FieldIndex, header: str | None) -> Columns:
+def columns_of(schema: FeatureSchema, index: FieldIndex, header: str | None, lists: tuple[str, ...] = ()) -> Columns:
     """The columns of a criteo line, or of a csv file with this header line. Fields new to
-    a growing index are registered here, in column order."""
+    a growing index are registered here, in column order. `lists`: the columns of a Parquet
+    file's list columns, rendered joined by LIST_SEPARATOR (trainer.input.parquet_text)."""
     if schema.format == "criteo":
         names: tuple[str, ...] = ("label", *CRITEO_NUMERIC, *CRITEO_CATEGORICAL)
         label_at = 0
@@ -194,7 +199,10 @@ def columns_of(schema: FeatureSchema, index: FieldIndex, header: str | None) -> 
             if f < 0 and index.can_grow():
                 f = index.add(name)
             roles.append(f if f >= 0 else DROPPED)
-    return Columns(names, tuple(roles), tuple(n in numeric for n in names), schema.format == "criteo")
+    separators = tuple(LIST_SEPARATOR if n in lists else schema.separator_of(n) for n in names)
+    return Columns(
+        names, tuple(roles), tuple(n in numeric for n in names), schema.format == "criteo", separators if any(separators) else ()
+    )
 
 
 _warned_unnamed: set[tuple[int, ...]] = set()
@@ -212,12 +220,12 @@ def _warn_unnamed(names: tuple[str, ...]) -> None:
         )
 
 
-def _columns(schema: FeatureSchema, index: FieldIndex, header: str | None) -> LineParser:
-    cols = columns_of(schema, index, header)
+def _columns(schema: FeatureSchema, index: FieldIndex, header: str | None, lists: tuple[str, ...] = ()) -> LineParser:
+    cols = columns_of(schema, index, header, lists)
     delim = "\t" if schema.format == "criteo" else schema.delimiter
     label_at = cols.roles.index(LABEL_COLUMN)
     width = len(cols.names)
-    layout = list(zip(cols.names, cols.roles, cols.numeric, strict=True))
+    layout = list(zip(cols.names, cols.roles, cols.numeric, (cols.separator(c) for c in range(width)), strict=True))
 
     quoted = not cols.ragged and delim != '"'  # csv quotes its fields; criteo's TSV has no quoting
 
@@ -234,8 +242,18 @@ def _columns(schema: FeatureSchema, index: FieldIndex, header: str | None) -> Li
         elif len(raw) != width:
             raise ParseError(f"{len(raw)} columns, header has {width}")
         s = ParsedSample(parse_label(raw[label_at]), [], [], [])
-        for (name, role, numeric), value in zip(layout, raw, strict=False):  # missing trailing = empty
+        for (name, role, numeric, sep), value in zip(layout, raw, strict=False):  # missing trailing = empty
             if value == "" or role in (LABEL_COLUMN, SKIPPED):
+                continue
+            if sep:  # several values: each a feature of the field, empty ones missing
+                pieces = [piece for piece in value.split(sep) if piece]
+                if role == DROPPED:
+                    if pieces:
+                        index.drop(name, len(pieces))
+                    continue
+                s.fields.extend([role] * len(pieces))
+                s.tokens.extend(pieces)
+                s.values.extend([1.0] * len(pieces))
                 continue
             token = bucket_numeric(value, name) if numeric else value
             if token is None:  # a missing number (NA, NaN, NULL, \N)
@@ -345,11 +363,12 @@ def _with_crosses(parse: LineParser, crosses: list[tuple[int, int, int]]) -> Lin
     return parse_crossed
 
 
-def make_parser(schema: FeatureSchema, index: FieldIndex, header: str | None = None) -> LineParser:
-    """A parser for one file; csv files pass their header line. A byte order mark that
-    starts a line (a file's first, written by a spreadsheet program) is not part of it."""
+def make_parser(schema: FeatureSchema, index: FieldIndex, header: str | None = None, lists: tuple[str, ...] = ()) -> LineParser:
+    """A parser for one file; csv files pass their header line (and a Parquet file its list
+    columns). A byte order mark that starts a line (a file's first, written by a
+    spreadsheet program) is not part of it."""
     if schema.format in ("criteo", "csv"):
-        parse = _columns(schema, index, header)
+        parse = _columns(schema, index, header, lists)
     elif schema.format == "libsvm":
         parse = _libsvm(schema, index)
     elif schema.format == "libffm":

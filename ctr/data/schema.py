@@ -33,6 +33,10 @@ class FeatureSchema:
     header: csv only: the column names as a header line, for lines that carry none (a Kafka
         topic's messages, headerless files); a line equal to it is skipped. Empty: each
         file's first line is its header.
+    multi_valued: csv only: (field, separator) pairs: the field's value is several values
+        joined by the separator (MovieLens' `Action|Comedy`), each a feature of the field,
+        as kv's repeated `tags=x<TAB>tags=y` are. YAML: `multi_valued: [genres]` (with
+        `separator`, default "|") or `multi_valued: {genres: "|", tags: ";"}`.
     """
 
     format: Format = "kv"
@@ -45,6 +49,7 @@ class FeatureSchema:
     max_fields: int = 256
     cross: tuple[tuple[str, str], ...] = ()
     header: str = ""
+    multi_valued: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if self.max_fields < 1:
@@ -58,6 +63,37 @@ class FeatureSchema:
                 for f in pair:
                     if f not in self.fields:
                         raise ValueError(f"schema.cross: unknown field {f!r}; the schema's fields are {list(self.fields)}")
+        self._check_multi_valued()
+
+    def _check_multi_valued(self) -> None:
+        if not self.multi_valued:
+            return
+        if self.format != "csv":
+            raise ValueError(f"schema.multi_valued: for csv input only (the format is {self.format}; kv repeats a field instead)")
+        names = [name for name, _ in self.multi_valued]
+        if len(set(names)) != len(names):
+            raise ValueError(f"schema.multi_valued: a field is named twice in {names}")
+        crossed = {f for pair in self.cross for f in pair}
+        for name, sep in self.multi_valued:
+            where = f"schema.multi_valued: {name!r}"
+            if len(sep) != 1 or not sep.isascii() or sep in ('"', "\n", "\r", self.delimiter):
+                raise ValueError(
+                    f"{where}: separator {sep!r} must be one ASCII character other than the delimiter"
+                    f" ({self.delimiter!r}), a quote or a line break"
+                )
+            if name in self.numeric:
+                raise ValueError(f"{where}: a field cannot be both numeric and multi-valued")
+            if name in crossed:
+                raise ValueError(f"{where}: a cross of a multi-valued field is not built; cross single-valued fields")
+            if name == self.label:
+                raise ValueError(f"{where}: the label column cannot be multi-valued")
+
+    def separator_of(self, name: str) -> str:
+        """The separator of a multi-valued field, '' for a single-valued one."""
+        for field_name, sep in self.multi_valued:
+            if field_name == name:
+                return sep
+        return ""
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -71,6 +107,7 @@ class FeatureSchema:
             "max_fields": self.max_fields,
             "cross": [list(c) for c in self.cross],
             **({"header": self.header} if self.header else {}),
+            **({"multi_valued": dict(self.multi_valued)} if self.multi_valued else {}),
         }
 
     @classmethod
@@ -82,6 +119,7 @@ class FeatureSchema:
         if lf not in ("single", "position"):
             raise ValueError(f"schema.libsvm_fields: {lf!r} is not 'single' or 'position'")
         known = {"format", "label", "numeric", "skip", "delimiter", "libsvm_fields", "fields", "max_fields", "cross", "header"}
+        known |= {"multi_valued", "separator"}
         unknown = set(d) - known
         if unknown:
             raise ValueError(f"schema: unknown settings {sorted(unknown)}; known: {sorted(known)}")
@@ -99,6 +137,7 @@ class FeatureSchema:
             max_fields=int(d.get("max_fields", 256)),  # type: ignore[call-overload]
             header=str(d.get("header", "") or ""),
             cross=tuple((str(c[0]), str(c[1])) if len(c) == 2 else tuple(map(str, c)) for c in cross),  # type: ignore[misc]
+            multi_valued=_multi_valued(d.get("multi_valued"), d.get("separator", DEFAULT_SEPARATOR)),
         )
 
     def base_fields(self, header: str | None = None) -> tuple[str, ...]:
@@ -117,12 +156,34 @@ class FeatureSchema:
         return ()
 
 
+DEFAULT_SEPARATOR = "|"
+# between the values of a Parquet list column in its rendered text (trainer.input.parquet_text):
+# ASCII's unit separator, which no value holds in practice, so no value needs rewriting
+LIST_SEPARATOR = "\x1f"
+
+
+def _multi_valued(raw: object, separator: object) -> tuple[tuple[str, str], ...]:
+    """schema.multi_valued as (field, separator) pairs, from a list of names (all with
+    `separator`) or a mapping of name to separator."""
+    if raw is None:
+        return ()
+    if isinstance(raw, dict):
+        return tuple((str(name), str(sep)) for name, sep in raw.items())
+    if isinstance(raw, list | tuple) and all(isinstance(x, str) for x in raw):
+        return tuple((name, str(separator)) for name in raw)
+    raise ValueError("schema.multi_valued: expected a list of field names or a mapping of field name to separator")
+
+
 def transform_digest(fields: tuple[str, ...] | list[str], schema: FeatureSchema) -> int:
     """A 64-bit digest of what turns a client's named values into a model's features: the
     field list (a feature's index) and the transform (bucketed, skipped and crossed fields,
     the label). A request carries the digest it was encoded for, so serving can refuse one
     encoded for another version's (serving.service)."""
-    text = json.dumps([list(fields), sorted(schema.numeric), sorted(schema.skip), schema.label, [list(c) for c in schema.cross]])
+    crosses = [list(c) for c in schema.cross]
+    parts: list[object] = [list(fields), sorted(schema.numeric), sorted(schema.skip), schema.label, crosses]
+    if schema.multi_valued:  # only then: the digests of versions before it stay as they were
+        parts.append(sorted(map(list, schema.multi_valued)))
+    text = json.dumps(parts)
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little") or 1
 
 

@@ -1,6 +1,6 @@
 """Parquet sources: a Parquet file trains exactly as the CSV of the same rows does, values
-with commas and quotes too; a line break in a value is counted and named by row group and
-column; a trainer killed
+with commas and quotes too, list columns as multi-valued fields; a line break in a value is
+counted and named by row group and column; a trainer killed
 with -9 inside a Parquet file takes up at the cut's row and trains every row once."""
 
 from __future__ import annotations
@@ -111,11 +111,46 @@ def test_float_and_bool_values_render_as_python_writes_them(tmp_path: Path) -> N
     assert [tuple(r) for r in csv_module.reader(io.StringIO(rendered))][1:] == rows
 
 
-def test_a_list_column_is_left_out_naming_it_and_the_rest_trains(tmp_path: Path) -> None:
+def test_a_list_column_trains_as_a_multi_valued_field_as_the_csv_of_its_joined_values(tmp_path: Path) -> None:
+    """A list of strings or of ids is one field of several values: the Parquet file trains
+    as the CSV whose cells join them by '|' under a schema naming those fields multi-valued
+    (a null value or an empty list adds nothing, a null list is a missing field); a struct
+    column is left out, named."""
+    rng = random.Random(11)
+    rows = []
+    for _ in range(3000):
+        tags = rng.sample(["sport", "news", "kids", "music", "auto"], rng.randint(0, 3))
+        hist = [rng.randint(1, 40) for _ in range(rng.randint(0, 4))] if rng.random() > 0.1 else None
+        click = int(rng.random() < (0.6 if "sport" in tags else 0.2) + (0.2 if hist and 7 in hist else 0.0))
+        rows.append((str(click), rng.choice("abc"), tags, hist))
+    hist_col = [None if h is None else [None if v == 5 else v for v in h] for h in (r[3] for r in rows)]  # nulls inside
+    assert any(h and None in h for h in hist_col) and any(h == [] for h in hist_col) and None in hist_col
     table = pa.table(
-        {"click": ["1", "0"] * 300, "site": ["a", "b"] * 300, "tags": pa.array([["x", "y"], ["z"]] * 300, pa.list_(pa.string()))}
+        {
+            "click": [r[0] for r in rows],
+            "site": [r[1] for r in rows],
+            "tags": pa.array([r[2] for r in rows], pa.list_(pa.string())),
+            "hist": pa.array(hist_col, pa.list_(pa.int64())),
+            "meta": pa.array([{"a": 1}] * len(rows), pa.struct([("a", pa.int64())])),
+        }
     )
-    pq.write_table(table, tmp_path / "lists.parquet")
-    got, err = _train(tmp_path / "lists.parquet", tmp_path / "m.json", "--holdout-samples", "0")
-    assert got["samples"] == 600 and got["bad_lines"] == 0 and got["model"]["fields"] == ["site"]
-    assert "column(s) tags (list<element: string>) are not trained" in err  # before: "Unsupported Type", no file named
+    pq.write_table(table, tmp_path / "lists.parquet", row_group_size=700)
+    with open(tmp_path / "lists.csv", "w", newline="") as fh:
+        writer = csv_module.writer(fh)
+        writer.writerow(["click", "site", "tags", "hist"])
+        for (click, site, tags, _), hist in zip(rows, hist_col, strict=True):
+            joined = "" if hist is None else "|".join("" if v is None else str(v) for v in hist)
+            writer.writerow([click, site, "|".join(tags), joined])
+    (tmp_path / "schema.yaml").write_text("format: csv\nlabel: click\nmulti_valued: [tags, hist]\n")
+    args = ("--model", "fm", "--k", "4", "--holdout-samples", "0")
+    from_parquet, err = _train(tmp_path / "lists.parquet", tmp_path / "p.json", *args)
+    from_csv, _ = _train(tmp_path / "lists.csv", tmp_path / "c.json", *args, "--schema", str(tmp_path / "schema.yaml"))
+    assert from_parquet["model"]["fields"] == ["site", "tags", "hist"]
+    assert from_parquet["samples"] == from_csv["samples"] == len(rows) and from_parquet["bad_lines"] == 0
+    for key in ("progressive_logloss", "window_auc"):
+        assert from_parquet[key] == from_csv[key], key
+    assert "column(s) meta (struct<a: int64>) are not trained" in err
+    # each value a feature of its own: the joined text as one token learns less
+    (tmp_path / "single.yaml").write_text("format: csv\nlabel: click\n")
+    joined, _ = _train(tmp_path / "lists.csv", tmp_path / "j.json", *args, "--schema", str(tmp_path / "single.yaml"))
+    assert from_csv["progressive_logloss"] < joined["progressive_logloss"]

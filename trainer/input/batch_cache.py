@@ -35,8 +35,9 @@ from trainer.input.source import Position
 log = logging.getLogger("trainer")
 
 # the entries' layout and what parsing means: 2 since quoted CSV fields, true/false labels and
-# missing-number markers parse as they do now (an entry parsed before would replay the old tokens)
-FORMAT = 2
+# missing-number markers parse as they do now (an entry parsed before would replay the old tokens);
+# 3 since a Parquet file's list columns train (an entry before holds none of their features)
+FORMAT = 3
 # (name, dtype) of the arrays stored per entry; offsets are kept as per-sample counts
 ARRAYS = (("labels", np.float32), ("counts", np.int32), ("keys", np.uint64), ("fields", np.int32), ("values", np.float32))
 

@@ -11,7 +11,9 @@ generated nasty lines.
 
 Layout (Python side builds it, trainer.input.block_parser.Layout):
 - MODE_COLUMNS (criteo, csv): col_role[c] is a field index or LABEL_COLUMN, SKIPPED,
-  DROPPED; col_numeric[c] buckets the column's number; `ragged` lets lines have fewer
+  DROPPED; col_numeric[c] buckets the column's number; col_sep[c] (when col_sep is not
+  empty), a multi-valued column's separator byte, splits its value into a feature a piece
+  (0: one value); `ragged` lets lines have fewer
   columns (criteo); csv needs exactly ncols. `quoted` (csv): a column that starts with a
   double quote is the value up to the next one (ctr.data.csv_line); a doubled quote inside,
   an unclosed one or text after the closing one defers the line.
@@ -281,6 +283,7 @@ def parse_block(
     quoted: bool,
     col_role: npt.NDArray[np.int32],
     col_numeric: npt.NDArray[np.bool_],
+    col_sep: npt.NDArray[np.int32],
     name_keys: npt.NDArray[np.uint64],
     name_role: npt.NDArray[np.int32],
     name_numeric: npt.NDArray[np.bool_],
@@ -386,6 +389,25 @@ def parse_block(
                         truth = bool_label(buf, vs, ve)
                         ok = truth >= 0
                         label = float(truth)
+                elif ve > vs and role != SKIPPED and col_sep.shape[0] > 0 and col_sep[c] > 0:
+                    # a multi-valued column: each non-empty piece between separators a feature
+                    ps = vs
+                    while ps <= ve:
+                        pe = ps
+                        while pe < ve and buf[pe] != col_sep[c]:
+                            pe += 1
+                        if pe > ps:
+                            if role == DROPPED:
+                                line_dropped += 1
+                            else:
+                                keys[nf] = finish_key(fnv_bytes(FNV64_OFFSET, buf, ps, pe), field_ids[role])
+                                fields[nf] = role
+                                values[nf] = 1.0
+                                tok_start[nf - first] = ps
+                                tok_end[nf - first] = pe
+                                tok_scratch[nf - first] = False
+                                nf += 1
+                        ps = pe + 1
                 elif ve > vs and role != SKIPPED:
                     # emitted inline here and in kv: a shared helper measured 3x slower
                     ts, te, in_scratch = vs, ve, False

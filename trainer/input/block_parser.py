@@ -60,13 +60,19 @@ class BlockParser:
     Shares the stream's FieldIndex with the reference parser it defers to."""
 
     def __init__(
-        self, schema: FeatureSchema, index: FieldIndex, header: str | None = None, max_line_bytes: int = MAX_LINE_BYTES
+        self,
+        schema: FeatureSchema,
+        index: FieldIndex,
+        header: str | None = None,
+        max_line_bytes: int = MAX_LINE_BYTES,
+        lists: tuple[str, ...] = (),
     ) -> None:
+        """lists: a Parquet file's list columns (their values joined by LIST_SEPARATOR)."""
         self.schema = schema
         self.index = index
         self.max_line_bytes = max_line_bytes
-        self.reference = make_parser(schema, index, header)
-        self.columns = columns_of(schema, index, header) if schema.format in ("criteo", "csv") else None
+        self.reference = make_parser(schema, index, header, lists)
+        self.columns = columns_of(schema, index, header, lists) if schema.format in ("criteo", "csv") else None
         delim = "\t" if schema.format in ("criteo", "kv") else schema.delimiter
         if len(delim.encode()) != 1:
             raise ValueError(f"schema.delimiter: {delim!r} must be one ASCII character")
@@ -76,9 +82,11 @@ class BlockParser:
         if self.columns is not None:
             self.col_role = np.asarray(self.columns.roles, dtype=np.int32)
             self.col_numeric = np.asarray(self.columns.numeric, dtype=np.bool_)
+            self.col_sep = np.asarray([ord(sep) if sep else 0 for sep in self.columns.separators], dtype=np.int32)
         else:
             self.col_role = np.zeros(0, dtype=np.int32)
             self.col_numeric = np.zeros(0, dtype=np.bool_)
+            self.col_sep = np.zeros(0, dtype=np.int32)
         crosses = cross_fields(schema, index)
         self.crosses = np.asarray(crosses, dtype=np.int32).reshape(len(crosses), 3)
         self.dropped_names: set[str] = set()  # named fields the index refused
@@ -137,6 +145,7 @@ class BlockParser:
             self.quoted,
             self.col_role,
             self.col_numeric,
+            self.col_sep,
             names.keys,
             names.roles,
             names.numeric,

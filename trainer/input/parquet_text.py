@@ -15,7 +15,10 @@ A row group with a string that holds a comma or a quote is written with its stri
 quoted as CSV quotes them (ctr.data.csv_line), so the value trains as it stands (a user
 agent's "KHTML, like Gecko" is the value a client sends). A line break cannot be inside a
 line: it is written as `_`, and counted and named (file, row group, column) in the log, as
-a malformed value. Nulls become empty fields (a missing feature, or a bad label).
+a malformed value. Nulls become empty fields (a missing feature, or a bad label). A list
+column of numbers, booleans or strings (a user's tags, a history of item ids) is one field
+of several values: its values are joined by LIST_SEPARATOR, which the parser splits at
+(`lists`), so each value is a feature of the field, as kv's repeated `tags=x<TAB>tags=y`.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ctr.data.schema import LIST_SEPARATOR
 from ctr.runtime.extras import require
 
 log = logging.getLogger("trainer")
@@ -66,7 +70,7 @@ class ParquetText(io.RawIOBase):
         else:
             self.size = os.path.getsize(self.path)
             self.file = pq.ParquetFile(self.path)
-        self.columns = _flat_columns(self.path, self.file.schema_arrow)
+        self.columns, self.lists = _rendered_columns(self.path, self.file.schema_arrow)
         self.header = (",".join(self.columns) + "\n").encode()
         self.malformed = 0  # values rewritten: they held a line break
         self.failed_groups = 0  # row groups that could not be read
@@ -201,23 +205,78 @@ class ParquetText(io.RawIOBase):
 _told_nested: set[tuple[str, ...]] = set()
 
 
-def _flat_columns(path: str, schema: Any) -> list[str]:
-    """The columns one CSV field can hold; list, struct and map columns are left out, with
-    a warning once a process for each set of them (a multi-valued feature needs a column
-    of its own per value, or its values joined into one string, to be trained)."""
+def _is_value_list(t: Any) -> bool:
+    """A list of numbers, booleans or strings: a multi-valued feature's column."""
     import pyarrow as pa
 
-    nested = [f for f in schema if pa.types.is_nested(f.type)]
+    if not (pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)):
+        return False
+    v = t.value_type
+    return bool(pa.types.is_integer(v) or pa.types.is_floating(v) or pa.types.is_boolean(v) or _is_text(v))
+
+
+def _is_text(t: Any) -> bool:
+    import pyarrow as pa
+
+    return bool(pa.types.is_string(t) or pa.types.is_large_string(t))
+
+
+def _rendered_columns(path: str, schema: Any) -> tuple[list[str], tuple[str, ...]]:
+    """(the columns the text holds, those of them that are lists). A list of numbers,
+    booleans or strings is one field of several values, joined by LIST_SEPARATOR (a user's
+    tags, a history of item ids); struct, map and nested-list columns are left out, with a
+    warning once a process for each set of them."""
+    import pyarrow as pa
+
+    lists = tuple(f.name for f in schema if _is_value_list(f.type))
+    nested = [f for f in schema if pa.types.is_nested(f.type) and f.name not in lists]
     names = tuple(f.name for f in nested)
     if nested and names not in _told_nested:
         _told_nested.add(names)
         log.warning(
-            "%s: column(s) %s are not trained: a list, struct or map column is not one CSV field"
-            " (explode it, or join its values into one string)",
+            "%s: column(s) %s are not trained: a struct, map or nested list column is not one field"
+            " (flatten it into columns, or into a list of values)",
             path,
             ", ".join(f"{f.name} ({f.type})" for f in nested),
         )
-    return [f.name for f in schema if not pa.types.is_nested(f.type)]
+    return [f.name for f in schema if not pa.types.is_nested(f.type) or f.name in lists], lists
+
+
+def _as_text(values: Any) -> Any:
+    """A flat array's values as the text Python's str() gives them, null as ''."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if pa.types.is_floating(values.type):
+        floats = values.to_numpy(zero_copy_only=False)
+        text = floats.astype(str)
+        text[np.isnan(floats)] = ""
+        return pa.array(text, type=pa.string())
+    if pa.types.is_boolean(values.type):
+        values = pc.if_else(values, "True", "False")
+    elif not _is_text(values.type):
+        values = values.cast(pa.string())
+    # a value holding the separator would split: it is written with _
+    return pc.fill_null(pc.replace_substring(values, LIST_SEPARATOR, "_"), "")
+
+
+def _joined(col: Any) -> Any:
+    """A list column as one string column: each row's values joined by LIST_SEPARATOR (a
+    null value an empty piece, which the parser skips), a null list an empty field."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    if pa.types.is_fixed_size_list(arr.type):
+        arr = arr.cast(pa.list_(arr.type.value_type))
+    offsets = arr.offsets
+    texts = (
+        pa.ListArray.from_arrays(offsets, _as_text(arr.values), mask=arr.is_null())
+        if len(arr)
+        else arr.cast(pa.list_(pa.string()))
+    )
+    return pc.binary_join(texts, LIST_SEPARATOR)
 
 
 def _as_python_writes(table: Any) -> Any:
@@ -232,7 +291,9 @@ def _as_python_writes(table: Any) -> Any:
 
     columns, changed = [], False
     for col in table.columns:
-        if pa.types.is_floating(col.type):
+        if _is_value_list(col.type):
+            col, changed = _joined(col), True
+        elif pa.types.is_floating(col.type):
             values = col.to_numpy(zero_copy_only=False)  # nulls read as NaN
             text = values.astype(str)
             text[np.isnan(values)] = ""
@@ -247,3 +308,9 @@ def header_of(path: str) -> str:
     """The header line of a Parquet file's text (its column names)."""
     with ParquetText(path) as text:
         return text.header.decode()
+
+
+def list_columns_of(path: str) -> tuple[str, ...]:
+    """A Parquet file's list columns (each a multi-valued field, joined by LIST_SEPARATOR)."""
+    with ParquetText(path) as text:
+        return text.lists

@@ -25,7 +25,7 @@ from ctr.data.schema import FeatureSchema, detect_schema
 from trainer import metrics
 from trainer.input.batch_cache import BatchCache, CachedBatch, Recording
 from trainer.input.block_parser import BlockParser, ParsedBlock, RefusedFile
-from trainer.input.parquet_text import ParquetText, header_of, is_parquet
+from trainer.input.parquet_text import ParquetText, header_of, is_parquet, list_columns_of
 from trainer.input.source import Block, Position, Source, StreamSource
 
 log = logging.getLogger("trainer")
@@ -167,7 +167,8 @@ class BatchReader:
             elif block.offset == 0 or self._header_next:
                 block = _after_first_line(block)
         try:
-            p: BlockParser | RefusedFile = BlockParser(self.schema, self.fields, header, self.max_line_bytes)
+            lists = list_columns_of(block.file) if self.schema.format == "csv" and is_parquet(block.file) else ()
+            p: BlockParser | RefusedFile = BlockParser(self.schema, self.fields, header, self.max_line_bytes, lists)
         except ParseError as e:  # its header: the file is named, its lines counted bad, the stream goes on
             log.error("%s: %s; its lines are not trained", block.file, e)
             p = RefusedFile(str(e), self.fields)

@@ -42,9 +42,14 @@ def lines_of(body: bytes) -> list[bytes]:
 
 
 def reference(
-    schema: FeatureSchema, index: FieldIndex, header: str | None, lines: list[bytes], max_line_bytes: int
+    schema: FeatureSchema,
+    index: FieldIndex,
+    header: str | None,
+    lines: list[bytes],
+    max_line_bytes: int,
+    lists: tuple[str, ...] = (),
 ) -> tuple[SampleBatch, list[tuple[int, str]]]:
-    parse = make_parser(schema, index, header)
+    parse = make_parser(schema, index, header, lists)
     samples: list[ParsedSample] = []
     bad: list[tuple[int, str]] = []
     for i, raw in enumerate(lines):
@@ -100,10 +105,18 @@ def assert_same(a: SampleBatch, b: SampleBatch) -> None:
     np.testing.assert_array_equal(a.values, b.values)
 
 
-def check(schema: FeatureSchema, make_index, header: str | None, body: bytes, block_lines: int, max_line_bytes: int) -> None:
+def check(
+    schema: FeatureSchema,
+    make_index,
+    header: str | None,
+    body: bytes,
+    block_lines: int,
+    max_line_bytes: int,
+    lists: tuple[str, ...] = (),
+) -> None:
     ref_index, blk_index = make_index(), make_index()
-    want, want_bad = reference(schema, ref_index, header, lines_of(body), max_line_bytes)
-    got, got_bad = by_blocks(BlockParser(schema, blk_index, header, max_line_bytes), body, block_lines)
+    want, want_bad = reference(schema, ref_index, header, lines_of(body), max_line_bytes, lists)
+    got, got_bad = by_blocks(BlockParser(schema, blk_index, header, max_line_bytes, lists), body, block_lines)
     assert got_bad == want_bad
     assert_same(got, want)
     assert blk_index.names == ref_index.names
@@ -186,8 +199,8 @@ def _line(draw, fmt: str) -> bytes:
 
 @st.composite
 def streams(draw):
-    fmt = draw(st.sampled_from(["criteo", "csv", "libsvm", "libffm", "kv"]))
-    lines = [_line(draw, fmt) for _ in range(draw(st.integers(0, 30)))]
+    fmt = draw(st.sampled_from(["criteo", "csv", "csv-multi", "libsvm", "libffm", "kv"]))
+    lines = [_line(draw, fmt.removesuffix("-multi")) for _ in range(draw(st.integers(0, 30)))]
     body = b"".join(lines)
     if body and draw(st.booleans()):
         body = body.rstrip(b"\n")  # no final newline
@@ -197,6 +210,8 @@ def streams(draw):
 SCHEMAS = {
     "criteo": FeatureSchema(format="criteo", numeric=("I1", "I2", "I3"), cross=(("C1", "C2"),)),
     "csv": FeatureSchema(format="csv", label="label", numeric=("n",), skip=("b",)),
+    # "a" multi-valued at ':', and "b" as a Parquet list column's (its values joined by \x1f)
+    "csv-multi": FeatureSchema(format="csv", label="label", numeric=("n",), multi_valued=(("a", ":"),)),
     "libsvm": FeatureSchema(format="libsvm"),
     "libffm": FeatureSchema(format="libffm"),
     "kv": FeatureSchema(format="kv", numeric=("n",), skip=("s",)),
@@ -209,7 +224,7 @@ SCHEMAS = {
 def test_generated_nasty_lines_give_identical_batches(stream, index_kind, block_lines):
     fmt, body = stream
     schema = SCHEMAS[fmt]
-    header = "label,a,b,n" if fmt == "csv" else None
+    header = "label,a,b,n" if fmt.startswith("csv") else None
 
     def make_index() -> FieldIndex:
         if fmt == "criteo":
@@ -220,7 +235,7 @@ def test_generated_nasty_lines_give_identical_batches(stream, index_kind, block_
             index.freeze()
         return index
 
-    check(schema, make_index, header, body, block_lines, 80)
+    check(schema, make_index, header, body, block_lines, 80, ("b",) if fmt == "csv-multi" else ())
 
 
 # --- the kernels' pieces against their references --------------------------------------
