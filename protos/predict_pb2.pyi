@@ -338,10 +338,14 @@ class FeatureTransform(_message.Message):
     NUMERIC_FIELD_NUMBER: _builtins.int
     SKIP_FIELD_NUMBER: _builtins.int
     CROSS_FIELD_NUMBER: _builtins.int
+    MULTI_VALUED_FIELD_NUMBER: _builtins.int
+    DELIMITER_FIELD_NUMBER: _builtins.int
     format: _builtins.str
     """the training input: criteo, csv, libsvm, libffm or kv"""
     label: _builtins.str
     """the label column: never a feature"""
+    delimiter: _builtins.str
+    """csv: between columns ("" from servers before it: ",")"""
     @_builtins.property
     def numeric(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """bucketed fields"""
@@ -352,6 +356,10 @@ class FeatureTransform(_message.Message):
 
     @_builtins.property
     def cross(self) -> _containers.RepeatedCompositeFieldContainer[Global___FieldCross]: ...
+    @_builtins.property
+    def multi_valued(self) -> _containers.RepeatedCompositeFieldContainer[Global___MultiValued]:
+        """fields of several values in one string, split at a separator"""
+
     def __init__(
         self,
         *,
@@ -360,10 +368,12 @@ class FeatureTransform(_message.Message):
         numeric: _abc.Iterable[_builtins.str] | None = ...,
         skip: _abc.Iterable[_builtins.str] | None = ...,
         cross: _abc.Iterable[Global___FieldCross] | None = ...,
+        multi_valued: _abc.Iterable[Global___MultiValued] | None = ...,
+        delimiter: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cross", b"cross", "format", b"format", "label", b"label", "numeric", b"numeric", "skip", b"skip"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cross", b"cross", "delimiter", b"delimiter", "format", b"format", "label", b"label", "multi_valued", b"multi_valued", "numeric", b"numeric", "skip", b"skip"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -390,6 +400,32 @@ class FieldCross(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___FieldCross: _TypeAlias = FieldCross  # noqa: Y015
+
+@_typing.final
+class MultiValued(_message.Message):
+    """A field whose raw value is several values joined by `separator` (a csv cell `Action|Comedy`):
+    each non-empty piece is a feature of the field. A client sends a list, or the joined text.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FIELD_FIELD_NUMBER: _builtins.int
+    SEPARATOR_FIELD_NUMBER: _builtins.int
+    field: _builtins.str
+    separator: _builtins.str
+    def __init__(
+        self,
+        *,
+        field: _builtins.str = ...,
+        separator: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["field", b"field", "separator", b"separator"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MultiValued: _TypeAlias = MultiValued  # noqa: Y015
 
 @_typing.final
 class RefreshRequest(_message.Message):

@@ -358,6 +358,8 @@ class RestFront:
                     "numeric": list(schema.numeric),
                     "skip": list(schema.skip),
                     "cross": [list(pair) for pair in schema.cross],
+                    "multi_valued": dict(schema.multi_valued),
+                    "delimiter": schema.delimiter,
                 },
             },
         }

@@ -60,6 +60,8 @@ def schema_of(transform: predict_pb2.FeatureTransform) -> FeatureSchema:
         numeric=tuple(transform.numeric),
         skip=tuple(transform.skip),
         cross=tuple((c.a, c.b) for c in transform.cross),
+        multi_valued=tuple((m.field, m.separator) for m in transform.multi_valued),
+        delimiter=transform.delimiter or ",",
     )
 
 
@@ -78,6 +80,7 @@ class RequestEncoder:
         self.fields = FieldEncoder(self.schema, self.index)
         self.ignored = frozenset(self.schema.skip) | {self.schema.label}
         self.crosses = [(a, b, cross_name(a, b)) for a, b in self.schema.cross]
+        self.separators = dict(self.schema.multi_valued)  # a multi-valued field's joined text is split, as trained
 
     def _is_unknown(self, name: str) -> bool:
         return self.index.frozen and self.index.get(name) < 0 and name not in self.ignored
@@ -104,6 +107,9 @@ class RequestEncoder:
                 for value in raw:
                     if not (value is None or (isinstance(value, float) and math.isnan(value))):
                         self.fields.add(acc, name, str(value))
+            elif name in self.separators:  # the joined text of a multi-valued field: a value each piece
+                for piece in str(raw).split(self.separators[name]):
+                    self.fields.add(acc, name, piece)
             else:
                 self.fields.add(acc, name, str(raw))
             if len(acc.tokens) > before:
@@ -166,6 +172,9 @@ class RequestEncoder:
         bytes (serving.request.encoding.MIN_ZSTD_SAVING); without it, as hashed keys."""
         n_items = len(np.asarray(next(iter(items.values())))) if items else 0
         context = context or {}
+        if self.separators:
+            items = {n: _split_values(c, self.separators[n], n_items) if n in self.separators else c for n, c in items.items()}
+            context = {n: _split_values(c, self.separators[n], None) if n in self.separators else c for n, c in context.items()}
         unknown = {n: int(np.asarray(c).size) for part in (context, items) for n, c in part.items() if self._is_unknown(n)}
         if self.crosses:
             items, context = self._cross_columns(items, context, n_items)
@@ -224,6 +233,22 @@ class RequestEncoder:
             joined = np.char.add(np.char.add(ta, CROSS_JOIN), tb)
             items_out[c] = np.where((np.char.str_len(ta) > 0) & (np.char.str_len(tb) > 0), joined, "")
         return items_out, context_out
+
+
+def _split_values(col: ColumnValues, sep: str, n_items: int | None) -> ColumnValues:
+    """A multi-valued field's column of joined texts as its values: (n_items, m) for items,
+    padded with '' (missing), and a flat array for the context. Integer columns pass."""
+    arr = np.asarray(col)
+    if arr.dtype.kind not in "US" or n_items == 0:
+        return col
+    if n_items is None:
+        return np.asarray([piece for cell in arr.reshape(-1).tolist() for piece in cell.split(sep) if piece], dtype=str)
+    rows = [[piece for cell in row for piece in cell.split(sep) if piece] for row in arr.reshape(n_items, -1).tolist()]
+    width = max((len(r) for r in rows), default=0)
+    out = np.full((n_items, max(width, 1)), "", dtype=object)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = r
+    return out.astype(str)
 
 
 def request_proto(

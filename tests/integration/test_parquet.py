@@ -138,9 +138,9 @@ def test_a_list_column_trains_as_a_multi_valued_field_as_the_csv_of_its_joined_v
     with open(tmp_path / "lists.csv", "w", newline="") as fh:
         writer = csv_module.writer(fh)
         writer.writerow(["click", "site", "tags", "hist"])
-        for (click, site, tags, _), hist in zip(rows, hist_col, strict=True):
-            joined = "" if hist is None else "|".join("" if v is None else str(v) for v in hist)
-            writer.writerow([click, site, "|".join(tags), joined])
+        for (label, site, row_tags, _), values in zip(rows, hist_col, strict=True):
+            cell = "" if values is None else "|".join("" if v is None else str(v) for v in values)
+            writer.writerow([label, site, "|".join(row_tags), cell])
     (tmp_path / "schema.yaml").write_text("format: csv\nlabel: click\nmulti_valued: [tags, hist]\n")
     args = ("--model", "fm", "--k", "4", "--holdout-samples", "0")
     from_parquet, err = _train(tmp_path / "lists.parquet", tmp_path / "p.json", *args)
@@ -152,5 +152,5 @@ def test_a_list_column_trains_as_a_multi_valued_field_as_the_csv_of_its_joined_v
     assert "column(s) meta (struct<a: int64>) are not trained" in err
     # each value a feature of its own: the joined text as one token learns less
     (tmp_path / "single.yaml").write_text("format: csv\nlabel: click\n")
-    joined, _ = _train(tmp_path / "lists.csv", tmp_path / "j.json", *args, "--schema", str(tmp_path / "single.yaml"))
-    assert from_csv["progressive_logloss"] < joined["progressive_logloss"]
+    as_one, _ = _train(tmp_path / "lists.csv", tmp_path / "j.json", *args, "--schema", str(tmp_path / "single.yaml"))
+    assert from_csv["progressive_logloss"] < as_one["progressive_logloss"]
