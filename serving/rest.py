@@ -127,9 +127,10 @@ class _Context:
         raise Refused(HTTP_OF.get(code, HTTPStatus.INTERNAL_SERVER_ERROR), details)
 
 
-def features_of(raw: Any, where: str) -> dict[str, Value]:
-    """One JSON object of features, checked: names to strings, numbers or [token, x]; null
-    is a missing feature."""
+def features_of(raw: Any, where: str, multi: frozenset[str] = frozenset()) -> dict[str, Value]:
+    """One JSON object of features, checked: names to strings, numbers, [token, x] (a
+    weighted feature) or a list of strings (several values of the field; of strings or
+    numbers for the model's multi-valued fields, `multi`); null is a missing feature."""
     if not isinstance(raw, dict):
         raise Refused(HTTPStatus.BAD_REQUEST, f"{where}: expected an object of features, got {type(raw).__name__}")
     out: dict[str, Value] = {}
@@ -139,23 +140,33 @@ def features_of(raw: Any, where: str) -> dict[str, Value]:
         if isinstance(value, bool) or not isinstance(value, (str, int, float, list)):
             raise Refused(HTTPStatus.BAD_REQUEST, f"{where}.{name}: expected a string, a number or [token, value]")
         if isinstance(value, list):
-            if len(value) != 2 or not isinstance(value[0], (str, int)) or isinstance(value[1], bool):
-                raise Refused(HTTPStatus.BAD_REQUEST, f"{where}.{name}: a weighted feature is [token, value]")
-            if not isinstance(value[1], (int, float)):
-                raise Refused(HTTPStatus.BAD_REQUEST, f"{where}.{name}: its value {value[1]!r} is not a number")
-            out[name] = (str(value[0]), float(value[1]))
+            out[name] = _list_value(value, f"{where}.{name}", name in multi)
         else:
             out[name] = value
     return out
+
+
+def _list_value(value: list[Any], where: str, multi: bool) -> Value:
+    """A list: a multi-valued field's values, several strings, or a weighted [token, x]."""
+    scalars = all(v is None or (isinstance(v, (str, int, float)) and not isinstance(v, bool)) for v in value)
+    if multi or all(v is None or isinstance(v, str) for v in value):
+        if not scalars:
+            raise Refused(HTTPStatus.BAD_REQUEST, f"{where}: a field's values are strings or numbers")
+        return list(value)
+    if len(value) != 2 or not isinstance(value[0], (str, int)) or isinstance(value[0], bool) or isinstance(value[1], bool):
+        raise Refused(HTTPStatus.BAD_REQUEST, f"{where}: a weighted feature is [token, value]; several values are strings")
+    if not isinstance(value[1], (int, float)):
+        raise Refused(HTTPStatus.BAD_REQUEST, f"{where}: its value {value[1]!r} is not a number")
+    return (str(value[0]), float(value[1]))
 
 
 @dataclass(frozen=True)
 class PredictBody:
     """A predict body, checked: rows (`instances`) or columns (`inputs`), and the context."""
 
-    rows: list[dict[str, Value]] | None
+    rows: list[Any] | None  # JSON objects: checked by features_of against the scoring version's fields
     columns: dict[str, npt.NDArray[Any]] | None
-    context: dict[str, Value]
+    context: Any
     context_columns: dict[str, npt.NDArray[Any]]
     strict: bool
     routing_key: str = ""
@@ -176,13 +187,30 @@ def column_of(raw: Any, where: str, length: int | None) -> npt.NDArray[Any]:
                 " send the items as 'instances' rows without that feature",
             )
         raw = ["" if v is None else v for v in raw]
+    if all(isinstance(v, list) for v in raw) and len({len(v) for v in raw}) > 1:
+        raw = _padded(raw, where)  # items with different numbers of values (a multi-valued field)
     try:
         arr = np.asarray(raw)
     except ValueError:
-        raise Refused(HTTPStatus.BAD_REQUEST, f"{where}: items' lists differ in length") from None
+        raise Refused(HTTPStatus.BAD_REQUEST, f"{where}: expected one value or one list of values per item") from None
     if arr.dtype.kind not in "iufU" or arr.ndim > 2 or arr.dtype == np.bool_:
         raise Refused(HTTPStatus.BAD_REQUEST, f"{where}: expected numbers or strings (one kind), a value or a list per item")
     return arr
+
+
+def _padded(lists: list[list[Any]], where: str) -> list[list[str]]:
+    """Items' lists of values of different lengths as equal rows of strings, '' (missing)
+    after each item's own values; numbers as their text, as a string column hashes them."""
+    width = max(len(v) for v in lists)
+    out = []
+    for i, values in enumerate(lists):
+        row = []
+        for v in values:
+            if isinstance(v, bool) or not (v is None or isinstance(v, (str, int, float))):
+                raise Refused(HTTPStatus.BAD_REQUEST, f"{where}[{i}]: a field's values are strings or numbers")
+            row.append("" if v is None else str(v))
+        out.append(row + [""] * (width - len(row)))
+    return out
 
 
 def parse_predict(body: bytes) -> PredictBody:
@@ -210,8 +238,7 @@ def parse_predict(body: bytes) -> PredictBody:
         instances = doc["instances"]
         if not isinstance(instances, list) or not instances:
             raise Refused(HTTPStatus.BAD_REQUEST, "instances: expected a non-empty list of objects")
-        rows = [features_of(x, f"instances[{i}]") for i, x in enumerate(instances)]
-        return PredictBody(rows, None, features_of(doc.get("context") or {}, "context"), {}, strict, str(routing_key))
+        return PredictBody(instances, None, doc.get("context") or {}, {}, strict, str(routing_key))
     inputs = doc["inputs"]
     if not isinstance(inputs, dict) or not inputs:
         raise Refused(HTTPStatus.BAD_REQUEST, "inputs: expected an object of columns, one value per item")
@@ -310,7 +337,9 @@ class RestFront:
             if parsed.columns is not None:
                 enc = encoder.encode_columns(parsed.columns, parsed.context_columns)
             else:
-                enc = encoder.encode(parsed.rows or [], parsed.context, "instances")
+                multi = frozenset(encoder.separators)  # their lists are values, never [token, weight]
+                rows = [features_of(x, f"instances[{i}]", multi) for i, x in enumerate(parsed.rows or [])]
+                enc = encoder.encode(rows, features_of(parsed.context, "context", multi), "instances")
         except ParseError as e:  # a value the version's transform cannot take: which and where
             raise Refused(HTTPStatus.BAD_REQUEST, str(e)) from None
         except ValueError as e:  # a column's

@@ -113,3 +113,33 @@ def test_a_schema_without_multi_valued_fields_keeps_its_digest() -> None:
     text = json.dumps([["a", "b", "n"], ["n"], ["id"], "click", [["a", "b"]]])
     before = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
     assert transform_digest(["a", "b", "n"], schema) == before
+
+
+def test_rest_rows_and_columns_take_lists_of_values() -> None:
+    """REST: in a multi-valued field any list is its values (ids too: [12, 7] is two ids,
+    not a weighted feature); elsewhere a list of strings is several values and [token, x]
+    a weighted feature; items' lists may differ in length."""
+    from serving.rest import column_of, features_of
+
+    multi = frozenset({"genres", "tags"})
+    assert features_of({"genres": [12, 7], "site": ["x", "y"]}, "instances[0]", multi) == {"genres": [12, 7], "site": ["x", "y"]}
+    assert features_of({"site": ["x", 2]}, "instances[0]") == {"site": ("x", 2.0)}
+    want = _trainer_keys()
+    enc = RequestEncoder(SCHEMA, list(NAMES))
+    rows = [
+        {"genres": ["Action", "Comedy"], "tags": "a;b;c", "price": 12.5, "site": "s1"},
+        {"genres": ["Drama"], "tags": None, "price": 3, "site": "s2"},
+        {"genres": "|Action||", "tags": ["x"], "price": 250, "site": "s1"},
+        {"genres": ["Comedy", "Drama"], "tags": ["b", None], "price": 1, "site": "s3"},
+    ]
+    checked = [features_of(r, f"instances[{i}]", multi) for i, r in enumerate(rows)]
+    assert _client_keys(enc, enc.encode(checked), 4) == want
+    genres = column_of([["Action", "Comedy"], ["Drama"], ["Action"], ["Comedy", "Drama"]], "inputs.genres", 4)
+    assert genres.tolist() == [["Action", "Comedy"], ["Drama", ""], ["Action", ""], ["Comedy", "Drama"]]
+    columns = {
+        "genres": genres,
+        "tags": column_of([["a", "b", "c"], [], ["x"], ["b"]], "inputs.tags", 4),
+        "price": np.array([12.5, 3, 250, 1]),
+        "site": np.array(["s1", "s2", "s1", "s3"]),
+    }
+    assert _client_keys(enc, enc.encode_columns(columns), 4) == want
