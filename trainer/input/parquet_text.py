@@ -302,15 +302,3 @@ def _as_python_writes(table: Any) -> Any:
             col, changed = pc.if_else(col, "True", "False"), True
         columns.append(col)
     return pa.table(columns, names=table.column_names) if changed else table
-
-
-def header_of(path: str) -> str:
-    """The header line of a Parquet file's text (its column names)."""
-    with ParquetText(path) as text:
-        return text.header.decode()
-
-
-def list_columns_of(path: str) -> tuple[str, ...]:
-    """A Parquet file's list columns (each a multi-valued field, joined by LIST_SEPARATOR)."""
-    with ParquetText(path) as text:
-        return text.lists

@@ -25,7 +25,7 @@ from ctr.data.schema import FeatureSchema, detect_schema
 from trainer import metrics
 from trainer.input.batch_cache import BatchCache, CachedBatch, Recording
 from trainer.input.block_parser import BlockParser, ParsedBlock, RefusedFile
-from trainer.input.parquet_text import ParquetText, header_of, is_parquet, list_columns_of
+from trainer.input.parquet_text import ParquetText, is_parquet
 from trainer.input.source import Block, Position, Source, StreamSource
 
 log = logging.getLogger("trainer")
@@ -66,7 +66,7 @@ class BatchReader:
         self.bad_lines = 0
         self.first_bad: list[str] = []  # "file:line: reason" of the first bad lines, for the error a user sees
         self._parsers: dict[str, BlockParser | RefusedFile] = {}
-        self._parquet: dict[str, ParquetText] = {}  # the Parquet file whose bad rows are being named
+        self._parquet: dict[str, ParquetText] = {}  # the Parquet file being read: its header, list columns, rows' names
         # the unparsed lines of the current file: fewer than a batch, waiting for more
         self._held: Block | None = None
         self._header_next = False  # a detected csv format: the line detected is the header
@@ -94,15 +94,21 @@ class BatchReader:
         metrics.BAD_LINES.inc()
         told = len(self.first_bad) < FIRST_BAD_KEPT or self.bad_lines <= FIRST_BAD_LOGGED or self.bad_lines % LOG_EVERY == 0
         if told and is_parquet(file):  # a row, not a line: (row group, row) of the file
-            if file not in self._parquet:
-                self._parquet = {file: ParquetText(file)}  # the file being read: one kept
-            reason = f"{self._parquet[file].where(line)}: {reason}"
+            reason = f"{self._parquet_of(file).where(line)}: {reason}"
         if len(self.first_bad) < FIRST_BAD_KEPT:
             self.first_bad.append(f"{file}:{line}: {reason}")
         # the first few, then one in LOG_EVERY: a file of another format is not a flood of warnings
         if self.bad_lines <= FIRST_BAD_LOGGED or self.bad_lines % LOG_EVERY == 0:
             more = f" (bad line {self.bad_lines}; one in {LOG_EVERY} is logged from now on)" if self.bad_lines > 1 else ""
             log.warning("%s:%d: %s%s", file, line, reason, more if self.bad_lines == FIRST_BAD_LOGGED else "")
+
+    def _parquet_of(self, file: str) -> ParquetText:
+        """The Parquet file being read, opened once (its footer: columns, row groups)."""
+        if file not in self._parquet:
+            for old in self._parquet.values():
+                old.close()
+            self._parquet = {file: ParquetText(file)}
+        return self._parquet[file]
 
     def _detect(self, block: Block) -> Block | None:
         """Detects the format from the first lines that tell it (--format auto on a stream
@@ -134,7 +140,7 @@ class BatchReader:
             nl = block.data.find(b"\n")
             line = (block.data if nl < 0 else block.data[:nl]).decode("utf-8", errors="replace")
         elif is_parquet(block.file):
-            line = header_of(block.file)
+            line = self._parquet_of(block.file).header.decode()
         elif block.file.startswith("s3://"):  # resumed inside an object: its first line
             line = self.source.first_line(block.file)  # type: ignore[attr-defined]
         else:  # resumed inside the file: its first line (of its text, if compressed) is still its header
@@ -167,7 +173,7 @@ class BatchReader:
             elif block.offset == 0 or self._header_next:
                 block = _after_first_line(block)
         try:
-            lists = list_columns_of(block.file) if self.schema.format == "csv" and is_parquet(block.file) else ()
+            lists = self._parquet_of(block.file).lists if self.schema.format == "csv" and is_parquet(block.file) else ()
             p: BlockParser | RefusedFile = BlockParser(self.schema, self.fields, header, self.max_line_bytes, lists)
         except ParseError as e:  # its header: the file is named, its lines counted bad, the stream goes on
             log.error("%s: %s; its lines are not trained", block.file, e)
