@@ -242,23 +242,21 @@ def _rendered_columns(path: str, schema: Any) -> tuple[list[str], tuple[str, ...
     return [f.name for f in schema if not pa.types.is_nested(f.type) or f.name in lists], lists
 
 
-def _as_text(values: Any) -> Any:
-    """A flat array's values as the text Python's str() gives them, null as ''."""
+def _python_text(values: Any) -> Any:
+    """Float and boolean values as the text Python's str() gives them (NaN, like null, as
+    ''); other values as they are."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
     if pa.types.is_floating(values.type):
-        floats = values.to_numpy(zero_copy_only=False)
+        floats = values.to_numpy(zero_copy_only=False)  # nulls read as NaN
         text = floats.astype(str)
         text[np.isnan(floats)] = ""
         return pa.array(text, type=pa.string())
     if pa.types.is_boolean(values.type):
-        values = pc.if_else(values, "True", "False")
-    elif not _is_text(values.type):
-        values = values.cast(pa.string())
-    # a value holding the separator would split: it is written with _
-    return pc.fill_null(pc.replace_substring(values, LIST_SEPARATOR, "_"), "")
+        return pc.if_else(values, "True", "False")
+    return values
 
 
 def _joined(col: Any) -> Any:
@@ -270,13 +268,13 @@ def _joined(col: Any) -> Any:
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
     if pa.types.is_fixed_size_list(arr.type):
         arr = arr.cast(pa.list_(arr.type.value_type))
-    offsets = arr.offsets
-    texts = (
-        pa.ListArray.from_arrays(offsets, _as_text(arr.values), mask=arr.is_null())
-        if len(arr)
-        else arr.cast(pa.list_(pa.string()))
-    )
-    return pc.binary_join(texts, LIST_SEPARATOR)
+    if not len(arr):
+        return pc.binary_join(arr.cast(pa.list_(pa.string())), LIST_SEPARATOR)
+    values = _python_text(arr.values)
+    values = values if _is_text(values.type) else values.cast(pa.string())
+    # a value holding the separator would split: it is written with _
+    values = pc.fill_null(pc.replace_substring(values, LIST_SEPARATOR, "_"), "")
+    return pc.binary_join(pa.ListArray.from_arrays(arr.offsets, values, mask=arr.is_null()), LIST_SEPARATOR)
 
 
 def _as_python_writes(table: Any) -> Any:
@@ -285,20 +283,13 @@ def _as_python_writes(table: Any) -> Any:
     "15706.0", not "15706", and True is "True", not "true", so a categorical column of them
     trains on the tokens a client's values hash to. NaN, like null, is an empty field (a
     missing feature). Numeric columns bucket the same number either way."""
-    import numpy as np
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     columns, changed = [], False
     for col in table.columns:
         if _is_value_list(col.type):
             col, changed = _joined(col), True
-        elif pa.types.is_floating(col.type):
-            values = col.to_numpy(zero_copy_only=False)  # nulls read as NaN
-            text = values.astype(str)
-            text[np.isnan(values)] = ""
-            col, changed = pa.array(text, type=pa.string()), True
-        elif pa.types.is_boolean(col.type):
-            col, changed = pc.if_else(col, "True", "False"), True
+        elif pa.types.is_floating(col.type) or pa.types.is_boolean(col.type):
+            col, changed = _python_text(col), True
         columns.append(col)
     return pa.table(columns, names=table.column_names) if changed else table
