@@ -28,8 +28,14 @@ def split_csv(line: str, delimiter: str) -> list[str]:
     text = line.rstrip("\r\n")
     if QUOTE not in text:
         return text.split(delimiter)
+    # a carriage return inside the line is data, as str.split above and the kernel keep it;
+    # csv's reader would call it a line break in an unquoted field: it reads a stand-in
+    mark = next(chr(c) for c in range(0xE000, 0xF900) if chr(c) not in text) if "\r" in text else ""
     try:
-        return next(csv.reader([text], delimiter=delimiter, quotechar=QUOTE, strict=True), [""])
+        fields = next(
+            csv.reader([text.replace("\r", mark) if mark else text], delimiter=delimiter, quotechar=QUOTE, strict=True), [""]
+        )
+        return [f.replace(mark, "\r") for f in fields] if mark else fields
     except csv.Error as e:
         if "unexpected end of data" in str(e):  # a quote opened and never closed on this line
             raise CsvQuoteError(
