@@ -110,7 +110,9 @@ class DecompressedText(io.RawIOBase):
         if self.damage is not None:
             return b""
         try:
-            data = self._file.read(size if size > 0 else 1 << 20)
+            # read1, not read: a buffered read() of a stream cut short raises at its end and
+            # drops what it decompressed before; read1 hands that text over first
+            data = self._file.read1(size if size > 0 else 1 << 20)
         except Exception as e:  # noqa: BLE001 - EOFError (cut short), BadGzipFile, zlib.error, LZMAError, ZstdError
             return self._damaged(e)
         self._at += len(data)

@@ -62,7 +62,10 @@ def read_lines(data: str) -> list[str]:
         if kind is None:
             return _lines(fh.read().decode("utf-8", errors="replace"))
     with DecompressedText(path, kind) as text:  # gzip, bzip2, xz, zstd: the text they hold
-        return _lines(b"".join(iter(lambda: text.read1(1 << 20), b"")).decode("utf-8", errors="replace"))
+        raw = b"".join(iter(lambda: text.read1(1 << 20), b""))
+        if text.damage is not None:  # logged; the piece of a line where the stream broke is no sample
+            raw = raw[: raw.rfind(b"\n") + 1]
+        return _lines(raw.decode("utf-8", errors="replace"))
 
 
 def _lines(text: str) -> list[str]:
@@ -90,13 +93,19 @@ def split_spaces(line: str) -> list[str]:
 
 def parse_label(raw: str) -> float:
     """1.0 for a positive number or true, 0.0 for zero, a negative number or false (any
-    case: pandas writes a boolean label column as True/False)."""
+    case: pandas writes a boolean label column as True/False). A fraction between 0 and 1
+    is refused: it is a probability or a rate, and reading it as a click would be silently
+    wrong."""
     v = parse_number(raw)
     if v is None:
         word = raw.lower()
         if word in ("true", "false"):
             return 1.0 if word == "true" else 0.0
         raise ParseError(f"label: {raw!r} is not a number or true/false")
+    if 0.0 < v < 1.0:
+        raise ParseError(
+            f"label: {raw!r} is a fraction; a label is 1 or 0 (or -1, a count, true/false): a probability or rate is not a click"
+        )
     return 1.0 if v > 0 else 0.0
 
 

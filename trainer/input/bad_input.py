@@ -41,6 +41,11 @@ def likely_cause(first_bad: list[str], schema: FeatureSchema | None) -> str:
     reason = first_bad[0]
     if "label column" in reason or "no label" in reason:
         return "the label column is not where the format expects it: name it with --label COLUMN"
+    if ": label: " in reason:  # the format was read, its label column was not a click
+        return (
+            "the label column holds something other than clicks: a label is 1 or 0 (or -1, a count, true/false);"
+            " write it so, or name the right column with --label COLUMN"
+        )
     line = _line_at(first_bad[0])
     if line is not None:
         try:

@@ -383,7 +383,7 @@ def parse_block(
                 role = col_role[c]
                 if role == LABEL_COLUMN:
                     st, v = parse_number(buf, vs, ve)
-                    ok = st == _NUM_OK
+                    ok = st == _NUM_OK and not 0.0 < v < 1.0  # a fraction: the reference names it
                     label = 1.0 if v > 0 else 0.0
                     if not ok:  # pandas' boolean label column: True/False
                         truth = bool_label(buf, vs, ve)
@@ -452,7 +452,7 @@ def parse_block(
                 te = i
                 if tok == 0:
                     st, v = parse_number(buf, ts, te)
-                    ok = st == _NUM_OK
+                    ok = st == _NUM_OK and not 0.0 < v < 1.0  # a fraction: the reference names it
                     label = 1.0 if v > 0 else 0.0
                     tok += 1
                     continue
@@ -520,7 +520,7 @@ def parse_block(
                     ce += 1
                 if c == 0:
                     st, v = parse_number(buf, cs, ce)
-                    ok = st == _NUM_OK
+                    ok = st == _NUM_OK and not 0.0 < v < 1.0  # a fraction: the reference names it
                     label = 1.0 if v > 0 else 0.0
                 else:
                     k = cs

@@ -226,6 +226,10 @@ class BatchReader:
                 yield from self._drain()
                 self._bad(block.file, block.line, f"line is longer than {self.max_line_bytes} bytes")
                 continue
+            if block.cut_short:
+                yield from self._drain()
+                self._bad(block.file, block.line, "the file's compressed stream ends inside this line (damaged): not trained")
+                continue
             if self._held is not None and self._held.file != block.file:
                 yield from self._drain()
             if self._held is not None:  # join the held lines to the block that follows them

@@ -71,7 +71,8 @@ class Block:
     """Whole lines of one file: data starts at byte `offset`, after `line` lines. The last
     block of a finished file may end with an unterminated line (`final`). A block with
     `overlong` set holds no data: a line longer than the limit ended at `offset` and was
-    skipped; it is line number `line`."""
+    skipped; it is line number `line`. One with `cut_short` set holds no data either: the
+    file's compressed stream ended (damaged) inside line `line`, which is not trained."""
 
     file: str
     offset: int
@@ -79,6 +80,7 @@ class Block:
     data: bytes
     final: bool = False
     overlong: bool = False
+    cut_short: bool = False
     eof: bool = False  # no data: the file ended here (it was read to its end)
     cached: bool = False  # no data: the file was not read, its parsed batches are cached
     newlines: int = -1  # newlines in data when the maker counted them (-1: not counted)
@@ -513,6 +515,8 @@ class StreamSource:
             if last() or changed == "replaced":  # rotated away: what it held is read, its successor comes next
                 if skipping:  # the file ended inside the over-long line
                     yield Block(name, offset, line_no + 1, b"", overlong=True)
+                elif partial.strip() and getattr(fh, "damage", None):  # a piece of a line: not a sample
+                    yield Block(name, offset + len(partial), line_no + 1, b"", cut_short=True)
                 elif partial.strip():  # a final line without newline in a finished file
                     yield Block(name, offset, line_no, partial, final=True)
                 return True

@@ -181,6 +181,25 @@ def test_a_boolean_label_column_reads_as_pandas_writes_it():
         make_parser(SCHEMA, FieldIndex(SCHEMA.base_fields(header)), header)("yes,a,x,2")
 
 
+def test_a_fraction_as_a_label_is_a_bad_line_named_in_the_kernel_and_the_reference_alike():
+    """A label of 0.3 is a probability or a rate: read as a click (positive) it trained a
+    model on the wrong target without a word. Counts and -1/1 stay clicks and non-clicks."""
+    header = "clicked,ua,site,n"
+    parser = BlockParser(SCHEMA, FieldIndex(SCHEMA.base_fields(header)), header)
+    got = parser.parse(b"2,a,x,2\n-1,b,y,3\n0.3,c,z,4\n1e-3,d,z,4\n1.0,e,z,5\n", True, 10)
+    assert got.batch.labels.tolist() == [1.0, 0.0, 1.0]
+    assert [(b.line, b.reason.split(";")[0]) for b in got.bad] == [
+        (2, "label: '0.3' is a fraction"),
+        (3, "label: '1e-3' is a fraction"),
+    ]
+    for schema, line in ((FeatureSchema(format="libsvm"), "0.5 1:1 2:1"), (FeatureSchema(format="kv"), "0.5\tua=a")):
+        with pytest.raises(ParseError, match="is a fraction"):
+            make_parser(schema, FieldIndex(), "")(line)
+    from trainer.input.bad_input import likely_cause
+
+    assert likely_cause(["f.csv:3: label: '0.3' is a fraction; ..."], SCHEMA).startswith("the label column holds")
+
+
 @pytest.mark.parametrize("marker", ["NA", "NaN", "nan", "NULL", "null", "None", "\\N", "#N/A", "N/A", ""])
 def test_a_missing_number_is_a_missing_feature_in_a_numeric_column(marker):
     """R writes NA, Hive \\N, SQL NULL: the sample trains without the feature, as with an
