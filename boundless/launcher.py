@@ -24,6 +24,7 @@ from boundless.kafka_broker import BrokerUnavailable, KafkaBroker, produce_lines
 from boundless.processes import Daemon, DaemonDied, start
 from boundless.synthetic import SyntheticSpec, SyntheticStream
 from ctr.data.batch import build_batch
+from ctr.data.formats import read_lines
 from ctr.data.quality import auc
 from ctr.repository.versions import Repository
 from ctr.runtime import strict_json
@@ -286,11 +287,12 @@ class Demo:
         """Requests of --data's own rows, parsed under the served version's transform: the
         latency of the requests this model gets, not of the synthetic stream's features."""
         assert self.args.data is not None
-        lines = self.args.data.read_text(errors="replace").splitlines()
+        lines = read_lines(str(self.args.data))  # compressed too, as training read it
         need = self.args.requests * self.args.items
-        samples, fields = parse_samples(lines[: need + 1], client.status(), "model", where=str(self.args.data))
-        if not samples:
-            raise DaemonDied(f"no line of {self.args.data} parses under the served model's transform")
+        try:
+            samples, fields = parse_samples(lines[: need + 1], client.status(), "model", where=str(self.args.data))
+        except ValueError as e:  # mostly bad lines under the served model's transform
+            raise DaemonDied(f"{self.args.data} does not parse under the served model's transform: {e}") from None
         requests = []
         for r in range(self.args.requests):
             lo = (r * self.args.items) % len(samples)

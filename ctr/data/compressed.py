@@ -124,7 +124,7 @@ class DecompressedText(io.RawIOBase):
     def _damaged(self, e: BaseException) -> bytes:
         self.damage = f"{type(e).__name__}: {e}"
         log.error(
-            "%s: its %s stream is cut short or damaged after %d bytes of text (%s); the lines before are trained. A"
+            "%s: its %s stream is cut short or damaged after %d bytes of text (%s); the whole lines before it are read. A"
             " compressed file is read whole once it is there: write it under another name and rename it into the folder",
             self.path,
             self.kind,

@@ -8,15 +8,15 @@ calibration (mean prediction over the file's CTR); --json prints them as one obj
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import numpy as np
 
 from ctr.data.batch import build_batch
 from ctr.data.fields import FieldIndex
-from ctr.data.formats import ParsedSample, ParseError, make_parser, read_lines
+from ctr.data.formats import make_parser, read_lines
 from ctr.data.quality import auc, logloss
+from ctr.data.sample_file import MAX_BAD_FRACTION, check_bad, figure, parse_file
 from ctr.data.schema import FeatureSchema, detect_schema
 from ctr.repository.versions import Repository
 from ctr.runtime import strict_json
@@ -32,6 +32,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", required=True, help="file of labelled samples ('-' reads standard input)")
     parser.add_argument("--limit", type=int, default=0, help="score at most this many samples (0: all)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument(
+        "--max-bad-fraction",
+        type=float,
+        default=MAX_BAD_FRACTION,
+        help="refuse the file when more than this share of its lines is bad",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -61,25 +67,15 @@ def run(args: argparse.Namespace) -> int:
     model = load_published(repo, version)
     labels: list[np.ndarray] = []
     predictions: list[np.ndarray] = []
-    bad = 0
-    body = body[: args.limit or None]
-    for lo in range(0, len(body), CHUNK):
-        samples: list[ParsedSample] = []
-        for i, line in enumerate(body[lo : lo + CHUNK]):
-            try:
-                samples.append(parse(line))
-            except ParseError as e:
-                bad += 1
-                if bad <= 5:
-                    print(f"{args.data}:{lo + i + first}: {e}", file=sys.stderr)
-        if samples:
-            batch = build_batch(samples, fields.ids())
-            labels.append(batch.labels)
-            predictions.append(scores(model, batch))
-    y = np.concatenate(labels) if labels else np.zeros(0)
-    p = np.concatenate(predictions) if predictions else np.zeros(0)
-    if not len(y):
-        raise ValueError(f"--data {args.data}: no sample could be parsed ({bad} bad lines)")
+    parsed = parse_file(body[: args.limit or None], parse, args.data, first)
+    check_bad(parsed, args.data, args.max_bad_fraction)
+    bad = parsed.bad
+    for lo in range(0, len(parsed.samples), CHUNK):
+        batch = build_batch(parsed.samples[lo : lo + CHUNK], fields.ids())
+        labels.append(batch.labels)
+        predictions.append(scores(model, batch))
+    y = np.concatenate(labels)
+    p = np.concatenate(predictions)
     ctr = float(y.mean())
     doc = {
         "model": args.model_name,
@@ -97,8 +93,9 @@ def run(args: argparse.Namespace) -> int:
         print(strict_json.dumps(doc))
     else:
         print(
-            f"{args.model_name} version {version} on {len(y)} samples of {args.data}: AUC {doc['auc']:.6f}"
-            f"  logloss {doc['logloss']:.6f}  calibration {doc['calibration']:.3f} (mean prediction {doc['mean_prediction']:.4f},"
+            f"{args.model_name} version {version} on {len(y)} samples of {args.data}: AUC {figure(doc['auc'])}"
+            f"  logloss {doc['logloss']:.6f}  calibration {figure(doc['calibration'], 3)}"
+            f" (mean prediction {doc['mean_prediction']:.4f},"
             f" CTR {ctr:.4f})" + (f"; {bad} bad lines skipped" if bad else "")
         )
     return 0

@@ -13,8 +13,9 @@ import grpc
 
 from ctr.data.batch import build_batch
 from ctr.data.fields import FieldIndex
-from ctr.data.formats import ParsedSample, ParseError, make_parser, read_lines, resolve_fields
+from ctr.data.formats import ParsedSample, make_parser, read_lines, resolve_fields
 from ctr.data.quality import auc, logloss
+from ctr.data.sample_file import MAX_BAD_FRACTION, check_bad, figure, parse_file
 from ctr.data.schema import DELIMITED, PRESETS, FeatureSchema, detect_schema
 from protos import predict_pb2
 from serving.client.predict_client import PredictClient, encode_batch, schema_of
@@ -37,6 +38,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--limit", type=int, default=0, help="score at most this many samples (0: all)")
     parser.add_argument("--scores", action="store_true", help="print one score per line")
     parser.add_argument("--timeout-s", type=float, default=10.0, help="deadline of each call")
+    parser.add_argument(
+        "--max-bad-fraction",
+        type=float,
+        default=MAX_BAD_FRACTION,
+        help="refuse the file when more than this share of its lines is bad",
+    )
 
 
 def schema_for(fmt: str, served: FeatureSchema, first_line: str) -> FeatureSchema:
@@ -63,10 +70,16 @@ def run(args: argparse.Namespace) -> int:
 
 
 def parse_samples(
-    lines: list[str], status: predict_pb2.ModelStatusResponse, fmt: str, limit: int = 0, where: str = "data"
+    lines: list[str],
+    status: predict_pb2.ModelStatusResponse,
+    fmt: str,
+    limit: int = 0,
+    where: str = "data",
+    max_bad_fraction: float = MAX_BAD_FRACTION,
 ) -> tuple[list[ParsedSample], FieldIndex]:
     """A file's samples parsed under the served version's transform and field list (or the
-    format `fmt` names); bad lines are reported as where:line and skipped."""
+    format `fmt` names); the first bad lines are reported as where:line, all are skipped,
+    and a file with more than max_bad_fraction of them is refused (ValueError)."""
     schema = schema_for(fmt, schema_of(status.transform), lines[0])
     header = lines[0] if schema.format == "csv" else None
     served = list(status.fields)  # the served model's field list: its indices
@@ -74,17 +87,13 @@ def parse_samples(
     parse = make_parser(schema, fields, header)
     body = lines[1:] if header else lines
     start = 2 if header else 1
-    samples = []
-    for i, line in enumerate(body[: limit or None]):
-        try:
-            samples.append(parse(line))
-        except ParseError as e:
-            print(f"{where}:{i + start}: {e}", file=sys.stderr)
-    return samples, fields
+    parsed = parse_file(body[: limit or None], parse, where, start)
+    check_bad(parsed, where, max_bad_fraction)
+    return parsed.samples, fields
 
 
 def _score(args: argparse.Namespace, client: PredictClient, lines: list[str]) -> int:
-    samples, fields = parse_samples(lines, client.status(), args.format, args.limit, args.data)
+    samples, fields = parse_samples(lines, client.status(), args.format, args.limit, args.data, args.max_bad_fraction)
     labels, scores = [], []
     version, label = 0, ""
     for lo in range(0, len(samples), args.items):
@@ -103,7 +112,7 @@ def _score(args: argparse.Namespace, client: PredictClient, lines: list[str]) ->
         )
     print(
         f"scored {len(scores)} samples with {args.model_name} version {version} ({label}): "
-        f"AUC {auc(labels, scores):.6f}  logloss {logloss(labels, scores):.6f}",
+        f"AUC {figure(auc(labels, scores))}  logloss {logloss(labels, scores):.6f}",
         file=sys.stderr,
     )
     return 0

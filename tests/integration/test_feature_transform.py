@@ -86,6 +86,15 @@ def test_the_readme_client_call_scores_as_boundless_predict(criteo_served):
     evaluated = json.loads(offline.stdout)
     assert evaluated["samples"] == len(labels) and abs(evaluated["auc"] - through_client) <= 1e-6
     assert through_client > 0.6
+    # a file of fractional labels: both refuse it, naming its lines, instead of figures from none
+    fractions = held.with_name("fractions.tsv")
+    fractions.write_text("".join("0.25" + line[line.index("\t") :] + "\n" for line in lines))
+    for command in (["predict", "--address", platform.serving.address], ["eval", "--repo", str(platform.dir / "repo")]):
+        refused = subprocess.run(
+            [sys.executable, "-m", "boundless", *command, "--data", str(fractions)], capture_output=True, text=True, timeout=120
+        )
+        assert refused.returncode != 0 and f"{len(lines)} of {len(lines)} lines are bad" in refused.stderr, refused.stderr
+        assert f"{fractions}:1: label: '0.25' is a fraction" in refused.stderr and "Traceback" not in refused.stderr
     # the same call without the transform (numeric fields hashed raw) scores something else
     raw = PredictClient(platform.serving.address, schema=FeatureSchema(format="criteo"))
     skewed = raw.predict(items=items[:200]).scores
