@@ -83,6 +83,8 @@ class PSConfig(ServerConfig):
 
     def validate(self) -> None:
         super().validate()
+        if self.shard_count < 1:
+            raise ConfigError(f"--shard-count {self.shard_count}: must be at least 1")
         if not 0 <= self.shard_index < self.shard_count:
             last = self.shard_count - 1
             raise ConfigError(f"--shard-index {self.shard_index}: must be 0..{last} (--shard-count {self.shard_count})")

@@ -69,6 +69,9 @@ def test_every_daemon_config_checks_itself():
 
     with pytest.raises(ConfigError, match="--shard-index 2: must be 0..1"):
         build(PSConfig, "X_", environ={"X_SHARD_INDEX": "2", "X_SHARD_COUNT": "2"})
+    for config in (PSConfig, ServingConfig):  # not "--shard-index 0: must be 0..-1"
+        with pytest.raises(ConfigError, match="--shard-count 0: must be at least 1"):
+            build(config, "X_", environ={"X_SHARD_COUNT": "0"})
     with pytest.raises(ConfigError, match="--router and --shard-count exclude each other"):
         build(ServingConfig, "X_", environ={"X_ROUTER": "1", "X_SHARD_COUNT": "2"})
     with pytest.raises(ConfigError, match="X_SHARD: setting 'shard' is now 'shard_index'"):
