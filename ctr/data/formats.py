@@ -412,6 +412,8 @@ def resolve_fields(schema: FeatureSchema, lines: list[str], freeze: bool) -> Fie
         lines = [schema.header, *(line for line in lines if not is_header_line(line, schema.header))]
     header = lines[0] if schema.format == "csv" and lines else None
     index = FieldIndex(schema.base_fields(header), cap=schema.max_fields)
+    if schema.format == "csv" and header is not None:
+        _check_named_columns(schema, header)
     if schema.fields:
         _check_given_fields(schema, lines, header)
     if not schema.fields and schema.format != "criteo" and not (schema.format == "csv" and header is not None):
@@ -429,6 +431,20 @@ def resolve_fields(schema: FeatureSchema, lines: list[str], freeze: bool) -> Fie
     if freeze:
         index.freeze()
     return index
+
+
+def _check_named_columns(schema: FeatureSchema, header: str) -> None:
+    """A numeric or multi-valued column the header does not hold is a misspelt name: the
+    column it meant would train as plain text, without a word. (A skipped column that is
+    not there is fine: nothing is read from it either way.)"""
+    columns = header_names(header, schema.delimiter)
+    for setting, names in (("numeric", schema.numeric), ("multi_valued", tuple(n for n, _ in schema.multi_valued))):
+        missing = [n for n in names if n not in columns]
+        if missing:
+            raise ValueError(
+                f"schema.{setting}: {missing} not among the header's columns {[c for c in columns if c][:50]}; a misspelt"
+                " name would leave the column it meant read as plain text"
+            )
 
 
 def _check_given_fields(schema: FeatureSchema, lines: list[str], header: str | None) -> None:

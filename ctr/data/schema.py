@@ -112,6 +112,8 @@ class FeatureSchema:
 
     @classmethod
     def from_dict(cls, d: dict[str, object]) -> FeatureSchema:
+        if not isinstance(d, dict):
+            raise ValueError(f"schema: expected a mapping of settings (format: csv, numeric: [...]), got a {type(d).__name__}")
         fmt = str(d.get("format", "kv"))
         if fmt not in FORMATS:
             raise ValueError(f"schema.format: unknown format {fmt!r}; expected one of {FORMATS}")
@@ -129,12 +131,12 @@ class FeatureSchema:
         return cls(
             format=fmt,  # type: ignore[arg-type]
             label=str(d.get("label", "label")),
-            numeric=tuple(str(x) for x in d.get("numeric", ()) or ()),  # type: ignore[attr-defined]
-            skip=tuple(str(x) for x in d.get("skip", ()) or ()),  # type: ignore[attr-defined]
+            numeric=_names(d, "numeric"),
+            skip=_names(d, "skip"),
             delimiter=str(d.get("delimiter", ",")),
             libsvm_fields=lf,  # type: ignore[arg-type]
-            fields=tuple(str(x) for x in d.get("fields", ()) or ()),  # type: ignore[attr-defined]
-            max_fields=int(d.get("max_fields", 256)),  # type: ignore[call-overload]
+            fields=_names(d, "fields"),
+            max_fields=_whole(d, "max_fields", 256),
             header=str(d.get("header", "") or ""),
             cross=tuple((str(c[0]), str(c[1])) if len(c) == 2 else tuple(map(str, c)) for c in cross),  # type: ignore[misc]
             multi_valued=_multi_valued(d.get("multi_valued"), d.get("separator", DEFAULT_SEPARATOR)),
@@ -154,6 +156,24 @@ class FeatureSchema:
         if self.format == "libsvm" and self.libsvm_fields == "single":
             return ("0",)
         return ()
+
+
+def _names(d: dict[str, object], key: str) -> tuple[str, ...]:
+    """A setting that lists column names; one name alone is a list of one (`numeric: price`
+    would otherwise be the columns p, r, i, c and e)."""
+    raw = d.get(key) or ()
+    if isinstance(raw, str):
+        return (raw,)
+    if not isinstance(raw, list | tuple) or not all(isinstance(x, str | int) and not isinstance(x, bool) for x in raw):
+        raise ValueError(f"schema.{key}: expected a list of column names, got {raw!r}")
+    return tuple(str(x) for x in raw)
+
+
+def _whole(d: dict[str, object], key: str, default: int) -> int:
+    raw = d.get(key, default)
+    if not isinstance(raw, int) or isinstance(raw, bool):
+        raise ValueError(f"schema.{key}: expected a whole number, got {raw!r}")
+    return raw
 
 
 DEFAULT_SEPARATOR = "|"

@@ -104,6 +104,13 @@ def test_trainer_reports_bad_line_as_file_line_and_keeps_going(tmp_path, caplog)
         ({"format": "libffm", "fields": ["0", "1"]}, ["1 0:1:1 5:2:1"], "'5'"),
         ({"format": "criteo", "fields": ["I1", "Z9"]}, [], "Z9"),
         ({"format": "criteo", "cross": [["C1", "C99"]]}, [], "C99"),
+        # a misspelt numeric or multi-valued column would train the column it meant as plain text
+        (
+            {"format": "csv", "label": "click", "numeric": ["prize"]},
+            ["click,site,price", "1,a,2.5"],
+            r"schema.numeric: \['prize'\]",
+        ),
+        ({"format": "csv", "label": "click", "multi_valued": ["genre"]}, ["click,genres", "1,a|b"], "schema.multi_valued"),
     ],
 )
 def test_a_schema_that_does_not_fit_the_data_is_refused_naming_the_setting(schema, lines, needle):
@@ -112,6 +119,29 @@ def test_a_schema_that_does_not_fit_the_data_is_refused_naming_the_setting(schem
 
     with pytest.raises(ValueError, match=needle):
         resolve_fields(FeatureSchema.from_dict(schema), lines, freeze=True)
+
+
+@pytest.mark.parametrize(
+    "raw,needle",
+    [
+        ([1, 2], "schema: expected a mapping of settings"),
+        ({"format": "csv", "numeric": {"price": 1}}, "schema.numeric: expected a list of column names"),
+        ({"format": "csv", "skip": [["id"]]}, "schema.skip: expected a list of column names"),
+        ({"format": "csv", "max_fields": "many"}, "schema.max_fields: expected a whole number"),
+    ],
+)
+def test_a_schema_yaml_of_the_wrong_shape_is_refused_naming_the_setting(raw, needle):
+    from ctr.data.schema import FeatureSchema
+
+    with pytest.raises(ValueError, match=needle):
+        FeatureSchema.from_dict(raw)
+
+
+def test_one_column_name_alone_is_a_list_of_one():
+    from ctr.data.schema import FeatureSchema
+
+    schema = FeatureSchema.from_dict({"format": "csv", "numeric": "price", "skip": "id", "fields": ["a", 7]})
+    assert schema.numeric == ("price",) and schema.skip == ("id",) and schema.fields == ("a", "7")
 
 
 def test_skipped_columns_may_be_left_out_of_the_field_list():
