@@ -64,6 +64,11 @@ class BatchReader:
         self.batch_size = batch_size
         self.max_line_bytes = max_line_bytes
         self.bad_lines = 0
+        # --max-samples: the last batch stops at the limit, so the run trains exactly that
+        # many (it trained the whole 16,384-line batch that crossed it) and its position is
+        # the line after the last sample trained; batches replayed from the cache stay whole
+        self.sample_limit = 0  # samples this reader may still yield in all (0: no limit)
+        self.samples_out = 0
         self.first_bad: list[str] = []  # "file:line: reason" of the first bad lines, for the error a user sees
         self._parsers: dict[str, BlockParser | RefusedFile] = {}
         self._parquet: dict[str, ParquetText] = {}  # the Parquet file being read: its header, list columns, rows' names
@@ -265,8 +270,16 @@ class BatchReader:
         lines_left = block.newline_count() + (1 if block.final else 0)
         pos = 0
         line = block.line
-        while lines_left >= self.batch_size or (final and lines_left > 0):
-            got = parser.parse(view[pos:], block.final, self.batch_size, ascii_only)
+        while True:
+            want = self.batch_size
+            if self.sample_limit > 0:
+                want = min(want, self.sample_limit - self.samples_out)
+                if want <= 0:
+                    break
+            if not (lines_left >= want or (final and lines_left > 0)):
+                break
+            got = parser.parse(view[pos:], block.final, want, ascii_only)
+            self.samples_out += len(got.batch)
             for bad in got.bad:
                 at = line + bad.line
                 if self._header is not None and self._repeats_header(view[pos:], got, bad.line):

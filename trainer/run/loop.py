@@ -94,6 +94,7 @@ class Trainer:
             self.cache = BatchCache(
                 Path(settings.batch_cache), schema, settings.batch_size, settings.max_line_bytes, settings.batch_cache_max_bytes
             )
+        self.submitted = 0  # samples handed to the pipeline (progress lags it by a batch)
         self.reader = self._reader()
         self.position = Position()
         self.cut = 0  # the last checkpoint cut prepared
@@ -106,7 +107,6 @@ class Trainer:
         self.exports: list[str] = []
         self.elapsed_s = 0.0
         self.pipeline = Pipeline(client, model)
-        self.submitted = 0  # samples handed to the pipeline (progress lags it by a batch)
         # samples this process trained (again after a recovery): its speed and bytes per sample are
         # over these, not over `submitted`, which a cut taken up starts at the samples it carried
         self.trained = 0
@@ -149,9 +149,16 @@ class Trainer:
 
     def _reader(self) -> BatchReader:
         s = self.s
-        return BatchReader(
+        reader = BatchReader(
             self.source, self.schema, self.fields, s.batch_size, s.max_line_bytes, self.cache, s.label, s.delimiters
         )
+        reader.sample_limit = self._samples_left()
+        return reader
+
+    def _samples_left(self) -> int:
+        """What --max-samples leaves to read from the stream's position (0: no limit; a cut
+        taken up carries the samples trained before it)."""
+        return max(1, self.s.max_samples - self.submitted) if self.s.max_samples > 0 else 0
 
     def take_up(self, point: CutPoint, reopen: Callable[[Position | None], Source], recover: Callable[[], CutPoint]) -> None:
         """Starts at a checkpoint cut the shards were restored to (`point`; the source is
@@ -167,6 +174,7 @@ class Trainer:
         self.cut = point.cut
         self.position = point.position or Position()
         self.submitted = point.samples
+        self.reader.sample_limit = self._samples_left()
         self._taken_up_at = point.samples  # samples a cut carried: a fifth of this run's stream is held back at most
         self._tail.clear()  # read after the cut: the stream is read again from its position
         self._tail_samples = 0

@@ -49,6 +49,28 @@ def test_resuming_inside_a_csv_file_keeps_its_header(tmp_path, data_dir):
     assert trainer.bad_lines == 0 and result["samples"] == 9999 - 1
 
 
+def test_a_sample_limit_trains_exactly_that_many_and_stops_after_the_last_line_it_trained(tmp_path, data_dir):
+    """--max-samples 300 at a batch of 256 trained 512 (the batch that crossed it): now the
+    last batch stops at the limit, bad lines not counted, and the position is the line
+    after the 300th sample, so a run taken up there trains the rest exactly once."""
+    lines = (data_dir / "avazu_10k/train_rows1-9999.csv").read_text().splitlines()
+    lines[100] = lines[100].replace(",", ";")  # one bad line inside the first 300 samples
+    path = tmp_path / "avazu.csv"
+    path.write_text("\n".join(lines[:1001]) + "\n")
+    schema = PRESETS["avazu"]
+    fields = FieldIndex(schema.base_fields(lines[0]), frozen=True)
+    model = build_model(ModelSpec("lr", fields=tuple(fields.names)))
+    client = PSClient.local()
+    model.prepare(client)
+    settings = LoopSettings(batch_size=256, max_samples=300, idle_exit_s=0, export_interval_s=1e9, checkpoint_interval_s=0)
+    source = StreamSource(str(path), follow=False)
+    trainer = Trainer(client, model, schema, fields, source, settings, ProgressiveMetrics(1000), None, lambda: False)
+    result = trainer.run()
+    assert result["samples"] == 300 and trainer.bad_lines == 1
+    # the header, 300 samples and the bad line: the position is after line 302
+    assert trainer.position.line == 302 and trainer.position.offset == sum(len(x) + 1 for x in lines[:302])
+
+
 @pytest.mark.slow
 def test_large_feature_values_train_without_refused_pushes(tmp_path):
     """Per-example FTRL on values of 500: a hot key's n grows by ~1e7 a batch, far above the
