@@ -106,12 +106,12 @@ class RequestEncoder:
             elif isinstance(raw, list):  # a multi-valued feature (kv's `tags=x<TAB>tags=y`): a value each
                 for value in raw:
                     if not (value is None or (isinstance(value, float) and math.isnan(value))):
-                        self.fields.add(acc, name, str(value))
+                        self.fields.add(acc, name, _text(name, value))
             elif name in self.separators:  # the joined text of a multi-valued field: a value each piece
-                for piece in str(raw).split(self.separators[name]):
+                for piece in _text(name, raw).split(self.separators[name]):
                     self.fields.add(acc, name, piece)
             else:
-                self.fields.add(acc, name, str(raw))
+                self.fields.add(acc, name, _text(name, raw))
             if len(acc.tokens) > before:
                 first.setdefault(name, acc.tokens[before])
             owner += [who] * (len(acc.tokens) - before)
@@ -233,6 +233,22 @@ class RequestEncoder:
             joined = np.char.add(np.char.add(ta, CROSS_JOIN), tb)
             items_out[c] = np.where((np.char.str_len(ta) > 0) & (np.char.str_len(tb) > 0), joined, "")
         return items_out, context_out
+
+
+def _text(name: str, raw: object) -> str:
+    """A value as the text the trainer read: bytes as the UTF-8 they hold (str() wrote
+    "b's1'", a token no sample had), a bool as pandas and Parquet write it (True); a
+    mapping or a set is no value (str() hashed its repr)."""
+    if isinstance(raw, bytes | bytearray | memoryview):
+        try:
+            return bytes(raw).decode("utf-8")
+        except UnicodeDecodeError:
+            raise ParseError(f"field {name}: bytes that are not UTF-8 text") from None
+    if isinstance(raw, Mapping | set | frozenset | tuple | list):
+        raise ParseError(
+            f"field {name}: a {type(raw).__name__} is not a value; send a string, a number, a list of them or (token, weight)"
+        )
+    return str(raw)
 
 
 def _split_values(col: ColumnValues, sep: str, n_items: int | None) -> ColumnValues:

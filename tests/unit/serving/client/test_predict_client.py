@@ -128,6 +128,25 @@ def test_a_numeric_column_with_a_missing_value_is_refused_naming_it_and_the_way_
     assert enc.encode_columns({"n": np.array(["1.5", "2"])}).item_count == 2  # numbers as text are numbers
 
 
+def test_bytes_score_as_the_text_they_hold_and_a_mapping_is_no_value():
+    """str(b"x") is "b'x'": bytes (Arrow's binary columns, a Kafka payload) hashed as a
+    token no sample had and scored as an unseen value, without a word."""
+    from ctr.data.formats import ParseError
+
+    names, expected = _trainer_keys()
+    enc = RequestEncoder(SCHEMA, names)
+    items: list[dict[str, Value]] = [
+        {"a": b"x", "b": bytearray(b"y"), "n": b"7"},  # type: ignore[dict-item]
+        {"a": "z", "b": "y2", "n": "1.5"},
+        {"a": "q", "b": memoryview(b"w"), "n": 250},  # type: ignore[dict-item]
+    ]
+    assert _item_keys(enc, enc.encode(items, context={"u": b"alice"}), 3) == expected  # type: ignore[dict-item]
+    with pytest.raises(ParseError, match=r"^items\[0\]: field a: a dict is not a value"):
+        enc.encode([{"a": {"x": 1}}])  # type: ignore[dict-item]
+    with pytest.raises(ParseError, match=r"^items\[0\]: field a: bytes that are not UTF-8 text"):
+        enc.encode([{"a": b"\xff"}])  # type: ignore[dict-item]
+
+
 def test_a_value_a_numeric_field_cannot_take_is_named_by_its_item_or_the_context():
     from ctr.data.formats import ParseError
 
