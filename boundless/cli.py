@@ -61,7 +61,7 @@ class Parser(argparse.ArgumentParser):
         known = list(dict.fromkeys(option_strings(self)))
         hints = []
         for token in message.replace(",", " ").split():
-            flag = token.split("=", 1)[0]
+            flag = token.split("=", 1)[0].rstrip(":;.'\"")  # argparse writes "argument --share: ..."
             if not flag.startswith("--") or flag in known:
                 continue
             renamed = [(new, why) for new, why in RENAMED.get(flag, ()) if new in known]

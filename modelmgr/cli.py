@@ -36,6 +36,17 @@ ADMIN_ROLES = {
 REMOTE = ("pin", "unpin", "rollback", "gc", "publish")  # what --manager sends to the daemon
 
 
+def _share(text: str) -> float:
+    """A share of requests: a number from 0 to 1 (argparse names the flag it is for)."""
+    try:
+        share = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 <= share <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text} is not a share from 0 to 1 (0.1 is a tenth of the requests)")
+    return share
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", required=True)
     watch = sub.add_parser("watch", help="run the manager daemon: verify, gate and publish exports", allow_abbrev=False)
@@ -80,8 +91,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             p.add_argument("--dry-run", action="store_true", help="judge the evidence, change nothing")
         if name == "label":
             p.add_argument("version", type=int)
-            p.add_argument("--share", type=float, default=0.0, help="share of routed requests (by routing key) it scores")
-            p.add_argument("--shadow", type=float, default=0.0, help="share of live requests it also scores, off the path")
+            p.add_argument("--share", type=_share, default=0.0, help="share of routed requests (by routing key) it scores")
+            p.add_argument("--shadow", type=_share, default=0.0, help="share of live requests it also scores, off the path")
         if name == "publish":
             p.add_argument("export_id", nargs="?", default="", help="the export folder to report on (default: all READY)")
         if name in ("list", "show", "diff", "status", "gc"):

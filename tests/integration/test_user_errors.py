@@ -68,6 +68,10 @@ def test_commands_name_what_is_wrong(data_dir: Path, tmp_path: Path):
     label = _boundless("predict", "--address", dead, "--data", "x.csv", "--label", "click")
     _refused(label, "usage: boundless predict", "boundless predict: error: unrecognized arguments: --label click")
     assert "did you mean" not in label.stderr
+    # a value out of range names the flag, and no hint that a flag is misspelt ("--share:")
+    share = _boundless("model", "label", "canary", "1", "--share", "1.5", "--repo", str(tmp_path / "nosuchrepo"))
+    _refused(share, "argument --share: 1.5 is not a share from 0 to 1")
+    assert "did you mean" not in share.stderr
     helped = _boundless("train", "--help")
     assert helped.returncode == 0 and "essential:" in helped.stdout and "examples:" in helped.stdout
 
