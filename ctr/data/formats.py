@@ -177,6 +177,19 @@ class Columns:
         return self.separators[column] if self.separators else ""
 
 
+def _other_delimiter(header: str, schema: FeatureSchema) -> str:
+    """Where the header names the label when split at another delimiter (a file of another
+    producer in the same folder): saying so, else ''."""
+    for other in (",", "\t", ";", "|"):
+        if other != schema.delimiter and other in header:
+            try:
+                if schema.label in header_names(header, other):
+                    return f" split at {schema.delimiter!r}: it is delimited by {other!r}, as the stream's first file is not"
+            except CsvQuoteError:
+                continue
+    return ""
+
+
 def columns_of(schema: FeatureSchema, index: FieldIndex, header: str | None, lists: tuple[str, ...] = ()) -> Columns:
     """The columns of a criteo line, or of a csv file with this header line. Fields new to
     a growing index are registered here, in column order. `lists`: the columns of a Parquet
@@ -193,7 +206,7 @@ def columns_of(schema: FeatureSchema, index: FieldIndex, header: str | None, lis
         except CsvQuoteError as e:
             raise ParseError(f"header: {e}") from e
         if schema.label not in names:
-            raise ParseError(f"header has no label column {schema.label!r}")
+            raise ParseError(f"header has no label column {schema.label!r}{_other_delimiter(header, schema)}")
         label_at = names.index(schema.label)
         _warn_unnamed(names)
     skip, numeric = frozenset(schema.skip), frozenset(schema.numeric)

@@ -39,6 +39,8 @@ def likely_cause(first_bad: list[str], schema: FeatureSchema | None) -> str:
     if not first_bad:
         return "the source held no sample line"
     reason = first_bad[0]
+    if "it is delimited by" in reason:  # a file of another producer among the stream's
+        return "the stream's files are delimited differently; a stream reads one delimiter (--format csv or tsv)"
     if "label column" in reason or "no label" in reason:
         return "the label column is not where the format expects it: name it with --label COLUMN"
     if ": label: " in reason:  # the format was read, its label column was not a click

@@ -156,6 +156,20 @@ def test_a_file_whose_header_cannot_be_read_is_named_and_the_next_trains(tmp_pat
     assert "b.csv: header has no label column 'clicked'; its lines are not trained" in caplog.text
 
 
+def test_a_file_of_another_delimiter_is_named_as_such(tmp_path):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "a.csv").write_text("clicked,ua,site,n\n1,a,x,2\n")
+    (folder / "b.csv").write_text("ua;clicked;site;n\na;1;x;2\n")  # another producer's file
+    reader = BatchReader(StreamSource(str(folder), follow=False), SCHEMA, FieldIndex(["ua", "site", "n"]), 2, 1 << 20)
+    assert [x for r in reader.batches() if r is not None for x in r.batch.labels.tolist()] == [1.0]
+    assert reader.first_bad[0].endswith("b.csv:2: not trained: the file's header has no label column 'clicked' split at ',':"
+                                        " it is delimited by ';', as the stream's first file is not")  # fmt: skip
+    from trainer.input.bad_input import likely_cause
+
+    assert likely_cause(reader.first_bad, SCHEMA).startswith("the stream's files are delimited differently")
+
+
 def test_a_schemas_header_names_the_columns_of_lines_without_one(tmp_path):
     """--csv-header: every line is a sample's, and one repeating the header is skipped,
     neither trained nor counted bad (a producer's header message)."""
