@@ -80,6 +80,14 @@ def test_a_missing_topic_or_a_bad_url_is_a_clear_error(broker, tmp_path):
     assert proc.returncode != 0 and "expected kafka://HOST:PORT/TOPIC" in proc.stderr
     proc = subprocess.run([*cmd, "--source", f"kafka://{broker.bootstrap}/absent"], capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and "topic 'absent' cannot be read" in proc.stderr
+    # no broker at the address: named, not a KafkaException traceback
+    from trainer.input.kafka_source import KafkaSource
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{s.getsockname()[1]}"
+    with pytest.raises(ValueError, match=f"no broker at {dead} answered within 1 s"):
+        KafkaSource(f"kafka://{dead}/clicks", follow=False, metadata_timeout_s=1.0)
 
 
 def test_the_backlog_of_a_topic_is_the_messages_past_the_position(broker, tmp_path):

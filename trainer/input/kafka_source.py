@@ -70,7 +70,14 @@ class KafkaSource:
         self._watermarks: dict[int, tuple[int, int]] = {}  # partition -> (low, high), as fetches last saw them
         self._watermarks_at = 0.0
         self._consumer = self._new_consumer()
-        meta = self._consumer.list_topics(self.topic, timeout=metadata_timeout_s)
+        try:
+            meta = self._consumer.list_topics(self.topic, timeout=metadata_timeout_s)
+        except Exception as e:  # noqa: BLE001 - KafkaException: no broker answered (the module loads lazily)
+            self._consumer.close()
+            raise ValueError(
+                f"--source {source}: no broker at {self.servers} answered within {metadata_timeout_s:g} s ({e}); is it"
+                " running, and is the address one this machine reaches?"
+            ) from None
         topic_meta = meta.topics.get(self.topic)
         if topic_meta is None or topic_meta.error is not None or not topic_meta.partitions:
             reason = topic_meta.error if topic_meta is not None else "no such topic"
@@ -96,6 +103,7 @@ class KafkaSource:
                 "auto.offset.reset": "earliest",
                 "enable.partition.eof": False,
                 "log.connection.close": False,
+                "logger": log,  # librdkafka's complaints through logging, not raw lines on stderr
             }
         )
 
