@@ -30,6 +30,7 @@ from typing import Any
 
 from ctr.repository.writer_lock import WriterBusy
 from ctr.repository.writer_lock import describe as said
+from ctr.runtime.extras import require
 
 LEASE = ".writer.lease"
 TERM_S = 30.0  # a holder renews every third of it; a contender takes over after a whole one unchanged
@@ -59,7 +60,13 @@ class S3Lease:
     def take(self, holder: dict[str, Any]) -> None:
         """Holds the lease, or raises WriterBusy naming the holder that renews it. An existing
         lease is watched for up to a term: unchanged that long, it was abandoned (its holder
-        died) and is taken over."""
+        died) and is taken over. OSError naming the lease where S3 cannot be reached."""
+        try:
+            self._take(holder)
+        except require("botocore.exceptions").BotoCoreError as e:  # no endpoint, no credentials
+            raise OSError(f"{self.url}: the writer's lease cannot be taken: {e}") from None
+
+    def _take(self, holder: dict[str, Any]) -> None:
         self._holder = dict(holder)
         body = self._body()
         if not self._put_if(body, none_match=True):
@@ -140,9 +147,12 @@ class S3Lease:
             self._thread.join(timeout=5)
         with self._lock:
             if self._lost is None and self._etag:
-                etag, _ = self._read()
-                if etag == self._etag:
-                    self.s3.delete_object(Bucket=self.bucket, Key=self.key)
+                try:
+                    etag, _ = self._read()
+                    if etag == self._etag:
+                        self.s3.delete_object(Bucket=self.bucket, Key=self.key)
+                except Exception as e:  # noqa: BLE001 - S3 unreachable at exit: the lease lapses after its term
+                    log.warning("%s: not released (%s); it lapses in %.0f s", self.url, e, self.term_s)
             self._etag = ""
 
     def _renew_loop(self) -> None:

@@ -9,9 +9,11 @@ so the returned ETag is their MD5, which the upload is checked against."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -125,6 +127,18 @@ class S3Storage:
         self.local_root: Path | None = None
         self.url = f"s3://{bucket}/{prefix}".rstrip("/")
         self.s3 = client or boto3.client("s3")
+        errors = require("botocore.exceptions")
+        self._unreached = (errors.BotoCoreError, errors.ClientError)
+
+    @contextlib.contextmanager
+    def _reaching(self, key: str) -> Iterator[None]:
+        """botocore's errors (no endpoint, no credentials, no bucket, access denied) as
+        OSError naming the object: the commands print it as the error of an unreadable
+        folder, where a botocore traceback came out, and daemons treat it as one."""
+        try:
+            yield
+        except self._unreached as e:
+            raise OSError(f"{self.url}/{key}: {e}") from None
 
     def _k(self, key: str) -> str:
         return f"{self.prefix}/{key}" if self.prefix else key
@@ -134,21 +148,25 @@ class S3Storage:
         return self._k(key)
 
     def read_bytes(self, key: str) -> bytes:
-        try:
-            return self.s3.get_object(Bucket=self.bucket, Key=self._k(key))["Body"].read()  # type: ignore[no-any-return]
-        except self.s3.exceptions.NoSuchKey:
-            raise FileNotFoundError(f"{self.url}/{key}") from None
+        with self._reaching(key):
+            try:
+                return self.s3.get_object(Bucket=self.bucket, Key=self._k(key))["Body"].read()  # type: ignore[no-any-return]
+            except self.s3.exceptions.NoSuchKey:
+                raise FileNotFoundError(f"{self.url}/{key}") from None
 
     def write_bytes(self, key: str, data: bytes) -> None:
         md5 = hashlib.md5(data, usedforsecurity=False)
-        self.s3.put_object(Bucket=self.bucket, Key=self._k(key), Body=data, ContentMD5=base64.b64encode(md5.digest()).decode())
+        with self._reaching(key):
+            self.s3.put_object(
+                Bucket=self.bucket, Key=self._k(key), Body=data, ContentMD5=base64.b64encode(md5.digest()).decode()
+            )
 
     def put_file(self, key: str, path: Path) -> None:
         md5 = hashlib.md5(usedforsecurity=False)
         with open(path, "rb") as f:
             while chunk := f.read(1 << 22):
                 md5.update(chunk)
-        with open(path, "rb") as f:  # one PUT, checked by the server against Content-MD5
+        with open(path, "rb") as f, self._reaching(key):  # one PUT, checked by the server against Content-MD5
             r = self.s3.put_object(
                 Bucket=self.bucket, Key=self._k(key), Body=f, ContentMD5=base64.b64encode(md5.digest()).decode()
             )
@@ -162,18 +180,20 @@ class S3Storage:
             raise FileNotFoundError(f"{self.url}/{key}: {e}") from None
 
     def exists(self, key: str) -> bool:
-        try:
-            self.s3.head_object(Bucket=self.bucket, Key=self._k(key))
-            return True
-        except Exception:  # noqa: BLE001 - 404 (or no access): not there for a reader
-            return False
+        with self._reaching(key):  # no endpoint is not "not there"
+            try:
+                self.s3.head_object(Bucket=self.bucket, Key=self._k(key))
+                return True
+            except self.s3.exceptions.ClientError:  # 404 (or no access): not there for a reader
+                return False
 
     def _list(self, prefix: str) -> tuple[list[str], list[str]]:
         full = self._k(prefix).rstrip("/") + "/" if prefix else (self.prefix + "/" if self.prefix else "")
         dirs, files = [], []
-        for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=full, Delimiter="/"):
-            dirs += [p["Prefix"][len(full) :].rstrip("/") for p in page.get("CommonPrefixes", [])]
-            files += [o["Key"][len(full) :] for o in page.get("Contents", [])]
+        with self._reaching(prefix):
+            for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=full, Delimiter="/"):
+                dirs += [p["Prefix"][len(full) :].rstrip("/") for p in page.get("CommonPrefixes", [])]
+                files += [o["Key"][len(full) :] for o in page.get("Contents", [])]
         return sorted(dirs), sorted(files)
 
     def children(self, prefix: str) -> list[str]:
@@ -183,11 +203,13 @@ class S3Storage:
         return self._list(prefix)[1]
 
     def delete(self, key: str) -> None:
-        self.s3.delete_object(Bucket=self.bucket, Key=self._k(key))
+        with self._reaching(key):
+            self.s3.delete_object(Bucket=self.bucket, Key=self._k(key))
 
     def delete_tree(self, prefix: str) -> None:
         full = self._k(prefix).rstrip("/") + "/"
-        for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=full):
-            keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
-            if keys:
-                self.s3.delete_objects(Bucket=self.bucket, Delete={"Objects": keys})
+        with self._reaching(prefix):
+            for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=full):
+                keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+                if keys:
+                    self.s3.delete_objects(Bucket=self.bucket, Delete={"Objects": keys})

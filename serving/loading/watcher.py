@@ -34,6 +34,7 @@ WAITING_LOG_S = 30.0  # how often serving says it has no version yet
 LABEL_RETRY_S = 30.0  # how long a labelled version that failed to load waits before the next try
 STABLE = "stable"  # the label of the policy's version
 WARM_REQUESTS = 8  # recent requests a new version scores before it takes over
+UNREACHED_LOG_S = 60.0  # an unreachable repository is logged again after this long
 SPARE_WAIT_S = 0.05  # how long a load waits for the last request on the retired version
 
 log = logging.getLogger("serving")
@@ -205,7 +206,10 @@ class ModelWatcher:
         return None
 
     def start(self) -> None:
-        self.refresh()
+        try:
+            self.refresh()
+        except OSError as e:  # the repository is not reachable yet (an S3 endpoint still starting)
+            log.error("model %r: %s; serving nothing until it can be read, looked at every %g s", self.repo.model, e, self.poll_s)
         self._thread.start()
 
     def stop(self) -> None:
@@ -214,6 +218,7 @@ class ModelWatcher:
         self.copies.close()
 
     _said_waiting = float("-inf")
+    _unreached: tuple[str, float] | None = None  # the last refresh error logged, and when
 
     def wake(self) -> None:
         """Looks at the policy now (the manager says something changed)."""
@@ -227,6 +232,14 @@ class ModelWatcher:
                 return
             try:
                 self.refresh()
+                if self._unreached is not None:
+                    log.info("model %r: the repository is read again", self.repo.model)
+                    self._unreached = None
+            except OSError as e:  # the store cannot be reached: a line when it changes or a minute on, no traceback
+                said = self._unreached
+                if said is None or said[0] != str(e) or time.monotonic() - said[1] > UNREACHED_LOG_S:
+                    log.error("model %r: refresh failed: %s; serving what is loaded", self.repo.model, e)
+                    self._unreached = (str(e), time.monotonic())
             except Exception:  # a bad version must not stop the watcher; keep serving the old one
                 log.exception("model refresh failed")
 
