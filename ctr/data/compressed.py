@@ -107,16 +107,26 @@ class DecompressedText(io.RawIOBase):
         return self._at
 
     def read1(self, size: int = -1) -> bytes:
-        if self.damage is not None:
-            return b""
-        try:
-            # read1, not read: a buffered read() of a stream cut short raises at its end and
-            # drops what it decompressed before; read1 hands that text over first
-            data = self._file.read1(size if size > 0 else 1 << 20)
-        except Exception as e:  # noqa: BLE001 - EOFError (cut short), BadGzipFile, zlib.error, LZMAError, ZstdError
-            return self._damaged(e)
-        self._at += len(data)
-        return data
+        """Up to `size` bytes of text (1 MiB by default), fewer only at the end or the damage."""
+        want = size if size > 0 else 1 << 20
+        parts: list[bytes] = []
+        got = 0
+        # the pieces of the decompressor's read1, not one read(): a buffered read() of a
+        # stream cut short raises at its end and drops what it decompressed before; read1
+        # hands each piece over (gzip's are ~23 KB: joined here, so the reader's blocks stay
+        # whole MiBs and its lines are not copied piece by piece)
+        while got < want and self.damage is None:
+            try:
+                data = self._file.read1(want - got)
+            except Exception as e:  # noqa: BLE001 - EOFError (cut short), BadGzipFile, zlib.error, LZMAError, ZstdError
+                self._damaged(e)
+                break
+            if not data:
+                break
+            parts.append(data)
+            got += len(data)
+            self._at += len(data)
+        return b"".join(parts)
 
     def read(self, size: int = -1) -> bytes:
         return self.read1(size)
