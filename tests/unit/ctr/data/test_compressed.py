@@ -156,3 +156,17 @@ def test_the_sample_files_of_predict_and_eval_may_be_compressed(tmp_path):
     (tmp_path / "cut.gz").write_bytes(packed[: len(packed) // 2])
     lines = read_lines(str(tmp_path / "cut.gz"))
     assert 0 < len(lines) < 5000 and lines == PLAIN.decode().splitlines()[: len(lines)]
+
+
+@pytest.mark.parametrize("kind", COMPRESS)
+def test_a_compressed_file_is_read_in_whole_blocks_not_the_decompressors_pieces(tmp_path, kind):
+    """gzip's read1 hands over ~23 KB at a time: the reader's 1 MiB blocks must not shrink
+    to that (its held lines would be copied again with every piece)."""
+    text = PLAIN * 40  # 3.1 MB
+    (tmp_path / "big.z").write_bytes(COMPRESS[kind](text))
+    blocks = _read_blocks(tmp_path / "big.z")
+    assert b"".join(b.data for b in blocks) == text and len(blocks) <= 4
+
+
+def _read_blocks(path) -> list[Block]:
+    return [b for b in StreamSource(str(path), follow=False).blocks(1 << 16) if b is not None and b.data]
