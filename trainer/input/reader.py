@@ -18,9 +18,9 @@ import numpy as np
 
 from ctr.data.batch import SampleBatch
 from ctr.data.compressed import first_line
-from ctr.data.csv_line import split_header
+from ctr.data.csv_line import header_names, split_csv, split_header
 from ctr.data.fields import FieldIndex
-from ctr.data.formats import ParseError, is_header_line
+from ctr.data.formats import ParseError, is_header_line, parse_label
 from ctr.data.schema import FeatureSchema, detect_schema
 from trainer import metrics
 from trainer.input.batch_cache import BatchCache, CachedBatch, Recording
@@ -77,6 +77,10 @@ class BatchReader:
         self._header_next = False  # a detected csv format: the line detected is the header
         # a csv schema's own header (a Kafka topic's columns): lines repeating it are skipped
         self._header = schema.header if schema is not None and schema.format == "csv" and schema.header else None
+        # the header of the stream's first file that has one: a later file whose first line
+        # is a sample's (split -l, a producer that writes the header once) reads with it
+        self._stream_header: str | None = None
+        self._borrowed: dict[str, str] = {}  # file: the header it reads with (_stream_header)
         self.cache = cache
         self._recording: Recording | None = None
         self._replays: dict[str, tuple[Iterator[CachedBatch], list[tuple[int, str]]]] = {}
@@ -150,13 +154,50 @@ class BatchReader:
             line = self.source.first_line(block.file)  # type: ignore[attr-defined]
         else:  # resumed inside the file: its first line (of its text, if compressed) is still its header
             line = first_line(block.file)
-        if self._header is None or is_parquet(block.file):
+        if is_parquet(block.file):
             return line
+        if self._header is None:
+            if self._names_label(line):
+                self._stream_header = self._stream_header or line
+                return line
+            borrowed = self._headerless(block.file, line)
+            return None if borrowed else line  # else refused, as "header has no label column"
+        return line if self._names_label(line) else None
+
+    def _names_label(self, line: str) -> bool:
+        assert self.schema is not None
         try:
-            named = self.schema.label in split_header(line, self.schema.delimiter)
+            return self.schema.label in split_header(line, self.schema.delimiter)
         except ValueError:
-            named = False
-        return line if named else None
+            return False
+
+    def _headerless(self, file: str, line: str) -> bool:
+        """Whether a file whose first line names no label column is headerless: that line
+        reads as a sample under the stream's header (as many columns, a label where its
+        label column is). It then reads with that header, as split -l's part_ab does with
+        part_aa's (before, each such file was refused whole)."""
+        assert self.schema is not None
+        header = self._stream_header
+        if header is None:  # a run taken up past the first file: the first of the stream's files with one
+            first_lines = getattr(self.source, "first_lines", None)
+            for candidate in first_lines() if first_lines is not None else ():
+                if self._names_label(candidate):
+                    header = self._stream_header = candidate
+                    break
+        if header is None:
+            return False
+        try:
+            names = header_names(header, self.schema.delimiter)
+            values = split_csv(line, self.schema.delimiter)
+            if len(values) != len(names):
+                return False
+            parse_label(values[names.index(self.schema.label)].strip())
+        except ValueError:  # CsvQuoteError, ParseError: not a sample of that header
+            return False
+        if file not in self._borrowed:
+            log.info("%s: its first line is a sample, not a header: read with the columns of the stream's header", file)
+        self._borrowed[file] = header
+        return True
 
     def _repeats_header(self, view: memoryview, got: ParsedBlock, line: int) -> bool:
         """Whether bad line `line` of a parse of `view` repeats the schema's header."""
@@ -174,7 +215,7 @@ class BatchReader:
         if self.schema.format == "csv":
             header = self._file_header(block)
             if header is None:  # every line is a sample's
-                header = self._header
+                header = self._header or self._borrowed.get(block.file)
             elif block.offset == 0 or self._header_next:
                 block = _after_first_line(block)
         try:

@@ -153,6 +153,13 @@ class S3PrefixSource(StreamSource):
         head = self._text_head(uri[len(f"s3://{self.bucket}/") :], 1 << 20)
         return head.split(b"\n", 1)[0].decode("utf-8", errors="replace")
 
+    def first_lines(self) -> Iterator[str]:
+        """The first line of each text object, every rank's, in key order (a header to read a
+        headerless object with: trainer.input.reader)."""
+        for o in self._all_objects():
+            if o.size > 0 and not is_parquet(o.key):
+                yield self.first_line(o.uri)
+
     def backlog(self, position: Position) -> tuple[str, int] | None:
         """Bytes of this worker's objects past `position`, as last listed (None: not listed
         yet); a compressed or Parquet object's position is in its text (on_disk)."""

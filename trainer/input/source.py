@@ -31,7 +31,7 @@ from typing import BinaryIO, Protocol
 
 import numpy as np
 
-from ctr.data.compressed import COMPRESSED_SUFFIXES, DecompressedText, compression_of_file
+from ctr.data.compressed import COMPRESSED_SUFFIXES, DecompressedText, compression_of_file, first_line
 from trainer.config import DEFAULT_IGNORE
 from trainer.input.file_split import share
 from trainer.input.parquet_text import ParquetText, is_parquet
@@ -262,6 +262,15 @@ class StreamSource:
                 elif e.is_file() and self._takes(e.name):
                     found[prefix + e.name] = (str(Path(e.path)), e.inode())  # spelled as str(Path) keys it
             except OSError:
+                continue
+
+    def first_lines(self) -> Iterator[str]:
+        """The first line of each of the stream's files, every rank's, in the stream's order
+        (a header to read a headerless file with: trainer.input.reader)."""
+        for f in self._all_files():
+            try:
+                yield first_line(f)
+            except OSError:  # gone since the listing
                 continue
 
     def _takes(self, name: str) -> bool:

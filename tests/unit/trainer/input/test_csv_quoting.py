@@ -156,6 +156,31 @@ def test_a_file_whose_header_cannot_be_read_is_named_and_the_next_trains(tmp_pat
     assert "b.csv: header has no label column 'clicked'; its lines are not trained" in caplog.text
 
 
+def test_files_split_from_one_csv_read_with_the_first_files_header(tmp_path):
+    """split -l writes the header into part_aa only: part_ab's first line is a sample.
+    Each such file was refused whole ("header has no label column"); it reads with the
+    stream's header, also for a run taken up inside it."""
+    rows = [f"{i % 2},u{i % 5},s{i % 3},{i}" for i in range(9)]
+    whole = tmp_path / "whole.csv"
+    whole.write_text("clicked,ua,site,n\n" + "\n".join(rows) + "\n")
+    folder = tmp_path / "parts"
+    folder.mkdir()
+    (folder / "part_aa").write_text("clicked,ua,site,n\n" + "\n".join(rows[:3]) + "\n")
+    (folder / "part_ab").write_text("\n".join(rows[3:6]) + "\n")
+    (folder / "part_ac").write_text("\n".join(rows[6:]) + "\n")
+
+    def read(source: StreamSource) -> tuple[list[float], list[int], int]:
+        reader = BatchReader(source, SCHEMA, FieldIndex(["ua", "site", "n"]), 2, 1 << 20)
+        got = [r.batch for r in reader.batches() if r is not None]
+        return [x for b in got for x in b.labels.tolist()], [k for b in got for k in b.keys.tolist()], reader.bad_lines
+
+    labels, keys, bad = read(StreamSource(str(whole), follow=False))
+    assert read(StreamSource(str(folder), follow=False)) == (labels, keys, 0) and bad == 0
+    # taken up inside part_ab (its second line): its header comes from part_aa
+    inside = Position(str(folder / "part_ab"), len(rows[3]) + 1, 1)
+    assert read(StreamSource(str(folder), follow=False, start=inside)) == (labels[4:], keys[4 * 3 :], 0)
+
+
 def test_a_file_of_another_delimiter_is_named_as_such(tmp_path):
     folder = tmp_path / "in"
     folder.mkdir()
