@@ -154,3 +154,23 @@ def test_a_list_column_trains_as_a_multi_valued_field_as_the_csv_of_its_joined_v
     (tmp_path / "single.yaml").write_text("format: csv\nlabel: click\n")
     as_one, _ = _train(tmp_path / "lists.csv", tmp_path / "j.json", *args, "--schema", str(tmp_path / "single.yaml"))
     assert from_csv["progressive_logloss"] < as_one["progressive_logloss"]
+
+
+def test_a_damaged_parquet_file_is_named_and_the_next_tells_the_format(tmp_path: Path, caplog) -> None:
+    """The format was peeked from the first file: a damaged one stopped the run with
+    pyarrow's words and no file name."""
+    import logging
+
+    import pytest
+
+    from trainer.input.source import StreamSource
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "a.parquet").write_bytes(b"hello")
+    pq.write_table(pa.table({"label": [1, 0], "site": ["x", "y"]}), folder / "b.parquet")
+    with caplog.at_level(logging.ERROR, logger="trainer"):
+        assert StreamSource(str(folder), follow=False).peek()[0] == "label,site"  # b.parquet's header
+    assert f"{folder / 'a.parquet'}: cannot be read" in caplog.text
+    with pytest.raises(ValueError, match=r"a.parquet: cannot be read \(Parquet file size is 5 bytes"):
+        StreamSource(str(folder / "a.parquet"), follow=False).peek()

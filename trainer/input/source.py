@@ -296,21 +296,20 @@ class StreamSource:
         deadline = time.monotonic() + (timeout_s if self.follow else 0.0)  # a finished folder has what it has
         while True:
             files = self._all_files() if Path(self.source).exists() else []
-            first = next((f for f in files if _size(f) > 0), None)  # an empty file (a marker) tells nothing
-            if first is not None:
-                if is_parquet(str(first)):
-                    with ParquetText(first) as rendered:
-                        head = rendered.read(max_bytes)
-                else:
-                    with open(first, "rb") as fh:
-                        kind = compression_of_file(fh.fileno())
-                        if kind is None:
-                            head = fh.read(max_bytes)
-                        else:
-                            with DecompressedText(first, kind) as unpacked:
-                                head = unpacked.read(max_bytes)
+            full = [f for f in files if _size(f) > 0]  # an empty file (a marker) tells nothing
+            unreadable: list[str] = []
+            for f in full:
+                try:
+                    head = _head_text(f, max_bytes)
+                except Exception as e:  # noqa: BLE001 - a damaged file is skipped, as blocks() skips it
+                    unreadable.append(f"{f}: cannot be read ({e})")
+                    continue
+                for said in unreadable:
+                    log.error("%s; skipped", said)
                 text = head.decode("utf-8", errors="replace").splitlines()
                 return text[: max_lines if len(head) < max_bytes else max(0, min(max_lines, len(text) - 1))]
+            if unreadable and not self.follow:  # every file with bytes is damaged: nothing tells the format
+                raise ValueError("; ".join(unreadable[:3]))
             if time.monotonic() >= deadline or self.stop():
                 return []
             time.sleep(self.poll_s)
@@ -538,6 +537,19 @@ class StreamSource:
         right after the last one ended; a full poll per file would cap a stream of small
         files at one file per poll), the full poll once the stream has been idle a second."""
         return self.poll_s if time.monotonic() - self.idle_since > 1.0 else min(self.poll_s, FLOWING_POLL_S)
+
+
+def _head_text(path: Path, max_bytes: int) -> bytes:
+    """A file's first max_bytes of text: Parquet's rendered rows, a compressed file's text."""
+    if is_parquet(str(path)):
+        with ParquetText(path) as rendered:
+            return rendered.read(max_bytes)  # type: ignore[no-any-return]
+    with open(path, "rb") as fh:
+        kind = compression_of_file(fh.fileno())
+        if kind is None:
+            return fh.read(max_bytes)
+    with DecompressedText(path, kind) as unpacked:
+        return unpacked.read(max_bytes)
 
 
 def _size(path: Path) -> int:
