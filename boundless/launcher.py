@@ -24,7 +24,7 @@ from boundless.kafka_broker import BrokerUnavailable, KafkaBroker, produce_lines
 from boundless.processes import Daemon, DaemonDied, start
 from boundless.synthetic import SyntheticSpec, SyntheticStream
 from ctr.data.batch import build_batch
-from ctr.data.formats import read_lines
+from ctr.data.formats import list_columns, read_lines
 from ctr.data.quality import auc
 from ctr.repository.versions import Repository
 from ctr.runtime import strict_json
@@ -290,7 +290,9 @@ class Demo:
         lines = read_lines(str(self.args.data))  # compressed too, as training read it
         need = self.args.requests * self.args.items
         try:
-            samples, fields = parse_samples(lines[: need + 1], client.status(), "model", where=str(self.args.data))
+            samples, fields = parse_samples(
+                lines[: need + 1], client.status(), "model", where=str(self.args.data), lists=list_columns(str(self.args.data))
+            )
         except ValueError as e:  # mostly bad lines under the served model's transform
             raise DaemonDied(f"{self.args.data} does not parse under the served model's transform: {e}") from None
         requests = []

@@ -8,7 +8,7 @@ binary: a file named as the source failed on "line is not valid UTF-8", and one 
 of plain files trained nothing while its few chance newlines were counted as bad lines.
 
 The stream position in a compressed file is a byte offset in its text, as for Parquet's
-rendered text (trainer.input.parquet_text): a restart at a checkpoint cut decompresses from
+rendered text (ctr.data.parquet_text): a restart at a checkpoint cut decompresses from
 the start up to that offset and takes up at the same line. A compressed file is read whole
 once it is there: it cannot grow in place (a producer writes it under another name and
 renames it into the folder, as for any file). One cut short or damaged has the lines before

@@ -18,6 +18,7 @@ from pathlib import Path
 from ctr.data.compressed import DecompressedText, compression_of_file
 from ctr.data.csv_line import BOM, CsvQuoteError, header_names, split_csv, unnamed_columns
 from ctr.data.fields import FieldIndex, cross_name
+from ctr.data.parquet_text import ParquetText, is_parquet
 from ctr.data.schema import CRITEO_CATEGORICAL, CRITEO_NUMERIC, LIST_SEPARATOR, FeatureSchema
 
 log = logging.getLogger(__name__)
@@ -57,6 +58,12 @@ def read_lines(data: str) -> list[str]:
     path = Path(data)
     if not path.is_file():
         raise ValueError(f"--data {data}: no such file")
+    if is_parquet(data):  # the CSV text of its rows, as the trainer reads it
+        try:
+            with ParquetText(path) as rendered:
+                return _lines(b"".join(iter(lambda: rendered.read(1 << 20), b"")).decode("utf-8", errors="replace"))
+        except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
+            raise ValueError(f"--data {data}: not a readable Parquet file ({e})") from None
     with open(path, "rb") as fh:
         kind = compression_of_file(fh.fileno())
         if kind is None:
@@ -66,6 +73,15 @@ def read_lines(data: str) -> list[str]:
         if text.damage is not None:  # logged; the piece of a line where the stream broke is no sample
             raw = raw[: raw.rfind(b"\n") + 1]
         return _lines(raw.decode("utf-8", errors="replace"))
+
+
+def list_columns(data: str) -> tuple[str, ...]:
+    """A Parquet file's list columns, which its text holds joined by LIST_SEPARATOR (the
+    `lists` of make_parser); () for any other file."""
+    if data == "-" or not is_parquet(data):
+        return ()
+    with ParquetText(Path(data)) as rendered:
+        return tuple(rendered.lists)
 
 
 def _lines(text: str) -> list[str]:
@@ -193,7 +209,7 @@ def _other_delimiter(header: str, schema: FeatureSchema) -> str:
 def columns_of(schema: FeatureSchema, index: FieldIndex, header: str | None, lists: tuple[str, ...] = ()) -> Columns:
     """The columns of a criteo line, or of a csv file with this header line. Fields new to
     a growing index are registered here, in column order. `lists`: the columns of a Parquet
-    file's list columns, rendered joined by LIST_SEPARATOR (trainer.input.parquet_text)."""
+    file's list columns, rendered joined by LIST_SEPARATOR (ctr.data.parquet_text)."""
     if schema.format == "criteo":
         names: tuple[str, ...] = ("label", *CRITEO_NUMERIC, *CRITEO_CATEGORICAL)
         label_at = 0

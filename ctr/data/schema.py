@@ -177,7 +177,7 @@ def _whole(d: dict[str, object], key: str, default: int) -> int:
 
 
 DEFAULT_SEPARATOR = "|"
-# between the values of a Parquet list column in its rendered text (trainer.input.parquet_text):
+# between the values of a Parquet list column in its rendered text (ctr.data.parquet_text):
 # ASCII's unit separator, which no value holds in practice, so no value needs rewriting
 LIST_SEPARATOR = "\x1f"
 
@@ -269,7 +269,7 @@ def _csv_preset(header: tuple[str, ...], label: str, delimiter: str) -> FeatureS
 
 _DELIMITERS = (",", "\t", ";", "|")  # a header line's: comma first, then TSV, then European and pipe exports
 # --format csv / tsv: a file whose first line is a header naming the label, delimited so;
-# parquet: a Parquet file, read as the csv text of its columns (trainer.input.parquet_text)
+# parquet: a Parquet file, read as the csv text of its columns (ctr.data.parquet_text)
 DELIMITED: dict[str, tuple[str, ...]] = {"csv": _DELIMITERS, "tsv": ("\t",), "parquet": (",",)}
 
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from ctr.data.batch import build_batch
 from ctr.data.fields import FieldIndex
-from ctr.data.formats import make_parser, read_lines
+from ctr.data.formats import list_columns, make_parser, read_lines
 from ctr.data.quality import auc, logloss
 from ctr.data.sample_file import MAX_BAD_FRACTION, check_bad, figure, parse_file
 from ctr.data.schema import FeatureSchema, detect_schema
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     schema = FeatureSchema.from_dict(raw_schema) if raw_schema else detect_schema(lines[0])
     fields = FieldIndex(list(manifest["spec"].get("fields") or []), frozen=bool(manifest["spec"].get("fields")))
     header = lines[0] if schema.format == "csv" else None
-    parse = make_parser(schema, fields, header)
+    parse = make_parser(schema, fields, header, list_columns(args.data))
     body = lines[1:] if header else lines
     first = 2 if header else 1
     model = load_published(repo, version)

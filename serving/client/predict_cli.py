@@ -13,7 +13,7 @@ import grpc
 
 from ctr.data.batch import build_batch
 from ctr.data.fields import FieldIndex
-from ctr.data.formats import ParsedSample, make_parser, read_lines, resolve_fields
+from ctr.data.formats import ParsedSample, list_columns, make_parser, read_lines, resolve_fields
 from ctr.data.quality import auc, logloss
 from ctr.data.sample_file import MAX_BAD_FRACTION, check_bad, figure, parse_file
 from ctr.data.schema import DELIMITED, PRESETS, FeatureSchema, detect_schema
@@ -76,6 +76,7 @@ def parse_samples(
     limit: int = 0,
     where: str = "data",
     max_bad_fraction: float = MAX_BAD_FRACTION,
+    lists: tuple[str, ...] = (),
 ) -> tuple[list[ParsedSample], FieldIndex]:
     """A file's samples parsed under the served version's transform and field list (or the
     format `fmt` names); the first bad lines are reported as where:line, all are skipped,
@@ -84,7 +85,7 @@ def parse_samples(
     header = lines[0] if schema.format == "csv" else None
     served = list(status.fields)  # the served model's field list: its indices
     fields = FieldIndex(served, frozen=True) if served else resolve_fields(schema, lines[:2000], freeze=False)
-    parse = make_parser(schema, fields, header)
+    parse = make_parser(schema, fields, header, lists)  # lists: a Parquet file's list columns
     body = lines[1:] if header else lines
     start = 2 if header else 1
     parsed = parse_file(body[: limit or None], parse, where, start)
@@ -93,7 +94,9 @@ def parse_samples(
 
 
 def _score(args: argparse.Namespace, client: PredictClient, lines: list[str]) -> int:
-    samples, fields = parse_samples(lines, client.status(), args.format, args.limit, args.data, args.max_bad_fraction)
+    samples, fields = parse_samples(
+        lines, client.status(), args.format, args.limit, args.data, args.max_bad_fraction, list_columns(args.data)
+    )
     labels, scores = [], []
     version, label = 0, ""
     for lo in range(0, len(samples), args.items):

@@ -12,14 +12,15 @@ import math
 import random
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from ctr.data.parquet_text import ParquetText
 from tests.integration.test_exactly_once import _timed_once, _trainer_killed
-from trainer.input.parquet_text import ParquetText
 
 AVAZU = "avazu_10k/train_rows1-9999.csv"
 
@@ -154,6 +155,19 @@ def test_a_list_column_trains_as_a_multi_valued_field_as_the_csv_of_its_joined_v
     (tmp_path / "single.yaml").write_text("format: csv\nlabel: click\n")
     as_one, _ = _train(tmp_path / "lists.csv", tmp_path / "j.json", *args, "--schema", str(tmp_path / "single.yaml"))
     assert from_csv["progressive_logloss"] < as_one["progressive_logloss"]
+    # eval and predict read the Parquet file as the trainer does: its samples are the CSV's
+    from ctr.data.fields import FieldIndex
+    from ctr.data.formats import list_columns, make_parser, read_lines
+    from ctr.data.schema import FeatureSchema
+
+    pq_lines, csv_lines = read_lines(str(tmp_path / "lists.parquet")), read_lines(str(tmp_path / "lists.csv"))
+    assert list_columns(str(tmp_path / "lists.parquet")) == ("tags", "hist") and list_columns(str(tmp_path / "lists.csv")) == ()
+    schema = FeatureSchema(format="csv", label="click", multi_valued=(("tags", "|"), ("hist", "|")))
+    fields = FieldIndex(["site", "tags", "hist"], frozen=True)
+    parse_pq = make_parser(replace(schema, multi_valued=()), fields, pq_lines[0], list_columns(str(tmp_path / "lists.parquet")))
+    parse_csv = make_parser(schema, fields, csv_lines[0])
+    assert len(pq_lines) == len(csv_lines) == len(rows) + 1
+    assert [parse_pq(line) for line in pq_lines[1:]] == [parse_csv(line) for line in csv_lines[1:]]
 
 
 def test_a_damaged_parquet_file_is_named_and_the_next_tells_the_format(tmp_path: Path, caplog) -> None:

@@ -21,11 +21,11 @@ from ctr.data.compressed import first_line
 from ctr.data.csv_line import header_names, split_csv, split_header
 from ctr.data.fields import FieldIndex
 from ctr.data.formats import ParseError, is_header_line, parse_label
+from ctr.data.parquet_text import ParquetText, is_parquet
 from ctr.data.schema import FeatureSchema, detect_schema
 from trainer import metrics
 from trainer.input.batch_cache import BatchCache, CachedBatch, Recording
 from trainer.input.block_parser import BlockParser, ParsedBlock, RefusedFile
-from trainer.input.parquet_text import ParquetText, is_parquet
 from trainer.input.source import Block, Position, Source, StreamSource
 
 log = logging.getLogger("trainer")

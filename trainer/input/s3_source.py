@@ -1,7 +1,7 @@
 """An `s3://bucket/prefix/` source: the objects under a prefix read as a folder's files are
 (trainer.input.source), in key order, each to its end. Text objects stream through ranged
 GETs from the offset a checkpoint recorded; `.parquet` objects are read a row group at a
-time through pyarrow's S3 file system and rendered as text (trainer.input.parquet_text).
+time through pyarrow's S3 file system and rendered as text (ctr.data.parquet_text).
 
 The prefix's contract mirrors the folder's (docs/design/folder-source.md): the objects whose
 base names match `--source-pattern` and none of `--source-ignore`, in key order; a rank of a
@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ctr.data.compressed import DecompressedText, compression_of
+from ctr.data.parquet_text import ParquetText, is_parquet
 from ctr.runtime.extras import require
 from trainer.input.file_split import share
-from trainer.input.parquet_text import ParquetText, is_parquet
 from trainer.input.source import BLOCK_BYTES, Block, Position, StreamSource
 
 log = logging.getLogger("trainer")

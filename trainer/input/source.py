@@ -1,5 +1,5 @@
 """Sample sources: a file, a folder of rolling files (read as they grow), or stdin; a
-Parquet file (`.parquet`) is read as the CSV text of its rows (trainer.input.parquet_text).
+Parquet file (`.parquet`) is read as the CSV text of its rows (ctr.data.parquet_text).
 
 The source hands over blocks of whole lines with the file, byte offset and line number of
 their start, so bad lines are reported as file:line and a checkpoint records exactly where
@@ -32,9 +32,9 @@ from typing import BinaryIO, Protocol
 import numpy as np
 
 from ctr.data.compressed import COMPRESSED_SUFFIXES, DecompressedText, compression_of_file, first_line
+from ctr.data.parquet_text import ParquetText, is_parquet
 from trainer.config import DEFAULT_IGNORE
 from trainer.input.file_split import share
-from trainer.input.parquet_text import ParquetText, is_parquet
 
 BLOCK_BYTES = 1 << 20
 FLOWING_POLL_S = 0.01  # the wait for more data while a stream flows
