@@ -107,17 +107,16 @@ class DecompressedText(io.RawIOBase):
         return self._at
 
     def read1(self, size: int = -1) -> bytes:
-        """Up to `size` bytes of text (1 MiB by default), at least half of it but at the end or
-        the damage."""
+        """`size` bytes of text (1 MiB by default), fewer only at the end or the damage."""
         want = size if size > 0 else 1 << 20
         parts: list[bytes] = []
         got = 0
         # the pieces of the decompressor's read1, not one read(): a buffered read() of a
         # stream cut short raises at its end and drops what it decompressed before; read1
-        # hands each piece over (gzip's are ~23 KB: joined here, so the reader's blocks stay
-        # near a MiB and its lines are not copied piece by piece; zstd's 512 KB piece is
-        # taken as it is, without a copy)
-        while got < (want + 1) // 2 and self.damage is None:
+        # hands each piece over (gzip's are ~23 KB, zstd's 512 KB: joined here, so the
+        # reader's blocks stay whole MiBs, as read() gave them, and a batch is joined from as
+        # few of them as before)
+        while got < want and self.damage is None:
             try:
                 data = self._file.read1(want - got)
             except Exception as e:  # noqa: BLE001 - EOFError (cut short), BadGzipFile, zlib.error, LZMAError, ZstdError
