@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import errno
 import os
+import sys
 import types
 from collections.abc import Iterator
 from pathlib import Path
@@ -295,6 +297,20 @@ def add_arguments(
             )
 
 
+def _warn_unknown_env(env: Any, env_prefix: str, names: set[str]) -> None:
+    """A variable of the daemon's prefix that names no setting (a typo in a pod spec) is
+    said on stderr with the closest setting, where it was ignored without a word. Not an
+    error: Kubernetes writes <SERVICE>_SERVICE_HOST, _PORT and the like for every Service
+    of the namespace, and a Service named boundless-trainer makes them BOUNDLESS_TRAINER_*."""
+    known = {f"{env_prefix}{n.upper()}" for n in names}
+    for var in sorted(v for v in env if v.startswith(env_prefix) and v not in known):
+        if "_SERVICE_" in var or var.endswith("_SERVICE") or "_PORT_" in var or var == f"{env_prefix}PORT":
+            continue  # Kubernetes' service links
+        close = difflib.get_close_matches(var, sorted(known), n=1, cutoff=0.8)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        print(f"boundless: environment {var}: no such setting{hint}; ignored", file=sys.stderr)
+
+
 def build(
     cls: type[T],
     env_prefix: str,
@@ -327,6 +343,7 @@ def build(
         var = f"{env_prefix}{name.upper()}"
         if var in env:
             values[name] = _coerce(env[var], by_name[name].hint, f"environment {var}")
+    _warn_unknown_env(env, env_prefix, names)
     if args is not None:
         for name in names:
             v = getattr(args, name, None)

@@ -161,3 +161,17 @@ def test_the_paths_a_daemon_writes_are_made_or_refused_at_start_naming_the_flag(
     with pytest.raises(ConfigError, match="--copies-dir"):
         check_outputs(build(ServingConfig, "X_", environ={"X_COPIES_DIR": str(blocker)}))
     check_outputs(build(TrainerConfig, "X_", environ={"X_EXPORT_DIR": "s3://bucket/exports"}))  # left to its client
+
+
+def test_an_environment_variable_of_no_setting_is_said_with_the_closest_and_service_links_are_not(capsys):
+    env = {
+        "BOUNDLESS_PS_SHARD_COUNT": "2",
+        "BOUNDLESS_PS_SHARD_CONT": "3",  # a typo in a pod spec: ignored before without a word
+        "BOUNDLESS_PS_SERVICE_HOST": "10.0.0.1",  # Kubernetes' links for a Service named boundless-ps
+        "BOUNDLESS_PS_PORT_7000_TCP": "tcp://10.0.0.1:7000",
+    }
+    conf = build(PSConfig, "BOUNDLESS_PS_", environ=env)
+    assert conf.shard_count == 2
+    err = capsys.readouterr().err
+    assert "environment BOUNDLESS_PS_SHARD_CONT: no such setting (did you mean BOUNDLESS_PS_SHARD_COUNT?); ignored" in err
+    assert "SERVICE_HOST" not in err and "7000_TCP" not in err
