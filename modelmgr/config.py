@@ -26,7 +26,7 @@ HELP_EXAMPLES = """\
 
 @dataclass(frozen=True)
 class ModelMgrConfig(ServerConfig):
-    exports: str = field(default="exports", metadata={"help": "folder the trainer exports into"})
+    exports: str = field(default="exports", metadata={WRITES: "folder", "help": "folder the trainer exports into"})
     repo: str = field(default="repo", metadata={WRITES: "folder", "help": "model repository folder"})
     model_name: str = field(default="ctr", metadata={"help": "the name of the model this manager publishes"})
     poll_s: float = field(default=0.2, metadata={"help": "seconds between scans of the exports"})

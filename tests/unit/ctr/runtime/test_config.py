@@ -160,6 +160,10 @@ def test_the_paths_a_daemon_writes_are_made_or_refused_at_start_naming_the_flag(
             check_outputs(build(TrainerConfig, "X_", environ={var: value}))
     with pytest.raises(ConfigError, match="--copies-dir"):
         check_outputs(build(ServingConfig, "X_", environ={"X_COPIES_DIR": str(blocker)}))
+    from modelmgr.config import ModelMgrConfig
+
+    with pytest.raises(ConfigError, match=rf"--exports {blocker}: {blocker} is a file"):  # it watched a file, silent
+        check_outputs(build(ModelMgrConfig, "X_", environ={"X_EXPORTS": str(blocker), "X_REPO": str(tmp_path / "r")}))
     check_outputs(build(TrainerConfig, "X_", environ={"X_EXPORT_DIR": "s3://bucket/exports"}))  # left to its client
 
 
