@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ctr.runtime.config import WRITES, ConfigError
 from ctr.runtime.server_config import ServerConfig
@@ -136,6 +137,8 @@ class ServingConfig(ServerConfig):
 
     def validate(self) -> None:
         super().validate()
+        if "://" not in self.repo and Path(self.repo).is_file():
+            raise ConfigError(f"--repo {self.repo}: a file, where the model repository's folder is needed")
         if self.shard_count < 1:
             raise ConfigError(f"--shard-count {self.shard_count}: must be at least 1")
         if not 0 <= self.shard_index < self.shard_count:

@@ -10,6 +10,14 @@ import sys
 import pytest
 
 
+def test_a_repository_that_is_a_file_is_refused_at_start(tmp_path):
+    (tmp_path / "repo").write_text("")  # it started and logged "Not a directory" every poll
+    proc = subprocess.run(
+        [sys.executable, "-m", "boundless", "serve", "--repo", str(tmp_path / "repo")], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode != 0 and "a file, where the model repository's folder is needed" in proc.stderr, proc.stderr[-2000:]
+
+
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
@@ -21,6 +29,7 @@ import pytest
         (["--shard", "0/2"], "--shard is now --shard-index"),
         (["--shards", "127.0.0.1:1"], "--shards is now --shard-replicas"),
         (["--dnn-batching", "sometimes"], "--dnn-batching 'sometimes': expected auto, on or off"),
+        (["--shard-count", "0"], "--shard-count 0: must be at least 1"),
     ],
 )
 def test_settings_that_cannot_work_are_refused(tmp_path, flags, message):
