@@ -45,7 +45,7 @@ class InputSettings:
         default="auto",
         metadata={
             "help": "auto (told from the first line); csv, tsv (a header line naming the label) or parquet; or a"
-            " preset (criteo, avazu, libsvm, libffm, kv...)"
+            " preset (criteo, avazu, libsvm, libffm, kv, vw...)"
         },
     )
     schema: str | None = field(default=None, metadata={"help": "YAML feature schema; overrides --format"})

@@ -381,6 +381,88 @@ def _kv(schema: FeatureSchema, index: FieldIndex) -> LineParser:
     return parse
 
 
+VW_DEFAULT_NAMESPACE = "default"  # the field of features after a bare '|' (Vowpal Wabbit's " ")
+
+
+def vw_head_error(head: list[str], adjacent: bool) -> str | None:
+    """Why the tokens after a Vowpal Wabbit line's label and before its first '|' cannot be
+    read (None when they can): an importance weight of 1 and a tag ('tag, or one that
+    touches the '|') are taken; another weight or a base would change the training, and no
+    sample is weighed here."""
+    weight_seen = False
+    for pos, tok in enumerate(head):
+        if tok.startswith("'"):
+            continue
+        v = parse_number(tok)
+        if v is not None:
+            if not weight_seen and v == 1.0:
+                weight_seen = True
+                continue
+            return (
+                f"{tok!r} before the first '|': an importance weight other than 1, or a base, is not supported"
+                " (every sample weighs 1)"
+            )
+        if pos == len(head) - 1 and adjacent:
+            continue  # a tag written against the '|'
+        return f"{tok!r} before the first '|' is neither an importance weight nor a tag"
+    return None
+
+
+def vw_namespaces(text: str) -> list[tuple[str, str | None, list[str]]]:
+    """(namespace, its scale as written or None, its feature tokens) of a Vowpal Wabbit
+    line's part after the first '|'; a bare '|' opens the default namespace."""
+    out: list[tuple[str, str | None, list[str]]] = []
+    for seg in text.split("|"):
+        toks = split_spaces(seg)
+        if not seg or seg[0] in ASCII_SPACE:
+            out.append((VW_DEFAULT_NAMESPACE, None, toks))
+        else:
+            name, sep, scale = toks[0].partition(":")
+            out.append((name, scale if sep else None, toks[1:]))
+    return out
+
+
+def _vw(schema: FeatureSchema, index: FieldIndex) -> LineParser:
+    """Vowpal Wabbit's text format: `label [1] ['tag]|namespace[:scale] name[:value] ...`.
+    A namespace is a field, a feature's name its token, its value times the namespace's
+    scale its value (numba's twin: trainer.input.block_kernels, MODE_VW)."""
+    skip = frozenset(schema.skip)
+
+    def parse(line: str) -> ParsedSample:
+        text = line.rstrip("\r\n")
+        bar = text.find("|")
+        if bar < 0:
+            raise ParseError("no '|' before the features: not a Vowpal Wabbit line")
+        head = split_spaces(text[:bar])
+        if not head:
+            raise ParseError("no label before the first '|'")
+        s = ParsedSample(parse_label(head[0]), [], [], [])
+        why = vw_head_error(head[1:], bar > 0 and text[bar - 1] not in ASCII_SPACE)
+        if why is not None:
+            raise ParseError(why)
+        for name, raw_scale, toks in vw_namespaces(text[bar + 1 :]):
+            if not name:
+                raise ParseError(f"a namespace with a scale ({raw_scale!r}) and no name")
+            scale = 1.0 if raw_scale is None else _feature_value(raw_scale, f"namespace {name}: scale")
+            for tok in toks:
+                token, sep, raw = tok.partition(":")
+                if not token:
+                    raise ParseError(f"namespace {name}: feature {tok!r} has no name")
+                value = (_feature_value(raw, f"namespace {name}: feature {token}") if sep else 1.0) * scale
+                if not abs(value) <= FLOAT32_MAX:
+                    raise ParseError(f"namespace {name}: feature {token}: value times the scale is out of float32 range")
+                if name in skip:
+                    continue
+                i = index.add(name)
+                if i >= 0:
+                    s.fields.append(i)
+                    s.tokens.append(token)
+                    s.values.append(value)
+        return s
+
+    return parse
+
+
 def _with_crosses(parse: LineParser, crosses: list[tuple[int, int, int]]) -> LineParser:
     """Adds, for each (a, b, c), the pair of field a's and field b's first tokens as one
     feature of field c; absent when either field is missing."""
@@ -411,6 +493,8 @@ def make_parser(schema: FeatureSchema, index: FieldIndex, header: str | None = N
         parse = _libsvm(schema, index)
     elif schema.format == "libffm":
         parse = _libffm(schema, index)
+    elif schema.format == "vw":
+        parse = _vw(schema, index)
     else:
         parse = _kv(schema, index)
     crosses = cross_fields(schema, index)

@@ -9,8 +9,8 @@ from typing import Literal
 
 from ctr.data.csv_line import BOM, CsvQuoteError, header_names, split_header
 
-Format = Literal["criteo", "csv", "libsvm", "libffm", "kv"]
-FORMATS: tuple[str, ...] = ("criteo", "csv", "libsvm", "libffm", "kv")
+Format = Literal["criteo", "csv", "libsvm", "libffm", "kv", "vw"]
+FORMATS: tuple[str, ...] = ("criteo", "csv", "libsvm", "libffm", "kv", "vw")
 
 CRITEO_NUMERIC = tuple(f"I{i}" for i in range(1, 14))
 CRITEO_CATEGORICAL = tuple(f"C{i}" for i in range(1, 27))
@@ -63,6 +63,8 @@ class FeatureSchema:
                 for f in pair:
                     if f not in self.fields:
                         raise ValueError(f"schema.cross: unknown field {f!r}; the schema's fields are {list(self.fields)}")
+        if self.format == "vw" and self.numeric:
+            raise ValueError("schema.numeric: a Vowpal Wabbit feature carries its own value (name:value); nothing is bucketed")
         self._check_multi_valued()
 
     def _check_multi_valued(self) -> None:
@@ -216,9 +218,22 @@ PRESETS: dict[str, FeatureSchema] = {
     "libfm": FeatureSchema(format="libsvm"),  # libFM's text format is libsvm's
     "libffm": FeatureSchema(format="libffm"),
     "kv": FeatureSchema(format="kv"),
+    "vw": FeatureSchema(format="vw"),  # Vowpal Wabbit's text format: a namespace a field
 }
 
 _CSV_LABELS = ("click", "label", "is_attributed", "clicked", "y")
+
+
+def _is_vw(line: str) -> bool:
+    """Whether a line reads as Vowpal Wabbit's: a label, then at most an importance weight
+    and a tag, then '|' (a header delimited by '|' starts with a name, not a number)."""
+    bar = line.find("|")
+    head = line[:bar].split() if bar > 0 else []
+    if not head or not _is_label(head[0]):
+        return False
+    rest = head[1:]
+    tag_at_bar = line[bar - 1] not in " \t"
+    return all(_is_label(t) or t.startswith("'") or (i == len(rest) - 1 and tag_at_bar) for i, t in enumerate(rest))
 
 
 def _is_label(text: str) -> bool:
@@ -287,6 +302,8 @@ def detect_schema(first_line: str, label: str | None = None, delimiters: tuple[s
             return PRESETS["kv"]
         if 37 <= len(cols) <= 40 and _is_label(cols[0]):
             return PRESETS["criteo"]
+    if _is_vw(line):
+        return PRESETS["vw"]
     headers = [(d, _header(line, d)) for d in _DELIMITERS if d in line and (d != "," or ":" not in line)]
     found = _labelled_header(headers, label)
     if found is not None:

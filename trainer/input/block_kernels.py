@@ -17,9 +17,12 @@ Layout (Python side builds it, trainer.input.block_parser.Layout):
   columns (criteo); csv needs exactly ncols. `quoted` (csv): a column that starts with a
   double quote is the value up to the next one (ctr.data.csv_line); a doubled quote inside,
   an unclosed one or text after the closing one defers the line.
-- MODE_LIBSVM / MODE_LIBFFM / MODE_KV: named fields go through an open-addressed table
-  (name_keys, name_role, name_numeric) keyed by token_key(name, 0); numbered fields (libsvm
-  positions, libffm field numbers) are n itself below nfields.
+- MODE_LIBSVM / MODE_LIBFFM / MODE_KV / MODE_VW: named fields go through an open-addressed
+  table (name_keys, name_role, name_numeric) keyed by token_key(name, 0); numbered fields
+  (libsvm positions, libffm field numbers) are n itself below nfields. MODE_VW (Vowpal
+  Wabbit's text format, reference ctr.data.formats._vw): a namespace is a field, a bare '|'
+  the default namespace's; the kernel takes an importance weight of 1 and a tag before the
+  first '|' and defers anything else there.
 """
 
 from __future__ import annotations
@@ -30,13 +33,14 @@ import numba as nb
 import numpy as np
 import numpy.typing as npt
 
-from ctr.data.formats import MISSING_NUMBERS
+from ctr.data.formats import MISSING_NUMBERS, VW_DEFAULT_NAMESPACE
 from ctr.data.hashing import FNV64_OFFSET, FNV64_PRIME, finish_key, fnv_bytes
 
 MODE_COLUMNS = 0
 MODE_LIBSVM = 1
 MODE_LIBFFM = 2
 MODE_KV = 3
+MODE_VW = 4
 
 LABEL_COLUMN = -3
 SKIPPED = -2
@@ -51,6 +55,7 @@ _MISSING_ENDS = np.cumsum([len(m) for m in MISSING_NUMBERS]).astype(np.int64)
 _MISSING_NUMBER = -2  # _bucket's answer for a missing-number marker: no feature
 _TRUE = np.frombuffer(b"true", dtype=np.uint8)  # a label's words, compared with the bytes lowercased
 _FALSE = np.frombuffer(b"false", dtype=np.uint8)
+_VW_DEFAULT = np.frombuffer(VW_DEFAULT_NAMESPACE.encode(), dtype=np.uint8)  # a bare '|''s field name
 _NUM_OK = 0
 _NUM_BAD = 1
 _NUM_SLOW = 2  # a valid number outside the fast path: deferred to float()
@@ -508,6 +513,105 @@ def parse_block(
                 nf += 1
             if tok == 0:
                 ok = False  # an empty line
+        elif ok and mode == MODE_VW:
+            bar = ls
+            while bar < le and buf[bar] != 124:
+                bar += 1
+            i = ls
+            while i < bar and _is_space(buf[i]):
+                i += 1
+            ts = i
+            while i < bar and not _is_space(buf[i]):
+                i += 1
+            st, v = parse_number(buf, ts, i)
+            # no '|', no label, a label that is a word or a fraction: the reference names it
+            ok = bar < le and i > ts and st == _NUM_OK and not 0.0 < v < 1.0
+            label = 1.0 if v > 0 else 0.0
+            weight_seen = False
+            while ok:  # before the first '|': an importance weight of 1, a tag
+                while i < bar and _is_space(buf[i]):
+                    i += 1
+                if i >= bar:
+                    break
+                ts = i
+                while i < bar and not _is_space(buf[i]):
+                    i += 1
+                if buf[ts] == 39:  # 'tag
+                    continue
+                st, v = parse_number(buf, ts, i)
+                if st == _NUM_OK and not weight_seen and v == 1.0:
+                    weight_seen = True
+                elif st == _NUM_BAD and i == bar:
+                    continue  # a tag against the '|'
+                else:
+                    ok = False
+            role = SKIPPED
+            scale = 1.0
+            i = bar
+            while ok and i < le:
+                c = buf[i]
+                if c == 124:  # a namespace: its name up to a space, ':' (its scale) or '|'
+                    i += 1
+                    scale = 1.0
+                    if i >= le or _is_space(buf[i]) or buf[i] == 124:
+                        h = fnv_bytes(FNV64_OFFSET, _VW_DEFAULT, 0, _VW_DEFAULT.shape[0])
+                    else:
+                        ns = i
+                        while i < le and not _is_space(buf[i]) and buf[i] != 58 and buf[i] != 124:
+                            i += 1
+                        if i == ns:  # a scale with no name: the reference names it
+                            ok = False
+                            break
+                        h = fnv_bytes(FNV64_OFFSET, buf, ns, i)
+                        if i < le and buf[i] == 58:
+                            i += 1
+                            vs = i
+                            while i < le and not _is_space(buf[i]) and buf[i] != 124:
+                                i += 1
+                            st, v = parse_number(buf, vs, i)
+                            if st != _NUM_OK or abs(v) > _FLOAT32_MAX:
+                                ok = False
+                                break
+                            scale = v
+                    slot = _lookup(name_keys, finish_key(h, np.uint32(0)))
+                    role = name_role[slot] if slot >= 0 else _DEFER
+                    if role == _DEFER:  # a namespace new to a growing index: the reference adds it
+                        ok = False
+                    continue
+                if _is_space(c):
+                    i += 1
+                    continue
+                ts = i  # a feature: name[:value]
+                while i < le and not _is_space(buf[i]) and buf[i] != 124:
+                    i += 1
+                c1 = ts
+                while c1 < i and buf[c1] != 58:
+                    c1 += 1
+                if c1 == ts:
+                    ok = False
+                    break
+                v = 1.0
+                if c1 < i:
+                    st, v = parse_number(buf, c1 + 1, i)
+                    if st != _NUM_OK:
+                        ok = False
+                        break
+                v = v * scale
+                if abs(v) > _FLOAT32_MAX:
+                    ok = False
+                    break
+                if role == SKIPPED:
+                    continue
+                if role == DROPPED:
+                    line_dropped += 1
+                    continue
+                keys[nf] = finish_key(fnv_bytes(FNV64_OFFSET, buf, ts, c1), field_ids[role])
+                fields[nf] = role
+                values[nf] = v
+                tok_start[nf - first] = ts
+                tok_end[nf - first] = c1
+                tok_scratch[nf - first] = False
+                nf += 1
         elif ok:  # MODE_KV
             e = le
             while e > ls and (buf[e - 1] == 13 or buf[e - 1] == 10):

@@ -11,13 +11,13 @@ import numpy.typing as npt
 
 from ctr.data.batch import SampleBatch, build_batch
 from ctr.data.fields import FieldIndex
-from ctr.data.formats import ParsedSample, ParseError, columns_of, cross_fields, make_parser, split_spaces
+from ctr.data.formats import ParsedSample, ParseError, columns_of, cross_fields, make_parser, split_spaces, vw_namespaces
 from ctr.data.hashing import hash_tokens, pack_tokens
 from ctr.data.schema import FeatureSchema
 from trainer.input import block_kernels as k
 
 MAX_LINE_BYTES = 1 << 20
-_MODES = {"libsvm": k.MODE_LIBSVM, "libffm": k.MODE_LIBFFM, "kv": k.MODE_KV}
+_MODES = {"libsvm": k.MODE_LIBSVM, "libffm": k.MODE_LIBFFM, "kv": k.MODE_KV, "vw": k.MODE_VW}
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,7 @@ class BlockParser:
             roles[name] = k.DROPPED
         for i, name in enumerate(self.index.names):
             roles[name] = i
-        if self.mode == k.MODE_KV:
+        if self.mode in (k.MODE_KV, k.MODE_VW):
             for name in self.schema.skip:
                 roles[name] = k.SKIPPED
         size = 16
@@ -201,9 +201,12 @@ class BlockParser:
         elif self.mode == k.MODE_LIBFFM:
             names = [tok.split(":", 1)[0] for tok in split_spaces(text)[1:]]
             names = [n for n in names if not (n.isascii() and n.isdigit())]
+        elif self.mode == k.MODE_VW:
+            bar = text.find("|")
+            names = [name for name, _, _ in vw_namespaces(text.rstrip("\r\n")[bar + 1 :])] if bar >= 0 else []
         else:
             return
-        skip = frozenset(self.schema.skip) if self.mode == k.MODE_KV else frozenset()
+        skip = frozenset(self.schema.skip) if self.mode in (k.MODE_KV, k.MODE_VW) else frozenset()
         for name in names:
             if name and name not in skip and self.index.get(name) < 0 and not self.index.can_grow():
                 self.dropped_names.add(name)

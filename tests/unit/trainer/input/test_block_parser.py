@@ -182,6 +182,15 @@ def _line(draw, fmt: str) -> bytes:
     elif fmt == "libffm":
         toks = [f"{draw(NAMES)}:{draw(TEXT)}:{draw(NUMBERS)}" if draw(st.integers(0, 4)) else draw(TEXT) for _ in range(n)]
         text = draw(st.sampled_from([" ", "  ", "\t"])).join([label, *toks])
+    elif fmt == "vw":  # a weight and a tag before the first '|', namespaces with scales, nasty names
+        head = [label, *([draw(st.sampled_from(["1", "2", "1.0", "'t", "0.5", "t"]))] if draw(st.integers(0, 2)) == 0 else [])]
+        text = " ".join(head)
+        for _ in range(n):
+            feats = [
+                f"{draw(TEXT)}:{draw(NUMBERS)}" if draw(st.booleans()) else draw(TEXT) for _ in range(draw(st.integers(0, 3)))
+            ]
+            ns = draw(st.sampled_from(["", "a", "n", "s", "b:2", "a:0.5", ":3", "é", "a:x"]))
+            text += draw(st.sampled_from([" |", "|", " | "])) + ns + (" " if feats else "") + " ".join(feats)
     else:
         cols = [
             f"{draw(NAMES)}={draw(NUMBERS) if draw(st.booleans()) else draw(TEXT)}" if draw(st.integers(0, 4)) else draw(TEXT)
@@ -199,7 +208,7 @@ def _line(draw, fmt: str) -> bytes:
 
 @st.composite
 def streams(draw):
-    fmt = draw(st.sampled_from(["criteo", "csv", "csv-multi", "libsvm", "libffm", "kv"]))
+    fmt = draw(st.sampled_from(["criteo", "csv", "csv-multi", "libsvm", "libffm", "kv", "vw"]))
     lines = [_line(draw, fmt.removesuffix("-multi")) for _ in range(draw(st.integers(0, 30)))]
     body = b"".join(lines)
     if body and draw(st.booleans()):
@@ -215,6 +224,7 @@ SCHEMAS = {
     "libsvm": FeatureSchema(format="libsvm"),
     "libffm": FeatureSchema(format="libffm"),
     "kv": FeatureSchema(format="kv", numeric=("n",), skip=("s",)),
+    "vw": FeatureSchema(format="vw", skip=("s",)),
 }
 
 
