@@ -315,8 +315,8 @@ class BatchReader:
             want = self.batch_size
             if self.sample_limit > 0:
                 want = min(want, self.sample_limit - self.samples_out)
-                if want <= 0:
-                    break
+                if want <= 0:  # the limit is reached: the rest is not held (a final block held would come back here)
+                    return
             if not (lines_left >= want or (final and lines_left > 0)):
                 break
             got = parser.parse(view[pos:], block.final, want, ascii_only)

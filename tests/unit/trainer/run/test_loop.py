@@ -69,6 +69,15 @@ def test_a_sample_limit_trains_exactly_that_many_and_stops_after_the_last_line_i
     assert result["samples"] == 300 and trainer.bad_lines == 1
     # the header, 300 samples and the bad line: the position is after line 302
     assert trainer.position.line == 302 and trainer.position.offset == sum(len(x) + 1 for x in lines[:302])
+    # read on to the end of a file without a final newline, the limit reached: its last
+    # block, held back, came back to the same cut again and again (a RecursionError)
+    from trainer.input.reader import BatchReader
+
+    path.write_text("\n".join(lines[:1001]))
+    for batch_size in (64, 16384):
+        reader = BatchReader(StreamSource(str(path), follow=False), schema, fields, batch_size, 1 << 20)
+        reader.sample_limit = 300
+        assert sum(len(r.batch) for r in reader.batches() if r is not None) == 300
 
 
 @pytest.mark.slow
