@@ -67,7 +67,7 @@ class BatchReader:
         # --max-samples: the last batch stops at the limit, so the run trains exactly that
         # many (it trained the whole 16,384-line batch that crossed it) and its position is
         # the line after the last sample trained; batches replayed from the cache stay whole
-        self.sample_limit = 0  # samples this reader may still yield in all (0: no limit)
+        self.sample_limit: int | None = None  # samples this reader may yield in all (None: no limit)
         self.samples_out = 0
         self.first_bad: list[str] = []  # "file:line: reason" of the first bad lines, for the error a user sees
         self._parsers: dict[str, BlockParser | RefusedFile] = {}
@@ -313,7 +313,7 @@ class BatchReader:
         line = block.line
         while True:
             want = self.batch_size
-            if self.sample_limit > 0:
+            if self.sample_limit is not None:
                 want = min(want, self.sample_limit - self.samples_out)
                 if want <= 0:  # the limit is reached: the rest is not held (a final block held would come back here)
                     return

@@ -155,10 +155,10 @@ class Trainer:
         reader.sample_limit = self._samples_left()
         return reader
 
-    def _samples_left(self) -> int:
-        """What --max-samples leaves to read from the stream's position (0: no limit; a cut
-        taken up carries the samples trained before it)."""
-        return max(1, self.s.max_samples - self.submitted) if self.s.max_samples > 0 else 0
+    def _samples_left(self) -> int | None:
+        """What --max-samples leaves to read from the stream's position (None: no limit; a
+        cut taken up carries the samples trained before it)."""
+        return max(0, self.s.max_samples - self.submitted) if self.s.max_samples > 0 else None
 
     def take_up(self, point: CutPoint, reopen: Callable[[Position | None], Source], recover: Callable[[], CutPoint]) -> None:
         """Starts at a checkpoint cut the shards were restored to (`point`; the source is

@@ -78,6 +78,9 @@ def test_a_sample_limit_trains_exactly_that_many_and_stops_after_the_last_line_i
         reader = BatchReader(StreamSource(str(path), follow=False), schema, fields, batch_size, 1 << 20)
         reader.sample_limit = 300
         assert sum(len(r.batch) for r in reader.batches() if r is not None) == 300
+    reader = BatchReader(StreamSource(str(path), follow=False), schema, fields, 64, 1 << 20)
+    reader.sample_limit = 0  # a run taken up at or past its limit reads nothing
+    assert sum(len(r.batch) for r in reader.batches() if r is not None) == 0
 
 
 @pytest.mark.slow
