@@ -233,7 +233,11 @@ def _is_vw(line: str) -> bool:
         return False
     rest = head[1:]
     tag_at_bar = line[bar - 1] not in " \t"
-    return all(_is_label(t) or t.startswith("'") or (i == len(rest) - 1 and tag_at_bar) for i, t in enumerate(rest))
+    if not all(_is_label(t) or t.startswith("'") or (i == len(rest) - 1 and tag_at_bar) for i, t in enumerate(rest)):
+        return False
+    # and a feature somewhere: "1|a|b", a headerless pipe-delimited row, names namespaces only
+    segments = line[bar + 1 :].split("|")
+    return any(len(seg.split()) >= (1 if seg[:1].isspace() else 2) for seg in segments)
 
 
 def _is_label(text: str) -> bool:

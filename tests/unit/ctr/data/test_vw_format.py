@@ -23,10 +23,17 @@ from trainer.input.block_parser import BlockParser
         ("-1 1.0 'row7|user alice", "vw"),
         ("0 row7|user alice", "vw"),  # a tag against the '|'
         ("click|site|app", "csv"),  # a header delimited by '|' starts with a name
+        ("1 |user", ""),  # namespaces with no feature: a headerless pipe-delimited row, not VW
         ("1 3:1 7:1", "libsvm"),
     ],
 )
 def test_a_vw_line_is_told_from_the_other_formats(line, fmt):
+    if not fmt:
+        with pytest.raises(ValueError, match="cannot tell the format"):
+            detect_schema(line)
+        with pytest.raises(ValueError, match="cannot tell the format"):
+            detect_schema("1|a|b")
+        return
     assert detect_schema(line).format == fmt
 
 
