@@ -33,6 +33,12 @@ class QualityGate:
             )
         if not candidate.finite:
             return "a score on the holdout is NaN or infinite"
+        if not math.isfinite(candidate.auc):  # one class: nothing to rank, and a CTR of 0 calibrates nothing
+            held = "no click" if not math.isfinite(candidate.calibration) else "only clicks"
+            return (
+                f"the holdout's {candidate.samples} samples hold {held}: AUC and calibration cannot judge the candidate"
+                " (the next export's holdout may hold both)"
+            )
         if not math.isfinite(candidate.logloss) or candidate.logloss > self.max_logloss:
             return f"holdout logloss {candidate.logloss:.4f} above {self.max_logloss}"
         if not (self.calibration_low <= candidate.calibration <= self.calibration_high):
