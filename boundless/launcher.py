@@ -290,7 +290,7 @@ class Demo:
         lines = read_lines(str(self.args.data))  # compressed too, as training read it
         need = self.args.requests * self.args.items
         try:
-            samples, fields = parse_samples(
+            samples, fields, _ = parse_samples(
                 lines[: need + 1], client.status(), "model", where=str(self.args.data), lists=list_columns(str(self.args.data))
             )
         except ValueError as e:  # mostly bad lines under the served model's transform

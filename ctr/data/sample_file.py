@@ -22,6 +22,7 @@ class ParsedFile:
     samples: list[ParsedSample]
     bad: int = 0
     first_bad: list[str] = field(default_factory=list)  # "where:line: reason" of the first SHOWN
+    bad_at: list[int] = field(default_factory=list)  # every bad line's index in the body
 
 
 def parse_file(body: list[str], parse: Callable[[str], ParsedSample], where: str, first_line: int) -> ParsedFile:
@@ -33,6 +34,7 @@ def parse_file(body: list[str], parse: Callable[[str], ParsedSample], where: str
             out.samples.append(parse(line))
         except ParseError as e:
             out.bad += 1
+            out.bad_at.append(i)
             if out.bad <= SHOWN:
                 out.first_bad.append(f"{where}:{i + first_line}: {e}")
     return out

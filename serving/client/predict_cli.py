@@ -36,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--version", type=int, default=0, help="score with this version, if serving has it loaded")
     parser.add_argument("--items", type=int, default=200, help="items per request")
     parser.add_argument("--limit", type=int, default=0, help="score at most this many samples (0: all)")
-    parser.add_argument("--scores", action="store_true", help="print one score per line")
+    parser.add_argument("--scores", action="store_true", help="print one score per sample line, in order ('nan' for a bad line)")
     parser.add_argument("--timeout-s", type=float, default=10.0, help="deadline of each call")
     parser.add_argument(
         "--max-bad-fraction",
@@ -77,10 +77,11 @@ def parse_samples(
     where: str = "data",
     max_bad_fraction: float = MAX_BAD_FRACTION,
     lists: tuple[str, ...] = (),
-) -> tuple[list[ParsedSample], FieldIndex]:
+) -> tuple[list[ParsedSample], FieldIndex, list[int]]:
     """A file's samples parsed under the served version's transform and field list (or the
-    format `fmt` names); the first bad lines are reported as where:line, all are skipped,
-    and a file with more than max_bad_fraction of them is refused (ValueError)."""
+    format `fmt` names), and the bad lines' indices among its sample lines; the first bad
+    lines are reported as where:line, all are skipped, and a file with more than
+    max_bad_fraction of them is refused (ValueError)."""
     schema = schema_for(fmt, schema_of(status.transform), lines[0])
     header = lines[0] if schema.format == "csv" else None
     served = list(status.fields)  # the served model's field list: its indices
@@ -90,11 +91,18 @@ def parse_samples(
     start = 2 if header else 1
     parsed = parse_file(body[: limit or None], parse, where, start)
     check_bad(parsed, where, max_bad_fraction)
-    return parsed.samples, fields
+    return parsed.samples, fields, parsed.bad_at
+
+
+def _aligned(scores: list[float], bad_at: list[int]) -> list[str]:
+    """The scores as text, with "nan" where the file had a bad line."""
+    bad = set(bad_at)
+    it = iter(scores)
+    return ["nan" if i in bad else f"{next(it):.6f}" for i in range(len(scores) + len(bad))]
 
 
 def _score(args: argparse.Namespace, client: PredictClient, lines: list[str]) -> int:
-    samples, fields = parse_samples(
+    samples, fields, bad_at = parse_samples(
         lines, client.status(), args.format, args.limit, args.data, args.max_bad_fraction, list_columns(args.data)
     )
     labels, scores = [], []
@@ -105,8 +113,8 @@ def _score(args: argparse.Namespace, client: PredictClient, lines: list[str]) ->
         version, label = pred.version, pred.label
         labels.extend(batch.labels.tolist())
         scores.extend(pred.scores.tolist())
-        if args.scores:
-            print("\n".join(f"{s:.6f}" for s in pred.scores))
+    if args.scores:  # a line per sample line, "nan" for a bad one: the scores line up with the file's rows
+        print("\n".join(_aligned(scores, bad_at)))
     if fields.dropped:
         print(
             f"{args.data}: dropped {fields.dropped} features of fields model {args.model_name!r} does not have:"

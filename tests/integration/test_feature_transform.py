@@ -86,6 +86,17 @@ def test_the_readme_client_call_scores_as_boundless_predict(criteo_served):
     evaluated = json.loads(offline.stdout)
     assert evaluated["samples"] == len(labels) and abs(evaluated["auc"] - through_client) <= 1e-6
     assert through_client > 0.6
+    # --scores: a line per sample line, "nan" at a bad one, so the scores line up with the rows
+    clean, flawed = held.with_name("clean.tsv"), held.with_name("flawed.tsv")
+    clean.write_text("\n".join(lines[:50]) + "\n")
+    flawed.write_text("\n".join([*lines[:3], "not a criteo line", *lines[3:50]]) + "\n")
+    printed = []
+    for path in (clean, flawed):
+        cmd = [sys.executable, "-m", "boundless", "predict", "--address", platform.serving.address, "--data", str(path)]
+        out = subprocess.run([*cmd, "--scores", "--max-bad-fraction", "0.5"], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        printed.append(out.stdout.split())
+    assert len(printed[1]) == 51 and printed[1][3] == "nan" and printed[1][:3] + printed[1][4:] == printed[0]
     # a file of fractional labels: both refuse it, naming its lines, instead of figures from none
     fractions = held.with_name("fractions.tsv")
     fractions.write_text("".join("0.25" + line[line.index("\t") :] + "\n" for line in lines))
