@@ -223,7 +223,8 @@ class Demo:
 
     def stream(self, synth: SyntheticStream, folder: Path, trainer: Daemon, port: int) -> None:
         """Writes rolling files of synthetic samples while showing progress."""
-        end = time.monotonic() + (0 if self.args.data else self.args.duration)
+        started = time.monotonic()
+        end = started + (0 if self.args.data else self.args.duration)
         last_show = 0.0
         while True:
             now = time.monotonic()
@@ -235,9 +236,9 @@ class Demo:
             trained = _scrape(port, "boundless_trainer_samples_total") if now - last_show >= 5 else float("nan")
             if trained == trained:  # NaN: not time to show, or the trainer has ended and its metrics with it
                 versions = len(Repository(self.dir / "repo", "ctr").versions())
-                generated = 0 if self.args.data else self.part * self.args.rate
-                elapsed = self.args.duration - max(0.0, end - now)
-                self.say(f"  t={elapsed:5.0f}s  generated {generated:>9,}  trained {trained:>11,.0f}  versions {versions}")
+                # --data streams a file: nothing is generated, and the run lasts as long as the file
+                generated = "" if self.args.data else f"generated {self.part * self.args.rate:>9,}  "
+                self.say(f"  t={now - started:5.0f}s  {generated}trained {trained:>11,.0f}  versions {versions}")
                 last_show = now
             time.sleep(max(0.0, 1.0 - (time.monotonic() - now)))
 
