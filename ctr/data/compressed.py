@@ -132,7 +132,7 @@ class DecompressedText(io.RawIOBase):
     def read(self, size: int = -1) -> bytes:
         return self.read1(size)
 
-    def _damaged(self, e: BaseException) -> bytes:
+    def _damaged(self, e: BaseException) -> None:
         self.damage = f"{type(e).__name__}: {e}"
         log.error(
             "%s: its %s stream is cut short or damaged after %d bytes of text (%s); the whole lines before it are read. A"
@@ -142,7 +142,6 @@ class DecompressedText(io.RawIOBase):
             self._at,
             self.damage,
         )
-        return b""
 
     def close(self) -> None:
         if not self.closed:

@@ -19,7 +19,7 @@ from ctr.data.compressed import DecompressedText, compression_of_file
 from ctr.data.csv_line import BOM, CsvQuoteError, header_names, split_csv, unnamed_columns
 from ctr.data.fields import FieldIndex, cross_name
 from ctr.data.parquet_text import ParquetText, is_parquet
-from ctr.data.schema import CRITEO_CATEGORICAL, CRITEO_NUMERIC, LIST_SEPARATOR, FeatureSchema
+from ctr.data.schema import CRITEO_CATEGORICAL, CRITEO_NUMERIC, DELIMITED, LIST_SEPARATOR, FeatureSchema
 
 log = logging.getLogger(__name__)
 
@@ -196,7 +196,7 @@ class Columns:
 def _other_delimiter(header: str, schema: FeatureSchema) -> str:
     """Where the header names the label when split at another delimiter (a file of another
     producer in the same folder): saying so, else ''."""
-    for other in (",", "\t", ";", "|"):
+    for other in DELIMITED["csv"]:  # the delimiters a header is told by
         if other != schema.delimiter and other in header:
             try:
                 if schema.label in header_names(header, other):
