@@ -210,6 +210,7 @@ class ModelWatcher:
             self.refresh()
         except OSError as e:  # the repository is not reachable yet (an S3 endpoint still starting)
             log.error("model %r: %s; serving nothing until it can be read, looked at every %g s", self.repo.model, e, self.poll_s)
+            self._unreached = (str(e), time.monotonic())  # the polls that follow say it again in a minute, not at once
         self._thread.start()
 
     def stop(self) -> None:
