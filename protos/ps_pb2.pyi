@@ -215,7 +215,7 @@ Global___DeclareTablesRequest: _TypeAlias = DeclareTablesRequest  # noqa: Y015
 
 @_typing.final
 class ModelIdentity(_message.Message):
-    """Which model a trainer trains (ps/identity.py): a shard keeps the first one's and refuses
+    """Which model a trainer trains (ps/api.py, ModelIdentity): a shard keeps the first one's and refuses
     trainers of another instead of emptying itself for them.
     """
 
@@ -225,11 +225,14 @@ class ModelIdentity(_message.Message):
     TYPE_FIELD_NUMBER: _builtins.int
     FIELDS_SHA256_FIELD_NUMBER: _builtins.int
     FIELDS_FIELD_NUMBER: _builtins.int
+    LAYOUT_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     type: _builtins.str
     fields_sha256: _builtins.str
     """of the field list, for models whose tables it sizes; "" otherwise"""
     fields: _builtins.int
+    layout: _builtins.str
+    """each table 'name=kind:dim:optimizer' (ps.api.layout_of): --k, --hidden, the optimizers' kinds"""
     def __init__(
         self,
         *,
@@ -237,10 +240,11 @@ class ModelIdentity(_message.Message):
         type: _builtins.str = ...,
         fields_sha256: _builtins.str = ...,
         fields: _builtins.int = ...,
+        layout: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["fields", b"fields", "fields_sha256", b"fields_sha256", "name", b"name", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fields", b"fields", "fields_sha256", b"fields_sha256", "layout", b"layout", "name", b"name", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -251,18 +255,24 @@ class DeclareTablesResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     CREATED_FIELD_NUMBER: _builtins.int
+    RETUNED_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def created(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bool]:
         """per table: true when it starts empty (nothing restored)"""
+
+    @_builtins.property
+    def retuned(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """tables held with other optimizer settings of that kind, now the declared ones"""
 
     def __init__(
         self,
         *,
         created: _abc.Iterable[_builtins.bool] | None = ...,
+        retuned: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["created", b"created"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created", b"created", "retuned", b"retuned"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -20,13 +20,18 @@ not what the shard holds: send the state whole)."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
-from dataclasses import asdict, dataclass
-from typing import Any
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from ctr.model.spec import TableSpec
 
 Rows = npt.NDArray[Any]  # float32 weights or gradients, float64 optimizer state or deltas
 
@@ -230,13 +235,41 @@ class ShardStatus:
 
 
 # Which model a PS holds: its name, type and (for models whose tables are sized by the
-# field list: ffm, wdl, deepfm) a digest of its fields. A shard records the identity of the
-# first trainer that restores it, keeps it in its store, and refuses a trainer that declares
-# another model; `boundless train --replace-model` starts over explicitly.
+# field list: ffm, wdl, deepfm) a digest of its fields; and, from its tables, their layout
+# (kind, width and optimizer kind: --k, --hidden, --opt-*'s kind). A shard records the
+# identity of the first trainer that restores it, keeps it in its store, and refuses a
+# trainer that declares another model or another layout; `boundless train --replace-model`
+# starts over explicitly. Other optimizer settings of one kind (a rate, l1) are not part of
+# it: a trainer may change them between runs, and the shards take them up (ps.server.shard).
 
 
 class ModelMismatch(ValueError):
     """A trainer declared a model other than the one this shard holds."""
+
+
+def layout_of(specs: Iterable[TableSpec]) -> str:
+    """Each table's layout, 'name=kind:dim:optimizer' by name: what its stored rows mean."""
+    return ",".join(sorted(f"{s.name}={s.kind}:{s.dim}:{s.optimizer.kind}" for s in specs))
+
+
+def _layouts(layout: str) -> dict[str, str]:
+    return dict(item.split("=", 1) for item in layout.split(",") if "=" in item)
+
+
+def layout_differences(held: str, declared: str) -> list[str]:
+    """The tables both layouts name and lay out differently, as 'table T: K dim D (O) held,
+    K dim D (O) declared'."""
+    a, b = _layouts(held), _layouts(declared)
+    out = []
+    for name in sorted(a.keys() & b.keys()):
+        if a[name] != b[name]:
+            out.append(f"table {name}: {_table_text(a[name])} held, {_table_text(b[name])} declared")
+    return out
+
+
+def _table_text(item: str) -> str:
+    kind, dim, optimizer = (item.split(":") + ["", ""])[:3]
+    return f"{kind} dim {dim} ({optimizer})"
 
 
 @dataclass(frozen=True)
@@ -245,27 +278,41 @@ class ModelIdentity:
     type: str
     fields_sha256: str = ""  # "" where the field list does not size the tables, or is not known yet
     fields: int = 0
+    layout: str = ""  # layout_of(the tables); "" where not known
 
     @classmethod
-    def of(cls, name: str, type_: str, fields: tuple[str, ...] = (), sized_by_fields: bool = False) -> ModelIdentity:
+    def of(
+        cls,
+        name: str,
+        type_: str,
+        fields: tuple[str, ...] = (),
+        sized_by_fields: bool = False,
+        tables: Iterable[TableSpec] = (),
+    ) -> ModelIdentity:
+        layout = layout_of(tables)
         if not sized_by_fields or not fields:
-            return cls(name, type_)
+            return cls(name, type_, layout=layout)
         digest = hashlib.sha256("\n".join(fields).encode()).hexdigest()
-        return cls(name, type_, digest, len(fields))
+        return cls(name, type_, digest, len(fields), layout)
 
     def describe(self) -> str:
         shape = f", {self.fields} fields {self.fields_sha256[:12]}" if self.fields_sha256 else ""
         return f"{self.name!r} ({self.type}{shape})"
 
     def conflict(self, other: ModelIdentity) -> bool:
-        """Another model: another name or type, or another field list where both know it."""
+        """Another model: another name or type, another field list where both know it, or a
+        table both name laid out otherwise."""
         if (self.name, self.type) != (other.name, other.type):
             return True
-        return bool(self.fields_sha256 and other.fields_sha256 and self.fields_sha256 != other.fields_sha256)
+        if self.fields_sha256 and other.fields_sha256 and self.fields_sha256 != other.fields_sha256:
+            return True
+        return bool(layout_differences(self.layout, other.layout))
 
     def merged(self, other: ModelIdentity) -> ModelIdentity:
         """This identity, with other's field digest where this one has none yet."""
-        return self if self.fields_sha256 or not other.fields_sha256 else other
+        if self.fields_sha256 or not other.fields_sha256:
+            return self
+        return replace(self, fields_sha256=other.fields_sha256, fields=other.fields)
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self)).encode()
@@ -273,11 +320,45 @@ class ModelIdentity:
     @classmethod
     def from_json(cls, raw: bytes) -> ModelIdentity:
         d: dict[str, Any] = json.loads(raw)
-        return cls(str(d["name"]), str(d["type"]), str(d.get("fields_sha256", "")), int(d.get("fields", 0)))
+        return cls(
+            str(d["name"]), str(d["type"]), str(d.get("fields_sha256", "")), int(d.get("fields", 0)), str(d.get("layout", ""))
+        )
+
+
+@dataclass(frozen=True)
+class Declared:
+    """A shard's answer to a declaration: per table, whether it starts empty; and the
+    tables it held with other optimizer settings, now the declared ones (settings_change)."""
+
+    created: list[bool]
+    retuned: list[str]
+
+
+def settings_change(held: TableSpec, declared: TableSpec) -> str:
+    """'' when `declared` steps a table as `held` does; else 'w: ftrl l1 0.1 -> 30, ...'."""
+    changes = [
+        f"{name} {getattr(held.optimizer, name):g} -> {getattr(declared.optimizer, name):g}"
+        for name in (f.name for f in dataclasses.fields(held.optimizer) if f.name != "kind")
+        if getattr(held.optimizer, name) != getattr(declared.optimizer, name)
+    ]
+    if held.update != declared.update:
+        changes.append(f"update {held.update} -> {declared.update}")
+    return f"{declared.name}: {declared.optimizer.kind} {', '.join(changes)}" if changes else ""
 
 
 def mismatch(held: ModelIdentity, declared: ModelIdentity, shard: int) -> ModelMismatch:
-    return ModelMismatch(
-        f"PS shard {shard} holds model {held.describe()}; this trainer declares {declared.describe()}."
-        " Give the new model PS shards of its own, or start the trainer with --replace-model to drop the model they hold"
-    )
+    same_model = not replace(held, layout="").conflict(replace(declared, layout=""))
+    if same_model:
+        what = (
+            f"PS shard {shard} holds {f'model {held.describe()}' if held.name else 'a model'} with other tables than this"
+            " trainer declares: "
+            + "; ".join(layout_differences(held.layout, declared.layout))
+            + " (another --k, --hidden or optimizer kind than the model was trained with)."
+            " Train it with the settings it was trained with, give the new model PS shards of its own,"
+        )
+    else:
+        what = (
+            f"PS shard {shard} holds model {held.describe()}; this trainer declares {declared.describe()}."
+            " Give the new model PS shards of its own,"
+        )
+    return ModelMismatch(what + " or start the trainer with --replace-model to drop the model they hold")

@@ -20,6 +20,7 @@ import numpy.typing as npt
 from ctr.model.spec import TableSpec
 from ps.api import (
     CachedPull,
+    Declared,
     DensePush,
     ExportedFile,
     KnownRows,
@@ -110,7 +111,7 @@ class ShardTransport(Protocol):
 
     def forget_incarnations(self) -> None: ...
 
-    def declare(self, shard: int, specs: list[TableSpec]) -> list[bool]: ...
+    def declare(self, shard: int, specs: list[TableSpec]) -> Declared: ...
 
     def pull(
         self, shard: int, table: str, keys: npt.NDArray[np.uint64], open_session: bool, state: bool, codec: str = ""

@@ -570,7 +570,7 @@ def train_run(
     if group is not None and replica is not None:  # NCCL between GPUs, else gloo
         group.place_dense(replica.net.device)
     # the shards refuse a trainer of another model (name, type, field list) before they change
-    client.transport.model = ModelIdentity.of(conf.export.model_name, spec.type, spec.fields, spec.needs_fields)
+    client.transport.model = ModelIdentity.of(conf.export.model_name, spec.type, spec.fields, spec.needs_fields, spec.tables())
     client.transport.replace_model = conf.ps_access.replace_model
     if keeps_pulled_rows(conf):
         client.keep_rows(conf.ps_access.pull_cache_rows)

@@ -5,6 +5,7 @@ that only pull and push never call it; it blocks until every shard has answered.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import TYPE_CHECKING
 
 from ctr.model.spec import TableSpec
@@ -12,6 +13,8 @@ from ps.api import OFFSETS_SHARD, ExportedFile, ShardStatus
 
 if TYPE_CHECKING:
     from ps.client.ps_client import PSClient
+
+log = logging.getLogger("trainer")
 
 
 class ControlPlane:
@@ -23,12 +26,22 @@ class ControlPlane:
         self.transport = client.transport
 
     def declare(self, specs: list[TableSpec]) -> dict[str, bool]:
-        """Declares the tables on every shard; per table, True when it starts empty everywhere."""
+        """Declares the tables on every shard; per table, True when it starts empty everywhere.
+        Tables the shards held with other optimizer settings now follow these: said here,
+        where the trainer's operator reads it."""
         self.client.know(specs)
         answers = self.client.on_shards(lambda s: self.transport.declare(s, specs))
+        for change in dict.fromkeys(c for a in answers for c in a.retuned):
+            table, settings = change.split(": ", 1)
+            log.warning(
+                "table %s: the PS shards held it with other settings, and take this trainer's from now on (%s): its rows"
+                " keep their state; new steps, new rows and the weights pulled, exported and served follow the new settings",
+                table,
+                settings,
+            )
         out = {}
         for i, spec in enumerate(specs):
-            flags = {a[i] for a in answers}
+            flags = {a.created[i] for a in answers}
             if len(flags) != 1:
                 raise RuntimeError(f"table {spec.name}: some shards restored it and others start empty; restore them all")
             out[spec.name] = flags.pop()

@@ -19,6 +19,7 @@ from ps.api import (
     STATE_DIFF,
     BaseChanged,
     CachedPull,
+    Declared,
     DensePush,
     ExportedFile,
     KnownRows,
@@ -72,7 +73,9 @@ BUSY_DETAILS = "Concurrent RPC limit exceeded"
 def identity_message(model: ModelIdentity | None) -> ps_pb2.ModelIdentity | None:
     if model is None:
         return None
-    return ps_pb2.ModelIdentity(name=model.name, type=model.type, fields_sha256=model.fields_sha256, fields=model.fields)
+    return ps_pb2.ModelIdentity(
+        name=model.name, type=model.type, fields_sha256=model.fields_sha256, fields=model.fields, layout=model.layout
+    )
 
 
 def table_decl(spec: TableSpec) -> ps_pb2.TableDecl:
@@ -212,11 +215,12 @@ class GrpcTransport(ByteCounter):
                 raise ModelMismatch(f"{self.addresses[shard]}: {e.details()}") from None
             raise
 
-    def declare(self, shard: int, specs: list[TableSpec]) -> list[bool]:
+    def declare(self, shard: int, specs: list[TableSpec]) -> Declared:
         req = ps_pb2.DeclareTablesRequest(
             tables=[table_decl(s) for s in specs], model=identity_message(self.model), replace_model=self.replace_model
         )
-        return list(self._refusing_other_models(shard, "DeclareTables", req).created)
+        resp = self._refusing_other_models(shard, "DeclareTables", req)
+        return Declared(list(resp.created), list(resp.retuned))
 
     def pull(
         self, shard: int, table: str, keys: npt.NDArray[np.uint64], open_session: bool, state: bool, codec: str = ""

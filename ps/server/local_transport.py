@@ -13,6 +13,7 @@ from ps.api import (
     STATE_DIFF,
     BaseChanged,
     CachedPull,
+    Declared,
     DensePush,
     ExportedFile,
     KnownRows,
@@ -41,7 +42,7 @@ class LocalTransport(ByteCounter):
         self.shards = shards
         self.rng = np.random.default_rng(0)  # int8 pull replies round stochastically
 
-    def declare(self, shard: int, specs: list[TableSpec]) -> list[bool]:
+    def declare(self, shard: int, specs: list[TableSpec]) -> Declared:
         return self.shards[shard].declare(specs, self.model, self.replace_model)
 
     def pull(

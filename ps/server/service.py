@@ -53,7 +53,7 @@ def _abort(context: grpc.ServicerContext, method: str, code: grpc.StatusCode, me
 
 
 def identity_of(m: ps_pb2.ModelIdentity) -> ModelIdentity:
-    return ModelIdentity(m.name, m.type, m.fields_sha256, m.fields)
+    return ModelIdentity(m.name, m.type, m.fields_sha256, m.fields, m.layout)
 
 
 def table_spec(decl: ps_pb2.TableDecl) -> TableSpec:
@@ -92,7 +92,8 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
         def run() -> ps_pb2.DeclareTablesResponse:
             model = identity_of(request.model) if request.HasField("model") else None
             specs = [table_spec(t) for t in request.tables]
-            return ps_pb2.DeclareTablesResponse(created=self.shard.declare(specs, model, request.replace_model))
+            declared = self.shard.declare(specs, model, request.replace_model)
+            return ps_pb2.DeclareTablesResponse(created=declared.created, retuned=declared.retuned)
 
         return self._call("DeclareTables", context, run, request)
 

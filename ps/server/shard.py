@@ -4,6 +4,7 @@ lifecycle (ps/server/row_lifecycle.py), all under one lock. No protobuf here."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import os
@@ -19,7 +20,18 @@ import numpy.typing as npt
 
 from ctr.model.spec import TableSpec
 from ctr.routing import dense_range
-from ps.api import CachedPull, ExportedFile, KnownRows, ModelIdentity, TableStats, mismatch
+from ps.api import (
+    CachedPull,
+    Declared,
+    ExportedFile,
+    KnownRows,
+    ModelIdentity,
+    TableStats,
+    layout_differences,
+    layout_of,
+    mismatch,
+    settings_change,
+)
 from ps.compression.state_diff import as_fp32_bits, base_digest, decode_state_diff
 from ps.server import kernels
 from ps.server.checkpoints import Checkpoints, CutImage, CutSnapshot, read_cut
@@ -148,12 +160,33 @@ class Shard:
     def checkpoint_offsets(self) -> bytes:
         return self.committed.offsets
 
+    def _held(self) -> ModelIdentity | None:
+        """The model this shard holds, with the layout of the tables it holds (in memory or
+        in its store): what the tables' rows mean, whatever the stored identity says."""
+        if self.model is None:
+            return None
+        specs = {n: t.spec for n, t in (self.sparse | self.dense).items()}
+        if self.store is not None:
+            for name in self.store.table_names():
+                stored = self.store.table_spec(name) if name not in specs else None
+                if stored is not None:
+                    specs[name] = stored
+        return dataclasses.replace(self.model, layout=layout_of(specs.values()))
+
     def _drop_other(self, model: ModelIdentity | None) -> bool:
         """Drops every table and cut when the shard holds another model than `model` (the
         trainer asked to replace it); True when it did. Caller holds the lock."""
-        if model is None or self.model is None or not self.model.conflict(model):
+        held = self._held()
+        if model is None or held is None or not held.conflict(model):
             return False
-        log.warning("shard %d: dropping model %s for %s (--replace-model)", self.index, self.model.describe(), model.describe())
+        tables = "; ".join(layout_differences(held.layout, model.layout))
+        log.warning(
+            "shard %d: dropping model %s for %s%s (--replace-model)",
+            self.index,
+            held.describe(),
+            model.describe(),
+            f" ({tables})" if tables else "",
+        )
         self.checkpoints.drop_everything()
         self.model = None
         self._load(0)
@@ -161,38 +194,52 @@ class Shard:
 
     def _claim(self, model: ModelIdentity | None) -> None:
         """Records the model this shard holds; refuses another one (ModelMismatch). Caller
-        holds the lock."""
+        holds the lock. The layout is not recorded: the tables themselves tell it."""
         if model is None:
             return
-        if self.model is not None and self.model.conflict(model):
-            raise mismatch(self.model, model, self.index)
-        claimed = model.merged(self.model) if self.model is not None else model
+        held = self._held()
+        if held is not None and held.conflict(model):
+            raise mismatch(held, model, self.index)
+        claimed = dataclasses.replace(model.merged(self.model) if self.model is not None else model, layout="")
         if claimed != self.model:
             self.model = claimed
             if self.store is not None:
                 self.store.put_model(claimed.to_json())
 
-    def declare(self, specs: list[TableSpec], model: ModelIdentity | None = None, replace: bool = False) -> list[bool]:
-        """Creates the tables; True for each table that starts empty (not loaded from the
+    def declare(self, specs: list[TableSpec], model: ModelIdentity | None = None, replace: bool = False) -> Declared:
+        """Creates the tables; per table, whether it starts empty (not loaded from the
         committed cut): one a declaration created since the last restore and that no push
         has written since, so that a declaration sent again after its deadline answers as
         the first did, while a second worker finds the first one's start. A table that
         exists, here or in the store, with another layout is refused, and so is a model
-        other than the one the shard holds (ModelMismatch), unless the trainer `replace`s it."""
+        other than the one the shard holds (ModelMismatch), unless the trainer `replace`s it.
+        A table held with other settings of its optimizer's kind (a rate, l1) takes the
+        declared ones: the trainer steps its rows with them, so the shard's own steps, the
+        initial rows it makes and the weights it derives for pulls and exports must too.
+        Those changes are returned, to be said where the trainer runs."""
         created = []
+        retuned = []
         with self.lock:
             if replace:
                 self._drop_other(model)
             self._claim(model)
             for spec in specs:
                 have = self.sparse.get(spec.name) or self.dense.get(spec.name)
+                stored = self.store.table_spec(spec.name) if self.store is not None else None
+                held = have.spec if have is not None else stored
+                if held is not None:
+                    self._same_layout(held, spec)
+                    change = settings_change(held, spec)
+                    if change:
+                        retuned.append(change)
+                        log.warning("shard %d: table %s from now on; its rows keep their state", self.index, change)
+                        if self.store is not None:  # first: a failed write changes nothing
+                            self.store.put_table_spec(spec)
+                        if have is not None:
+                            have.retune(spec)
                 if have is not None:
-                    _same_layout(have.spec, spec, "this shard")
                     created.append(spec.name in self._created)
                     continue
-                stored = self.store.table_spec(spec.name) if self.store is not None else None
-                if stored is not None:
-                    _same_layout(stored, spec, "the shard's store")
                 if spec.kind == "sparse":
                     self.sparse[spec.name] = SparseTable(spec)
                 else:
@@ -206,7 +253,18 @@ class Shard:
             order = [spec.name for spec in specs]
             self.sparse = {n: self.sparse[n] for n in order if n in self.sparse} | self.sparse
             self.dense = {n: self.dense[n] for n in order if n in self.dense} | self.dense
-        return created
+        return Declared(created, retuned)
+
+    def _same_layout(self, have: TableSpec, want: TableSpec) -> None:
+        """A table held (here or in the store) laid out otherwise than declared: another
+        model (ModelMismatch)."""
+        if (have.kind, have.dim, have.optimizer.kind) != (want.kind, want.dim, want.optimizer.kind):
+            held = self.model or ModelIdentity("", "")  # a shard no trainer has named its model to
+            raise mismatch(
+                dataclasses.replace(held, layout=layout_of([have])),
+                dataclasses.replace(held, layout=layout_of([want])),
+                self.index,
+            )
 
     def _load(self, cut: int, image: CutImage | None = None) -> None:
         """Replaces every table by what the store holds at `cut` (0: nothing), read first
@@ -620,11 +678,3 @@ class Shard:
                 for n, d in self.dense.items()
             ]
         return out
-
-
-def _same_layout(have: TableSpec, want: TableSpec, where: str) -> None:
-    if (have.kind, have.dim, have.optimizer.kind) != (want.kind, want.dim, want.optimizer.kind):
-        raise ShardError(
-            f"table {want.name}: declared as {want.kind} dim {want.dim} with {want.optimizer.kind}, "
-            f"but {where} holds it as {have.kind} dim {have.dim} with {have.optimizer.kind}"
-        )

@@ -74,6 +74,12 @@ class SparseTable:
         self.epoch = next(_EPOCHS)
         self.last_writer = NO_WRITER
 
+    def retune(self, spec: TableSpec) -> None:
+        """Takes other settings of the same optimizer kind and layout (Shard.declare)."""
+        assert (spec.kind, spec.dim, spec.optimizer.kind) == (self.spec.kind, self.spec.dim, self.spec.optimizer.kind)
+        self.spec = spec
+        self.params = spec.optimizer.params()
+
     def row_seq(self, ids: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         """The update sequence of each row's last write (0: never written)."""
         return kernels.row_seqs(self.meta, np.ascontiguousarray(ids, dtype=np.int64))  # type: ignore[no-any-return]
@@ -260,6 +266,12 @@ class DenseTable:
         self.params = spec.optimizer.params()
         # element i of the whole vector starts from the initial weight of "key" i + 1
         self.state = init_rows(np.arange(lo + 1, hi + 1, dtype=np.uint64), self.width, 1, self.params)
+
+    def retune(self, spec: TableSpec) -> None:
+        """Takes other settings of the same optimizer kind and layout (Shard.declare)."""
+        assert (spec.kind, spec.dim, spec.optimizer.kind) == (self.spec.kind, self.spec.dim, self.spec.optimizer.kind)
+        self.spec = spec
+        self.params = spec.optimizer.params()
 
     def digest(self) -> int:
         """ps.server.digest of the range: element i is key i + 1, so the shards' digests add up."""

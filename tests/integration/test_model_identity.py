@@ -10,9 +10,11 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from boundless.processes import start
+from ctr.format.modelfile import load_image
 from ctr.repository.versions import Repository
 
 CRITEO = "criteo_10k/train_rows1-10000.tsv"
@@ -58,6 +60,12 @@ def test_a_ps_refuses_another_models_trainer_and_a_wrong_shard_list(platform, da
     other_fields = _train(platform, data_dir / CRITEO, "--model", "ffm", "--k", "4")  # same name and type, 39 fields
     _no_traceback(other_fields)
     assert "fields" in other_fields.stderr
+    other_k = _train(platform, avazu, "--model", "ffm", "--k", "8")
+    _no_traceback(other_k)
+    assert "table v: sparse dim" in other_k.stderr and "--replace-model" in other_k.stderr
+    other_kind = _train(platform, avazu, "--model", "ffm", "--k", "4", "--opt-v", "adam lr=0.01")
+    _no_traceback(other_kind)
+    assert "(adagrad) held" in other_kind.stderr and "(adam) declared" in other_kind.stderr
     one_of_two = platform.train(avazu, "--port", "-1", "--model", "ffm", "--k", "4", "--ps", platform.shards[1].address)
     _no_traceback(one_of_two)
     assert "is shard 1 of 2" in one_of_two.stderr
@@ -93,3 +101,43 @@ def test_the_manager_refuses_another_models_export(platform, data_dir: Path, ava
     assert len(repo.versions()) == 1
     listing = platform.model_cli("list")
     assert "rejected export" in listing.stdout and "identity" in listing.stdout and "a fm model" in listing.stdout
+
+
+def test_a_trainer_restarted_with_other_optimizer_settings_exports_what_it_trains(avazu: Path, tmp_path: Path):
+    """FTRL derives a weight from its state by l1 and l2: a second run with another l1 must
+    export (and so serve) weights by that l1, not by the one the shards were first given."""
+    lines = avazu.read_text().splitlines()
+    first, second = tmp_path / "first.csv", tmp_path / "second.csv"
+    first.write_text("\n".join(lines[:5001]) + "\n")
+    second.write_text("\n".join([lines[0], *lines[5001:]]) + "\n")
+    exports = tmp_path / "exports"
+    ps_args = ["ps", "--shard-count", "2", "--export-root", str(exports)]
+    ps = [
+        start(f"ps{i}", [*ps_args, "--shard-index", str(i), "--data-dir", str(tmp_path / f"ps{i}")], tmp_path) for i in range(2)
+    ]
+    try:
+        for d in ps:
+            d.wait_ready()
+        addresses = ",".join(d.address for d in ps)
+
+        def train(source: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+            cmd = [sys.executable, "-m", "boundless", "train", "--source", str(source), "--ps", addresses, "--model", "lr"]
+            cmd += ["--export-dir", str(exports), "--metrics-port", "-1", *extra]
+            return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+
+        assert train(first).returncode == 0
+        before = set(exports.iterdir())
+        sparse = train(second, "--opt-w", "ftrl lr=0.5 l1=1000 l2=1")
+        assert sparse.returncode == 0, sparse.stderr[-3000:]
+        assert "table w: the PS shards held it with other settings" in sparse.stderr and "l1 0.1 -> 1000" in sparse.stderr
+    finally:
+        for d in ps:
+            d.stop()
+    (export,) = set(exports.iterdir()) - before
+    assert json.loads((export / "export.json").read_text())["model"]["optimizers"]["w"]["l1"] == 1000
+    nonzero = 0
+    for image in export.glob("shard*-sparse.image"):
+        table = load_image(image, mmap=False)
+        _, slots = table.items()
+        nonzero += int(np.count_nonzero(table.gather(slots)[:, 0]))
+    assert nonzero == 0  # no feature's |z| passes l1 = 1000 within 10k samples

@@ -4,6 +4,8 @@ manager's spec comparison (modelmgr.publish.publisher.spec_change)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -62,7 +64,7 @@ def test_a_replacing_declaration_drops_the_old_field_list(tmp_path):
     wide = ModelSpec("ffm", k=2, fields=("a", "b", "c"))
     ident = ModelIdentity.of("ctr", "ffm", wide.fields, sized_by_fields=True)
     shard.restore(1, 2, ModelIdentity("ctr", "ffm"))  # name and type agree; the fields come with the tables
-    assert shard.declare(wide.tables(), ident, replace=True) == [True, True, True]
+    assert shard.declare(wide.tables(), ident, replace=True).created == [True, True, True]
     assert shard.cuts() == [] and shard.model == ident
 
 
@@ -73,3 +75,52 @@ def test_the_manager_tells_another_model_from_a_grown_field_list():
     assert "a fm model" in str(spec_change(lr, {"type": "fm", "fields": ["a", "b"]}))
     ffm = {"type": "ffm", "fields": ["a", "b"]}
     assert "fields" in str(spec_change(ffm, {"type": "ffm", "fields": ["a", "b", "c"]}))  # its tables are sized by them
+
+
+def test_other_settings_of_a_tables_optimizer_are_taken_up_and_kept(tmp_path):
+    """A trainer restarted with another rate or l1 steps its rows with them; the shard's
+    own steps, new rows and the weights it derives (pulls, exports) must follow, or the
+    served model is not the one trained (FTRL's weights come from its state by l1 and l2)."""
+    shard = _trained(tmp_path)
+    keys = np.arange(1, 41, dtype=np.uint64)
+    _, state = shard.pull("w", keys, open_session=False, state=True)
+    _, weights = shard.pull("w", keys, open_session=False, state=False)
+    assert np.count_nonzero(weights) == 40
+    sparse = dataclasses.replace(FFM, optimizers=(("w", dataclasses.replace(FFM.optimizer("w"), l1=1e6)),))
+    declared = shard.declare(sparse.tables(), AVAZU)
+    assert declared.retuned == ["w: ftrl l1 0.1 -> 1e+06"]
+    _, after = shard.pull("w", keys, open_session=False, state=True)
+    np.testing.assert_array_equal(after, state)  # the rows keep their state
+    _, weights = shard.pull("w", keys, open_session=False, state=False)
+    assert np.count_nonzero(weights) == 0  # derived with the new l1
+    assert shard.declare(sparse.tables(), AVAZU).retuned == []
+    shard.close()
+    shard.store.close()  # type: ignore[union-attr]
+
+    again = Shard(0, 1, ShardStore(tmp_path / "db"))  # the store keeps the settings taken up
+    assert again.sparse["w"].spec.optimizer.l1 == 1e6
+    assert again.declare(FFM.tables(), AVAZU).retuned == ["w: ftrl l1 1e+06 -> 0.1"]
+
+
+def test_a_table_laid_out_otherwise_is_another_model(tmp_path):
+    """Another --k (or --hidden, or optimizer kind) cannot read the rows held: refused at the
+    restore, before anything changes, naming the table; --replace-model drops them."""
+    shard = _trained(tmp_path)
+    before = _rows(shard)
+    wider = ModelSpec("ffm", k=4, fields=("a", "b"))
+    ident = ModelIdentity.of("ctr", "ffm", wider.fields, sized_by_fields=True, tables=wider.tables())
+    with pytest.raises(ModelMismatch, match=r"table v: sparse dim 4 \(adagrad\) held, sparse dim 8 \(adagrad\) declared"):
+        shard.restore(1, 2, ident)
+    with pytest.raises(ModelMismatch, match="table v: sparse dim 4"):
+        shard.declare(wider.tables(), ident)
+    assert _rows(shard) == before and shard.cuts() == [1]
+    shard.restore(1, 2, ident, replace=True)
+    assert shard.cuts() == [] and shard.declare(wider.tables(), ident).created == [True, True, True]
+
+
+def test_layouts_compare_the_tables_both_name():
+    fm = ModelSpec("fm", k=4).tables()
+    a = ModelIdentity.of("ctr", "fm", tables=fm)
+    assert not a.conflict(ModelIdentity("ctr", "fm"))  # a layout not known conflicts with none
+    assert a.conflict(ModelIdentity.of("ctr", "fm", tables=ModelSpec("fm", k=8).tables()))
+    assert not a.conflict(ModelIdentity.of("ctr", "fm", tables=fm[:1]))

@@ -6,13 +6,14 @@ import pytest
 from ctr.model.optim import OptimizerSpec
 from ctr.model.spec import ModelSpec
 from ctr.routing import shard_of
+from ps.api import ModelMismatch
 from ps.server.errors import RowsMoved, ShardError
 from ps.server.shard import Shard
 
 
 def _shard(model="fm"):
     s = Shard(0, 1)
-    assert all(s.declare(ModelSpec(model, k=4, fields=("a", "b")).tables()))
+    assert all(s.declare(ModelSpec(model, k=4, fields=("a", "b")).tables()).created)
     return s
 
 
@@ -57,7 +58,7 @@ def test_a_bad_push_is_refused_and_changes_nothing(bad):
 
 def test_a_state_push_replaces_a_dense_range_and_is_refused_on_sparse_tables_and_bad_values():
     s = Shard(0, 1)
-    assert all(s.declare(ModelSpec("deepfm", k=2, fields=("a", "b"), hidden=(4,)).tables()))
+    assert all(s.declare(ModelSpec("deepfm", k=2, fields=("a", "b"), hidden=(4,)).tables()).created)
     n, width = s.dense_push_shape("mlp", "state")
     state = np.arange(n * width, dtype=np.float64).reshape(n, width) / 7
     s.push_dense("mlp", state, "state")
@@ -86,7 +87,7 @@ def test_the_limit_is_per_table():
 
 def test_a_table_declared_with_another_layout_is_refused():
     s = _shard("fm")
-    with pytest.raises(ShardError, match="declared as sparse dim 8"):
+    with pytest.raises(ModelMismatch, match=r"table v: sparse dim 4 \(adagrad\) held, sparse dim 8 \(adagrad\) declared"):
         s.declare(ModelSpec("fm", k=8).tables())
 
 
@@ -197,7 +198,7 @@ def test_a_state_difference_applies_only_to_its_base():
     from ps.server.errors import BaseMismatch
 
     s = Shard(0, 1)
-    assert all(s.declare(ModelSpec("deepfm", k=2, fields=("a", "b"), hidden=(4,)).tables()))
+    assert all(s.declare(ModelSpec("deepfm", k=2, fields=("a", "b"), hidden=(4,)).tables()).created)
     n, width = s.dense_push_shape("mlp", "state")
     g = np.random.default_rng(3)
     base = g.normal(size=(n, width)).astype(np.float32).astype(np.float64)

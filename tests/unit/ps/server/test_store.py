@@ -55,7 +55,7 @@ def test_cuts_commit_restore_and_reload(tmp_path):
     assert (again.generation, again.restored_cut) == (2, 3)  # and still refuses the trainers before
     with pytest.raises(StaleGeneration):
         _push(again, np.array([3], dtype=np.uint64), 1.0, generation=1)
-    assert again.declare(SPEC.tables()) == [False, False, False]
+    assert again.declare(SPEC.tables()).created == [False, False, False]
     with pytest.raises(ShardError, match="not newer"):
         again.prepare(4, b"", generation=2)
 
@@ -86,7 +86,7 @@ def test_late_copies_of_a_restore_and_a_commit_change_nothing(tmp_path):
     assert shard.committed.cut == 2 and shard.store.committed() == 2  # type: ignore[union-attr]
     shard.restore(1, generation=3)  # a new generation goes back as asked
     assert _digests(shard) != pushed and shard.committed.cut == 1
-    assert shard.declare(SPEC.tables()) == [False, False, False]  # the cut holds them
+    assert shard.declare(SPEC.tables()).created == [False, False, False]  # the cut holds them
 
 
 def test_a_declaration_sent_again_answers_as_the_first_did(tmp_path):
@@ -95,14 +95,14 @@ def test_a_declaration_sent_again_answers_as_the_first_did(tmp_path):
     late, answered "not empty" and stopped the trainer with a traceback."""
     shard = Shard(0, 1, ShardStore(tmp_path / "db"))
     shard.restore(0, generation=1)
-    assert shard.declare(SPEC.tables()) == [True, True, True]
-    assert shard.declare(SPEC.tables()) == [True, True, True]  # the retry, after the late first copy
+    assert shard.declare(SPEC.tables()).created == [True, True, True]
+    assert shard.declare(SPEC.tables()).created == [True, True, True]  # the retry, after the late first copy
     _push(shard, np.arange(1, 9, dtype=np.uint64), 0.1, generation=1)
-    assert shard.declare(SPEC.tables()) == [True, False, False]  # a second worker: v and bias written since
+    assert shard.declare(SPEC.tables()).created == [True, False, False]  # a second worker: v and bias written since
     shard.prepare(1, b"1", generation=1)
     shard.commit(1)
     shard.restore(1, generation=2)
-    assert shard.declare(SPEC.tables()) == [False, False, False]
+    assert shard.declare(SPEC.tables()).created == [False, False, False]
 
 
 def test_full_cuts_bound_the_chain_and_uncommitted_cuts_are_not_loaded(tmp_path):
@@ -133,7 +133,7 @@ def test_a_shard_without_store_restores_only_to_empty_tables():
     with pytest.raises(ShardError, match="without a data directory"):
         shard.prepare(1, b"")
     shard.restore(0, generation=1)
-    assert shard.stats() == [] and shard.declare(SPEC.tables()) == [True, True, True]
+    assert shard.stats() == [] and shard.declare(SPEC.tables()).created == [True, True, True]
 
 
 def test_gather_raw_equals_its_numpy_reference():
