@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import signal
 import tempfile
 import threading
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from boundless import frames
 from boundless.processes import Daemon, start
 from ctr.repository.schemas import LabelEntry
 from ctr.repository.versions import Policy, Repository, RepositoryError
@@ -39,6 +41,7 @@ from modelmgr.commands.promote import ShadowTotals
 from serving.client import PredictClient
 from trainer.api import TrainerConfig, run_training
 
+Source = str | os.PathLike[str] | Any  # a path or URL, or a table in memory (boundless.frames)
 API_PROGRESS_INTERVAL_S = 1.0  # a bar in a notebook moves every second unless told otherwise
 
 
@@ -118,14 +121,23 @@ def trainer_config(source: str, model: str, ps: str, **settings: Any) -> Trainer
     return cfg.from_settings(TrainerConfig, values, "boundless.train")
 
 
-def train(source: str, model: str = "lr", ps: str = "local", *, progress: bool = True, **settings: Any) -> TrainingSummary:
+def train(source: Source, model: str = "lr", ps: str = "local", *, progress: bool = True, **settings: Any) -> TrainingSummary:
     """Trains `model` (lr, fm, ffm, wdl, deepfm) on `source` (a file, a folder, '-' for
-    stdin, kafka://HOST:PORT/TOPIC) with the parameter server `ps` ('local': shards in this
-    process; else their addresses, comma-separated), until a finite source ends or the
-    run is interrupted (Ctrl-C, or the notebook's stop button: the run stops at the next
-    batch and still returns its summary). `settings` are `boundless train`'s flags by name
-    (`k=8`, `batch_size=4096`, `export_dir="exports"`, `label="clicked"`...). progress: a
-    tqdm bar of samples, examples/s and the window AUC."""
+    stdin, kafka://HOST:PORT/TOPIC; or a table in memory: a pandas or polars DataFrame, a
+    pyarrow Table, a dict of columns, a list of row dicts, read as a Parquet file of it)
+    with the parameter server `ps` ('local': shards in this process; else their addresses,
+    comma-separated), until a finite source ends or the run is interrupted (Ctrl-C, or the
+    notebook's stop button: the run stops at the next batch and still returns its
+    summary). `settings` are `boundless train`'s flags by name (`k=8`, `batch_size=4096`,
+    `export_dir="exports"`, `label="clicked"`...). progress: a tqdm bar of samples,
+    examples/s and the window AUC."""
+    if frames.is_table(source) and str(settings.get("format", "auto")) not in ("auto", "parquet"):
+        raise cfg.ConfigError(f"boundless.train: format={settings['format']!r}: a table in memory is read as Parquet")
+    with frames.source_path(source) as path:
+        return _train(path, model, ps, progress, settings)
+
+
+def _train(source: str, model: str, ps: str, progress: bool, settings: dict[str, Any]) -> TrainingSummary:
     conf = trainer_config(source, model, ps, **settings)
     if not logging.getLogger().handlers:
         logging.basicConfig(level=getattr(logging, conf.log_level.upper(), logging.INFO))
@@ -239,7 +251,7 @@ class LocalPlatform:
         """The shards' addresses, as `--ps` takes them."""
         return ",".join(s.address for s in self.shards)
 
-    def train(self, source: str, model: str = "lr", *, progress: bool = True, **settings: Any) -> TrainingSummary:
+    def train(self, source: Source, model: str = "lr", *, progress: bool = True, **settings: Any) -> TrainingSummary:
         """boundless.train against these shards, exporting where the manager watches."""
         settings.setdefault("export_dir", str(self.exports))
         settings.setdefault("model_name", self.model_name)

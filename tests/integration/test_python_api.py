@@ -5,12 +5,14 @@ rolls back."""
 
 from __future__ import annotations
 
+import csv
 import gc
 import json
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -91,3 +93,34 @@ def test_waiting_for_a_version_the_gate_rejected_fails_at_once_with_its_reason(t
         assert p.train(str(tmp_path / "short.csv"), "lr", progress=False, metrics_port=-1).exports == 1
         with pytest.raises(boundless.NotPublished, match="holdout samples"):  # not TimeoutError
             p.wait_published(timeout=100)
+
+
+def test_a_table_in_memory_trains_as_its_rows_in_a_file_and_a_second_one_trains_whole(data_dir: Path, tmp_path: Path) -> None:
+    """A DataFrame-like table is read as a Parquet file of it: the same progressive logloss
+    as the CSV it came from, to the last bit. On shards that hold a cut, the next table is
+    new data, trained whole: never taken up at the last table's position."""
+    import pyarrow as pa
+
+    with open(data_dir / "avazu_10k/train_rows1-9999.csv", newline="") as f:
+        header, *rows = list(csv.reader(f))
+    columns = {name: [row[i] for row in rows] for i, name in enumerate(header)}
+    source = tmp_path / "avazu.csv"
+    source.write_text("\n".join(",".join(r) for r in [header, *rows]) + "\n")
+    settings: dict[str, Any] = {"k": 4, "metrics_port": -1, "progress": False}
+    from_file = boundless.train(str(source), "fm", **settings)
+    from_table = boundless.train(pa.table(columns), "fm", **settings)
+    assert from_table.samples == from_file.samples == len(rows)
+    assert from_table.progressive_logloss == from_file.progressive_logloss
+    from_rows = boundless.train([dict(zip(header, r, strict=True)) for r in rows], "fm", **settings)
+    assert from_rows.progressive_logloss == from_file.progressive_logloss
+    with pytest.raises(TypeError, match="a pandas or polars DataFrame"):
+        boundless.train(42)
+
+    half = len(rows) // 2
+    with boundless.local_platform(shards=1, work_dir=tmp_path / "platform") as p:
+        first = p.train({k: v[:half] for k, v in columns.items()}, "lr", metrics_port=-1, progress=False)
+        second = p.train({k: v[half:] for k, v in columns.items()}, "lr", metrics_port=-1, progress=False)
+    # each table's last rows are its export's holdout (export_dir is set): trained or held, every row is read
+    assert first.trained_samples + first.metrics["held_out_samples"] == half
+    assert second.trained_samples + second.metrics["held_out_samples"] == len(rows) - half  # the whole second table
+    assert second.samples == first.samples + second.trained_samples  # counted on from the first table's cut
