@@ -32,6 +32,23 @@ def test_each_kind_of_table_becomes_the_same_arrow_table() -> None:
         assert frames.is_table(source) and frames.to_arrow(source).equals(want)
 
 
+class ArrowStream:
+    """An object that offers its rows only through the Arrow C stream protocol, as polars'
+    and DuckDB's frames do."""
+
+    def __init__(self, table: pa.Table) -> None:
+        self.table = table
+
+    def __arrow_c_stream__(self, requested_schema: object = None) -> object:
+        return self.table.__arrow_c_stream__(requested_schema)
+
+
+def test_an_arrow_c_stream_is_a_table() -> None:
+    want = pa.table({"clicked": [1, 0], "ad": ["a", "b"]})
+    source = ArrowStream(want)
+    assert frames.is_table(source) and frames.to_arrow(source).equals(want)
+
+
 def test_a_table_is_written_once_per_run_under_a_new_name() -> None:
     table = pa.table({"clicked": [1, 0, 1], "tags": [["x", "y"], [], None]})
     with frames.source_path(table) as one, frames.source_path(table) as two:
