@@ -680,6 +680,7 @@ def train_run(
     result["not_admitted"] = float(sum(t.not_admitted for t in sparse))
     result["evicted"] = float(sum(t.evicted for t in sparse))
     result["bad_lines"] = float(bad_lines)
+    result["source_files_lost"] = float(trainer.merged.get("lost_files", trainer.lost_files))
     result["dropped_features"] = float(fields.dropped)
     if fields.dropped:
         log.warning(

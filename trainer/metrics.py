@@ -4,6 +4,10 @@ from prometheus_client import Counter, Gauge, Histogram
 
 SAMPLES = Counter("boundless_trainer_samples_total", "samples trained")
 BAD_LINES = Counter("boundless_trainer_bad_lines_total", "input lines rejected by the parser")
+SOURCE_FILES_LOST = Counter(
+    "boundless_trainer_source_files_lost_total",
+    "files of a folder source removed before they were read whole (their samples not trained): a retention ahead of the trainer",
+)
 EXPORTS = Counter("boundless_trainer_exports_total", "exports written (each READY once its holdout has come)")
 EXPORTS_READY = Counter("boundless_trainer_exports_ready_total", "exports marked READY for the model manager")
 EXPORT_HOLDOUT_NEEDED = Gauge(

@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+from boundless.processes import start
+
 LINES_PER_FILE = 500
 
 
@@ -67,7 +69,7 @@ def test_part_files_renamed_into_place_are_read_once(data_dir: Path, tmp_path: P
     os.rename(folder / "f03.libsvm", folder / "zz-archived.libsvm")  # read already: not read again
     result, err = _finish(proc, tmp_path)
     assert result["samples"] == 20 * LINES_PER_FILE and result["bad_lines"] == 0
-    assert "renamed" in err
+    assert "renamed" in err and result["source_files_lost"] == 0  # renamed files are not lost ones
 
 
 def test_a_file_truncated_and_rewritten_in_place_is_reported_and_read_anew(data_dir: Path, tmp_path: Path):
@@ -123,3 +125,29 @@ def test_a_csv_arriving_after_the_peek_is_read_by_label_and_format_csv(data_dir:
         result, err = _finish(proc, work)
         assert result["samples"] == 2000 and result["bad_lines"] == 0, err[-2000:]
         assert "detected format csv in" in err
+
+
+def test_files_removed_while_the_trainer_was_down_are_said_and_counted(data_dir: Path, tmp_path: Path) -> None:
+    """A retention that ran ahead of a stopped trainer removed the file its checkpoint stands
+    in: the restart says so, counts it (summary and Prometheus), and goes on with the next file."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    lines = _lines(data_dir, 4 * LINES_PER_FILE)
+    for i in range(4):
+        (folder / f"f{i}.libsvm").write_text("\n".join(lines[i * LINES_PER_FILE : (i + 1) * LINES_PER_FILE]) + "\n")
+    shard = start("ps0", ["ps", "--shard-count", "1", "--data-dir", str(tmp_path / "ps0")], tmp_path)
+    try:
+        shard.wait_ready()
+        cmd = [sys.executable, "-m", "boundless", "train", "--source", str(folder), "--format", "libsvm", "--no-follow"]
+        cmd += ["--ps", shard.address, "--metrics-port", "-1", "--metrics-out", str(tmp_path / "m.json")]
+        first = subprocess.run([*cmd, "--max-samples", str(LINES_PER_FILE + 200)], capture_output=True, text=True, timeout=120)
+        assert first.returncode == 0, first.stderr[-3000:]
+        (folder / "f1.libsvm").unlink()  # the checkpoint stands in it, 200 lines in
+        (folder / "f2.libsvm").unlink()
+        again = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        assert again.returncode == 0, again.stderr[-3000:]
+    finally:
+        shard.stop()
+    result = json.loads((tmp_path / "m.json").read_text())
+    assert "f1.libsvm, where the checkpoint stands (line 200," in again.stderr and "is gone from the folder" in again.stderr
+    assert result["source_files_lost"] == 1 and result["trained_samples"] == LINES_PER_FILE  # f3 alone

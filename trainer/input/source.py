@@ -33,6 +33,7 @@ import numpy as np
 
 from ctr.data.compressed import COMPRESSED_SUFFIXES, DecompressedText, compression_of_file, first_line
 from ctr.data.parquet_text import ParquetText, is_parquet
+from trainer import metrics
 from trainer.config import DEFAULT_IGNORE
 from trainer.input.file_split import share
 
@@ -105,6 +106,7 @@ class Source(Protocol):
 
     source: str
     idle_since: float
+    lost_files: int  # files removed before they were read whole (a folder's; 0 where not known)
 
     def peek(self, max_lines: int = 2000, max_bytes: int = 4 << 20, timeout_s: float = 0.0) -> list[str]: ...
 
@@ -170,7 +172,9 @@ class StreamSource:
         self.follow = follow
         self.poll_s = poll_s
         self.stop = stop
+        self.lost_files = 0  # files of the stream removed before they were read whole
         self.start = self._rebased(start or Position())
+        self._say_if_gone(self.start)
         self.idle_since = time.monotonic()
         self._listed: tuple[int, float, list[Path]] = (-1, 0.0, [])  # folder mtime, when listed, files
         # asked before a finished file is read from its start: True skips reading it (the
@@ -216,6 +220,39 @@ class StreamSource:
             self.source,
         )
         return Position()
+
+    def _say_if_gone(self, start: Position) -> None:
+        """A folder's file the checkpoint stands in, gone from the folder: removed while the
+        trainer was down, so the files after it may be gone too (a retention that ran ahead
+        of the trainer). Said, and counted: the stream goes on with the next file."""
+        if not start.file or not Path(self.source).is_dir() or Path(start.file).exists():
+            return
+        self.lost_files += 1
+        metrics.SOURCE_FILES_LOST.inc()
+        log.error(
+            "%s, where the checkpoint stands (line %d, byte %d), is gone from the folder: whatever it held past that"
+            " line was not trained, nor any file removed after it while the trainer was down. The stream takes up"
+            " at the next file (a retention that removes files the trainer has not read loses their samples)",
+            start.file,
+            start.line,
+            start.offset,
+        )
+
+    def _vanished(self, f: Path, inode: int | None) -> None:
+        """`f` (`inode` in the listing that named it), listed and not read yet, is gone:
+        renamed within the folder (read under its new name, as the listing finds its inode
+        there) or removed, its samples lost: said."""
+        self._listed = (-1, 0.0, [])  # list the folder again, now
+        self._all_files()
+        if inode is not None and inode in self._inodes.values():
+            return
+        self.lost_files += 1
+        metrics.SOURCE_FILES_LOST.inc()
+        log.error(
+            "%s was removed from the folder before it was read: its samples are not trained (a retention or a"
+            " clean-up that removes files the trainer has not read yet)",
+            f,
+        )
 
     def names(self) -> list[str]:
         """The names (paths under the folder) of every file the folder's contract reads
@@ -357,6 +394,7 @@ class StreamSource:
         before_start: set[str] = set()  # files named before the start's: read before it, on every pass
         while not self.stop():
             pending = self._unread(self._files())
+            listed = dict(self._inodes)  # the inodes of the files pending names, whatever a later listing finds
             if start.file:
                 before_start.update(str(f) for f in pending if str(f) < start.file)
             pending = [f for f in pending if str(f) not in before_start]
@@ -379,7 +417,8 @@ class StreamSource:
 
                 try:
                     fh = open(f, "rb")  # noqa: SIM115 - held across yields
-                except FileNotFoundError:  # renamed or removed since the listing: the next pass sees it
+                except FileNotFoundError:  # renamed (the next pass reads it) or removed since the listing
+                    self._vanished(f, listed.get(str(f)))
                     continue
                 with fh:
                     ident = os.fstat(fh.fileno())

@@ -181,6 +181,11 @@ class Trainer:
         load_progress(self.progress, point.progress)
 
     @property
+    def lost_files(self) -> int:
+        """Files of this rank's stream removed before they were read whole (a folder source)."""
+        return self.source.lost_files
+
+    @property
     def bad_lines(self) -> int:
         return self.bad_lines_before + self.reader.bad_lines
 
@@ -418,6 +423,7 @@ class Trainer:
             "push_bytes": self.client.push_bytes,
             "pull_bytes": self.client.pull_bytes,
             "bad_lines": self.bad_lines,
+            "lost_files": self.lost_files,
             "dropped": self.fields.dropped,
             "compression": self.client.compression_stats(),
             "wire": self.client.wire.snapshot(),
@@ -494,6 +500,7 @@ class Trainer:
             "push_bytes": sum(f["push_bytes"] for f in figures),
             "pull_bytes": sum(f["pull_bytes"] for f in figures),
             "bad_lines": sum(f["bad_lines"] for f in figures),
+            "lost_files": sum(f["lost_files"] for f in figures),
             "dropped": sum(f["dropped"] for f in figures),
             "compression": _summed([f["compression"] for f in figures]),
             "wire_others": [f["wire"] for f in figures[1:]],  # rank 0 adds its own at the very end

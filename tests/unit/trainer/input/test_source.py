@@ -154,3 +154,40 @@ def test_a_compressed_or_parquet_files_backlog_is_in_its_bytes_on_disk(tmp_path)
     kind, left = src.backlog(at)  # type: ignore[misc]
     assert kind == "bytes" and abs(left - size * (1 - at.offset / text_bytes)) < 0.1 * size, (left, size, at)
     assert src.on_disk(Position(str(tmp_path / "plain.txt"), 100)) == 100  # a plain file: its offset
+
+
+def test_a_file_removed_before_it_was_read_is_said_and_counted_and_a_renamed_one_is_read(tmp_path, caplog):
+    """A retention that runs ahead of the trainer removes files it has listed and not read:
+    their samples are lost, which was silent. A file renamed within the folder is not
+    lost: it is read under its new name."""
+    import logging
+
+    for name in ("a", "b", "c", "d"):
+        (tmp_path / name).write_text(f"1 {name}:1\n" * 3)
+    src = StreamSource(str(tmp_path), follow=False)
+    blocks = src.blocks(1 << 16)
+    first = next(b for b in blocks if b is not None and b.data)
+    assert first.file == str(tmp_path / "a")  # the folder is listed: b, c and d are pending
+    (tmp_path / "b").unlink()
+    (tmp_path / "c").rename(tmp_path / "e")
+    with caplog.at_level(logging.ERROR, logger="trainer"):
+        rest = [b.file for b in blocks if b is not None and b.data]
+    assert rest == [str(tmp_path / "d"), str(tmp_path / "e")]
+    assert src.lost_files == 1
+    assert f"{tmp_path / 'b'} was removed from the folder before it was read" in caplog.text
+    assert "/c was removed" not in caplog.text
+
+
+def test_a_checkpoints_file_gone_while_the_trainer_was_down_is_said(tmp_path, caplog):
+    import logging
+
+    for name in ("a", "c"):
+        (tmp_path / name).write_text("1 1:1\n" * 3)
+    with caplog.at_level(logging.ERROR, logger="trainer"):
+        src = StreamSource(str(tmp_path), follow=False, start=Position(str(tmp_path / "b"), 12, 2))
+    assert src.lost_files == 1 and "where the checkpoint stands (line 2, byte 12), is gone from the folder" in caplog.text
+    assert [b.file for b in src.blocks(1 << 16) if b is not None and b.data] == [str(tmp_path / "c")]
+    caplog.clear()
+    with caplog.at_level(logging.ERROR, logger="trainer"):
+        kept = StreamSource(str(tmp_path), follow=False, start=Position(str(tmp_path / "a"), 6, 1))
+    assert kept.lost_files == 0 and not caplog.text
