@@ -161,3 +161,42 @@ def test_compressed_objects_train_as_the_text_they_hold(s3: Any, data_dir: Path,
     assert at.offset > sizes["packed/part-0.csv.gz"]
     left = source.backlog(Position(gz, at.offset, at.line))
     assert left is not None and abs(left[1] - expected) < 0.1 * sizes["packed/part-0.csv.gz"], (left, sizes, at.offset)
+
+
+def test_objects_removed_before_they_were_read_are_said_and_counted(s3: Any, tmp_path: Path, caplog: Any) -> None:
+    """A lifecycle rule that runs ahead of the trainer removes objects it listed and has not
+    read (plain and compressed alike), or the one a checkpoint stands in: each is an error
+    naming it and counted, and the stream goes on (before: a removed object's first read
+    raised out of the source, and the trainer stopped)."""
+    import gzip
+    import logging
+
+    from trainer.input.s3_source import S3PrefixSource
+    from trainer.input.source import Position
+
+    for name, body in (
+        ("a.txt", b"1 1:1\n" * 3),
+        ("b.txt", b"1 2:1\n" * 3),
+        ("c.txt.gz", gzip.compress(b"1 3:1\n")),
+        ("d.txt", b"0 4:1\n"),
+    ):
+        s3.put_object(Bucket=BUCKET, Key=f"gone/{name}", Body=body)
+    src = S3PrefixSource(f"s3://{BUCKET}/gone/", follow=False)
+    blocks = src.blocks(1 << 16)
+    first = next(b for b in blocks if b is not None and b.data)
+    assert first.file.endswith("/a.txt")  # listed: b, c and d pending
+    s3.delete_object(Bucket=BUCKET, Key="gone/b.txt")
+    s3.delete_object(Bucket=BUCKET, Key="gone/c.txt.gz")
+    with caplog.at_level(logging.ERROR, logger="trainer"):
+        rest = [b.file for b in blocks if b is not None and b.data]
+    assert rest == [f"s3://{BUCKET}/gone/d.txt"] and src.lost_files == 2
+    assert f"s3://{BUCKET}/gone/b.txt, removed from the prefix before it was read" in caplog.text
+    assert f"s3://{BUCKET}/gone/c.txt.gz, removed" in caplog.text
+
+    caplog.clear()
+    at = Position(f"s3://{BUCKET}/gone/b.txt", 6, 1)
+    with caplog.at_level(logging.ERROR, logger="trainer"):
+        taken_up = S3PrefixSource(f"s3://{BUCKET}/gone/", follow=False, start=at)
+        read = [b.file for b in taken_up.blocks(1 << 16) if b is not None and b.data]
+    assert read == [f"s3://{BUCKET}/gone/d.txt"] and taken_up.lost_files == 1
+    assert "where the checkpoint stands (line 1, byte 6), is gone from the prefix" in caplog.text

@@ -27,6 +27,7 @@ from typing import Any
 from ctr.data.compressed import DecompressedText, compression_of
 from ctr.data.parquet_text import ParquetText, is_parquet
 from ctr.runtime.extras import require
+from trainer import metrics
 from trainer.input.file_split import share
 from trainer.input.source import BLOCK_BYTES, Block, Position, StreamSource
 
@@ -175,6 +176,8 @@ class S3PrefixSource(StreamSource):
     def blocks(self, max_line_bytes: int, block_bytes: int = BLOCK_BYTES) -> Iterator[Block | None]:
         """Blocks in key order; yields None while waiting for new objects."""
         start = self.start
+        if start.file and all(o.uri != start.file for o in self._mine()):
+            self._lost(start.file, f"where the checkpoint stands (line {start.line}, byte {start.offset}), is gone")
         while not self.stop():
             pending = [o for o in self._mine() if self._done.get(o.key) != o.etag]
             if start.file:  # objects before the start's: read before the cut, on every pass
@@ -203,29 +206,54 @@ class S3PrefixSource(StreamSource):
                     time.sleep(max(self.poll_s, MIN_LIST_S))
                     break
 
+    def _lost(self, uri: str, what: str) -> None:
+        """An object of the stream removed before it was read whole: said and counted."""
+        self.lost_files += 1
+        metrics.SOURCE_FILES_LOST.inc()
+        log.error(
+            "%s, %s from the prefix before it was read: its samples are not trained (a lifecycle rule or a clean-up"
+            " that removes objects the trainer has not read yet)",
+            uri,
+            what,
+        )
+
+    def _gone(self, o: S3Object, e: Exception) -> bool:
+        """Whether `e`, raised reading `o`, says the object no longer exists (then it is lost,
+        said); any other error is S3's or the network's, and the object is read again later."""
+        code = str(getattr(e, "response", {}).get("Error", {}).get("Code", ""))
+        if code in ("NoSuchKey", "404", "NotFound") or isinstance(e, FileNotFoundError):
+            self._lost(o.uri, "removed")
+            return True
+        log.warning("%s: cannot be read (%s); taken up at the next listing", o.uri, e)
+        return False
+
     def _object(
         self, o: S3Object, offset: int, line_no: int, max_line: int, block_bytes: int
     ) -> Generator[Block | None, None, bool]:
-        """One object's blocks from `offset`; True once read to its end."""
+        """One object's blocks from `offset`; True once read to its end (or lost)."""
         if is_parquet(o.key):
             try:
                 text = ParquetText(o.uri)
+            except FileNotFoundError as e:
+                return self._gone(o, e)
             except Exception as e:  # noqa: BLE001 - a damaged object must not stop the stream
                 log.error("%s: not a readable Parquet file (%s); skipped", o.uri, e)
                 return True
             with text:
                 text.seek(offset)
                 return (yield from self._read(text, o.uri, offset, line_no, lambda: True, max_line, block_bytes))  # type: ignore[arg-type]
-        kind = compression_of(self._range(o.key, 0, 6)) if o.size else None
+        try:
+            kind = compression_of(self._range(o.key, 0, 6)) if o.size else None
+        except Exception as e:  # noqa: BLE001 - removed since the listing, or S3 not reached
+            return self._gone(o, e)
         if kind is not None:  # its text from the start, decompressed up to the offset (ctr.data.compressed)
             return (yield from self._compressed(o, kind, offset, line_no, max_line, block_bytes))
         if offset >= o.size and o.size:
             return True
         try:
             got = self.s3.get_object(Bucket=self.bucket, Key=o.key, Range=f"bytes={offset}-") if o.size else None
-        except Exception as e:  # noqa: BLE001 - deleted since the listing: the next listing tells
-            log.warning("%s: cannot be read (%s); taken up at the next listing", o.uri, e)
-            return False
+        except Exception as e:  # noqa: BLE001 - removed since the listing, or S3 not reached
+            return self._gone(o, e)
         if got is None:
             return True
         body = _RangedBody(self.s3, self.bucket, o.key, offset, got["Body"])
@@ -240,9 +268,8 @@ class S3PrefixSource(StreamSource):
         """A compressed object's blocks of text from `offset`, its bytes read from the start."""
         try:
             got = self.s3.get_object(Bucket=self.bucket, Key=o.key)
-        except Exception as e:  # noqa: BLE001 - deleted since the listing: the next listing tells
-            log.warning("%s: cannot be read (%s); taken up at the next listing", o.uri, e)
-            return False
+        except Exception as e:  # noqa: BLE001 - removed since the listing, or S3 not reached
+            return self._gone(o, e)
         with DecompressedText(o.uri, kind, _RangedBody(self.s3, self.bucket, o.key, 0, got["Body"])) as text:
             text.seek(offset)
             return (yield from self._read(text, o.uri, offset, line_no, lambda: True, max_line, block_bytes))  # type: ignore[arg-type]
