@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ctr.data.fields import FieldIndex
 from ctr.data.formats import ParsedSample, ParseError
 
 SHOWN = 5  # bad lines named on stderr; the rest are counted
@@ -55,6 +56,24 @@ def check_bad(parsed: ParsedFile, where: str, max_fraction: float) -> None:
         f"--data {where}: {parsed.bad} of {total} lines are bad (over --max-bad-fraction {max_fraction}), so the figures"
         f" would describe the few that parsed; the first bad lines:\n  {shown}"
     )
+
+
+def check_fields(samples: list[ParsedSample], fields: FieldIndex, where: str, model: str) -> str:
+    """'' when every feature is of a field the model has; else a line naming the fields it
+    does not have (their features are scored as absent). A file none of whose features is
+    of the model's fields is refused (ValueError): its figures would be a constant's (AUC
+    0.5), not the model's, and nothing said why (another model's data, or its columns
+    named otherwise)."""
+    if not fields.dropped:
+        return ""
+    unknown = ", ".join(sorted(fields.unknown)[:8])
+    if not any(s.fields for s in samples):
+        known = ", ".join(fields.names[:12])
+        raise ValueError(
+            f"{where}: none of its features is of a field model {model!r} has (the file's: {unknown}; the model's:"
+            f" {known}{', ...' if len(fields.names) > 12 else ''}): another model's data, or columns named otherwise?"
+        )
+    return f"{where}: dropped {fields.dropped} features of fields model {model!r} does not have: {unknown} (scored as absent)"
 
 
 def figure(x: float, digits: int = 6) -> str:

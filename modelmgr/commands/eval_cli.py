@@ -8,6 +8,7 @@ calibration (mean prediction over the file's CTR); --json prints them as one obj
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +17,7 @@ from ctr.data.batch import build_batch
 from ctr.data.fields import FieldIndex
 from ctr.data.formats import list_columns, make_parser, read_lines
 from ctr.data.quality import auc, logloss
-from ctr.data.sample_file import MAX_BAD_FRACTION, check_bad, figure, parse_file
+from ctr.data.sample_file import MAX_BAD_FRACTION, check_bad, check_fields, figure, parse_file
 from ctr.data.schema import FeatureSchema, detect_schema
 from ctr.repository.versions import Repository
 from ctr.runtime import strict_json
@@ -69,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
     predictions: list[np.ndarray] = []
     parsed = parse_file(body[: args.limit or None], parse, args.data, first)
     check_bad(parsed, args.data, args.max_bad_fraction)
+    note = check_fields(parsed.samples, fields, args.data, args.model_name)
     bad = parsed.bad
     for lo in range(0, len(parsed.samples), CHUNK):
         batch = build_batch(parsed.samples[lo : lo + CHUNK], fields.ids())
@@ -89,6 +91,8 @@ def run(args: argparse.Namespace) -> int:
         "ctr": ctr,
         "mean_prediction": float(p.mean()),
     }
+    if note:
+        print(note, file=sys.stderr)
     if args.json:
         print(strict_json.dumps(doc))
     else:

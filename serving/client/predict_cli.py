@@ -15,7 +15,7 @@ from ctr.data.batch import build_batch
 from ctr.data.fields import FieldIndex
 from ctr.data.formats import ParsedSample, list_columns, make_parser, read_lines, resolve_fields
 from ctr.data.quality import auc, logloss
-from ctr.data.sample_file import MAX_BAD_FRACTION, check_bad, figure, parse_file
+from ctr.data.sample_file import MAX_BAD_FRACTION, check_bad, check_fields, figure, parse_file
 from ctr.data.schema import DELIMITED, PRESETS, FeatureSchema, detect_schema
 from protos import predict_pb2
 from serving.client.predict_client import PredictClient, encode_batch, schema_of
@@ -105,6 +105,7 @@ def _score(args: argparse.Namespace, client: PredictClient, lines: list[str]) ->
     samples, fields, bad_at = parse_samples(
         lines, client.status(), args.format, args.limit, args.data, args.max_bad_fraction, list_columns(args.data)
     )
+    note = check_fields(samples, fields, args.data, args.model_name)  # before any request: refused at once
     labels, scores = [], []
     version, label = 0, ""
     for lo in range(0, len(samples), args.items):
@@ -115,12 +116,8 @@ def _score(args: argparse.Namespace, client: PredictClient, lines: list[str]) ->
         scores.extend(pred.scores.tolist())
     if args.scores:  # a line per sample line, "nan" for a bad one: the scores line up with the file's rows
         print("\n".join(_aligned(scores, bad_at)))
-    if fields.dropped:
-        print(
-            f"{args.data}: dropped {fields.dropped} features of fields model {args.model_name!r} does not have:"
-            f" {sorted(fields.unknown)[:8]}",
-            file=sys.stderr,
-        )
+    if note:
+        print(note, file=sys.stderr)
     print(
         f"scored {len(scores)} samples with {args.model_name} version {version} ({label}): "
         f"AUC {figure(auc(labels, scores))}  logloss {logloss(labels, scores):.6f}",

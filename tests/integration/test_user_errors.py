@@ -101,3 +101,33 @@ def test_a_figure_without_a_value_is_null_in_the_metrics_json(tmp_path: Path) ->
 
     doc = json.loads(out.read_text(), parse_constant=refuse)
     assert doc["window_auc"] is None and doc["samples"] == 500
+
+
+def test_scoring_a_file_of_another_models_columns_is_refused_naming_them(platform, data_dir: Path, tmp_path: Path) -> None:
+    """eval and predict parse a file under the version's field list: a file none of whose
+    columns is a field of the model scored every sample as a constant (AUC 0.5) and said
+    nothing; one extra column is said and scored as absent."""
+    import time
+
+    from ctr.repository.versions import Repository
+
+    lines = (data_dir / "avazu_10k/train_rows1-9999.csv").read_text().splitlines()
+    train = tmp_path / "avazu.csv"
+    train.write_text("\n".join(lines[:6001]) + "\n")
+    trained = platform.train(train, "--model", "lr")
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    repo = Repository(platform.dir / "repo", "ctr")
+    deadline = time.monotonic() + 60
+    while not repo.versions():
+        assert time.monotonic() < deadline, "no version published"
+        time.sleep(0.2)
+    other = tmp_path / "other.csv"
+    other.write_text("click,foo,bar\n" + "".join(f"{i % 2},x{i % 7},y{i % 5}\n" for i in range(300)))
+    extra = tmp_path / "extra.csv"
+    header, rows = lines[0], lines[6001:6400]
+    extra.write_text("\n".join([header + ",foo", *(r + f",z{i % 3}" for i, r in enumerate(rows))]) + "\n")
+    for command in (["eval", "--repo", str(platform.dir / "repo")], ["predict", "--address", platform.serving.address]):
+        _refused(_boundless(*command, "--data", str(other)), "none of its features is of a field model 'ctr' has", "bar, foo")
+        scored = _boundless(*command, "--data", str(extra))
+        assert scored.returncode == 0, scored.stderr[-2000:]
+        assert f"dropped {len(rows)} features of fields model 'ctr' does not have: foo (scored as absent)" in scored.stderr

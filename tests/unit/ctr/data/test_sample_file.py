@@ -7,7 +7,7 @@ import pytest
 
 from ctr.data.fields import FieldIndex
 from ctr.data.formats import make_parser
-from ctr.data.sample_file import SHOWN, check_bad, figure, parse_file
+from ctr.data.sample_file import SHOWN, check_bad, check_fields, figure, parse_file
 from ctr.data.schema import FeatureSchema
 
 PARSE = make_parser(FeatureSchema(format="libsvm"), FieldIndex(), "")
@@ -29,3 +29,18 @@ def test_bad_lines_are_counted_the_first_named_and_a_file_mostly_bad_is_refused(
 
 def test_figures_not_defined_read_n_a():
     assert figure(float("nan")) == "n/a" and figure(float("inf"), 3) == "n/a" and figure(0.5, 3) == "0.500"
+
+
+def test_features_of_fields_the_model_lacks_are_said_and_a_file_of_none_of_its_fields_refused():
+    header = "click,site,app,foo"
+    fields = FieldIndex(["site", "app"], frozen=True)
+    parse = make_parser(FeatureSchema(format="csv", label="click"), fields, header)
+    parsed = parse_file(["1,s1,a1,z", "0,s2,a2,z"], parse, "f.csv", 2)
+    assert check_fields(parsed.samples, fields, "f.csv", "ctr") == (
+        "f.csv: dropped 2 features of fields model 'ctr' does not have: foo (scored as absent)"
+    )
+    alien = FieldIndex(["site", "app"], frozen=True)
+    parse_other = make_parser(FeatureSchema(format="csv", label="click"), alien, "click,foo,bar")
+    other = parse_file(["1,x,y", "0,x,z"], parse_other, "g.csv", 2)
+    with pytest.raises(ValueError, match=r"g.csv: none of its features is of a field model 'ctr' has \(the file's: bar, foo"):
+        check_fields(other.samples, alien, "g.csv", "ctr")
