@@ -329,8 +329,9 @@ class Repository:
 
     def gc(self, keep_full: int, dry_run: bool = False) -> list[int]:
         """Retention: keeps the newest `keep_full` full versions with their delta chains, the
-        newest version, and whatever the policy's version and serving's target need; removes
-        the rest (their folders) and returns them."""
+        newest version, and whatever the policy's version, serving's target and every
+        label's version (a canary, a shadow) need; removes the rest (their folders) and
+        returns them."""
         versions = self.versions()
         if not versions or keep_full < 1:
             return []
@@ -344,7 +345,8 @@ class Repository:
         bases = set(fulls[-keep_full:])
         keep = {v for v, m in ok.items() if (m.version if m.kind == "full" else m.base_version) in bases}
         keep.add(versions[-1])
-        for needed in (self.policy().version, self.target()):
+        labelled = [entry.version for entry in self.routing().values()]  # what serving scores canaries and shadows with
+        for needed in (self.policy().version, self.target(), *labelled):
             if needed is not None and needed in ok:
                 keep |= {needed, ok[needed].base_version, *ok[needed].delta_chain}
         oldest_kept = min(keep)

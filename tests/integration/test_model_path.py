@@ -561,6 +561,24 @@ def test_retention_cut_short_never_leaves_a_version_that_looks_servable(pristine
     assert repo.versions() == [3, 4] and not (repo.dir / "00000001").exists() and not (repo.dir / "00000002").exists()
 
 
+def test_retention_keeps_the_versions_labels_name(pristine, tmp_path):
+    """A canary or a shadow on an older version: the manager's retention removed it (and the
+    full version under it) once newer full versions came, and left the label naming a
+    version that no longer exists."""
+    exports, repo = Exports(tmp_path / "exports"), Repository(tmp_path / "repo", "ctr")
+    lenient = QualityGate(max_auc_drop=1.0, rollback_auc_drop=1.0)
+    publisher = Publisher(repo, exports.root, lenient, compact_after=0, keep_full=0)
+    full = exports.add(pristine[0])
+    exports.add(pristine[1], previous=full)
+    full2 = exports.add(pristine[0])
+    exports.add(pristine[1], previous=full2)
+    assert publisher.poll() == [1, 2, 3, 4]
+    repo.set_label("canary", 2, share=0.1)  # a delta: its full version 1 must stay too
+    assert repo.gc(keep_full=1) == [] and repo.versions() == [1, 2, 3, 4]
+    repo.remove_label("canary")
+    assert repo.gc(keep_full=1) == [1, 2] and repo.versions() == [3, 4]
+
+
 def test_one_manager_writes_a_model_and_a_second_is_refused_naming_it(pristine, tmp_path):
     """Two managers on one model removed each other's staged versions: one published every
     export and the other recorded each as rejected (internal: FileNotFoundError), false
