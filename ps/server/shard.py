@@ -223,12 +223,17 @@ class Shard:
             if replace:
                 self._drop_other(model)
             self._claim(model)
-            for spec in specs:
+            stored_specs = {spec.name: self.store.table_spec(spec.name) if self.store is not None else None for spec in specs}
+            for spec in specs:  # every layout first: a refusal changes nothing
                 have = self.sparse.get(spec.name) or self.dense.get(spec.name)
-                stored = self.store.table_spec(spec.name) if self.store is not None else None
-                held = have.spec if have is not None else stored
+                held = have.spec if have is not None else stored_specs[spec.name]
                 if held is not None:
                     self._same_layout(held, spec)
+            for spec in specs:
+                have = self.sparse.get(spec.name) or self.dense.get(spec.name)
+                stored = stored_specs[spec.name]
+                held = have.spec if have is not None else stored
+                if held is not None:
                     change = settings_change(held, spec)
                     if change:
                         retuned.append(change)
