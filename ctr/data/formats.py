@@ -316,6 +316,22 @@ def _feature_value(raw: str, where: str) -> float:
     return v
 
 
+def svmlight_features(tokens: list[str]) -> list[str]:
+    """The feature tokens of a libsvm line after its label. SVMlight's own parts are not
+    features: a token that starts with '#' begins the line's comment (to its end), and a
+    first token qid:N names the sample's query group. Read as features, the comment was a
+    bad line and qid took field 0, moving every feature after it one field on."""
+    for i, tok in enumerate(tokens):
+        if tok.startswith("#"):
+            tokens = tokens[:i]
+            break
+    if tokens and tokens[0].startswith("qid:"):
+        if not (tokens[0][4:].isascii() and tokens[0][4:].isdigit()):
+            raise ParseError(f"{tokens[0]!r}: a qid is a whole number (SVMlight's query id)")
+        tokens = tokens[1:]
+    return tokens
+
+
 def _libsvm(schema: FeatureSchema, index: FieldIndex) -> LineParser:
     single = schema.libsvm_fields == "single"
 
@@ -324,7 +340,8 @@ def _libsvm(schema: FeatureSchema, index: FieldIndex) -> LineParser:
         if not tokens:
             raise ParseError("empty line")
         s = ParsedSample(parse_label(tokens[0]), [], [], [])
-        for pos, tok in enumerate(tokens[1:]):
+        features = svmlight_features(tokens[1:])
+        for pos, tok in enumerate(features):
             idx, sep, raw = tok.partition(":")
             if not sep or not idx:
                 raise ParseError(f"feature {pos + 1}: {tok!r} is not index:value")

@@ -67,6 +67,12 @@ def _is_space(c: int) -> bool:
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
+def _is_qid(buf: npt.NDArray[np.uint8], ts: int, te: int) -> bool:
+    """Whether buf[ts:te] starts with 'qid:' (SVMlight's query id, not a feature)."""
+    return te - ts >= 4 and buf[ts] == 113 and buf[ts + 1] == 105 and buf[ts + 2] == 100 and buf[ts + 3] == 58
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
 def _is_digit(c: int) -> bool:
     return 48 <= c <= 57
 
@@ -446,6 +452,7 @@ def parse_block(
         elif ok and mode in (MODE_LIBSVM, MODE_LIBFFM):
             i = ls
             tok = 0
+            qid = 0  # 1 once a libsvm line's first feature token was SVMlight's qid:N
             while ok:
                 while i < le and _is_space(buf[i]):
                     i += 1
@@ -461,7 +468,18 @@ def parse_block(
                     label = 1.0 if v > 0 else 0.0
                     tok += 1
                     continue
-                fpos = tok - 1
+                if mode == MODE_LIBSVM and buf[ts] == 35:  # '#': SVMlight's comment, to the line's end
+                    break
+                if mode == MODE_LIBSVM and tok == 1 and _is_qid(buf, ts, te):
+                    if te == ts + 4:
+                        ok = False  # qid: without a number
+                    for j in range(ts + 4, te):
+                        if not _is_digit(buf[j]):
+                            ok = False
+                    qid = 1
+                    tok += 1
+                    continue
+                fpos = tok - 1 - qid
                 tok += 1
                 c1 = ts
                 while c1 < te and buf[c1] != 58:

@@ -3,8 +3,8 @@ import logging
 import pytest
 
 from ctr.data.fields import FieldIndex
-from ctr.data.formats import ParseError, make_parser
-from ctr.data.schema import DELIMITED, PRESETS, detect_schema
+from ctr.data.formats import ParseError, make_parser, resolve_fields
+from ctr.data.schema import DELIMITED, PRESETS, FeatureSchema, detect_schema
 
 FILES = [
     ("criteo_10k/train_rows1-10000.tsv", "criteo", 10000),
@@ -200,3 +200,19 @@ def test_the_transform_digest_changes_with_what_changes_a_features_encoding_only
         transform_digest(("a", "b", "n"), replace(base, label="y")),
     ):
         assert other != digest and other != 0
+
+
+def test_svmlight_comments_and_query_ids_are_not_features():
+    """SVMlight's '# info' to the line's end and its qid:N before the features: the comment
+    was a bad line, and qid took field 0, moving every feature after it one field on."""
+    schema = FeatureSchema(format="libsvm")
+    parse = make_parser(schema, resolve_fields(schema, [], freeze=False), None)
+    plain = parse("1 1:0.5 2:1")
+    for line in ("1 qid:7 1:0.5 2:1 # doc 42", "1 1:0.5 2:1 #doc42", "1 qid:7 1:0.5 2:1"):
+        got = parse(line)
+        assert (got.fields, got.tokens, got.values) == (plain.fields, plain.tokens, plain.values), line
+    assert parse("0 qid:3 # nothing else").fields == []
+    for bad, why in (("1 qid:x 1:1", "a qid is a whole number"), ("1 qid: 1:1", "a qid is a whole number")):
+        with pytest.raises(ParseError, match=why):
+            parse(bad)
+    assert detect_schema("1 qid:7 1:0.5 2:1 # doc").format == "libsvm"

@@ -176,9 +176,11 @@ def _line(draw, fmt: str) -> bytes:
         width = draw(st.sampled_from([4, 4, 4, 3, 5]))
         cols = [label, draw(TEXT), draw(TEXT), draw(NUMBERS)][:width] + ["x"] * (width - 4)
         text = ",".join(_csv_field(draw, c) for c in cols)
-    elif fmt == "libsvm":
+    elif fmt == "libsvm":  # with SVMlight's qid:N first and # comments, now and then
         toks = [f"{draw(TEXT)}:{draw(NUMBERS)}" if draw(st.booleans()) else draw(TEXT) for _ in range(n)]
-        text = " ".join([label, *toks])
+        qid = draw(st.sampled_from(["", "", "", "qid:3", "qid:", "qid:x", "qid:12 qid:4", "#c"]))
+        comment = draw(st.sampled_from(["", "", "", "# doc 7", "#x:1", " #", "#"]))
+        text = " ".join([label, *([qid] if qid else []), *toks]) + comment
     elif fmt == "libffm":
         toks = [f"{draw(NAMES)}:{draw(TEXT)}:{draw(NUMBERS)}" if draw(st.integers(0, 4)) else draw(TEXT) for _ in range(n)]
         text = draw(st.sampled_from([" ", "  ", "\t"])).join([label, *toks])
