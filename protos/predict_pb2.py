@@ -24,13 +24,15 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\rpredict.proto\x12\x11\x62oundless.predict\"\xbd\x02\n\x0ePredictRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x12\n\nitem_count\x18\x02 \x01(\r\x12\x12\n\ndictionary\x18\x03 \x01(\x0c\x12\x0e\n\x06values\x18\x04 \x01(\x0c\x12\x0f\n\x07\x63ontext\x18\x05 \x01(\x0c\x12\r\n\x05items\x18\x06 \x01(\x0c\x12\x0e\n\x06\x66ields\x18\x07 \x01(\x0c\x12\x0e\n\x06tokens\x18\x08 \x01(\x0c\x12\x13\n\x0b\x63ompression\x18\t \x01(\r\x12\x18\n\x10unknown_features\x18\n \x01(\r\x12\x16\n\x0eunknown_fields\x18\x0b \x03(\t\x12\x0e\n\x06strict\x18\x0c \x01(\x08\x12\x13\n\x0brouting_key\x18\r \x01(\t\x12\r\n\x05label\x18\x0e \x01(\t\x12\x0f\n\x07version\x18\x0f \x01(\x04\x12\x18\n\x10transform_digest\x18\x10 \x01(\x06\"j\n\x0fPredictResponse\x12\x0e\n\x06scores\x18\x01 \x03(\x02\x12\r\n\x05model\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\x04\x12\x18\n\x10unknown_features\x18\x04 \x01(\r\x12\r\n\x05label\x18\x05 \x01(\t\"#\n\x12ModelStatusRequest\x12\r\n\x05model\x18\x01 \x01(\t\"\xe4\x02\n\x13ModelStatusResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x04\x12\x14\n\x0c\x62\x61se_version\x18\x03 \x01(\x04\x12\x0e\n\x06policy\x18\x04 \x01(\t\x12\x0c\n\x04keys\x18\x05 \x01(\x04\x12\x11\n\tloaded_at\x18\x06 \x01(\x01\x12\x12\n\nmodel_type\x18\x07 \x01(\t\x12\x0e\n\x06\x66ields\x18\x08 \x03(\t\x12\x36\n\ttransform\x18\t \x01(\x0b\x32#.boundless.predict.FeatureTransform\x12\x12\n\nload_error\x18\n \x01(\t\x12\x0e\n\x06served\x18\x0b \x03(\t\x12\x32\n\x07shadows\x18\x0c \x03(\x0b\x32!.boundless.predict.ShadowEvidence\x12\x32\n\x06labels\x18\r \x03(\x0b\x32\".boundless.predict.LabelledVersion\"P\n\x0fLabelledVersion\x12\r\n\x05label\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x04\x12\r\n\x05share\x18\x03 \x01(\x01\x12\x0e\n\x06shadow\x18\x04 \x01(\x01\"\xa1\x01\n\x0eShadowEvidence\x12\r\n\x05label\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x04\x12\x0e\n\x06scored\x18\x03 \x01(\x04\x12\x0f\n\x07\x64ropped\x18\x04 \x01(\x04\x12\x0e\n\x06\x66\x61iled\x18\x05 \x01(\x04\x12\x15\n\rmean_abs_diff\x18\x06 \x01(\x01\x12\x11\n\tmean_diff\x18\x07 \x01(\x01\x12\x14\n\x0cmean_seconds\x18\x08 \x01(\x01\"\xc7\x01\n\x10\x46\x65\x61tureTransform\x12\x0e\n\x06\x66ormat\x18\x01 \x01(\t\x12\r\n\x05label\x18\x02 \x01(\t\x12\x0f\n\x07numeric\x18\x03 \x03(\t\x12\x0c\n\x04skip\x18\x04 \x03(\t\x12,\n\x05\x63ross\x18\x05 \x03(\x0b\x32\x1d.boundless.predict.FieldCross\x12\x34\n\x0cmulti_valued\x18\x06 \x03(\x0b\x32\x1e.boundless.predict.MultiValued\x12\x11\n\tdelimiter\x18\x07 \x01(\t\"\"\n\nFieldCross\x12\t\n\x01\x61\x18\x01 \x01(\t\x12\t\n\x01\x62\x18\x02 \x01(\t\"/\n\x0bMultiValued\x12\r\n\x05\x66ield\x18\x01 \x01(\t\x12\x11\n\tseparator\x18\x02 \x01(\t\"\x1f\n\x0eRefreshRequest\x12\r\n\x05model\x18\x01 \x01(\t\"\"\n\x0fRefreshResponse\x12\x0f\n\x07version\x18\x01 \x01(\x04\",\n\rLookupRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0c\n\x04keys\x18\x02 \x01(\x0c\">\n\x0eLookupResponse\x12\x0c\n\x04rows\x18\x01 \x01(\x0c\x12\r\n\x05width\x18\x02 \x01(\r\x12\x0f\n\x07version\x18\x03 \x01(\x04\"\x84\x01\n\x0ePartialRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x12\n\nitem_count\x18\x02 \x01(\r\x12\x0c\n\x04keys\x18\x03 \x01(\x0c\x12\x0e\n\x06values\x18\x04 \x01(\x0c\x12\x0f\n\x07\x63ontext\x18\x05 \x01(\x0c\x12\x0f\n\x07offsets\x18\x06 \x01(\x0c\x12\x0f\n\x07indices\x18\x07 \x01(\x0c\"?\n\x0fPartialResponse\x12\x0c\n\x04sums\x18\x01 \x01(\x0c\x12\r\n\x05width\x18\x02 \x01(\r\x12\x0f\n\x07version\x18\x03 \x01(\x04\x32\x8d\x02\n\tPredictor\x12P\n\x07Predict\x12!.boundless.predict.PredictRequest\x1a\".boundless.predict.PredictResponse\x12\\\n\x0bModelStatus\x12%.boundless.predict.ModelStatusRequest\x1a&.boundless.predict.ModelStatusResponse\x12P\n\x07Refresh\x12!.boundless.predict.RefreshRequest\x1a\".boundless.predict.RefreshResponse2\xae\x01\n\x0bShardScorer\x12M\n\x06Lookup\x12 .boundless.predict.LookupRequest\x1a!.boundless.predict.LookupResponse\x12P\n\x07Partial\x12!.boundless.predict.PartialRequest\x1a\".boundless.predict.PartialResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\rpredict.proto\x12\x11\x62oundless.predict\"\xbd\x02\n\x0ePredictRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x12\n\nitem_count\x18\x02 \x01(\r\x12\x12\n\ndictionary\x18\x03 \x01(\x0c\x12\x0e\n\x06values\x18\x04 \x01(\x0c\x12\x0f\n\x07\x63ontext\x18\x05 \x01(\x0c\x12\r\n\x05items\x18\x06 \x01(\x0c\x12\x0e\n\x06\x66ields\x18\x07 \x01(\x0c\x12\x0e\n\x06tokens\x18\x08 \x01(\x0c\x12\x13\n\x0b\x63ompression\x18\t \x01(\r\x12\x18\n\x10unknown_features\x18\n \x01(\r\x12\x16\n\x0eunknown_fields\x18\x0b \x03(\t\x12\x0e\n\x06strict\x18\x0c \x01(\x08\x12\x13\n\x0brouting_key\x18\r \x01(\t\x12\r\n\x05label\x18\x0e \x01(\t\x12\x0f\n\x07version\x18\x0f \x01(\x04\x12\x18\n\x10transform_digest\x18\x10 \x01(\x06\"j\n\x0fPredictResponse\x12\x0e\n\x06scores\x18\x01 \x03(\x02\x12\r\n\x05model\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\x04\x12\x18\n\x10unknown_features\x18\x04 \x01(\r\x12\r\n\x05label\x18\x05 \x01(\t\"#\n\x12ModelStatusRequest\x12\r\n\x05model\x18\x01 \x01(\t\"\xe4\x02\n\x13ModelStatusResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x04\x12\x14\n\x0c\x62\x61se_version\x18\x03 \x01(\x04\x12\x0e\n\x06policy\x18\x04 \x01(\t\x12\x0c\n\x04keys\x18\x05 \x01(\x04\x12\x11\n\tloaded_at\x18\x06 \x01(\x01\x12\x12\n\nmodel_type\x18\x07 \x01(\t\x12\x0e\n\x06\x66ields\x18\x08 \x03(\t\x12\x36\n\ttransform\x18\t \x01(\x0b\x32#.boundless.predict.FeatureTransform\x12\x12\n\nload_error\x18\n \x01(\t\x12\x0e\n\x06served\x18\x0b \x03(\t\x12\x32\n\x07shadows\x18\x0c \x03(\x0b\x32!.boundless.predict.ShadowEvidence\x12\x32\n\x06labels\x18\r \x03(\x0b\x32\".boundless.predict.LabelledVersion\"P\n\x0fLabelledVersion\x12\r\n\x05label\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x04\x12\r\n\x05share\x18\x03 \x01(\x01\x12\x0e\n\x06shadow\x18\x04 \x01(\x01\"\xa1\x01\n\x0eShadowEvidence\x12\r\n\x05label\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x04\x12\x0e\n\x06scored\x18\x03 \x01(\x04\x12\x0f\n\x07\x64ropped\x18\x04 \x01(\x04\x12\x0e\n\x06\x66\x61iled\x18\x05 \x01(\x04\x12\x15\n\rmean_abs_diff\x18\x06 \x01(\x01\x12\x11\n\tmean_diff\x18\x07 \x01(\x01\x12\x14\n\x0cmean_seconds\x18\x08 \x01(\x01\"\xc4\x02\n\x10\x46\x65\x61tureTransform\x12\x0e\n\x06\x66ormat\x18\x01 \x01(\t\x12\r\n\x05label\x18\x02 \x01(\t\x12\x0f\n\x07numeric\x18\x03 \x03(\t\x12\x0c\n\x04skip\x18\x04 \x03(\t\x12,\n\x05\x63ross\x18\x05 \x03(\x0b\x32\x1d.boundless.predict.FieldCross\x12\x34\n\x0cmulti_valued\x18\x06 \x03(\x0b\x32\x1e.boundless.predict.MultiValued\x12\x11\n\tdelimiter\x18\x07 \x01(\t\x12H\n\x0bnumber_text\x18\x08 \x03(\x0b\x32\x33.boundless.predict.FeatureTransform.NumberTextEntry\x1a\x31\n\x0fNumberTextEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\"\n\nFieldCross\x12\t\n\x01\x61\x18\x01 \x01(\t\x12\t\n\x01\x62\x18\x02 \x01(\t\"/\n\x0bMultiValued\x12\r\n\x05\x66ield\x18\x01 \x01(\t\x12\x11\n\tseparator\x18\x02 \x01(\t\"\x1f\n\x0eRefreshRequest\x12\r\n\x05model\x18\x01 \x01(\t\"\"\n\x0fRefreshResponse\x12\x0f\n\x07version\x18\x01 \x01(\x04\",\n\rLookupRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0c\n\x04keys\x18\x02 \x01(\x0c\">\n\x0eLookupResponse\x12\x0c\n\x04rows\x18\x01 \x01(\x0c\x12\r\n\x05width\x18\x02 \x01(\r\x12\x0f\n\x07version\x18\x03 \x01(\x04\"\x84\x01\n\x0ePartialRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x12\n\nitem_count\x18\x02 \x01(\r\x12\x0c\n\x04keys\x18\x03 \x01(\x0c\x12\x0e\n\x06values\x18\x04 \x01(\x0c\x12\x0f\n\x07\x63ontext\x18\x05 \x01(\x0c\x12\x0f\n\x07offsets\x18\x06 \x01(\x0c\x12\x0f\n\x07indices\x18\x07 \x01(\x0c\"?\n\x0fPartialResponse\x12\x0c\n\x04sums\x18\x01 \x01(\x0c\x12\r\n\x05width\x18\x02 \x01(\r\x12\x0f\n\x07version\x18\x03 \x01(\x04\x32\x8d\x02\n\tPredictor\x12P\n\x07Predict\x12!.boundless.predict.PredictRequest\x1a\".boundless.predict.PredictResponse\x12\\\n\x0bModelStatus\x12%.boundless.predict.ModelStatusRequest\x1a&.boundless.predict.ModelStatusResponse\x12P\n\x07Refresh\x12!.boundless.predict.RefreshRequest\x1a\".boundless.predict.RefreshResponse2\xae\x01\n\x0bShardScorer\x12M\n\x06Lookup\x12 .boundless.predict.LookupRequest\x1a!.boundless.predict.LookupResponse\x12P\n\x07Partial\x12!.boundless.predict.PartialRequest\x1a\".boundless.predict.PartialResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'predict_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
+  _globals['_FEATURETRANSFORM_NUMBERTEXTENTRY']._loaded_options = None
+  _globals['_FEATURETRANSFORM_NUMBERTEXTENTRY']._serialized_options = b'8\001'
   _globals['_PREDICTREQUEST']._serialized_start=37
   _globals['_PREDICTREQUEST']._serialized_end=354
   _globals['_PREDICTRESPONSE']._serialized_start=356
@@ -44,25 +46,27 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SHADOWEVIDENCE']._serialized_start=943
   _globals['_SHADOWEVIDENCE']._serialized_end=1104
   _globals['_FEATURETRANSFORM']._serialized_start=1107
-  _globals['_FEATURETRANSFORM']._serialized_end=1306
-  _globals['_FIELDCROSS']._serialized_start=1308
-  _globals['_FIELDCROSS']._serialized_end=1342
-  _globals['_MULTIVALUED']._serialized_start=1344
-  _globals['_MULTIVALUED']._serialized_end=1391
-  _globals['_REFRESHREQUEST']._serialized_start=1393
-  _globals['_REFRESHREQUEST']._serialized_end=1424
-  _globals['_REFRESHRESPONSE']._serialized_start=1426
-  _globals['_REFRESHRESPONSE']._serialized_end=1460
-  _globals['_LOOKUPREQUEST']._serialized_start=1462
-  _globals['_LOOKUPREQUEST']._serialized_end=1506
-  _globals['_LOOKUPRESPONSE']._serialized_start=1508
-  _globals['_LOOKUPRESPONSE']._serialized_end=1570
-  _globals['_PARTIALREQUEST']._serialized_start=1573
-  _globals['_PARTIALREQUEST']._serialized_end=1705
-  _globals['_PARTIALRESPONSE']._serialized_start=1707
-  _globals['_PARTIALRESPONSE']._serialized_end=1770
-  _globals['_PREDICTOR']._serialized_start=1773
-  _globals['_PREDICTOR']._serialized_end=2042
-  _globals['_SHARDSCORER']._serialized_start=2045
-  _globals['_SHARDSCORER']._serialized_end=2219
+  _globals['_FEATURETRANSFORM']._serialized_end=1431
+  _globals['_FEATURETRANSFORM_NUMBERTEXTENTRY']._serialized_start=1382
+  _globals['_FEATURETRANSFORM_NUMBERTEXTENTRY']._serialized_end=1431
+  _globals['_FIELDCROSS']._serialized_start=1433
+  _globals['_FIELDCROSS']._serialized_end=1467
+  _globals['_MULTIVALUED']._serialized_start=1469
+  _globals['_MULTIVALUED']._serialized_end=1516
+  _globals['_REFRESHREQUEST']._serialized_start=1518
+  _globals['_REFRESHREQUEST']._serialized_end=1549
+  _globals['_REFRESHRESPONSE']._serialized_start=1551
+  _globals['_REFRESHRESPONSE']._serialized_end=1585
+  _globals['_LOOKUPREQUEST']._serialized_start=1587
+  _globals['_LOOKUPREQUEST']._serialized_end=1631
+  _globals['_LOOKUPRESPONSE']._serialized_start=1633
+  _globals['_LOOKUPRESPONSE']._serialized_end=1695
+  _globals['_PARTIALREQUEST']._serialized_start=1698
+  _globals['_PARTIALREQUEST']._serialized_end=1830
+  _globals['_PARTIALRESPONSE']._serialized_start=1832
+  _globals['_PARTIALRESPONSE']._serialized_end=1895
+  _globals['_PREDICTOR']._serialized_start=1898
+  _globals['_PREDICTOR']._serialized_end=2167
+  _globals['_SHARDSCORER']._serialized_start=2170
+  _globals['_SHARDSCORER']._serialized_end=2344
 # @@protoc_insertion_point(module_scope)

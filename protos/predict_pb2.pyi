@@ -333,6 +333,26 @@ class FeatureTransform(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class NumberTextEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     FORMAT_FIELD_NUMBER: _builtins.int
     LABEL_FIELD_NUMBER: _builtins.int
     NUMERIC_FIELD_NUMBER: _builtins.int
@@ -340,6 +360,7 @@ class FeatureTransform(_message.Message):
     CROSS_FIELD_NUMBER: _builtins.int
     MULTI_VALUED_FIELD_NUMBER: _builtins.int
     DELIMITER_FIELD_NUMBER: _builtins.int
+    NUMBER_TEXT_FIELD_NUMBER: _builtins.int
     format: _builtins.str
     """the training input: criteo, csv, libsvm, libffm or kv"""
     label: _builtins.str
@@ -360,6 +381,10 @@ class FeatureTransform(_message.Message):
     def multi_valued(self) -> _containers.RepeatedCompositeFieldContainer[Global___MultiValued]:
         """fields of several values in one string, split at a separator"""
 
+    @_builtins.property
+    def number_text(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """field: "int" or "decimal", how its numbers were written (ctr/data/number_text.py)"""
+
     def __init__(
         self,
         *,
@@ -370,10 +395,11 @@ class FeatureTransform(_message.Message):
         cross: _abc.Iterable[Global___FieldCross] | None = ...,
         multi_valued: _abc.Iterable[Global___MultiValued] | None = ...,
         delimiter: _builtins.str = ...,
+        number_text: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cross", b"cross", "delimiter", b"delimiter", "format", b"format", "label", b"label", "multi_valued", b"multi_valued", "numeric", b"numeric", "skip", b"skip"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cross", b"cross", "delimiter", b"delimiter", "format", b"format", "label", b"label", "multi_valued", b"multi_valued", "number_text", b"number_text", "numeric", b"numeric", "skip", b"skip"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -193,6 +193,7 @@ def transform_of(schema: FeatureSchema) -> predict_pb2.FeatureTransform:
         cross=[predict_pb2.FieldCross(a=a, b=b) for a, b in schema.cross],
         multi_valued=[predict_pb2.MultiValued(field=f, separator=sep) for f, sep in schema.multi_valued],
         delimiter=schema.delimiter,
+        number_text=dict(schema.number_text),
     )
 
 

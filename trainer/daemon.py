@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from ctr.data.csv_line import CsvQuoteError, header_names, split_header
-from ctr.data.fields import FieldIndex
-from ctr.data.formats import resolve_fields
+from ctr.data.fields import FieldIndex, cross_name
+from ctr.data.formats import ParseError, make_parser, resolve_fields
+from ctr.data.number_text import detect as detect_number_text
 from ctr.data.schema import DELIMITED, PRESETS, FeatureSchema, detect_schema
 from ctr.model.optim import FP32_MANTISSA
 from ctr.model.registry import family
@@ -320,7 +321,23 @@ def resolve(conf: TrainerConfig, schema: FeatureSchema | None, source: Source) -
             f"--model {conf.learner.model}: needs the field list; give schema fields, or data within --peek-timeout-s"
             f" ({conf.input.source})"
         )
+    if lines and not schema.number_text:  # how the stream writes its numbers, for clients (ctr.data.number_text)
+        schema = replace(schema, number_text=number_text_of(schema, index, lines))
     return schema, index
+
+
+def number_text_of(schema: FeatureSchema, index: FieldIndex, lines: list[str]) -> tuple[tuple[str, str], ...]:
+    """How the peeked lines write each field's numbers, parsed on a copy of the field index
+    (the stream's own is not grown by it)."""
+    probe = FieldIndex(tuple(index.names), cap=index.cap, frozen=index.frozen)
+    header = lines[0] if schema.format == "csv" and not schema.header else (schema.header or None)
+    body = lines[1:] if schema.format == "csv" and not schema.header else lines
+    try:
+        parse = make_parser(schema, probe, header)
+    except (ParseError, ValueError):
+        return ()
+    crosses = [cross_name(a, b) for a, b in schema.cross]
+    return detect_number_text(body[:2000], parse, probe, (*schema.numeric, *crosses))
 
 
 def batch_size(conf: TrainerConfig, spec: ModelSpec) -> int:

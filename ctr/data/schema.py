@@ -37,6 +37,9 @@ class FeatureSchema:
         joined by the separator (MovieLens' `Action|Comedy`), each a feature of the field,
         as kv's repeated `tags=x<TAB>tags=y` are. YAML: `multi_valued: [genres]` (with
         `separator`, default "|") or `multi_valued: {genres: "|", tags: ";"}`.
+    number_text: (field, "int" | "decimal") pairs: how a field's number-like tokens are
+        written in the training data (ctr.data.number_text), so that a client's 1005.0 is
+        sent as the 1005 the model learned. Found by the trainer; YAML: `{hour: int}`.
     """
 
     format: Format = "kv"
@@ -50,8 +53,12 @@ class FeatureSchema:
     cross: tuple[tuple[str, str], ...] = ()
     header: str = ""
     multi_valued: tuple[tuple[str, str], ...] = ()
+    number_text: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
+        for name, style in self.number_text:
+            if style not in ("int", "decimal"):
+                raise ValueError(f"schema.number_text: {name!r}: {style!r} is not 'int' or 'decimal'")
         if self.max_fields < 1:
             raise ValueError(f"schema.max_fields: must be >= 1, got {self.max_fields}")
         if self.fields and len(set(self.fields)) != len(self.fields):
@@ -110,6 +117,7 @@ class FeatureSchema:
             "cross": [list(c) for c in self.cross],
             **({"header": self.header} if self.header else {}),
             **({"multi_valued": dict(self.multi_valued)} if self.multi_valued else {}),
+            **({"number_text": dict(self.number_text)} if self.number_text else {}),
         }
 
     @classmethod
@@ -123,7 +131,7 @@ class FeatureSchema:
         if lf not in ("single", "position"):
             raise ValueError(f"schema.libsvm_fields: {lf!r} is not 'single' or 'position'")
         known = {"format", "label", "numeric", "skip", "delimiter", "libsvm_fields", "fields", "max_fields", "cross", "header"}
-        known |= {"multi_valued", "separator"}
+        known |= {"multi_valued", "separator", "number_text"}
         unknown = set(d) - known
         if unknown:
             raise ValueError(f"schema: unknown settings {sorted(unknown)}; known: {sorted(known)}")
@@ -142,6 +150,7 @@ class FeatureSchema:
             header=str(d.get("header", "") or ""),
             cross=tuple((str(c[0]), str(c[1])) if len(c) == 2 else tuple(map(str, c)) for c in cross),  # type: ignore[misc]
             multi_valued=_multi_valued(d.get("multi_valued"), d.get("separator", DEFAULT_SEPARATOR)),
+            number_text=_number_text(d.get("number_text")),
         )
 
     def base_fields(self, header: str | None = None) -> tuple[str, ...]:
@@ -182,6 +191,14 @@ DEFAULT_SEPARATOR = "|"
 # between the values of a Parquet list column in its rendered text (ctr.data.parquet_text):
 # ASCII's unit separator, which no value holds in practice, so no value needs rewriting
 LIST_SEPARATOR = "\x1f"
+
+
+def _number_text(raw: object) -> tuple[tuple[str, str], ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, dict):
+        raise ValueError(f"schema.number_text: expected a mapping of field to 'int' or 'decimal', got {raw!r}")
+    return tuple((str(k), str(v)) for k, v in raw.items())
 
 
 def _multi_valued(raw: object, separator: object) -> tuple[tuple[str, str], ...]:

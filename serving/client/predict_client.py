@@ -28,6 +28,7 @@ from ctr.data.batch import SampleBatch
 from ctr.data.fields import FieldIndex, cross_name
 from ctr.data.formats import FieldEncoder, ParsedSample, ParseError
 from ctr.data.hashing import hash_tokens, pack_tokens
+from ctr.data.number_text import render, render_column
 from ctr.data.schema import FORMATS, FeatureSchema, transform_digest
 from ctr.runtime.security import Identity, open_channel
 from protos import predict_pb2, predict_pb2_grpc
@@ -62,6 +63,7 @@ def schema_of(transform: predict_pb2.FeatureTransform) -> FeatureSchema:
         cross=tuple((c.a, c.b) for c in transform.cross),
         multi_valued=tuple((m.field, m.separator) for m in transform.multi_valued),
         delimiter=transform.delimiter or ",",
+        number_text=tuple(sorted(transform.number_text.items())),
     )
 
 
@@ -81,6 +83,7 @@ class RequestEncoder:
         self.ignored = frozenset(self.schema.skip) | {self.schema.label}
         self.crosses = [(a, b, cross_name(a, b)) for a, b in self.schema.cross]
         self.separators = dict(self.schema.multi_valued)  # a multi-valued field's joined text is split, as trained
+        self.number_text = dict(self.schema.number_text)  # numbers written as the training data wrote them
 
     def _is_unknown(self, name: str) -> bool:
         return self.index.frozen and self.index.get(name) < 0 and name not in self.ignored
@@ -97,6 +100,7 @@ class RequestEncoder:
                 unknown[name] = unknown.get(name, 0) + 1
                 continue
             before = len(acc.tokens)
+            style = self.number_text.get(name)
             if isinstance(raw, tuple):
                 f = self.index.add(name)
                 if f >= 0:
@@ -106,12 +110,12 @@ class RequestEncoder:
             elif isinstance(raw, list):  # a multi-valued feature (kv's `tags=x<TAB>tags=y`): a value each
                 for value in raw:
                     if not (value is None or (isinstance(value, float) and math.isnan(value))):
-                        self.fields.add(acc, name, _text(name, value))
+                        self.fields.add(acc, name, _text(name, render(value, style)))
             elif name in self.separators:  # the joined text of a multi-valued field: a value each piece
                 for piece in _text(name, raw).split(self.separators[name]):
                     self.fields.add(acc, name, piece)
             else:
-                self.fields.add(acc, name, _text(name, raw))
+                self.fields.add(acc, name, _text(name, render(raw, style)))
             if len(acc.tokens) > before:
                 first.setdefault(name, acc.tokens[before])
             owner += [who] * (len(acc.tokens) - before)
@@ -172,6 +176,9 @@ class RequestEncoder:
         bytes (serving.request.encoding.MIN_ZSTD_SAVING); without it, as hashed keys."""
         n_items = len(np.asarray(next(iter(items.values())))) if items else 0
         context = context or {}
+        if self.number_text:  # numbers written as the training data wrote them (a float column of whole ids as integers)
+            items = {n: render_column(np.asarray(c), self.number_text.get(n)) for n, c in items.items()}
+            context = {n: render_column(np.asarray(c), self.number_text.get(n)) for n, c in context.items()}
         if self.separators:
             items = {n: _split_values(c, self.separators[n], n_items) if n in self.separators else c for n, c in items.items()}
             context = {n: _split_values(c, self.separators[n], None) if n in self.separators else c for n, c in context.items()}

@@ -13,8 +13,11 @@ import urllib.request
 from pathlib import Path
 
 import grpc
+import numpy as np
 import pytest
 
+from boundless.processes import start
+from ctr.data.number_text import style_of
 from ctr.data.quality import auc
 from ctr.data.schema import CRITEO_CATEGORICAL, CRITEO_NUMERIC, FeatureSchema
 from serving.client import PredictClient
@@ -129,3 +132,34 @@ def test_unknown_feature_names_are_counted_and_refused_when_strict(criteo_served
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     counted = re.search(r"^boundless_serving_unknown_features_total (\S+)", text, re.M)
     assert counted is not None and float(counted.group(1)) >= 2 * pred.unknown_features
+
+
+def test_numbers_a_client_holds_as_floats_score_as_the_integers_the_model_learned(criteo_served):
+    """A pandas column with a missing value is float64: `df.to_dict("records")` and Python's
+    JSON send 1005.0 for the 1005 the trainer read. Scored as the token "1005.0", which no
+    sample had, it skewed every such score in silence. The version's transform says how each
+    field wrote its numbers, and the client, REST included, writes them so."""
+    platform, client, _, lines = criteo_served
+    styles = dict(client.status().transform.number_text)
+    whole = sorted(n for n, s in styles.items() if s == "int")
+    assert "C1" not in CRITEO_NUMERIC and len(whole) >= 5, styles  # found by the trainer from the stream
+    _, items = _rows(lines[:200])
+    # the values a float column can hold: integers in canonical form (an id such as 08222191 stays text)
+    as_floats = [{n: float(v) if n in whole and style_of(v) == "int" else v for n, v in it.items()} for it in items]
+    assert any(isinstance(v, float) for it in as_floats for v in it.values())
+    want = client.predict(items=items).scores
+    assert np.array_equal(client.predict(items=as_floats).scores, want)
+    # by column: the int field most often present, over the items that hold it, as float64 and as text
+    name = max(whole, key=lambda n: sum(style_of(it.get(n, "")) == "int" for it in items))
+    held = [it[name] for it in items if style_of(it.get(name, "")) == "int"]
+    floats, texts = {name: np.array([float(v) for v in held])}, {name: np.array(held)}
+    assert len(held) >= 5, (name, len(held))
+    assert np.array_equal(client.predict_columns(items=floats).scores, client.predict_columns(items=texts).scores)
+    rest = start("serving-rest", ["serve", "--repo", str(platform.dir / "repo"), "--rest-port", "0"], platform.dir)
+    try:
+        port = rest.wait_ready()["rest_port"]
+        body = json.dumps({"instances": as_floats[:20]}).encode()
+        got = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models/ctr:predict", body, timeout=30).read())
+        assert np.allclose(got["predictions"], want[:20], rtol=0, atol=1e-6)
+    finally:
+        rest.stop()
