@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 
 from ctr.data.fields import FieldIndex
-from ctr.data.formats import ParsedSample, ParseError
+from ctr.data.formats import ParsedSample
 
 INT = "int"
 DECIMAL = "decimal"
@@ -57,7 +57,7 @@ def detect(
     for line in lines:
         try:
             sample = parse(line)
-        except ParseError:
+        except ValueError:  # a bad line (ParseError, malformed quoting): the stream reports it, not this
             continue
         for f, token in zip(sample.fields, sample.tokens, strict=True):
             seen.setdefault(f, set()).add(style_of(token))

@@ -58,3 +58,10 @@ def test_the_schema_carries_the_styles_and_refuses_others() -> None:
     assert "number_text" not in FeatureSchema(format="csv").to_dict()  # versions before it stay as they were
     with pytest.raises(ValueError, match="'hex' is not 'int' or 'decimal'"):
         FeatureSchema.from_dict({"format": "csv", "number_text": {"hour": "hex"}})
+
+
+def test_lines_that_do_not_parse_are_passed_over() -> None:
+    schema = FeatureSchema(format="csv", label="click")
+    lines = ["click,a,b", '1,"x,3', '0,5,"q"z', "1,7,8", "x,9,9"]
+    index = resolve_fields(schema, lines, freeze=False)
+    assert detect(lines[1:], make_parser(schema, index, lines[0]), index) == (("a", INT), ("b", INT))
