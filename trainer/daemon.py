@@ -543,7 +543,7 @@ def train_run(
     planned = planned_point(statuses, conf.ps_access.from_start)  # read only: nothing changes before the model is named
     check_ranks(planned, world)  # where the cut is known before the restore; after it, below
 
-    def reopen(position: Position | None) -> Source:
+    def reopen(position: Position | None, cut_at: float = 0.0) -> Source:
         return open_source(
             conf.input.source,
             conf.input.follows(),
@@ -553,10 +553,11 @@ def train_run(
             pattern=conf.input.source_pattern,
             ignore=conf.input.ignored_names(),
             exclude=own_outputs(conf),
+            start_at=cut_at,
         )
 
     try:
-        source = reopen(_part(planned, rank).position)
+        source = reopen(_part(planned, rank).position, _part(planned, rank).at)
     except ValueError as e:
         raise cfg.ConfigError(str(e)) from None
     if group is not None and conf.input.splits() and not conf.input.source.startswith(("kafka://", "s3://")):

@@ -129,7 +129,8 @@ def test_a_csv_arriving_after_the_peek_is_read_by_label_and_format_csv(data_dir:
 
 def test_files_removed_while_the_trainer_was_down_are_said_and_counted(data_dir: Path, tmp_path: Path) -> None:
     """A retention that ran ahead of a stopped trainer removed the file its checkpoint stands
-    in: the restart says so, counts it (summary and Prometheus), and goes on with the next file."""
+    in, and a file landed late under an earlier name: the restart says both, counts them
+    (summary and Prometheus), and goes on with the next file."""
     folder = tmp_path / "in"
     folder.mkdir()
     lines = _lines(data_dir, 4 * LINES_PER_FILE)
@@ -144,10 +145,13 @@ def test_files_removed_while_the_trainer_was_down_are_said_and_counted(data_dir:
         assert first.returncode == 0, first.stderr[-3000:]
         (folder / "f1.libsvm").unlink()  # the checkpoint stands in it, 200 lines in
         (folder / "f2.libsvm").unlink()
+        time.sleep(2.5)  # past the slack a file's time is given against the cut's
+        (folder / "f0-late.libsvm").write_text("\n".join(lines[:10]) + "\n")  # landed late, under an earlier name
         again = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         assert again.returncode == 0, again.stderr[-3000:]
     finally:
         shard.stop()
     result = json.loads((tmp_path / "m.json").read_text())
     assert "f1.libsvm, where the checkpoint stands (line 200," in again.stderr and "is gone from the folder" in again.stderr
-    assert result["source_files_lost"] == 1 and result["trained_samples"] == LINES_PER_FILE  # f3 alone
+    assert "f0-late.libsvm sorts before" in again.stderr and "changed after the cut" in again.stderr
+    assert result["source_files_lost"] == 2 and result["trained_samples"] == LINES_PER_FILE  # f3 alone

@@ -200,3 +200,14 @@ def test_objects_removed_before_they_were_read_are_said_and_counted(s3: Any, tmp
         read = [b.file for b in taken_up.blocks(1 << 16) if b is not None and b.data]
     assert read == [f"s3://{BUCKET}/gone/d.txt"] and taken_up.lost_files == 1
     assert "where the checkpoint stands (line 1, byte 6), is gone from the prefix" in caplog.text
+
+    # objects before the checkpoint's count as read: one written after the cut is said, not read
+    caplog.clear()
+    at_d = Position(f"s3://{BUCKET}/gone/d.txt", 0, 0)
+    with caplog.at_level(logging.ERROR, logger="trainer"):
+        late = S3PrefixSource(f"s3://{BUCKET}/gone/", follow=False, start=at_d, start_at=time.time() - 60)
+        assert [b.file for b in late.blocks(1 << 16) if b is not None and b.data] == [f"s3://{BUCKET}/gone/d.txt"]
+    assert late.lost_files == 1 and f"s3://{BUCKET}/gone/a.txt, sorts before" in caplog.text and "landed late" in caplog.text
+    before = S3PrefixSource(f"s3://{BUCKET}/gone/", follow=False, start=at_d, start_at=time.time() + 60)
+    assert [b.file for b in before.blocks(1 << 16) if b is not None and b.data] == [f"s3://{BUCKET}/gone/d.txt"]
+    assert before.lost_files == 0

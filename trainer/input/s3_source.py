@@ -29,9 +29,14 @@ from ctr.data.parquet_text import ParquetText, is_parquet
 from ctr.runtime.extras import require
 from trainer import metrics
 from trainer.input.file_split import share
-from trainer.input.source import BLOCK_BYTES, Block, Position, StreamSource
+from trainer.input.source import BLOCK_BYTES, LATE_SLACK_S, Block, Position, StreamSource
 
 log = logging.getLogger("trainer")
+REMOVED = (
+    "from the prefix before it was read: its samples are not trained (a lifecycle rule or a clean-up that removes"
+    " objects the trainer has not read yet)"
+)
+LATE = "was written after the cut: it is taken as read, so what it holds is not trained (an object that landed late)"
 MIN_LIST_S = 1.0  # a followed prefix is listed at most this often: a LIST is a billed request
 
 
@@ -41,6 +46,7 @@ class S3Object:
     key: str
     etag: str
     size: int
+    modified: float = 0.0  # LastModified, seconds since the epoch
 
 
 def parse_uri(uri: str) -> tuple[str, str]:
@@ -82,8 +88,10 @@ class S3PrefixSource(StreamSource):
         part: tuple[int, int] = (0, 1),
         pattern: str = "*",
         ignore: tuple[str, ...] = (),
+        start_at: float = 0.0,
     ) -> None:
         super().__init__(source, follow, poll_s, stop, start, part, pattern, ignore)
+        self.start_at = start_at  # the cut's wall time, to tell objects that changed after it
         self.bucket, self.prefix = parse_uri(source)
         self.s3 = s3_client()
         self._done: dict[str, str] = {}  # key -> ETag of the objects read to their end
@@ -115,7 +123,8 @@ class S3PrefixSource(StreamSource):
                 key = o["Key"]
                 folders = key[len(self.prefix) :].split("/")[:-1]  # under the prefix: `_temporary/0/` is skipped
                 if not key.endswith("/") and self._takes(key.rsplit("/", 1)[-1]) and not any(map(self._ignored, folders)):
-                    found.append(S3Object(f"s3://{self.bucket}/{key}", key, str(o.get("ETag", "")), int(o["Size"])))
+                    modified = o["LastModified"].timestamp() if "LastModified" in o else 0.0
+                    found.append(S3Object(f"s3://{self.bucket}/{key}", key, str(o.get("ETag", "")), int(o["Size"]), modified))
         found.sort(key=lambda o: o.key)
         self._objects = (now, found)
         return found
@@ -177,7 +186,11 @@ class S3PrefixSource(StreamSource):
         """Blocks in key order; yields None while waiting for new objects."""
         start = self.start
         if start.file and all(o.uri != start.file for o in self._mine()):
-            self._lost(start.file, f"where the checkpoint stands (line {start.line}, byte {start.offset}), is gone")
+            self._lost(start.file, f"where the checkpoint stands (line {start.line}, byte {start.offset}), is gone {REMOVED}")
+        if start.file and self.start_at > 0:  # objects before the start's count as read: one written since the cut is not
+            for o in self._mine():
+                if o.uri < start.file and o.modified > self.start_at + LATE_SLACK_S:
+                    self._lost(o.uri, f"sorts before {start.file}, where the checkpoint stands, and {LATE}")
         while not self.stop():
             pending = [o for o in self._mine() if self._done.get(o.key) != o.etag]
             if start.file:  # objects before the start's: read before the cut, on every pass
@@ -207,22 +220,17 @@ class S3PrefixSource(StreamSource):
                     break
 
     def _lost(self, uri: str, what: str) -> None:
-        """An object of the stream removed before it was read whole: said and counted."""
+        """An object of the stream whose samples are not trained (`what` says why): said and counted."""
         self.lost_files += 1
         metrics.SOURCE_FILES_LOST.inc()
-        log.error(
-            "%s, %s from the prefix before it was read: its samples are not trained (a lifecycle rule or a clean-up"
-            " that removes objects the trainer has not read yet)",
-            uri,
-            what,
-        )
+        log.error("%s, %s", uri, what)
 
     def _gone(self, o: S3Object, e: Exception) -> bool:
         """Whether `e`, raised reading `o`, says the object no longer exists (then it is lost,
         said); any other error is S3's or the network's, and the object is read again later."""
         code = str(getattr(e, "response", {}).get("Error", {}).get("Code", ""))
         if code in ("NoSuchKey", "404", "NotFound") or isinstance(e, FileNotFoundError):
-            self._lost(o.uri, "removed")
+            self._lost(o.uri, f"removed {REMOVED}")
             return True
         log.warning("%s: cannot be read (%s); taken up at the next listing", o.uri, e)
         return False

@@ -42,6 +42,7 @@ FLOWING_POLL_S = 0.01  # the wait for more data while a stream flows
 HEAD_BYTES = 4096  # a file's first bytes, which with its inode tell a rename from a new file
 
 log = logging.getLogger("trainer")
+LATE_SLACK_S = 2.0  # a file's mtime past a cut's time by more than this changed after it (clocks, mtime ticks)
 
 
 def _same_path(a: Path, b: Path) -> bool:
@@ -128,18 +129,24 @@ def open_source(
     pattern: str = "*",
     ignore: tuple[str, ...] = DEFAULT_IGNORE,
     exclude: tuple[str, ...] = (),
+    start_at: float = 0.0,
 ) -> Source:
     """A folder, a file, stdin ('-'), s3://BUCKET/PREFIX, or kafka://HOST:PORT/TOPIC;
-    `exclude`: paths a folder's listing passes over (the trainer's own outputs)."""
+    `exclude`: paths a folder's listing passes over (the trainer's own outputs); `start_at`:
+    the wall time of the cut `start` comes from (0: unknown)."""
     if source.startswith("s3://"):
         from trainer.input.s3_source import S3PrefixSource  # boto3 loads only for S3
 
-        return S3PrefixSource(source, follow, stop=stop, start=start, part=part, pattern=pattern, ignore=ignore)
+        return S3PrefixSource(
+            source, follow, stop=stop, start=start, part=part, pattern=pattern, ignore=ignore, start_at=start_at
+        )
     if source.startswith("kafka://"):
         from trainer.input.kafka_source import KafkaSource  # confluent-kafka loads only for Kafka
 
         return KafkaSource(source, follow, stop=stop, start=start, part=part)
-    return StreamSource(source, follow, stop=stop, start=start, part=part, pattern=pattern, ignore=ignore, exclude=exclude)
+    return StreamSource(
+        source, follow, stop=stop, start=start, part=part, pattern=pattern, ignore=ignore, exclude=exclude, start_at=start_at
+    )
 
 
 class StreamSource:
@@ -154,6 +161,7 @@ class StreamSource:
         pattern: str = "*",
         ignore: tuple[str, ...] = DEFAULT_IGNORE,
         exclude: tuple[str, ...] = (),
+        start_at: float = 0.0,
     ) -> None:
         self.source = source
         self.pattern = pattern
@@ -174,12 +182,13 @@ class StreamSource:
         self.stop = stop
         self.lost_files = 0  # files of the stream removed before they were read whole
         self.start = self._rebased(start or Position())
-        self._say_if_gone(self.start)
         self.idle_since = time.monotonic()
         self._listed: tuple[int, float, list[Path]] = (-1, 0.0, [])  # folder mtime, when listed, files
         # asked before a finished file is read from its start: True skips reading it (the
         # reader replays its parsed batches from the batch cache)
         self.cached: Callable[[str], bool] | None = None
+        self._say_if_gone(self.start)
+        self._say_late(self.start, start_at)
 
     def _rebased(self, start: Position) -> Position:
         """The checkpoint's position in this source's spelling. Files are ordered by their
@@ -237,6 +246,31 @@ class StreamSource:
             start.line,
             start.offset,
         )
+
+    def _say_late(self, start: Position, cut_at: float) -> None:
+        """A folder's files that sort before the checkpoint's file count as read; one that
+        changed after the cut was taken (a late file, landed under an earlier name; a file
+        read after the cut, whose training the restore undid) holds samples the model does
+        not: said and counted. The cut's time is known for cuts from 2026-12-05 on."""
+        if not start.file or cut_at <= 0 or not Path(self.source).is_dir():
+            return
+        for f in self._files():
+            if str(f) >= start.file:
+                break
+            try:
+                changed = f.stat().st_mtime
+            except OSError:  # gone since the listing
+                continue
+            if changed > cut_at + LATE_SLACK_S:
+                self.lost_files += 1
+                metrics.SOURCE_FILES_LOST.inc()
+                log.error(
+                    "%s sorts before %s, where the checkpoint stands, and changed after the cut (%.0f s after it): it is"
+                    " taken as read, so what it holds now is not trained (a file that landed late under an earlier name)",
+                    f,
+                    start.file,
+                    changed - cut_at,
+                )
 
     def _vanished(self, f: Path, inode: int | None) -> None:
         """`f` (`inode` in the listing that named it), listed and not read yet, is gone:

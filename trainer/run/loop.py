@@ -98,7 +98,7 @@ class Trainer:
         self.reader = self._reader()
         self.position = Position()
         self.cut = 0  # the last checkpoint cut prepared
-        self._reopen: Callable[[Position | None], Source] | None = None
+        self._reopen: Callable[[Position | None, float], Source] | None = None
         self._recover: Callable[[], CutPoint] | None = None
         self._committer = ThreadPoolExecutor(1, thread_name_prefix="commit")
         self._commit: Future[None] | None = None
@@ -160,7 +160,9 @@ class Trainer:
         cut taken up carries the samples trained before it)."""
         return max(0, self.s.max_samples - self.submitted) if self.s.max_samples > 0 else None
 
-    def take_up(self, point: CutPoint, reopen: Callable[[Position | None], Source], recover: Callable[[], CutPoint]) -> None:
+    def take_up(
+        self, point: CutPoint, reopen: Callable[[Position | None, float], Source], recover: Callable[[], CutPoint]
+    ) -> None:
         """Starts at a checkpoint cut the shards were restored to (`point`; the source is
         open there already); when a shard restarts, `recover` takes them all back to a
         common cut (and declares the tables again) and `reopen` opens the stream at its
@@ -618,7 +620,7 @@ class Trainer:
         point = self._recover()  # restores the shards and declares the model's tables again
         self.start_at(point)
         self.bad_lines_before += self.reader.bad_lines
-        self.source = self._reopen(point.position)
+        self.source = self._reopen(point.position, point.at)
         self.reader = self._reader()
         self.pipeline = Pipeline(self.client, self.model)
         self.recoveries += 1

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,6 +46,7 @@ class CutPoint:
     # False where no shard had committed the cut when it was read (every shard prepared it,
     # the trainer stopped before the commit): its positions are known after the restore
     offsets_known: bool = True
+    at: float = 0.0  # the cut's wall time (0: not recorded, cuts before 2026-12-05)
 
     @property
     def ranks(self) -> int:
@@ -75,7 +77,8 @@ def worker_state(
         **_labels_text(np.asarray(progress["labels"])),
         "probs16": array_text(progress["probs"], "<f2"),
     }
-    return {"position": vars(position), "samples": samples, "progress": metrics, "model": model or {}}
+    # "at": the cut's wall time, to tell files that changed after it (StreamSource._say_late)
+    return {"position": vars(position), "samples": samples, "progress": metrics, "model": model or {}, "at": time.time()}
 
 
 def encode_offsets(position: Position, samples: int, progress: ProgressiveMetrics, model: dict[str, Any] | None = None) -> bytes:
@@ -127,7 +130,8 @@ def _part(cut: int, d: dict[str, Any]) -> CutPoint:
             progress[k] = text_array(progress[k], "<f4")
     if isinstance(progress.get("probs16"), str):
         progress["probs"] = np.asarray(text_array(progress.pop("probs16"), "<f2"), dtype=np.float32)
-    return CutPoint(cut, Position(**d["position"]), int(d.get("samples", 0)), progress, model=dict(d.get("model") or {}))
+    model = dict(d.get("model") or {})
+    return CutPoint(cut, Position(**d["position"]), int(d.get("samples", 0)), progress, model=model, at=float(d.get("at", 0.0)))
 
 
 def load_progress(progress: ProgressiveMetrics, state: dict[str, Any]) -> None:

@@ -191,3 +191,24 @@ def test_a_checkpoints_file_gone_while_the_trainer_was_down_is_said(tmp_path, ca
     with caplog.at_level(logging.ERROR, logger="trainer"):
         kept = StreamSource(str(tmp_path), follow=False, start=Position(str(tmp_path / "a"), 6, 1))
     assert kept.lost_files == 0 and not caplog.text
+
+
+def test_a_file_that_changed_after_the_cut_under_an_earlier_name_is_said(tmp_path, caplog):
+    """Files sorting before the checkpoint's count as read. One that landed (or changed)
+    after the cut holds samples the model does not have: said and counted, not read."""
+    import logging
+    import os
+    import time
+
+    for name in ("a", "b", "c", "late"):
+        (tmp_path / name).write_text("1 1:1\n" * 3)
+    cut_at = time.time() - 60
+    os.utime(tmp_path / "a", (cut_at - 30, cut_at - 30))  # written before the cut: read then
+    with caplog.at_level(logging.ERROR, logger="trainer"):
+        src = StreamSource(str(tmp_path), follow=False, start=Position(str(tmp_path / "c"), 6, 2), start_at=cut_at)
+    assert src.lost_files == 1 and f"{tmp_path / 'b'} sorts before {tmp_path / 'c'}, where the checkpoint stands" in caplog.text
+    assert f"{tmp_path / 'a'} sorts" not in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.ERROR, logger="trainer"):  # a cut from before its time was recorded: nothing to tell
+        assert StreamSource(str(tmp_path), follow=False, start=Position(str(tmp_path / "c"), 6, 2)).lost_files == 0
+    assert not caplog.text

@@ -243,7 +243,7 @@ def _trained_lr(path, data_dir, fail_at_the_end: bool) -> tuple[dict, np.ndarray
     trainer = Trainer(client, model, None, fields, source, settings, ProgressiveMetrics(1000), None, lambda: False)
     trainer.take_up(
         CutPoint(0),
-        lambda at: StreamSource(str(path), follow=False, start=at),
+        lambda at, cut_at: StreamSource(str(path), follow=False, start=at, start_at=cut_at),
         lambda: restore_and_declare(client, model.prepare, False),
     )
     ending, failed = [False], [False]
