@@ -82,12 +82,26 @@ def render(value: object, style: str | None) -> object:
 
 
 def render_column(values: np.ndarray, style: str | None) -> np.ndarray:
-    """A column as its field's tokens were written: an INT field's float column whose
-    values are all whole numbers as integers; a DECIMAL field's integer column as float
-    text. Any other column unchanged."""
-    whole = style == INT and values.dtype.kind == "f" and values.size > 0 and bool(np.all(np.isfinite(values)))
-    if whole and bool(np.all(values == np.round(values))) and float(np.max(np.abs(values))) < 2.0**53:
-        return values.astype(np.int64)
+    """A column as its field's tokens were written. A float column (pandas makes one of an
+    integer column with a missing value): an INT field's whole numbers as integers, a
+    DECIMAL field's as Python writes floats, NaN as a missing value (''); an INT field's
+    column whose numbers are not all whole stays as it was. A DECIMAL field's integer
+    column as float text. Any other column unchanged."""
+    if style in STYLES and values.dtype.kind == "f":
+        missing = np.isnan(values)
+        kept = values[~missing]
+        if not bool(np.all(np.isfinite(kept))):
+            return values
+        if style == INT:
+            if kept.size and not (bool(np.all(kept == np.round(kept))) and float(np.max(np.abs(kept))) < 2.0**53):
+                return values
+            if not missing.any():
+                return values.astype(np.int64)
+            text = [str(int(v)) for v in np.where(missing, 0, values).reshape(-1).tolist()]
+        else:
+            text = [repr(float(v)) for v in values.reshape(-1).tolist()]
+        out = np.asarray(text, dtype=str).reshape(values.shape)
+        return np.where(missing, "", out)
     if style == DECIMAL and values.dtype.kind in "iu":
         text = [repr(float(v)) for v in values.reshape(-1).tolist()]
         return np.asarray(text, dtype=str).reshape(values.shape)

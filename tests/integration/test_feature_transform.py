@@ -155,6 +155,8 @@ def test_numbers_a_client_holds_as_floats_score_as_the_integers_the_model_learne
     floats, texts = {name: np.array([float(v) for v in held])}, {name: np.array(held)}
     assert len(held) >= 5, (name, len(held))
     assert np.array_equal(client.predict_columns(items=floats).scores, client.predict_columns(items=texts).scores)
+    floats[name][0], texts[name][0] = np.nan, ""  # pandas' integer column with a missing value: float64 with NaN
+    assert np.array_equal(client.predict_columns(items=floats).scores, client.predict_columns(items=texts).scores)
     rest = start("serving-rest", ["serve", "--repo", str(platform.dir / "repo"), "--rest-port", "0"], platform.dir)
     try:
         port = rest.wait_ready()["rest_port"]

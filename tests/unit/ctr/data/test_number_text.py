@@ -45,8 +45,12 @@ def test_numbers_are_rendered_in_their_fields_style() -> None:
 def test_columns_are_rendered_in_their_fields_style() -> None:
     whole = np.array([1005.0, 1002.0])
     assert render_column(whole, INT).dtype == np.int64 and render_column(whole, INT).tolist() == [1005, 1002]
-    for kept in (np.array([1005.0, 0.5]), np.array([1005.0, np.nan]), np.array([2.0**60])):
+    for kept in (np.array([1005.0, 0.5]), np.array([1005.0, np.inf]), np.array([2.0**60])):
         assert render_column(kept, INT) is kept  # not all whole (or past float's exact integers): as it was
+    # pandas' integer column with a missing value: the value missing, the others as integers
+    assert render_column(np.array([1005.0, np.nan, -3.0]), INT).tolist() == ["1005", "", "-3"]
+    assert render_column(np.array([[0.5, np.nan]]), DECIMAL).tolist() == [["0.5", ""]]
+    assert render_column(np.array([1.0, 2.0]), None).dtype.kind == "f"
     assert render_column(np.array([[1, 2], [3, 4]]), DECIMAL).tolist() == [["1.0", "2.0"], ["3.0", "4.0"]]
     ints = np.array([1, 2])
     assert render_column(ints, INT) is ints and render_column(ints, None) is ints
