@@ -23,7 +23,7 @@ from ctr.data.csv_line import CsvQuoteError, header_names, split_header
 from ctr.data.fields import FieldIndex, cross_name
 from ctr.data.formats import ParseError, make_parser, resolve_fields
 from ctr.data.number_text import detect as detect_number_text
-from ctr.data.schema import DELIMITED, PRESETS, FeatureSchema, detect_schema
+from ctr.data.schema import DELIMITED, LABEL_NAMES, PRESETS, FeatureSchema, detect_schema
 from ctr.model.optim import FP32_MANTISSA
 from ctr.model.registry import family
 from ctr.model.spec import ModelSpec
@@ -320,6 +320,16 @@ def resolve(conf: TrainerConfig, schema: FeatureSchema | None, source: Source) -
         raise cfg.ConfigError(
             f"--model {conf.learner.model}: needs the field list; give schema fields, or data within --peek-timeout-s"
             f" ({conf.input.source})"
+        )
+    leaking = [n for n in LABEL_NAMES if n != schema.label and n in index.names and n not in schema.skip]
+    if schema.format == "csv" and leaking:
+        logging.getLogger("trainer").warning(
+            "column(s) %s train as features beside the label %r; they are names labels go by: one that is a label, or is"
+            " made from one, leaks it into the model (a window AUC near 1.0 says so). Skip them with a --schema YAML"
+            " (skip: [%s]) unless they are features",
+            ", ".join(leaking),
+            schema.label,
+            ", ".join(leaking),
         )
     if lines and not schema.number_text:  # how the stream writes its numbers, for clients (ctr.data.number_text)
         schema = replace(schema, number_text=number_text_of(schema, index, lines))

@@ -239,6 +239,7 @@ PRESETS: dict[str, FeatureSchema] = {
 }
 
 _CSV_LABELS = ("click", "label", "is_attributed", "clicked", "y")
+LABEL_NAMES = _CSV_LABELS  # the label column names a csv header is told by
 
 
 def _is_vw(line: str) -> bool:
@@ -277,6 +278,13 @@ def _labelled_header(headers: list[tuple[str, tuple[str, ...]]], label: str | No
     """The csv schema of the first (delimiter, header) that names the label (`label`, else
     one of the usual names); None when none does."""
     for delim, header in headers:
+        if label is None:
+            named = [name for name in _CSV_LABELS if name in header]
+            if len(named) > 1:  # the first would be the label and the others features: a label among features leaks
+                raise ValueError(
+                    f"the header names several label columns ({', '.join(named)}): say which is the label with --label"
+                    f" (and skip the others in a --schema YAML if they are labels too: trained as features, they leak it)"
+                )
         for name in (label,) if label is not None else _CSV_LABELS:
             if name in header:
                 return _csv_preset(header, name, delim)

@@ -131,3 +131,12 @@ def test_scoring_a_file_of_another_models_columns_is_refused_naming_them(platfor
         scored = _boundless(*command, "--data", str(extra))
         assert scored.returncode == 0, scored.stderr[-2000:]
         assert f"dropped {len(rows)} features of fields model 'ctr' does not have: foo (scored as absent)" in scored.stderr
+
+
+def test_two_label_columns_are_refused_and_one_named_warns_of_the_other(tmp_path: Path) -> None:
+    rows = ["click,y,site", *(f"{i % 3 == 0:d},{i % 3 == 0:d},s{i % 7}" for i in range(300))]
+    (tmp_path / "two.csv").write_text("\n".join(rows) + "\n")
+    _refused(_train("--source", str(tmp_path / "two.csv"), "--ps", "local"), "several label columns (click, y)", "--label")
+    named = _train("--source", str(tmp_path / "two.csv"), "--ps", "local", "--label", "click")
+    assert named.returncode == 0, named.stderr[-2000:]
+    assert "column(s) y train as features beside the label 'click'" in named.stderr and "skip: [y]" in named.stderr

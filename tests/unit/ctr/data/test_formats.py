@@ -216,3 +216,12 @@ def test_svmlight_comments_and_query_ids_are_not_features():
         with pytest.raises(ParseError, match=why):
             parse(bad)
     assert detect_schema("1 qid:7 1:0.5 2:1 # doc").format == "libsvm"
+
+
+def test_a_header_naming_several_label_columns_is_refused_unless_told_which():
+    """The first usual name was the label and the others features: a second label column
+    (a copy, a conversion) trained as a feature leaks the label into the model."""
+    with pytest.raises(ValueError, match=r"names several label columns \(click, y\): say which is the label with --label"):
+        detect_schema("click,y,site")
+    assert detect_schema("click,y,site", label="click").label == "click"
+    assert detect_schema("click,site").label == "click"
