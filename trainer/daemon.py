@@ -21,8 +21,10 @@ import yaml
 
 from ctr.data.csv_line import CsvQuoteError, header_names, split_header
 from ctr.data.fields import FieldIndex, cross_name
-from ctr.data.formats import ParseError, make_parser, resolve_fields
+from ctr.data.formats import ParsedSample, ParseError, make_parser, resolve_fields
+from ctr.data.label_leaks import label_determining
 from ctr.data.number_text import detect as detect_number_text
+from ctr.data.sample_file import parse_file
 from ctr.data.schema import DELIMITED, LABEL_NAMES, PRESETS, FeatureSchema, detect_schema
 from ctr.model.optim import FP32_MANTISSA
 from ctr.model.registry import family
@@ -321,9 +323,10 @@ def resolve(conf: TrainerConfig, schema: FeatureSchema | None, source: Source) -
             f"--model {conf.learner.model}: needs the field list; give schema fields, or data within --peek-timeout-s"
             f" ({conf.input.source})"
         )
+    log = logging.getLogger("trainer")
     leaking = [n for n in LABEL_NAMES if n != schema.label and n in index.names and n not in schema.skip]
     if schema.format == "csv" and leaking:
-        logging.getLogger("trainer").warning(
+        log.warning(
             "column(s) %s train as features beside the label %r; they are names labels go by: one that is a label, or is"
             " made from one, leaks it into the model (a window AUC near 1.0 says so). Skip them with a --schema YAML"
             " (skip: [%s]) unless they are features",
@@ -331,23 +334,35 @@ def resolve(conf: TrainerConfig, schema: FeatureSchema | None, source: Source) -
             schema.label,
             ", ".join(leaking),
         )
-    if lines and not schema.number_text:  # how the stream writes its numbers, for clients (ctr.data.number_text)
-        schema = replace(schema, number_text=number_text_of(schema, index, lines))
+    samples = peeked_samples(schema, index, lines)
+    crosses = [cross_name(a, b) for a, b in schema.cross]
+    determining = label_determining(samples, index, (*crosses, *leaking))
+    if determining:
+        log.warning(
+            "field(s) %s give the label away in the stream's first %d samples: each of their values (or their absence) is"
+            " seen with one label only. A copy of the label, or something known only after the click, leaks it: the"
+            " progressive AUC comes near 1.0 and the served model, which does not get it at request time, does worse."
+            " Skip them with a --schema YAML (skip: [%s]) unless they are known when serving",
+            ", ".join(determining),
+            len(samples),
+            ", ".join(determining),
+        )
+    if samples and not schema.number_text:  # how the stream writes its numbers, for clients (ctr.data.number_text)
+        schema = replace(schema, number_text=detect_number_text(samples, index, (*schema.numeric, *crosses)))
     return schema, index
 
 
-def number_text_of(schema: FeatureSchema, index: FieldIndex, lines: list[str]) -> tuple[tuple[str, str], ...]:
-    """How the peeked lines write each field's numbers, parsed on a copy of the field index
-    (the stream's own is not grown by it)."""
+def peeked_samples(schema: FeatureSchema, index: FieldIndex, lines: list[str]) -> list[ParsedSample]:
+    """The stream's first lines parsed (bad ones left out), on a copy of the field index:
+    the stream's own is not grown by it."""
     probe = FieldIndex(tuple(index.names), cap=index.cap, frozen=index.frozen)
     header = lines[0] if schema.format == "csv" and not schema.header else (schema.header or None)
     body = lines[1:] if schema.format == "csv" and not schema.header else lines
     try:
         parse = make_parser(schema, probe, header)
     except (ParseError, ValueError):
-        return ()
-    crosses = [cross_name(a, b) for a, b in schema.cross]
-    return detect_number_text(body[:2000], parse, probe, (*schema.numeric, *crosses))
+        return []
+    return parse_file(body[:2000], parse, "peek", 1).samples
 
 
 def batch_size(conf: TrainerConfig, spec: ModelSpec) -> int:

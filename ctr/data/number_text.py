@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -47,18 +47,12 @@ def style_of(token: str) -> str | None:
     return None
 
 
-def detect(
-    lines: Iterable[str], parse: Callable[[str], ParsedSample], index: FieldIndex, skip: Iterable[str] = ()
-) -> tuple[tuple[str, str], ...]:
-    """(field, style) of every field whose number-like tokens in `lines` are all written in
-    one style; lines that do not parse are passed over. `skip`: fields whose tokens are not
+def detect(samples: Iterable[ParsedSample], index: FieldIndex, skip: Iterable[str] = ()) -> tuple[tuple[str, str], ...]:
+    """(field, style) of every field whose number-like tokens in `samples` (the stream's
+    first lines, parsed) are all written in one style. `skip`: fields whose tokens are not
     the values a client sends (bucketed numeric fields, crosses)."""
     seen: dict[int, set[str | None]] = {}
-    for line in lines:
-        try:
-            sample = parse(line)
-        except ValueError:  # a bad line (ParseError, malformed quoting): the stream reports it, not this
-            continue
+    for sample in samples:
         for f, token in zip(sample.fields, sample.tokens, strict=True):
             seen.setdefault(f, set()).add(style_of(token))
     out: list[tuple[str, str]] = []

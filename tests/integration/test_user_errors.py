@@ -140,3 +140,19 @@ def test_two_label_columns_are_refused_and_one_named_warns_of_the_other(tmp_path
     named = _train("--source", str(tmp_path / "two.csv"), "--ps", "local", "--label", "click")
     assert named.returncode == 0, named.stderr[-2000:]
     assert "column(s) y train as features beside the label 'click'" in named.stderr and "skip: [y]" in named.stderr
+
+
+def test_a_field_that_gives_the_label_away_is_warned_of(data_dir: Path, tmp_path: Path) -> None:
+    """A column known only after the click (a conversion's type, blank otherwise): trained as
+    a feature it makes the progressive AUC near 1.0, and serving never has it."""
+    lines = (data_dir / "avazu_10k/train_rows1-9999.csv").read_text().splitlines()[:3001]
+    header, rows = lines[0].split(","), [r.split(",") for r in lines[1:]]
+    at = header.index("click")
+    leaked = [",".join([*header, "conversion"])]
+    leaked += [",".join([*r, "buy" if r[at] == "1" else ""]) for r in rows]
+    (tmp_path / "leak.csv").write_text("\n".join(leaked) + "\n")
+    run = _train("--source", str(tmp_path / "leak.csv"), "--ps", "local")
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "field(s) conversion give the label away" in run.stderr and "skip: [conversion]" in run.stderr
+    clean = _train("--source", str(data_dir / "avazu_10k/train_rows1-9999.csv"), "--ps", "local")
+    assert clean.returncode == 0 and "give the label away" not in clean.stderr

@@ -8,6 +8,7 @@ import pytest
 
 from ctr.data.formats import make_parser, resolve_fields
 from ctr.data.number_text import DECIMAL, INT, detect, render, render_column, style_of
+from ctr.data.sample_file import parse_file
 from ctr.data.schema import FeatureSchema
 
 
@@ -31,7 +32,7 @@ def test_fields_written_in_one_style_are_found_and_mixed_ones_left_alone() -> No
     lines = ["click,hour,site,price,mixed,n", "1,14102100,1fbe01fe,1.5,3,7", "0,14102101,85f751fd,2.0,3.5,8"]
     lines.append("0,14102102,12345678,,x,9")
     index = resolve_fields(schema, lines, freeze=False)
-    found = detect(lines[1:], make_parser(schema, index, lines[0]), index, skip=("n",))
+    found = detect(parse_file(lines[1:], make_parser(schema, index, lines[0]), "f.csv", 2).samples, index, skip=("n",))
     assert found == (("hour", INT), ("site", INT), ("price", DECIMAL))  # site: its all-digit id; n: bucketed
 
 
@@ -64,8 +65,9 @@ def test_the_schema_carries_the_styles_and_refuses_others() -> None:
         FeatureSchema.from_dict({"format": "csv", "number_text": {"hour": "hex"}})
 
 
-def test_lines_that_do_not_parse_are_passed_over() -> None:
+def test_lines_that_do_not_parse_are_left_out_by_parse_file() -> None:
     schema = FeatureSchema(format="csv", label="click")
     lines = ["click,a,b", '1,"x,3', '0,5,"q"z', "1,7,8", "x,9,9"]
     index = resolve_fields(schema, lines, freeze=False)
-    assert detect(lines[1:], make_parser(schema, index, lines[0]), index) == (("a", INT), ("b", INT))
+    samples = parse_file(lines[1:], make_parser(schema, index, lines[0]), "f.csv", 2).samples
+    assert detect(samples, index) == (("a", INT), ("b", INT))
