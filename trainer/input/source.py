@@ -43,6 +43,7 @@ HEAD_BYTES = 4096  # a file's first bytes, which with its inode tell a rename fr
 
 log = logging.getLogger("trainer")
 LATE_SLACK_S = 2.0  # a file's mtime past a cut's time by more than this changed after it (clocks, mtime ticks)
+LATE_SAID = 3  # late files named one by one; more are said in one line
 
 
 def _same_path(a: Path, b: Path) -> bool:
@@ -254,23 +255,34 @@ class StreamSource:
         not: said and counted. The cut's time is known for cuts from 2026-12-05 on."""
         if not start.file or cut_at <= 0 or not Path(self.source).is_dir():
             return
+        late: list[Path] = []
         for f in self._files():
             if str(f) >= start.file:
                 break
             try:
-                changed = f.stat().st_mtime
+                if f.stat().st_mtime > cut_at + LATE_SLACK_S:
+                    late.append(f)
             except OSError:  # gone since the listing
                 continue
-            if changed > cut_at + LATE_SLACK_S:
-                self.lost_files += 1
-                metrics.SOURCE_FILES_LOST.inc()
+        self.lost_files += len(late)
+        metrics.SOURCE_FILES_LOST.inc(len(late))
+        if 0 < len(late) <= LATE_SAID:
+            for f in late:
                 log.error(
-                    "%s sorts before %s, where the checkpoint stands, and changed after the cut (%.0f s after it): it is"
-                    " taken as read, so what it holds now is not trained (a file that landed late under an earlier name)",
+                    "%s sorts before %s, where the checkpoint stands, and changed after the cut: it is taken as read, so"
+                    " what it holds now is not trained (a file that landed late under an earlier name)",
                     f,
                     start.file,
-                    changed - cut_at,
                 )
+        elif late:  # many at once: more likely the folder copied anew (cp without -p) than files landing late
+            log.error(
+                "%d files that sort before %s, where the checkpoint stands, changed after the cut (%s, ...): they are"
+                " taken as read, so what they hold now is not trained. Files that landed late under earlier names lose"
+                " their samples; a folder copied since the cut (cp without -p gives every file a new time) loses nothing",
+                len(late),
+                start.file,
+                ", ".join(str(f) for f in late[:LATE_SAID]),
+            )
 
     def _vanished(self, f: Path, inode: int | None) -> None:
         """`f` (`inode` in the listing that named it), listed and not read yet, is gone:

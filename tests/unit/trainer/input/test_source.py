@@ -212,3 +212,17 @@ def test_a_file_that_changed_after_the_cut_under_an_earlier_name_is_said(tmp_pat
     with caplog.at_level(logging.ERROR, logger="trainer"):  # a cut from before its time was recorded: nothing to tell
         assert StreamSource(str(tmp_path), follow=False, start=Position(str(tmp_path / "c"), 6, 2)).lost_files == 0
     assert not caplog.text
+
+
+def test_many_files_changed_after_the_cut_are_said_in_one_line(tmp_path, caplog):
+    """A folder copied since the cut (cp without -p) gives every file a new time: one line,
+    naming the likely cause, not one per file."""
+    import logging
+    import time
+
+    for i in range(6):
+        (tmp_path / f"part-{i}").write_text("1 1:1\n")
+    with caplog.at_level(logging.ERROR, logger="trainer"):
+        src = StreamSource(str(tmp_path), follow=False, start=Position(str(tmp_path / "part-5"), 0, 0), start_at=time.time() - 60)
+    assert src.lost_files == 5 and len(caplog.records) == 1 and "5 files that sort before" in caplog.text
+    assert "cp without -p" in caplog.text
