@@ -36,7 +36,6 @@ REMOVED = (
     "from the prefix before it was read: its samples are not trained (a lifecycle rule or a clean-up that removes"
     " objects the trainer has not read yet)"
 )
-LATE = "was written after the cut: it is taken as read, so what it holds is not trained (an object that landed late)"
 MIN_LIST_S = 1.0  # a followed prefix is listed at most this often: a LIST is a billed request
 
 
@@ -188,9 +187,8 @@ class S3PrefixSource(StreamSource):
         if start.file and all(o.uri != start.file for o in self._mine()):
             self._lost(start.file, f"where the checkpoint stands (line {start.line}, byte {start.offset}), is gone {REMOVED}")
         if start.file and self.start_at > 0:  # objects before the start's count as read: one written since the cut is not
-            for o in self._mine():
-                if o.uri < start.file and o.modified > self.start_at + LATE_SLACK_S:
-                    self._lost(o.uri, f"sorts before {start.file}, where the checkpoint stands, and {LATE}")
+            late = [o.uri for o in self._mine() if o.uri < start.file and o.modified > self.start_at + LATE_SLACK_S]
+            self._say_taken_as_read(late, start.file)
         while not self.stop():
             pending = [o for o in self._mine() if self._done.get(o.key) != o.etag]
             if start.file:  # objects before the start's: read before the cut, on every pass

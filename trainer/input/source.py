@@ -264,15 +264,20 @@ class StreamSource:
                     late.append(f)
             except OSError:  # gone since the listing
                 continue
+        self._say_taken_as_read([str(f) for f in late], start.file)
+
+    def _say_taken_as_read(self, late: list[str], start_file: str) -> None:
+        """Files (objects) before the checkpoint's that changed after the cut: counted, and
+        said one by one, or in one line when there are many."""
         self.lost_files += len(late)
         metrics.SOURCE_FILES_LOST.inc(len(late))
         if 0 < len(late) <= LATE_SAID:
-            for f in late:
+            for name in late:
                 log.error(
                     "%s sorts before %s, where the checkpoint stands, and changed after the cut: it is taken as read, so"
                     " what it holds now is not trained (a file that landed late under an earlier name)",
-                    f,
-                    start.file,
+                    name,
+                    start_file,
                 )
         elif late:  # many at once: more likely the folder copied anew (cp without -p) than files landing late
             log.error(
@@ -280,8 +285,8 @@ class StreamSource:
                 " taken as read, so what they hold now is not trained. Files that landed late under earlier names lose"
                 " their samples; a folder copied since the cut (cp without -p gives every file a new time) loses nothing",
                 len(late),
-                start.file,
-                ", ".join(str(f) for f in late[:LATE_SAID]),
+                start_file,
+                ", ".join(late[:LATE_SAID]),
             )
 
     def _vanished(self, f: Path, inode: int | None) -> None:
