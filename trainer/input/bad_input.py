@@ -23,6 +23,34 @@ def too_bad(bad: int, good: int, max_fraction: float, final: bool) -> bool:
     return bad > max_fraction * (bad + good)
 
 
+def _encoding(where: str) -> str:
+    """The likely cause of lines that are not UTF-8: text in another encoding (a
+    spreadsheet's or an old system's export), with the first bytes that are not UTF-8.
+    Which encoding it is cannot be told from the bytes reliably (Latin-1 decodes anything,
+    GBK most pairs), so it is not guessed."""
+    raw = _raw_line_at(where) or b""
+    try:
+        raw.decode("utf-8")
+        shown = ""
+    except UnicodeDecodeError as e:
+        shown = f" (its first such bytes: {raw[e.start : e.start + 4]!r})"
+    return (
+        f"the file is not UTF-8 text{shown}: write it as UTF-8 from the encoding it is in, e.g. iconv -f latin1 -t utf-8"
+        " FILE > FILE.utf8 for Western European text; every line that is not UTF-8 is a bad line"
+    )
+
+
+def _raw_line_at(where: str) -> bytes | None:
+    """The bytes of a bad line named "file:line: reason" (None when it cannot be read)."""
+    file, _, rest = where.partition(":")
+    number = rest.partition(":")[0]
+    path = Path(file)
+    if not number.isdigit() or not path.is_file():
+        return None
+    with path.open("rb") as fh:
+        return next(itertools.islice(fh, int(number) - 1, None), None)
+
+
 def _line_at(where: str) -> str | None:
     """The text of a bad line named "file:line: reason" (None when it cannot be read)."""
     file, _, rest = where.partition(":")
@@ -39,6 +67,8 @@ def likely_cause(first_bad: list[str], schema: FeatureSchema | None) -> str:
     if not first_bad:
         return "the source held no sample line"
     reason = first_bad[0]
+    if "not valid UTF-8" in reason:
+        return _encoding(first_bad[0])
     if "it is delimited by" in reason:  # a file of another producer among the stream's
         return "the stream's files are delimited differently; a stream reads one delimiter (--format csv or tsv)"
     if "label column" in reason or "no label" in reason:
