@@ -194,7 +194,13 @@ def column_keys(values: np.ndarray, name: str, numeric: bool) -> tuple[npt.NDArr
     if values.dtype.kind in "iu":
         return hash_int_tokens(values.astype(np.int64), 0, fid32), np.ones(values.shape[0], dtype=np.bool_)
     if values.dtype.kind not in "US":
-        raise ValueError(f"column dtype {values.dtype} is neither integers nor strings")
+        whole = values.dtype.kind == "f" and bool(np.all(np.isnan(values) | (values == np.round(values))))
+        hint = (
+            "; its numbers are whole: send them as integers (NaN, a missing value, as '' in a column of strings)"
+            if whole
+            else "; a categorical field's values are tokens: send them as the text they were trained as"
+        )
+        raise ValueError(f"column {name!r}: dtype {values.dtype} is neither integers nor strings{hint}")
     raw = np.char.encode(values, "utf-8") if values.dtype.kind == "U" else values
     width = raw.dtype.itemsize
     lengths = np.char.str_len(raw).astype(np.int64)

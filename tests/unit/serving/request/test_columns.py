@@ -300,3 +300,16 @@ def test_ordered_unique_equals_the_reference(pairs):
     got, want = ordered_unique(code, z, 48), ordered_unique_reference(code, z, 48)
     np.testing.assert_array_equal(got[0], want[0])
     np.testing.assert_array_equal(got[1], want[1])
+
+
+def test_a_float_column_of_a_categorical_field_is_refused_naming_it() -> None:
+    """A DataFrame's columns: which of thirty was the float one, and what to send instead."""
+    import numpy as np
+    import pytest
+
+    from serving.request.columns import column_keys
+
+    with pytest.raises(ValueError, match=r"column 'C1': dtype float64 .*whole: send them as integers"):
+        column_keys(np.array([1005.0, np.nan]), "C1", False)
+    with pytest.raises(ValueError, match=r"column 'price': dtype float64 .*tokens: send them as the text"):
+        column_keys(np.array([0.5, 2.0]), "price", False)
