@@ -14,7 +14,7 @@ from ctr.data.hashing import field_id, hash_tokens_reference
 from ctr.format.varint import unzigzag_one
 from serving.client import RequestEncoder
 from serving.client.predict_client import Value
-from serving.request.columns import hash_int_tokens
+from serving.request.columns import column_keys, hash_int_tokens
 from serving.request.encoding import MIN_ZSTD_SAVING, decode, group_indices, group_indices_reference
 from serving.request.token_dictionary import decode_blocks, encode_blocks, encode_blocks_reference, keys_of_blocks
 from serving.request.token_kernels import (
@@ -304,11 +304,6 @@ def test_ordered_unique_equals_the_reference(pairs):
 
 def test_a_float_column_of_a_categorical_field_is_refused_naming_it() -> None:
     """A DataFrame's columns: which of thirty was the float one, and what to send instead."""
-    import numpy as np
-    import pytest
-
-    from serving.request.columns import column_keys
-
     with pytest.raises(ValueError, match=r"column 'C1': dtype float64 .*whole: send them as integers"):
         column_keys(np.array([1005.0, np.nan]), "C1", False)
     with pytest.raises(ValueError, match=r"column 'price': dtype float64 .*tokens: send them as the text"):
