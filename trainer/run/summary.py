@@ -42,6 +42,11 @@ def summary_text(result: dict[str, Any], export_dir: str | None, exports: list[s
     bad, dropped = int(result.get("bad_lines", 0)), int(result.get("dropped_features", 0))
     if bad or dropped:
         lines.append(f"  {bad:,} bad lines skipped, {dropped:,} features of fields outside the model dropped")
+    lost = int(result.get("source_files_lost", 0))
+    if lost:  # each was an error in the log, with its name; said again where a person reads the end
+        lines.append(
+            f"  {lost:,} file(s) of the stream not trained: removed before they were read, or landed late (the log names them)"
+        )
     differ = int(result.get("mlp_replicas_differ", 0))
     if differ:  # every rank steps alike: a difference is a defect, or ranks on different kinds of device
         lines.append(f"  the ranks' MLPs differed at {differ} progress report(s): the log says where (rank 0 exports its own)")

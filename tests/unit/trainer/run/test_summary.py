@@ -54,3 +54,9 @@ def test_in_process_shards_bytes_are_not_called_a_wire():
     local = summary_text({**RESULT, "ps": "local", "wire_bytes": 2000.0}, None, [], None)
     assert "PS calls (in process, no wire) 2.0 B/sample" in local and "  wire " not in local
     assert "  wire 2.0 B/sample" in summary_text({**RESULT, "ps": "remote", "wire_bytes": 2000.0}, None, [], None)
+
+
+def test_files_the_stream_lost_are_said_at_the_end():
+    text = summary_text({**RESULT, "source_files_lost": 2.0}, None, [], None)
+    assert "2 file(s) of the stream not trained" in text
+    assert "not trained" not in summary_text(RESULT, None, [], None)
