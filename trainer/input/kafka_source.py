@@ -67,7 +67,7 @@ class KafkaSource:
         self.stop = stop
         self.poll_s = poll_s
         self.idle_since = time.monotonic()
-        self.lost_files = 0  # a partition's messages past its retention are not counted here
+        self.lost: list[str] = []  # a partition's messages past its retention are not counted here
         self._watermarks: dict[int, tuple[int, int]] = {}  # partition -> (low, high), as fetches last saw them
         self._watermarks_at = 0.0
         self._consumer = self._new_consumer()

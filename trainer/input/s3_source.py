@@ -219,7 +219,7 @@ class S3PrefixSource(StreamSource):
 
     def _lost(self, uri: str, what: str) -> None:
         """An object of the stream whose samples are not trained (`what` says why): said and counted."""
-        self.lost_files += 1
+        self.lost.append(uri)
         metrics.SOURCE_FILES_LOST.inc()
         log.error("%s, %s", uri, what)
 

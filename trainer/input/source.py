@@ -108,7 +108,7 @@ class Source(Protocol):
 
     source: str
     idle_since: float
-    lost_files: int  # files removed before they were read whole (a folder's; 0 where not known)
+    lost: list[str]  # files removed before they were read whole, or landed late (a folder's, a prefix's)
 
     def peek(self, max_lines: int = 2000, max_bytes: int = 4 << 20, timeout_s: float = 0.0) -> list[str]: ...
 
@@ -181,7 +181,7 @@ class StreamSource:
         self.follow = follow
         self.poll_s = poll_s
         self.stop = stop
-        self.lost_files = 0  # files of the stream removed before they were read whole
+        self.lost: list[str] = []  # files of the stream not trained: removed before they were read, or landed late
         self.start = self._rebased(start or Position())
         self.idle_since = time.monotonic()
         self._listed: tuple[int, float, list[Path]] = (-1, 0.0, [])  # folder mtime, when listed, files
@@ -190,6 +190,10 @@ class StreamSource:
         self.cached: Callable[[str], bool] | None = None
         self._say_if_gone(self.start)
         self._say_late(self.start, start_at)
+
+    @property
+    def lost_files(self) -> int:
+        return len(self.lost)
 
     def _rebased(self, start: Position) -> Position:
         """The checkpoint's position in this source's spelling. Files are ordered by their
@@ -237,7 +241,7 @@ class StreamSource:
         of the trainer). Said, and counted: the stream goes on with the next file."""
         if not start.file or not Path(self.source).is_dir() or Path(start.file).exists():
             return
-        self.lost_files += 1
+        self.lost.append(start.file)
         metrics.SOURCE_FILES_LOST.inc()
         log.error(
             "%s, where the checkpoint stands (line %d, byte %d), is gone from the folder: whatever it held past that"
@@ -269,7 +273,7 @@ class StreamSource:
     def _say_taken_as_read(self, late: list[str], start_file: str) -> None:
         """Files (objects) before the checkpoint's that changed after the cut: counted, and
         said one by one, or in one line when there are many."""
-        self.lost_files += len(late)
+        self.lost += late
         metrics.SOURCE_FILES_LOST.inc(len(late))
         if 0 < len(late) <= LATE_SAID:
             for name in late:
@@ -297,7 +301,7 @@ class StreamSource:
         self._all_files()
         if inode is not None and inode in self._inodes.values():
             return
-        self.lost_files += 1
+        self.lost.append(str(f))
         metrics.SOURCE_FILES_LOST.inc()
         log.error(
             "%s was removed from the folder before it was read: its samples are not trained (a retention or a"

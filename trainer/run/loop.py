@@ -104,6 +104,7 @@ class Trainer:
         self._commit: Future[None] | None = None
         self.recoveries = 0
         self.bad_lines_before = 0  # of readers replaced by a recovery
+        self.lost_before: set[str] = set()  # files the sources a recovery replaced did not train
         self.exports: list[str] = []
         self.elapsed_s = 0.0
         self.pipeline = Pipeline(client, model)
@@ -184,8 +185,9 @@ class Trainer:
 
     @property
     def lost_files(self) -> int:
-        """Files of this rank's stream removed before they were read whole (a folder source)."""
-        return self.source.lost_files
+        """Files of this rank's stream not trained (removed before they were read, or landed
+        late), each once however often a recovery opened the stream again."""
+        return len(self.lost_before | set(self.source.lost))
 
     @property
     def bad_lines(self) -> int:
@@ -620,6 +622,7 @@ class Trainer:
         point = self._recover()  # restores the shards and declares the model's tables again
         self.start_at(point)
         self.bad_lines_before += self.reader.bad_lines
+        self.lost_before |= set(self.source.lost)
         self.source = self._reopen(point.position, point.at)
         self.reader = self._reader()
         self.pipeline = Pipeline(self.client, self.model)

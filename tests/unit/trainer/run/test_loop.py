@@ -364,3 +364,15 @@ def test_export_ids_rise_when_the_clock_steps_back_or_the_folder_holds_later_one
     later = Exporter(client, exports, "m", spec, fields, {}, full_every=1000, holdout=0)
     monkeypatch.setattr(exporter_module.time, "time_ns", lambda: now - 60_000_000_000)
     assert later.export({}) > stepped_back
+
+
+def test_a_file_the_stream_lost_counts_once_across_the_sources_a_recovery_opens():
+    """A recovery opens the stream again at the cut, and the new source says a late file
+    again: the run's count names each file once (before, the new source's count replaced
+    the old one's, and the files lost before the recovery were left out of the summary)."""
+    from types import SimpleNamespace
+
+    trainer = Trainer.__new__(Trainer)  # the count alone: no shards, no stream
+    trainer.lost_before = {"in/f0-late", "in/f1"}  # said by the source the recovery replaced
+    trainer.source = SimpleNamespace(lost=["in/f0-late"])  # type: ignore[assignment]  # said again by the new one
+    assert trainer.lost_files == 2
