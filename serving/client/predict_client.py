@@ -19,6 +19,7 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import grpc
 import numpy as np
@@ -93,6 +94,8 @@ class RequestEncoder:
     ) -> dict[str, str]:
         """Appends one item's (or the context's) features; returns each field's first token."""
         first: dict[str, str] = {}
+        if self.number_text:  # numbers as the training data wrote them (1005.0 as 1005); nothing per feature without
+            features = {n: _rendered(v, self.number_text.get(n)) for n, v in features.items()}
         for name, raw in features.items():
             if raw is None or (isinstance(raw, float) and math.isnan(raw)):
                 continue  # missing, as pandas writes NaN to a CSV (an empty field), not the token "None" or "nan"
@@ -100,7 +103,6 @@ class RequestEncoder:
                 unknown[name] = unknown.get(name, 0) + 1
                 continue
             before = len(acc.tokens)
-            style = self.number_text.get(name)
             if isinstance(raw, tuple):
                 f = self.index.add(name)
                 if f >= 0:
@@ -110,12 +112,12 @@ class RequestEncoder:
             elif isinstance(raw, list):  # a multi-valued feature (kv's `tags=x<TAB>tags=y`): a value each
                 for value in raw:
                     if not (value is None or (isinstance(value, float) and math.isnan(value))):
-                        self.fields.add(acc, name, _text(name, render(value, style)))
+                        self.fields.add(acc, name, _text(name, value))
             elif name in self.separators:  # the joined text of a multi-valued field: a value each piece
                 for piece in _text(name, raw).split(self.separators[name]):
                     self.fields.add(acc, name, piece)
             else:
-                self.fields.add(acc, name, _text(name, render(raw, style)))
+                self.fields.add(acc, name, _text(name, raw))
             if len(acc.tokens) > before:
                 first.setdefault(name, acc.tokens[before])
             owner += [who] * (len(acc.tokens) - before)
@@ -240,6 +242,13 @@ class RequestEncoder:
             joined = np.char.add(np.char.add(ta, CROSS_JOIN), tb)
             items_out[c] = np.where((np.char.str_len(ta) > 0) & (np.char.str_len(tb) > 0), joined, "")
         return items_out, context_out
+
+
+def _rendered(raw: Value, style: str | None) -> Value:
+    """A value, or each of a list's, in its field's number style (ctr.data.number_text)."""
+    if style is None:
+        return raw
+    return cast(Value, [render(v, style) for v in raw] if isinstance(raw, list) else render(raw, style))
 
 
 def _text(name: str, raw: object) -> str:
