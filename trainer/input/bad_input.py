@@ -53,13 +53,8 @@ def _raw_line_at(where: str) -> bytes | None:
 
 def _line_at(where: str) -> str | None:
     """The text of a bad line named "file:line: reason" (None when it cannot be read)."""
-    file, _, rest = where.partition(":")
-    number = rest.partition(":")[0]
-    path = Path(file)
-    if not number.isdigit() or not path.is_file():
-        return None
-    with path.open(encoding="utf-8", errors="replace") as fh:
-        return next(itertools.islice(fh, int(number) - 1, None), None)
+    raw = _raw_line_at(where)
+    return None if raw is None else raw.decode("utf-8", errors="replace")
 
 
 def likely_cause(first_bad: list[str], schema: FeatureSchema | None) -> str:
