@@ -21,7 +21,7 @@ import yaml
 
 from ctr.data.csv_line import CsvQuoteError, header_names, split_header
 from ctr.data.fields import FieldIndex, cross_name
-from ctr.data.formats import ParsedSample, ParseError, make_parser, resolve_fields
+from ctr.data.formats import ParsedSample, make_parser, resolve_fields
 from ctr.data.label_leaks import label_determining
 from ctr.data.number_text import detect as detect_number_text
 from ctr.data.sample_file import parse_file
@@ -360,7 +360,7 @@ def peeked_samples(schema: FeatureSchema, index: FieldIndex, lines: list[str]) -
     body = lines[1:] if schema.format == "csv" and not schema.header else lines
     try:
         parse = make_parser(schema, probe, header)
-    except (ParseError, ValueError):
+    except ValueError:  # a header it cannot read (ParseError): nothing to learn from the peek
         return []
     return parse_file(body[:2000], parse, "peek", 1).samples
 

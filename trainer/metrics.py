@@ -6,7 +6,8 @@ SAMPLES = Counter("boundless_trainer_samples_total", "samples trained")
 BAD_LINES = Counter("boundless_trainer_bad_lines_total", "input lines rejected by the parser")
 SOURCE_FILES_LOST = Counter(
     "boundless_trainer_source_files_lost_total",
-    "files of a folder source removed before they were read whole (their samples not trained): a retention ahead of the trainer",
+    "files (or S3 objects) of the stream not trained: removed before they were read whole (a retention ahead of the"
+    " trainer), or changed after the checkpoint cut under a name before its file (landed late)",
 )
 EXPORTS = Counter("boundless_trainer_exports_total", "exports written (each READY once its holdout has come)")
 EXPORTS_READY = Counter("boundless_trainer_exports_ready_total", "exports marked READY for the model manager")

@@ -26,10 +26,10 @@ import numpy as np
 
 from ctr.data.fields import FieldIndex
 from ctr.data.formats import ParsedSample
+from ctr.data.schema import NUMBER_STYLES
 
-INT = "int"
-DECIMAL = "decimal"
-STYLES = (INT, DECIMAL)
+STYLES = NUMBER_STYLES
+INT, DECIMAL = STYLES
 _INT = re.compile(r"-?(0|[1-9][0-9]*)")
 _DECIMAL = re.compile(r"-?[0-9]+\.[0-9]+")
 

@@ -57,7 +57,7 @@ class FeatureSchema:
 
     def __post_init__(self) -> None:
         for name, style in self.number_text:
-            if style not in ("int", "decimal"):
+            if style not in NUMBER_STYLES:
                 raise ValueError(f"schema.number_text: {name!r}: {style!r} is not 'int' or 'decimal'")
         if self.max_fields < 1:
             raise ValueError(f"schema.max_fields: must be >= 1, got {self.max_fields}")
@@ -188,6 +188,7 @@ def _whole(d: dict[str, object], key: str, default: int) -> int:
 
 
 DEFAULT_SEPARATOR = "|"
+NUMBER_STYLES = ("int", "decimal")  # how a field's numbers are written (ctr.data.number_text)
 # between the values of a Parquet list column in its rendered text (ctr.data.parquet_text):
 # ASCII's unit separator, which no value holds in practice, so no value needs rewriting
 LIST_SEPARATOR = "\x1f"
@@ -238,8 +239,7 @@ PRESETS: dict[str, FeatureSchema] = {
     "vw": FeatureSchema(format="vw"),  # Vowpal Wabbit's text format: a namespace a field
 }
 
-_CSV_LABELS = ("click", "label", "is_attributed", "clicked", "y")
-LABEL_NAMES = _CSV_LABELS  # the label column names a csv header is told by
+LABEL_NAMES = ("click", "label", "is_attributed", "clicked", "y")  # the label column names a csv header is told by
 
 
 def _is_vw(line: str) -> bool:
@@ -279,13 +279,13 @@ def _labelled_header(headers: list[tuple[str, tuple[str, ...]]], label: str | No
     one of the usual names); None when none does."""
     for delim, header in headers:
         if label is None:
-            named = [name for name in _CSV_LABELS if name in header]
+            named = [name for name in LABEL_NAMES if name in header]
             if len(named) > 1:  # the first would be the label and the others features: a label among features leaks
                 raise ValueError(
                     f"the header names several label columns ({', '.join(named)}): say which is the label with --label"
                     f" (and skip the others in a --schema YAML if they are labels too: trained as features, they leak it)"
                 )
-        for name in (label,) if label is not None else _CSV_LABELS:
+        for name in (label,) if label is not None else LABEL_NAMES:
             if name in header:
                 return _csv_preset(header, name, delim)
     return None
@@ -298,7 +298,7 @@ def _delimited_header(line: str, label: str | None, delimiters: tuple[str, ...])
     if found is not None:
         return found
     names = " or ".join(repr(d) for d in delimiters)
-    wanted = repr(label) if label is not None else f"one of {', '.join(_CSV_LABELS)}; name it with --label"
+    wanted = repr(label) if label is not None else f"one of {', '.join(LABEL_NAMES)}; name it with --label"
     raise ValueError(f"the first line is not a header delimited by {names} that names the label column ({wanted}): {line[:80]!r}")
 
 
@@ -342,7 +342,7 @@ def detect_schema(first_line: str, label: str | None = None, delimiters: tuple[s
         if label is not None:
             raise ValueError(f"csv header has no label column {label!r} (--label); its columns: {columns}")
         raise ValueError(
-            f"csv header has no label column (looked for {', '.join(_CSV_LABELS)}; name it with --label); its columns: {columns}"
+            f"csv header has no label column (looked for {', '.join(LABEL_NAMES)}; name it with --label); its columns: {columns}"
         )
     tokens = line.split()
     if len(tokens) >= 2:
