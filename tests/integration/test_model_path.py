@@ -524,7 +524,9 @@ def test_the_manager_tells_serving_at_once_when_it_publishes(pristine, tmp_path)
             d.stop()
 
 
-def test_retention_cut_short_never_leaves_a_version_that_looks_servable(pristine, tmp_path, monkeypatch):
+def _two_chains(pristine, tmp_path) -> Repository:
+    """Versions 1-4 published: full 1 with its delta 2, full 3 with its delta 4; no retention
+    of the publisher's own and no auto-rollback."""
     exports, repo = Exports(tmp_path / "exports"), Repository(tmp_path / "repo", "ctr")
     lenient = QualityGate(max_auc_drop=1.0, rollback_auc_drop=1.0)  # no auto-rollback pins a version here
     publisher = Publisher(repo, exports.root, lenient, compact_after=0, keep_full=0)
@@ -533,6 +535,11 @@ def test_retention_cut_short_never_leaves_a_version_that_looks_servable(pristine
     full2 = exports.add(pristine[0])
     exports.add(pristine[1], previous=full2)
     assert publisher.poll() == [1, 2, 3, 4]
+    return repo
+
+
+def test_retention_cut_short_never_leaves_a_version_that_looks_servable(pristine, tmp_path, monkeypatch):
+    repo = _two_chains(pristine, tmp_path)
 
     # a file gone from a version (a deletion cut short by an older gc, a hand): list, pin and
     # serving see it, instead of a version that looks whole and does not load
@@ -565,14 +572,7 @@ def test_retention_keeps_the_versions_labels_name(pristine, tmp_path):
     """A canary or a shadow on an older version: the manager's retention removed it (and the
     full version under it) once newer full versions came, and left the label naming a
     version that no longer exists."""
-    exports, repo = Exports(tmp_path / "exports"), Repository(tmp_path / "repo", "ctr")
-    lenient = QualityGate(max_auc_drop=1.0, rollback_auc_drop=1.0)
-    publisher = Publisher(repo, exports.root, lenient, compact_after=0, keep_full=0)
-    full = exports.add(pristine[0])
-    exports.add(pristine[1], previous=full)
-    full2 = exports.add(pristine[0])
-    exports.add(pristine[1], previous=full2)
-    assert publisher.poll() == [1, 2, 3, 4]
+    repo = _two_chains(pristine, tmp_path)
     repo.set_label("canary", 2, share=0.1)  # a delta: its full version 1 must stay too
     assert repo.gc(keep_full=1) == [] and repo.versions() == [1, 2, 3, 4]
     repo.remove_label("canary")

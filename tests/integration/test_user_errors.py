@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from boundless.processes import start
+from tests.support import wait_until
 
 
 def _boundless(*args: str, stdin: str | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -107,8 +108,6 @@ def test_scoring_a_file_of_another_models_columns_is_refused_naming_them(platfor
     """eval and predict parse a file under the version's field list: a file none of whose
     columns is a field of the model scored every sample as a constant (AUC 0.5) and said
     nothing; one extra column is said and scored as absent."""
-    import time
-
     from ctr.repository.versions import Repository
 
     lines = (data_dir / "avazu_10k/train_rows1-9999.csv").read_text().splitlines()
@@ -117,10 +116,7 @@ def test_scoring_a_file_of_another_models_columns_is_refused_naming_them(platfor
     trained = platform.train(train, "--model", "lr")
     assert trained.returncode == 0, trained.stderr[-3000:]
     repo = Repository(platform.dir / "repo", "ctr")
-    deadline = time.monotonic() + 60
-    while not repo.versions():
-        assert time.monotonic() < deadline, "no version published"
-        time.sleep(0.2)
+    wait_until("a version published", lambda: bool(repo.versions()), 60)
     other = tmp_path / "other.csv"
     other.write_text("click,foo,bar\n" + "".join(f"{i % 2},x{i % 7},y{i % 5}\n" for i in range(300)))
     extra = tmp_path / "extra.csv"
