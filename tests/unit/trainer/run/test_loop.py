@@ -366,13 +366,18 @@ def test_export_ids_rise_when_the_clock_steps_back_or_the_folder_holds_later_one
     assert later.export({}) > stepped_back
 
 
-def test_a_file_the_stream_lost_counts_once_across_the_sources_a_recovery_opens():
+def test_a_file_the_stream_lost_counts_once_across_the_sources_a_recovery_opens(tmp_path):
     """A recovery opens the stream again at the cut, and the new source says a late file
     again: the run's count names each file once (before, the new source's count replaced
     the old one's, and the files lost before the recovery were left out of the summary)."""
-    from types import SimpleNamespace
+    import time
 
-    trainer = Trainer.__new__(Trainer)  # the count alone: no shards, no stream
-    trainer.lost_before = {"in/f0-late", "in/f1"}  # said by the source the recovery replaced
-    trainer.source = SimpleNamespace(lost=["in/f0-late"])  # type: ignore[assignment]  # said again by the new one
-    assert trainer.lost_files == 2
+    for name in ("a-late", "b"):
+        (tmp_path / name).write_text("1 1:1\n")
+    at = Position(str(tmp_path / "b"), 0, 0)
+    cut_at = time.time() - 60  # both files changed after it: a-late sorts before the cut's file
+    first, again = (StreamSource(str(tmp_path), follow=False, start=at, start_at=cut_at) for _ in range(2))
+    assert first.lost == again.lost == [str(tmp_path / "a-late")]
+    trainer = Trainer.__new__(Trainer)  # the count alone: no shards
+    trainer.lost_before, trainer.source = set(first.lost), again  # as _recover_from leaves them
+    assert trainer.lost_files == 1
