@@ -724,6 +724,8 @@ def train_run(
     result["evicted"] = float(sum(t.evicted for t in sparse))
     result["bad_lines"] = float(bad_lines)
     result["source_files_lost"] = float(trainer.merged.get("lost_files", trainer.lost_files))
+    result["source_messages_lost"] = float(trainer.merged.get("lost_messages", trainer.lost_messages))
+    result["source_partitions_reset"] = float(trainer.merged.get("partitions_reset", trainer.partitions_reset))
     result["dropped_features"] = float(fields.dropped)
     if fields.dropped:
         log.warning(

@@ -9,6 +9,15 @@ SOURCE_FILES_LOST = Counter(
     "files (or S3 objects) of the stream not trained: removed before they were read whole (a retention ahead of the"
     " trainer), or changed after the checkpoint cut under a name before its file (landed late)",
 )
+SOURCE_MESSAGES_LOST = Counter(
+    "boundless_trainer_source_messages_lost_total",
+    "messages of a Kafka topic not trained: removed by the topic's retention before the trainer read them",
+)
+SOURCE_PARTITIONS_RESET = Counter(
+    "boundless_trainer_source_partitions_reset_total",
+    "Kafka partitions read again from their oldest message: the stream's offset named none of their messages (the topic"
+    " was deleted and created again, or truncated)",
+)
 EXPORTS = Counter("boundless_trainer_exports_total", "exports written (each READY once its holdout has come)")
 EXPORTS_READY = Counter("boundless_trainer_exports_ready_total", "exports marked READY for the model manager")
 EXPORT_HOLDOUT_NEEDED = Gauge(

@@ -66,6 +66,43 @@ def test_kafka_topic_trains_like_the_same_lines_in_a_file(broker, data_dir, tmp_
             s.stop()
 
 
+def test_a_topic_created_again_while_the_trainer_was_down_is_read_from_its_start(broker, data_dir, tmp_path):
+    """The checkpoint's offsets name none of a topic deleted and created again: the new
+    topic's messages are trained from its oldest, said and counted, where the trainer took
+    its first messages as read and trained nothing (or waited, following, for offsets the new
+    topic had yet to reach, then skipped what came before them)."""
+    from confluent_kafka.admin import AdminClient
+
+    lines = (data_dir / "frappe/frappe.validation.libfm").read_text().splitlines()
+    source = broker.create_topic(TOPIC, 2)
+    produce_lines(broker.producer(), TOPIC, lines[:4000], 2)
+    shards = [
+        start(f"ps{i}", ["ps", "--shard-index", str(i), "--shard-count", "2", "--data-dir", str(tmp_path / f"ps{i}")], tmp_path)
+        for i in range(2)
+    ]
+    try:
+        ps = ",".join(s.address for s in shards if s.wait_ready())
+        _, first = train("--source", source, "--ps", ps, "--metrics-out", str(tmp_path / "a.json"))
+        assert first["samples"] == 4000 and first["source_partitions_reset"] == 0
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap, "log_level": 4})
+        for future in admin.delete_topics([TOPIC]).values():
+            future.result(timeout=30)
+        time.sleep(0.5)
+        broker.create_topic(TOPIC, 2)
+        produce_lines(broker.producer(), TOPIC, lines[4000:4600], 2)
+        proc, again = train("--source", source, "--ps", ps, "--metrics-out", str(tmp_path / "b.json"))
+        assert again["samples"] == 4600, again  # every message of the new topic, on from the cut's 4,000
+        assert again["source_partitions_reset"] == 2 and again["source_messages_lost"] == 0
+        assert "was deleted and created again since the checkpoint" in proc.stderr
+        assert "frappe[0] 2000, frappe[1] 2000" in proc.stderr
+        assert "2 partition(s) read again from their oldest message" in proc.stderr
+        _, same = train("--source", source, "--ps", ps, "--metrics-out", str(tmp_path / "c.json"))
+        assert same["samples"] == 4600 and same["source_partitions_reset"] == 0  # the cut names the new topic now
+    finally:
+        for s in shards:
+            s.stop()
+
+
 def test_two_workers_split_the_partitions(broker, data_dir, tmp_path):
     lines = (data_dir / "frappe/frappe.validation.libfm").read_text().splitlines()[:20000]
     source = broker.create_topic(TOPIC, 4)

@@ -10,6 +10,15 @@ The source hands over blocks of one partition's consecutive messages, so the rea
 line count within a block is the partition's offset: block `file` is `TOPIC[P]`, and a bad
 line is reported as `TOPIC[P]:N`, message offset N - 1. A message holding several lines is
 reported and skipped (it stands in as an empty line, so offsets stay aligned).
+
+A stored position is checked against the partition's offsets, at the start and whenever a
+fetch does not continue where the last one ended (docs/design/topic-positions.md):
+- below the oldest retained message: retention removed messages before they were trained.
+  They are lost, said and counted (`lost_messages`), and the partition goes on at its oldest;
+- past the newest: the topic was deleted and created again (or truncated), so the stored
+  offset names no message of it. The partition is read from its oldest message, said and
+  counted (`resets`); otherwise the trainer waited for offsets the new topic had yet to
+  reach, and skipped its first messages, in silence.
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from ctr.runtime.extras import require
+from trainer import metrics
 from trainer.input.source import Block, Position
 
 log = logging.getLogger("trainer")
@@ -29,6 +39,9 @@ SCHEME = "kafka://"
 POLL_MESSAGES = 20000
 WATERMARK_EVERY_S = 0.5  # how often the reading thread notes the watermarks backlog() reports
 OFFSET_BEGINNING = -2  # librdkafka's: a partition's oldest retained message
+# a fetch that skips this many offsets or fewer is a transaction's commit marker, never asked about
+MARKER_GAP = 1
+WATERMARK_TIMEOUT_S = 10.0
 
 
 def is_kafka(source: str) -> bool:
@@ -42,6 +55,22 @@ def parse_url(source: str) -> tuple[str, str]:
     if url.scheme != "kafka" or not url.netloc or not topic or "/" in topic:
         raise ValueError(f"--source {source!r}: expected kafka://HOST:PORT/TOPIC")
     return url.netloc, topic
+
+
+CONTINUES, AGAIN, REMOVED, SKIPPED = "continues", "again", "removed", "skipped"
+
+
+def offset_verdict(expected: int, first: int, oldest: int) -> str:
+    """What a partition's messages starting at `first`, where `expected` was next, say, with
+    `oldest` its oldest retained offset: they continue; the partition is read again from an
+    earlier offset (created again, or truncated: AGAIN); offsets up to `first` were removed
+    by retention before they were read (REMOVED: lost); or some were skipped that were never
+    messages (a compacted key, a transaction's marker: SKIPPED, nothing lost)."""
+    if first == expected:
+        return CONTINUES
+    if first < expected:
+        return AGAIN
+    return REMOVED if oldest >= first else SKIPPED
 
 
 def partition_label(topic: str, partition: int) -> str:
@@ -67,7 +96,9 @@ class KafkaSource:
         self.stop = stop
         self.poll_s = poll_s
         self.idle_since = time.monotonic()
-        self.lost: list[str] = []  # a partition's messages past its retention are not counted here
+        self.lost: list[str] = []  # files: a topic has none (its lost messages are lost_messages)
+        self.lost_messages: dict[str, int] = {}  # "TOPIC[P] offsets A-B" -> messages retention removed untrained
+        self.resets: list[str] = []  # "TOPIC[P] at N": partitions read again from their oldest message
         self._watermarks: dict[int, tuple[int, int]] = {}  # partition -> (low, high), as fetches last saw them
         self._watermarks_at = 0.0
         self._consumer = self._new_consumer()
@@ -92,6 +123,94 @@ class KafkaSource:
         self._trained: dict[int, int] = {p: o for p, o in self.next.items() if o >= 0}
         if not self.partitions:
             log.warning("%s: worker %d of %d has no partition to read (the topic has fewer)", source, index, count)
+        self.topic_id = self._topic_id()
+        was = start.topic_id if start is not None else ""
+        if was and self.topic_id and was != self.topic_id:
+            self._start_over(f"was deleted and created again since the checkpoint (topic id {was} then, {self.topic_id} now)")
+        else:
+            self._check_stored()
+
+    def _topic_id(self) -> str:
+        """The topic's id ("" where the broker gives none: before Kafka 2.8)."""
+        from confluent_kafka import TopicCollection
+        from confluent_kafka.admin import AdminClient
+
+        config: dict[str, Any] = {"bootstrap.servers": self.servers, "log.connection.close": False, "logger": log}
+        admin = AdminClient(config)
+        try:
+            described = admin.describe_topics(TopicCollection([self.topic]), request_timeout=WATERMARK_TIMEOUT_S)
+            return str(described[self.topic].result(timeout=WATERMARK_TIMEOUT_S).topic_id or "")
+        except Exception as e:  # noqa: BLE001 - KafkaException, or no DescribeTopics: the offsets alone tell
+            log.debug("%s: no topic id (%s)", self.source, e)
+            return ""
+
+    def _start_over(self, why: str) -> None:
+        """The topic was created again: no stored offset names its messages, so every
+        partition of this rank that had one is read from its oldest message."""
+        stood = {p: o for p, o in self.next.items() if o >= 0}
+        if not stood:
+            return
+        log.warning(
+            "topic %s %s: the offsets the stream stood at (%s) name none of its messages, so its partitions are read from"
+            " their oldest messages",
+            self.topic,
+            why,
+            ", ".join(f"{partition_label(self.topic, p)} {o}" for p, o in sorted(stood.items())),
+        )
+        for p, o in stood.items():
+            self.resets.append(f"{partition_label(self.topic, p)} at {o}")
+            self.next[p] = OFFSET_BEGINNING
+            self._trained.pop(p, None)
+        metrics.SOURCE_PARTITIONS_RESET.inc(len(stood))
+
+    def _check_stored(self) -> None:
+        """Each stored offset against its partition's oldest retained one, before the first
+        fetch. (One past the newest is the broker's to answer, OFFSET_OUT_OF_RANGE, on which
+        librdkafka starts over: `_check_continues` says so. The newest offset as ListOffsets
+        gives it is not asked: the test broker, Tansu, answers it wrongly.)"""
+        from confluent_kafka import TopicPartition
+
+        for p, nxt in self.next.items():
+            if nxt < 0:
+                continue
+            try:
+                low, _ = self._consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=WATERMARK_TIMEOUT_S)
+            except Exception as e:  # noqa: BLE001 - KafkaException: the position stays as stored
+                log.warning("%s: the offsets partition %d holds are unknown (%s); it takes up at %d", self.source, p, e, nxt)
+                continue
+            if nxt < low:  # retention ran ahead of the stored offset
+                self._removed(p, nxt, low)
+                self.next[p] = self._trained[p] = low
+
+    def _removed(self, p: int, nxt: int, oldest: int) -> None:
+        """Offsets nxt..oldest-1 of partition p were removed before they were read."""
+        label = partition_label(self.topic, p)
+        self.lost_messages[f"{label} offsets {nxt}-{oldest - 1}"] = oldest - nxt
+        metrics.SOURCE_MESSAGES_LOST.inc(oldest - nxt)
+        log.error(
+            "%s: the stream stands at offset %d, and the partition's oldest retained message is %d: %d messages were removed"
+            " (retention) before they were trained, and are lost. Training goes on at %d (a retention shorter than the"
+            " trainer's lag, or than its downtime, loses samples)",
+            label,
+            nxt,
+            oldest,
+            oldest - nxt,
+            oldest,
+        )
+
+    def _reset(self, p: int, nxt: int, how: str) -> None:
+        """Partition p was read again from an offset before nxt: librdkafka's start over, when
+        the broker answered that nxt is out of the partition's range."""
+        label = partition_label(self.topic, p)
+        self.resets.append(f"{label} at {nxt}")
+        metrics.SOURCE_PARTITIONS_RESET.inc()
+        log.warning(
+            "%s: the stream stood at offset %d, and the partition %s: it holds no such offset any more (the topic was"
+            " created again, or the partition truncated). Its messages are read from there",
+            label,
+            nxt,
+            how,
+        )
 
     def _new_consumer(self) -> Any:
         kafka = require("confluent_kafka")  # loads only for Kafka sources
@@ -199,10 +318,13 @@ class KafkaSource:
             label = partition_label(self.topic, p)
             run: list[bytes] = []
             first = part[0].offset()
+            self._check_continues(p, first)
             for m in part:
                 off = m.offset()
-                if run and off != first + len(run):  # a gap (compaction, transaction markers)
+                if run and off != first + len(run):  # a gap (compaction, transaction markers), or a reset
                     yield Block(label, first, first, b"".join(run), newlines=len(run))
+                    self.next[p] = first + len(run)
+                    self._check_continues(p, off)
                     run, first = [], off
                 value = m.value() or b""
                 line = value[:-1] if value.endswith(b"\n") else value
@@ -213,6 +335,29 @@ class KafkaSource:
                 run.append(line + b"\n")
             yield Block(label, first, first, b"".join(run), newlines=len(run))
             self.next[p] = first + len(run)
+
+    def _check_continues(self, p: int, first: int) -> None:
+        """A fetch of partition p that does not start where the last one ended: read again
+        from an earlier offset (librdkafka's start over, when the broker answered
+        OFFSET_OUT_OF_RANGE: the topic created again while it was read), or offsets skipped,
+        which are lost if retention removed them (the oldest retained offset tells)."""
+        nxt = self.next[p]
+        if nxt < 0 or first == nxt:
+            return
+        oldest = -1
+        if first - nxt > MARKER_GAP:
+            from confluent_kafka import TopicPartition
+
+            try:
+                oldest, _ = self._consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=WATERMARK_TIMEOUT_S)
+            except Exception:  # noqa: BLE001 - KafkaException: unknown, so not counted as lost
+                return
+        verdict = offset_verdict(nxt, first, oldest)
+        if verdict == AGAIN:
+            self._reset(p, nxt, f"was read again from offset {first}")
+            self.topic_id = self._topic_id() or self.topic_id  # the cuts from here on name the topic as it is now
+        elif verdict == REMOVED:
+            self._removed(p, nxt, first)
 
     def backlog(self, position: Position) -> tuple[str, int] | None:
         """Messages of this worker's partitions past `position`, up to the high watermarks
@@ -231,4 +376,4 @@ class KafkaSource:
         if position.file.startswith(self.topic + "["):
             done[int(position.file[len(self.topic) + 1 : -1])] = position.line
         self._trained = done
-        return Position(position.file, position.offset, position.line, {str(p): o for p, o in done.items()})
+        return Position(position.file, position.offset, position.line, {str(p): o for p, o in done.items()}, self.topic_id)

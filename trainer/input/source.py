@@ -95,12 +95,14 @@ class Block:
 @dataclass
 class Position:
     """Where the stream stands: the file being read and the byte offset in it; for a
-    Kafka topic, the next offset of every partition (`partitions`, keys are numbers)."""
+    Kafka topic, the next offset of every partition (`partitions`, keys are numbers) and the
+    topic's id (`topic_id`; "" where the broker gives none)."""
 
     file: str = ""
     offset: int = 0
     line: int = 0
     partitions: dict[str, int] | None = None
+    topic_id: str = ""  # the topic's id when its offsets were taken: a topic created again has another
 
 
 class Source(Protocol):
@@ -109,6 +111,8 @@ class Source(Protocol):
     source: str
     idle_since: float
     lost: list[str]  # files removed before they were read whole, or landed late (a folder's, a prefix's)
+    lost_messages: dict[str, int]  # a topic's offset ranges retention removed untrained -> their messages
+    resets: list[str]  # a topic's partitions read again from their oldest message (the topic created again)
 
     def peek(self, max_lines: int = 2000, max_bytes: int = 4 << 20, timeout_s: float = 0.0) -> list[str]: ...
 
@@ -182,6 +186,8 @@ class StreamSource:
         self.poll_s = poll_s
         self.stop = stop
         self.lost: list[str] = []  # files of the stream not trained: removed before they were read, or landed late
+        self.lost_messages: dict[str, int] = {}  # a topic's (KafkaSource): a folder's losses are files
+        self.resets: list[str] = []
         self.start = self._rebased(start or Position())
         self.idle_since = time.monotonic()
         self._listed: tuple[int, float, list[Path]] = (-1, 0.0, [])  # folder mtime, when listed, files

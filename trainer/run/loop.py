@@ -105,6 +105,8 @@ class Trainer:
         self.recoveries = 0
         self.bad_lines_before = 0  # of readers replaced by a recovery
         self.lost_before: set[str] = set()  # files the sources a recovery replaced did not train
+        self.lost_messages_before: dict[str, int] = {}  # a topic's offset ranges, the same way
+        self.resets_before: set[str] = set()
         self.exports: list[str] = []
         self.elapsed_s = 0.0
         self.pipeline = Pipeline(client, model)
@@ -188,6 +190,16 @@ class Trainer:
         """Files of this rank's stream not trained (removed before they were read, or landed
         late), each once however often a recovery opened the stream again."""
         return len(self.lost_before | set(self.source.lost))
+
+    @property
+    def lost_messages(self) -> int:
+        """A topic's messages retention removed before this rank read them, each range once."""
+        return sum((self.lost_messages_before | self.source.lost_messages).values())
+
+    @property
+    def partitions_reset(self) -> int:
+        """A topic's partitions read again from their oldest message (the topic created again)."""
+        return len(self.resets_before | set(self.source.resets))
 
     @property
     def bad_lines(self) -> int:
@@ -428,6 +440,8 @@ class Trainer:
             "pull_bytes": self.client.pull_bytes,
             "bad_lines": self.bad_lines,
             "lost_files": self.lost_files,
+            "lost_messages": self.lost_messages,
+            "partitions_reset": self.partitions_reset,
             "dropped": self.fields.dropped,
             "compression": self.client.compression_stats(),
             "wire": self.client.wire.snapshot(),
@@ -505,6 +519,8 @@ class Trainer:
             "pull_bytes": sum(f["pull_bytes"] for f in figures),
             "bad_lines": sum(f["bad_lines"] for f in figures),
             "lost_files": sum(f["lost_files"] for f in figures),
+            "lost_messages": sum(f["lost_messages"] for f in figures),
+            "partitions_reset": sum(f["partitions_reset"] for f in figures),
             "dropped": sum(f["dropped"] for f in figures),
             "compression": _summed([f["compression"] for f in figures]),
             "wire_others": [f["wire"] for f in figures[1:]],  # rank 0 adds its own at the very end
@@ -623,6 +639,8 @@ class Trainer:
         self.start_at(point)
         self.bad_lines_before += self.reader.bad_lines
         self.lost_before |= set(self.source.lost)
+        self.lost_messages_before |= self.source.lost_messages
+        self.resets_before |= set(self.source.resets)
         self.source = self._reopen(point.position, point.at)
         self.reader = self._reader()
         self.pipeline = Pipeline(self.client, self.model)

@@ -47,6 +47,11 @@ def summary_text(result: dict[str, Any], export_dir: str | None, exports: list[s
         lines.append(
             f"  {lost:,} file(s) of the stream not trained: removed before they were read, or landed late (the log names them)"
         )
+    messages, resets = int(result.get("source_messages_lost", 0)), int(result.get("source_partitions_reset", 0))
+    if messages:
+        lines.append(f"  {messages:,} message(s) of the topic not trained: removed by its retention before they were read")
+    if resets:
+        lines.append(f"  {resets:,} partition(s) read again from their oldest message: the topic was created again (see the log)")
     differ = int(result.get("mlp_replicas_differ", 0))
     if differ:  # every rank steps alike: a difference is a defect, or ranks on different kinds of device
         lines.append(f"  the ranks' MLPs differed at {differ} progress report(s): the log says where (rank 0 exports its own)")
