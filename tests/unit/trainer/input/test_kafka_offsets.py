@@ -39,4 +39,5 @@ def test_a_cut_keeps_the_topic_id_and_a_cut_from_before_it_reads_without_one():
     point = decode_offsets(3, encode_offsets(at, 120, ProgressiveMetrics(100)))
     assert point.position == at
     old = b'{"position": {"file": "clicks[1]", "offset": 0, "line": 70, "partitions": {"0": 50, "1": 70}}, "samples": 120}'
-    assert decode_offsets(3, old).position.topic_id == ""
+    before = decode_offsets(3, old).position
+    assert before is not None and before.topic_id == ""
