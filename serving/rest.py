@@ -173,20 +173,21 @@ class PredictBody:
 
 
 def column_of(raw: Any, where: str, length: int | None) -> npt.NDArray[Any]:
-    """One JSON column: numbers or strings of one kind, `length` long when given; null in a
-    column of strings is a missing value."""
+    """One JSON column: numbers or strings of one kind, `length` long when given; null is a
+    missing value: "" in a column of strings, NaN in one of numbers (pandas' to_json of an
+    integer column with a missing value), which the encoder leaves out as the trainer left an
+    empty field (a numeric, bucketed, field's column cannot: refused there, naming it)."""
     if not isinstance(raw, list) or not raw:
         raise Refused(HTTPStatus.BAD_REQUEST, f"{where}: expected a non-empty list")
     if length is not None and len(raw) != length:
         raise Refused(HTTPStatus.BAD_REQUEST, f"{where}: {len(raw)} values for {length} items")
-    if any(v is None for v in raw):  # null: a missing value, which a column of strings writes as ""
-        if not all(v is None or isinstance(v, str) for v in raw):
-            raise Refused(
-                HTTPStatus.BAD_REQUEST,
-                f"{where}: null among numbers: a column of numbers cannot leave a value out;"
-                " send the items as 'instances' rows without that feature",
-            )
-        raw = ["" if v is None else v for v in raw]
+    if any(v is None for v in raw):
+        if all(v is None or isinstance(v, str) for v in raw):
+            raw = ["" if v is None else v for v in raw]
+        elif all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in raw):
+            return np.asarray([np.nan if v is None else float(v) for v in raw], dtype=np.float64)
+        else:
+            raise Refused(HTTPStatus.BAD_REQUEST, f"{where}: expected numbers or strings (one kind), a value or a list per item")
     if all(isinstance(v, list) for v in raw) and len({len(v) for v in raw}) > 1:
         raw = _padded(raw, where)  # items with different numbers of values (a multi-valued field)
     try:

@@ -170,12 +170,12 @@ def bucket_tokens(values: np.ndarray, name: str) -> tuple[npt.NDArray[np.bool_],
     except ValueError as e:  # a string column of numbers with a word among them (NA, '')
         raise ValueError(
             f"{name}: a numeric column holds a value that is not a number ({e}); a column cannot leave a value out:"
-            " send missing values with the dict form, which leaves the feature out"
+            " send the items that lack it as rows (the dict form; REST: 'instances') without the feature"
         ) from None
     if not np.isfinite(v).all():
         raise ValueError(
             f"{name}: a numeric column holds NaN or an infinity; a column cannot leave a value out:"
-            " send missing values with the dict form, which leaves the feature out"
+            " send the items that lack it as rows (the dict form; REST: 'instances') without the feature"
         )
     big = v > 2
     return big, np.where(big, np.log(np.where(big, v, 3.0)) ** 2, np.floor(v)).astype(np.int64)

@@ -160,8 +160,15 @@ def test_numbers_a_client_holds_as_floats_score_as_the_integers_the_model_learne
     rest = start("serving-rest", ["serve", "--repo", str(platform.dir / "repo"), "--rest-port", "0"], platform.dir)
     try:
         port = rest.wait_ready()["rest_port"]
+        url = f"http://127.0.0.1:{port}/v1/models/ctr:predict"
         body = json.dumps({"instances": as_floats[:20]}).encode()
-        got = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models/ctr:predict", body, timeout=30).read())
+        got = json.loads(urllib.request.urlopen(url, body, timeout=30).read())
         assert np.allclose(got["predictions"], want[:20], rtol=0, atol=1e-6)
+        # by column, as pandas' to_json writes an integer column with a missing value: 1005.0 ... null
+        as_json = [None if np.isnan(v) else float(v) for v in floats[name]]
+        body = json.dumps({"inputs": {name: as_json}}).encode()
+        got = json.loads(urllib.request.urlopen(url, body, timeout=30).read())
+        by_text = client.predict_columns(items=texts).scores
+        assert np.allclose(got["predictions"], by_text, rtol=0, atol=1e-6)  # before: 400, null among numbers
     finally:
         rest.stop()
