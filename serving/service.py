@@ -162,7 +162,7 @@ class PredictorServicer(predict_pb2_grpc.PredictorServicer):
             model=model.name,
             version=model.version,
             base_version=model.base_version,
-            policy=watcher.repo.policy().describe(),
+            policy=watcher.policy.describe(),  # as last read: a call never waits on the repository
             keys=model.keys,
             loaded_at=model.loaded_at,
             model_type=model.spec.type,

@@ -233,10 +233,10 @@ class Repository:
         self._write_json(ROUTING_FILE, schemas.dump(RoutingFile(labels=labels, set_at=time.time())))
         return labels
 
-    def target(self) -> int | None:
-        """The version serving should load under the policy: the pinned one, else the newest
-        that is not broken; None when there is none."""
-        pol = self.policy()
+    def target(self, policy: Policy | None = None) -> int | None:
+        """The version serving should load under the policy (`policy`, as already read, or
+        read now): the pinned one, else the newest that is not broken; None when there is none."""
+        pol = policy if policy is not None else self.policy()
         versions = self.versions()
         if pol.mode == "pinned" and pol.version in versions:
             return pol.version

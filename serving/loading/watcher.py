@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from ctr.repository.schemas import LabelEntry
-from ctr.repository.versions import Repository
+from ctr.repository.versions import Policy, Repository
 from serving import metrics
 from serving.config import DnnBatching
 from serving.loading.loader import OverBudget, VersionLoader
@@ -78,6 +78,10 @@ class ModelWatcher:
         self.memory_budget = memory_budget  # bytes a version's files may take (0: no budget)
         self.last_error = ""  # why the last version tried was not loaded (ModelStatus reports it)
         self.labels: dict[str, LabelEntry] = {}  # ROUTING.json as last read
+        # the serving policy as last read: ModelStatus answers from it, never from the store,
+        # whose calls can hang (an S3 endpoint that stops answering) and would hold the
+        # server's threads that Predict needs
+        self.policy = Policy("latest")
         self.labelled: dict[str, ServableModel] = {}  # label -> its loaded version
         self._label_failed: dict[int, float] = {}  # version -> when its load failed (retried after LABEL_RETRY_S)
         self.splitter = splitter
@@ -292,7 +296,9 @@ class ModelWatcher:
 
     def _refresh_policy(self) -> None:
         """One look: the Source (the policy's target), the Manager's ruling, its execution."""
-        action = next_action(self._state, self.repo.target(), time.monotonic())
+        policy = self.repo.policy()
+        self.policy = policy
+        action = next_action(self._state, self.repo.target(policy), time.monotonic())
         if isinstance(action, Idle):
             if action.waiting:
                 self._say_waiting()

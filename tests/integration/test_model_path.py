@@ -465,6 +465,61 @@ def test_an_s3_repository_publishes_serves_rolls_back_and_collects(pristine, tmp
                 d.stop()
 
 
+def test_serving_answers_while_its_s3_repository_hangs_and_the_manager_publishes_after(pristine, tmp_path):
+    """An S3 endpoint that stops answering (SIGSTOP: connections accepted, nothing read):
+    serving goes on scoring with what it loaded and answers ModelStatus from the policy its
+    watcher last read. Before, ModelStatus read the policy from S3 on the call's thread, so a
+    few status calls (a client refreshing its transform, a probe) held all four of the
+    server's threads for boto's minute-long timeouts, and Predict stopped being answered.
+    The manager publishes the export that came during the outage once S3 answers again."""
+    import concurrent.futures
+    import signal
+
+    from tests.integration.s3_server import s3_server
+
+    with s3_server(tmp_path / "weed") as env:
+        url = "s3://models/prod"
+        exports = Exports(tmp_path / "exports")
+        repo = Repository(url, "ctr", cache=tmp_path / "reader-cache")
+        watch = ["model", "watch", "--exports", str(exports.root), "--repo", url, "--poll-s", "0.1", "--max-auc-drop", "1"]
+        manager = start("modelmgr", watch, tmp_path, env)
+        serving = start("serving", ["serve", "--repo", url, "--poll-s", "0.1"], tmp_path, env)
+        daemons = [manager, serving]
+        weed: list[int] = []
+        try:
+            manager.wait_ready()
+            serving.wait_ready()
+            client = PredictClient(serving.address, timeout=3.0)
+            full = exports.add(pristine[0])
+            _wait("version 1 served", lambda: _served(client) == 1, daemons)
+            items = [{"1": "x"}, {"2": "y"}]
+            want = client.predict(items=items).scores
+            found = subprocess.run(["pgrep", "-f", str(tmp_path / "weed")], capture_output=True, text=True).stdout
+            weed = [int(pid) for pid in found.split()]
+            assert weed
+            for pid in weed:
+                os.kill(pid, signal.SIGSTOP)
+            exports.add(pristine[1], previous=full)
+            time.sleep(1.0)  # the watcher's next look at S3 hangs now
+            with concurrent.futures.ThreadPoolExecutor(8) as pool:  # twice the server's threads
+                statuses = list(pool.map(lambda _: _served(client), range(8)))
+            assert statuses == [1] * 8  # each within its 3 s deadline
+            for _ in range(5):
+                assert np.array_equal(client.predict(items=items).scores, want)
+                time.sleep(0.5)
+            for pid in weed:
+                os.kill(pid, signal.SIGCONT)
+            weed = []
+            _wait("version 2 published after the outage", lambda: repo.versions() == [1, 2], daemons, timeout=120)
+            _wait("version 2 served", lambda: _served(client) == 2, daemons, timeout=120)
+            client.close()
+        finally:
+            for pid in weed:
+                os.kill(pid, signal.SIGCONT)  # the server's teardown needs it running
+            for d in daemons:
+                d.stop()
+
+
 def test_serving_applies_deltas_into_a_double_buffered_overlay(pristine, tmp_path):
     """Each delta lands in the overlay of the version before the current one (no request
     uses it any more): the same rows as a version built from scratch, without copying."""
