@@ -67,6 +67,13 @@ class InputSettings:
             " the lines read is bad (judged from 1000 bad lines on, and at the end)"
         },
     )
+    kafka_config: str = field(
+        default="",
+        metadata={
+            "help": "a properties file (key=value lines) of librdkafka settings for a kafka:// source: security.protocol,"
+            " sasl.*, ssl.*, client.id, fetch sizes; secrets go in this file, not on the command line"
+        },
+    )
     source_pattern: str = field(default="*", metadata={"help": "a folder source reads the files whose names match this glob"})
     source_ignore: str = field(
         default=",".join(DEFAULT_IGNORE),
@@ -411,6 +418,15 @@ class TrainerConfig(ServerConfig):
         every = self.ps_access.checkpoint_interval_s
         if every < 0 and every != -1:
             raise ConfigError(f"--checkpoint-interval-s {every:g}: seconds (0: off), or -1 (auto)")
+        if self.input.kafka_config:
+            if not self.input.source.startswith("kafka://"):
+                raise ConfigError(f"--kafka-config {self.input.kafka_config}: only a kafka:// --source takes it")
+            from trainer.input.kafka_config import read_kafka_config
+
+            try:
+                read_kafka_config(self.input.kafka_config)  # at once, before any process or connection starts
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
         if self.parallel.workers > 1 and not self.input.splits():
             raise ConfigError(
                 f"--workers {self.parallel.workers}: the stream is split by files or partitions,"

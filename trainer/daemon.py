@@ -579,6 +579,7 @@ def train_run(
             ignore=conf.input.ignored_names(),
             exclude=own_outputs(conf),
             start_at=cut_at,
+            kafka_config=conf.input.kafka_config,
         )
 
     try:

@@ -97,6 +97,7 @@ def test_every_daemon_the_chart_runs_takes_its_arguments_and_its_mounts_exist(va
             assert "--tls-cert" in args and "--tls-ca" in args
         assert "--tls-client-auth" in commands["serve"][0] and "--accepted-tokens-file" in commands["ps"][0]
         assert "--token-file" in train
+        assert train[train.index("--kafka-config") + 1] == "/etc/boundless/kafka/kafka.properties"  # a Secret's file
 
 
 def test_an_s3_source_gives_the_trainer_its_endpoint_and_keys():

@@ -103,6 +103,31 @@ def test_a_topic_created_again_while_the_trainer_was_down_is_read_from_its_start
             s.stop()
 
 
+def test_client_settings_come_from_a_kafka_config_file_and_a_bad_one_is_named(broker, data_dir, tmp_path):
+    """A secured cluster needs librdkafka's security settings, which --kafka-config gives
+    (a properties file: secrets stay off the command line). Against the test broker the
+    settings are plain ones; librdkafka takes the file's settings into every client the
+    source makes, and what it refuses is said naming the file, not as a traceback."""
+    lines = (data_dir / "frappe/frappe.validation.libfm").read_text().splitlines()[:3000]
+    source = broker.create_topic(TOPIC, 2)
+    produce_lines(broker.producer(), TOPIC, lines, 2)
+    config = tmp_path / "kafka.properties"
+    config.write_text("# settings\nclient.id = boundless-trainer\nfetch.wait.max.ms=20\nsecurity.protocol=plaintext\n")
+    _, got = train("--source", source, "--ps", "local", "--kafka-config", str(config), "--metrics-out", str(tmp_path / "a.json"))
+    assert got["samples"] == len(lines)
+    cmd = [sys.executable, "-m", "boundless", "train", "--no-follow", "--metrics-port", "-1", "--format", "libsvm"]
+    cmd += ["--ps", "local"]
+    config.write_text("client.id=boundless-trainer\nfetch.wait.max.ms=soon\n")  # a value librdkafka refuses
+    proc = subprocess.run([*cmd, "--source", source, "--kafka-config", str(config)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert f"--kafka-config {config}: " in proc.stderr and "fetch.wait.max.ms" in proc.stderr, proc.stderr[-2000:]
+    config.write_text("group.id=mine\n")  # the source's own: refused before anything starts
+    proc = subprocess.run([*cmd, "--source", source, "--kafka-config", str(config)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and f"{config}:1: group.id is the trainer's to set" in proc.stderr, proc.stderr[-2000:]
+    proc = subprocess.run([*cmd, "--source", "-", "--kafka-config", str(config)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "only a kafka:// --source takes it" in proc.stderr
+
+
 def test_two_workers_split_the_partitions(broker, data_dir, tmp_path):
     lines = (data_dir / "frappe/frappe.validation.libfm").read_text().splitlines()[:20000]
     source = broker.create_topic(TOPIC, 4)

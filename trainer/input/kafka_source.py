@@ -31,6 +31,7 @@ from urllib.parse import urlparse
 
 from ctr.runtime.extras import require
 from trainer import metrics
+from trainer.input.kafka_config import read_kafka_config
 from trainer.input.source import Block, Position
 
 log = logging.getLogger("trainer")
@@ -89,9 +90,12 @@ class KafkaSource:
         part: tuple[int, int] = (0, 1),
         poll_s: float = 0.2,
         metadata_timeout_s: float = 30.0,
+        config_file: str = "",
     ) -> None:
         self.source = source
         self.servers, self.topic = parse_url(source)
+        self.config_file = config_file  # --kafka-config: the client's own settings (security, sizes)
+        self.client_config = read_kafka_config(config_file) if config_file else {}
         self.follow = follow
         self.stop = stop
         self.poll_s = poll_s
@@ -135,8 +139,7 @@ class KafkaSource:
         from confluent_kafka import TopicCollection
         from confluent_kafka.admin import AdminClient
 
-        config: dict[str, Any] = {"bootstrap.servers": self.servers, "log.connection.close": False, "logger": log}
-        admin = AdminClient(config)
+        admin = self._client(AdminClient, {})
         try:
             described = admin.describe_topics(TopicCollection([self.topic]), request_timeout=WATERMARK_TIMEOUT_S)
             return str(described[self.topic].result(timeout=WATERMARK_TIMEOUT_S).topic_id or "")
@@ -215,17 +218,32 @@ class KafkaSource:
     def _new_consumer(self) -> Any:
         kafka = require("confluent_kafka")  # loads only for Kafka sources
 
-        return kafka.Consumer(
+        return self._client(
+            kafka.Consumer,
             {
-                "bootstrap.servers": self.servers,
                 "group.id": "boundless-trainer",  # required by the client; offsets are never committed
                 "enable.auto.commit": False,
                 "auto.offset.reset": "earliest",
                 "enable.partition.eof": False,
-                "log.connection.close": False,
-                "logger": log,  # librdkafka's complaints through logging, not raw lines on stderr
-            }
+            },
         )
+
+    def _client(self, kind: Any, own: dict[str, Any]) -> Any:
+        """A librdkafka client of `kind` with the source's settings, --kafka-config's, and
+        `own` (which the file cannot set: trainer.input.kafka_config.OWNED)."""
+        config: dict[str, Any] = {
+            "bootstrap.servers": self.servers,
+            "log.connection.close": False,
+            "logger": log,  # librdkafka's complaints through logging, not raw lines on stderr
+            **self.client_config,
+            **own,
+        }
+        try:
+            return kind(config)
+        except Exception as e:  # noqa: BLE001 - KafkaException: a setting librdkafka does not take
+            where = f"--kafka-config {self.config_file}" if self.config_file else f"--source {self.source}"
+            said = e.args[0].str() if e.args and hasattr(e.args[0], "str") else str(e)  # a KafkaError's own words
+            raise ValueError(f"{where}: {said}") from None
 
     def _assign(self, consumer: Any) -> None:
         from confluent_kafka import TopicPartition

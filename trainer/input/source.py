@@ -135,10 +135,12 @@ def open_source(
     ignore: tuple[str, ...] = DEFAULT_IGNORE,
     exclude: tuple[str, ...] = (),
     start_at: float = 0.0,
+    kafka_config: str = "",
 ) -> Source:
     """A folder, a file, stdin ('-'), s3://BUCKET/PREFIX, or kafka://HOST:PORT/TOPIC;
     `exclude`: paths a folder's listing passes over (the trainer's own outputs); `start_at`:
-    the wall time of the cut `start` comes from (0: unknown)."""
+    the wall time of the cut `start` comes from (0: unknown); `kafka_config`: a topic's
+    client settings file (trainer.input.kafka_config)."""
     if source.startswith("s3://"):
         from trainer.input.s3_source import S3PrefixSource  # boto3 loads only for S3
 
@@ -148,7 +150,7 @@ def open_source(
     if source.startswith("kafka://"):
         from trainer.input.kafka_source import KafkaSource  # confluent-kafka loads only for Kafka
 
-        return KafkaSource(source, follow, stop=stop, start=start, part=part)
+        return KafkaSource(source, follow, stop=stop, start=start, part=part, config_file=kafka_config)
     return StreamSource(
         source, follow, stop=stop, start=start, part=part, pattern=pattern, ignore=ignore, exclude=exclude, start_at=start_at
     )
