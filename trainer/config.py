@@ -418,15 +418,8 @@ class TrainerConfig(ServerConfig):
         every = self.ps_access.checkpoint_interval_s
         if every < 0 and every != -1:
             raise ConfigError(f"--checkpoint-interval-s {every:g}: seconds (0: off), or -1 (auto)")
-        if self.input.kafka_config:
-            if not self.input.source.startswith("kafka://"):
-                raise ConfigError(f"--kafka-config {self.input.kafka_config}: only a kafka:// --source takes it")
-            from trainer.input.kafka_config import read_kafka_config
-
-            try:
-                read_kafka_config(self.input.kafka_config)  # at once, before any process or connection starts
-            except ValueError as e:
-                raise ConfigError(str(e)) from None
+        if self.input.kafka_config and not self.input.source.startswith("kafka://"):
+            raise ConfigError(f"--kafka-config {self.input.kafka_config}: only a kafka:// --source takes it")
         if self.parallel.workers > 1 and not self.input.splits():
             raise ConfigError(
                 f"--workers {self.parallel.workers}: the stream is split by files or partitions,"

@@ -40,6 +40,7 @@ from ps.compression.compressor import parse_codec
 from ps.compression.payload import VALUE_CODECS
 from trainer.config import ENV_PREFIX, HELP_EXAMPLES, HELP_GROUPS, TrainerConfig
 from trainer.input.bad_input import BadInput, message, too_bad
+from trainer.input.kafka_config import read_kafka_config
 from trainer.input.source import Position, Source, StreamSource, open_source
 from trainer.run.agreement import folders_verdict, group_settings, shards_verdict
 from trainer.run.cut_interval import cut_interval
@@ -466,6 +467,11 @@ def check_source(conf: TrainerConfig) -> None:
             raise cfg.ConfigError(f"--source {conf.input.source}: {e}") from None
     elif conf.input.source != "-" and not conf.input.source.startswith("kafka://") and not Path(conf.input.source).exists():
         raise cfg.ConfigError(f"--source {conf.input.source}: no such file or folder")
+    if conf.input.kafka_config:
+        try:
+            read_kafka_config(conf.input.kafka_config)  # at once, before any process or connection starts
+        except ValueError as e:
+            raise cfg.ConfigError(str(e)) from None
     if not 0 <= conf.input.max_bad_fraction <= 1:
         raise cfg.ConfigError(f"--max-bad-fraction {conf.input.max_bad_fraction}: must be within 0..1")
 
