@@ -592,6 +592,11 @@ def train_run(
         source = reopen(_part(planned, rank).position, _part(planned, rank).at)
     except ValueError as e:
         raise cfg.ConfigError(str(e)) from None
+    if conf.input.source == "-" and sys.stdin.isatty():  # `boundless train` alone: it waits on the terminal
+        log.warning(
+            "reading samples from standard input, a terminal: type or paste lines, Ctrl-D ends; --source names a"
+            " file, a folder, s3://BUCKET/PREFIX/ or kafka://HOST:PORT/TOPIC"
+        )
     if group is not None and conf.input.splits() and not conf.input.source.startswith(("kafka://", "s3://")):
         check_same_folder(group, source)  # a topic or a prefix is one by its URL (group_settings)
     if lead:  # the peek sees the whole folder or prefix, whichever rank's share its first file is

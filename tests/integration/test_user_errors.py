@@ -152,3 +152,24 @@ def test_a_field_that_gives_the_label_away_is_warned_of(data_dir: Path, tmp_path
     assert "field(s) conversion give the label away" in run.stderr and "skip: [conversion]" in run.stderr
     clean = _train("--source", str(data_dir / "avazu_10k/train_rows1-9999.csv"), "--ps", "local")
     assert clean.returncode == 0 and "give the label away" not in clean.stderr
+
+
+def test_training_from_a_terminal_says_it_reads_standard_input(tmp_path: Path) -> None:
+    """`boundless train` with no --source reads standard input; from a terminal it waited in
+    silence, and a new user saw a command that hung. It now says where it reads and how to
+    end or point it elsewhere; a pipe (the usual `cat | boundless train`) is told nothing."""
+    import os
+    import pty
+
+    cmd = [sys.executable, "-m", "boundless", "train", "--ps", "local", "--metrics-port", "-1"]
+    leader, follower = pty.openpty()
+    try:
+        proc = subprocess.Popen(cmd, stdin=follower, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        os.close(follower)
+        os.write(leader, b"1 3:1 5:1\n0 3:1\n\x04")  # two lines, then Ctrl-D
+        _, err = proc.communicate(timeout=120)
+    finally:
+        os.close(leader)
+    assert "reading samples from standard input, a terminal: type or paste lines, Ctrl-D ends" in err, err[-2000:]
+    piped = subprocess.run(cmd, input="1 3:1 5:1\n0 3:1\n", capture_output=True, text=True, timeout=120)
+    assert piped.returncode == 0 and "a terminal" not in piped.stderr, piped.stderr[-2000:]
