@@ -47,7 +47,7 @@ from trainer.run.cut_interval import cut_interval
 from trainer.run.exporter import Exporter
 from trainer.run.loop import LoopSettings, Trainer, merged_wire
 from trainer.run.progress_log import ProgressLog
-from trainer.run.recovery import CutPoint, check_ranks, planned_point, restore_and_declare, restore_shards
+from trainer.run.recovery import check_ranks, planned_point, rank_part, restore_and_declare, restore_shards
 from trainer.run.rendezvous import EXIT_RESTART, GroupLost, rendezvous, share
 from trainer.run.summary import summary_text
 from trainer.spec import model_spec
@@ -522,12 +522,6 @@ def check_same_folder(group: Group, source: Source) -> None:
         raise cfg.ConfigError(verdict)
 
 
-def _part(point: CutPoint, rank: int) -> CutPoint:
-    """Where rank `rank` takes up: its part of a cut the ranks took together (at cut 0, the
-    start of its share of the stream)."""
-    return point.parts[rank] if point.parts else point
-
-
 @contextmanager
 def start_up_frozen() -> Iterator[None]:
     """Every object of start-up (torch, numba, the model) out of the cyclic collector's reach
@@ -573,6 +567,7 @@ def train_run(
         client.compression.judge_at = "cut" if cut_every > 0 else "export"
     planned = planned_point(statuses, conf.ps_access.from_start)  # read only: nothing changes before the model is named
     check_ranks(planned, world)  # where the cut is known before the restore; after it, below
+    planned_here = rank_part(planned, rank, world)
 
     def reopen(position: Position | None, cut_at: float = 0.0) -> Source:
         return open_source(
@@ -589,7 +584,7 @@ def train_run(
         )
 
     try:
-        source = reopen(_part(planned, rank).position, _part(planned, rank).at)
+        source = reopen(planned_here.position, planned_here.at)
     except ValueError as e:
         raise cfg.ConfigError(str(e)) from None
     if conf.input.source == "-" and sys.stdin.isatty():  # `boundless train` alone: it waits on the terminal
@@ -642,8 +637,8 @@ def train_run(
     check_ranks(point, world)  # a cut every shard prepared and none committed is read at the restore
     if aggregation is not None:  # the host's ranks push their sums through rank 0 (--local-aggregate)
         client.aggregate_locally(aggregation, rank)
-    mine = _part(point, rank)
-    if (mine.cut, mine.position) != (planned.cut, _part(planned, rank).position):  # a shard restarted meanwhile: the cut moved
+    mine = rank_part(point, rank, world)
+    if (mine.cut, mine.position) != (planned.cut, planned_here.position):  # a shard restarted meanwhile: the cut moved
         source = reopen(mine.position)
     log.info(
         "model %s, %d fields, tables %s", spec.type, len(fields), ", ".join(f"{t.name}:{t.optimizer.kind}" for t in spec.tables())
@@ -696,7 +691,7 @@ def train_run(
     trainer.cpu_start = cpu_start
     with start_up_frozen():
         if group is None:
-            trainer.take_up(point, reopen, lambda: restore_and_declare(client, model.prepare, False))
+            trainer.take_up(mine, reopen, lambda: rank_part(restore_and_declare(client, model.prepare, False), 0, 1))
             result: dict[str, Any] = dict(trainer.run())
         else:
             trainer.group = group

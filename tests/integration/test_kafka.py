@@ -251,6 +251,55 @@ def test_two_ranks_split_the_partitions_and_train_each_message_once_across_a_res
             s.stop()
 
 
+def test_a_topic_trained_by_two_ranks_goes_on_with_three_then_one_each_message_once(broker, data_dir, tmp_path):
+    """A trainer scaled out or in between runs (the chart's trainer.replicas changed): the
+    cut's per-rank positions are a topic's partition offsets, which map to any number of
+    ranks (partition p's offset is the rank's that read it). Before, a group of another size
+    was refused, and --from-start, the way out it named, trained the topic again."""
+    lines = (data_dir / "frappe/frappe.validation.libfm").read_text().splitlines()
+    source = broker.create_topic(TOPIC, 4)
+    shards = [
+        start(f"ps{i}", ["ps", "--shard-index", str(i), "--shard-count", "2", "--data-dir", str(tmp_path / f"ps{i}")], tmp_path)
+        for i in range(2)
+    ]
+
+    def ranks(world: int, tag: str) -> dict:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            master = f"127.0.0.1:{s.getsockname()[1]}"
+        out = tmp_path / f"{tag}.json"
+        procs = []
+        for rank in range(world):
+            cmd = [sys.executable, "-m", "boundless", "train", "--no-follow", "--metrics-port", "-1", "--format", "libsvm"]
+            cmd += ["--source", source, "--ps", ps, "--batch-size", "2048", "--metrics-out", str(out)]
+            if world > 1:
+                cmd += ["--rank", str(rank), "--world-size", str(world), "--master", master]
+            log = open(tmp_path / f"{tag}{rank}.log", "w")  # noqa: SIM115 - closed with the process
+            procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, text=True))
+        codes = [p.wait(300) for p in procs]
+        assert codes == [0] * world, (tmp_path / f"{tag}0.log").read_text()[-3000:]
+        return json.loads(out.read_text())
+
+    def tables_samples() -> set[int]:
+        stats = [sys.executable, "-m", "boundless", "ps", "stats", ps, "--json"]
+        tables = json.loads(subprocess.run(stats, capture_output=True, text=True, timeout=60, check=True).stdout)["tables"]
+        return {int(n) for t in tables.values() for n in t["samples"] if n}
+
+    try:
+        ps = ",".join(s.address for s in shards if s.wait_ready())
+        sent = 0
+        for world, count in ((2, 12000), (3, 9000), (1, 6000)):
+            produce_lines(broker.producer(), TOPIC, lines[sent : sent + count], 4)
+            sent += count
+            got = ranks(world, f"w{world}")
+            assert got["samples"] == sent, (world, got["samples"], sent)  # every message once, the earlier ranks' too
+            assert tables_samples() == {sent}
+        assert "rank(s), taken up by" not in (tmp_path / "w30.log").read_text()  # LR keeps no worker-side state
+    finally:
+        for s in shards:
+            s.stop()
+
+
 def test_a_csv_topic_takes_its_columns_from_a_header_message_or_csv_header(broker, data_dir, tmp_path):
     """A topic's partitions share one header: a producer's header message (as `demo --source
     kafka --data FILE.csv` sends the file's first line, to partition 0 only) names the

@@ -55,12 +55,59 @@ class CutPoint:
 
 
 def check_ranks(point: CutPoint, world: int) -> None:
-    """A cut's positions are per rank: a group of another size cannot take up from it."""
-    if point.cut and point.offsets_known and point.ranks != world:
+    """A cut's positions are per rank: a group of another size takes up from it only where
+    they map to its ranks, a topic's partition offsets (rank_part)."""
+    if point.cut and point.offsets_known and point.ranks != world and not _in_a_topic(point):
         raise cfg.ConfigError(
-            f"checkpoint cut {point.cut} was taken with {point.ranks} rank(s), whose positions do not map to"
-            f" {world}: run with --workers {point.ranks} (or --world-size {point.ranks}), or start over with --from-start"
+            f"checkpoint cut {point.cut} was taken with {point.ranks} rank(s), whose positions in a folder's files do not"
+            f" map to {world}: run with --workers {point.ranks} (or --world-size {point.ranks}), or start over with"
+            " --from-start (a Kafka topic's positions do map: its partitions' offsets)"
         )
+
+
+def _in_a_topic(point: CutPoint) -> bool:
+    parts = point.parts or (point,)
+    return all(p.position is not None and p.position.partitions is not None for p in parts)
+
+
+def rank_part(point: CutPoint, rank: int, world: int) -> CutPoint:
+    """Where rank `rank` of `world` takes up: its part of a cut the ranks took together, or
+    the cut itself when one process took it. A topic's cut taken by another number of ranks
+    (a trainer scaled out or in) is mapped: partition p was read by rank p % W of the W that
+    took it, so its offset is that rank's, and every rank now gets every partition's offset
+    (a KafkaSource reads its own, p % world == rank); rank 0 carries the samples and the
+    metrics of all. The worker-side model state (a compressed MLP sync's residual, MLP
+    gradients waiting for a step) does not map between ranks: none is taken up, said."""
+    if point.ranks == world or not point.cut or not point.offsets_known:  # as taken, or nothing to map (yet)
+        return point.parts[rank] if rank < len(point.parts) else point
+    check_ranks(point, world)
+    parts = point.parts or (point,)
+    taken = len(parts)
+    offsets: dict[str, int] = {}
+    for i, part in enumerate(parts):
+        assert part.position is not None and part.position.partitions is not None
+        offsets.update({p: o for p, o in part.position.partitions.items() if int(p) % taken == i})
+    topic_id = next((p.position.topic_id for p in parts if p.position is not None and p.position.topic_id), "")
+    first = parts[0].position
+    assert first is not None
+    position = Position(first.file, first.offset, first.line, offsets, topic_id)
+    dropped = [i for i, p in enumerate(parts) if p.model]
+    if dropped and rank == 0:
+        log.warning(
+            "checkpoint cut %d was taken by %d rank(s), taken up by %d: the model's worker-side state of rank(s) %s"
+            " (a compressed MLP sync's residual, MLP gradients waiting for a step) is not carried over",
+            point.cut,
+            taken,
+            world,
+            ", ".join(map(str, dropped)),
+        )
+    if rank != 0:
+        return CutPoint(point.cut, position, offsets_known=point.offsets_known, at=point.at)
+    window = taken * max((len(p.progress.get("labels", ())) for p in parts if p.progress), default=0)
+    states = [p.progress for p in parts if p.progress]
+    progress = ProgressiveMetrics.merge(max(1, window), states).state() if states else {}
+    samples = sum(p.samples for p in parts)
+    return CutPoint(point.cut, position, samples, progress, offsets_known=point.offsets_known, at=point.at)
 
 
 def worker_state(

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import logging
 
+import numpy as np
 import pytest
 
 from ctr.runtime.config import ConfigError
 from ps.api import ShardStatus
-from trainer.run.recovery import CutPoint, check_ranks, common_cut, planned_point
+from trainer.input.source import Position
+from trainer.run.recovery import CutPoint, check_ranks, common_cut, planned_point, rank_part
+from trainer.step.progressive import ProgressiveMetrics
 
 
 def _status(index: int, cuts: tuple[int, ...]) -> ShardStatus:
@@ -41,7 +44,9 @@ def test_a_cut_every_shard_prepared_and_none_committed_is_taken_up_by_the_ranks_
     check_ranks(planned, 2)  # not known yet: checked after the restore
     two = CutPoint(3, parts=(CutPoint(3), CutPoint(3)))
     check_ranks(two, 2)
-    with pytest.raises(ConfigError, match=r"cut 3 was taken with 2 rank\(s\), whose positions do not map to 1"):
+    with pytest.raises(
+        ConfigError, match=r"cut 3 was taken with 2 rank\(s\), whose positions in a folder's files do not map"
+    ):
         check_ranks(two, 1)
     with pytest.raises(ConfigError, match=r"cut 3 was taken with 1 rank\(s\)"):
         check_ranks(CutPoint(3), 2)
@@ -60,3 +65,30 @@ def test_a_cuts_offsets_are_read_from_the_shard_that_keeps_them():
     assert point.offsets_known and point.position is not None and point.position.offset == 9 and point.samples == 5
     behind = [ShardStatus(0, 2, 0, 0, b"", [], committed_cut=2, cuts=(2, 3)), both[1]]
     assert not planned_point(behind, from_start=False).offsets_known  # the restore will read it from shard 0
+
+
+def _progress(labels: list[float]) -> dict:
+    metrics = ProgressiveMetrics(100)
+    metrics.update(np.asarray(labels, dtype=np.float32), np.full(len(labels), 0.25, dtype=np.float32))
+    return metrics.state()
+
+
+def test_a_topics_cut_maps_to_another_number_of_ranks_by_who_read_each_partition(caplog: pytest.LogCaptureFixture):
+    """Partition p was read by rank p % W of the W that took the cut: its offset is that
+    rank's, whatever another rank's position says (a rank that had not trained yet holds
+    the offsets it was handed at the start, stale for partitions it does not read)."""
+    a = Position("t[0]", 0, 40, {"0": 40, "2": 22, "1": 5}, "id1")  # "1": a stale copy, rank 1 reads it
+    b = Position("t[1]", 0, 31, {"1": 31, "3": 13}, "id1")
+    two = CutPoint(7, parts=(CutPoint(7, a, 60, _progress([1, 0, 0]), model={"x": 1}), CutPoint(7, b, 40, _progress([0, 1]))))
+    caplog.set_level(logging.WARNING, logger="trainer")
+    three = [rank_part(two, r, 3) for r in range(3)]
+    for part in three:
+        assert part.position is not None and part.position.partitions == {"0": 40, "2": 22, "1": 31, "3": 13}
+        assert part.position.topic_id == "id1" and part.cut == 7 and part.model == {}
+    assert [p.samples for p in three] == [100, 0, 0]  # rank 0 carries the samples and metrics of all
+    assert three[0].progress["count"] == 5 and three[0].progress["positives"] == 2 and not three[1].progress
+    assert "taken up by 3: the model's worker-side state of rank(s) 0" in caplog.text
+    assert rank_part(two, 1, 2) is two.parts[1]  # the same number of ranks: each its own part
+    folder = CutPoint(7, parts=(CutPoint(7, Position("a", 9, 2)), CutPoint(7, Position("b", 3, 1))))
+    with pytest.raises(ConfigError, match="positions in a folder's files do not map to 3"):
+        rank_part(folder, 0, 3)
