@@ -44,9 +44,7 @@ def test_a_cut_every_shard_prepared_and_none_committed_is_taken_up_by_the_ranks_
     check_ranks(planned, 2)  # not known yet: checked after the restore
     two = CutPoint(3, parts=(CutPoint(3), CutPoint(3)))
     check_ranks(two, 2)
-    with pytest.raises(
-        ConfigError, match=r"cut 3 was taken with 2 rank\(s\), whose positions in a folder's files do not map"
-    ):
+    with pytest.raises(ConfigError, match=r"cut 3 was taken with 2 rank\(s\), whose positions in a folder's files do not map"):
         check_ranks(two, 1)
     with pytest.raises(ConfigError, match=r"cut 3 was taken with 1 rank\(s\)"):
         check_ranks(CutPoint(3), 2)
