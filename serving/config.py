@@ -69,6 +69,17 @@ class ServingConfig(ServerConfig):
         default=-1,
         metadata={"help": "REST/JSON port beside gRPC (POST /v1/models/NAME:predict; 0 picks a free one; -1: none)"},
     )
+    rest_idle_s: float = field(
+        default=60.0,
+        metadata={
+            "help": "a REST connection idle this long between requests, or stalled this long inside one (a slow or"
+            " silent client, a TLS handshake never made), is closed"
+        },
+    )
+    rest_max_connections: int = field(
+        default=256,
+        metadata={"help": "REST connections open at once (each holds a thread); one more is answered 503 and closed"},
+    )
     processes: int = field(
         default=1,
         metadata={
@@ -154,6 +165,8 @@ class ServingConfig(ServerConfig):
             raise ConfigError(f"--dnn-batching {self.dnn_batching!r}: expected auto, on or off")
         if not -1 <= self.rest_port <= 65535:
             raise ConfigError(f"--rest-port {self.rest_port}: must be 0..65535, or -1 (none)")
+        if not self.rest_idle_s > 0 or self.rest_max_connections < 1:
+            raise ConfigError("--rest-idle-s must be > 0 and --rest-max-connections >= 1")
         if self.models and (self.router or self.shard_count > 1):
             raise ConfigError("--models serves whole models; sharded serving (--router, --shard-count) takes one --model-name")
         if self.model_memory_mb < 0:

@@ -132,7 +132,15 @@ def run(args: argparse.Namespace) -> int:
     rest, rest_port = None, -1
     if conf.rest_port >= 0:
         front = RestFront(servicer, max_bytes, conf.max_concurrent, guarded["tokens"])
-        rest, rest_port = serve_rest(front, conf.host, conf.rest_port, guarded["identity"], conf.port_shared)
+        rest, rest_port = serve_rest(
+            front,
+            conf.host,
+            conf.rest_port,
+            guarded["identity"],
+            conf.port_shared,
+            idle_s=conf.rest_idle_s,
+            max_connections=conf.rest_max_connections,
+        )
     log.info(
         "serving %s from %s on %s:%d (%s), REST on :%d, metrics on :%d",
         ", ".join(names),

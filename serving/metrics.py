@@ -9,6 +9,10 @@ REQUESTS = Counter("boundless_serving_requests_total", "Predict requests", ["cod
 for _code in ("OK", "INVALID_ARGUMENT", "NOT_FOUND", "FAILED_PRECONDITION", "RESOURCE_EXHAUSTED", "UNAVAILABLE", "INTERNAL"):
     REQUESTS.labels(_code)  # each code a Predict answers with, at 0 from the start: an error rate has its series
 ITEMS = Counter("boundless_serving_items_total", "items scored")
+REST_CONNECTIONS_REFUSED = Counter(
+    "boundless_serving_rest_connections_refused_total",
+    "REST connections answered 503 and closed: --rest-max-connections were open (many clients, or slow ones)",
+)
 UNKNOWN_FEATURES = Counter(
     "boundless_serving_unknown_features_total",
     "features that clients dropped because the model has no field of their name (a client and model that disagree)",

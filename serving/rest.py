@@ -50,6 +50,7 @@ import numpy.typing as npt
 from ctr.data.formats import ParseError
 from ctr.runtime.auth import RANK, role_of
 from ctr.runtime.security import Identity
+from serving import metrics
 from serving.client.predict_client import RequestEncoder, Value, request_proto
 from serving.loading.servable import ServableModel
 from serving.loading.watcher import NotLoaded
@@ -395,9 +396,13 @@ class RestFront:
         }
 
 
-def _handler(front: RestFront) -> type[BaseHTTPRequestHandler]:
+def _handler(front: RestFront, idle_s: float) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # the socket's timeout: a kept-alive connection idle this long, a client that stops
+        # mid-request or never finishes a TLS handshake, frees its thread (http.server
+        # closes the connection on the timeout)
+        timeout = idle_s
         # the reply's headers and body go in two writes: with Nagle's algorithm the body
         # waited for the client's delayed ACK, 40 ms a request on a kept-alive connection
         disable_nagle_algorithm = True
@@ -455,14 +460,50 @@ def _handler(front: RestFront) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+def _busy_reply() -> bytes:
+    body = json.dumps({"error": "more REST connections open than --rest-max-connections"}).encode()
+    head = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n"
+    return head.encode() + f"Content-Length: {len(body)}\r\n\r\n".encode() + body
+
+
 class _Server(ThreadingHTTPServer):
+    """A thread a connection, at most `max_connections` at once: each thread holds memory
+    and a slot of the process's thread limit, which the gRPC server and the scoring threads
+    share, so connections past it are answered 503 and closed rather than given one."""
+
     daemon_threads = True
     share_port = False
+    max_connections = 256
+    busy_reply = b""
 
     def server_bind(self) -> None:
         if self.share_port:  # the processes of one group share the port, as they share gRPC's (serving.process_group)
             self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        self._open = threading.BoundedSemaphore(self.max_connections)
         super().server_bind()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._open.acquire(blocking=False):
+            metrics.REST_CONNECTIONS_REFUSED.inc()
+            try:
+                if not isinstance(request, ssl.SSLSocket):  # before a handshake, nothing can be said over TLS
+                    request.settimeout(1.0)
+                    request.sendall(self.busy_reply)
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:  # no thread was started: its slot is not taken
+            self._open.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)  # type: ignore[misc]
+        finally:
+            self._open.release()
 
 
 class _SharedServer(_Server):
@@ -470,13 +511,21 @@ class _SharedServer(_Server):
 
 
 def serve_rest(
-    front: RestFront, host: str, port: int, identity: Identity, share_port: bool = False
+    front: RestFront,
+    host: str,
+    port: int,
+    identity: Identity,
+    share_port: bool = False,
+    idle_s: float = 60.0,
+    max_connections: int = 256,
 ) -> tuple[ThreadingHTTPServer, int]:
     """Starts the endpoint on a thread; returns it and its bound port. With a certificate,
     it speaks TLS, asking clients for theirs where gRPC does (tls_client_auth). share_port:
     beside the other processes of a serving group (SO_REUSEPORT); otherwise the port is
-    this process's alone."""
-    server = (_SharedServer if share_port else _Server)((host, port), _handler(front))
+    this process's alone. idle_s, max_connections: what a connection may hold (_Server)."""
+    limits = {"max_connections": max_connections, "busy_reply": _busy_reply()}
+    kind: type[_Server] = type("RestServer", (_SharedServer if share_port else _Server,), limits)
+    server = kind((host, port), _handler(front, idle_s))
     if identity.cert is not None and identity.key is not None:
         # the handshake runs on the request's thread (at its first read), not in the accept loop
         server.socket = tls_context(identity).wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)

@@ -117,3 +117,45 @@ def test_rest_takes_the_tls_and_tokens_grpc_takes(tmp_path):
             pass
     finally:
         serving.stop()
+
+
+def test_silent_and_idle_connections_are_closed_and_connections_past_the_cap_refused(tmp_path):
+    """Each REST connection holds a thread of the serving process, whose thread limit the
+    gRPC server and the scoring threads share. A client that connects and says nothing (or
+    stops mid-request, or keeps an idle connection) held its thread for good, and enough of
+    them used up the process's threads. Now such a connection is closed after --rest-idle-s,
+    and connections past --rest-max-connections are answered 503 while the others serve."""
+    import socket
+    import time
+
+    spec = spec_for("lr", k=4, hidden=())
+    repo = Repository(tmp_path / "repo", "ctr")
+    publish(repo, 1, spec, requests(2, items=10), keys=20_000, shards=2)
+    args = ["serve", "--repo", str(repo.root), "--rest-port", "0", "--rest-idle-s", "1", "--rest-max-connections", "4"]
+    serving = start("serving", args, tmp_path)
+    held: list[socket.socket] = []
+    try:
+        serving.wait_ready()
+        port = serving.ready["rest_port"]
+        base = f"http://127.0.0.1:{port}/v1/models/ctr"
+        PredictClient(serving.address).wait_for_model()
+        items, context = _items(np.random.default_rng(3), 4)
+        for _ in range(4):  # silent clients: connected, nothing sent
+            held.append(socket.create_connection(("127.0.0.1", port), timeout=10))
+        time.sleep(0.3)
+        extra = socket.create_connection(("127.0.0.1", port), timeout=10)
+        reply = extra.recv(4096)  # the fifth: answered at once and closed
+        assert reply.startswith(b"HTTP/1.1 503") and b"--rest-max-connections" in reply, reply
+        extra.close()
+        started = time.monotonic()
+        for s in held:  # each silent connection closed by the server after --rest-idle-s
+            assert s.recv(4096) == b""
+        assert time.monotonic() - started < 5
+        status, got = _call(base + ":predict", {"instances": items, "context": context})
+        assert status == 200 and len(got["predictions"]) == 4  # their slots are free again
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{serving.ready['metrics_port']}/metrics", timeout=10).read()
+        assert b"boundless_serving_rest_connections_refused_total 1.0" in metrics
+    finally:
+        for s in held:
+            s.close()
+        serving.stop()
