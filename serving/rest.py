@@ -48,6 +48,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ctr.data.formats import ParseError
+from ctr.data.json_lines import flattened
 from ctr.runtime.auth import RANK, role_of
 from ctr.runtime.security import Identity
 from serving import metrics
@@ -145,6 +146,12 @@ def features_of(raw: Any, where: str, multi: frozenset[str] = frozenset()) -> di
         else:
             out[name] = value
     return out
+
+
+def _as_trained(raw: Any, nested: bool) -> Any:
+    """A JSON-lines model's request object as its lines trained (ctr.data.json_lines):
+    nested objects' keys as fields (user.age), true and false as True and False."""
+    return flattened(raw) if nested and isinstance(raw, dict) else raw
 
 
 def _list_value(value: list[Any], where: str, multi: bool) -> Value:
@@ -340,8 +347,9 @@ class RestFront:
                 enc = encoder.encode_columns(parsed.columns, parsed.context_columns)
             else:
                 multi = frozenset(encoder.separators)  # their lists are values, never [token, weight]
-                rows = [features_of(x, f"instances[{i}]", multi) for i, x in enumerate(parsed.rows or [])]
-                enc = encoder.encode(rows, features_of(parsed.context, "context", multi), "instances")
+                nested = encoder.schema.format == "json"  # a JSON-lines model: objects and true/false as it trained them
+                rows = [features_of(_as_trained(x, nested), f"instances[{i}]", multi) for i, x in enumerate(parsed.rows or [])]
+                enc = encoder.encode(rows, features_of(_as_trained(parsed.context, nested), "context", multi), "instances")
         except ParseError as e:  # a value the version's transform cannot take: which and where
             raise Refused(HTTPStatus.BAD_REQUEST, str(e)) from None
         except ValueError as e:  # a column's

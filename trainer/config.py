@@ -44,8 +44,8 @@ class InputSettings:
     format: str = field(
         default="auto",
         metadata={
-            "help": "auto (told from the first line); csv, tsv (a header line naming the label) or parquet; or a"
-            " preset (criteo, avazu, libsvm, libffm, kv, vw...)"
+            "help": "auto (told from the first line); csv, tsv (a header line naming the label), parquet or json (a JSON"
+            " object a line, its label a key); or a preset (criteo, avazu, libsvm, libffm, kv, vw...)"
         },
     )
     schema: str | None = field(default=None, metadata={"help": "YAML feature schema; overrides --format"})

@@ -398,6 +398,21 @@ def _kv(schema: FeatureSchema, index: FieldIndex) -> LineParser:
     return parse
 
 
+def _json(schema: FeatureSchema, index: FieldIndex) -> LineParser:
+    from ctr.data.json_lines import json_features, json_label, json_object  # imports this module's ParseError
+
+    enc = FieldEncoder(schema, index)
+
+    def parse(line: str) -> ParsedSample:
+        obj = json_object(line)
+        s = ParsedSample(parse_label(json_label(obj, schema.label)), [], [], [])
+        for name, text in json_features(obj, schema.label):
+            enc.add(s, name, text)
+        return s
+
+    return parse
+
+
 VW_DEFAULT_NAMESPACE = "default"  # the field of features after a bare '|' (Vowpal Wabbit's " ")
 
 
@@ -512,6 +527,8 @@ def make_parser(schema: FeatureSchema, index: FieldIndex, header: str | None = N
         parse = _libffm(schema, index)
     elif schema.format == "vw":
         parse = _vw(schema, index)
+    elif schema.format == "json":
+        parse = _json(schema, index)
     else:
         parse = _kv(schema, index)
     crosses = cross_fields(schema, index)

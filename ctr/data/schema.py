@@ -9,8 +9,8 @@ from typing import Literal
 
 from ctr.data.csv_line import BOM, CsvQuoteError, header_names, split_header
 
-Format = Literal["criteo", "csv", "libsvm", "libffm", "kv", "vw"]
-FORMATS: tuple[str, ...] = ("criteo", "csv", "libsvm", "libffm", "kv", "vw")
+Format = Literal["criteo", "csv", "libsvm", "libffm", "kv", "vw", "json"]
+FORMATS: tuple[str, ...] = ("criteo", "csv", "libsvm", "libffm", "kv", "vw", "json")
 
 CRITEO_NUMERIC = tuple(f"I{i}" for i in range(1, 14))
 CRITEO_CATEGORICAL = tuple(f"C{i}" for i in range(1, 27))
@@ -20,8 +20,9 @@ CRITEO_CATEGORICAL = tuple(f"C{i}" for i in range(1, 27))
 class FeatureSchema:
     """How to turn one input line into (label, fields, tokens, values).
 
-    format: criteo TSV, csv with a header, libsvm, libffm, or kv (`label<TAB>field=value...`).
-    label: label column name (csv only); labels > 0 count as clicks.
+    format: criteo TSV, csv with a header, libsvm, libffm, kv (`label<TAB>field=value...`),
+        vw, or json (a JSON object a line: ctr.data.json_lines).
+    label: label column name (csv), or key (json); labels > 0 count as clicks.
     numeric: fields whose values are numbers, bucketed as floor(ln(v)^2) for v > 2.
     skip: fields to ignore (csv ids, timestamps of the attribution...).
     libsvm_fields: "single" puts every libsvm feature in field "0"; "position" names the
@@ -311,10 +312,35 @@ def _csv_preset(header: tuple[str, ...], label: str, delimiter: str) -> FeatureS
     return replace(base, label=label, skip=tuple(s for s in base.skip if s in header), delimiter=delimiter)
 
 
+def _json_schema(line: str, label: str | None) -> FeatureSchema:
+    """The json schema of a line holding a JSON object whose keys hold the label (`label`,
+    else one of the usual names); ValueError saying what the line lacks."""
+    from ctr.data.json_lines import json_keys
+
+    keys = json_keys(line)
+    if keys is None:
+        raise ValueError(f"the line is not a JSON object: {line[:80]!r}")
+    if label is not None:
+        if label not in keys:
+            raise ValueError(f"the JSON object has no label key {label!r} (--label); its keys: {', '.join(keys[:20])}")
+        return FeatureSchema(format="json", label=label)
+    named = [name for name in LABEL_NAMES if name in keys]
+    if len(named) > 1:
+        raise ValueError(f"the JSON object names several label keys ({', '.join(named)}): say which is the label with --label")
+    if not named:
+        raise ValueError(
+            f"the JSON object has no label key (looked for {', '.join(LABEL_NAMES)}; name it with --label); its keys:"
+            f" {', '.join(keys[:20])}"
+        )
+    return FeatureSchema(format="json", label=named[0])
+
+
 _DELIMITERS = (",", "\t", ";", "|")  # a header line's: comma first, then TSV, then European and pipe exports
 # --format csv / tsv: a file whose first line is a header naming the label, delimited so;
 # parquet: a Parquet file, read as the csv text of its columns (ctr.data.parquet_text)
-DELIMITED: dict[str, tuple[str, ...]] = {"csv": _DELIMITERS, "tsv": ("\t",), "parquet": (",",)}
+# json: a line holding a JSON object whose keys name the label (ctr.data.json_lines)
+JSON_ONLY: tuple[str, ...] = ("{",)
+DELIMITED: dict[str, tuple[str, ...]] = {"csv": _DELIMITERS, "tsv": ("\t",), "parquet": (",",), "json": JSON_ONLY}
 
 
 def detect_schema(first_line: str, label: str | None = None, delimiters: tuple[str, ...] | None = None) -> FeatureSchema:
@@ -323,6 +349,8 @@ def detect_schema(first_line: str, label: str | None = None, delimiters: tuple[s
     delimited by commas, tabs, semicolons or pipes is a csv file when it names a label.
     `delimiters`: only a header delimited by one of them (--format csv or tsv)."""
     line = first_line.rstrip("\r\n").removeprefix(BOM)
+    if delimiters == JSON_ONLY or (delimiters is None and line.lstrip().startswith("{")):
+        return _json_schema(line, label)
     if delimiters is not None:
         return _delimited_header(line, label, delimiters)
     if "\t" in line:

@@ -19,7 +19,7 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 import grpc
 import numpy as np
@@ -29,6 +29,7 @@ from ctr.data.batch import SampleBatch
 from ctr.data.fields import FieldIndex, cross_name
 from ctr.data.formats import FieldEncoder, ParsedSample, ParseError
 from ctr.data.hashing import hash_tokens, pack_tokens
+from ctr.data.json_lines import flattened
 from ctr.data.number_text import render, render_column
 from ctr.data.schema import FORMATS, FeatureSchema, transform_digest
 from ctr.runtime.security import Identity, open_channel
@@ -39,7 +40,9 @@ from serving.request.encoding import TRANSFORM_CHANGED, EncodedRequest, encode, 
 # a categorical value, a number (bucketed when the schema says the field is numeric),
 # or (token, value) for a weighted feature such as libsvm's index:value
 # None and NaN: a missing feature; a list: several values of one field; a tuple: (token, weight)
-Value = str | int | float | tuple[str, float] | list[str | int | float | None] | None
+# a value of one feature; a nested mapping only for a model trained on JSON lines (its keys'
+# fields, user.age: ctr.data.json_lines)
+Value = str | int | float | bool | tuple[str, float] | list[str | int | float | None] | Mapping[str, Any] | None
 UNKNOWN_NAMES = 8  # unknown field names a request carries to serving's error message
 CROSS_JOIN = "\x1f"  # between the two tokens of a cross (ctr.data.formats)
 
@@ -94,6 +97,8 @@ class RequestEncoder:
     ) -> dict[str, str]:
         """Appends one item's (or the context's) features; returns each field's first token."""
         first: dict[str, str] = {}
+        if self.schema.format == "json":  # nested objects as their keys' fields (user.age), as the trainer read them
+            features = flattened(features)
         if self.number_text:  # numbers as the training data wrote them (1005.0 as 1005); nothing per feature without
             features = {n: _rendered(v, self.number_text.get(n)) for n, v in features.items()}
         for name, raw in features.items():

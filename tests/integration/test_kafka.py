@@ -128,6 +128,27 @@ def test_client_settings_come_from_a_kafka_config_file_and_a_bad_one_is_named(br
     assert proc.returncode == 2 and "only a kafka:// --source takes it" in proc.stderr
 
 
+def test_a_topic_of_json_records_trains_as_the_file_of_them(broker, data_dir, tmp_path):
+    """JSON is what most topics carry: one object a message, its label a key, told from the
+    first messages as a file's first lines tell it."""
+    rows = (data_dir / "avazu_10k/train_rows1-9999.csv").read_text().splitlines()
+    names = rows[0].split(",")
+    lines = [json.dumps(dict(zip(names, r.split(","), strict=True))) for r in rows[1:4001]]
+    source = broker.create_topic("records", 1)
+    produce_lines(broker.producer(), "records", lines, 1)
+    (tmp_path / "records.jsonl").write_text("\n".join(lines) + "\n")
+    cmd = [sys.executable, "-m", "boundless", "train", "--no-follow", "--metrics-port", "-1", "--ps", "local"]
+    outs = []
+    for src, name in ((source, "topic"), (str(tmp_path / "records.jsonl"), "file")):
+        proc = subprocess.run(
+            [*cmd, "--source", src, "--metrics-out", str(tmp_path / f"{name}.json")], capture_output=True, text=True, timeout=300
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        outs.append(json.loads((tmp_path / f"{name}.json").read_text()))
+    assert outs[0]["samples"] == outs[1]["samples"] == len(lines)
+    assert outs[0]["window_auc"] == outs[1]["window_auc"] and outs[0]["sparse_rows"] == outs[1]["sparse_rows"]
+
+
 def test_two_workers_split_the_partitions(broker, data_dir, tmp_path):
     lines = (data_dir / "frappe/frappe.validation.libfm").read_text().splitlines()[:20000]
     source = broker.create_topic(TOPIC, 4)

@@ -17,7 +17,9 @@ from ctr.data.schema import FeatureSchema
 from trainer.input import block_kernels as k
 
 MAX_LINE_BYTES = 1 << 20
-_MODES = {"libsvm": k.MODE_LIBSVM, "libffm": k.MODE_LIBFFM, "kv": k.MODE_KV, "vw": k.MODE_VW}
+# json: kv's kernel, whose first token a JSON line never is, hands every line to the
+# reference parser (ctr.data.json_lines)
+_MODES = {"libsvm": k.MODE_LIBSVM, "libffm": k.MODE_LIBFFM, "kv": k.MODE_KV, "vw": k.MODE_VW, "json": k.MODE_KV}
 
 
 @dataclass(frozen=True)
@@ -73,7 +75,7 @@ class BlockParser:
         self.max_line_bytes = max_line_bytes
         self.reference = make_parser(schema, index, header, lists)
         self.columns = columns_of(schema, index, header, lists) if schema.format in ("criteo", "csv") else None
-        delim = "\t" if schema.format in ("criteo", "kv") else schema.delimiter
+        delim = "\t" if schema.format in ("criteo", "kv", "json") else schema.delimiter
         if len(delim.encode()) != 1:
             raise ValueError(f"schema.delimiter: {delim!r} must be one ASCII character")
         self.delim = delim.encode()[0]
@@ -196,7 +198,7 @@ class BlockParser:
     def _note_dropped(self, text: str) -> None:
         """Remembers the named fields of a deferred line that the index refused, so the
         kernel drops them itself next time."""
-        if self.mode == k.MODE_KV:
+        if self.mode == k.MODE_KV and self.schema.format == "kv":
             names = [col.partition("=")[0] for col in text.rstrip("\r\n").split("\t")[1:]]
         elif self.mode == k.MODE_LIBFFM:
             names = [tok.split(":", 1)[0] for tok in split_spaces(text)[1:]]

@@ -3,6 +3,7 @@ and field indices, on every real file and on generated nasty lines."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -193,6 +194,15 @@ def _line(draw, fmt: str) -> bytes:
             ]
             ns = draw(st.sampled_from(["", "a", "n", "s", "b:2", "a:0.5", ":3", "é", "a:x"]))
             text += draw(st.sampled_from([" |", "|", " | "])) + ns + (" " if feats else "") + " ".join(feats)
+    elif fmt == "json":  # objects with nested ones, lists, null and true/false; now and then cut short
+        values = st.one_of(st.integers(-(10**20), 10**20), st.floats(), TEXT, st.none(), st.booleans())
+        labels = st.sampled_from([0, 1, -1, 2, True, False, 0.5, "1", None])
+        obj: dict = {"label": draw(labels)} if draw(st.integers(0, 5)) else {}
+        for _ in range(n):
+            obj[draw(NAMES)] = draw(st.one_of(values, st.lists(values, max_size=3), st.dictionaries(NAMES, values, max_size=2)))
+        text = json.dumps(obj)
+        if draw(st.integers(0, 9)) == 0:
+            text = text[: draw(st.integers(0, len(text)))]
     else:
         cols = [
             f"{draw(NAMES)}={draw(NUMBERS) if draw(st.booleans()) else draw(TEXT)}" if draw(st.integers(0, 4)) else draw(TEXT)
@@ -210,7 +220,7 @@ def _line(draw, fmt: str) -> bytes:
 
 @st.composite
 def streams(draw):
-    fmt = draw(st.sampled_from(["criteo", "csv", "csv-multi", "libsvm", "libffm", "kv", "vw"]))
+    fmt = draw(st.sampled_from(["criteo", "csv", "csv-multi", "libsvm", "libffm", "kv", "vw", "json"]))
     lines = [_line(draw, fmt.removesuffix("-multi")) for _ in range(draw(st.integers(0, 30)))]
     body = b"".join(lines)
     if body and draw(st.booleans()):
@@ -227,6 +237,7 @@ SCHEMAS = {
     "libffm": FeatureSchema(format="libffm"),
     "kv": FeatureSchema(format="kv", numeric=("n",), skip=("s",)),
     "vw": FeatureSchema(format="vw", skip=("s",)),
+    "json": FeatureSchema(format="json", numeric=("n",), skip=("s",)),
 }
 
 

@@ -1,0 +1,64 @@
+"""JSON Lines against CSV: the same rows (Avazu 10k repeated, its numbers as JSON numbers,
+without the id column) as a CSV file and as one JSON object a line, trained by `boundless
+train --ps local` (LR, defaults), whole process, alternating --reps times; reports
+examples/s in the trainer and the whole process's seconds, medians, and checks both runs
+trained the same. Writes bench/results/json_lines.json; asserts nothing about speed.
+
+    .venv/bin/python bench/bench_json.py [--repeat 20] [--reps 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.datasets import DATA  # noqa: E402
+from bench.whole_runs import alternating  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _number(text: str) -> Any:
+    return int(text) if text.isdigit() and (text == "0" or not text.startswith("0")) else text
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(allow_abbrev=False)
+    ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--reps", type=int, default=3)
+    args = ap.parse_args()
+    rows = list(csv.DictReader((DATA / "avazu_10k/train_rows1-9999.csv").open()))
+    names = [n for n in rows[0] if n != "id"]
+    with tempfile.TemporaryDirectory(prefix="bench-json-") as tmp:
+        as_csv, as_json = Path(tmp) / "avazu.csv", Path(tmp) / "avazu.jsonl"
+        with as_csv.open("w", newline="") as f:
+            w = csv.writer(f, lineterminator="\n")
+            w.writerow(names)
+            for _ in range(args.repeat):
+                w.writerows([r[n] for n in names] for r in rows)
+        one = "".join(json.dumps({n: _number(r[n]) for n in names}) + "\n" for r in rows)
+        as_json.write_text(one * args.repeat)
+        result: dict[str, Any] = {
+            "rows": len(rows) * args.repeat,
+            "bytes": {"csv": as_csv.stat().st_size, "json": as_json.stat().st_size},
+            **alternating({"csv": as_csv, "json": as_json}, [], args.reps, Path(tmp)),
+        }
+    assert result["csv"]["progressive_logloss"] == result["json"]["progressive_logloss"]  # the same training
+    for name in ("csv", "json"):
+        r = result[name]
+        print(
+            f"{name}: {r['examples_per_s']:,.0f} examples/s in the trainer, {r['whole_s']:.1f} s whole process,"
+            f" {result['bytes'][name]:,} bytes"
+        )
+    (ROOT / "bench" / "results").mkdir(exist_ok=True)
+    (ROOT / "bench" / "results" / "json_lines.json").write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
