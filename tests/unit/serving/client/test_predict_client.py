@@ -216,3 +216,19 @@ def test_a_rest_request_routed_to_a_label_removed_before_it_scored_is_routed_aga
     body = json.dumps({"instances": [{spec.fields[0]: "a"}], "routing_key": "u1"}).encode()
     got = front.predict(Target("ctr", "predict"), body)
     assert (got["label"], got["model_version"], len(calls)) == ("stable", 1, 2)
+
+
+def test_a_rest_request_to_a_json_lines_model_is_read_as_its_lines_trained():
+    """Nested objects as their keys' fields and true/false as True/False (ctr.data.json_lines),
+    only for a model trained on JSON lines: elsewhere an object is no value."""
+    from serving.rest import _as_trained
+
+    row = {"user": {"age": 31, "geo": {"city": "Oslo"}}, "new": True, "tags": [True, "x"]}
+    assert features_of(_as_trained(row, True), "instances[0]") == {
+        "user.age": 31,
+        "user.geo.city": "Oslo",
+        "new": "True",
+        "tags": ["True", "x"],
+    }
+    with pytest.raises(Refused, match="instances\\[0\\].user: expected a string, a number"):
+        features_of(_as_trained(row, False), "instances[0]")
