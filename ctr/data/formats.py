@@ -402,12 +402,29 @@ def _json(schema: FeatureSchema, index: FieldIndex) -> LineParser:
     from ctr.data.json_lines import json_features, json_label, json_object  # imports this module's ParseError
 
     enc = FieldEncoder(schema, index)
+    label = schema.label
+    # top-level keys whose string values go straight to the index (checked once: a name the
+    # index may take, neither numeric nor skipped); anything else takes json_features
+    plain: set[str] = set()
 
     def parse(line: str) -> ParsedSample:
         obj = json_object(line)
-        s = ParsedSample(parse_label(json_label(obj, schema.label)), [], [], [])
-        for name, text in json_features(obj, schema.label):
-            enc.add(s, name, text)
+        s = ParsedSample(parse_label(json_label(obj, label)), [], [], [])
+        for key, value in obj.items():
+            if type(value) is str and key in plain:  # numbers are their text too (json_object)
+                if value:
+                    i = index.add(key)
+                    if i >= 0:
+                        s.fields.append(i)
+                        s.tokens.append(value)
+                        s.values.append(1.0)
+                continue
+            if key == label:
+                continue
+            for name, text in json_features({key: value}, label):
+                enc.add(s, name, text)
+            if type(value) is str and key not in enc.numeric and key not in enc.skip:
+                plain.add(key)  # json_features took its name
         return s
 
     return parse
