@@ -11,14 +11,17 @@ line count within a block is the partition's offset: block `file` is `TOPIC[P]`,
 line is reported as `TOPIC[P]:N`, message offset N - 1. A message holding several lines is
 reported and skipped (it stands in as an empty line, so offsets stay aligned).
 
-A stored position is checked against the partition's offsets, at the start and whenever a
-fetch does not continue where the last one ended (docs/design/topic-positions.md):
-- below the oldest retained message: retention removed messages before they were trained.
-  They are lost, said and counted (`lost_messages`), and the partition goes on at its oldest;
-- past the newest: the topic was deleted and created again (or truncated), so the stored
-  offset names no message of it. The partition is read from its oldest message, said and
-  counted (`resets`); otherwise the trainer waited for offsets the new topic had yet to
-  reach, and skipped its first messages, in silence.
+A stored position is checked against the topic as it is now (docs/design/topic-positions.md):
+- the topic's id, kept in each cut, differs: the topic was deleted and created again, so no
+  stored offset names one of its messages. Its partitions are read from their oldest
+  messages, said and counted (`resets`); before, the trainer took the new topic's first
+  messages as read, in silence;
+- an offset below the partition's oldest retained message: retention removed messages
+  before they were trained. They are lost, said and counted (`lost_messages`), and the
+  partition goes on at its oldest;
+- while reading, a fetch that does not continue where the last one ended is judged the
+  same way (offset_verdict): librdkafka's start over after OFFSET_OUT_OF_RANGE, or
+  retention's skip, or offsets that were never messages.
 """
 
 from __future__ import annotations
