@@ -379,4 +379,9 @@ def detect_schema(first_line: str, label: str | None = None, delimiters: tuple[s
             return PRESETS["libffm"]
         if colons == 1:
             return PRESETS["libsvm"]
+    if line.lstrip().startswith("["):  # a JSON document holding an array of records, not one record a line
+        raise ValueError(
+            f"the line starts a JSON array ({line[:40]!r}): the trainer reads one JSON object a line (JSON Lines;"
+            " `jq -c '.[]' records.json > records.jsonl` writes them so)"
+        )
     raise ValueError(f"cannot tell the format of line: {line[:80]!r}")

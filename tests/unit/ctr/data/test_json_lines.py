@@ -77,3 +77,5 @@ def test_the_format_is_told_from_a_line_and_the_label_from_its_keys():
         detect_schema('{"click": 0}', label="buy")
     with pytest.raises(ValueError, match="not a JSON object"):
         detect_schema("1 3:1", None, JSON_ONLY)
+    with pytest.raises(ValueError, match="starts a JSON array .*one JSON object a line"):
+        detect_schema('[{"click": 0, "site": "a"},')
