@@ -567,7 +567,7 @@ def train_run(
         client.compression.judge_at = "cut" if cut_every > 0 else "export"
     planned = planned_point(statuses, conf.ps_access.from_start)  # read only: nothing changes before the model is named
     check_ranks(planned, world)  # where the cut is known before the restore; after it, below
-    planned_here = rank_part(planned, rank, world)
+    planned_here = rank_part(planned, rank, world, say=False)  # said once, after the restore
 
     def reopen(position: Position | None, cut_at: float = 0.0) -> Source:
         return open_source(

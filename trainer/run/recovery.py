@@ -70,14 +70,15 @@ def _in_a_topic(point: CutPoint) -> bool:
     return all(p.position is not None and p.position.partitions is not None for p in parts)
 
 
-def rank_part(point: CutPoint, rank: int, world: int) -> CutPoint:
+def rank_part(point: CutPoint, rank: int, world: int, say: bool = True) -> CutPoint:
     """Where rank `rank` of `world` takes up: its part of a cut the ranks took together, or
     the cut itself when one process took it. A topic's cut taken by another number of ranks
     (a trainer scaled out or in) is mapped: partition p was read by rank p % W of the W that
     took it, so its offset is that rank's, and every rank now gets every partition's offset
     (a KafkaSource reads its own, p % world == rank); rank 0 carries the samples and the
     metrics of all. The worker-side model state (a compressed MLP sync's residual, MLP
-    gradients waiting for a step) does not map between ranks: none is taken up, said."""
+    gradients waiting for a step) does not map between ranks: none is taken up, said (by rank
+    0, where `say`: the look before the restore says nothing)."""
     if point.ranks == world or not point.cut or not point.offsets_known:  # as taken, or nothing to map (yet)
         return point.parts[rank] if rank < len(point.parts) else point
     check_ranks(point, world)
@@ -92,7 +93,7 @@ def rank_part(point: CutPoint, rank: int, world: int) -> CutPoint:
     assert first is not None
     position = Position(first.file, first.offset, first.line, offsets, topic_id)
     dropped = [i for i, p in enumerate(parts) if p.model]
-    if dropped and rank == 0:
+    if dropped and rank == 0 and say:
         log.warning(
             "checkpoint cut %d was taken by %d rank(s), taken up by %d: the model's worker-side state of rank(s) %s"
             " (a compressed MLP sync's residual, MLP gradients waiting for a step) is not carried over",
