@@ -67,3 +67,34 @@ def test_compressed_files_train_as_the_text_they_hold(data_dir: Path, tmp_path: 
     assert result["samples"] == len(lines) and result["bad_lines"] == 0, result
     alone = _train(tmp_path, "--source", str(folder / "day-1.tsv.gz"), "--metrics-out", str(out))
     assert alone.returncode == 0 and json.loads(out.read_text())["samples"] == 3000, alone.stderr[-2000:]
+
+
+def test_a_batch_cache_that_cannot_be_written_leaves_training_as_it_would_be(data_dir, tmp_path):
+    """--batch-cache only saves parsing: a full disk under it (a file-size limit here, as
+    tests/reliability/test_full_disk.py sets one where mounting is refused) stopped the
+    trainer with '[Errno 27] File too large'. Now the recording is dropped, said once, and
+    the stream trains as it does without a cache; the cache works again once it can write."""
+    import resource
+    import signal
+
+    stream = tmp_path / "stream"
+    stream.mkdir()
+    (stream / "avazu.csv").write_text((data_dir / "avazu_10k/train_rows1-9999.csv").read_text())
+    cmd = [sys.executable, "-m", "boundless", "train", "--source", str(stream), "--ps", "local", "--no-follow"]
+    cmd += ["--metrics-port", "-1", "--batch-cache", str(tmp_path / "cache")]
+
+    def small_files() -> None:  # in the trainer only: its writes past 200 KB fail with EFBIG
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+
+    runs = []
+    for name, limit in (("full", small_files), ("plain", None), ("again", None)):
+        out = tmp_path / f"{name}.json"
+        proc = subprocess.run([*cmd, "--metrics-out", str(out)], capture_output=True, text=True, timeout=300, preexec_fn=limit)  # noqa: PLW1509
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        runs.append((json.loads(out.read_text()), proc.stderr))
+    (full, said), (plain, _), (again, _) = runs
+    assert "batch cache: cannot write under" in said and "File too large" in said
+    assert full["samples"] == plain["samples"] == 9999 and full["progressive_logloss"] == plain["progressive_logloss"]
+    assert [r["batch_cache_hits"] for r in (full, plain, again)] == [0, 0, 1]  # nothing half-written was kept
+    assert again["progressive_logloss"] == plain["progressive_logloss"]

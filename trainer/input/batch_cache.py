@@ -73,6 +73,7 @@ class BatchCache:
         )
         self.hits = 0
         self.misses = 0
+        self.writable = True  # False once a write failed (a full disk): entries are still read, none written
 
     def key(self, file: str, fields: FieldIndex) -> str | None:
         """The entry's name for the file as it is now and the index as it stands."""
@@ -139,7 +140,7 @@ class BatchCache:
     # -- recording -----------------------------------------------------------------------
 
     def record(self, file: str, fields: FieldIndex) -> Recording | None:
-        key = self.key(file, fields)
+        key = self.key(file, fields) if self.writable else None
         if key is None:
             return None
         self.misses += 1

@@ -13,6 +13,8 @@ import queue
 import threading
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
+from functools import partial
+from typing import TypeVar
 
 import numpy as np
 
@@ -29,6 +31,7 @@ from trainer.input.block_parser import BlockParser, ParsedBlock, RefusedFile
 from trainer.input.source import Block, Position, Source, StreamSource
 
 log = logging.getLogger("trainer")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -249,7 +252,27 @@ class BatchReader:
             BatchCache.abort(rec)
             self._recording = rec = None
         if rec is None and self.cache is not None and self.schema is not None and block.offset == 0 and block.line == 0:
-            self._recording = self.cache.record(block.file, self.fields)
+            self._recording = self._cache_write(partial(self.cache.record, block.file, self.fields))
+
+    def _cache_write(self, write: Callable[[], T]) -> T | None:
+        """A write to the batch cache. The cache only saves parsing: a write that fails (a
+        full or read-only disk) drops the recording and the cache's writes for the rest of
+        the run, said once, and the stream is parsed and trained as it would be without it."""
+        try:
+            return write()
+        except OSError as e:
+            if self._recording is not None:
+                BatchCache.abort(self._recording)
+                self._recording = None
+            if self.cache is not None:
+                log.warning(
+                    "batch cache: cannot write under %s (%s); files are parsed as without --batch-cache, and not"
+                    " cached for the rest of this run (entries written before are still read)",
+                    self.cache.root,
+                    e,
+                )
+                self.cache.writable = False
+            return None
 
     def _batches(self) -> Iterator[ReadyBatch | None]:
         for block in self.source.blocks(self.max_line_bytes):
@@ -263,9 +286,10 @@ class BatchReader:
                 continue
             if block.eof:
                 yield from self._drain()
-                rec, self._recording = self._recording, None
+                rec = self._recording
                 if rec is not None and self.cache is not None:
-                    self.cache.finish(rec, self.fields)
+                    self._cache_write(partial(self.cache.finish, rec, self.fields))
+                self._recording = None
                 continue
             self._track(block)
             if block.overlong:
@@ -330,8 +354,9 @@ class BatchReader:
             line += got.lines
             lines_left -= got.lines
             position = Position(block.file, block.offset + pos, line)
-            if self._recording is not None and self._recording.file == block.file:
-                BatchCache.add(self._recording, got.batch, position, got.lines)
+            rec = self._recording
+            if rec is not None and rec.file == block.file:
+                self._cache_write(partial(BatchCache.add, rec, got.batch, position, got.lines))
             yield ReadyBatch(got.batch, position, got.lines)
         if pos < len(block.data):
             held_newlines = lines_left - (1 if block.final else 0)
