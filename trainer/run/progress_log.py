@@ -4,6 +4,7 @@ operator's dashboard reads, and with `--curve-out` one JSON line per record, whi
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Callable
@@ -11,6 +12,8 @@ from pathlib import Path
 
 from ctr.runtime import strict_json
 from trainer import metrics
+
+log = logging.getLogger("trainer")
 
 
 class ProgressLog:
@@ -27,6 +30,7 @@ class ProgressLog:
         self.on_record = on_record  # a listener (boundless.api's progress bar)
         self._samples = 0.0
         self._started = time.monotonic()
+        self._unwritten = 0  # records the curve file could not take since its last write
 
     def record(self, snap: dict[str, float], push_bytes: int = 0, pull_bytes: int = 0, trained: int = 0) -> None:
         """`snap`: the stream's progressive metrics (a cut taken up carries its samples on);
@@ -53,5 +57,15 @@ class ProgressLog:
             "pull_bytes": pull_bytes,
             "trained_samples": trained,
         }
-        with self.path.open("a") as f:  # one line per record: a reader never sees half of one
-            f.write(strict_json.dumps(line) + "\n")  # NaN (no value yet) as null
+        text = strict_json.dumps(line) + "\n"  # NaN (no value yet) as null
+        try:
+            with self.path.open("a") as f:  # one line per record: a reader never sees half of one
+                f.write(text)
+        except OSError as e:  # a full disk: the curve has a gap, training goes on (as an export that fails)
+            if not self._unwritten:
+                log.warning("--curve-out %s: cannot write (%s); the curve misses records until it can", self.path, e)
+            self._unwritten += 1
+            return
+        if self._unwritten:
+            log.info("--curve-out %s: written again, after %d records it could not write", self.path, self._unwritten)
+            self._unwritten = 0
