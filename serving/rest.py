@@ -184,7 +184,7 @@ def column_of(raw: Any, where: str, length: int | None) -> npt.NDArray[Any]:
     """One JSON column: numbers or strings of one kind, `length` long when given; null is a
     missing value: "" in a column of strings, NaN in one of numbers (pandas' to_json of an
     integer column with a missing value), which the encoder leaves out as the trainer left an
-    empty field (a numeric, bucketed, field's column cannot: refused there, naming it)."""
+    empty field."""
     if not isinstance(raw, list) or not raw:
         raise Refused(HTTPStatus.BAD_REQUEST, f"{where}: expected a non-empty list")
     if length is not None and len(raw) != length:

@@ -16,6 +16,7 @@ import numba as nb
 import numpy as np
 import numpy.typing as npt
 
+from ctr.data.formats import MISSING_NUMBERS
 from ctr.data.hashing import FNV64_OFFSET, FNV64_PRIME, field_id, finish_key, hash_tokens
 
 ColumnValues = npt.ArrayLike
@@ -162,21 +163,30 @@ def hash_int_tokens(values: npt.NDArray[np.int64], prefix: int, fid: np.uint32) 
     return out
 
 
-def bucket_tokens(values: np.ndarray, name: str) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.int64]]:
-    """ctr.data.formats.bucket_numeric over a column: (which values take prefix "b", the integer
-    after the prefix): "b" + floor(ln(v)^2) above 2, else "v" + floor(v)."""
+def numbers_of(values: np.ndarray, name: str) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_]]:
+    """A numeric field's column as floats, and which values are present: NaN, and in a column
+    of text "" and the markers exporters write for no number (NA, NaN, NULL, None, \\N,
+    #N/A: ctr.data.formats.MISSING_NUMBERS), are missing, as the trainer reads them (pandas
+    makes an integer column with a missing value float64 with NaN). A word or an infinity is
+    refused, naming the field, as the trainer refuses the line."""
+    if values.dtype.kind in "US":
+        text = values.astype(str)
+        missing = np.isin(text, ["", *MISSING_NUMBERS])
+        values = np.where(missing, "nan", text)
     try:
         v = np.asarray(values, dtype=np.float64)
-    except ValueError as e:  # a string column of numbers with a word among them (NA, '')
-        raise ValueError(
-            f"{name}: a numeric column holds a value that is not a number ({e}); a column cannot leave a value out:"
-            " send the items that lack it as rows (the dict form; REST: 'instances') without the feature"
-        ) from None
-    if not np.isfinite(v).all():
-        raise ValueError(
-            f"{name}: a numeric column holds NaN or an infinity; a column cannot leave a value out:"
-            " send the items that lack it as rows (the dict form; REST: 'instances') without the feature"
-        )
+    except ValueError as e:  # a string column of numbers with a word among them
+        raise ValueError(f"{name}: a numeric column holds a value that is not a number ({e})") from None
+    present = ~np.isnan(v)
+    if not np.isfinite(v[present]).all():
+        raise ValueError(f"{name}: a numeric column holds an infinity, which is no number the model was trained on")
+    return v, present
+
+
+def bucket_tokens(values: np.ndarray, name: str) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.int64]]:
+    """ctr.data.formats.bucket_numeric over a column of present numbers: (which values take
+    prefix "b", the integer after the prefix): "b" + floor(ln(v)^2) above 2, else "v" + floor(v)."""
+    v = np.asarray(values, dtype=np.float64)
     big = v > 2
     return big, np.where(big, np.log(np.where(big, v, 3.0)) ** 2, np.floor(v)).astype(np.int64)
 
@@ -185,11 +195,14 @@ def column_keys(values: np.ndarray, name: str, numeric: bool) -> tuple[npt.NDArr
     """(keys of field `name`'s flat column, which entries are present)."""
     fid32 = np.uint32(field_id(name))
     if numeric:
-        big, tokens = bucket_tokens(values, name)
-        keys = np.empty(tokens.shape[0], dtype=np.uint64)
-        keys[big] = hash_int_tokens(tokens[big], ord("b"), fid32)
-        keys[~big] = hash_int_tokens(tokens[~big], ord("v"), fid32)
-        return keys, np.ones(tokens.shape[0], dtype=np.bool_)
+        v, present = numbers_of(values, name)
+        big, tokens = bucket_tokens(v[present], name)
+        found = np.empty(tokens.shape[0], dtype=np.uint64)
+        found[big] = hash_int_tokens(tokens[big], ord("b"), fid32)
+        found[~big] = hash_int_tokens(tokens[~big], ord("v"), fid32)
+        keys = np.zeros(v.shape[0], dtype=np.uint64)
+        keys[present] = found
+        return keys, present
     values = _as_text_if_past_int64(values)
     if values.dtype.kind in "iu":
         return hash_int_tokens(values.astype(np.int64), 0, fid32), np.ones(values.shape[0], dtype=np.bool_)
@@ -294,9 +307,12 @@ def flatten_token_columns(
                 continue
             flat, per = _column(name, col, n_items)
             flat = flat if name in numeric else _as_text_if_past_int64(flat)  # such ids travel hashed
-            if name in numeric or flat.dtype.kind in "iu":
-                if name in numeric:
-                    big, flat = bucket_tokens(flat, name)
+            is_numeric = name in numeric
+            numbers, whole = numbers_of(flat, name) if is_numeric else (flat, None)
+            # a numeric column with a missing value travels as hashed keys of its present values
+            if (whole is not None and bool(whole.all())) or (not is_numeric and flat.dtype.kind in "iu"):
+                if is_numeric:
+                    big, flat = bucket_tokens(numbers, name)
                     subs.append(np.where(big, 1, 2).astype(np.uint8))
                 else:
                     subs.append(flat.shape[0])
@@ -304,7 +320,7 @@ def flatten_token_columns(
                 col_code.append(f * 4)
                 col_per.append(per)
             else:
-                k, present = column_keys(flat, name, False)
+                k, present = column_keys(flat, name, is_numeric)
                 keys.append(k[present])
                 key_fields.append(np.full(int(present.sum()), f, dtype=np.int64))
                 key_owners.append(_owners(flat.shape[0], per)[present])

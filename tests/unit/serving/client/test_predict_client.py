@@ -124,12 +124,30 @@ def test_unsigned_ids_past_int64_hash_as_their_decimal_text_in_every_encoding():
     assert keys(enc.encode_columns({"uid": column}, tokens=True)) == want
 
 
-def test_a_numeric_column_with_a_missing_value_is_refused_naming_it_and_the_way_out():
-    enc = RequestEncoder(FeatureSchema(format="csv", label="click", numeric=("n",)), ["n"])
-    for column in (np.array(["1.5", "NA"]), np.array([1.5, float("nan")])):
-        with pytest.raises(ValueError, match="^n: a numeric column holds .*REST: 'instances'\\) without the feature"):
-            enc.encode_columns({"n": column})
-    assert enc.encode_columns({"n": np.array(["1.5", "2"])}).item_count == 2  # numbers as text are numbers
+def test_a_numeric_columns_missing_values_are_missing_features_as_the_trainer_reads_them():
+    """pandas makes a numeric column with a missing value float64 with NaN; exporters write
+    NA, NULL, \\N or nothing. The trainer reads each as a missing feature; a column of them was
+    refused, so a pandas user had to send rows. Now each item scores as its row without the
+    feature does, by tokens and by hashed keys; a word or an infinity is still refused."""
+    names = ["n", "site"]
+    enc = RequestEncoder(FeatureSchema(format="csv", label="click", numeric=("n",)), names)
+
+    def items(req) -> list[list[int]]:
+        return _item_keys(enc, req, 5)
+
+    site = np.array(["a", "b", "c", "d", "e"])
+    want = items(enc.encode([{"n": 1.5, "site": "a"}, {"site": "b"}, {"n": 7, "site": "c"}, {"site": "d"}, {"site": "e"}]))
+    for column in (
+        np.array([1.5, np.nan, 7.0, np.nan, np.nan]),
+        np.array(["1.5", "NA", "7", "", "\\N"]),
+    ):
+        for tokens in (True, False):
+            assert items(enc.encode_columns({"n": column, "site": site}, tokens=tokens)) == want
+    whole = items(enc.encode_columns({"n": np.array([1.5, 3.0, 7.0, 0.0, 2.0]), "site": site}, tokens=True))
+    assert whole == items(enc.encode([{"n": v, "site": s} for v, s in zip([1.5, 3.0, 7.0, 0.0, 2.0], site, strict=True)]))
+    for bad, said in ((np.array(["1.5", "many"]), "not a number"), (np.array([1.5, np.inf]), "an infinity")):
+        with pytest.raises(ValueError, match=f"^n: a numeric column holds .*{said}"):
+            enc.encode_columns({"n": bad})
 
 
 def test_bytes_score_as_the_text_they_hold_and_a_mapping_is_no_value():
