@@ -19,9 +19,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.datasets import DATA  # noqa: E402
-from bench.whole_runs import alternating  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
+from bench.whole_runs import alternating, kept  # noqa: E402
 
 
 def _number(text: str) -> Any:
@@ -49,15 +47,7 @@ def main() -> None:
             "bytes": {"csv": as_csv.stat().st_size, "json": as_json.stat().st_size},
             **alternating({"csv": as_csv, "json": as_json}, [], args.reps, Path(tmp)),
         }
-    assert result["csv"]["progressive_logloss"] == result["json"]["progressive_logloss"]  # the same training
-    for name in ("csv", "json"):
-        r = result[name]
-        print(
-            f"{name}: {r['examples_per_s']:,.0f} examples/s in the trainer, {r['whole_s']:.1f} s whole process,"
-            f" {result['bytes'][name]:,} bytes"
-        )
-    (ROOT / "bench" / "results").mkdir(exist_ok=True)
-    (ROOT / "bench" / "results" / "json_lines.json").write_text(json.dumps(result, indent=1))
+    kept(result, ("csv", "json"), "json_lines.json")
 
 
 if __name__ == "__main__":

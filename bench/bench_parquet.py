@@ -10,7 +10,6 @@ bench/results/parquet.json; asserts nothing about speed.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -22,9 +21,7 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.datasets import DATA  # noqa: E402
-from bench.whole_runs import alternating  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
+from bench.whole_runs import alternating, kept  # noqa: E402
 
 
 def main() -> None:
@@ -47,15 +44,7 @@ def main() -> None:
             "bytes": {"csv": csv.stat().st_size, "parquet": parquet.stat().st_size},
             **alternating({"csv": csv, "parquet": parquet}, [], args.reps, Path(tmp)),
         }
-    assert result["csv"]["progressive_logloss"] == result["parquet"]["progressive_logloss"]  # the same training
-    for name in ("csv", "parquet"):
-        r = result[name]
-        print(
-            f"{name}: {r['examples_per_s']:,.0f} examples/s in the trainer, {r['whole_s']:.1f} s whole process,"
-            f" {result['bytes'][name]:,} bytes"
-        )
-    (ROOT / "bench" / "results").mkdir(exist_ok=True)
-    (ROOT / "bench" / "results" / "parquet.json").write_text(json.dumps(result, indent=1))
+    kept(result, ("csv", "parquet"), "parquet.json")
 
 
 if __name__ == "__main__":
