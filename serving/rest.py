@@ -474,6 +474,9 @@ def _busy_reply() -> bytes:
     return head.encode() + f"Content-Length: {len(body)}\r\n\r\n".encode() + body
 
 
+BUSY_REPLY = _busy_reply()
+
+
 class _Server(ThreadingHTTPServer):
     """A thread a connection, at most `max_connections` at once: each thread holds memory
     and a slot of the process's thread limit, which the gRPC server and the scoring threads
@@ -481,13 +484,14 @@ class _Server(ThreadingHTTPServer):
 
     daemon_threads = True
     share_port = False
-    max_connections = 256
-    busy_reply = b""
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], max_connections: int) -> None:
+        self._open = threading.BoundedSemaphore(max_connections)
+        super().__init__(address, handler)
 
     def server_bind(self) -> None:
         if self.share_port:  # the processes of one group share the port, as they share gRPC's (serving.process_group)
             self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        self._open = threading.BoundedSemaphore(self.max_connections)
         super().server_bind()
 
     def process_request(self, request: Any, client_address: Any) -> None:
@@ -496,7 +500,7 @@ class _Server(ThreadingHTTPServer):
             try:
                 if not isinstance(request, ssl.SSLSocket):  # before a handshake, nothing can be said over TLS
                     request.settimeout(1.0)
-                    request.sendall(self.busy_reply)
+                    request.sendall(BUSY_REPLY)
             except OSError:
                 pass
             self.shutdown_request(request)
@@ -531,9 +535,7 @@ def serve_rest(
     it speaks TLS, asking clients for theirs where gRPC does (tls_client_auth). share_port:
     beside the other processes of a serving group (SO_REUSEPORT); otherwise the port is
     this process's alone. idle_s, max_connections: what a connection may hold (_Server)."""
-    limits = {"max_connections": max_connections, "busy_reply": _busy_reply()}
-    kind: type[_Server] = type("RestServer", (_SharedServer if share_port else _Server,), limits)
-    server = kind((host, port), _handler(front, idle_s))
+    server = (_SharedServer if share_port else _Server)((host, port), _handler(front, idle_s), max_connections)
     if identity.cert is not None and identity.key is not None:
         # the handshake runs on the request's thread (at its first read), not in the accept loop
         server.socket = tls_context(identity).wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
