@@ -34,7 +34,7 @@ from ctr.data.number_text import render, render_column
 from ctr.data.schema import FORMATS, FeatureSchema, transform_digest
 from ctr.runtime.security import Identity, open_channel
 from protos import predict_pb2, predict_pb2_grpc
-from serving.request.columns import ColumnValues, bucket_tokens, flatten_columns, flatten_token_columns
+from serving.request.columns import ColumnValues, bucket_tokens, flatten_columns, flatten_token_columns, numbers_of
 from serving.request.encoding import TRANSFORM_CHANGED, EncodedRequest, encode, encode_tokens
 
 # a categorical value, a number (bucketed when the schema says the field is numeric),
@@ -217,9 +217,10 @@ class RequestEncoder:
             arr = arr.reshape(-1)[:1]
         elif arr.ndim == 2:
             arr = arr[:, 0] if arr.shape[1] else np.full(arr.shape[0], "")
-        if name in self.fields.numeric and arr.dtype.kind not in "US":
-            big, t = bucket_tokens(arr.reshape(-1), name)
-            return np.char.add(np.where(big, "b", "v"), t.astype(str))
+        if name in self.fields.numeric:  # its bucket, as the trainer's line has it; '' where missing
+            v, present = numbers_of(arr.reshape(-1), name)
+            big, t = bucket_tokens(np.where(present, v, 0.0))
+            return np.where(present, np.char.add(np.where(big, "b", "v"), t.astype(str)), "")
         return arr.astype(str)
 
     def _cross_columns(

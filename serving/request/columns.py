@@ -183,7 +183,7 @@ def numbers_of(values: np.ndarray, name: str) -> tuple[npt.NDArray[np.float64], 
     return v, present
 
 
-def bucket_tokens(values: np.ndarray, name: str) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.int64]]:
+def bucket_tokens(values: np.ndarray) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.int64]]:
     """ctr.data.formats.bucket_numeric over a column of present numbers: (which values take
     prefix "b", the integer after the prefix): "b" + floor(ln(v)^2) above 2, else "v" + floor(v)."""
     v = np.asarray(values, dtype=np.float64)
@@ -196,7 +196,7 @@ def column_keys(values: np.ndarray, name: str, numeric: bool) -> tuple[npt.NDArr
     fid32 = np.uint32(field_id(name))
     if numeric:
         v, present = numbers_of(values, name)
-        big, tokens = bucket_tokens(v[present], name)
+        big, tokens = bucket_tokens(v[present])
         found = np.empty(tokens.shape[0], dtype=np.uint64)
         found[big] = hash_int_tokens(tokens[big], ord("b"), fid32)
         found[~big] = hash_int_tokens(tokens[~big], ord("v"), fid32)
@@ -312,7 +312,7 @@ def flatten_token_columns(
             # a numeric column with a missing value travels as hashed keys of its present values
             if (whole is not None and bool(whole.all())) or (not is_numeric and flat.dtype.kind in "iu"):
                 if is_numeric:
-                    big, flat = bucket_tokens(numbers, name)
+                    big, flat = bucket_tokens(numbers)
                     subs.append(np.where(big, 1, 2).astype(np.uint8))
                 else:
                     subs.append(flat.shape[0])
@@ -320,7 +320,7 @@ def flatten_token_columns(
                 col_code.append(f * 4)
                 col_per.append(per)
             else:
-                k, present = column_keys(flat, name, is_numeric)
+                k, present = column_keys(numbers, name, is_numeric)  # a numeric column's floats, read once
                 keys.append(k[present])
                 key_fields.append(np.full(int(present.sum()), f, dtype=np.int64))
                 key_owners.append(_owners(flat.shape[0], per)[present])

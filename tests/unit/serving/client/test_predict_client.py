@@ -37,6 +37,23 @@ def _item_keys(encoder: RequestEncoder, req, n: int) -> list[list[int]]:
     return [sorted(ctx + d.keys[d.item_indices[d.item_offsets[i] : d.item_offsets[i + 1]]].tolist()) for i in range(n)]
 
 
+def test_a_crossed_numeric_column_crosses_its_buckets_and_leaves_a_missing_value_out():
+    """A cross of a numeric field pairs its bucket, as the trainer's line does: a column of
+    numbers as text crossed the text ('7', a token no line had), and a NaN crossed a token
+    made of an undefined integer; a missing value makes no cross, as in the trainer."""
+    lines = ["1\tu=alice\ta=x\tb=y\tn=7", "0\tu=alice\ta=z\tb=y2", "1\tu=alice\ta=q\tb=w\tn=250"]
+    index = resolve_fields(SCHEMA, LINES, freeze=True)
+    parse = make_parser(SCHEMA, index)
+    batch = build_batch([parse(line) for line in lines], index.ids())
+    want = [sorted(batch.keys[batch.offsets[i] : batch.offsets[i + 1]].tolist()) for i in range(3)]
+    enc = RequestEncoder(SCHEMA, list(index.names))
+    for n in (np.array([7.0, np.nan, 250.0]), np.array(["7", "", "250"]), np.array(["7", "NA", "250"])):
+        items = {"a": np.array(["x", "z", "q"]), "b": np.array(["y", "y2", "w"]), "n": n}
+        for tokens in (False, True):
+            req = enc.encode_columns(items, context={"u": np.array(["alice"])}, tokens=tokens)
+            assert _item_keys(enc, req, 3) == want, (n, tokens)
+
+
 def test_dicts_with_a_shared_context_score_the_trainers_keys():
     names, expected = _trainer_keys()
     enc = RequestEncoder(SCHEMA, names)
