@@ -101,9 +101,9 @@ def flattened(features: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
         if isinstance(value, Mapping):
             out.update(flattened(value, name + NESTED))
         elif isinstance(value, bool):
-            out[name] = "True" if value else "False"
+            out[name] = value_text(value, name)
         elif isinstance(value, list):
-            out[name] = [("True" if v else "False") if isinstance(v, bool) else v for v in value]
+            out[name] = [value_text(v, name) if isinstance(v, bool) else v for v in value]
         else:
             out[name] = value
     return out
