@@ -47,7 +47,7 @@ from trainer.run.cut_interval import cut_interval
 from trainer.run.exporter import Exporter
 from trainer.run.loop import LoopSettings, Trainer, merged_wire
 from trainer.run.progress_log import ProgressLog
-from trainer.run.recovery import check_ranks, planned_point, rank_part, restore_and_declare, restore_shards
+from trainer.run.recovery import planned_point, rank_part, restore_and_declare, restore_shards
 from trainer.run.rendezvous import EXIT_RESTART, GroupLost, rendezvous, share
 from trainer.run.summary import summary_text
 from trainer.spec import model_spec
@@ -566,8 +566,9 @@ def train_run(
     if not conf.local:  # auto's windows end at cuts, where 1-bit's big cost (the exact drain) falls; without cuts at exports
         client.compression.judge_at = "cut" if cut_every > 0 else "export"
     planned = planned_point(statuses, conf.ps_access.from_start)  # read only: nothing changes before the model is named
-    check_ranks(planned, world)  # where the cut is known before the restore; after it, below
-    planned_here = rank_part(planned, rank, world, say=False)  # said once, after the restore
+    # refused here where the cut is known before the restore (a folder's, by another number of
+    # ranks); after it, below. The dropped worker state is said once, after the restore
+    planned_here = rank_part(planned, rank, world, say=False)
 
     def reopen(position: Position | None, cut_at: float = 0.0) -> Source:
         return open_source(
@@ -634,10 +635,9 @@ def train_run(
         point, generation = group.broadcast((point, client.transport.generation) if lead else None)
         client.transport.generation = generation
         client.know(spec.tables())
-    check_ranks(point, world)  # a cut every shard prepared and none committed is read at the restore
+    mine = rank_part(point, rank, world)  # a cut every shard prepared and none committed is read at the restore
     if aggregation is not None:  # the host's ranks push their sums through rank 0 (--local-aggregate)
         client.aggregate_locally(aggregation, rank)
-    mine = rank_part(point, rank, world)
     if (mine.cut, mine.position) != (planned.cut, planned_here.position):  # a shard restarted meanwhile: the cut moved
         source = reopen(mine.position)
     log.info(

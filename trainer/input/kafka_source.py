@@ -287,7 +287,7 @@ class KafkaSource:
         from confluent_kafka import TopicPartition
 
         for p, nxt in self.next.items():
-            low, high = self._consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=10)
+            low, high = self._consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=WATERMARK_TIMEOUT_S)
             if high > max(nxt, low):
                 return False
         return True
