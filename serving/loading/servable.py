@@ -23,7 +23,7 @@ from safetensors.numpy import load_file
 
 from ctr.data.schema import FeatureSchema, transform_digest
 from ctr.format import modelfile
-from ctr.format.bucket_kernels import MAX_SHARDS, by_owner, lookup_at, lookup_rows
+from ctr.format.bucket_kernels import MAX_SHARDS, by_owner, lookup_at, lookup_rows, zero_unfound
 from ctr.format.bucket_map import NO_FILTER, BucketMap
 from ctr.model.family import ModelFamily, Request
 from ctr.model.first_use import in_first_use_order
@@ -127,10 +127,11 @@ class ServableModel:
     def rows(self, keys: npt.NDArray[np.uint64]) -> npt.NDArray[np.float32]:
         """Rows for keys (zero rows for absent ones): one probe per key. A key the overlay's
         filter may hold is looked up there first (newest deltas); the rest go to the image
-        of the shard that owns them."""
+        of the shard that owns them. `out` starts uninitialized and only the absent keys'
+        rows are zeroed after (bucket_kernels.zero_unfound), not all of it first."""
         keys = np.ascontiguousarray(keys, dtype=np.uint64)
         overlay = self.overlay
-        out = np.zeros((keys.shape[0], overlay.row_words), dtype=np.uint32)
+        out = np.empty((keys.shape[0], overlay.row_words), dtype=np.uint32)
         found = np.zeros(keys.shape[0], dtype=np.bool_)
         self._search(
             keys,
@@ -138,6 +139,7 @@ class ServableModel:
             lambda lo, hi: lookup_rows(overlay.map.table, keys, lo, hi, overlay.bits, out, found),
             lambda _, image, at: lookup_at(image.table, keys, at, out, found),
         )
+        zero_unfound(out, found)
         return out.view(np.float32)
 
     def locate(self, keys: npt.NDArray[np.uint64]) -> Located:

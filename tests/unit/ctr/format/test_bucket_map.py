@@ -259,3 +259,39 @@ def test_servable_rows_split_across_threads_equal_a_dict():
     want = np.stack([expect.get(int(k), np.zeros(3, np.float32)) for k in probe])
     assert np.array_equal(serial, want) and np.array_equal(split, want)
     model.splitter.close()
+
+
+@pytest.mark.parametrize("row_words", [1, 9])
+def test_lookups_into_garbage_leave_only_absent_rows_for_zero_unfound(row_words):
+    """ServableModel.rows looks up into an uninitialized array and zeroes the absent keys'
+    rows after (zero_unfound): every present key's row is written whole, in both layouts,
+    with some keys found before (the overlay's), and the result equals lookups into zeros."""
+    rng = np.random.default_rng(7)
+    keys = np.unique(rng.integers(1, 2**64 - 1, 5_000, dtype=np.uint64))
+    rows = rng.integers(1, 2**32 - 1, (keys.shape[0], row_words), dtype=np.uint32)
+    m = BucketMap.from_rows(keys, rows)
+    probe = np.concatenate([keys[rng.integers(0, keys.shape[0], 3_000)], rng.integers(1, 2**64 - 1, 700, dtype=np.uint64)])
+    rng.shuffle(probe)
+    at = rng.permutation(probe.shape[0])
+    outs = []
+    for fill in (0, 0xDEADBEEF):
+        out = np.full((probe.shape[0], row_words), fill, np.uint32)
+        found = np.zeros(probe.shape[0], np.bool_)
+        found[::5] = True  # found before: the overlay's rows, left as they are
+        out[::5] = 7
+        bk.lookup_at(m.table, probe, at, out, found)
+        bk.zero_unfound(out, found)
+        outs.append((out, found))
+    assert np.array_equal(outs[0][0], outs[1][0]) and np.array_equal(outs[0][1], outs[1][1])
+    assert (outs[1][0][~outs[1][1]] == 0).all() and outs[1][1].sum() > 2_000
+
+
+@given(st.integers(0, 50), st.integers(1, 12), st.integers(0, 2**32 - 1))
+def test_zero_unfound_matches_its_reference(n, width, seed):
+    rng = np.random.default_rng(seed)
+    out = rng.integers(0, 2**32 - 1, (n, width), dtype=np.uint32)
+    found = rng.random(n) < 0.5
+    want = out.copy()
+    bk.zero_unfound_reference(want, found)
+    bk.zero_unfound(out, found)
+    assert np.array_equal(out, want)
