@@ -23,6 +23,11 @@ Layout (Python side builds it, trainer.input.block_parser.Layout):
   Wabbit's text format, reference ctr.data.formats._vw): a namespace is a field, a bare '|'
   the default namespace's; the kernel takes an importance weight of 1 and a tag before the
   first '|' and defers anything else there.
+- MODE_JSON (one JSON object a line, reference ctr.data.json_lines): the kv table's names
+  are the object's keys, the label's name is in it as LABEL_COLUMN; a string's text, a
+  number's JSON text, true and false as True and False, null as nothing. A line with an
+  escape, a nested object, a list, a key given twice or a constant (NaN, Infinity) is
+  deferred: the reference settles those.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ MODE_LIBSVM = 1
 MODE_LIBFFM = 2
 MODE_KV = 3
 MODE_VW = 4
+MODE_JSON = 5
 
 LABEL_COLUMN = -3
 SKIPPED = -2
@@ -56,6 +62,14 @@ _MISSING_NUMBER = -2  # _bucket's answer for a missing-number marker: no feature
 _TRUE = np.frombuffer(b"true", dtype=np.uint8)  # a label's words, compared with the bytes lowercased
 _FALSE = np.frombuffer(b"false", dtype=np.uint8)
 _VW_DEFAULT = np.frombuffer(VW_DEFAULT_NAMESPACE.encode(), dtype=np.uint8)  # a bare '|''s field name
+# a JSON line's true and false: the words matched, and the tokens they train as
+# (ctr.data.json_lines.value_text: as Python, Parquet and pandas write a boolean)
+_JSON_TRUE = np.frombuffer(b"true", dtype=np.uint8)
+_JSON_FALSE = np.frombuffer(b"false", dtype=np.uint8)
+_JSON_NULL = np.frombuffer(b"null", dtype=np.uint8)
+_TOKEN_TRUE = np.frombuffer(b"True", dtype=np.uint8)
+_TOKEN_FALSE = np.frombuffer(b"False", dtype=np.uint8)
+_JSON_STRING, _JSON_NUMBER, _JSON_TRUE_VALUE, _JSON_FALSE_VALUE, _JSON_NULL_VALUE = 0, 1, 2, 3, 4
 _NUM_OK = 0
 _NUM_BAD = 1
 _NUM_SLOW = 2  # a valid number outside the fast path: deferred to float()
@@ -281,6 +295,74 @@ def _numbered(n: int, nfields: int, frozen: bool, cap: int, strict: bool) -> int
     return _DEFER
 
 
+@nb.njit(cache=True, nogil=True, inline="always")
+def _is_json_space(c: int) -> bool:
+    return c == 32 or c == 9 or c == 13 or c == 10
+
+
+@nb.njit(cache=True, nogil=True)
+def json_number_end(buf: npt.NDArray[np.uint8], s: int, e: int) -> int:
+    """The end of the JSON number that starts at buf[s] (-?(0|[1-9]\\d*)(.\\d+)?([eE][+-]?\\d+)?,
+    the grammar of Python's json scanner), or -1 when none starts there whole."""
+    j = s
+    if j < e and buf[j] == 45:  # '-'
+        j += 1
+    if j >= e or not _is_digit(buf[j]):
+        return -1
+    if buf[j] == 48:  # a leading 0 stands alone
+        j += 1
+    else:
+        while j < e and _is_digit(buf[j]):
+            j += 1
+    if j < e and buf[j] == 46:  # '.'
+        j += 1
+        if j >= e or not _is_digit(buf[j]):
+            return -1
+        while j < e and _is_digit(buf[j]):
+            j += 1
+    if j < e and buf[j] | 0x20 == 101:  # 'e' or 'E'
+        j += 1
+        if j < e and (buf[j] == 43 or buf[j] == 45):
+            j += 1
+        if j >= e or not _is_digit(buf[j]):
+            return -1
+        while j < e and _is_digit(buf[j]):
+            j += 1
+    return j
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _json_word(buf: npt.NDArray[np.uint8], s: int, e: int, word: npt.NDArray[np.uint8]) -> bool:
+    """Whether buf[s:] starts with `word` (true, false, null)."""
+    same = e - s >= word.shape[0]
+    j = 0
+    while same and j < word.shape[0]:
+        same = buf[s + j] == word[j]
+        j += 1
+    return same
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _json_bool(kind: int) -> bool:
+    return _JSON_TRUE_VALUE <= kind <= _JSON_FALSE_VALUE
+
+
+@nb.njit(cache=True, nogil=True)
+def json_string_end(buf: npt.NDArray[np.uint8], s: int, e: int) -> int:
+    """The position of the quote that closes the JSON string whose text starts at buf[s],
+    or -1 when the string holds an escape or a control character (the reference parser
+    decodes those, or refuses them) or is not closed before e."""
+    j = s
+    while j < e:
+        c = buf[j]
+        if c == 34:
+            return j
+        if c == 92 or c < 32:
+            return -1
+        j += 1
+    return -1
+
+
 @nb.njit(cache=True, nogil=True)
 def parse_block(
     buf: npt.NDArray[np.uint8],
@@ -352,6 +434,7 @@ def parse_block(
     tok_end = np.empty(longest + 2, dtype=np.int64)
     tok_scratch = np.empty(longest + 2, dtype=np.bool_)
     scratch = np.empty(24 * (longest + 2), dtype=np.uint8)
+    seen = np.zeros(name_keys.shape[0], dtype=np.int64)  # MODE_JSON: the line that last gave a name
     n_samples = 0
     n_deferred = 0
     nf = 0
@@ -630,6 +713,143 @@ def parse_block(
                 tok_end[nf - first] = c1
                 tok_scratch[nf - first] = False
                 nf += 1
+        elif ok and mode == MODE_JSON:
+            e = le
+            i = ls
+            while i < e and _is_json_space(buf[i]):
+                i += 1
+            ok = i < e and buf[i] == 123  # '{'
+            i += 1
+            stamp = li + 1  # this line's mark in `seen`: a key given twice defers the line
+            members = 0
+            has_label = False
+            while ok:
+                while i < e and _is_json_space(buf[i]):
+                    i += 1
+                if i >= e or buf[i] != 34:  # a key; '}' of an empty object: no label, deferred
+                    ok = False
+                    break
+                ks = i + 1
+                ke = json_string_end(buf, ks, e)
+                if ke <= ks:  # escaped, unclosed or empty
+                    ok = False
+                    break
+                for j in range(ks, ke):
+                    if buf[j] == 61:  # '=': not a field's name (the reference names the key)
+                        ok = False
+                if not ok:
+                    break
+                i = ke + 1
+                while i < e and _is_json_space(buf[i]):
+                    i += 1
+                if i >= e or buf[i] != 58:  # ':'
+                    ok = False
+                    break
+                i += 1
+                while i < e and _is_json_space(buf[i]):
+                    i += 1
+                if i >= e:
+                    ok = False
+                    break
+                c = buf[i]
+                vs = i
+                if c == 34:
+                    vs = i + 1
+                    ve = json_string_end(buf, vs, e)
+                    if ve < 0:
+                        ok = False
+                        break
+                    kind = _JSON_STRING
+                    i = ve + 1
+                elif c == 45 or _is_digit(c):
+                    ve = json_number_end(buf, i, e)
+                    if ve < 0:
+                        ok = False
+                        break
+                    kind = _JSON_NUMBER
+                    i = ve
+                elif _json_word(buf, i, e, _JSON_TRUE):
+                    kind = _JSON_TRUE_VALUE
+                    i += 4
+                    ve = i
+                elif _json_word(buf, i, e, _JSON_FALSE):
+                    kind = _JSON_FALSE_VALUE
+                    i += 5
+                    ve = i
+                elif _json_word(buf, i, e, _JSON_NULL):
+                    kind = _JSON_NULL_VALUE
+                    i += 4
+                    ve = i
+                else:  # an object, a list, NaN or Infinity: the reference reads them
+                    ok = False
+                    break
+                while i < e and _is_json_space(buf[i]):
+                    i += 1
+                if i >= e or (buf[i] != 44 and buf[i] != 125):  # ',' or '}'
+                    ok = False
+                    break
+                closed = buf[i] == 125
+                i += 1
+                members += 1
+                slot = _lookup(name_keys, finish_key(fnv_bytes(FNV64_OFFSET, buf, ks, ke), np.uint32(0)))
+                if slot < 0 or seen[slot] == stamp:  # a name new to the index, or a key again
+                    ok = False
+                    break
+                seen[slot] = stamp
+                role = name_role[slot]
+                if role == LABEL_COLUMN:
+                    has_label = True
+                    if _json_bool(kind):
+                        label = 1.0 if kind == _JSON_TRUE_VALUE else 0.0
+                    elif kind == _JSON_NULL_VALUE:
+                        ok = False
+                    else:
+                        st, v = parse_number(buf, vs, ve)
+                        ok = st == _NUM_OK and not 0.0 < v < 1.0  # a fraction: the reference names it
+                        label = 1.0 if v > 0 else 0.0
+                        if not ok and kind == _JSON_STRING:  # "true" as a string: parse_label's words
+                            truth = bool_label(buf, vs, ve)
+                            ok = truth >= 0
+                            label = float(truth)
+                elif role != SKIPPED and kind != _JSON_NULL_VALUE and ve > vs:  # null and "": missing
+                    ts, te, in_scratch = vs, ve, False
+                    if _json_bool(kind):
+                        word = _TOKEN_TRUE if kind == _JSON_TRUE_VALUE else _TOKEN_FALSE
+                        if name_numeric[slot]:
+                            ok = False  # a boolean in a numeric field: the reference says why
+                        else:
+                            for j in range(word.shape[0]):
+                                scratch[sp + j] = word[j]
+                            ts, te, in_scratch = sp, sp + word.shape[0], True
+                            sp += word.shape[0]
+                    elif name_numeric[slot]:
+                        end = _bucket(buf, vs, ve, scratch, sp)
+                        if end == _MISSING_NUMBER:
+                            role = SKIPPED  # no feature, and none dropped
+                        elif end < 0:
+                            ok = False
+                        else:
+                            ts, te, in_scratch = sp, end, True
+                            sp = end
+                    if not ok:
+                        break
+                    if role == DROPPED:
+                        line_dropped += 1
+                    elif role != SKIPPED:  # SKIPPED here: a missing number
+                        src = scratch if in_scratch else buf
+                        keys[nf] = finish_key(fnv_bytes(FNV64_OFFSET, src, ts, te), field_ids[role])
+                        fields[nf] = role
+                        values[nf] = 1.0
+                        tok_start[nf - first] = ts
+                        tok_end[nf - first] = te
+                        tok_scratch[nf - first] = in_scratch
+                        nf += 1
+                if closed:
+                    break
+            if ok:
+                while i < e and _is_json_space(buf[i]):
+                    i += 1
+                ok = i == e and has_label and members > 0
         elif ok:  # MODE_KV
             e = le
             while e > ls and (buf[e - 1] == 13 or buf[e - 1] == 10):

@@ -13,13 +13,12 @@ from ctr.data.batch import SampleBatch, build_batch
 from ctr.data.fields import FieldIndex
 from ctr.data.formats import ParsedSample, ParseError, columns_of, cross_fields, make_parser, split_spaces, vw_namespaces
 from ctr.data.hashing import hash_tokens, pack_tokens
+from ctr.data.json_lines import json_keys
 from ctr.data.schema import FeatureSchema
 from trainer.input import block_kernels as k
 
 MAX_LINE_BYTES = 1 << 20
-# json: kv's kernel, whose first token a JSON line never is, hands every line to the
-# reference parser (ctr.data.json_lines)
-_MODES = {"libsvm": k.MODE_LIBSVM, "libffm": k.MODE_LIBFFM, "kv": k.MODE_KV, "vw": k.MODE_VW, "json": k.MODE_KV}
+_MODES = {"libsvm": k.MODE_LIBSVM, "libffm": k.MODE_LIBFFM, "kv": k.MODE_KV, "vw": k.MODE_VW, "json": k.MODE_JSON}
 
 
 @dataclass(frozen=True)
@@ -106,9 +105,11 @@ class BlockParser:
             roles[name] = k.DROPPED
         for i, name in enumerate(self.index.names):
             roles[name] = i
-        if self.mode in (k.MODE_KV, k.MODE_VW):
+        if self.mode in (k.MODE_KV, k.MODE_VW, k.MODE_JSON):
             for name in self.schema.skip:
                 roles[name] = k.SKIPPED
+        if self.mode == k.MODE_JSON:  # the label is a key of the object, never a field
+            roles[self.schema.label] = k.LABEL_COLUMN
         size = 16
         while size < 2 * len(roles):
             size *= 2
@@ -206,9 +207,11 @@ class BlockParser:
         elif self.mode == k.MODE_VW:
             bar = text.find("|")
             names = [name for name, _, _ in vw_namespaces(text.rstrip("\r\n")[bar + 1 :])] if bar >= 0 else []
+        elif self.mode == k.MODE_JSON:  # top-level keys: a nested object's fields defer the line anyway
+            names = [key for key in json_keys(text) or [] if key != self.schema.label]
         else:
             return
-        skip = frozenset(self.schema.skip) if self.mode in (k.MODE_KV, k.MODE_VW) else frozenset()
+        skip = frozenset(self.schema.skip) if self.mode in (k.MODE_KV, k.MODE_VW, k.MODE_JSON) else frozenset()
         for name in names:
             if name and name not in skip and self.index.get(name) < 0 and not self.index.can_grow():
                 self.dropped_names.add(name)

@@ -292,3 +292,98 @@ def test_utf8_check_equals_pythons_decoder(raw):
     except UnicodeDecodeError:
         want = False
     assert k.utf8_valid(np.frombuffer(raw, dtype=np.uint8), 0, len(raw)) == want
+
+
+# --- JSON lines, written by hand: what the kernel takes and what it leaves to json ----------
+
+JSON_SPACE = st.sampled_from(["", "", " ", "  ", "\t", "\r", " \t"])
+JSON_PLAIN_KEYS = st.sampled_from(["a", "b", "n", "s", "C1", "é", "x y"])
+JSON_KEYS = st.one_of(JSON_PLAIN_KEYS, JSON_PLAIN_KEYS, st.sampled_from(["label", "", "a=b", 'q\\"', "\\u0061", "a\tb"]))
+JSON_NUMBERS = st.one_of(
+    st.integers(-(10**20), 10**20).map(str),
+    st.floats(allow_nan=False, allow_infinity=False).map(lambda f: json.dumps(f)),
+    st.sampled_from(["0", "-0", "1.50", "1e3", "1E+3", "2e-5", "-1.0e-2", "0.5", "01", "1.", "-", ".5", "+1", "1e", "-01"]),
+)
+JSON_STRINGS = st.one_of(
+    st.text(alphabet=st.sampled_from(list("ab01.-é NA\x7f")), max_size=5).map(lambda t: f'"{t}"'),
+    st.sampled_from(['""', '"NA"', '"1"', '"true"', '"TRUE"', '"0.5"', '"a\\"b"', '"\\u00e9"', '"a\tb"', '"x\x01"', '"open']),
+)
+JSON_PLAIN_VALUES = st.one_of(
+    st.integers(-(10**6), 10**6).map(str), st.text(alphabet="ab01.é", max_size=4).map(lambda t: f'"{t}"'), st.just("true")
+)
+JSON_VALUES = st.one_of(
+    JSON_PLAIN_VALUES,
+    JSON_PLAIN_VALUES,
+    JSON_NUMBERS,
+    JSON_STRINGS,
+    st.sampled_from(["true", "false", "null", "True", "nul", "NaN", "Infinity", "-Infinity", '{"a": 1}', "[1, 2]", "[]", "{}"]),
+)
+
+
+@st.composite
+def json_streams(draw):
+    lines = []
+    for _ in range(draw(st.integers(0, 20))):
+        members = []
+        for key in draw(st.lists(JSON_KEYS, max_size=6, unique=draw(st.integers(0, 5)) > 0)):  # now and then a key twice
+            sp = [draw(JSON_SPACE) for _ in range(3)]
+            members.append(f'{sp[0]}"{key}"{sp[1]}:{sp[2]}{draw(JSON_VALUES)}{draw(JSON_SPACE)}')
+        if draw(st.integers(0, 4)):
+            label = draw(st.sampled_from(["0", "1", "-1", "2", "true", "false", '"1"', '"true"', "0.5", "null", '"x"', "1e0"]))
+            members.insert(draw(st.integers(0, len(members))), f'"label": {label}')
+        text = draw(JSON_SPACE) + "{" + ",".join(members) + "}" + draw(JSON_SPACE)
+        tweak = draw(st.integers(0, 14))
+        if tweak == 0:
+            text = text.replace("}", ",}", 1)  # a trailing comma
+        elif tweak == 1:
+            text += draw(st.sampled_from(["x", "}", ",", "{}"]))  # after the object
+        elif tweak == 2:
+            text = text[: draw(st.integers(0, len(text)))]  # cut short
+        lines.append(text.encode() + draw(ENDINGS))
+    return b"".join(lines)
+
+
+@pytest.mark.slow
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(json_streams(), st.sampled_from(["grow", "cap", "frozen"]), st.integers(1, 7))
+def test_json_lines_give_the_reference_batches(body, index_kind, block_lines):
+    """The kernel's JSON mode against ctr.data.json_lines on hand-written lines: spacing,
+    numbers in every spelling JSON allows and some it does not, strings with escapes and
+    control characters, booleans, null, keys given twice, nested values, labels of every
+    kind, trailing commas and text after the object."""
+    schema = FeatureSchema(format="json", numeric=("n",), skip=("s",))
+
+    def make_index() -> FieldIndex:
+        index = FieldIndex(("a", "n") if index_kind != "grow" else (), cap=3 if index_kind == "cap" else 256)
+        if index_kind == "frozen":
+            index.freeze()
+        return index
+
+    check(schema, make_index, None, body, block_lines, 200)
+
+
+def test_the_kernel_takes_plain_json_lines_itself(data_dir, monkeypatch):
+    """Avazu's rows as JSON objects (numbers as numbers, a boolean, a null): once the index
+    holds their names, no line goes to the reference parser, and the batches are its."""
+    import csv
+
+    with open(data_dir / "avazu_10k/train_rows1-9999.csv", newline="") as f:
+        rows = list(csv.DictReader(f))[:500]
+    lines = []
+    for i, row in enumerate(rows):
+        obj: dict = {k: (int(v) if v.isdigit() else v) for k, v in row.items()}
+        obj["promoted"] = i % 3 == 0
+        obj["coupon"] = None if i % 2 else "c7"
+        lines.append(json.dumps(obj, separators=(",", ":") if i % 2 else (", ", ": ")))
+    body = ("\n".join(lines) + "\n").encode()
+    schema = FeatureSchema(format="json", label="click")
+    index = FieldIndex(())
+    parser = BlockParser(schema, index, None)
+    parser.parse(body, True, 10_000)  # the first lines grow the index through the reference
+    deferred = []
+    monkeypatch.setattr(parser, "reference", lambda text: deferred.append(text) or make_parser(schema, index, None)(text))
+    got = parser.parse(body, True, 10_000)
+    assert deferred == [] and got.lines == 500 and not got.bad
+    ref_index = FieldIndex(())
+    want, _ = reference(schema, ref_index, None, body.split(b"\n")[:-1], 1 << 20)
+    assert_same(got.batch, want)
