@@ -11,8 +11,9 @@ whose value is its token, written as the JSON wrote it:
 - a nested object: its keys as fields of their own, `user.age` for {"user": {"age": 31}}
   (send them so named to serving).
 
-The numba block parser passes every such line to this reference parser (a JSON line never
-starts with a number, kv's first token): JSON is parsed at Python's speed (docs/benchmarks.md)."""
+This is the reference parser: the numba block parser (trainer.input.block_kernels,
+MODE_JSON) reads flat objects itself and hands it every line it cannot settle (escapes,
+nested objects, lists, a key twice, NaN; docs/design/json-lines.md)."""
 
 from __future__ import annotations
 
