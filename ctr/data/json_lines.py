@@ -12,8 +12,8 @@ whose value is its token, written as the JSON wrote it:
   (send them so named to serving).
 
 This is the reference parser: the numba block parser (trainer.input.block_kernels,
-MODE_JSON) reads flat objects itself and hands it every line it cannot settle (escapes,
-nested objects, lists, a key twice, NaN; docs/design/json-lines.md)."""
+MODE_JSON) reads objects itself, nested ones and lists of scalars included, and hands it
+every line it cannot settle (escapes, a key twice, NaN; docs/design/json-lines.md)."""
 
 from __future__ import annotations
 

@@ -24,10 +24,11 @@ Layout (Python side builds it, trainer.input.block_parser.Layout):
   the default namespace's; the kernel takes an importance weight of 1 and a tag before the
   first '|' and defers anything else there.
 - MODE_JSON (one JSON object a line, reference ctr.data.json_lines): the kv table's names
-  are the object's keys, the label's name is in it as LABEL_COLUMN; a string's text, a
-  number's JSON text, true and false as True and False, null as nothing. A line with an
-  escape, a nested object, a list, a key given twice or a constant (NaN, Infinity) is
-  deferred: the reference settles those.
+  are the object's keys ("key.inner" for a nested object's), the label's name is in it as
+  LABEL_COLUMN; a string's text, a number's JSON text, true and false as True and False,
+  null as nothing, a list's scalars as several values. A line with an escape, a key given
+  twice, a container in a list or a constant (NaN, Infinity) is deferred: the reference
+  settles those.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ MODE_LIBFFM = 2
 MODE_KV = 3
 MODE_VW = 4
 MODE_JSON = 5
+JSON_MAX_DEPTH = 8  # objects nested deeper than this defer their line
 
 LABEL_COLUMN = -3
 SKIPPED = -2
@@ -435,6 +437,8 @@ def parse_block(
     tok_scratch = np.empty(longest + 2, dtype=np.bool_)
     scratch = np.empty(24 * (longest + 2), dtype=np.uint8)
     seen = np.zeros(name_keys.shape[0], dtype=np.int64)  # MODE_JSON: the line that last gave a name
+    prefix = np.empty(JSON_MAX_DEPTH, dtype=np.uint64)  # MODE_JSON: each open object's names' FNV state
+    nested = np.empty(longest + 2, dtype=np.uint64)  # MODE_JSON: a line's nested objects' names
     n_samples = 0
     n_deferred = 0
     nf = 0
@@ -720,136 +724,202 @@ def parse_block(
                 i += 1
             ok = i < e and buf[i] == 123  # '{'
             i += 1
-            stamp = li + 1  # this line's mark in `seen`: a key given twice defers the line
-            members = 0
+            stamp = li + 1  # this line's mark in `seen`: a name given twice defers the line
+            n_nested = 0  # the nested objects' names (their keys' hashes), for the same check
+            depth = 0  # of the object whose members come next; `prefix[depth]`: its names' FNV state
+            prefix[0] = FNV64_OFFSET
+            in_list = False  # reading the scalars of a list: several values of one field
             has_label = False
-            while ok:
-                while i < e and _is_json_space(buf[i]):
-                    i += 1
-                if i >= e or buf[i] != 34:  # a key; '}' of an empty object: no label, deferred
-                    ok = False
-                    break
-                ks = i + 1
-                ke = json_string_end(buf, ks, e)
-                if ke <= ks:  # escaped, unclosed or empty
-                    ok = False
-                    break
-                for j in range(ks, ke):
-                    if buf[j] == 61:  # '=': not a field's name (the reference names the key)
-                        ok = False
-                if not ok:
-                    break
-                i = ke + 1
-                while i < e and _is_json_space(buf[i]):
-                    i += 1
-                if i >= e or buf[i] != 58:  # ':'
-                    ok = False
-                    break
-                i += 1
+            done = False
+            slot = -1
+            while ok and not done:
                 while i < e and _is_json_space(buf[i]):
                     i += 1
                 if i >= e:
                     ok = False
                     break
-                c = buf[i]
-                vs = i
-                if c == 34:
-                    vs = i + 1
-                    ve = json_string_end(buf, vs, e)
-                    if ve < 0:
+                scalar = True  # what comes is a scalar (not an empty object or list just read)
+                if not in_list:  # a member: "key": value
+                    if buf[i] != 34:
                         ok = False
                         break
-                    kind = _JSON_STRING
-                    i = ve + 1
-                elif c == 45 or _is_digit(c):
-                    ve = json_number_end(buf, i, e)
-                    if ve < 0:
+                    ks = i + 1
+                    ke = json_string_end(buf, ks, e)
+                    if ke <= ks:  # escaped, unclosed or empty
                         ok = False
                         break
-                    kind = _JSON_NUMBER
-                    i = ve
-                elif _json_word(buf, i, e, _JSON_TRUE):
-                    kind = _JSON_TRUE_VALUE
-                    i += 4
-                    ve = i
-                elif _json_word(buf, i, e, _JSON_FALSE):
-                    kind = _JSON_FALSE_VALUE
-                    i += 5
-                    ve = i
-                elif _json_word(buf, i, e, _JSON_NULL):
-                    kind = _JSON_NULL_VALUE
-                    i += 4
-                    ve = i
-                else:  # an object, a list, NaN or Infinity: the reference reads them
-                    ok = False
-                    break
-                while i < e and _is_json_space(buf[i]):
+                    for j in range(ks, ke):
+                        if buf[j] == 61:  # '=': not a field's name (the reference names the key)
+                            ok = False
+                    i = ke + 1
+                    while i < e and _is_json_space(buf[i]):
+                        i += 1
+                    if not ok or i >= e or buf[i] != 58:  # ':'
+                        ok = False
+                        break
                     i += 1
-                if i >= e or (buf[i] != 44 and buf[i] != 125):  # ',' or '}'
-                    ok = False
-                    break
-                closed = buf[i] == 125
-                i += 1
-                members += 1
-                slot = _lookup(name_keys, finish_key(fnv_bytes(FNV64_OFFSET, buf, ks, ke), np.uint32(0)))
-                if slot < 0 or seen[slot] == stamp:  # a name new to the index, or a key again
-                    ok = False
-                    break
-                seen[slot] = stamp
-                role = name_role[slot]
-                if role == LABEL_COLUMN:
-                    has_label = True
-                    if _json_bool(kind):
-                        label = 1.0 if kind == _JSON_TRUE_VALUE else 0.0
-                    elif kind == _JSON_NULL_VALUE:
+                    while i < e and _is_json_space(buf[i]):
+                        i += 1
+                    if i >= e:
                         ok = False
-                    else:
-                        st, v = parse_number(buf, vs, ve)
-                        ok = st == _NUM_OK and not 0.0 < v < 1.0  # a fraction: the reference names it
-                        label = 1.0 if v > 0 else 0.0
-                        if not ok and kind == _JSON_STRING:  # "true" as a string: parse_label's words
-                            truth = bool_label(buf, vs, ve)
-                            ok = truth >= 0
-                            label = float(truth)
-                elif role != SKIPPED and kind != _JSON_NULL_VALUE and ve > vs:  # null and "": missing
-                    ts, te, in_scratch = vs, ve, False
-                    if _json_bool(kind):
-                        word = _TOKEN_TRUE if kind == _JSON_TRUE_VALUE else _TOKEN_FALSE
-                        if name_numeric[slot]:
-                            ok = False  # a boolean in a numeric field: the reference says why
+                        break
+                    h = fnv_bytes(prefix[depth], buf, ks, ke)  # "parent.key", as the reference names it
+                    name = finish_key(h, np.uint32(0))
+                    slot = _lookup(name_keys, name)
+                    for j in range(n_nested):  # the name of a nested object already given
+                        if nested[j] == name:
+                            ok = False
+                    if not ok or (slot >= 0 and seen[slot] == stamp):  # a key twice: json keeps the last
+                        ok = False
+                        break
+                    if slot >= 0:
+                        seen[slot] = stamp
+                    if slot >= 0 and name_role[slot] == LABEL_COLUMN and (depth > 0 or buf[i] == 123 or buf[i] == 91):
+                        ok = False  # the label as an object or a list, or a nested key named as the label
+                        break
+                    if buf[i] == 123:  # '{': its keys are fields named "key.inner"
+                        if depth + 1 >= prefix.shape[0]:
+                            ok = False
+                            break
+                        nested[n_nested] = name
+                        n_nested += 1
+                        depth += 1
+                        prefix[depth] = (h ^ np.uint64(46)) * FNV64_PRIME  # '.'
+                        i += 1
+                        while i < e and _is_json_space(buf[i]):
+                            i += 1
+                        if i < e and buf[i] == 125:  # an empty object: no features
+                            i += 1
+                            depth -= 1
+                            scalar = False
                         else:
-                            for j in range(word.shape[0]):
-                                scratch[sp + j] = word[j]
-                            ts, te, in_scratch = sp, sp + word.shape[0], True
-                            sp += word.shape[0]
-                    elif name_numeric[slot]:
-                        end = _bucket(buf, vs, ve, scratch, sp)
-                        if end == _MISSING_NUMBER:
-                            role = SKIPPED  # no feature, and none dropped
-                        elif end < 0:
+                            continue
+                    elif slot < 0:  # a name new to the index: the reference adds it, or drops it
+                        ok = False
+                        break
+                    elif buf[i] == 91:  # '[': each scalar in it a value of the field
+                        i += 1
+                        while i < e and _is_json_space(buf[i]):
+                            i += 1
+                        if i < e and buf[i] == 93:  # an empty list: no features
+                            i += 1
+                            scalar = False
+                        else:
+                            in_list = True
+                            continue
+                if scalar:  # a member's value, or a list's next
+                    c = buf[i]
+                    vs = i
+                    if c == 34:
+                        vs = i + 1
+                        ve = json_string_end(buf, vs, e)
+                        if ve < 0:
+                            ok = False
+                            break
+                        kind = _JSON_STRING
+                        i = ve + 1
+                    elif c == 45 or _is_digit(c):
+                        ve = json_number_end(buf, i, e)
+                        if ve < 0:
+                            ok = False
+                            break
+                        kind = _JSON_NUMBER
+                        i = ve
+                    elif _json_word(buf, i, e, _JSON_TRUE):
+                        kind = _JSON_TRUE_VALUE
+                        i += 4
+                        ve = i
+                    elif _json_word(buf, i, e, _JSON_FALSE):
+                        kind = _JSON_FALSE_VALUE
+                        i += 5
+                        ve = i
+                    elif _json_word(buf, i, e, _JSON_NULL):
+                        kind = _JSON_NULL_VALUE
+                        i += 4
+                        ve = i
+                    else:  # an object or a list in a list, NaN or Infinity: the reference reads them
+                        ok = False
+                        break
+                    role = name_role[slot]
+                    if role == LABEL_COLUMN:
+                        has_label = True
+                        if _json_bool(kind):
+                            label = 1.0 if kind == _JSON_TRUE_VALUE else 0.0
+                        elif kind == _JSON_NULL_VALUE:
                             ok = False
                         else:
-                            ts, te, in_scratch = sp, end, True
-                            sp = end
+                            st, v = parse_number(buf, vs, ve)
+                            ok = st == _NUM_OK and not 0.0 < v < 1.0  # a fraction: the reference names it
+                            label = 1.0 if v > 0 else 0.0
+                            if not ok and kind == _JSON_STRING:  # "true" as a string: parse_label's words
+                                truth = bool_label(buf, vs, ve)
+                                ok = truth >= 0
+                                label = float(truth)
+                    elif role != SKIPPED and kind != _JSON_NULL_VALUE and ve > vs:  # null and "": missing
+                        ts, te, in_scratch = vs, ve, False
+                        if _json_bool(kind):
+                            word = _TOKEN_TRUE if kind == _JSON_TRUE_VALUE else _TOKEN_FALSE
+                            if name_numeric[slot]:
+                                ok = False  # a boolean in a numeric field: the reference says why
+                            else:
+                                for j in range(word.shape[0]):
+                                    scratch[sp + j] = word[j]
+                                ts, te, in_scratch = sp, sp + word.shape[0], True
+                                sp += word.shape[0]
+                        elif name_numeric[slot]:
+                            end = _bucket(buf, vs, ve, scratch, sp)
+                            if end == _MISSING_NUMBER:
+                                role = SKIPPED  # no feature, and none dropped
+                            elif end < 0:
+                                ok = False
+                            else:
+                                ts, te, in_scratch = sp, end, True
+                                sp = end
+                        if not ok:
+                            break
+                        if role == DROPPED:
+                            line_dropped += 1
+                        elif role != SKIPPED:  # SKIPPED here: a missing number
+                            src = scratch if in_scratch else buf
+                            keys[nf] = finish_key(fnv_bytes(FNV64_OFFSET, src, ts, te), field_ids[role])
+                            fields[nf] = role
+                            values[nf] = 1.0
+                            tok_start[nf - first] = ts
+                            tok_end[nf - first] = te
+                            tok_scratch[nf - first] = in_scratch
+                            nf += 1
                     if not ok:
                         break
-                    if role == DROPPED:
-                        line_dropped += 1
-                    elif role != SKIPPED:  # SKIPPED here: a missing number
-                        src = scratch if in_scratch else buf
-                        keys[nf] = finish_key(fnv_bytes(FNV64_OFFSET, src, ts, te), field_ids[role])
-                        fields[nf] = role
-                        values[nf] = 1.0
-                        tok_start[nf - first] = ts
-                        tok_end[nf - first] = te
-                        tok_scratch[nf - first] = in_scratch
-                        nf += 1
-                if closed:
-                    break
+                    if in_list:
+                        while i < e and _is_json_space(buf[i]):
+                            i += 1
+                        if i < e and buf[i] == 44:  # ','
+                            i += 1
+                            continue
+                        if i >= e or buf[i] != 93:  # ']'
+                            ok = False
+                            break
+                        i += 1
+                        in_list = False
+                # after a value: ',' and the next member, or '}' closing objects up to the line's
+                while True:
+                    while i < e and _is_json_space(buf[i]):
+                        i += 1
+                    if i < e and buf[i] == 44:
+                        i += 1
+                        break
+                    if i >= e or buf[i] != 125:
+                        ok = False
+                        break
+                    i += 1
+                    if depth == 0:
+                        done = True
+                        break
+                    depth -= 1
             if ok:
                 while i < e and _is_json_space(buf[i]):
                     i += 1
-                ok = i == e and has_label and members > 0
+                ok = i == e and has_label
         elif ok:  # MODE_KV
             e = le
             while e > ls and (buf[e - 1] == 13 or buf[e - 1] == 10):

@@ -13,7 +13,7 @@ from ctr.data.batch import SampleBatch, build_batch
 from ctr.data.fields import FieldIndex
 from ctr.data.formats import ParsedSample, ParseError, columns_of, cross_fields, make_parser, split_spaces, vw_namespaces
 from ctr.data.hashing import hash_tokens, pack_tokens
-from ctr.data.json_lines import json_keys
+from ctr.data.json_lines import json_features, json_object
 from ctr.data.schema import FeatureSchema
 from trainer.input import block_kernels as k
 
@@ -207,8 +207,11 @@ class BlockParser:
         elif self.mode == k.MODE_VW:
             bar = text.find("|")
             names = [name for name, _, _ in vw_namespaces(text.rstrip("\r\n")[bar + 1 :])] if bar >= 0 else []
-        elif self.mode == k.MODE_JSON:  # top-level keys: a nested object's fields defer the line anyway
-            names = [key for key in json_keys(text) or [] if key != self.schema.label]
+        elif self.mode == k.MODE_JSON:  # every field the object names, a nested object's as "key.inner"
+            try:
+                names = [name for name, _ in json_features(json_object(text), self.schema.label)]
+            except ParseError:
+                names = []
         else:
             return
         skip = frozenset(self.schema.skip) if self.mode in (k.MODE_KV, k.MODE_VW, k.MODE_JSON) else frozenset()
