@@ -415,8 +415,14 @@ def test_the_kernel_takes_plain_json_lines_itself(data_dir, monkeypatch):
     index = FieldIndex(())
     parser = BlockParser(schema, index, None)
     parser.parse(body, True, 10_000)  # the first lines grow the index through the reference
-    deferred = []
-    monkeypatch.setattr(parser, "reference", lambda text: deferred.append(text) or make_parser(schema, index, None)(text))
+    deferred: list[str] = []
+    parse_one = make_parser(schema, index, None)
+
+    def counted(text: str) -> ParsedSample:
+        deferred.append(text)
+        return parse_one(text)
+
+    monkeypatch.setattr(parser, "reference", counted)
     got = parser.parse(body, True, 10_000)
     assert deferred == [] and got.lines == 500 and not got.bad
     ref_index = FieldIndex(())
