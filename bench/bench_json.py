@@ -1,8 +1,10 @@
 """JSON Lines against CSV: the same rows (Avazu 10k repeated, its numbers as JSON numbers,
-without the id column) as a CSV file and as one JSON object a line, trained by `boundless
-train --ps local` (LR, defaults), whole process, alternating --reps times; reports
-examples/s in the trainer and the whole process's seconds, medians, and checks both runs
-trained the same. Writes bench/results/json_lines.json; asserts nothing about speed.
+without the id column) as a CSV file, as one flat JSON object a line, and as objects whose
+features sit in a nested object ({"click": 0, "ad": {"hour": ...}}: fields "ad.hour"...),
+trained by `boundless train --ps local` (LR, defaults), whole process, alternating --reps
+times; reports examples/s in the trainer and the whole process's seconds, medians, and
+checks every run trained the same. Writes bench/results/json_lines.json; asserts nothing
+about speed.
 
     .venv/bin/python bench/bench_json.py [--repeat 20] [--reps 3]
 """
@@ -42,12 +44,19 @@ def main() -> None:
                 w.writerows([r[n] for n in names] for r in rows)
         one = "".join(json.dumps({n: _number(r[n]) for n in names}) + "\n" for r in rows)
         as_json.write_text(one * args.repeat)
+        as_nested = Path(tmp) / "avazu-nested.jsonl"
+        nest = "".join(
+            json.dumps({"click": _number(r["click"]), "ad": {n: _number(r[n]) for n in names if n != "click"}}) + "\n"
+            for r in rows
+        )
+        as_nested.write_text(nest * args.repeat)
+        sources = {"csv": as_csv, "json": as_json, "json_nested": as_nested}
         result: dict[str, Any] = {
             "rows": len(rows) * args.repeat,
-            "bytes": {"csv": as_csv.stat().st_size, "json": as_json.stat().st_size},
-            **alternating({"csv": as_csv, "json": as_json}, [], args.reps, Path(tmp)),
+            "bytes": {name: path.stat().st_size for name, path in sources.items()},
+            **alternating(sources, [], args.reps, Path(tmp)),
         }
-    kept(result, ("csv", "json"), "json_lines.json")
+    kept(result, tuple(sources), "json_lines.json")
 
 
 if __name__ == "__main__":
