@@ -355,3 +355,54 @@ def test_workers_inside_a_rank_of_another_group_are_refused(data_dir, tmp_path):
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
     assert proc.returncode == 2 and "this process is one rank of WORLD_SIZE 2" in proc.stderr, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
+
+
+def _group(folder: Path, shards: list[Daemon], work: Path, world: int, tag: str, *extra: str) -> list[subprocess.Popen[str]]:
+    """`world` ranks over the folder, each its own process, meeting at one address."""
+    master = f"127.0.0.1:{_port()}"
+    procs = []
+    for rank in range(world):
+        cmd = [sys.executable, "-m", "boundless", "train", "--source", str(folder), "--no-follow", "--metrics-port", "-1"]
+        cmd += ["--ps", ",".join(s.address for s in shards), "--model", "fm", "--batch-size", "2048"]
+        cmd += ["--checkpoint-interval-s", "0.3", "--metrics-out", str(work / f"{tag}.json"), *extra]
+        if world > 1:
+            cmd += ["--rank", str(rank), "--world-size", str(world), "--master", master]
+        log = open(work / f"{tag}{rank}.log", "w")  # noqa: SIM115 - closed with the process
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, text=True))
+    return procs
+
+
+def test_a_folder_trained_by_two_ranks_goes_on_with_three_then_one_each_line_once(data_dir, tmp_path):
+    """The chart's trainer.replicas changed between runs: a folder's cut taken by two ranks
+    (each stopped inside a file) is taken up by three, which deal the files anew and read
+    from where the two stood, and files land meanwhile; three stopped inside files are taken
+    up by one. Every table counts each line of the folder once. Before, a group of another
+    size was refused, and --from-start, the way out it named, trained the folder again."""
+    lines = (data_dir / "frappe/frappe.validation.libfm").read_text().splitlines()
+    folder = tmp_path / "stream"
+    folder.mkdir()
+
+    def land(first: int, count: int) -> None:
+        for i in range(first, first + count):
+            (folder / f"part{i}.libfm").write_text("\n".join(lines[i * 9000 : (i + 1) * 9000] * 3) + "\n")
+
+    land(0, 4)
+    shards = _shards(tmp_path)
+    try:
+        assert _wait(_group(folder, shards, tmp_path, 2, "a", "--max-samples", "40001")) == [0, 0]
+        assert json.loads((tmp_path / "a.json").read_text())["samples"] == 40001  # each rank stopped inside a file
+        land(4, 2)
+        three = _group(folder, shards, tmp_path, 3, "b")
+        wait_for_text(tmp_path / "b0.log", "committed", three[0], timeout=120)
+        three[2].terminate()  # every rank stops at one boundary, inside its files, and takes a last cut
+        assert _wait(three) == [0, 0, 0], (tmp_path / "b0.log").read_text()[-3000:]
+        assert "taken up by 3: the folder's files are dealt out anew" in (tmp_path / "b0.log").read_text()
+        second = json.loads((tmp_path / "b.json").read_text())["samples"]
+        total = 6 * 3 * 9000
+        assert 40001 < second < total
+        assert _wait(_group(folder, shards, tmp_path, 1, "c")) == [0], (tmp_path / "c0.log").read_text()[-3000:]
+        assert json.loads((tmp_path / "c.json").read_text())["samples"] == total
+        assert _samples(shards) == {total}  # every line once: none lost, none trained twice
+    finally:
+        for s in shards:
+            s.stop()

@@ -100,6 +100,9 @@ class S3PrefixSource(StreamSource):
         """The checkpoint's position when it is an object under this prefix; from the start,
         said, when the source changed since the cut (StreamSource._rebased)."""
         bucket, prefix = parse_uri(self.source)
+        if start.prior is not None:  # a folder's positions of another number of ranks: not this prefix's
+            log.warning("the checkpoint's stream positions are a folder's: --source %s is read from its start", self.source)
+            return Position()
         if not start.file or start.file.startswith(f"s3://{bucket}/{prefix}"):
             return start
         log.warning(

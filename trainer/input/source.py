@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import BinaryIO, Protocol
+from typing import Any, BinaryIO, Protocol
 
 import numpy as np
 
@@ -35,7 +35,8 @@ from ctr.data.compressed import COMPRESSED_SUFFIXES, DecompressedText, compressi
 from ctr.data.parquet_text import ParquetText, is_parquet
 from trainer import metrics
 from trainer.config import DEFAULT_IGNORE
-from trainer.input.file_split import share
+from trainer.input import rescaled
+from trainer.input.file_split import owner_of, share
 
 BLOCK_BYTES = 1 << 20
 FLOWING_POLL_S = 0.01  # the wait for more data while a stream flows
@@ -103,6 +104,9 @@ class Position:
     line: int = 0
     partitions: dict[str, int] | None = None
     topic_id: str = ""  # the topic's id when its offsets were taken: a topic created again has another
+    # a folder's positions taken by another number of ranks, until this rank passes them
+    # (trainer.input.rescaled: {"ranks": W, "positions": [...]})
+    prior: dict[str, Any] | None = None
 
 
 class Source(Protocol):
@@ -191,6 +195,8 @@ class StreamSource:
         self.lost_messages: dict[str, int] = {}  # a topic's (KafkaSource): a folder's losses are files
         self.resets: list[str] = []
         self.start = self._rebased(start or Position())
+        self._places: tuple[list[Path] | None, dict[str, int]] = (None, {})  # _prior_owner's, per listing
+        self.prior = self.start.prior  # dropped once this rank's position passes it (position_after)
         self.idle_since = time.monotonic()
         self._listed: tuple[int, float, list[Path]] = (-1, 0.0, [])  # folder mtime, when listed, files
         # asked before a finished file is read from its start: True skips reading it (the
@@ -209,6 +215,8 @@ class StreamSource:
         otherwise (a relative --source now absolute) or in another folder (the source moved,
         or changed) made every file count as read, or none: a run that trained nothing, or
         everything again, silently."""
+        if start.prior is not None and self.source != "-":
+            return self._rebased_prior(start)
         if not start.file or self.source == "-":
             return start
         if start.partitions is not None:  # a topic's position: the source was a topic at the cut
@@ -242,6 +250,66 @@ class StreamSource:
             self.source,
         )
         return Position()
+
+    def _spelled(self, file: str) -> str | None:
+        """A file of a checkpoint's position as this source spells it (_rebased's rules:
+        the same folder however spelled, a subfolder of it, or a folder moved that holds a
+        file of its name); None when it is not this source's."""
+        here = Path(self.source)
+        was = Path(file)
+        folder = here if here.is_dir() else here.parent
+        if _same_path(was.parent, folder) and (here.is_dir() or was.name == here.name):
+            return str(folder / was.name if here.is_dir() else here)
+        under = _under(was, folder) if here.is_dir() else None
+        if under is not None:
+            return str(folder / under)
+        candidate = folder / was.name if here.is_dir() else here
+        return str(candidate) if candidate.exists() and was.name == candidate.name else None
+
+    def _rebased_prior(self, start: Position) -> Position:
+        """A position that carries the positions of a cut taken by another number of ranks
+        (trainer.input.rescaled), every file of it spelled as this source spells it; from
+        the start, said, when they are another source's."""
+        names = [start.file] if start.file else []
+        todo = [start.prior]
+        while todo:
+            prior = todo.pop()
+            for pos in (prior or {}).get("positions", []):
+                names += [str(pos["file"])] if pos.get("file") else []
+                todo.append(pos.get("prior"))
+        spelled = {name: self._spelled(name) for name in names}
+        gone = [name for name, now in spelled.items() if now is None]
+        if gone:
+            log.warning(
+                "the checkpoint's stream positions are in %s, which is not in --source %s: the source changed since the"
+                " cut; %s is read from its start",
+                gone[0],
+                self.source,
+                self.source,
+            )
+            return Position()
+        return replace(
+            start,
+            file=str(spelled[start.file]) if start.file else "",
+            prior=rescaled.rebased(start.prior, lambda name: str(spelled[name])),
+        )
+
+    def _prior_owner(self, name: str, ranks: int) -> int:
+        """The rank of `ranks` that read the file under the folder's dealing (file_split):
+        by its name's hash when followed, else by its place in the listing."""
+        if self.follow:
+            return owner_of(self._relative.get(name, Path(name).name), ranks)
+        files = self._all_files()
+        if self._places[0] is not files:  # the listing's places, once a listing
+            self._places = (files, {str(f): i for i, f in enumerate(files)})
+        place = self._places[1].get(name)
+        return place % ranks if place is not None else 0
+
+    def _prior_state(self, name: str) -> rescaled.FileState:
+        """What the prior says of a file this rank has not passed (NEW without one)."""
+        if self.prior is None:
+            return rescaled.NEW
+        return rescaled.state_of(name, self.prior, self._prior_owner)
 
     def _say_if_gone(self, start: Position) -> None:
         """A folder's file the checkpoint stands in, gone from the folder: removed while the
@@ -415,7 +483,13 @@ class StreamSource:
             time.sleep(self.poll_s)
 
     def position_after(self, position: Position) -> Position:
-        return position
+        """A batch's position, carrying the prior until this rank has passed it."""
+        if self.prior is None:
+            return position
+        if rescaled.passed(position.file, self.prior):
+            self.prior = None
+            return position
+        return replace(position, prior=self.prior)
 
     def backlog(self, position: Position) -> tuple[str, int] | None:
         """Bytes on disk of this worker's files past `position` (None for stdin)."""
@@ -425,6 +499,9 @@ class StreamSource:
         for f in self._files():
             name = str(f)
             if position.file and name < position.file:
+                continue
+            state = self._prior_state(name) if name != position.file else rescaled.NEW
+            if state.done:
                 continue
             try:
                 size = f.stat().st_size
@@ -460,6 +537,8 @@ class StreamSource:
             listed = dict(self._inodes)  # the inodes of the files pending names, whatever a later listing finds
             if start.file:
                 before_start.update(str(f) for f in pending if str(f) < start.file)
+            if self.prior is not None:  # read whole by the ranks of a cut taken by another number
+                before_start.update(str(f) for f in pending if self._prior_state(str(f)).done)
             pending = [f for f in pending if str(f) not in before_start]
             if not pending:
                 if not self.follow:
@@ -472,6 +551,9 @@ class StreamSource:
                 is_start = str(f) == start.file
                 offset = start.offset if is_start else 0
                 line_no = start.line if is_start else 0
+                if not is_start and self.prior is not None:  # read in part by a rank of another number
+                    state = self._prior_state(str(f))
+                    offset, line_no = state.offset, state.line
                 is_last = i == len(pending) - 1
 
                 def last(f: Path = f, is_last: bool = is_last) -> bool:

@@ -23,6 +23,7 @@ from ctr.format.zstd_local import compressor, decompressor
 from ctr.runtime import config as cfg
 from ps.api import OFFSETS_SHARD, ShardRestarted, ShardStatus
 from ps.client import PSClient
+from trainer.input import rescaled
 from trainer.input.source import Position
 from trainer.json_arrays import array_text, text_array
 from trainer.step.progressive import ProgressiveMetrics
@@ -55,13 +56,17 @@ class CutPoint:
 
 
 def check_ranks(point: CutPoint, world: int) -> None:
-    """A cut's positions are per rank: a group of another size takes up from it only where
-    they map to its ranks, a topic's partition offsets (rank_part)."""
-    if point.cut and point.offsets_known and point.ranks != world and not _in_a_topic(point):
+    """A cut's positions are per rank: a group of another size takes up from it where they
+    map to its ranks (rank_part): a topic's partition offsets, a local folder's positions.
+    An S3 prefix's do not (yet)."""
+    if point.cut and point.offsets_known and point.ranks != world and not (_in_a_topic(point) or _in_a_folder(point)):
+        parts = point.parts or (point,)
+        remote = any(p.position is not None and _remote(p.position) for p in parts)
         raise cfg.ConfigError(
-            f"checkpoint cut {point.cut} was taken with {point.ranks} rank(s), whose positions in a folder's files do not"
-            f" map to {world}: run with --workers {point.ranks} (or --world-size {point.ranks}), or start over with"
-            " --from-start (a Kafka topic's positions do map: its partitions' offsets)"
+            f"checkpoint cut {point.cut} was taken with {point.ranks} rank(s), whose positions"
+            f" {'in an S3 prefix' if remote else 'in its stream'} do not map to {world}: run with --workers"
+            f" {point.ranks} (or --world-size {point.ranks}), or start over with --from-start (a Kafka topic's and a"
+            " local folder's positions do map)"
         )
 
 
@@ -70,12 +75,34 @@ def _in_a_topic(point: CutPoint) -> bool:
     return all(p.position is not None and p.position.partitions is not None for p in parts)
 
 
+def _in_a_folder(point: CutPoint) -> bool:
+    """Every rank's position is in a local file (or none read yet): rescaled.prior_of maps them."""
+    parts = point.parts or (point,)
+    return all(p.position is not None and p.position.partitions is None and not _remote(p.position) for p in parts)
+
+
+def _remote(position: Position) -> bool:
+    """A position in an S3 object, or carrying one (a prior's)."""
+    if position.file.startswith("s3://"):
+        return True
+    todo = [position.prior]
+    while todo:
+        prior = todo.pop()
+        for pos in (prior or {}).get("positions", []):
+            if str(pos.get("file") or "").startswith("s3://"):
+                return True
+            todo.append(pos.get("prior"))
+    return False
+
+
 def rank_part(point: CutPoint, rank: int, world: int, say: bool = True) -> CutPoint:
     """Where rank `rank` of `world` takes up: its part of a cut the ranks took together, or
-    the cut itself when one process took it. A topic's cut taken by another number of ranks
-    (a trainer scaled out or in) is mapped: partition p was read by rank p % W of the W that
-    took it, so its offset is that rank's, and every rank now gets every partition's offset
-    (a KafkaSource reads its own, p % world == rank); rank 0 carries the samples and the
+    the cut itself when one process took it. A cut taken by another number of ranks (a
+    trainer scaled out or in) is mapped. A topic's: partition p was read by rank p % W of the
+    W that took it, so its offset is that rank's, and every rank now gets every partition's
+    offset (a KafkaSource reads its own, p % world == rank). A folder's: every rank gets the
+    W positions as its position's prior, which say for each file of its new share whether
+    it was read, in part or whole (trainer.input.rescaled). Rank 0 carries the samples and the
     metrics of all. The worker-side model state (a compressed MLP sync's residual, MLP
     gradients waiting for a step) does not map between ranks: none is taken up, said (by rank
     0, where `say`: the look before the restore says nothing)."""
@@ -84,14 +111,25 @@ def rank_part(point: CutPoint, rank: int, world: int, say: bool = True) -> CutPo
     check_ranks(point, world)
     parts = point.parts or (point,)
     taken = len(parts)
-    offsets: dict[str, int] = {}
-    for i, part in enumerate(parts):
-        assert part.position is not None and part.position.partitions is not None
-        offsets.update({p: o for p, o in part.position.partitions.items() if int(p) % taken == i})
-    topic_id = next((p.position.topic_id for p in parts if p.position is not None and p.position.topic_id), "")
-    first = parts[0].position
-    assert first is not None
-    position = Position(first.file, first.offset, first.line, offsets, topic_id)
+    if _in_a_topic(point):
+        offsets: dict[str, int] = {}
+        for i, part in enumerate(parts):
+            assert part.position is not None and part.position.partitions is not None
+            offsets.update({p: o for p, o in part.position.partitions.items() if int(p) % taken == i})
+        topic_id = next((p.position.topic_id for p in parts if p.position is not None and p.position.topic_id), "")
+        first = parts[0].position
+        assert first is not None
+        position = Position(first.file, first.offset, first.line, offsets, topic_id)
+    else:  # a folder: every rank reads its new share knowing where each of the old ranks stood
+        position = Position(prior=rescaled.prior_of(taken, [vars(p.position) for p in parts if p.position is not None]))
+        if rank == 0 and say:
+            log.info(
+                "checkpoint cut %d was taken by %d rank(s), taken up by %d: the folder's files are dealt out anew, and"
+                " each rank reads the files of its share that those ranks had not read, from where they stood",
+                point.cut,
+                taken,
+                world,
+            )
     dropped = [i for i, p in enumerate(parts) if p.model]
     if dropped and rank == 0 and say:
         log.warning(

@@ -44,11 +44,15 @@ def test_a_cut_every_shard_prepared_and_none_committed_is_taken_up_by_the_ranks_
     check_ranks(planned, 2)  # not known yet: checked after the restore
     two = CutPoint(3, parts=(CutPoint(3), CutPoint(3)))
     check_ranks(two, 2)
-    with pytest.raises(ConfigError, match=r"cut 3 was taken with 2 rank\(s\), whose positions in a folder's files do not map"):
+    with pytest.raises(ConfigError, match=r"cut 3 was taken with 2 rank\(s\), whose positions in its stream do not map"):
         check_ranks(two, 1)
     with pytest.raises(ConfigError, match=r"cut 3 was taken with 1 rank\(s\)"):
         check_ranks(CutPoint(3), 2)
     check_ranks(CutPoint(0), 4)  # no cut: any group starts at its share of the stream
+    check_ranks(CutPoint(3, parts=(CutPoint(3, Position("a", 9, 2)), CutPoint(3, Position()))), 3)  # a folder's: mapped
+    s3 = CutPoint(3, parts=(CutPoint(3, Position("s3://b/p/x", 9, 2)), CutPoint(3, Position())))
+    with pytest.raises(ConfigError, match="positions in an S3 prefix do not map to 3"):
+        check_ranks(s3, 3)
 
 
 def test_a_cuts_offsets_are_read_from_the_shard_that_keeps_them():
@@ -87,6 +91,23 @@ def test_a_topics_cut_maps_to_another_number_of_ranks_by_who_read_each_partition
     assert three[0].progress["count"] == 5 and three[0].progress["positives"] == 2 and not three[1].progress
     assert "taken up by 3: the model's worker-side state of rank(s) 0" in caplog.text
     assert rank_part(two, 1, 2) is two.parts[1]  # the same number of ranks: each its own part
-    folder = CutPoint(7, parts=(CutPoint(7, Position("a", 9, 2)), CutPoint(7, Position("b", 3, 1))))
-    with pytest.raises(ConfigError, match="positions in a folder's files do not map to 3"):
-        rank_part(folder, 0, 3)
+
+
+def test_a_folders_cut_maps_to_another_number_of_ranks_as_a_prior(caplog: pytest.LogCaptureFixture):
+    """A folder's cut taken by W ranks, taken up by another number: every rank gets the W
+    positions as its position's prior (trainer.input.rescaled), rank 0 the samples and
+    metrics of all; an S3 prefix's positions are still refused."""
+    a, b = Position("/d/a", 9, 2), Position("/d/c", 3, 1)
+    folder = CutPoint(7, parts=(CutPoint(7, a, 30, _progress([1, 0])), CutPoint(7, b, 20, _progress([0]))))
+    caplog.set_level(logging.INFO, logger="trainer")
+    three = [rank_part(folder, r, 3) for r in range(3)]
+    for part in three:
+        assert part.position is not None and (part.position.file, part.position.offset) == ("", 0)
+        assert part.position.prior == {"ranks": 2, "positions": [vars(a), vars(b)]}
+    assert [p.samples for p in three] == [50, 0, 0] and three[0].progress["count"] == 3
+    assert "taken up by 3: the folder's files are dealt out anew" in caplog.text
+    one = rank_part(folder, 0, 1)
+    assert one.position is not None and one.position.prior is not None and one.samples == 50
+    s3 = CutPoint(7, parts=(CutPoint(7, Position("s3://b/p/x", 9, 2)), CutPoint(7, Position("s3://b/p/y", 3, 1))))
+    with pytest.raises(ConfigError, match="positions in an S3 prefix do not map to 3"):
+        rank_part(s3, 0, 3)

@@ -1,0 +1,103 @@
+"""A folder read by W ranks up to a cut, then by another number of ranks from it: every line
+read exactly once over the runs, through the positions' prior (trainer.input.rescaled), with
+the folder followed (files dealt by their names' hash) or read once (dealt by their place)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from trainer.input import rescaled
+from trainer.input.source import Position, StreamSource
+from trainer.run.recovery import CutPoint, rank_part
+
+
+def _write(folder: Path, first: int, count: int, sizes: list[int]) -> None:
+    for i in range(first, first + count):
+        n = sizes[i % len(sizes)]
+        (folder / f"part-{i:03d}.txt").write_text("".join(f"f{i}-l{j}\n" for j in range(n)))
+
+
+def _run(folder: Path, follow: bool, starts: list[Position], limits: list[int | None], samples: int) -> tuple[CutPoint, list[str]]:
+    """Each rank of len(starts) reads up to its limit of lines (None: all there is) from its
+    start: the cut its positions make, and the lines read."""
+    world = len(starts)
+    read: list[str] = []
+    parts = []
+    for rank, (start, limit) in enumerate(zip(starts, limits, strict=True)):
+        src = StreamSource(str(folder), follow, poll_s=0.0, start=start, part=(rank, world))
+        position = src.position_after(start)
+        taken = 0
+        for block in src.blocks(1 << 20, block_bytes=64):
+            if block is None:  # followed, and nothing more has landed
+                break
+            if not block.data:
+                continue
+            lines = block.data.decode().splitlines(keepends=True)
+            if limit is not None:
+                lines = lines[: max(0, limit - taken)]
+            if not lines:
+                break
+            read += [ln.strip() for ln in lines]
+            taken += len(lines)
+            position = src.position_after(
+                Position(block.file, block.offset + sum(len(ln.encode()) for ln in lines), block.line + len(lines))
+            )
+            if limit is not None and taken >= limit:
+                break
+        parts.append(CutPoint(1, position, samples if rank == 0 else 0))
+    return CutPoint(1, parts=tuple(parts)) if world > 1 else parts[0], read
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    st.booleans(),
+    st.lists(st.integers(1, 4), min_size=2, max_size=4),
+    st.lists(st.integers(0, 25), min_size=1, max_size=5),
+    st.data(),
+)
+def test_every_line_is_read_once_across_runs_of_other_numbers_of_ranks(tmp_path_factory, follow, worlds, sizes, data):
+    folder = tmp_path_factory.mktemp("rolling")
+    _write(folder, 0, 5, sizes)
+    written = 5
+    point: CutPoint | None = None
+    everything: list[str] = []
+    for stage, world in enumerate(worlds):
+        if stage and data.draw(st.booleans()):  # files land between runs, after the others in name order
+            _write(folder, written, 2, sizes)
+            written += 2
+        taken = point.ranks if point is not None else world
+        starts = [Position()] * world
+        if point is not None:
+            starts = [p.position or Position() for p in (rank_part(point, r, world, say=False) for r in range(world))]
+        assert point is None or taken == world or all(s.prior is not None for s in starts)
+        last = stage == len(worlds) - 1
+        limits = [None if last else data.draw(st.one_of(st.none(), st.integers(0, 40))) for _ in range(world)]
+        point, read = _run(folder, follow, starts, limits, samples=0)
+        everything += read
+    want = Counter(ln for f in sorted(folder.iterdir()) for ln in f.read_text().split())
+    assert Counter(everything) == want
+
+
+def test_a_prior_says_done_partial_or_new_by_the_rank_that_read_the_file():
+    prior = rescaled.prior_of(
+        2,
+        [
+            {"file": "/d/c", "offset": 7, "line": 2, "prior": None},
+            {"file": "/d/b", "offset": 4, "line": 1, "prior": rescaled.prior_of(1, [{"file": "/d/e", "offset": 1, "line": 0}])},
+        ],
+    )
+    by_name = {"/d/a": 0, "/d/b": 1, "/d/c": 0, "/d/d": 1, "/d/e": 1, "/d/f": 0}
+    owner = lambda name, ranks: by_name[name] % ranks  # noqa: E731
+    states = {name: rescaled.state_of(name, prior, owner) for name in by_name}
+    assert states["/d/a"] == rescaled.DONE and states["/d/c"] == rescaled.FileState(False, 7, 2)
+    assert states["/d/b"] == rescaled.FileState(False, 4, 1) and states["/d/f"] == rescaled.NEW
+    # past rank 1's file, its own prior speaks: a rank of one, in /d/e at byte 1
+    assert states["/d/d"] == rescaled.DONE and states["/d/e"] == rescaled.FileState(False, 1, 0)
+    assert rescaled.last_file(prior) == "/d/e"
+    assert not rescaled.passed("/d/d", prior) and rescaled.passed("/d/e", prior) and not rescaled.passed("", prior)
+    moved = rescaled.rebased(prior, lambda name: name.replace("/d/", "/m/"))
+    assert moved is not None and rescaled.last_file(moved) == "/m/e"
