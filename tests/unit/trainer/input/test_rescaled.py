@@ -21,7 +21,9 @@ def _write(folder: Path, first: int, count: int, sizes: list[int]) -> None:
         (folder / f"part-{i:03d}.txt").write_text("".join(f"f{i}-l{j}\n" for j in range(n)))
 
 
-def _run(folder: Path, follow: bool, starts: list[Position], limits: list[int | None], samples: int) -> tuple[CutPoint, list[str]]:
+def _run(
+    folder: Path, follow: bool, starts: list[Position], limits: list[int | None], samples: int
+) -> tuple[CutPoint, list[str]]:
     """Each rank of len(starts) reads up to its limit of lines (None: all there is) from its
     start: the cut its positions make, and the lines read."""
     world = len(starts)
