@@ -47,6 +47,16 @@ LATE_SLACK_S = 2.0  # a file's mtime past a cut's time by more than this changed
 LATE_SAID = 3  # late files named one by one; more are said in one line
 
 
+def _prior_stands(prior: dict[str, Any] | None) -> dict[str, tuple[int, int]]:
+    """The files the positions of a prior (and of its priors) stand in: (offset, line)."""
+    out: dict[str, tuple[int, int]] = {}
+    for pos in (prior or {}).get("positions", []):
+        out |= _prior_stands(pos.get("prior"))
+        if pos.get("file"):
+            out[str(pos["file"])] = (int(pos.get("offset", 0)), int(pos.get("line", 0)))
+    return out
+
+
 def _same_path(a: Path, b: Path) -> bool:
     """The same folder however spelled (relative, absolute, through links), where both exist."""
     try:
@@ -204,6 +214,9 @@ class StreamSource:
         self.cached: Callable[[str], bool] | None = None
         self._say_if_gone(self.start)
         self._say_late(self.start, start_at)
+        if self.prior is not None and part[0] == 0:  # the files the prior's ranks stood in, said once for the group
+            for file, (offset, line) in sorted(_prior_stands(self.prior).items()):
+                self._say_if_gone(Position(file, offset, line))
 
     @property
     def lost_files(self) -> int:

@@ -103,3 +103,21 @@ def test_a_prior_says_done_partial_or_new_by_the_rank_that_read_the_file():
     assert not rescaled.passed("/d/d", prior) and rescaled.passed("/d/e", prior) and not rescaled.passed("", prior)
     moved = rescaled.rebased(prior, lambda name: name.replace("/d/", "/m/"))
     assert moved is not None and rescaled.last_file(moved) == "/m/e"
+
+
+def test_a_file_a_priors_rank_stood_in_gone_is_said_and_counted_once(tmp_path, caplog):
+    """Retention removed, while the trainer was down, the file an old rank stood in: what it
+    held past that line was not trained. Rank 0 of the new group says so (the others do not
+    repeat it), as a single position's file gone is said."""
+    import logging
+
+    _write(tmp_path, 0, 3, [4])
+    gone = str(tmp_path / "part-009.txt")
+    prior = rescaled.prior_of(
+        2, [{"file": str(tmp_path / "part-001.txt"), "offset": 6, "line": 1}, {"file": gone, "offset": 12, "line": 2}]
+    )
+    caplog.set_level(logging.ERROR, logger="trainer")
+    first = StreamSource(str(tmp_path), False, start=Position(prior=prior), part=(0, 3))
+    other = StreamSource(str(tmp_path), False, start=Position(prior=prior), part=(1, 3))
+    assert first.lost == [gone] and other.lost == []
+    assert f"{gone}, where the checkpoint stands (line 2, byte 12), is gone" in caplog.text
