@@ -49,6 +49,7 @@ MODE_KV = 3
 MODE_VW = 4
 MODE_JSON = 5
 JSON_MAX_DEPTH = 8  # objects nested deeper than this defer their line
+JSON_MAX_NESTED = 64  # a line of more nested objects defers (each key is checked against them all)
 
 LABEL_COLUMN = -3
 SKIPPED = -2
@@ -438,7 +439,7 @@ def parse_block(
     scratch = np.empty(24 * (longest + 2), dtype=np.uint8)
     seen = np.zeros(name_keys.shape[0], dtype=np.int64)  # MODE_JSON: the line that last gave a name
     prefix = np.empty(JSON_MAX_DEPTH, dtype=np.uint64)  # MODE_JSON: each open object's names' FNV state
-    nested = np.empty(longest + 2, dtype=np.uint64)  # MODE_JSON: a line's nested objects' names
+    nested = np.empty(JSON_MAX_NESTED, dtype=np.uint64)  # MODE_JSON: a line's nested objects' names
     n_samples = 0
     n_deferred = 0
     nf = 0
@@ -778,7 +779,7 @@ def parse_block(
                         ok = False  # the label as an object or a list, or a nested key named as the label
                         break
                     if buf[i] == 123:  # '{': its keys are fields named "key.inner"
-                        if depth + 1 >= prefix.shape[0]:
+                        if depth + 1 >= prefix.shape[0] or n_nested >= JSON_MAX_NESTED:
                             ok = False
                             break
                         nested[n_nested] = name

@@ -428,3 +428,12 @@ def test_the_kernel_takes_plain_json_lines_itself(data_dir, monkeypatch):
     ref_index = FieldIndex(())
     want, _ = reference(schema, ref_index, None, body.split(b"\n")[:-1], 1 << 20)
     assert_same(got.batch, want)
+
+
+def test_a_json_line_of_many_nested_objects_goes_to_the_reference():
+    """More nested objects than the kernel compares names against (k.JSON_MAX_NESTED) defer
+    the line, so no line costs the kernel a square of its objects; the batch is the same."""
+    objects = ", ".join(f'"o{i}": {{"x": {i}}}' for i in range(k.JSON_MAX_NESTED + 6))
+    body = ('{"label": 1, ' + objects + "}\n" + '{"label": 0, "o1": {"x": 5}}\n').encode()
+    schema = FeatureSchema(format="json")
+    check(schema, lambda: FieldIndex(()), None, body, 2, 1 << 20)
