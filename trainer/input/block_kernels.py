@@ -366,6 +366,35 @@ def json_string_end(buf: npt.NDArray[np.uint8], s: int, e: int) -> int:
     return -1
 
 
+@nb.njit(cache=True, nogil=True, inline="always")
+def _emitted(
+    keys: npt.NDArray[np.uint64],
+    fields: npt.NDArray[np.int32],
+    values: npt.NDArray[np.float32],
+    tok_start: npt.NDArray[np.int64],
+    tok_end: npt.NDArray[np.int64],
+    tok_scratch: npt.NDArray[np.bool_],
+    nf: int,
+    first: int,
+    src: npt.NDArray[np.uint8],
+    ts: int,
+    te: int,
+    in_scratch: bool,
+    role: int,
+    fid: np.uint32,
+) -> int:
+    """Writes feature nf, the token src[ts:te] of field `role` (its hash id fid), and its
+    token's place for crosses; returns nf + 1. Inlined into parse_block's loops (a call
+    that was not inlined measured 3x slower there)."""
+    keys[nf] = finish_key(fnv_bytes(FNV64_OFFSET, src, ts, te), fid)
+    fields[nf] = role
+    values[nf] = 1.0
+    tok_start[nf - first] = ts
+    tok_end[nf - first] = te
+    tok_scratch[nf - first] = in_scratch
+    return nf + 1
+
+
 @nb.njit(cache=True, nogil=True)
 def parse_block(
     buf: npt.NDArray[np.uint8],
@@ -508,7 +537,6 @@ def parse_block(
                                 nf += 1
                         ps = pe + 1
                 elif ve > vs and role != SKIPPED:
-                    # emitted inline here, in kv and in json: a shared helper measured 3x slower
                     ts, te, in_scratch = vs, ve, False
                     if col_numeric[c]:
                         end = _bucket(buf, vs, ve, scratch, sp)
@@ -524,13 +552,22 @@ def parse_block(
                         line_dropped += 1
                     elif role != SKIPPED:  # SKIPPED here: a missing number
                         src = scratch if in_scratch else buf
-                        keys[nf] = finish_key(fnv_bytes(FNV64_OFFSET, src, ts, te), field_ids[role])
-                        fields[nf] = role
-                        values[nf] = 1.0
-                        tok_start[nf - first] = ts
-                        tok_end[nf - first] = te
-                        tok_scratch[nf - first] = in_scratch
-                        nf += 1
+                        nf = _emitted(
+                            keys,
+                            fields,
+                            values,
+                            tok_start,
+                            tok_end,
+                            tok_scratch,
+                            nf,
+                            first,
+                            src,
+                            ts,
+                            te,
+                            in_scratch,
+                            role,
+                            field_ids[role],
+                        )
                 c += 1
                 if ce >= e:
                     break
@@ -882,13 +919,22 @@ def parse_block(
                             line_dropped += 1
                         elif role != SKIPPED:  # SKIPPED here: a missing number
                             src = scratch if in_scratch else buf
-                            keys[nf] = finish_key(fnv_bytes(FNV64_OFFSET, src, ts, te), field_ids[role])
-                            fields[nf] = role
-                            values[nf] = 1.0
-                            tok_start[nf - first] = ts
-                            tok_end[nf - first] = te
-                            tok_scratch[nf - first] = in_scratch
-                            nf += 1
+                            nf = _emitted(
+                                keys,
+                                fields,
+                                values,
+                                tok_start,
+                                tok_end,
+                                tok_scratch,
+                                nf,
+                                first,
+                                src,
+                                ts,
+                                te,
+                                in_scratch,
+                                role,
+                                field_ids[role],
+                            )
                     if not ok:
                         break
                     if in_list:
@@ -964,13 +1010,22 @@ def parse_block(
                                 line_dropped += 1
                             elif role != SKIPPED:  # SKIPPED here: a missing number
                                 src = scratch if in_scratch else buf
-                                keys[nf] = finish_key(fnv_bytes(FNV64_OFFSET, src, ts, te), field_ids[role])
-                                fields[nf] = role
-                                values[nf] = 1.0
-                                tok_start[nf - first] = ts
-                                tok_end[nf - first] = te
-                                tok_scratch[nf - first] = in_scratch
-                                nf += 1
+                                nf = _emitted(
+                                    keys,
+                                    fields,
+                                    values,
+                                    tok_start,
+                                    tok_end,
+                                    tok_scratch,
+                                    nf,
+                                    first,
+                                    src,
+                                    ts,
+                                    te,
+                                    in_scratch,
+                                    role,
+                                    field_ids[role],
+                                )
                 if ce >= e:
                     break
                 cs = ce + 1
