@@ -73,6 +73,16 @@ _JSON_NULL = np.frombuffer(b"null", dtype=np.uint8)
 _TOKEN_TRUE = np.frombuffer(b"True", dtype=np.uint8)
 _TOKEN_FALSE = np.frombuffer(b"False", dtype=np.uint8)
 _JSON_STRING, _JSON_NUMBER, _JSON_TRUE_VALUE, _JSON_FALSE_VALUE, _JSON_NULL_VALUE = 0, 1, 2, 3, 4
+# parse_block's features as _emitted writes them: keys, fields, values, and each token's
+# start, end and whether it sits in the scratch buffer (for crosses)
+FeatureArrays = tuple[
+    npt.NDArray[np.uint64],
+    npt.NDArray[np.int32],
+    npt.NDArray[np.float32],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.bool_],
+]
 _NUM_OK = 0
 _NUM_BAD = 1
 _NUM_SLOW = 2  # a valid number outside the fast path: deferred to float()
@@ -368,14 +378,7 @@ def json_string_end(buf: npt.NDArray[np.uint8], s: int, e: int) -> int:
 
 @nb.njit(cache=True, nogil=True, inline="always")
 def _emitted(
-    out: tuple[
-        npt.NDArray[np.uint64],
-        npt.NDArray[np.int32],
-        npt.NDArray[np.float32],
-        npt.NDArray[np.int64],
-        npt.NDArray[np.int64],
-        npt.NDArray[np.bool_],
-    ],
+    out: FeatureArrays,
     nf: int,
     first: int,
     src: npt.NDArray[np.uint8],
