@@ -65,10 +65,8 @@ _MISSING_NUMBER = -2  # _bucket's answer for a missing-number marker: no feature
 _TRUE = np.frombuffer(b"true", dtype=np.uint8)  # a label's words, compared with the bytes lowercased
 _FALSE = np.frombuffer(b"false", dtype=np.uint8)
 _VW_DEFAULT = np.frombuffer(VW_DEFAULT_NAMESPACE.encode(), dtype=np.uint8)  # a bare '|''s field name
-# a JSON line's true and false: the words matched, and the tokens they train as
-# (ctr.data.json_lines.value_text: as Python, Parquet and pandas write a boolean)
-_JSON_TRUE = np.frombuffer(b"true", dtype=np.uint8)
-_JSON_FALSE = np.frombuffer(b"false", dtype=np.uint8)
+# a JSON line's null, and the tokens its true and false train as (ctr.data.json_lines.value_text:
+# as Python, Parquet and pandas write a boolean); the words are matched as _TRUE and _FALSE
 _JSON_NULL = np.frombuffer(b"null", dtype=np.uint8)
 _TOKEN_TRUE = np.frombuffer(b"True", dtype=np.uint8)
 _TOKEN_FALSE = np.frombuffer(b"False", dtype=np.uint8)
@@ -309,8 +307,11 @@ def _numbered(n: int, nfields: int, frozen: bool, cap: int, strict: bool) -> int
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
-def _is_json_space(c: int) -> bool:
-    return c == 32 or c == 9 or c == 13 or c == 10
+def _past_json_space(buf: npt.NDArray[np.uint8], i: int, e: int) -> int:
+    """The first position from i on (up to e) that is not JSON whitespace (space, tab, CR, LF)."""
+    while i < e and (buf[i] == 32 or buf[i] == 9 or buf[i] == 13 or buf[i] == 10):
+        i += 1
+    return i
 
 
 @nb.njit(cache=True, nogil=True)
@@ -751,8 +752,7 @@ def parse_block(
         elif ok and mode == MODE_JSON:
             e = le
             i = ls
-            while i < e and _is_json_space(buf[i]):
-                i += 1
+            i = _past_json_space(buf, i, e)
             ok = i < e and buf[i] == 123  # '{'
             i += 1
             stamp = li + 1  # this line's mark in `seen`: a name given twice defers the line
@@ -764,8 +764,7 @@ def parse_block(
             done = False
             slot = -1
             while ok and not done:
-                while i < e and _is_json_space(buf[i]):
-                    i += 1
+                i = _past_json_space(buf, i, e)
                 if i >= e:
                     ok = False
                     break
@@ -783,14 +782,12 @@ def parse_block(
                         if buf[j] == 61:  # '=': not a field's name (the reference names the key)
                             ok = False
                     i = ke + 1
-                    while i < e and _is_json_space(buf[i]):
-                        i += 1
+                    i = _past_json_space(buf, i, e)
                     if not ok or i >= e or buf[i] != 58:  # ':'
                         ok = False
                         break
                     i += 1
-                    while i < e and _is_json_space(buf[i]):
-                        i += 1
+                    i = _past_json_space(buf, i, e)
                     if i >= e:
                         ok = False
                         break
@@ -817,8 +814,7 @@ def parse_block(
                         depth += 1
                         prefix[depth] = (h ^ np.uint64(46)) * FNV64_PRIME  # '.'
                         i += 1
-                        while i < e and _is_json_space(buf[i]):
-                            i += 1
+                        i = _past_json_space(buf, i, e)
                         if i < e and buf[i] == 125:  # an empty object: no features
                             i += 1
                             depth -= 1
@@ -830,8 +826,7 @@ def parse_block(
                         break
                     elif buf[i] == 91:  # '[': each scalar in it a value of the field
                         i += 1
-                        while i < e and _is_json_space(buf[i]):
-                            i += 1
+                        i = _past_json_space(buf, i, e)
                         if i < e and buf[i] == 93:  # an empty list: no features
                             i += 1
                             scalar = False
@@ -856,11 +851,11 @@ def parse_block(
                             break
                         kind = _JSON_NUMBER
                         i = ve
-                    elif _json_word(buf, i, e, _JSON_TRUE):
+                    elif _json_word(buf, i, e, _TRUE):
                         kind = _JSON_TRUE_VALUE
                         i += 4
                         ve = i
-                    elif _json_word(buf, i, e, _JSON_FALSE):
+                    elif _json_word(buf, i, e, _FALSE):
                         kind = _JSON_FALSE_VALUE
                         i += 5
                         ve = i
@@ -916,8 +911,7 @@ def parse_block(
                     if not ok:
                         break
                     if in_list:
-                        while i < e and _is_json_space(buf[i]):
-                            i += 1
+                        i = _past_json_space(buf, i, e)
                         if i < e and buf[i] == 44:  # ','
                             i += 1
                             continue
@@ -928,8 +922,7 @@ def parse_block(
                         in_list = False
                 # after a value: ',' and the next member, or '}' closing objects up to the line's
                 while True:
-                    while i < e and _is_json_space(buf[i]):
-                        i += 1
+                    i = _past_json_space(buf, i, e)
                     if i < e and buf[i] == 44:
                         i += 1
                         break
@@ -942,8 +935,7 @@ def parse_block(
                         break
                     depth -= 1
             if ok:
-                while i < e and _is_json_space(buf[i]):
-                    i += 1
+                i = _past_json_space(buf, i, e)
                 ok = i == e and has_label
         elif ok:  # MODE_KV
             e = le
