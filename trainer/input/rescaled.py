@@ -12,7 +12,7 @@ their own (ranks rescaled twice before the first passed it)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,18 +54,22 @@ def state_of(name: str, prior: dict[str, Any] | None, owner: Owner) -> FileState
     return NEW
 
 
+def positions(prior: dict[str, Any] | None) -> Iterator[dict[str, Any]]:
+    """Every position of the prior, and of its positions' priors."""
+    for pos in (prior or {}).get("positions", []):
+        yield pos
+        yield from positions(pos.get("prior"))
+
+
 def last_file(prior: dict[str, Any] | None) -> str:
     """The file named last (in name order) by any position of the prior, its priors' too."""
-    out = ""
-    for pos in (prior or {}).get("positions", []):
-        out = max(out, str(pos.get("file") or ""), last_file(pos.get("prior")))
-    return out
+    return max((str(pos.get("file") or "") for pos in positions(prior)), default="")
 
 
-def passed(file: str, prior: dict[str, Any] | None) -> bool:
-    """Whether a rank standing in `file` (its files before it read) has passed every file the
-    prior names: then the prior says "not read" of every file after `file`."""
-    return prior is None or (bool(file) and file >= last_file(prior))
+def passed(file: str, last: str) -> bool:
+    """Whether a rank standing in `file` (its files before it read) has passed `last`, the
+    prior's last_file: from there on the prior says "not read" of every file after `file`."""
+    return bool(file) and file >= last
 
 
 def rebased(prior: dict[str, Any] | None, rebase: Callable[[str], str]) -> dict[str, Any] | None:

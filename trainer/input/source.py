@@ -47,16 +47,6 @@ LATE_SLACK_S = 2.0  # a file's mtime past a cut's time by more than this changed
 LATE_SAID = 3  # late files named one by one; more are said in one line
 
 
-def _prior_stands(prior: dict[str, Any] | None) -> dict[str, tuple[int, int]]:
-    """The files the positions of a prior (and of its priors) stand in: (offset, line)."""
-    out: dict[str, tuple[int, int]] = {}
-    for pos in (prior or {}).get("positions", []):
-        out |= _prior_stands(pos.get("prior"))
-        if pos.get("file"):
-            out[str(pos["file"])] = (int(pos.get("offset", 0)), int(pos.get("line", 0)))
-    return out
-
-
 def _same_path(a: Path, b: Path) -> bool:
     """The same folder however spelled (relative, absolute, through links), where both exist."""
     try:
@@ -207,6 +197,7 @@ class StreamSource:
         self.start = self._rebased(start or Position())
         self._places: tuple[list[Path] | None, dict[str, int]] = (None, {})  # _prior_owner's, per listing
         self.prior = self.start.prior  # dropped once this rank's position passes it (position_after)
+        self._prior_last = rescaled.last_file(self.prior)  # the file past which it says nothing
         self.idle_since = time.monotonic()
         self._listed: tuple[int, float, list[Path]] = (-1, 0.0, [])  # folder mtime, when listed, files
         # asked before a finished file is read from its start: True skips reading it (the
@@ -215,7 +206,12 @@ class StreamSource:
         self._say_if_gone(self.start)
         self._say_late(self.start, start_at)
         if self.prior is not None and part[0] == 0:  # the files the prior's ranks stood in, said once for the group
-            for file, (offset, line) in sorted(_prior_stands(self.prior).items()):
+            stands: dict[str, tuple[int, int]] = {}  # a file's furthest (offset, line): positions only advance
+            for pos in rescaled.positions(self.prior):
+                if pos.get("file"):
+                    at = (int(pos.get("offset", 0)), int(pos.get("line", 0)))
+                    stands[str(pos["file"])] = max(stands.get(str(pos["file"]), at), at)
+            for file, (offset, line) in sorted(stands.items()):
                 self._say_if_gone(Position(file, offset, line))
 
     @property
@@ -237,60 +233,49 @@ class StreamSource:
                 "the checkpoint's stream position is in topic %s: --source %s is read from its start", start.file, self.source
             )
             return Position()
-        here = Path(self.source)
-        was = Path(start.file)
-        folder = here if here.is_dir() else here.parent
-        candidate = folder / was.name if here.is_dir() else here
-        if _same_path(was.parent, folder) and (here.is_dir() or was.name == here.name):
-            return replace(start, file=str(candidate))  # the same file, spelled as this source spells it
-        under = _under(was, folder) if here.is_dir() else None
-        if under is not None:  # in a subfolder of this folder
-            return replace(start, file=str(folder / under))
-        if candidate.exists() and was.name == candidate.name:
+        now, moved = self._spelled(start.file)
+        if now is None:
+            log.warning(
+                "the checkpoint's stream position is in %s, which is not in --source %s: the source changed since the cut;"
+                " %s is read from its start",
+                start.file,
+                self.source,
+                self.source,
+            )
+            return Position()
+        if moved:
             log.warning(
                 "the checkpoint's stream position is in %s, which is not under --source %s; %s has a file of that name:"
                 " taken as the same stream, moved, and taken up there",
                 start.file,
                 self.source,
-                folder,
+                Path(now).parent,
             )
-            return replace(start, file=str(candidate))
-        log.warning(
-            "the checkpoint's stream position is in %s, which is not in --source %s: the source changed since the cut;"
-            " %s is read from its start",
-            start.file,
-            self.source,
-            self.source,
-        )
-        return Position()
+        return replace(start, file=now)
 
-    def _spelled(self, file: str) -> str | None:
-        """A file of a checkpoint's position as this source spells it (_rebased's rules:
-        the same folder however spelled, a subfolder of it, or a folder moved that holds a
-        file of its name); None when it is not this source's."""
+    def _spelled(self, file: str) -> tuple[str | None, bool]:
+        """A file of a checkpoint's position as this source spells it (None when it is not
+        this source's), and whether it was taken from a folder moved: the same folder however
+        spelled, a subfolder of it, or (moved) another folder whose file's name this source
+        has."""
         here = Path(self.source)
         was = Path(file)
         folder = here if here.is_dir() else here.parent
-        if _same_path(was.parent, folder) and (here.is_dir() or was.name == here.name):
-            return str(folder / was.name if here.is_dir() else here)
-        under = _under(was, folder) if here.is_dir() else None
-        if under is not None:
-            return str(folder / under)
         candidate = folder / was.name if here.is_dir() else here
-        return str(candidate) if candidate.exists() and was.name == candidate.name else None
+        if _same_path(was.parent, folder) and (here.is_dir() or was.name == here.name):
+            return str(candidate), False  # the same file, spelled as this source spells it
+        under = _under(was, folder) if here.is_dir() else None
+        if under is not None:  # in a subfolder of this folder
+            return str(folder / under), False
+        return (str(candidate), True) if candidate.exists() and was.name == candidate.name else (None, False)
 
     def _rebased_prior(self, start: Position) -> Position:
         """A position that carries the positions of a cut taken by another number of ranks
         (trainer.input.rescaled), every file of it spelled as this source spells it; from
         the start, said, when they are another source's."""
         names = [start.file] if start.file else []
-        todo = [start.prior]
-        while todo:
-            prior = todo.pop()
-            for pos in (prior or {}).get("positions", []):
-                names += [str(pos["file"])] if pos.get("file") else []
-                todo.append(pos.get("prior"))
-        spelled = {name: self._spelled(name) for name in names}
+        names += [str(pos["file"]) for pos in rescaled.positions(start.prior) if pos.get("file")]
+        spelled = {name: self._spelled(name)[0] for name in names}
         gone = [name for name, now in spelled.items() if now is None]
         if gone:
             log.warning(
@@ -499,7 +484,7 @@ class StreamSource:
         """A batch's position, carrying the prior until this rank has passed it."""
         if self.prior is None:
             return position
-        if rescaled.passed(position.file, self.prior):
+        if rescaled.passed(position.file, self._prior_last):
             self.prior = None
             return position
         return replace(position, prior=self.prior)

@@ -83,16 +83,8 @@ def _in_a_folder(point: CutPoint) -> bool:
 
 def _remote(position: Position) -> bool:
     """A position in an S3 object, or carrying one (a prior's)."""
-    if position.file.startswith("s3://"):
-        return True
-    todo = [position.prior]
-    while todo:
-        prior = todo.pop()
-        for pos in (prior or {}).get("positions", []):
-            if str(pos.get("file") or "").startswith("s3://"):
-                return True
-            todo.append(pos.get("prior"))
-    return False
+    files = [position.file, *(str(pos.get("file") or "") for pos in rescaled.positions(position.prior))]
+    return any(f.startswith("s3://") for f in files)
 
 
 def rank_part(point: CutPoint, rank: int, world: int, say: bool = True) -> CutPoint:

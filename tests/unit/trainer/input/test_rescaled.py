@@ -100,7 +100,9 @@ def test_a_prior_says_done_partial_or_new_by_the_rank_that_read_the_file():
     # past rank 1's file, its own prior speaks: a rank of one, in /d/e at byte 1
     assert states["/d/d"] == rescaled.DONE and states["/d/e"] == rescaled.FileState(False, 1, 0)
     assert rescaled.last_file(prior) == "/d/e"
-    assert not rescaled.passed("/d/d", prior) and rescaled.passed("/d/e", prior) and not rescaled.passed("", prior)
+    last = rescaled.last_file(prior)
+    assert not rescaled.passed("/d/d", last) and rescaled.passed("/d/e", last) and not rescaled.passed("", last)
+    assert [p["file"] for p in rescaled.positions(prior)] == ["/d/c", "/d/b", "/d/e"]
     moved = rescaled.rebased(prior, lambda name: name.replace("/d/", "/m/"))
     assert moved is not None and rescaled.last_file(moved) == "/m/e"
 
