@@ -21,9 +21,7 @@ def _write(folder: Path, first: int, count: int, sizes: list[int]) -> None:
         (folder / f"part-{i:03d}.txt").write_text("".join(f"f{i}-l{j}\n" for j in range(n)))
 
 
-def _run(
-    folder: Path, follow: bool, starts: list[Position], limits: list[int | None], samples: int
-) -> tuple[CutPoint, list[str]]:
+def _run(folder: Path, follow: bool, starts: list[Position], limits: list[int | None]) -> tuple[CutPoint, list[str]]:
     """Each rank of len(starts) reads up to its limit of lines (None: all there is) from its
     start: the cut its positions make, and the lines read."""
     world = len(starts)
@@ -50,7 +48,7 @@ def _run(
             )
             if limit is not None and taken >= limit:
                 break
-        parts.append(CutPoint(1, position, samples if rank == 0 else 0))
+        parts.append(CutPoint(1, position))
     return CutPoint(1, parts=tuple(parts)) if world > 1 else parts[0], read
 
 
@@ -78,7 +76,7 @@ def test_every_line_is_read_once_across_runs_of_other_numbers_of_ranks(tmp_path_
         assert point is None or taken == world or all(s.prior is not None for s in starts)
         last = stage == len(worlds) - 1
         limits = [None if last else data.draw(st.one_of(st.none(), st.integers(0, 40))) for _ in range(world)]
-        point, read = _run(folder, follow, starts, limits, samples=0)
+        point, read = _run(folder, follow, starts, limits)
         everything += read
     want = Counter(ln for f in sorted(folder.iterdir()) for ln in f.read_text().split())
     assert Counter(everything) == want
