@@ -211,3 +211,68 @@ def test_objects_removed_before_they_were_read_are_said_and_counted(s3: Any, tmp
     before = S3PrefixSource(f"s3://{BUCKET}/gone/", follow=False, start=at_d, start_at=time.time() + 60)
     assert [b.file for b in before.blocks(1 << 16) if b is not None and b.data] == [f"s3://{BUCKET}/gone/d.txt"]
     assert before.lost_files == 0
+
+    # a cut of two ranks taken up by three: rank 0 says the object a rank stood in is gone, once for the group
+    caplog.clear()
+    prior = {"ranks": 2, "positions": [vars(Position(f"s3://{BUCKET}/gone/a.txt", 6, 1)), vars(at)]}
+    with caplog.at_level(logging.ERROR, logger="trainer"):
+        ranks = [S3PrefixSource(f"s3://{BUCKET}/gone/", False, start=Position(prior=prior), part=(r, 3)) for r in range(3)]
+        read = [b.file for src in ranks for b in src.blocks(1 << 16) if b is not None and b.data]
+    assert sorted(read) == [f"s3://{BUCKET}/gone/a.txt", f"s3://{BUCKET}/gone/d.txt"]
+    assert [src.lost_files for src in ranks] == [1, 0, 0]
+    assert caplog.text.count("gone/b.txt, where the checkpoint stands (line 1, byte 6), is gone") == 1
+
+
+def test_a_prefix_read_by_one_number_of_ranks_goes_on_with_another_each_line_once(s3: Any) -> None:
+    """A cut taken by W ranks over a prefix, taken up by another number (the chart's
+    trainer.replicas changed): every rank of the new group reads the objects of its share
+    that the old ranks had not, from where they stood (trainer.input.rescaled); over random
+    sequences of group sizes, each rank stopped at a random line, objects landing between
+    runs, followed and not, every line is read once (before: refused at the restart)."""
+    from collections import Counter
+
+    from tests.unit.trainer.input.test_rescaled import part_text, run_ranks
+    from trainer.input.s3_source import S3PrefixSource
+    from trainer.input.source import Position
+    from trainer.run.recovery import CutPoint, rank_part
+
+    rng = random.Random(31)
+    for case in range(8):
+        follow, prefix = case % 2 == 0, f"rescaled-{case}/"
+        sizes = [rng.randint(0, 25) for _ in range(rng.randint(1, 5))]
+        written, everything = 0, []
+        point: CutPoint | None = None
+        worlds = [rng.randint(1, 4) for _ in range(rng.randint(2, 4))]
+        for stage, world in enumerate(worlds):
+            for i in range(written, 5 if not stage else written + (2 if rng.random() < 0.5 else 0)):
+                s3.put_object(Bucket=BUCKET, Key=f"{prefix}part-{i:03d}.txt", Body=part_text(i, sizes).encode())
+                written = i + 1
+            starts = [Position()] * world
+            if point is not None:
+                starts = [p.position or Position() for p in (rank_part(point, r, world, say=False) for r in range(world))]
+            last = stage == len(worlds) - 1
+            limits = [None if last else rng.choice([None, rng.randint(0, 40)]) for _ in range(world)]
+
+            def open_rank(start: Position, part: tuple[int, int]) -> S3PrefixSource:
+                return S3PrefixSource(f"s3://{BUCKET}/{prefix}", follow, poll_s=0.0, start=start, part=part)  # noqa: B023
+
+            point, read = run_ranks(open_rank, starts, limits)
+            everything += read
+        want = Counter(ln for i in range(written) for ln in part_text(i, sizes).split())
+        assert Counter(everything) == want, (case, follow, worlds, sizes)
+
+
+def test_a_prefix_trained_by_two_ranks_goes_on_with_three(s3: Any, data_dir: Path, tmp_path: Path) -> None:
+    """The trainer as a user runs it: two ranks stopped inside objects by a sample limit,
+    then three from the cut they took, to the end: every line trained once."""
+    lines = (data_dir / "frappe/frappe.validation.libfm").read_text().splitlines()
+    for i in range(6):
+        part = lines[i * len(lines) // 6 : (i + 1) * len(lines) // 6]
+        s3.put_object(Bucket=BUCKET, Key=f"frappe/{i:02d}.libfm", Body=("\n".join(part) + "\n").encode())
+    uri, data = f"s3://{BUCKET}/frappe/", str(tmp_path / "ps")
+    args = ("--no-follow", "--holdout-samples", "0", "--local-data-dir", data)
+    first, _ = _train(uri, tmp_path / "two.json", "--workers", "2", "--max-samples", "20001", *args)
+    assert 20001 <= first["samples"] < len(lines)
+    then, err = _train(uri, tmp_path / "three.json", "--workers", "3", *args)
+    assert "taken up by 3: the stream's files are dealt out anew" in err, err[-3000:]
+    assert then["samples"] == len(lines), (first["samples"], then["samples"])

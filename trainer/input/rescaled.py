@@ -1,6 +1,7 @@
-"""A folder's positions taken by one number of ranks, read by another (docs/design/ranks-rescaled.md).
+"""A folder's (or an S3 prefix's) positions taken by one number of ranks, read by another
+(docs/design/ranks-rescaled.md).
 
-A rank of W reads its share of a folder's files in name order (trainer.input.file_split), and
+A rank of W reads its share of a folder's files (a prefix's objects) in name order (trainer.input.file_split), and
 its position (file, offset) says: every file of its share named before `file` is read, `file`
 is read up to `offset`, the rest is not. A group of W' != W ranks deals the files otherwise,
 so no single position says what a new rank has left to read. The cut's W positions say it
@@ -59,6 +60,17 @@ def positions(prior: dict[str, Any] | None) -> Iterator[dict[str, Any]]:
     for pos in (prior or {}).get("positions", []):
         yield pos
         yield from positions(pos.get("prior"))
+
+
+def stands(prior: dict[str, Any] | None) -> dict[str, tuple[int, int]]:
+    """The files the prior's positions (its priors' too) stand in, each with the furthest
+    (offset, line) any of them reached in it: positions only advance."""
+    out: dict[str, tuple[int, int]] = {}
+    for pos in positions(prior):
+        if pos.get("file"):
+            at = (int(pos.get("offset", 0)), int(pos.get("line", 0)))
+            out[str(pos["file"])] = max(out.get(str(pos["file"]), at), at)
+    return dict(sorted(out.items()))
 
 
 def last_file(prior: dict[str, Any] | None) -> str:

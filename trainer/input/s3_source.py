@@ -10,7 +10,9 @@ objects i, i+W, ... of that order). An object is known by its key and ETag: S3 o
 do not grow, so an object is finished once read to its end, and a key that comes back with
 another ETag (overwritten) is read as the new object it is. With --follow the prefix is
 listed again every poll for new keys. A checkpoint's position is the object's URI and the
-offset in it; keys before that URI count as read on a restart, as a folder's names do.
+offset in it; keys before that URI count as read on a restart, as a folder's names do. A
+cut taken by another number of ranks is taken up through its positions' prior, as a
+folder's is (trainer.input.rescaled).
 
 Endpoint and credentials come from boto3's and Arrow's common environment
 (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_DEFAULT_REGION, or a
@@ -28,7 +30,8 @@ from ctr.data.compressed import DecompressedText, compression_of
 from ctr.data.parquet_text import ParquetText, is_parquet
 from ctr.runtime.extras import require
 from trainer import metrics
-from trainer.input.file_split import share
+from trainer.input import rescaled
+from trainer.input.file_split import owner_of, share
 from trainer.input.source import BLOCK_BYTES, LATE_SLACK_S, Block, Position, StreamSource
 
 log = logging.getLogger("trainer")
@@ -95,23 +98,36 @@ class S3PrefixSource(StreamSource):
         self.s3 = s3_client()
         self._done: dict[str, str] = {}  # key -> ETag of the objects read to their end
         self._objects: tuple[float, list[S3Object]] = (-MIN_LIST_S, [])
+        self._object_places: tuple[list[S3Object] | None, dict[str, int]] = (None, {})  # _prior_owner's
 
     def _rebased(self, start: Position) -> Position:
-        """The checkpoint's position when it is an object under this prefix; from the start,
-        said, when the source changed since the cut (StreamSource._rebased)."""
+        """The checkpoint's position, its prior's too (a cut taken by another number of ranks),
+        when every object it names is under this prefix; from the start, said, when the source
+        changed since the cut (StreamSource._rebased)."""
         bucket, prefix = parse_uri(self.source)
-        if start.prior is not None:  # a folder's positions of another number of ranks: not this prefix's
-            log.warning("the checkpoint's stream positions are a folder's: --source %s is read from its start", self.source)
-            return Position()
-        if not start.file or start.file.startswith(f"s3://{bucket}/{prefix}"):
+        named = [start.file, *(str(pos.get("file") or "") for pos in rescaled.positions(start.prior))]
+        other = next((f for f in named if f and not f.startswith(f"s3://{bucket}/{prefix}")), None)
+        if other is None and start.partitions is None:
             return start
         log.warning(
             "the checkpoint's stream position is in %s, which is not under --source %s: the source changed since"
             " the cut; it is read from its start",
-            start.file,
+            other or start.file,
             self.source,
         )
         return Position()
+
+    def _prior_owner(self, name: str, ranks: int) -> int:
+        """The rank of `ranks` that read the object under the prefix's dealing (file_split):
+        by its key's hash when followed, else by its place in the last listing (blocks lists
+        before it asks; the training thread's backlog must not wait on a LIST)."""
+        if self.follow:
+            return owner_of(name[len(f"s3://{self.bucket}/") :], ranks)
+        objects = self._objects[1]
+        if self._object_places[0] is not objects:  # the listing's places, once a listing
+            self._object_places = (objects, {o.uri: i for i, o in enumerate(objects)})
+        place = self._object_places[1].get(name)
+        return place % ranks if place is not None else 0
 
     def _all_objects(self) -> list[S3Object]:
         """The prefix's objects the contract reads, in key order (a listing reused for
@@ -181,6 +197,8 @@ class S3PrefixSource(StreamSource):
         for o in self._mine(as_listed=True):
             if position.file and o.uri < position.file or self._done.get(o.key) == o.etag:
                 continue
+            if o.uri != position.file and self._prior_state(o.uri).done:  # read by a rank of another number
+                continue
             total += max(0, o.size - (self.on_disk(position) if o.uri == position.file else 0))
         return "bytes", total
 
@@ -192,6 +210,11 @@ class S3PrefixSource(StreamSource):
         if start.file and self.start_at > 0:  # objects before the start's count as read: one written since the cut is not
             late = [o.uri for o in self._mine() if o.uri < start.file and o.modified > self.start_at + LATE_SLACK_S]
             self._say_taken_as_read(late, start.file)
+        if self.prior is not None and self.part[0] == 0:  # the objects the prior's ranks stood in, said once for the group
+            listed = {o.uri for o in self._all_objects()}
+            for uri, (offset, line) in rescaled.stands(self.prior).items():
+                if uri not in listed:
+                    self._lost(uri, f"where the checkpoint stands (line {line}, byte {offset}), is gone {REMOVED}")
         while not self.stop():
             pending = [o for o in self._mine() if self._done.get(o.key) != o.etag]
             if start.file:  # objects before the start's: read before the cut, on every pass
@@ -199,6 +222,11 @@ class S3PrefixSource(StreamSource):
                     if o.uri < start.file:
                         self._done[o.key] = o.etag
                 pending = [o for o in pending if o.uri >= start.file]
+            if self.prior is not None:  # read whole by the ranks of a cut taken by another number
+                for o in pending:
+                    if o.uri != start.file and self._prior_state(o.uri).done:
+                        self._done[o.key] = o.etag
+                pending = [o for o in pending if self._done.get(o.key) != o.etag]
             if not pending:
                 if not self.follow:
                     return
@@ -208,6 +236,9 @@ class S3PrefixSource(StreamSource):
             for o in pending:
                 offset = start.offset if o.uri == start.file else 0
                 line_no = start.line if o.uri == start.file else 0
+                if o.uri != start.file and self.prior is not None:  # read in part by a rank of another number
+                    state = self._prior_state(o.uri)
+                    offset, line_no = state.offset, state.line
                 finished = yield from self._object(o, offset, line_no, max_line_bytes, block_bytes)
                 if finished:
                     self._done[o.key] = o.etag

@@ -104,7 +104,7 @@ class Position:
     line: int = 0
     partitions: dict[str, int] | None = None
     topic_id: str = ""  # the topic's id when its offsets were taken: a topic created again has another
-    # a folder's positions taken by another number of ranks, until this rank passes them
+    # a folder's or a prefix's positions taken by another number of ranks, until this rank passes them
     # (trainer.input.rescaled: {"ranks": W, "positions": [...]})
     prior: dict[str, Any] | None = None
 
@@ -206,12 +206,7 @@ class StreamSource:
         self._say_if_gone(self.start)
         self._say_late(self.start, start_at)
         if self.prior is not None and part[0] == 0:  # the files the prior's ranks stood in, said once for the group
-            stands: dict[str, tuple[int, int]] = {}  # a file's furthest (offset, line): positions only advance
-            for pos in rescaled.positions(self.prior):
-                if pos.get("file"):
-                    at = (int(pos.get("offset", 0)), int(pos.get("line", 0)))
-                    stands[str(pos["file"])] = max(stands.get(str(pos["file"]), at), at)
-            for file, (offset, line) in sorted(stands.items()):
+            for file, (offset, line) in rescaled.stands(self.prior).items():
                 self._say_if_gone(Position(file, offset, line))
 
     @property

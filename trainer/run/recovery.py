@@ -57,16 +57,13 @@ class CutPoint:
 
 def check_ranks(point: CutPoint, world: int) -> None:
     """A cut's positions are per rank: a group of another size takes up from it where they
-    map to its ranks (rank_part): a topic's partition offsets, a local folder's positions.
-    An S3 prefix's do not (yet)."""
-    if point.cut and point.offsets_known and point.ranks != world and not (_in_a_topic(point) or _in_a_folder(point)):
-        parts = point.parts or (point,)
-        remote = any(p.position is not None and _remote(p.position) for p in parts)
+    map to its ranks (rank_part): a topic's partition offsets, a folder's or an S3 prefix's
+    positions. Positions missing, or some in a topic and some in files, do not."""
+    if point.cut and point.offsets_known and point.ranks != world and not (_in_a_topic(point) or _in_files(point)):
         raise cfg.ConfigError(
-            f"checkpoint cut {point.cut} was taken with {point.ranks} rank(s), whose positions"
-            f" {'in an S3 prefix' if remote else 'in its stream'} do not map to {world}: run with --workers"
-            f" {point.ranks} (or --world-size {point.ranks}), or start over with --from-start (a Kafka topic's and a"
-            " local folder's positions do map)"
+            f"checkpoint cut {point.cut} was taken with {point.ranks} rank(s), whose positions in its stream do not map"
+            f" to {world}: run with --workers {point.ranks} (or --world-size {point.ranks}), or start over with"
+            " --from-start (a Kafka topic's, a folder's and an S3 prefix's positions do map)"
         )
 
 
@@ -75,16 +72,11 @@ def _in_a_topic(point: CutPoint) -> bool:
     return all(p.position is not None and p.position.partitions is not None for p in parts)
 
 
-def _in_a_folder(point: CutPoint) -> bool:
-    """Every rank's position is in a local file (or none read yet): rescaled.prior_of maps them."""
+def _in_files(point: CutPoint) -> bool:
+    """Every rank's position is in a folder's file or a prefix's object (or none read yet):
+    rescaled.prior_of maps them."""
     parts = point.parts or (point,)
-    return all(p.position is not None and p.position.partitions is None and not _remote(p.position) for p in parts)
-
-
-def _remote(position: Position) -> bool:
-    """A position in an S3 object, or carrying one (a prior's)."""
-    files = [position.file, *(str(pos.get("file") or "") for pos in rescaled.positions(position.prior))]
-    return any(f.startswith("s3://") for f in files)
+    return all(p.position is not None and p.position.partitions is None for p in parts)
 
 
 def rank_part(point: CutPoint, rank: int, world: int, say: bool = True) -> CutPoint:
@@ -92,7 +84,7 @@ def rank_part(point: CutPoint, rank: int, world: int, say: bool = True) -> CutPo
     the cut itself when one process took it. A cut taken by another number of ranks (a
     trainer scaled out or in) is mapped. A topic's: partition p was read by rank p % W of the
     W that took it, so its offset is that rank's, and every rank now gets every partition's
-    offset (a KafkaSource reads its own, p % world == rank). A folder's: every rank gets the
+    offset (a KafkaSource reads its own, p % world == rank). A folder's or a prefix's: every rank gets the
     W positions as its position's prior, which say for each file of its new share whether
     it was read, in part or whole (trainer.input.rescaled). Rank 0 carries the samples and the
     metrics of all. The worker-side model state (a compressed MLP sync's residual, MLP
@@ -112,11 +104,11 @@ def rank_part(point: CutPoint, rank: int, world: int, say: bool = True) -> CutPo
         first = parts[0].position
         assert first is not None
         position = Position(first.file, first.offset, first.line, offsets, topic_id)
-    else:  # a folder: every rank reads its new share knowing where each of the old ranks stood
+    else:  # files: every rank reads its new share knowing where each of the old ranks stood
         position = Position(prior=rescaled.prior_of(taken, [vars(p.position) for p in parts if p.position is not None]))
         if rank == 0 and say:
             log.info(
-                "checkpoint cut %d was taken by %d rank(s), taken up by %d: the folder's files are dealt out anew, and"
+                "checkpoint cut %d was taken by %d rank(s), taken up by %d: the stream's files are dealt out anew, and"
                 " each rank reads the files of its share that those ranks had not read, from where they stood",
                 point.cut,
                 taken,

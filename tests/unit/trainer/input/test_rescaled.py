@@ -5,6 +5,7 @@ the folder followed (files dealt by their names' hash) or read once (dealt by th
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
@@ -14,21 +15,28 @@ from trainer.input import rescaled
 from trainer.input.source import Position, StreamSource
 from trainer.run.recovery import CutPoint, rank_part
 
+# a rank's source: (its start, (rank, world)) -> the source it reads
+OpenRank = Callable[[Position, tuple[int, int]], StreamSource]
+
+
+def part_text(i: int, sizes: list[int]) -> str:
+    """File i's lines: sizes[i % len(sizes)] of them, each naming its file and line."""
+    return "".join(f"f{i}-l{j}\n" for j in range(sizes[i % len(sizes)]))
+
 
 def _write(folder: Path, first: int, count: int, sizes: list[int]) -> None:
     for i in range(first, first + count):
-        n = sizes[i % len(sizes)]
-        (folder / f"part-{i:03d}.txt").write_text("".join(f"f{i}-l{j}\n" for j in range(n)))
+        (folder / f"part-{i:03d}.txt").write_text(part_text(i, sizes))
 
 
-def _run(folder: Path, follow: bool, starts: list[Position], limits: list[int | None]) -> tuple[CutPoint, list[str]]:
+def run_ranks(open_rank: OpenRank, starts: list[Position], limits: list[int | None]) -> tuple[CutPoint, list[str]]:
     """Each rank of len(starts) reads up to its limit of lines (None: all there is) from its
     start: the cut its positions make, and the lines read."""
     world = len(starts)
     read: list[str] = []
     parts = []
     for rank, (start, limit) in enumerate(zip(starts, limits, strict=True)):
-        src = StreamSource(str(folder), follow, poll_s=0.0, start=start, part=(rank, world))
+        src = open_rank(start, (rank, world))
         position = src.position_after(start)
         taken = 0
         for block in src.blocks(1 << 20, block_bytes=64):
@@ -76,7 +84,9 @@ def test_every_line_is_read_once_across_runs_of_other_numbers_of_ranks(tmp_path_
         assert point is None or taken == world or all(s.prior is not None for s in starts)
         last = stage == len(worlds) - 1
         limits = [None if last else data.draw(st.one_of(st.none(), st.integers(0, 40))) for _ in range(world)]
-        point, read = _run(folder, follow, starts, limits)
+        point, read = run_ranks(
+            lambda start, part: StreamSource(str(folder), follow, poll_s=0.0, start=start, part=part), starts, limits
+        )
         everything += read
     want = Counter(ln for f in sorted(folder.iterdir()) for ln in f.read_text().split())
     assert Counter(everything) == want

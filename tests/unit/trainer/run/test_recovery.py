@@ -50,9 +50,10 @@ def test_a_cut_every_shard_prepared_and_none_committed_is_taken_up_by_the_ranks_
         check_ranks(CutPoint(3), 2)
     check_ranks(CutPoint(0), 4)  # no cut: any group starts at its share of the stream
     check_ranks(CutPoint(3, parts=(CutPoint(3, Position("a", 9, 2)), CutPoint(3, Position()))), 3)  # a folder's: mapped
-    s3 = CutPoint(3, parts=(CutPoint(3, Position("s3://b/p/x", 9, 2)), CutPoint(3, Position())))
-    with pytest.raises(ConfigError, match="positions in an S3 prefix do not map to 3"):
-        check_ranks(s3, 3)
+    check_ranks(CutPoint(3, parts=(CutPoint(3, Position("s3://b/p/x", 9, 2)), CutPoint(3, Position()))), 3)  # a prefix's
+    mixed = CutPoint(3, parts=(CutPoint(3, Position("s3://b/p/x", 9, 2)), CutPoint(3, Position("t", partitions={"1": 4}))))
+    with pytest.raises(ConfigError, match="positions in its stream do not map to 3"):
+        check_ranks(mixed, 3)
 
 
 def test_a_cuts_offsets_are_read_from_the_shard_that_keeps_them():
@@ -96,7 +97,7 @@ def test_a_topics_cut_maps_to_another_number_of_ranks_by_who_read_each_partition
 def test_a_folders_cut_maps_to_another_number_of_ranks_as_a_prior(caplog: pytest.LogCaptureFixture):
     """A folder's cut taken by W ranks, taken up by another number: every rank gets the W
     positions as its position's prior (trainer.input.rescaled), rank 0 the samples and
-    metrics of all; an S3 prefix's positions are still refused."""
+    metrics of all; an S3 prefix's the same way."""
     a, b = Position("/d/a", 9, 2), Position("/d/c", 3, 1)
     folder = CutPoint(7, parts=(CutPoint(7, a, 30, _progress([1, 0])), CutPoint(7, b, 20, _progress([0]))))
     caplog.set_level(logging.INFO, logger="trainer")
@@ -105,9 +106,9 @@ def test_a_folders_cut_maps_to_another_number_of_ranks_as_a_prior(caplog: pytest
         assert part.position is not None and (part.position.file, part.position.offset) == ("", 0)
         assert part.position.prior == {"ranks": 2, "positions": [vars(a), vars(b)]}
     assert [p.samples for p in three] == [50, 0, 0] and three[0].progress["count"] == 3
-    assert "taken up by 3: the folder's files are dealt out anew" in caplog.text
+    assert "taken up by 3: the stream's files are dealt out anew" in caplog.text
     one = rank_part(folder, 0, 1)
     assert one.position is not None and one.position.prior is not None and one.samples == 50
-    s3 = CutPoint(7, parts=(CutPoint(7, Position("s3://b/p/x", 9, 2)), CutPoint(7, Position("s3://b/p/y", 3, 1))))
-    with pytest.raises(ConfigError, match="positions in an S3 prefix do not map to 3"):
-        rank_part(s3, 0, 3)
+    x, y = Position("s3://b/p/x", 9, 2), Position("s3://b/p/y", 3, 1)
+    s3 = CutPoint(7, parts=(CutPoint(7, x), CutPoint(7, y)))
+    assert rank_part(s3, 2, 3).position == Position(prior={"ranks": 2, "positions": [vars(x), vars(y)]})
