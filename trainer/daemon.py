@@ -47,8 +47,8 @@ from trainer.run.cut_interval import cut_interval
 from trainer.run.exporter import Exporter
 from trainer.run.loop import LoopSettings, Trainer, merged_wire
 from trainer.run.progress_log import ProgressLog
-from trainer.run.recovery import planned_point, rank_part, restore_and_declare, restore_shards
-from trainer.run.rendezvous import EXIT_RESTART, GroupLost, rendezvous, share
+from trainer.run.recovery import planned_point, rank_part, restore_and_declare, restore_shards, sample_limit
+from trainer.run.rendezvous import EXIT_RESTART, GroupLost, rendezvous
 from trainer.run.summary import summary_text
 from trainer.spec import model_spec
 from trainer.step.dense_sync import parse_dense_codec
@@ -665,7 +665,7 @@ def train_run(
         )
     settings = LoopSettings(
         batch_size(conf, spec),
-        share(conf.input.max_samples, rank, world),  # each rank its part of a sample limit
+        sample_limit(conf.input.max_samples, point, rank, world),  # each rank its part of a sample limit
         conf.input.idle_exit_s,
         conf.export.export_interval_s,
         cut_every,

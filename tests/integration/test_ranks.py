@@ -396,7 +396,7 @@ def test_a_folder_trained_by_two_ranks_goes_on_with_three_then_one_each_line_onc
         wait_for_text(tmp_path / "b0.log", "committed", three[0], timeout=120)
         three[2].terminate()  # every rank stops at one boundary, inside its files, and takes a last cut
         assert _wait(three) == [0, 0, 0], (tmp_path / "b0.log").read_text()[-3000:]
-        assert "taken up by 3: the folder's files are dealt out anew" in (tmp_path / "b0.log").read_text()
+        assert "taken up by 3: the stream's files are dealt out anew" in (tmp_path / "b0.log").read_text()
         second = json.loads((tmp_path / "b.json").read_text())["samples"]
         total = 6 * 3 * 9000
         assert 40001 < second < total

@@ -262,9 +262,10 @@ def test_a_prefix_read_by_one_number_of_ranks_goes_on_with_another_each_line_onc
         assert Counter(everything) == want, (case, follow, worlds, sizes)
 
 
-def test_a_prefix_trained_by_two_ranks_goes_on_with_three(s3: Any, data_dir: Path, tmp_path: Path) -> None:
+def test_a_prefix_trained_by_two_ranks_goes_on_with_three_then_one(s3: Any, data_dir: Path, tmp_path: Path) -> None:
     """The trainer as a user runs it: two ranks stopped inside objects by a sample limit,
-    then three from the cut they took, to the end: every line trained once."""
+    three from the cut they took up to a larger limit (which counts the samples the cut
+    carried: the group stops at it exactly), then one to the end: every line trained once."""
     lines = (data_dir / "frappe/frappe.validation.libfm").read_text().splitlines()
     for i in range(6):
         part = lines[i * len(lines) // 6 : (i + 1) * len(lines) // 6]
@@ -273,6 +274,8 @@ def test_a_prefix_trained_by_two_ranks_goes_on_with_three(s3: Any, data_dir: Pat
     args = ("--no-follow", "--holdout-samples", "0", "--local-data-dir", data)
     first, _ = _train(uri, tmp_path / "two.json", "--workers", "2", "--max-samples", "20001", *args)
     assert 20001 <= first["samples"] < len(lines)
-    then, err = _train(uri, tmp_path / "three.json", "--workers", "3", *args)
+    then, err = _train(uri, tmp_path / "three.json", "--workers", "3", "--max-samples", "40000", *args)
     assert "taken up by 3: the stream's files are dealt out anew" in err, err[-3000:]
-    assert then["samples"] == len(lines), (first["samples"], then["samples"])
+    assert then["samples"] == 40000, (first["samples"], then["samples"])
+    last, _ = _train(uri, tmp_path / "one.json", *args)
+    assert last["samples"] == len(lines), (first["samples"], then["samples"], last["samples"])

@@ -40,7 +40,7 @@ log = logging.getLogger("trainer")
 @dataclass
 class LoopSettings:
     batch_size: int
-    max_samples: int
+    max_samples: int | None  # the samples this rank stops at, those a cut carried included (None: no limit)
     idle_exit_s: float
     export_interval_s: float
     checkpoint_interval_s: float
@@ -161,7 +161,7 @@ class Trainer:
     def _samples_left(self) -> int | None:
         """What --max-samples leaves to read from the stream's position (None: no limit; a
         cut taken up carries the samples trained before it)."""
-        return max(0, self.s.max_samples - self.submitted) if self.s.max_samples > 0 else None
+        return max(0, self.s.max_samples - self.submitted) if self.s.max_samples is not None else None
 
     def take_up(
         self, point: CutPoint, reopen: Callable[[Position | None, float], Source], recover: Callable[[], CutPoint]
@@ -297,7 +297,7 @@ class Trainer:
                     busy_until = time.monotonic()
                 else:  # the stream is idle: let what is queued land
                     self.flush()
-                done = 0 < self.s.max_samples <= self.submitted
+                done = self.s.max_samples is not None and self.s.max_samples <= self.submitted
                 # idle: the source has had nothing for idle_exit_s, and this loop has waited that
                 # long since it last trained (one busy for long, compiling its kernels on a cold
                 # cache, is not idle)

@@ -26,6 +26,7 @@ from ps.client import PSClient
 from trainer.input import rescaled
 from trainer.input.source import Position
 from trainer.json_arrays import array_text, text_array
+from trainer.run.rendezvous import share
 from trainer.step.progressive import ProgressiveMetrics
 
 log = logging.getLogger("trainer")
@@ -77,6 +78,22 @@ def _in_files(point: CutPoint) -> bool:
     rescaled.prior_of maps them."""
     parts = point.parts or (point,)
     return all(p.position is not None and p.position.partitions is None for p in parts)
+
+
+def sample_limit(limit: int, point: CutPoint, rank: int, world: int) -> int | None:
+    """Where rank `rank` of `world` stops under `--max-samples limit` (0: no limit; None
+    back), counted as its trainer counts, from the samples the cut hands it. Each rank its
+    share of the limit where the cut's ranks are these (each carries its own samples);
+    after a cut taken by another number, what the cut left of the limit, dealt out anew on
+    top of what the rank carries (rank 0 carries all: rank_part). Before, rank 0 stopped at
+    its share of the whole limit, which the samples it carried could pass at once, and the
+    others trained their shares anyway: more than the limit in all."""
+    if limit <= 0:
+        return None
+    if point.ranks == world or not point.cut or not point.offsets_known:
+        return share(limit, rank, world)
+    taken = sum(p.samples for p in point.parts or (point,))
+    return (taken if rank == 0 else 0) + share(max(0, limit - taken), rank, world)
 
 
 def rank_part(point: CutPoint, rank: int, world: int, say: bool = True) -> CutPoint:

@@ -52,7 +52,8 @@ def rendezvous(rank: int, world_size: int, master: str, environ: Mapping[str, st
 
 
 def share(total: int, index: int, count: int) -> int:
-    """Rank `index`'s part of a sample limit (0: no limit)."""
+    """Rank `index`'s part of `total` samples dealt out to `count` ranks (0 where there are
+    fewer samples than ranks: the limit is then 0, not none)."""
     if total <= 0:
         return 0
     return total // count + (1 if index < total % count else 0)

@@ -43,7 +43,7 @@ def test_resuming_inside_a_csv_file_keeps_its_header(tmp_path, data_dir):
     model = build_model(ModelSpec("lr", fields=tuple(fields.names)))
     model.prepare(client)
     source = StreamSource(str(path), follow=False, start=Position(str(path), offset, 2))
-    settings = LoopSettings(batch_size=256, max_samples=0, idle_exit_s=0, export_interval_s=1e9, checkpoint_interval_s=0)
+    settings = LoopSettings(batch_size=256, max_samples=None, idle_exit_s=0, export_interval_s=1e9, checkpoint_interval_s=0)
     trainer = Trainer(client, model, schema, fields, source, settings, ProgressiveMetrics(1000), None, lambda: False)
     result = trainer.run()
     assert trainer.bad_lines == 0 and result["samples"] == 9999 - 1
@@ -160,7 +160,7 @@ def test_a_trainer_busy_for_longer_than_idle_exit_is_not_idle(tmp_path, data_dir
     model = build_model(ModelSpec("lr", fields=tuple(fields.names)))
     model.prepare(client)
     source = StreamSource(str(folder), follow=True, poll_s=0.05)
-    settings = LoopSettings(batch_size=300, max_samples=0, idle_exit_s=1.5, export_interval_s=1e9, checkpoint_interval_s=0)
+    settings = LoopSettings(batch_size=300, max_samples=None, idle_exit_s=1.5, export_interval_s=1e9, checkpoint_interval_s=0)
     trainer = Trainer(client, model, schema, fields, source, settings, ProgressiveMetrics(1000), None, lambda: False)
     busy_s = 2.0
     train_batch = trainer.train_batch
@@ -198,7 +198,7 @@ def test_an_export_takes_the_mlp_from_the_worker_and_moves_none_of_it(tmp_path, 
     model = build_model(spec, device="cpu")
     model.prepare(client)
     exporter = Exporter(client, tmp_path / "exports", "m", spec, fields, {}, full_every=1000, holdout=100)
-    settings = LoopSettings(batch_size=256, max_samples=0, idle_exit_s=0, export_interval_s=0.0, checkpoint_interval_s=0)
+    settings = LoopSettings(batch_size=256, max_samples=None, idle_exit_s=0, export_interval_s=0.0, checkpoint_interval_s=0)
     source = StreamSource(str(path), follow=False)
     trainer = Trainer(client, model, None, fields, source, settings, ProgressiveMetrics(1000), exporter, lambda: False)
     exported: list[dict] = []
@@ -238,7 +238,7 @@ def _trained_lr(path, data_dir, fail_at_the_end: bool) -> tuple[dict, np.ndarray
     client = PSClient.local(2, data_dir=data_dir)
     model = build_model(spec)
     model.prepare(client)
-    settings = LoopSettings(batch_size=500, max_samples=0, idle_exit_s=0, export_interval_s=0.0, checkpoint_interval_s=1e-9)
+    settings = LoopSettings(batch_size=500, max_samples=None, idle_exit_s=0, export_interval_s=0.0, checkpoint_interval_s=1e-9)
     source = StreamSource(str(path), follow=False)
     trainer = Trainer(client, model, None, fields, source, settings, ProgressiveMetrics(1000), None, lambda: False)
     trainer.take_up(

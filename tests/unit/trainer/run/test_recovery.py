@@ -11,7 +11,7 @@ import pytest
 from ctr.runtime.config import ConfigError
 from ps.api import ShardStatus
 from trainer.input.source import Position
-from trainer.run.recovery import CutPoint, check_ranks, common_cut, planned_point, rank_part
+from trainer.run.recovery import CutPoint, check_ranks, common_cut, planned_point, rank_part, sample_limit
 from trainer.step.progressive import ProgressiveMetrics
 
 
@@ -112,3 +112,16 @@ def test_a_folders_cut_maps_to_another_number_of_ranks_as_a_prior(caplog: pytest
     x, y = Position("s3://b/p/x", 9, 2), Position("s3://b/p/y", 3, 1)
     s3 = CutPoint(7, parts=(CutPoint(7, x), CutPoint(7, y)))
     assert rank_part(s3, 2, 3).position == Position(prior={"ranks": 2, "positions": [vars(x), vars(y)]})
+
+
+def test_a_sample_limit_counts_what_a_cut_carried_when_the_ranks_change():
+    """--max-samples is the group's: with the cut's own ranks each rank stops at its share
+    (it carries its own samples); after a cut of 2 ranks taken up by 3, rank 0 carries all
+    the cut's samples and the three share what is left of the limit. A rank dealt no
+    sample stops at once (0), where no limit is None."""
+    two = CutPoint(7, parts=(CutPoint(7, Position("/d/a", 9, 2), 30), CutPoint(7, Position("/d/c", 3, 1), 20)))
+    assert [sample_limit(100, two, r, 2) for r in range(2)] == [50, 50]
+    assert [sample_limit(100, two, r, 3) for r in range(3)] == [50 + 17, 17, 16]
+    assert [sample_limit(40, two, r, 3) for r in range(3)] == [50, 0, 0]  # the cut is past the limit: nobody trains
+    assert [sample_limit(1, CutPoint(0), r, 2) for r in range(2)] == [1, 0]
+    assert sample_limit(0, two, 1, 3) is None
