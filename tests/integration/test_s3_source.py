@@ -222,6 +222,23 @@ def test_objects_removed_before_they_were_read_are_said_and_counted(s3: Any, tmp
     assert [src.lost_files for src in ranks] == [1, 0, 0]
     assert caplog.text.count("gone/b.txt, where the checkpoint stands (line 1, byte 6), is gone") == 1
 
+    # objects a prior counts as read, written after the cut: said by the rank whose share they are
+    for name in ("w.txt", "x.txt", "y.txt", "z.txt"):
+        s3.put_object(Bucket=BUCKET, Key=f"late/{name}", Body=b"1 1:1\n" * 3)
+    caplog.clear()
+    stands = [vars(Position(f"s3://{BUCKET}/late/y.txt", 6, 1)), vars(Position(f"s3://{BUCKET}/late/z.txt", 0, 0))]
+    prior = {"ranks": 2, "positions": stands}  # by place: w and y were rank 0's, x and z rank 1's
+    for cut_at, said in ((time.time() - 60, 2), (time.time() + 60, 0)):
+        with caplog.at_level(logging.ERROR, logger="trainer"):
+            ranks = [
+                S3PrefixSource(f"s3://{BUCKET}/late/", False, start=Position(prior=prior), part=(r, 3), start_at=cut_at)
+                for r in range(3)
+            ]
+            read = sorted(b.file for src in ranks for b in src.blocks(1 << 16) if b is not None and b.data)
+        assert read == [f"s3://{BUCKET}/late/y.txt", f"s3://{BUCKET}/late/z.txt"]
+        assert sum(src.lost_files for src in ranks) == said
+    assert f"s3://{BUCKET}/late/x.txt sorts before s3://{BUCKET}/late/z.txt, where the checkpoint stands" in caplog.text
+
 
 def test_a_prefix_read_by_one_number_of_ranks_goes_on_with_another_each_line_once(s3: Any) -> None:
     """A cut taken by W ranks over a prefix, taken up by another number (the chart's

@@ -23,15 +23,16 @@ Owner = Callable[[str, int], int]
 
 @dataclass(frozen=True)
 class FileState:
-    """What a prior says of a file: read whole, or read from `offset` (line `line`) on."""
+    """What a prior says of a file: read whole, or read from `offset` (line `line`) on;
+    `by`: the file of the position that says it was read whole (it sorts after it)."""
 
     done: bool
     offset: int = 0
     line: int = 0
+    by: str = ""
 
 
 NEW = FileState(False)
-DONE = FileState(True)
 
 
 def prior_of(ranks: int, positions: list[dict[str, Any]]) -> dict[str, Any]:
@@ -48,7 +49,7 @@ def state_of(name: str, prior: dict[str, Any] | None, owner: Owner) -> FileState
         pos = prior["positions"][owner(name, ranks) if ranks > 1 else 0]
         file = str(pos.get("file") or "")
         if file and name < file:
-            return DONE
+            return FileState(True, by=file)
         if name == file:
             return FileState(False, int(pos.get("offset", 0)), int(pos.get("line", 0)))
         prior = pos.get("prior")

@@ -207,9 +207,14 @@ class S3PrefixSource(StreamSource):
         start = self.start
         if start.file and all(o.uri != start.file for o in self._mine()):
             self._lost(start.file, f"where the checkpoint stands (line {start.line}, byte {start.offset}), is gone {REMOVED}")
-        if start.file and self.start_at > 0:  # objects before the start's count as read: one written since the cut is not
-            late = [o.uri for o in self._mine() if o.uri < start.file and o.modified > self.start_at + LATE_SLACK_S]
-            self._say_taken_as_read(late, start.file)
+        if self.start_at > 0 and (start.file or self.prior):  # objects read before the cut: one written since is not
+            late: dict[str, list[str]] = {}  # the position's object that counts them as read -> the late ones
+            for o in self._mine():
+                by = start.file if o.uri < start.file else self._prior_state(o.uri).by if o.uri != start.file else ""
+                if by and o.modified > self.start_at + LATE_SLACK_S:
+                    late.setdefault(by, []).append(o.uri)
+            for by, uris in late.items():
+                self._say_taken_as_read(uris, by)
         if self.prior is not None and self.part[0] == 0:  # the objects the prior's ranks stood in, said once for the group
             listed = {o.uri for o in self._all_objects()}
             for uri, (offset, line) in rescaled.stands(self.prior).items():

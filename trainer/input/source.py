@@ -322,22 +322,24 @@ class StreamSource:
         )
 
     def _say_late(self, start: Position, cut_at: float) -> None:
-        """A folder's files that sort before the checkpoint's file count as read; one that
-        changed after the cut was taken (a late file, landed under an earlier name; a file
-        read after the cut, whose training the restore undid) holds samples the model does
-        not: said and counted. The cut's time is known for cuts from 2026-12-05 on."""
-        if not start.file or cut_at <= 0 or not Path(self.source).is_dir():
+        """A folder's files that sort before the checkpoint's file count as read, and so do
+        those a prior says its ranks read whole; one that changed after the cut was taken (a
+        late file, landed under an earlier name; a file read after the cut, whose training
+        the restore undid) holds samples the model does not: said and counted. The cut's time
+        is known for cuts from 2026-12-05 on."""
+        if cut_at <= 0 or not Path(self.source).is_dir() or not (start.file or self.prior):
             return
-        late: list[Path] = []
+        late: dict[str, list[str]] = {}  # the position's file that counts them as read -> the late files
         for f in self._files():
-            if str(f) >= start.file:
-                break
+            name = str(f)
+            by = start.file if name < start.file else self._prior_state(name).by if name != start.file else ""
             try:
-                if f.stat().st_mtime > cut_at + LATE_SLACK_S:
-                    late.append(f)
+                if by and f.stat().st_mtime > cut_at + LATE_SLACK_S:
+                    late.setdefault(by, []).append(name)
             except OSError:  # gone since the listing
                 continue
-        self._say_taken_as_read([str(f) for f in late], start.file)
+        for by, names in late.items():
+            self._say_taken_as_read(names, by)
 
     def _say_taken_as_read(self, late: list[str], start_file: str) -> None:
         """Files (objects) before the checkpoint's that changed after the cut: counted, and

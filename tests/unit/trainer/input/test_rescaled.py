@@ -103,10 +103,10 @@ def test_a_prior_says_done_partial_or_new_by_the_rank_that_read_the_file():
     by_name = {"/d/a": 0, "/d/b": 1, "/d/c": 0, "/d/d": 1, "/d/e": 1, "/d/f": 0}
     owner = lambda name, ranks: by_name[name] % ranks  # noqa: E731
     states = {name: rescaled.state_of(name, prior, owner) for name in by_name}
-    assert states["/d/a"] == rescaled.DONE and states["/d/c"] == rescaled.FileState(False, 7, 2)
+    assert states["/d/a"] == rescaled.FileState(True, by="/d/c") and states["/d/c"] == rescaled.FileState(False, 7, 2)
     assert states["/d/b"] == rescaled.FileState(False, 4, 1) and states["/d/f"] == rescaled.NEW
     # past rank 1's file, its own prior speaks: a rank of one, in /d/e at byte 1
-    assert states["/d/d"] == rescaled.DONE and states["/d/e"] == rescaled.FileState(False, 1, 0)
+    assert states["/d/d"] == rescaled.FileState(True, by="/d/e") and states["/d/e"] == rescaled.FileState(False, 1, 0)
     assert rescaled.last_file(prior) == "/d/e"
     last = rescaled.last_file(prior)
     assert not rescaled.passed("/d/d", last) and rescaled.passed("/d/e", last) and not rescaled.passed("", last)
@@ -131,3 +131,28 @@ def test_a_file_a_priors_rank_stood_in_gone_is_said_and_counted_once(tmp_path, c
     other = StreamSource(str(tmp_path), False, start=Position(prior=prior), part=(1, 3))
     assert first.lost == [gone] and other.lost == []
     assert f"{gone}, where the checkpoint stands (line 2, byte 12), is gone" in caplog.text
+
+
+def test_a_file_a_prior_counts_as_read_that_changed_after_the_cut_is_said_and_counted(tmp_path, caplog):
+    """A file landed late under an earlier name (or rewritten) while the trainer was down and
+    rescaled: the prior counts it as read, so what it holds now is not trained. The rank
+    whose share it is says so, naming the position that counts it as read, as a single
+    position's late files are said; a file unchanged since the cut is not."""
+    import logging
+    import os
+    import time
+
+    _write(tmp_path, 0, 4, [4])  # dealt by place: part-000 and part-002 to rank 0 of 2, the others to rank 1
+    prior = rescaled.prior_of(
+        2,
+        [{"file": str(tmp_path / "part-002.txt"), "offset": 6, "line": 1}, {"file": str(tmp_path / "part-003.txt"), "offset": 0}],
+    )
+    cut_at = time.time() - 60
+    for f in tmp_path.iterdir():
+        os.utime(f, (cut_at - 60, cut_at - 60))
+    os.utime(tmp_path / "part-001.txt")  # changed now, after the cut: rank 1 had read it whole
+    caplog.set_level(logging.ERROR, logger="trainer")
+    ranks = [StreamSource(str(tmp_path), False, start=Position(prior=prior), part=(r, 3), start_at=cut_at) for r in range(3)]
+    late = str(tmp_path / "part-001.txt")
+    assert sorted(r for src in ranks for r in src.lost) == [late]
+    assert f"{late} sorts before {tmp_path / 'part-003.txt'}, where the checkpoint stands, and changed after" in caplog.text
