@@ -1,9 +1,9 @@
 """A folder's (or an S3 prefix's) positions taken by one number of ranks, read by another
 (docs/design/ranks-rescaled.md).
 
-A rank of W reads its share of a folder's files (a prefix's objects) in name order (trainer.input.file_split), and
-its position (file, offset) says: every file of its share named before `file` is read, `file`
-is read up to `offset`, the rest is not. A group of W' != W ranks deals the files otherwise,
+A rank of W reads its share of a folder's files (a prefix's objects) in name order
+(trainer.input.file_split), and its position (file, offset) says: every file of its share
+named before `file` is read, `file` is read up to `offset`, the rest is not. A group of W' != W ranks deals the files otherwise,
 so no single position says what a new rank has left to read. The cut's W positions say it
 together: a file's state is what the position of the rank that read it under W says. A new
 rank's position carries them as its `prior` ({"ranks": W, "positions": [...]}, JSON-ready)

@@ -210,7 +210,7 @@ class S3PrefixSource(StreamSource):
         if self.start_at > 0 and (start.file or self.prior):  # objects read before the cut: one written since is not
             late: dict[str, list[str]] = {}  # the position's object that counts them as read -> the late ones
             for o in self._mine():
-                by = start.file if o.uri < start.file else self._prior_state(o.uri).by if o.uri != start.file else ""
+                by = self._counted_read_by(o.uri, start)
                 if by and o.modified > self.start_at + LATE_SLACK_S:
                     late.setdefault(by, []).append(o.uri)
             for by, uris in late.items():

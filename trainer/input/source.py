@@ -332,7 +332,7 @@ class StreamSource:
         late: dict[str, list[str]] = {}  # the position's file that counts them as read -> the late files
         for f in self._files():
             name = str(f)
-            by = start.file if name < start.file else self._prior_state(name).by if name != start.file else ""
+            by = self._counted_read_by(name, start)
             try:
                 if by and f.stat().st_mtime > cut_at + LATE_SLACK_S:
                     late.setdefault(by, []).append(name)
@@ -340,6 +340,13 @@ class StreamSource:
                 continue
         for by, names in late.items():
             self._say_taken_as_read(names, by)
+
+    def _counted_read_by(self, name: str, start: Position) -> str:
+        """The file of the position that counts file `name` as read: the start's, for a file
+        named before it, else the prior's rank's; "" where none does."""
+        if start.file and name < start.file:
+            return start.file
+        return "" if name == start.file else self._prior_state(name).by
 
     def _say_taken_as_read(self, late: list[str], start_file: str) -> None:
         """Files (objects) before the checkpoint's that changed after the cut: counted, and

@@ -101,9 +101,9 @@ def rank_part(point: CutPoint, rank: int, world: int, say: bool = True) -> CutPo
     the cut itself when one process took it. A cut taken by another number of ranks (a
     trainer scaled out or in) is mapped. A topic's: partition p was read by rank p % W of the
     W that took it, so its offset is that rank's, and every rank now gets every partition's
-    offset (a KafkaSource reads its own, p % world == rank). A folder's or a prefix's: every rank gets the
-    W positions as its position's prior, which say for each file of its new share whether
-    it was read, in part or whole (trainer.input.rescaled). Rank 0 carries the samples and the
+    offset (a KafkaSource reads its own, p % world == rank). A folder's or a prefix's: every
+    rank gets the W positions as its position's prior, which say for each file of its new
+    share whether it was read, in part or whole (trainer.input.rescaled). Rank 0 carries the samples and the
     metrics of all. The worker-side model state (a compressed MLP sync's residual, MLP
     gradients waiting for a step) does not map between ranks: none is taken up, said (by rank
     0, where `say`: the look before the restore says nothing)."""
