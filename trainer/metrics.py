@@ -13,6 +13,10 @@ SOURCE_MESSAGES_LOST = Counter(
     "boundless_trainer_source_messages_lost_total",
     "messages of a Kafka topic not trained: removed by the topic's retention before the trainer read them",
 )
+SOURCE_S3_FAILURES = Counter(
+    "boundless_trainer_source_s3_failures_total",
+    "listings and reads of an S3 prefix's objects that failed (S3 or the network down): the stream waited and tried again",
+)
 SOURCE_PARTITIONS_RESET = Counter(
     "boundless_trainer_source_partitions_reset_total",
     "Kafka partitions read again from their oldest message: the stream's offset named none of their messages (the topic"

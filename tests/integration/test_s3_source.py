@@ -19,7 +19,7 @@ from typing import Any
 import boto3
 import pytest
 
-from tests.integration.s3_server import s3_server
+from tests.integration.s3_server import OutageProxy, s3_server
 from tests.integration.test_exactly_once import _timed_once, _trainer_killed
 from tests.integration.test_parquet import AVAZU, _as_parquet
 
@@ -296,3 +296,86 @@ def test_a_prefix_trained_by_two_ranks_goes_on_with_three_then_one(s3: Any, data
     assert then["samples"] == 40000, (first["samples"], then["samples"])
     last, _ = _train(uri, tmp_path / "one.json", *args)
     assert last["samples"] == len(lines), (first["samples"], then["samples"], last["samples"])
+
+
+def test_a_followed_prefix_waits_out_an_s3_outage_and_trains_every_line_once(s3: Any, data_dir: Path, tmp_path: Path) -> None:
+    """S3 (or the network to it) goes down while the trainer follows a prefix, in the middle
+    of an object, and an object lands meanwhile: the trainer waits (listings and the read
+    tried again, said, counted), reads on from the byte it reached once S3 answers, and with
+    --idle-exit-s ends only after the new object: every line once. Before, the first listing
+    that failed past botocore's retries ended the run with a traceback; and an outage longer
+    than --idle-exit-s would have ended it as idle with objects unread."""
+    import os
+
+    from tests.support import wait_for_text
+
+    lines = (data_dir / "frappe/frappe.validation.libfm").read_text().splitlines()
+    first, later = lines * 8, lines[: len(lines) // 2]
+    s3.put_object(Bucket=BUCKET, Key="live/00.libfm", Body=("\n".join(first) + "\n").encode())
+    proxy = OutageProxy(os.environ["AWS_ENDPOINT_URL"], chunk_delay_s=0.01)  # 33 MB take 5 s to stream
+    # botocore's own retries off, so each failure reaches the source (they only delay it)
+    env = {**os.environ, "AWS_ENDPOINT_URL": proxy.endpoint_url, "AWS_MAX_ATTEMPTS": "1", "AWS_RETRY_MODE": "standard"}
+    out, log = tmp_path / "m.json", tmp_path / "train.log"
+    cmd = [sys.executable, "-m", "boundless", "train", "--source", f"s3://{BUCKET}/live/", "--ps", "local"]
+    cmd += ["--model", "ffm", "--k", "4", "--metrics-port", "-1", "--metrics-out", str(out), "--idle-exit-s", "2"]
+    cmd += ["--holdout-samples", "0", "--progress-interval-s", "0.5"]
+    with open(log, "w") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, text=True, env=env)
+    try:
+        wait_for_text(log, "INFO samples ", proc, timeout=180)  # training: the first object is still streaming
+        proxy.set_down(True)
+        time.sleep(8.0)  # four times --idle-exit-s: waiting for S3 is not idleness
+        proxy.set_down(False)
+        proxy.chunk_delay_s = 0.0
+        wait_for_text(log, f"INFO samples {len(first)} ", proc, timeout=180)  # read on to its end, waiting for more
+        proxy.set_down(True)  # now the listings fail
+        time.sleep(2.0)
+        s3.put_object(Bucket=BUCKET, Key="live/01.libfm", Body=("\n".join(later) + "\n").encode())
+        time.sleep(6.0)
+        assert proc.poll() is None, log.read_text()[-3000:]
+        proxy.set_down(False)
+        proc.wait(timeout=300)
+    finally:
+        proc.kill()
+        proxy.close()
+    text = log.read_text()
+    assert proc.returncode == 0, text[-3000:]
+    assert "read failed at byte" in text and "cannot be listed" in text and "listed again" in text, text[-3000:]
+    assert json.loads(out.read_text())["samples"] == len(first) + len(later), text[-3000:]
+
+
+def test_a_trainer_stopped_while_s3_is_down_stops_at_a_cut_and_takes_up_there(s3: Any, data_dir: Path, tmp_path: Path) -> None:
+    """SIGTERM while a read waits for S3 mid-object: the trainer stops at once (not after
+    the wait, and not with the S3 error), takes its last cut, and a run after the outage
+    takes up there: every line once (the object read on from the cut's byte)."""
+    import os
+    import signal
+
+    from tests.support import wait_for_text
+
+    lines = (data_dir / "frappe/frappe.validation.libfm").read_text().splitlines() * 8
+    s3.put_object(Bucket=BUCKET, Key="once/00.libfm", Body=("\n".join(lines) + "\n").encode())
+    proxy = OutageProxy(os.environ["AWS_ENDPOINT_URL"], chunk_delay_s=0.01)
+    env = {**os.environ, "AWS_ENDPOINT_URL": proxy.endpoint_url, "AWS_MAX_ATTEMPTS": "1", "AWS_RETRY_MODE": "standard"}
+    args = ["--model", "ffm", "--k", "4", "--no-follow", "--holdout-samples", "0", "--local-data-dir", str(tmp_path / "ps")]
+    cmd = [sys.executable, "-m", "boundless", "train", "--source", f"s3://{BUCKET}/once/", "--ps", "local", *args]
+    cmd += ["--metrics-port", "-1", "--metrics-out", str(tmp_path / "stopped.json"), "--progress-interval-s", "0.5"]
+    log = tmp_path / "stopped.log"
+    with open(log, "w") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, text=True, env=env)
+    try:
+        wait_for_text(log, "INFO samples ", proc, timeout=180)
+        proxy.set_down(True)
+        wait_for_text(log, "read failed at byte", proc, timeout=60)
+        time.sleep(4.0)  # the batches read before the outage are trained: the loop waits on the read
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)  # the wait for S3 ends with the stream
+    finally:
+        proc.kill()
+        proxy.close()
+    text = log.read_text()
+    assert proc.returncode == 0 and "Traceback" not in text, text[-3000:]
+    stopped = json.loads((tmp_path / "stopped.json").read_text())["samples"]
+    assert 0 < stopped < len(lines), stopped
+    done, _ = _train(f"s3://{BUCKET}/once/", tmp_path / "done.json", *args)
+    assert done["samples"] == len(lines), (stopped, done["samples"])

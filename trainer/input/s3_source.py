@@ -20,6 +20,7 @@ profile); boto3 is the `[s3]` extra, pyarrow the `[parquet]` one."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections.abc import Callable, Generator, Iterator
@@ -40,6 +41,9 @@ REMOVED = (
     " objects the trainer has not read yet)"
 )
 MIN_LIST_S = 1.0  # a followed prefix is listed at most this often: a LIST is a billed request
+RETRY_MAX_S = 15.0  # a failed LIST (or read) is tried again after 2, 4, ... s, at most this long
+SAY_S = 60.0  # S3 calls that keep failing are said again this often
+GIVE_UP_S = 600.0  # a prefix read once (not followed) gives up after S3 failed this long
 
 
 @dataclass(frozen=True)
@@ -97,7 +101,9 @@ class S3PrefixSource(StreamSource):
         self.bucket, self.prefix = parse_uri(source)
         self.s3 = s3_client()
         self._done: dict[str, str] = {}  # key -> ETag of the objects read to their end
-        self._objects: tuple[float, list[S3Object]] = (-MIN_LIST_S, [])
+        self._objects: tuple[float, list[S3Object]] = (-MIN_LIST_S, [])  # when last listed (< 0: never), what
+        self._next_list = 0.0  # time.monotonic() of the next LIST: MIN_LIST_S after one, later after failures
+        self._failing: tuple[float, int, float] | None = None  # listings failing: since, how many, last said
         self._object_places: tuple[list[S3Object] | None, dict[str, int]] = (None, {})  # _prior_owner's
 
     def _rebased(self, start: Position) -> Position:
@@ -131,10 +137,54 @@ class S3PrefixSource(StreamSource):
 
     def _all_objects(self) -> list[S3Object]:
         """The prefix's objects the contract reads, in key order (a listing reused for
-        MIN_LIST_S: a followed prefix is not listed every few ms)."""
+        MIN_LIST_S: a followed prefix is not listed every few ms). A LIST that fails (S3 or
+        the network down, past botocore's own retries) leaves the last listing standing, and
+        is tried again later (_list_failed): an outage pauses the stream, as a broker's
+        pauses a topic's, instead of ending the run."""
         now = time.monotonic()
-        if now - self._objects[0] < MIN_LIST_S:
+        if now < self._next_list:
             return self._objects[1]
+        try:
+            found = self._listing()
+        except Exception as e:  # noqa: BLE001 - botocore and urllib3 raise several kinds
+            self._list_failed(e, now)
+            return self._objects[1]
+        if self._failing is not None:
+            log.warning(
+                "%s: listed again after %.0f s in which %d listing(s) failed; the stream goes on",
+                self.source,
+                now - self._failing[0],
+                self._failing[1],
+            )
+            self._failing = None
+        self._objects, self._next_list = (now, found), now + MIN_LIST_S
+        return found
+
+    def _list_failed(self, e: Exception, now: float) -> None:
+        """A failed LIST: counted, said (again every LIST_SAY_S while it lasts), tried again
+        after a wait that doubles up to RETRY_MAX_S. A prefix read once gives up after
+        GIVE_UP_S, naming the error (a followed one waits for S3 as it waits for data)."""
+        metrics.SOURCE_S3_FAILURES.inc()
+        since, count, said = self._failing or (now, 0, -SAY_S)
+        count += 1
+        if now - said >= SAY_S:
+            log.warning(
+                "%s: cannot be listed (%s); the stream waits and tries again (%d failure(s) in %.0f s)",
+                self.source,
+                e,
+                count,
+                now - since,
+            )
+            said = now
+        self._failing = (since, count, said)
+        if not self.follow and now - since >= GIVE_UP_S:
+            raise ValueError(f"{self.source}: cannot be listed for {now - since:.0f} s ({count} tries): {e}") from e
+        self._next_list = now + min(RETRY_MAX_S, MIN_LIST_S * 2 ** min(count, 5))
+        # not idle until the next try: whether objects landed cannot be told (--idle-exit-s waits for S3)
+        self.idle_since = max(self.idle_since, self._next_list)
+
+    def _listing(self) -> list[S3Object]:
+        """One LIST of the prefix (every page): the objects the contract reads, in key order."""
         found = []
         for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=self.prefix):
             for o in page.get("Contents", []):
@@ -144,7 +194,6 @@ class S3PrefixSource(StreamSource):
                     modified = o["LastModified"].timestamp() if "LastModified" in o else 0.0
                     found.append(S3Object(f"s3://{self.bucket}/{key}", key, str(o.get("ETag", "")), int(o["Size"]), modified))
         found.sort(key=lambda o: o.key)
-        self._objects = (now, found)
         return found
 
     def _mine(self, as_listed: bool = False) -> list[S3Object]:
@@ -203,8 +252,13 @@ class S3PrefixSource(StreamSource):
         return "bytes", total
 
     def blocks(self, max_line_bytes: int, block_bytes: int = BLOCK_BYTES) -> Iterator[Block | None]:
-        """Blocks in key order; yields None while waiting for new objects."""
+        """Blocks in key order; yields None while waiting for new objects (or for S3)."""
         start = self.start
+        while self._objects[0] < 0 and not self.stop():  # what stands and what is late is told by a listing
+            self._all_objects()
+            if self._objects[0] < 0:
+                yield None
+                time.sleep(max(self.poll_s, self._next_list - time.monotonic()))
         if start.file and all(o.uri != start.file for o in self._mine()):
             self._lost(start.file, f"where the checkpoint stands (line {start.line}, byte {start.offset}), is gone {REMOVED}")
         if self.start_at > 0 and (start.file or self.prior):  # objects read before the cut: one written since is not
@@ -244,7 +298,10 @@ class S3PrefixSource(StreamSource):
                 if o.uri != start.file and self.prior is not None:  # read in part by a rank of another number
                     state = self._prior_state(o.uri)
                     offset, line_no = state.offset, state.line
-                finished = yield from self._object(o, offset, line_no, max_line_bytes, block_bytes)
+                try:
+                    finished = yield from self._object(o, offset, line_no, max_line_bytes, block_bytes)
+                except StreamStopped:  # stopped while waiting for S3 mid-object: the blocks read so far stand
+                    return
                 if finished:
                     self._done[o.key] = o.etag
                     yield Block(o.uri, 0, 0, b"", eof=True)
@@ -253,8 +310,34 @@ class S3PrefixSource(StreamSource):
                     return
                 if not finished:  # it could not be opened: the next listing retries it, from the same offset
                     yield None
-                    time.sleep(max(self.poll_s, MIN_LIST_S))
+                    time.sleep(self._retry_wait())
                     break
+
+    def _waited(self, since: float, wait_s: float) -> bool:
+        """A read that has failed since `since` (time.monotonic()): False where it gives up
+        (after GIVE_UP_S, where the prefix is read once), else True after waiting `wait_s`
+        to try again; StreamStopped once the stream stops meanwhile. The wait is not
+        idleness: --idle-exit-s waits for S3."""
+        now = time.monotonic()
+        if not self.follow and now - since >= GIVE_UP_S:
+            return False
+        self.idle_since = max(self.idle_since, now + wait_s)
+        while not self.stop():
+            left = now + wait_s - time.monotonic()
+            if left <= 0:
+                return True
+            time.sleep(min(left, 0.2))
+        raise StreamStopped
+
+    def _retry_wait(self) -> float:
+        """How long an object that could not be read waits before it is tried again: until the
+        next listing, which says whether it is still there."""
+        return max(self.poll_s, MIN_LIST_S, self._next_list - time.monotonic())
+
+    def _nap(self) -> float:
+        """The wait for new objects; while listings fail, until the next try."""
+        nap = super()._nap()
+        return max(nap, self._next_list - time.monotonic()) if self._failing is not None else nap
 
     def _lost(self, uri: str, what: str) -> None:
         """An object of the stream whose samples are not trained (`what` says why): said and counted."""
@@ -265,10 +348,11 @@ class S3PrefixSource(StreamSource):
     def _gone(self, o: S3Object, e: Exception) -> bool:
         """Whether `e`, raised reading `o`, says the object no longer exists (then it is lost,
         said); any other error is S3's or the network's, and the object is read again later."""
-        code = str(getattr(e, "response", {}).get("Error", {}).get("Code", ""))
-        if code in ("NoSuchKey", "404", "NotFound") or isinstance(e, FileNotFoundError):
+        if _gone_code(e):
             self._lost(o.uri, f"removed {REMOVED}")
             return True
+        metrics.SOURCE_S3_FAILURES.inc()
+        self.idle_since = max(self.idle_since, time.monotonic() + self._retry_wait())  # waiting for S3 is not idleness
         log.warning("%s: cannot be read (%s); taken up at the next listing", o.uri, e)
         return False
 
@@ -279,7 +363,7 @@ class S3PrefixSource(StreamSource):
         if is_parquet(o.key):
             try:
                 text = ParquetText(o.uri)
-            except FileNotFoundError as e:
+            except OSError as e:  # removed (FileNotFoundError), or S3 not reached: not a damaged file
                 return self._gone(o, e)
             except Exception as e:  # noqa: BLE001 - a damaged object must not stop the stream
                 log.error("%s: not a readable Parquet file (%s); skipped", o.uri, e)
@@ -301,7 +385,7 @@ class S3PrefixSource(StreamSource):
             return self._gone(o, e)
         if got is None:
             return True
-        body = _RangedBody(self.s3, self.bucket, o.key, offset, got["Body"])
+        body = _RangedBody(self.s3, self.bucket, o.key, offset, got["Body"], self._waited)
         try:
             return (yield from self._read(body, o.uri, offset, line_no, lambda: True, max_line, block_bytes))  # type: ignore[arg-type]
         finally:
@@ -315,7 +399,7 @@ class S3PrefixSource(StreamSource):
             got = self.s3.get_object(Bucket=self.bucket, Key=o.key)
         except Exception as e:  # noqa: BLE001 - removed since the listing, or S3 not reached
             return self._gone(o, e)
-        with DecompressedText(o.uri, kind, _RangedBody(self.s3, self.bucket, o.key, 0, got["Body"])) as text:
+        with DecompressedText(o.uri, kind, _RangedBody(self.s3, self.bucket, o.key, 0, got["Body"], self._waited)) as text:
             text.seek(offset)
             return (yield from self._read(text, o.uri, offset, line_no, lambda: True, max_line, block_bytes))  # type: ignore[arg-type]
 
@@ -326,7 +410,8 @@ class S3PrefixSource(StreamSource):
         if kind is None:
             return head
         got = self.s3.get_object(Bucket=self.bucket, Key=key)
-        with DecompressedText(f"s3://{self.bucket}/{key}", kind, _RangedBody(self.s3, self.bucket, key, 0, got["Body"])) as text:
+        body = _RangedBody(self.s3, self.bucket, key, 0, got["Body"], self._waited)
+        with DecompressedText(f"s3://{self.bucket}/{key}", kind, body) as text:
             out = b""
             while len(out) < length:
                 more = text.read1(length - len(out))
@@ -340,32 +425,55 @@ class S3PrefixSource(StreamSource):
 
 
 class _RangedBody:
-    """An object's bytes from an offset; a connection lost mid-object is taken up with a new
-    ranged GET from the byte it reached (a few times), instead of failing the run."""
+    """An object's bytes from an offset; a connection lost mid-object (or S3 down) is taken
+    up with a new ranged GET from the byte it reached, after a wait that doubles up to
+    RETRY_MAX_S, for as long as `retry(since, wait_s)` says (S3PrefixSource._waited), instead
+    of failing the run: the blocks read so far stand, and the object goes on from its byte."""
 
-    RETRIES = 5
-
-    def __init__(self, s3: Any, bucket: str, key: str, offset: int, body: Any) -> None:
+    def __init__(
+        self, s3: Any, bucket: str, key: str, offset: int, body: Any, retry: Callable[[float, float], bool] = lambda *_: False
+    ) -> None:
         self.s3, self.bucket, self.key = s3, bucket, key
         self.offset = offset
-        self.body = body
+        self.body: Any = body
+        self.retry = retry
 
     def read(self, size: int = -1) -> bytes:
-        for attempt in range(self.RETRIES + 1):
+        since, said = time.monotonic(), -SAY_S
+        for attempt in itertools.count():
             try:
+                if self.body is None:  # the last GET failed
+                    self.body = self.s3.get_object(Bucket=self.bucket, Key=self.key, Range=f"bytes={self.offset}-")["Body"]
                 data = bytes(self.body.read(size if size >= 0 else None))
                 self.offset += len(data)
                 return data
             except Exception as e:  # noqa: BLE001 - urllib3/botocore raise several kinds
-                if attempt == self.RETRIES:
+                metrics.SOURCE_S3_FAILURES.inc()
+                if _gone_code(e):
                     raise
-                where = f"s3://{self.bucket}/{self.key}"
-                log.warning("%s: read failed at byte %d (%s); reading on from there", where, self.offset, e)
-                self.body.close()
-                time.sleep(0.5 * (attempt + 1))
-                got = self.s3.get_object(Bucket=self.bucket, Key=self.key, Range=f"bytes={self.offset}-")
-                self.body = got["Body"]
+                now = time.monotonic()
+                if now - said >= SAY_S:
+                    where = f"s3://{self.bucket}/{self.key}"
+                    log.warning("%s: read failed at byte %d (%s); reading on from there once S3 answers", where, self.offset, e)
+                    said = now
+                if self.body is not None:
+                    self.body.close()
+                self.body = None
+                if not self.retry(since, min(RETRY_MAX_S, 0.5 * 2 ** min(attempt, 5))):  # it waits, or raises StreamStopped
+                    raise
         raise AssertionError("unreachable")
 
     def close(self) -> None:
-        self.body.close()
+        if self.body is not None:  # None: the last GET failed
+            self.body.close()
+
+
+class StreamStopped(Exception):
+    """The stream stopped while a read waited for S3 (the blocks read so far stand)."""
+
+
+def _gone_code(e: Exception) -> bool:
+    """Whether an S3 error says the object does not exist (any other is S3's or the network's)."""
+    response = getattr(e, "response", None)  # botocore's ClientError has one; urllib3's errors may hold None
+    code = str(response.get("Error", {}).get("Code", "")) if isinstance(response, dict) else ""
+    return code in ("NoSuchKey", "404", "NotFound") or isinstance(e, FileNotFoundError)
