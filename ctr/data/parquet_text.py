@@ -27,6 +27,8 @@ import io
 import itertools
 import logging
 import os
+import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,13 +55,18 @@ class _Ahead:
 
 
 class ParquetText(io.RawIOBase):
-    """The rendered text of one Parquet file, read forward from any offset."""
+    """The rendered text of one Parquet file, read forward from any offset. `retry(since,
+    wait_s)`, where given (an S3 object's, trainer.input.s3_source), decides whether a row
+    group that failed to read for an I/O error (S3 not reached) since `since` is read again
+    after waiting `wait_s` (it waits; False: give up, and the error is raised); without it,
+    such a row group is skipped as damaged."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, retry: Callable[[float, float], bool] | None = None) -> None:
         require("pyarrow")
         import pyarrow.parquet as pq
 
         self.path = str(path)
+        self.retry = retry
         if self.path.startswith("s3://"):  # an object read in ranges, a row group at a time (pyarrow's S3)
             import pyarrow.fs as pafs
 
@@ -117,6 +124,12 @@ class ParquetText(io.RawIOBase):
 
         try:
             table = self.file.read_row_group(group, columns=self.columns)
+        except OSError as e:
+            if self.retry is None:
+                self.failed_groups += 1
+                log.error("%s: row group %d cannot be read (%s); skipped", self.path, group, e)
+                return b""
+            table = self._read_again(group, e)
         except Exception as e:  # noqa: BLE001 - a damaged row group is skipped, the rest trained
             self.failed_groups += 1
             log.error("%s: row group %d cannot be read (%s); skipped", self.path, group, e)
@@ -148,6 +161,24 @@ class ParquetText(io.RawIOBase):
         quoted = pacsv.WriteOptions(include_header=False, quoting_style="needed")  # strings quoted, "" inside
         pacsv.write_csv(pa.table(columns, names=table.column_names), sink, quoted)
         return sink.getvalue()
+
+    def _read_again(self, group: int, error: OSError) -> Any:
+        """A row group whose read failed for `error` (S3 not reached), read again after the
+        waits `retry` makes, doubling up to 15 s; said once a minute. Raises the last error
+        where `retry` gives up (and whatever it raises to stop)."""
+        assert self.retry is not None
+        since, said = time.monotonic(), -60.0
+        for attempt in itertools.count():
+            if time.monotonic() - said >= 60.0:
+                log.warning("%s: row group %d cannot be read (%s); read again once S3 answers", self.path, group, error)
+                said = time.monotonic()
+            if not self.retry(since, min(15.0, 0.5 * 2 ** min(attempt, 5))):
+                raise error
+            try:
+                return self.file.read_row_group(group, columns=self.columns)
+            except OSError as e:
+                error = e
+        raise AssertionError("unreachable")
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)

@@ -379,3 +379,37 @@ def test_a_trainer_stopped_while_s3_is_down_stops_at_a_cut_and_takes_up_there(s3
     assert 0 < stopped < len(lines), stopped
     done, _ = _train(f"s3://{BUCKET}/once/", tmp_path / "done.json", *args)
     assert done["samples"] == len(lines), (stopped, done["samples"])
+
+
+def test_a_parquet_object_read_while_s3_is_down_loses_no_row_group(s3: Any, data_dir: Path, tmp_path: Path) -> None:
+    """S3 goes down while a Parquet object's row groups are being read: each row group that
+    cannot be read waits for S3 and is read again, so every row trains once. Before, every
+    row group read during the outage was skipped as damaged ("cannot be read; skipped"), and
+    its rows were lost."""
+    import os
+
+    from tests.support import wait_for_text
+
+    rows = _as_parquet(data_dir / AVAZU, tmp_path / "00.parquet", rows_per_group=500, repeat=20)
+    s3.upload_file(str(tmp_path / "00.parquet"), BUCKET, "pq/00.parquet")
+    proxy = OutageProxy(os.environ["AWS_ENDPOINT_URL"], chunk_delay_s=0.02)
+    env = {**os.environ, "AWS_ENDPOINT_URL": proxy.endpoint_url, "AWS_MAX_ATTEMPTS": "1", "AWS_RETRY_MODE": "standard"}
+    out, log = tmp_path / "m.json", tmp_path / "train.log"
+    cmd = [sys.executable, "-m", "boundless", "train", "--source", f"s3://{BUCKET}/pq/", "--ps", "local"]
+    cmd += ["--model", "lr", "--metrics-port", "-1", "--metrics-out", str(out), "--idle-exit-s", "2"]
+    cmd += ["--holdout-samples", "0", "--progress-interval-s", "0.5"]
+    with open(log, "w") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, text=True, env=env)
+    try:
+        wait_for_text(log, "INFO samples ", proc, timeout=180)
+        proxy.set_down(True)
+        time.sleep(8.0)
+        proxy.set_down(False)
+        proc.wait(timeout=300)
+    finally:
+        proc.kill()
+        proxy.close()
+    text = log.read_text()
+    assert proc.returncode == 0 and "skipped" not in text, text[-3000:]
+    assert "read again once S3 answers" in text, text[-3000:]
+    assert json.loads(out.read_text())["samples"] == rows, text[-3000:]

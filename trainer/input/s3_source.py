@@ -314,10 +314,11 @@ class S3PrefixSource(StreamSource):
                     break
 
     def _waited(self, since: float, wait_s: float) -> bool:
-        """A read that has failed since `since` (time.monotonic()): False where it gives up
+        """A read that has failed since `since` (time.monotonic()), counted: False where it gives up
         (after GIVE_UP_S, where the prefix is read once), else True after waiting `wait_s`
         to try again; StreamStopped once the stream stops meanwhile. The wait is not
         idleness: --idle-exit-s waits for S3."""
+        metrics.SOURCE_S3_FAILURES.inc()
         now = time.monotonic()
         if not self.follow and now - since >= GIVE_UP_S:
             return False
@@ -362,7 +363,7 @@ class S3PrefixSource(StreamSource):
         """One object's blocks from `offset`; True once read to its end (or lost)."""
         if is_parquet(o.key):
             try:
-                text = ParquetText(o.uri)
+                text = ParquetText(o.uri, self._waited)
             except OSError as e:  # removed (FileNotFoundError), or S3 not reached: not a damaged file
                 return self._gone(o, e)
             except Exception as e:  # noqa: BLE001 - a damaged object must not stop the stream
@@ -448,7 +449,6 @@ class _RangedBody:
                 self.offset += len(data)
                 return data
             except Exception as e:  # noqa: BLE001 - urllib3/botocore raise several kinds
-                metrics.SOURCE_S3_FAILURES.inc()
                 if _gone_code(e):
                     raise
                 now = time.monotonic()
