@@ -65,15 +65,52 @@ def _open(raw: Any, kind: str) -> Any:
     return zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True, closefd=True)
 
 
+class _RawFailed(Exception):
+    """Reading the compressed bytes failed (its cause says how): not damage in them."""
+
+
+class _Raw:
+    """The compressed bytes, their read errors marked (_RawFailed), so that the decompressor's
+    errors, which mean damage, are told apart from the storage's (an S3 outage, the stream
+    stopping), which must reach the caller: as damage, the rest of the file would be lost."""
+
+    def __init__(self, raw: Any) -> None:
+        self.raw = raw
+
+    def read(self, size: int = -1) -> bytes:
+        try:
+            return self.raw.read(size)  # type: ignore[no-any-return]
+        except Exception as e:
+            raise _RawFailed() from e
+
+    def readinto(self, b: Any) -> int:
+        data = self.read(len(b))
+        b[: len(data)] = data
+        return len(data)
+
+    def tell(self) -> int:
+        return self.raw.tell() if hasattr(self.raw, "tell") else getattr(self.raw, "offset", 0)  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        self.raw.close()
+
+    @property
+    def closed(self) -> bool:
+        return bool(getattr(self.raw, "closed", False))
+
+    def readable(self) -> bool:
+        return True
+
+
 class DecompressedText(io.RawIOBase):
     """The text of one compressed file (or of `raw`, an object's bytes from its start, named
     `path`), read forward from any offset. A stream that ends early or is damaged reads as
-    ending there (`damage` says why and where)."""
+    ending there (`damage` says why and where); an error reading `raw` itself is raised."""
 
     def __init__(self, path: str | Path, kind: str, raw: Any = None) -> None:
         self.path, self.kind = str(path), kind
         self._raw = open(path, "rb") if raw is None else raw  # noqa: SIM115 - closed in close()
-        self._file = _open(self._raw, kind)
+        self._file = _open(_Raw(self._raw), kind)
         self._at = 0
         self.damage: str | None = None
 
@@ -119,6 +156,8 @@ class DecompressedText(io.RawIOBase):
         while got < want and self.damage is None:
             try:
                 data = self._file.read1(want - got)
+            except _RawFailed as e:  # the storage's error, not the file's: the caller's to handle
+                raise e.__cause__ from None  # type: ignore[misc]
             except Exception as e:  # noqa: BLE001 - EOFError (cut short), BadGzipFile, zlib.error, LZMAError, ZstdError
                 self._damaged(e)
                 break

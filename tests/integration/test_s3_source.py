@@ -344,18 +344,25 @@ def test_a_followed_prefix_waits_out_an_s3_outage_and_trains_every_line_once(s3:
     assert json.loads(out.read_text())["samples"] == len(first) + len(later), text[-3000:]
 
 
-def test_a_trainer_stopped_while_s3_is_down_stops_at_a_cut_and_takes_up_there(s3: Any, data_dir: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("packed", [False, True], ids=["plain", "gzip"])
+def test_a_trainer_stopped_while_s3_is_down_stops_at_a_cut_and_takes_up_there(
+    s3: Any, data_dir: Path, tmp_path: Path, packed: bool
+) -> None:
     """SIGTERM while a read waits for S3 mid-object: the trainer stops at once (not after
     the wait, and not with the S3 error), takes its last cut, and a run after the outage
-    takes up there: every line once (the object read on from the cut's byte)."""
+    takes up there: every line once (the object read on from the cut's byte). A gzip'd
+    object too: before, the storage's error inside its decompressor read as damage, and the
+    rest of the object was lost."""
+    import gzip
     import os
     import signal
 
     from tests.support import wait_for_text
 
     lines = (data_dir / "frappe/frappe.validation.libfm").read_text().splitlines() * 8
-    s3.put_object(Bucket=BUCKET, Key="once/00.libfm", Body=("\n".join(lines) + "\n").encode())
-    proxy = OutageProxy(os.environ["AWS_ENDPOINT_URL"], chunk_delay_s=0.01)
+    body = ("\n".join(lines) + "\n").encode()
+    s3.put_object(Bucket=BUCKET, Key="once/00.libfm" + (".gz" if packed else ""), Body=gzip.compress(body) if packed else body)
+    proxy = OutageProxy(os.environ["AWS_ENDPOINT_URL"], chunk_delay_s=0.1 if packed else 0.01)
     env = {**os.environ, "AWS_ENDPOINT_URL": proxy.endpoint_url, "AWS_MAX_ATTEMPTS": "1", "AWS_RETRY_MODE": "standard"}
     args = ["--model", "ffm", "--k", "4", "--no-follow", "--holdout-samples", "0", "--local-data-dir", str(tmp_path / "ps")]
     cmd = [sys.executable, "-m", "boundless", "train", "--source", f"s3://{BUCKET}/once/", "--ps", "local", *args]
@@ -374,7 +381,7 @@ def test_a_trainer_stopped_while_s3_is_down_stops_at_a_cut_and_takes_up_there(s3
         proc.kill()
         proxy.close()
     text = log.read_text()
-    assert proc.returncode == 0 and "Traceback" not in text, text[-3000:]
+    assert proc.returncode == 0 and "Traceback" not in text and "damaged" not in text, text[-3000:]
     stopped = json.loads((tmp_path / "stopped.json").read_text())["samples"]
     assert 0 < stopped < len(lines), stopped
     done, _ = _train(f"s3://{BUCKET}/once/", tmp_path / "done.json", *args)

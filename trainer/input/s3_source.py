@@ -161,7 +161,7 @@ class S3PrefixSource(StreamSource):
         return found
 
     def _list_failed(self, e: Exception, now: float) -> None:
-        """A failed LIST: counted, said (again every LIST_SAY_S while it lasts), tried again
+        """A failed LIST: counted, said (again every SAY_S while it lasts), tried again
         after a wait that doubles up to RETRY_MAX_S. A prefix read once gives up after
         GIVE_UP_S, naming the error (a followed one waits for S3 as it waits for data)."""
         metrics.SOURCE_S3_FAILURES.inc()
@@ -431,9 +431,7 @@ class _RangedBody:
     RETRY_MAX_S, for as long as `retry(since, wait_s)` says (S3PrefixSource._waited), instead
     of failing the run: the blocks read so far stand, and the object goes on from its byte."""
 
-    def __init__(
-        self, s3: Any, bucket: str, key: str, offset: int, body: Any, retry: Callable[[float, float], bool] = lambda *_: False
-    ) -> None:
+    def __init__(self, s3: Any, bucket: str, key: str, offset: int, body: Any, retry: Callable[[float, float], bool]) -> None:
         self.s3, self.bucket, self.key = s3, bucket, key
         self.offset = offset
         self.body: Any = body
