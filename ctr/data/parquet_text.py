@@ -56,12 +56,12 @@ class _Ahead:
 
 class ParquetText(io.RawIOBase):
     """The rendered text of one Parquet file, read forward from any offset. `retry(since,
-    wait_s)`, where given (an S3 object's, trainer.input.s3_source), decides whether a row
-    group that failed to read for an I/O error (S3 not reached) since `since` is read again
-    after waiting `wait_s` (it waits; False: give up, and the error is raised); without it,
-    such a row group is skipped as damaged."""
+    attempt)`, where given (an S3 object's, trainer.input.s3_source), decides whether a row
+    group that has failed to read for an I/O error (S3 not reached) since `since`, `attempt`
+    times before, is read again (it waits first; False: give up, and the error is raised);
+    without it, such a row group is skipped as damaged."""
 
-    def __init__(self, path: str | Path, retry: Callable[[float, float], bool] | None = None) -> None:
+    def __init__(self, path: str | Path, retry: Callable[[float, int], bool] | None = None) -> None:
         require("pyarrow")
         import pyarrow.parquet as pq
 
@@ -164,15 +164,15 @@ class ParquetText(io.RawIOBase):
 
     def _read_again(self, group: int, error: OSError) -> Any:
         """A row group whose read failed for `error` (S3 not reached), read again after the
-        waits `retry` makes, doubling up to 15 s; said once a minute. Raises the last error
-        where `retry` gives up (and whatever it raises to stop)."""
+        waits `retry` makes; said once a minute. Raises the last error where `retry` gives
+        up (and whatever it raises to stop)."""
         assert self.retry is not None
         since, said = time.monotonic(), -60.0
         for attempt in itertools.count():
             if time.monotonic() - said >= 60.0:
                 log.warning("%s: row group %d cannot be read (%s); read again once S3 answers", self.path, group, error)
                 said = time.monotonic()
-            if not self.retry(since, min(15.0, 0.5 * 2 ** min(attempt, 5))):
+            if not self.retry(since, attempt):
                 raise error
             try:
                 return self.file.read_row_group(group, columns=self.columns)

@@ -258,7 +258,7 @@ class S3PrefixSource(StreamSource):
             self._all_objects()
             if self._objects[0] < 0:
                 yield None
-                time.sleep(max(self.poll_s, self._next_list - time.monotonic()))
+                time.sleep(self._retry_wait())
         if start.file and all(o.uri != start.file for o in self._mine()):
             self._lost(start.file, f"where the checkpoint stands (line {start.line}, byte {start.offset}), is gone {REMOVED}")
         if self.start_at > 0 and (start.file or self.prior):  # objects read before the cut: one written since is not
@@ -313,12 +313,13 @@ class S3PrefixSource(StreamSource):
                     time.sleep(self._retry_wait())
                     break
 
-    def _waited(self, since: float, wait_s: float) -> bool:
-        """A read that has failed since `since` (time.monotonic()), counted: False where it gives up
-        (after GIVE_UP_S, where the prefix is read once), else True after waiting `wait_s`
-        to try again; StreamStopped once the stream stops meanwhile. The wait is not
-        idleness: --idle-exit-s waits for S3."""
+    def _waited(self, since: float, attempt: int) -> bool:
+        """A read that has failed since `since` (time.monotonic()) `attempt` times before,
+        counted: False where it gives up (after GIVE_UP_S, where the prefix is read once),
+        else True after a wait that doubles from 0.5 s up to RETRY_MAX_S; StreamStopped once
+        the stream stops meanwhile. The wait is not idleness: --idle-exit-s waits for S3."""
         metrics.SOURCE_S3_FAILURES.inc()
+        wait_s = min(RETRY_MAX_S, 0.5 * 2 ** min(attempt, 5))
         now = time.monotonic()
         if not self.follow and now - since >= GIVE_UP_S:
             return False
@@ -331,8 +332,8 @@ class S3PrefixSource(StreamSource):
         raise StreamStopped
 
     def _retry_wait(self) -> float:
-        """How long an object that could not be read waits before it is tried again: until the
-        next listing, which says whether it is still there."""
+        """How long an object that could not be read (or a first listing that failed) waits
+        before it is tried again: until the next listing, which says whether it is there."""
         return max(self.poll_s, MIN_LIST_S, self._next_list - time.monotonic())
 
     def _nap(self) -> float:
@@ -427,11 +428,11 @@ class S3PrefixSource(StreamSource):
 
 class _RangedBody:
     """An object's bytes from an offset; a connection lost mid-object (or S3 down) is taken
-    up with a new ranged GET from the byte it reached, after a wait that doubles up to
-    RETRY_MAX_S, for as long as `retry(since, wait_s)` says (S3PrefixSource._waited), instead
-    of failing the run: the blocks read so far stand, and the object goes on from its byte."""
+    up with a new ranged GET from the byte it reached, after the waits `retry(since, attempt)`
+    makes, for as long as it says (S3PrefixSource._waited), instead of failing the run: the
+    blocks read so far stand, and the object goes on from its byte."""
 
-    def __init__(self, s3: Any, bucket: str, key: str, offset: int, body: Any, retry: Callable[[float, float], bool]) -> None:
+    def __init__(self, s3: Any, bucket: str, key: str, offset: int, body: Any, retry: Callable[[float, int], bool]) -> None:
         self.s3, self.bucket, self.key = s3, bucket, key
         self.offset = offset
         self.body: Any = body
@@ -457,7 +458,7 @@ class _RangedBody:
                 if self.body is not None:
                     self.body.close()
                 self.body = None
-                if not self.retry(since, min(RETRY_MAX_S, 0.5 * 2 ** min(attempt, 5))):  # it waits, or raises StreamStopped
+                if not self.retry(since, attempt):  # it waits, or raises StreamStopped
                     raise
         raise AssertionError("unreachable")
 
