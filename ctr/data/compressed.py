@@ -88,18 +88,8 @@ class _Raw:
         b[: len(data)] = data
         return len(data)
 
-    def tell(self) -> int:
-        return self.raw.tell() if hasattr(self.raw, "tell") else getattr(self.raw, "offset", 0)  # type: ignore[no-any-return]
-
     def close(self) -> None:
         self.raw.close()
-
-    @property
-    def closed(self) -> bool:
-        return bool(getattr(self.raw, "closed", False))
-
-    def readable(self) -> bool:
-        return True
 
 
 class DecompressedText(io.RawIOBase):
