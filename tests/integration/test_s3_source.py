@@ -12,6 +12,7 @@ import random
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -413,3 +414,98 @@ def test_a_parquet_object_read_while_s3_is_down_loses_no_row_group(s3: Any, data
     assert proc.returncode == 0 and "skipped" not in text, text[-3000:]
     assert "read again once S3 answers" in text, text[-3000:]
     assert json.loads(out.read_text())["samples"] == rows, text[-3000:]
+
+
+def _through(proxy: SlowProxy, monkeypatch: Any) -> None:
+    """This process's S3 clients reach the server through the proxy, botocore's retries off."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://{proxy.address}")
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    monkeypatch.setenv("AWS_RETRY_MODE", "standard")
+
+
+def _down_for(proxy: SlowProxy, seconds: float) -> threading.Timer:
+    proxy.set_down(True)
+    timer = threading.Timer(seconds, proxy.set_down, [False])
+    timer.start()
+    return timer
+
+
+def test_the_start_up_peek_and_a_header_read_wait_out_an_s3_outage(
+    s3: Any, data_dir: Path, monkeypatch: Any, caplog: Any
+) -> None:
+    """The trainer's first look at a prefix (its first lines, for the schema) and a csv
+    object's header read again by a run resumed inside it wait for S3 as the stream does.
+    Before, the peek of a prefix read once took a failed listing for an empty prefix (no
+    schema: an FFM run refused to start, "no data came"), and a failed header read ended
+    the run with botocore's error."""
+    from trainer.input.s3_source import S3PrefixSource
+
+    text = (data_dir / AVAZU).read_text()
+    header = text.split("\n", 1)[0]
+    s3.put_object(Bucket=BUCKET, Key="peek/00.csv", Body=text.encode())
+    proxy = _proxy(0.0)
+    _through(proxy, monkeypatch)
+    try:
+        source = S3PrefixSource(f"s3://{BUCKET}/peek/", follow=False, poll_s=0.0)
+        _down_for(proxy, 3.0)
+        lines = source.peek()
+        assert lines[:3] == text.splitlines()[:3], lines[:3]
+        _down_for(proxy, 3.0)
+        with caplog.at_level("WARNING", logger="trainer"):
+            assert source.first_line(f"s3://{BUCKET}/peek/00.csv") == header
+        assert "read again once S3 answers" in caplog.text, caplog.text
+    finally:
+        proxy.close()
+
+
+@pytest.mark.parametrize("stopped", [False, True], ids=["waits", "stopped"])
+def test_a_reader_resumed_inside_a_csv_object_reads_its_header_through_an_outage(
+    s3: Any, data_dir: Path, monkeypatch: Any, stopped: bool
+) -> None:
+    """A run taken up inside a csv object reads the object's header again (its first line)
+    to parse the lines after the cut. S3 down at that moment: the reader waits and parses
+    every line after the cut once with that header; stopped while it waits, it ends
+    quietly, with nothing more trained (the cut stands). Before, the header read's error
+    ended the run."""
+    from ctr.data.fields import FieldIndex
+    from ctr.data.schema import detect_schema
+    from trainer.input.reader import BatchReader
+    from trainer.input.s3_source import S3PrefixSource
+    from trainer.input.source import BLOCK_BYTES, Block, Position
+
+    text = (data_dir / AVAZU).read_text()
+    header, rows = text.split("\n", 1)[0], text.splitlines()[1:]
+    uri = f"s3://{BUCKET}/resumed/00.csv"
+    s3.put_object(Bucket=BUCKET, Key="resumed/00.csv", Body=text.encode())
+    skip = 100
+    start = Position(file=uri, offset=len(header) + 1 + sum(len(r) + 1 for r in rows[:skip]), line=skip + 1)
+    proxy = _proxy(0.0)
+    _through(proxy, monkeypatch)
+    halt = threading.Event()
+
+    class OutageAtTheFirstBlock(S3PrefixSource):
+        """The prefix's source, S3 going down as its first block of data is handed over (the
+        reader then asks for the object's header)."""
+
+        def blocks(self, max_line_bytes: int, block_bytes: int = BLOCK_BYTES) -> Iterator[Block | None]:
+            outage: threading.Timer | None = None
+            for block in super().blocks(max_line_bytes, block_bytes):
+                if block is not None and block.data and outage is None:
+                    outage = _down_for(proxy, 3.0)
+                    if stopped:
+                        threading.Timer(1.0, halt.set).start()
+                yield block
+
+    schema = detect_schema(header)
+    try:
+        source = OutageAtTheFirstBlock(f"s3://{BUCKET}/resumed/", follow=False, poll_s=0.0, start=start, stop=halt.is_set)
+        reader = BatchReader(source, schema, FieldIndex(schema.base_fields(header)), 1000, 1 << 20)
+        got = [b for b in reader.batches() if b is not None]
+    finally:
+        proxy.close()
+    assert reader.bad_lines == 0
+    if stopped:
+        assert got == []
+        return
+    assert sum(b.lines for b in got) == len(rows) - skip
+    assert got[-1].position.file == uri

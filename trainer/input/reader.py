@@ -28,7 +28,7 @@ from ctr.data.schema import FeatureSchema, detect_schema
 from trainer import metrics
 from trainer.input.batch_cache import BatchCache, CachedBatch, Recording
 from trainer.input.block_parser import BlockParser, ParsedBlock, RefusedFile
-from trainer.input.source import Block, Position, Source, StreamSource
+from trainer.input.source import Block, Position, Source, StreamSource, StreamStopped
 
 log = logging.getLogger("trainer")
 T = TypeVar("T")
@@ -275,40 +275,43 @@ class BatchReader:
             return None
 
     def _batches(self) -> Iterator[ReadyBatch | None]:
-        for block in self.source.blocks(self.max_line_bytes):
-            if block is None:
-                yield from self._drain()
-                yield None
-                continue
-            if block.cached:
-                yield from self._drain()
-                yield from self._replay(block.file)
-                continue
-            if block.eof:
-                yield from self._drain()
-                rec = self._recording
-                if rec is not None and self.cache is not None:
-                    self._cache_write(partial(self.cache.finish, rec, self.fields))
-                self._recording = None
-                continue
-            self._track(block)
-            if block.overlong:
-                yield from self._drain()
-                self._bad(block.file, block.line, f"line is longer than {self.max_line_bytes} bytes")
-                continue
-            if block.cut_short:
-                yield from self._drain()
-                self._bad(block.file, block.line, "the file's compressed stream ends inside this line (damaged): not trained")
-                continue
-            if self._held is not None and self._held.file != block.file:
-                yield from self._drain()
-            if self._held is not None:  # join the held lines to the block that follows them
-                h = self._held
-                joined = h.newlines + block.newlines if h.newlines >= 0 and block.newlines >= 0 else -1
-                block = Block(h.file, h.offset, h.line, h.data + block.data, block.final, newlines=joined)
-                self._held = None
-            yield from self._cut(block)
-        yield from self._drain()
+        try:
+            for block in self.source.blocks(self.max_line_bytes):
+                if block is None:
+                    yield from self._drain()
+                    yield None
+                    continue
+                if block.cached:
+                    yield from self._drain()
+                    yield from self._replay(block.file)
+                    continue
+                if block.eof:
+                    yield from self._drain()
+                    rec = self._recording
+                    if rec is not None and self.cache is not None:
+                        self._cache_write(partial(self.cache.finish, rec, self.fields))
+                    self._recording = None
+                    continue
+                self._track(block)
+                if block.overlong:
+                    yield from self._drain()
+                    self._bad(block.file, block.line, f"line is longer than {self.max_line_bytes} bytes")
+                    continue
+                if block.cut_short:
+                    yield from self._drain()
+                    self._bad(block.file, block.line, "the file's compressed stream ends inside this line (damaged): not trained")
+                    continue
+                if self._held is not None and self._held.file != block.file:
+                    yield from self._drain()
+                if self._held is not None:  # join the held lines to the block that follows them
+                    h = self._held
+                    joined = h.newlines + block.newlines if h.newlines >= 0 and block.newlines >= 0 else -1
+                    block = Block(h.file, h.offset, h.line, h.data + block.data, block.final, newlines=joined)
+                    self._held = None
+                yield from self._cut(block)
+            yield from self._drain()
+        except StreamStopped:  # stopped while a read waited for S3: what was trained stands
+            return
 
     def _drain(self) -> Iterator[ReadyBatch]:
         """Parses the held lines as a short batch (end of file, idle stream)."""

@@ -25,7 +25,7 @@ import logging
 import time
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from ctr.data.compressed import DecompressedText, compression_of
 from ctr.data.parquet_text import ParquetText, is_parquet
@@ -33,9 +33,10 @@ from ctr.runtime.extras import require
 from trainer import metrics
 from trainer.input import rescaled
 from trainer.input.file_split import owner_of, share
-from trainer.input.source import BLOCK_BYTES, LATE_SLACK_S, Block, Position, StreamSource
+from trainer.input.source import BLOCK_BYTES, LATE_SLACK_S, Block, Position, StreamSource, StreamStopped
 
 log = logging.getLogger("trainer")
+T = TypeVar("T")
 REMOVED = (
     "from the prefix before it was read: its samples are not trained (a lifecycle rule or a clean-up that removes"
     " objects the trainer has not read yet)"
@@ -204,30 +205,63 @@ class S3PrefixSource(StreamSource):
 
     def peek(self, max_lines: int = 2000, max_bytes: int = 4 << 20, timeout_s: float = 0.0) -> list[str]:
         """The first object's first lines, waiting up to timeout_s for one to land: the
-        prefix's first, whichever rank's share it is (as a folder's, StreamSource.peek)."""
+        prefix's first, whichever rank's share it is (as a folder's, StreamSource.peek).
+        While S3 fails (the prefix never listed yet, the object not read) it waits for S3 as
+        the stream does (_list_failed, _waited): an outage at start-up is not an empty prefix."""
         deadline = time.monotonic() + (timeout_s if self.follow else 0.0)
         while True:
             objects = [o for o in self._all_objects() if o.size > 0]
             if objects:
                 first = objects[0]
-                if is_parquet(first.key):
-                    with ParquetText(first.uri) as rendered:
-                        head = rendered.read(max_bytes)
-                else:
-                    head = self._text_head(first.key, max_bytes)
+                try:
+                    head = self._patiently(first.uri, lambda: self._head_of(first, max_bytes))  # noqa: B023
+                except Exception as e:
+                    if not _gone_code(e):
+                        raise
+                    self._next_list = 0.0  # removed since the listing: the next object is the first
+                    continue
                 text = head.decode("utf-8", errors="replace").splitlines()
                 return text[: max_lines if len(head) < max_bytes else max(0, min(max_lines, len(text) - 1))]
-            if time.monotonic() >= deadline or self.stop():
+            listed = self._objects[0] >= 0
+            if listed and time.monotonic() >= deadline or self.stop():
                 return []
-            time.sleep(max(self.poll_s, MIN_LIST_S))
+            time.sleep(max(self.poll_s, MIN_LIST_S) if listed else self._retry_wait())
+
+    def _head_of(self, o: S3Object, max_bytes: int) -> bytes:
+        if is_parquet(o.key):
+            with ParquetText(o.uri, self._waited) as rendered:
+                return bytes(rendered.read(max_bytes))
+        return self._text_head(o.key, max_bytes)
+
+    def _patiently(self, what: str, call: Callable[[], T]) -> T:
+        """call(), made again after the waits _waited makes while S3 (or the network to it)
+        fails, said once a minute; an error that says the object is gone, or S3's failure
+        past what _waited allows, is raised (StreamStopped once the stream stops)."""
+        since, said = time.monotonic(), -SAY_S
+        for attempt in itertools.count():
+            try:
+                return call()
+            except StreamStopped:
+                raise
+            except Exception as e:  # noqa: BLE001 - botocore, urllib3 and pyarrow raise several kinds
+                if _gone_code(e) or isinstance(e, ValueError):  # gone, or a damaged file (ArrowInvalid)
+                    raise
+                now = time.monotonic()
+                if now - said >= SAY_S:
+                    log.warning("%s: cannot be read (%s); read again once S3 answers", what, e)
+                    said = now
+                if not self._waited(since, attempt):
+                    raise
+        raise AssertionError("unreachable")
 
     def _range(self, key: str, start: int, length: int) -> bytes:
         got = self.s3.get_object(Bucket=self.bucket, Key=key, Range=f"bytes={start}-{start + length - 1}")
         return bytes(got["Body"].read())
 
     def first_line(self, uri: str) -> str:
-        """The first line of a text object (its csv header), for a reader resumed inside it."""
-        head = self._text_head(uri[len(f"s3://{self.bucket}/") :], 1 << 20)
+        """The first line of a text object (its csv header), for a reader resumed inside it;
+        read again while S3 fails (_patiently)."""
+        head = self._patiently(uri, lambda: self._text_head(uri[len(f"s3://{self.bucket}/") :], 1 << 20))
         return head.split(b"\n", 1)[0].decode("utf-8", errors="replace")
 
     def first_lines(self) -> Iterator[str]:
@@ -465,10 +499,6 @@ class _RangedBody:
     def close(self) -> None:
         if self.body is not None:  # None: the last GET failed
             self.body.close()
-
-
-class StreamStopped(Exception):
-    """The stream stopped while a read waited for S3 (the blocks read so far stand)."""
 
 
 def _gone_code(e: Exception) -> bool:

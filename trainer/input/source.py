@@ -109,6 +109,11 @@ class Position:
     prior: dict[str, Any] | None = None
 
 
+class StreamStopped(Exception):
+    """The stream stopped while a read waited for its storage (S3 down): the blocks read so
+    far stand, and the reader ends where it is (trainer.input.reader)."""
+
+
 class Source(Protocol):
     """What the reader needs of a sample source (StreamSource, KafkaSource)."""
 
