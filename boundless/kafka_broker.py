@@ -39,12 +39,14 @@ QUIET = {"log.connection.close": False, "log_level": 4}
 
 
 class KafkaBroker:
-    """Starts on construction; `stop()` (or the context manager) ends it."""
+    """Starts on construction; `stop()` (or the context manager) ends it. `front`: the
+    HOST:PORT of a proxy in front of the broker's `port`, which clients are sent to (the
+    tests' outages: bench.slow_proxy)."""
 
-    def __init__(self, log: Path, timeout_s: float = 30.0) -> None:
-        self.port = free_port()
-        self.bootstrap = f"127.0.0.1:{self.port}"
-        url = f"tcp://{self.bootstrap}"
+    def __init__(self, log: Path, timeout_s: float = 30.0, port: int = 0, front: str = "") -> None:
+        self.port = port or free_port()
+        self.bootstrap = front or f"127.0.0.1:{self.port}"  # where clients connect: the broker, or its front
+        url = f"tcp://127.0.0.1:{self.port}"
         self._log = open(log, "ab")  # noqa: SIM115 - held open while the broker runs
         self.proc = subprocess.Popen(
             [
@@ -53,7 +55,7 @@ class KafkaBroker:
                 "--listener-url",
                 url,
                 "--advertised-listener-url",
-                url,
+                f"tcp://{self.bootstrap}",
                 "--storage-engine",
                 "memory://tansu/",
             ],

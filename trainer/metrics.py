@@ -17,6 +17,11 @@ SOURCE_S3_FAILURES = Counter(
     "boundless_trainer_source_s3_failures_total",
     "listings and reads of an S3 prefix's objects that failed (S3 or the network down): the stream waited and tried again",
 )
+SOURCE_KAFKA_FAILURES = Counter(
+    "boundless_trainer_source_kafka_failures_total",
+    "questions to a Kafka topic's broker that went unanswered while the stream had no message (the broker or the"
+    " network down): the stream waited and asked again",
+)
 SOURCE_PARTITIONS_RESET = Counter(
     "boundless_trainer_source_partitions_reset_total",
     "Kafka partitions read again from their oldest message: the stream's offset named none of their messages (the topic"

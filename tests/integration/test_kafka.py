@@ -340,3 +340,49 @@ def test_a_csv_topic_takes_its_columns_from_a_header_message_or_csv_header(broke
         assert got["model"]["fields"][:3] == ["hour", "C1", "banner_pos"]  # Avazu's columns by name, id skipped
     refused = subprocess.run([*base, "--source", bare, "--format", "avazu"], capture_output=True, text=True, timeout=300)
     assert refused.returncode == 2 and "--csv-header" in refused.stderr and "Traceback" not in refused.stderr
+
+
+@pytest.mark.parametrize("follow", [True, False], ids=["followed-idle-exit", "no-follow"])
+def test_a_broker_outage_mid_stream_pauses_it_and_every_message_trains_once(data_dir, tmp_path, follow):
+    """The broker (or the network to it) goes down while the trainer is in the middle of a
+    topic, for longer than --idle-exit-s: the stream waits (said, counted) and goes on when
+    the broker answers again, every message trained once (a followed topic's produced after
+    the outage too). Before, a followed topic's trainer with --idle-exit-s took the outage for a
+    drained topic and ended "done" with most of the topic unread (exit 0), and one reading
+    the topic to its end (--no-follow) ended with a KafkaException traceback."""
+    from bench.slow_proxy import SlowProxy
+    from boundless.kafka_broker import free_port
+
+    port = free_port()
+    proxy = SlowProxy(f"127.0.0.1:{port}", 0.005)  # fetches of 35 MB take seconds: the outage finds it mid-topic
+    lines = (data_dir / "frappe/frappe.validation.libfm").read_text().splitlines()
+    first, later = lines * 6, lines[:5000] if follow else []  # read once: the end is where the topic stood
+    log, out = tmp_path / "train.log", tmp_path / "m.json"
+    try:
+        with KafkaBroker(tmp_path / "broker.log", port=port, front=proxy.address) as broker:
+            source = broker.create_topic(TOPIC, 2)
+            producer = broker.producer()
+            produce_lines(producer, TOPIC, first, 2)
+            cmd = [sys.executable, "-m", "boundless", "train", "--source", source, "--ps", "local", "--format", "libsvm"]
+            cmd += ["--metrics-port", "-1", "--metrics-out", str(out), "--holdout-samples", "0", "--progress-interval-s", "0.5"]
+            cmd += ["--model", "ffm", "--k", "4", *(["--idle-exit-s", "3"] if follow else ["--no-follow"])]
+            with open(log, "w") as err:
+                proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, text=True)
+            try:
+                wait_for_text(log, "INFO samples ", proc, timeout=120)
+                proxy.set_down(True)
+                time.sleep(10.0)  # three times --idle-exit-s
+                assert proc.poll() is None, log.read_text()[-3000:]
+                proxy.set_down(False)
+                if later:
+                    produce_lines(producer, TOPIC, later, 2)
+                proc.wait(timeout=180)
+            finally:
+                proc.kill()
+                del producer  # before the proxy closes: its reconnects would be logged
+    finally:
+        proxy.close()
+    text = log.read_text()
+    assert proc.returncode == 0 and "Traceback" not in text, text[-3000:]
+    assert "the broker does not answer" in text and "the broker answers again" in text, text[-3000:]
+    assert json.loads(out.read_text())["samples"] == len(first) + len(later), text[-3000:]

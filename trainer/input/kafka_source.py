@@ -22,6 +22,10 @@ A stored position is checked against the topic as it is now (docs/design/topic-p
 - while reading, a fetch that does not continue where the last one ended is judged the
   same way (offset_verdict): librdkafka's start over after OFFSET_OUT_OF_RANGE, or
   retention's skip, or offsets that were never messages.
+
+A broker that stops answering mid-stream pauses it (docs/design/kafka-outages.md): the
+stream is not idle while its broker does not answer, and a topic read to its end waits for
+the broker to say where the end is; said, counted, and given up only by a topic read once.
 """
 
 from __future__ import annotations
@@ -46,6 +50,13 @@ OFFSET_BEGINNING = -2  # librdkafka's: a partition's oldest retained message
 # a fetch that skips this many offsets or fewer is a transaction's commit marker, never asked about
 MARKER_GAP = 1
 WATERMARK_TIMEOUT_S = 10.0
+# a broker that does not answer (docs/design/kafka-outages.md): while the stream has no
+# message, a followed topic asks this often whether the broker answers (a drained topic and
+# an unreachable broker both give no message), each question waiting at most ASK_TIMEOUT_S
+ASK_EVERY_S = 2.0
+ASK_TIMEOUT_S = 1.0
+SAY_S = 60.0  # an outage is said when it starts, then this often while it lasts
+GIVE_UP_S = 600.0  # a topic read to its end (--no-follow) gives up after its broker failed this long
 
 
 def is_kafka(source: str) -> bool:
@@ -108,6 +119,8 @@ class KafkaSource:
         self.resets: list[str] = []  # "TOPIC[P] at N": partitions read again from their oldest message
         self._watermarks: dict[int, tuple[int, int]] = {}  # partition -> (low, high), as fetches last saw them
         self._watermarks_at = 0.0
+        self._down: tuple[float, int, float] | None = None  # the broker not answering: since, failures, last said
+        self._next_ask = 0.0  # time.monotonic() of the next question to an idle followed topic's broker
         self._consumer = self._new_consumer()
         try:
             meta = self._consumer.list_topics(self.topic, timeout=metadata_timeout_s)
@@ -283,14 +296,77 @@ class KafkaSource:
         return [line for p in self.all_partitions for line in got[p]]
 
     def _at_end(self) -> bool:
-        """Every partition has been read up to its current high watermark."""
+        """Every partition has been read up to its current high watermark. While the broker
+        does not answer, False (_unanswered): the end of a topic is the broker's to say."""
         from confluent_kafka import TopicPartition
 
-        for p, nxt in self.next.items():
-            low, high = self._consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=WATERMARK_TIMEOUT_S)
-            if high > max(nxt, low):
+        timeout = WATERMARK_TIMEOUT_S
+        if self._down is not None:  # asked again every ASK_EVERY_S, not at every empty fetch
+            now = time.monotonic()
+            if now < self._next_ask:
                 return False
+            self._next_ask, timeout = now + ASK_EVERY_S, ASK_TIMEOUT_S
+        try:
+            for p, nxt in self.next.items():
+                low, high = self._consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=timeout)
+                if high > max(nxt, low):
+                    self._answered()
+                    return False
+        except Exception as e:  # noqa: BLE001 - KafkaException: the broker did not answer
+            self._unanswered(e)
+            return False
+        self._answered()
         return True
+
+    def _ask(self) -> None:
+        """Whether an idle followed topic's broker answers (a drained topic and a broker
+        that is down both give no message): asked every ASK_EVERY_S, once the stream has had
+        no message for a second."""
+        from confluent_kafka import TopicPartition
+
+        now = time.monotonic()
+        if now < self._next_ask or now - self.idle_since < 1.0 or not self.partitions:
+            return
+        self._next_ask = now + ASK_EVERY_S
+        try:
+            self._consumer.get_watermark_offsets(TopicPartition(self.topic, self.partitions[0]), timeout=ASK_TIMEOUT_S)
+        except Exception as e:  # noqa: BLE001 - KafkaException: the broker did not answer
+            self._unanswered(e)
+            return
+        self._answered()
+
+    def _unanswered(self, e: Exception) -> None:
+        """The broker did not answer: counted, said (again every SAY_S while it lasts), and
+        not idleness until the next question (--idle-exit-s waits for the broker). A topic
+        read once gives up after GIVE_UP_S, naming the error."""
+        metrics.SOURCE_KAFKA_FAILURES.inc()
+        now = time.monotonic()
+        since, count, said = self._down or (now, 0, -SAY_S)
+        count += 1
+        if now - said >= SAY_S:
+            log.warning(
+                "%s: the broker does not answer (%s); the stream waits and asks again (%d failure(s) in %.0f s)",
+                self.source,
+                e,
+                count,
+                now - since,
+            )
+            said = now
+        self._down = (since, count, said)
+        if not self.follow and now - since >= GIVE_UP_S:
+            raise ValueError(f"--source {self.source}: the broker has not answered for {now - since:.0f} s: {e}")
+        self.idle_since = max(self.idle_since, now + ASK_EVERY_S + ASK_TIMEOUT_S)
+
+    def _answered(self) -> None:
+        if self._down is not None:
+            since, count, _ = self._down
+            log.warning(
+                "%s: the broker answers again after %.0f s in which %d question(s) went unanswered; the stream goes on",
+                self.source,
+                time.monotonic() - since,
+                count,
+            )
+            self._down = None
 
     def _note_watermarks(self) -> None:
         """Keeps the watermarks this consumer's fetches last saw, for backlog(). Called on the
@@ -317,8 +393,12 @@ class KafkaSource:
                 if not msgs:
                     if not self.follow and self._at_end():
                         return
+                    if self.follow:
+                        self._ask()
                     yield None
                     continue
+                if self._down is not None and any(m.error() is None for m in msgs):
+                    self._answered()
                 self.idle_since = time.monotonic()
                 yield from self._runs(msgs, max_line_bytes)
         finally:
