@@ -767,6 +767,7 @@ def train_run(
     result["codecs"] = client.codecs()  # type: ignore[assignment]  # what `auto` chose, per table
     if replica is not None:
         result["mlp_steps"] = float(replica.steps)  # Adam's steps: fewer than batches where they wait for positives
+        result["mlp_clipped_steps"] = float(replica.clipped_steps)
         for name, bits in (("mlp_moments", replica.moment_bits), ("mlp_weights", replica.weight_bits)):
             result["codecs"][name] = f"e8m{bits}" if bits < FP32_MANTISSA else "fp32"  # type: ignore[index]
         if world > 1:

@@ -48,6 +48,10 @@ WIRE_BYTES = Counter(
     ["table", "kind", "direction"],
 )
 MLP_STEPS = Counter("boundless_trainer_mlp_steps_total", "Adam steps of the MLP (wdl, deepfm) on this trainer")
+MLP_CLIPPED = Counter(
+    "boundless_trainer_mlp_clipped_steps_total",
+    "Adam steps of the MLP whose mean gradient was scaled down to the optimizer's clip_norm",
+)
 MLP_WAITING_SAMPLES = Gauge(
     "boundless_trainer_mlp_waiting_samples",
     "samples whose MLP gradients wait for --mlp-step-positives positives and negatives before a step",

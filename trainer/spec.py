@@ -49,5 +49,8 @@ def model_spec(conf: TrainerConfig, fields: tuple[str, ...]) -> ModelSpec:
         flag = "--" + attr.replace("_", "-")
         if table not in spec.table_names():
             raise ConfigError(f"{flag}: a {conf.learner.model} model has no table {table!r}; its tables are {spec.table_names()}")
-        spec = spec.with_optimizer(table, parse_optimizer(text, spec.optimizer(table), flag))
+        try:
+            spec = spec.with_optimizer(table, parse_optimizer(text, spec.optimizer(table), flag))
+        except ModelSpecError as e:
+            raise ConfigError(f"{flag}: {e}".replace("model.optimizers: ", "")) from None
     return spec

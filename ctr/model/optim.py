@@ -46,7 +46,9 @@ class OptimizerSpec:
     """One table's optimizer. `lr` is FTRL's alpha. `init_std` > 0 draws initial weights
     uniformly with that standard deviation from a hash of (key, seed), so every process
     derives the same initial row without storing it. `max_abs` bounds every pushed gradient
-    (a pushed state delta must instead keep the state finite: ps.server.tables.STATE_LIMIT)."""
+    (a pushed state delta must instead keep the state finite: ps.server.tables.STATE_LIMIT).
+    `clip_norm` > 0 (the MLP's only) scales each step's mean gradient down to that global L2
+    norm where it is larger, before Adam (trainer.step.dense_replica: docs/design/mlp-step.md)."""
 
     kind: str = "ftrl"
     lr: float = 0.05
@@ -61,6 +63,7 @@ class OptimizerSpec:
     init_std: float = 0.0
     seed: int = 0
     max_abs: float = 1e6
+    clip_norm: float = 0.0
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -69,7 +72,7 @@ class OptimizerSpec:
             v = getattr(self, name)
             if not (math.isfinite(v) and v > 0):
                 raise OptimizerError(f"optimizer {self.kind}: {name} must be a positive number, got {v}")
-        for name in ("beta", "l1", "l2", "initial_accumulator", "eps", "init_std"):
+        for name in ("beta", "l1", "l2", "initial_accumulator", "eps", "init_std", "clip_norm"):
             v = getattr(self, name)
             if not (math.isfinite(v) and v >= 0):
                 raise OptimizerError(f"optimizer {self.kind}: {name} must be >= 0, got {v}")

@@ -87,14 +87,18 @@ DEFAULT_OPTIMIZERS: dict[str, OptimizerSpec] = {
 # where the loss nears zero, Adam's 1e-8 turns gradients of 1e-7 into whole steps, the
 # tower drifts and the loss spikes (docs/design/mlp-step.md). Wide&Deep's wide part takes
 # smaller steps still (alpha 0.15): its embeddings feed an MLP, not a pairwise term, and
-# on Criteo 10k alpha 0.2 left it below TorchRec's (docs/design/linear-step.md)
+# on Criteo 10k alpha 0.2 left it below TorchRec's (docs/design/linear-step.md). Their
+# steps' mean gradients are clipped to norm 1: with row admission on, DeepFM's MLP on Avazu
+# 10k saw its gradient grow 60-fold and ended worse than a constant; on the tuning data
+# no step reaches it (docs/design/mlp-step.md)
 MLP_EPS = 1e-5
+MLP_CLIP_NORM = 1.0
 MODEL_DEFAULTS: dict[tuple[str, str], OptimizerSpec] = {
     ("lr", "w"): OptimizerSpec("ftrl", lr=0.5, beta=1.0, l1=0.1, l2=1.0),
     ("wdl", "w"): OptimizerSpec("ftrl", lr=0.15, beta=1.0, l1=0.1, l2=1.0),
     ("ffm", "v"): OptimizerSpec("adagrad", lr=1.0, initial_accumulator=0.1, init_std=0.1, l2=1e-5),
-    ("wdl", "mlp"): OptimizerSpec("adam", lr=0.002, eps=MLP_EPS),
-    ("deepfm", "mlp"): OptimizerSpec("adam", lr=0.003, eps=MLP_EPS),
+    ("wdl", "mlp"): OptimizerSpec("adam", lr=0.002, eps=MLP_EPS, clip_norm=MLP_CLIP_NORM),
+    ("deepfm", "mlp"): OptimizerSpec("adam", lr=0.003, eps=MLP_EPS, clip_norm=MLP_CLIP_NORM),
 }
 
 
@@ -122,6 +126,9 @@ class ModelSpec:
         if self.needs_fields and not self.fields:
             raise ModelSpecError(f"model.fields: a {self.type} model needs the schema's field list")
         names = {t for t, _ in self.optimizers}
+        clipped = sorted(t for t, o in self.optimizers if o.clip_norm > 0 and t != "mlp")
+        if clipped:
+            raise ModelSpecError(f"model.optimizers: clip_norm is the MLP's (table mlp), not table {clipped[0]}'s")
         unknown = names - set(self.table_names())
         if unknown:
             raise ModelSpecError(

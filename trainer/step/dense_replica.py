@@ -98,6 +98,7 @@ class DenseReplica:
         self.m = [torch.zeros_like(p) for p in self.params]
         self.v = [torch.zeros_like(p) for p in self.params]
         self.steps = 0
+        self.clipped_steps = 0  # steps whose mean gradient clip_norm scaled down
         self._held: npt.NDArray[np.float64] | None = None  # what the shards' mlp table holds, once known
         self._acc: list[torch.Tensor] | None = None  # gradients summed since the last step
         self._acc_samples = 0
@@ -254,6 +255,12 @@ class DenseReplica:
         c1, c2 = 1.0 - o.beta1**t, 1.0 - o.beta2**t
         with torch.no_grad():
             torch._foreach_div_(grads, float(total))
+            if o.clip_norm > 0:  # the same on every rank: each holds the group's summed gradient
+                norm = float(torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads))))
+                if norm > o.clip_norm:
+                    torch._foreach_mul_(grads, o.clip_norm / norm)
+                    self.clipped_steps += 1
+                    metrics.MLP_CLIPPED.inc()
             if o.l2:
                 torch._foreach_add_(grads, self.params, alpha=o.l2)
             torch._foreach_lerp_(self.m, grads, 1.0 - o.beta1)  # m = beta1 m + (1 - beta1) g

@@ -534,3 +534,45 @@ def test_ranks_wait_for_the_groups_positives_and_step_alike(tmp_path: Path):
     _grads(whole.net, *_batch(2))
     whole.step(32)
     np.testing.assert_allclose(ranks[0][:-4].reshape(-1, 4), whole.state_rows(), rtol=1e-4, atol=1e-6)
+
+
+def _mean_norm(net: DeepCTR, n: int) -> float:
+    return float(torch.sqrt(sum(((p.grad / n) ** 2).sum() for p in net.params)))  # type: ignore[operator]
+
+
+def test_a_mean_gradient_past_clip_norm_steps_as_adam_on_it_scaled_down_to_that_norm():
+    """clip_norm (the default MLPs' 1.0): a step whose mean gradient is longer is Adam's on
+    that gradient scaled to the norm; a shorter one steps exactly as without the clip."""
+    clip = 0.05
+    clipped = DenseReplica(DeepCTR(SPEC, seed=1), OptimizerSpec("adam", lr=0.01, l2=1e-3, clip_norm=clip))
+    plain = DenseReplica(DeepCTR(SPEC, seed=1), OPT)
+    for i in range(4):
+        pooled, dlogit = _batch(i)
+        _grads(clipped.net, pooled, 100 * dlogit)
+        norm = _mean_norm(clipped.net, 32)
+        assert norm > clip
+        for p, q in zip(plain.params, clipped.params, strict=True):
+            p.grad = q.grad * (clip / norm)  # type: ignore[operator]
+        clipped.step(32)
+        plain.step(32)
+    np.testing.assert_allclose(clipped.state_rows(), plain.state_rows(), rtol=1e-5, atol=1e-7)
+    assert clipped.clipped_steps == 4
+
+    loose = DenseReplica(DeepCTR(SPEC, seed=1), OptimizerSpec("adam", lr=0.01, l2=1e-3, clip_norm=1e6))
+    free = DenseReplica(DeepCTR(SPEC, seed=1), OPT)
+    for i in range(3):
+        for r in (loose, free):
+            _grads(r.net, *_batch(i))
+            r.step(32)
+    np.testing.assert_array_equal(loose.state_rows(), free.state_rows())
+    assert loose.clipped_steps == 0
+
+
+def test_clip_norm_is_the_mlps_only():
+    from ctr.model.spec import ModelSpecError
+
+    with pytest.raises(ModelSpecError, match="clip_norm is the MLP's"):
+        ModelSpec("deepfm", k=2, fields=("a", "b"), optimizers=(("v", OptimizerSpec("adagrad", clip_norm=1.0)),))
+    with pytest.raises(ValueError, match="clip_norm must be >= 0"):
+        OptimizerSpec("adam", clip_norm=-1.0)
+    assert ModelSpec("deepfm", k=2, fields=("a", "b")).optimizer("mlp").clip_norm == 1.0
