@@ -320,12 +320,12 @@ class KafkaSource:
 
     def _ask(self) -> None:
         """Whether an idle followed topic's broker answers (a drained topic and a broker
-        that is down both give no message): asked every ASK_EVERY_S, once the stream has had
-        no message for a second."""
+        that is down both give no message): asked at most every ASK_EVERY_S while fetches
+        come back empty, so an outage is known before any --idle-exit-s passes."""
         from confluent_kafka import TopicPartition
 
         now = time.monotonic()
-        if now < self._next_ask or now - self.idle_since < 1.0 or not self.partitions:
+        if now < self._next_ask or not self.partitions:
             return
         self._next_ask = now + ASK_EVERY_S
         try:
