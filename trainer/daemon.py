@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from ctr.data.continuous_fields import continuous_fields
 from ctr.data.csv_line import CsvQuoteError, header_names, split_header
 from ctr.data.fields import FieldIndex, cross_name
 from ctr.data.formats import ParsedSample, make_parser, resolve_fields
@@ -347,6 +348,17 @@ def resolve(conf: TrainerConfig, schema: FeatureSchema | None, source: Source) -
             ", ".join(determining),
             len(samples),
             ", ".join(determining),
+        )
+    continuous = continuous_fields(samples, index, (*schema.numeric, *crosses, *schema.skip))
+    if continuous:
+        log.warning(
+            "field(s) %s hold numbers that nearly all differ in the stream's first %d samples (%s): each distinct number"
+            " trains as a category of its own, seen about once, so they teach the model little. List them under numeric:"
+            " in a --schema YAML (numeric: [%s]) to bucket them, or skip: them",
+            ", ".join(name for name, _, _ in continuous),
+            len(samples),
+            ", ".join(f"{name} {distinct} values in {seen}" for name, distinct, seen in continuous),
+            ", ".join(name for name, _, _ in continuous),
         )
     if samples and not schema.number_text:  # how the stream writes its numbers, for clients (ctr.data.number_text)
         schema = replace(schema, number_text=detect_number_text(samples, index, (*schema.numeric, *crosses)))

@@ -4,6 +4,7 @@ file, and a non-zero exit: never a traceback, never a run that trains nothing an
 from __future__ import annotations
 
 import json
+import random
 import socket
 import subprocess
 import sys
@@ -173,3 +174,23 @@ def test_training_from_a_terminal_says_it_reads_standard_input(tmp_path: Path) -
     assert "reading samples from standard input, a terminal: type or paste lines, Ctrl-D ends" in err, err[-2000:]
     piped = subprocess.run(cmd, input="1 3:1 5:1\n0 3:1\n", capture_output=True, text=True, timeout=120)
     assert piped.returncode == 0 and "a terminal" not in piped.stderr, piped.stderr[-2000:]
+
+
+def test_a_field_of_measurements_trained_as_categories_is_warned_of(tmp_path: Path) -> None:
+    """A column of full-precision decimals (a model score, a dwell time) trains one category
+    per distinct value, each seen about once: said at start, with the schema setting that
+    buckets it; ids, counts and prices to the cent are not warned of, nor a field the schema
+    already buckets."""
+    rng = random.Random(3)
+    rows = ["clicked,score,uid,price,site"]
+    rows += [
+        f"{rng.random() < 0.2:d},{rng.random()!r},{rng.randrange(10**9)},{rng.randrange(500) / 100:.2f},s{rng.randrange(9)}"
+        for _ in range(3000)
+    ]
+    (tmp_path / "m.csv").write_text("\n".join(rows) + "\n")
+    run = _train("--source", str(tmp_path / "m.csv"), "--ps", "local")
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "field(s) score hold numbers that nearly all differ" in run.stderr and "numeric: [score]" in run.stderr
+    (tmp_path / "s.yaml").write_text("format: csv\nlabel: clicked\nnumeric: [score]\n")
+    bucketed = _train("--source", str(tmp_path / "m.csv"), "--ps", "local", "--schema", str(tmp_path / "s.yaml"))
+    assert bucketed.returncode == 0 and "nearly all differ" not in bucketed.stderr, bucketed.stderr[-2000:]
