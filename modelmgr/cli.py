@@ -14,6 +14,7 @@ from ctr.repository.writer_lock import writer_lock
 from ctr.runtime import config as cfg
 from ctr.runtime import daemon, strict_json
 from ctr.runtime.auth import service_policy
+from ctr.runtime.repeated_error import RepeatedError
 from modelmgr.admin_service import ModelAdminServicer
 from modelmgr.commands import actions
 from modelmgr.config import HELP_EXAMPLES, HELP_GROUPS, ModelMgrConfig
@@ -158,6 +159,7 @@ def watch(conf: ModelMgrConfig) -> int:
     )
     daemon.write_ready_file(conf.ready_file, grpc_port=port, metrics_port=metrics_port)
     code = 0
+    scans = RepeatedError(log)
     while not stop.is_set():
         lost = writer.lost()
         if lost is not None:  # another host's manager writes this model now: publishing on would race it
@@ -167,7 +169,9 @@ def watch(conf: ModelMgrConfig) -> int:
         try:
             manager.scan()
         except Exception as e:  # noqa: BLE001 - a full disk, a damaged repository: retry, never die
-            log.error("scan failed: %s", e)
+            scans.failed(f"scan failed: {e}")
+        else:
+            scans.passed("the exports and the repository are scanned again")
         stop.wait(conf.poll_s)
     served.stop(grace_s=1)
     writer.release()

@@ -118,6 +118,12 @@ class LocalStorage:
         fsync_dir(path.parent)  # the removal is durable before what follows it
 
 
+class StorageUnreachable(OSError):
+    """The storage did not do what was asked for a reason of its own, not the data's: S3 or
+    the network to it down, a timeout, throttling, credentials refused. A writer tries the
+    same work again later (modelmgr's publisher does, as for a full disk)."""
+
+
 class S3Storage:
     def __init__(self, bucket: str, prefix: str, client: Any = None) -> None:
         boto3 = require("boto3")  # only S3 repositories load it
@@ -133,12 +139,13 @@ class S3Storage:
     @contextlib.contextmanager
     def _reaching(self, key: str) -> Iterator[None]:
         """botocore's errors (no endpoint, no credentials, no bucket, access denied) as
-        OSError naming the object: the commands print it as the error of an unreadable
-        folder, where a botocore traceback came out, and daemons treat it as one."""
+        StorageUnreachable, an OSError naming the object: the commands print it as the error
+        of an unreadable folder, where a botocore traceback came out, and daemons treat it as
+        one."""
         try:
             yield
         except self._unreached as e:
-            raise OSError(f"{self.url}/{key}: {e}") from None
+            raise StorageUnreachable(f"{self.url}/{key}: {e}") from None
 
     def _k(self, key: str) -> str:
         return f"{self.prefix}/{key}" if self.prefix else key

@@ -24,7 +24,7 @@ from typing import Any
 from ctr.format import modelfile
 from ctr.repository import schemas
 from ctr.repository.schemas import CounterFile, LabelEntry, PolicyFile, RoutingFile, SchemaError, VersionManifest
-from ctr.repository.storage import Storage, fsync_dir, open_storage
+from ctr.repository.storage import Storage, StorageUnreachable, fsync_dir, open_storage
 
 POLICY_FILE = "POLICY.json"
 ROUTING_FILE = "ROUTING.json"  # version labels: canaries by share of routing keys, shadows
@@ -124,6 +124,8 @@ class Repository:
             raise RepositoryError(f"model {self.model} has no published version {version}")
         try:
             m = schemas.parse(VersionManifest, self.manifest_bytes(version), f"{self.storage.url}/{self._key(name, MANIFEST)}")
+        except StorageUnreachable:
+            raise  # S3 did not answer: the version is not broken, the storage is away
         except (SchemaError, OSError) as e:
             raise RepositoryError(f"version {version} is broken: {e}") from None
         if m.version != version:

@@ -37,7 +37,9 @@ from ctr.format import modelfile
 from ctr.repository import holdout as holdouts
 from ctr.repository import schemas
 from ctr.repository.schemas import ChainLink, ExportManifest, SchemaError, VersionManifest
+from ctr.repository.storage import StorageUnreachable
 from ctr.repository.versions import DONE, MANIFEST, Policy, Repository, RepositoryError
+from ctr.runtime.repeated_error import RepeatedError
 from modelmgr import metrics
 from modelmgr.publish.compact import stage_compacted
 from modelmgr.publish.decide import Evidence, Reject, RollBack, compacts, decide, identity, spec_change
@@ -79,6 +81,7 @@ class Publisher:
         self._candidates: list[str] = []
         self._listed: tuple[int, float] = (-1, 0.0)  # the exports folder's mtime, when listed
         self._handled = ""
+        self._storage = RepeatedError(log)  # the repository that cannot be written, said once a minute
         self.accept_new_spec = accept_new_spec  # publish an export of another type or field list
         self.exports = exports
         self.gate = gate
@@ -146,16 +149,19 @@ class Publisher:
                 self._reject(folder, e)
                 continue
             except Exception as e:  # noqa: BLE001 - an export must never stop the manager
-                if isinstance(e, OSError) and e.errno in STORAGE_ERRNOS:
-                    self._seen.discard(folder.name)  # the disk, not the export: tried again at the next scan
+                if isinstance(e, StorageUnreachable) or isinstance(e, OSError) and e.errno in STORAGE_ERRNOS:
+                    self._seen.discard(folder.name)  # the repository, not the export: tried again at the next scan
                     self._candidates.insert(0, folder.name)
                     shutil.rmtree(self.repo.dir / f".tmp-{folder.name}", ignore_errors=True)
                     metrics.STORAGE_FAILURES.inc()
-                    log.error("export %s not published, the repository cannot be written: %s; trying again", folder.name, e)
+                    self._storage.failed(
+                        f"export {folder.name} not published, the repository cannot be written: {e}; trying again"
+                    )
                     break  # the exports after it may be its deltas
                 log.exception("export %s: unexpected failure", folder.name)
                 self._reject(folder, Rejected("internal", f"{type(e).__name__}: {e}"))
                 continue
+            self._storage.passed(f"export {folder.name} published; the repository is written again")
             published.append(v)
             published += self._maintain(v)
         if handled and self.keep_exports:
@@ -363,6 +369,8 @@ class Publisher:
         try:
             candidate = evaluate(self._candidate(staged, previous), holdout, 0)
             metrics.HOLDOUT_AUC.labels("candidate").set(candidate.auc)
+        except StorageUnreachable:
+            raise  # its base or chain could not be read: the export waits for the repository (poll)
         except (OSError, ValueError, KeyError) as e:
             error = str(e)
         seen = export.holdout.seen if export.holdout else 0
@@ -381,6 +389,8 @@ class Publisher:
         repository no longer load: a damaged old version must not hold new ones back."""
         try:
             return scores(self._model(version), holdout)
+        except StorageUnreachable:
+            raise  # not a damaged version: judging without it would pass the gate unchecked
         except (OSError, ValueError, KeyError) as e:
             log.warning("version %d cannot be loaded to compare with: %s", version, e)
             return None

@@ -520,6 +520,47 @@ def test_serving_answers_while_its_s3_repository_hangs_and_the_manager_publishes
                 d.stop()
 
 
+def test_an_export_published_while_s3_goes_down_is_published_once_it_answers(pristine, tmp_path):
+    """S3 (or the link to it) goes down while the manager publishes a delta: connections
+    refused, not hung. The export waits and is published once S3 answers, said once and
+    again when it goes through, not at every poll. Before, the manager rejected it
+    ("internal: OSError") and recorded the rejection, so the version was lost and every
+    delta after it refused until the next full export; a version it could not read to
+    compare with was taken for a damaged one, and the gate judged without it."""
+    from bench.slow_proxy import SlowProxy
+    from tests.integration.s3_server import s3_server
+
+    with s3_server(tmp_path / "weed") as env:
+        proxy = SlowProxy(env["AWS_ENDPOINT_URL"].rsplit("/", 1)[-1], 0.0)
+        through = {**env, "AWS_ENDPOINT_URL": f"http://{proxy.address}", "AWS_MAX_ATTEMPTS": "1"}
+        url = "s3://models/prod"
+        exports = Exports(tmp_path / "exports")
+        repo = Repository(url, "ctr", cache=tmp_path / "reader-cache")
+        watch = ["model", "watch", "--exports", str(exports.root), "--repo", url, "--poll-s", "0.1", "--max-auc-drop", "1"]
+        manager = start("modelmgr", watch, tmp_path, through)
+        try:
+            manager.wait_ready()
+            full = exports.add(pristine[0])
+            _wait("version 1 published", lambda: repo.versions() == [1], [manager])
+            proxy.delay_s = 0.3  # each S3 call of the next publish takes 0.3 s: the outage finds it midway
+            proxy.set_down(True)
+            proxy.set_down(False)
+            exports.add(pristine[1], previous=full)
+            time.sleep(2.0)
+            proxy.set_down(True)
+            time.sleep(6.0)
+            proxy.delay_s = 0.0
+            proxy.set_down(False)
+            _wait("version 2 published after the outage", lambda: repo.versions() == [1, 2], [manager], timeout=60)
+        finally:
+            manager.stop()
+            proxy.close()
+        log = manager.log.read_text()
+        assert repo.rejected() == [], repo.rejected()
+        assert log.count("not published, the repository cannot be written") == 1, log[-3000:]
+        assert "the repository is written again after" in log, log[-3000:]
+
+
 def test_serving_applies_deltas_into_a_double_buffered_overlay(pristine, tmp_path):
     """Each delta lands in the overlay of the version before the current one (no request
     uses it any more): the same rows as a version built from scratch, without copying."""
