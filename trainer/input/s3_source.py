@@ -215,6 +215,8 @@ class S3PrefixSource(StreamSource):
                 first = objects[0]
                 try:
                     head = self._patiently(first.uri, lambda: self._head_of(first, max_bytes))  # noqa: B023
+                except StreamStopped:  # stopped while S3 was away: nothing peeked, as a stop while waiting for data
+                    return []
                 except Exception as e:
                     if not _gone_code(e):
                         raise
@@ -236,7 +238,8 @@ class S3PrefixSource(StreamSource):
     def _patiently(self, what: str, call: Callable[[], T]) -> T:
         """call(), made again after the waits _waited makes while S3 (or the network to it)
         fails, said once a minute; an error that says the object is gone, or S3's failure
-        past what _waited allows, is raised (StreamStopped once the stream stops)."""
+        past what _waited allows, is raised, the latter as a ValueError naming it
+        (StreamStopped once the stream stops)."""
         since, said = time.monotonic(), -SAY_S
         for attempt in itertools.count():
             try:
@@ -251,7 +254,7 @@ class S3PrefixSource(StreamSource):
                     log.warning("%s: cannot be read (%s); read again once S3 answers", what, e)
                     said = now
                 if not self._waited(since, attempt):
-                    raise
+                    raise ValueError(f"{what}: cannot be read for {now - since:.0f} s ({attempt + 1} tries): {e}") from e
         raise AssertionError("unreachable")
 
     def _range(self, key: str, start: int, length: int) -> bytes:
