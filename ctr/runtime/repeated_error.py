@@ -22,8 +22,9 @@ class RepeatedError:
     def failed(self, text: str) -> None:
         now = time.monotonic()
         if self._since is None:
-            self._since, self._count, self._said = now, 0, now
+            self._since, self._count, self._said = now, 1, now
             self.log.error("%s", text)
+            return
         self._count += 1
         if now - self._said >= self.say_s:
             self._said = now
