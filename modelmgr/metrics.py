@@ -11,7 +11,7 @@ LATEST = Gauge("boundless_modelmgr_latest_version", "newest published version")
 ROLLBACKS = Counter("boundless_modelmgr_auto_rollbacks_total", "live versions rolled back for falling behind their predecessor")
 STORAGE_FAILURES = Counter(
     "boundless_modelmgr_storage_failures_total",
-    "exports left for the next scan: the repository could not be written (a full disk)",
+    "exports left for the next scan: the repository could not be written (a full disk, S3 unreachable)",
 )
 NOTIFY_FAILURES = Counter("boundless_modelmgr_notify_failures_total", "serving replicas that did not take a refresh")
 HOLDOUT_AUC = Gauge("boundless_modelmgr_holdout_auc", "AUC on the newest holdout", ["role"])
