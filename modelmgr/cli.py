@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ctr.repository.s3_lease import TERM_S as WRITER_LEASE_S
 from ctr.repository.versions import Repository, RepositoryError
-from ctr.repository.writer_lock import writer_lock
+from ctr.repository.writer_lock import WriterBusy, writer_lock
 from ctr.runtime import config as cfg
 from ctr.runtime import daemon, strict_json
 from ctr.runtime.auth import service_policy
@@ -159,9 +159,21 @@ def watch(conf: ModelMgrConfig) -> int:
     )
     daemon.write_ready_file(conf.ready_file, grpc_port=port, metrics_port=metrics_port)
     code = 0
-    scans = RepeatedError(log)
+    scans, paused = RepeatedError(log), RepeatedError(log)
     while not stop.is_set():
         lost = writer.lost()
+        if lost is not None and writer.lapsed():  # S3 away: nothing is written until the lease is held again
+            try:
+                writer.retake()
+            except WriterBusy as e:
+                lost = str(e)
+            except Exception as e:  # noqa: BLE001 - S3 still away (OSError), or answering with errors
+                paused.failed(f"{lost}; publishing pauses until the lease is taken again ({e})")
+                stop.wait(conf.poll_s)
+                continue
+            else:
+                paused.passed("the lease is held again; publishing goes on")
+                lost = None
         if lost is not None:  # another host's manager writes this model now: publishing on would race it
             log.error("%s; this manager stops", lost)
             code = 1

@@ -14,7 +14,9 @@ object `<model>/.writer.lease`, which says who holds it:
   only an ETag unchanged for a whole term, by the contender's own clock (hosts' clocks
   differ), counts as abandoned; one that changes meanwhile names a live holder, refused;
 - given up by its holder once two thirds of a term passed without a renewal that landed,
-  before any contender can take it over, so two never write at once;
+  before any contender can take it over, so two never write at once; a lease given up so
+  (S3 away) is taken again as a new one once S3 answers (`retake`), unless another manager
+  took it meanwhile;
 - deleted by a holder that stops cleanly, so its successor takes it at once.
 """
 
@@ -49,6 +51,7 @@ class S3Lease:
         self._renewals = 0  # in the body: an ETag is its body's MD5, so an unchanged body would look unrenewed
         self._renewed = 0.0  # monotonic time of the last write that landed
         self._lost: str | None = None
+        self._lapsed = False  # lost for want of a renewal (S3 away), not to another manager
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -89,7 +92,9 @@ class S3Lease:
         h = _decode(found)
         # a pid of this host that is gone, or this process's own (a container restarted: its
         # main process has the same pid each time), held it before: taken over at once
-        if h.get("host") == socket.gethostname() and (h.get("pid") == os.getpid() or not _alive(h.get("pid"))):
+        if h.get("host") == socket.gethostname() and h.get("pid") == os.getpid():
+            log.info("%s: this process held it before; taking it again", self.url)
+        elif h.get("host") == socket.gethostname() and not _alive(h.get("pid")):
             log.info("%s: its holder, pid %s on this host, is gone; taking it over", self.url, h.get("pid"))
         else:
             log.warning(  # a warning: a command (gc) shows it while it waits
@@ -138,7 +143,27 @@ class S3Lease:
         renewal landed for two thirds of a term (a contender may take it after a whole one)."""
         if self._lost is None and time.monotonic() - self._renewed > self.term_s * 2 / 3:
             self._lost = f"the lease {self.url} was not renewed for {self.term_s * 2 / 3:.0f} s (S3 unreachable?)"
+            self._lapsed = True
         return self._lost
+
+    @property
+    def lapsed(self) -> bool:
+        """Lost because no renewal landed in time (S3 away), not taken by another manager."""
+        return self._lapsed
+
+    def retake(self) -> None:
+        """Takes a lapsed lease again, as `take` does: at once where it is still this process's
+        (its own pid in it), WriterBusy where another manager holds it now, OSError while S3
+        cannot be reached."""
+        assert self._lapsed, "only a lease given up for want of a renewal is taken again"
+        if self._thread is not None:
+            self._thread.join(timeout=5)  # the renewals stopped with the loss
+        self._lost, self._lapsed, self._etag, self._thread = None, False, "", None
+        try:
+            self.take(self._holder)
+        except BaseException:
+            self._lost, self._lapsed = f"the lease {self.url} is not held again yet", True
+            raise
 
     def release(self) -> None:
         """Stops renewing, and deletes the lease if it is still this process's."""

@@ -85,6 +85,17 @@ class WriterLock:
         taken over, or could not be renewed in time): it must stop writing."""
         return self.lease.held() if self.lease is not None else None
 
+    def lapsed(self) -> bool:
+        """The lock was lost because its S3 lease could not be renewed (S3 away), not because
+        another manager took it: `retake` may get it back."""
+        return self.lease is not None and self.lease.lapsed
+
+    def retake(self) -> None:
+        """Takes a lapsed S3 lease again (WriterBusy where another manager holds it now,
+        OSError while S3 cannot be reached)."""
+        assert self.lease is not None
+        self.lease.retake()
+
     def announce(self, role: str, admin: str = "") -> None:
         """Says who holds the lock (and, once bound, where its admin service answers)."""
         if self._file is None:

@@ -82,6 +82,9 @@ class Publisher:
         self._listed: tuple[int, float] = (-1, 0.0)  # the exports folder's mtime, when listed
         self._handled = ""
         self._storage = RepeatedError(log)  # the repository that cannot be written, said once a minute
+        # exports left for the next scan because the repository failed: their version may be in
+        # place already (the failure came after), or half written (S3: files without DONE)
+        self._retrying: set[str] = set()
         self.accept_new_spec = accept_new_spec  # publish an export of another type or field list
         self.exports = exports
         self.gate = gate
@@ -104,6 +107,7 @@ class Publisher:
             names = [e.name for e in os.scandir(self.exports) if e.is_dir()]
             self._candidates = sorted(n for n in names if n > self._handled and n not in self._seen)
             self._refuse_late({n for n in names if n <= self._handled})
+            self._retrying = {n for n in self._retrying if n > self._handled}  # at or below: its version is in place
             self._seen = {n for n in self._seen if n > self._handled}  # what the counter holds is forgotten
             self._listed = (stamp, now)
         return self._candidates
@@ -115,7 +119,7 @@ class Publisher:
         would otherwise lie there unpublished, and retention would delete it. Those present
         when the manager starts are taken as handled before."""
         if self._below is not None:
-            for name in sorted(below - self._below - self._seen):
+            for name in sorted(below - self._below - self._seen - self._retrying):  # a retried one's version is in place
                 if not (self.exports / name / "READY").exists():
                     below.discard(name)  # still being written: looked at again at the next listing
                     continue
@@ -144,13 +148,14 @@ class Publisher:
             self._seen.add(folder.name)
             handled = True
             try:
-                v = self._process(folder)
+                v = self._published_before(folder.name) or self._process(folder)
             except Rejected as e:
                 self._reject(folder, e)
                 continue
             except Exception as e:  # noqa: BLE001 - an export must never stop the manager
                 if isinstance(e, StorageUnreachable) or isinstance(e, OSError) and e.errno in STORAGE_ERRNOS:
                     self._seen.discard(folder.name)  # the repository, not the export: tried again at the next scan
+                    self._retrying.add(folder.name)
                     self._candidates.insert(0, folder.name)
                     shutil.rmtree(self.repo.dir / f".tmp-{folder.name}", ignore_errors=True)
                     metrics.STORAGE_FAILURES.inc()
@@ -167,6 +172,24 @@ class Publisher:
         if handled and self.keep_exports:
             self._retire_exports()
         return published
+
+    def _published_before(self, name: str) -> int | None:
+        """For an export left for this scan because the repository failed: its version when
+        that was in place already (the failure came after: the counter is written now, no
+        second version made), else None, with what a failed publish left half written
+        removed first (an S3 version's files without DONE), so its number is used again."""
+        if name not in self._retrying:
+            return None
+        v = self.repo.version_of_export(name)
+        if v is None:
+            for gone in self.repo.clean_unfinished():
+                log.info("removed %s/%s: what a failed publish of export %s left", self.repo.dir, gone, name)
+            self._retrying.discard(name)
+            return None
+        self.repo.record_published(v, name)
+        self._retrying.discard(name)
+        log.info("export %s is version %d already: it was in place before the repository failed", name, v)
+        return v
 
     def _retire_exports(self) -> None:
         """Retention of the exports folder: handled exports past the newest keep_exports go
@@ -197,6 +220,8 @@ class Publisher:
                 self.forget(gone)
                 for v in gone:
                     log.info("retention: removed version %d", v)
+        except StorageUnreachable as e:  # the repository away: no traceback, tried again after the next version
+            log.error("compaction or retention after version %d failed: %s", version, e)
         except Exception:  # noqa: BLE001 - upkeep that fails is tried again after the next version
             log.exception("compaction or retention after version %d failed", version)
         return out

@@ -23,7 +23,7 @@ import pytest
 from boundless.processes import Daemon, start
 from ctr.format import modelfile
 from ctr.repository import holdout as holdouts
-from ctr.repository.versions import Policy, Repository
+from ctr.repository.versions import DONE, Policy, Repository
 from modelmgr.publish.gate import QualityGate
 from modelmgr.publish.publisher import Publisher
 from serving.client import PredictClient
@@ -527,6 +527,8 @@ def test_an_export_published_while_s3_goes_down_is_published_once_it_answers(pri
     ("internal: OSError") and recorded the rejection, so the version was lost and every
     delta after it refused until the next full export; a version it could not read to
     compare with was taken for a damaged one, and the gate judged without it."""
+    import boto3
+
     from bench.slow_proxy import SlowProxy
     from tests.integration.s3_server import s3_server
 
@@ -542,23 +544,116 @@ def test_an_export_published_while_s3_goes_down_is_published_once_it_answers(pri
             manager.wait_ready()
             full = exports.add(pristine[0])
             _wait("version 1 published", lambda: repo.versions() == [1], [manager])
-            proxy.delay_s = 0.3  # each S3 call of the next publish takes 0.3 s: the outage finds it midway
+            proxy.delay_s = 0.3  # each S3 call of the next publish takes 0.3 s
             proxy.set_down(True)
             proxy.set_down(False)
             exports.add(pristine[1], previous=full)
-            time.sleep(2.0)
+            direct = boto3.client(
+                "s3",
+                endpoint_url=env["AWS_ENDPOINT_URL"],
+                region_name=env["AWS_DEFAULT_REGION"],
+                aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+                aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+            )
+            # S3 goes down as version 2's first file lands: the publish is midway, its DONE not written
+            _wait(
+                "version 2's first file",
+                lambda: direct.list_objects_v2(Bucket="models", Prefix="prod/ctr/00000002/").get("KeyCount", 0) > 0,
+                [manager],
+                timeout=60,
+            )
             proxy.set_down(True)
             time.sleep(6.0)
             proxy.delay_s = 0.0
+            proxy.set_down(False)
+            # the half-written version's files are removed; its number may stay used (SeaweedFS
+            # keeps the emptied folder, and a number is never given twice)
+            _wait("the delta published after the outage", lambda: len(repo.versions()) == 2, [manager], timeout=60)
+            time.sleep(1.0)
+            assert len(repo.versions()) == 2, repo.versions()  # published once, not again at a retry
+        finally:
+            manager.stop()
+            proxy.close()
+        log = manager.log.read_text()
+        delta = repo.versions()[-1]
+        assert repo.manifest_model(delta).kind == "delta" and repo.version_of_export(repo.manifest_model(delta).export_id)
+        keys = [o["Key"] for o in direct.list_objects_v2(Bucket="models", Prefix="prod/ctr/").get("Contents", [])]
+        folders = {k.split("/")[2] for k in keys if k.count("/") >= 3 and k.split("/")[2].isdigit()}
+        assert all(f"prod/ctr/{f}/{DONE}" in keys for f in folders), ("a half-written version is left", sorted(keys))
+        assert repo.rejected() == [], repo.rejected()
+        assert log.count("not published, the repository cannot be written") == 1, log[-3000:]
+        assert "the repository is written again after" in log, log[-3000:]
+
+
+def test_a_manager_whose_s3_lease_lapses_in_an_outage_takes_it_again_and_publishes(pristine, tmp_path):
+    """S3 away for longer than two thirds of the writer's lease (--writer-lease-s 3): the
+    manager gives the lease up, as it must (a contender may take it after a whole term),
+    writes nothing meanwhile, takes it again once S3 answers (it is still its own) and
+    publishes the export that came during the outage. Before, it exited with code 1 ("this
+    manager stops") at the first outage past 20 s at the default term: without a
+    supervisor that restarts it, nothing was published again."""
+    from bench.slow_proxy import SlowProxy
+    from tests.integration.s3_server import s3_server
+
+    with s3_server(tmp_path / "weed") as env:
+        proxy = SlowProxy(env["AWS_ENDPOINT_URL"].rsplit("/", 1)[-1], 0.0)
+        through = {**env, "AWS_ENDPOINT_URL": f"http://{proxy.address}", "AWS_MAX_ATTEMPTS": "1"}
+        url = "s3://models/prod"
+        exports = Exports(tmp_path / "exports")
+        repo = Repository(url, "ctr", cache=tmp_path / "reader-cache")
+        watch = ["model", "watch", "--exports", str(exports.root), "--repo", url, "--poll-s", "0.1", "--max-auc-drop", "1"]
+        manager = start("modelmgr", [*watch, "--writer-lease-s", "3"], tmp_path, through)
+        try:
+            manager.wait_ready()
+            full = exports.add(pristine[0])
+            _wait("version 1 published", lambda: repo.versions() == [1], [manager])
+            proxy.set_down(True)
+            exports.add(pristine[1], previous=full)
+            time.sleep(6.0)  # twice the term: the lease lapses
+            assert manager.proc.poll() is None, manager.log.read_text()[-3000:]
+            assert repo.versions() == [1]
             proxy.set_down(False)
             _wait("version 2 published after the outage", lambda: repo.versions() == [1, 2], [manager], timeout=60)
         finally:
             manager.stop()
             proxy.close()
         log = manager.log.read_text()
-        assert repo.rejected() == [], repo.rejected()
-        assert log.count("not published, the repository cannot be written") == 1, log[-3000:]
-        assert "the repository is written again after" in log, log[-3000:]
+        assert "publishing pauses until the lease is taken again" in log, log[-3000:]
+        assert "the lease is held again; publishing goes on" in log, log[-3000:]
+
+
+@pytest.mark.parametrize("relisted", [False, True], ids=["next-poll", "after-a-relisting"])
+def test_an_export_whose_version_landed_before_the_repository_failed_is_not_published_twice(pristine, tmp_path, relisted):
+    """The repository fails after a version is in place, before the counter says its export
+    is handled (S3 gone between DONE and COUNTER.json): the export is left for the next
+    scan, which finds its version and only records it. Before, the retry published it a
+    second time, or, after a relisting, rejected it as out of order with a record saying
+    so, though it was served."""
+    from ctr.repository.storage import StorageUnreachable
+    from modelmgr.publish.gate import QualityGate
+
+    exports = Exports(tmp_path / "exports")
+    repo = Repository(tmp_path / "repo", "ctr")
+    pub = Publisher(repo, exports.root, QualityGate(min_samples=1, max_auc_drop=1.0))
+    real = repo.record_published
+    failures: list[str] = []
+
+    def record_once_failing(version: int, export_id: str) -> None:
+        if not failures:
+            failures.append(export_id)
+            raise StorageUnreachable(f"{repo.storage.url}/COUNTER.json: connection closed")
+        real(version, export_id)
+
+    repo.record_published = record_once_failing  # type: ignore[method-assign]
+    full = exports.add(pristine[0])
+    assert pub.poll() == [] and repo.versions() == [1] and failures == [full]
+    if relisted:
+        os.utime(exports.root, ns=(time.time_ns(), time.time_ns() + 10**9))  # the folder listed anew
+    assert pub.poll() == ([] if relisted else [1])  # relisted, the counter finds its version: handled
+    assert repo.versions() == [1] and repo.rejected() == []
+    assert repo.counter().handled_through == full
+    exports.add(pristine[1], previous=full)
+    assert pub.poll() == [2] and repo.versions() == [1, 2]
 
 
 def test_serving_applies_deltas_into_a_double_buffered_overlay(pristine, tmp_path):
