@@ -520,6 +520,21 @@ def test_serving_answers_while_its_s3_repository_hangs_and_the_manager_publishes
                 d.stop()
 
 
+def _manager_behind_proxy(env: dict[str, str], tmp_path: Path, *args: str) -> tuple[Any, Exports, Repository, Daemon]:
+    """A model manager on s3://models/prod whose S3 calls go through a proxy that can go down
+    (bench.slow_proxy), botocore's retries off; its exports folder, and the repository as a
+    reader sees it straight from the server."""
+    from bench.slow_proxy import SlowProxy
+
+    proxy = SlowProxy(env["AWS_ENDPOINT_URL"].rsplit("/", 1)[-1], 0.0)
+    through = {**env, "AWS_ENDPOINT_URL": f"http://{proxy.address}", "AWS_MAX_ATTEMPTS": "1"}
+    url = "s3://models/prod"
+    exports = Exports(tmp_path / "exports")
+    repo = Repository(url, "ctr", cache=tmp_path / "reader-cache")
+    watch = ["model", "watch", "--exports", str(exports.root), "--repo", url, "--poll-s", "0.1", "--max-auc-drop", "1"]
+    return proxy, exports, repo, start("modelmgr", [*watch, *args], tmp_path, through)
+
+
 def test_an_export_published_while_s3_goes_down_is_published_once_it_answers(pristine, tmp_path):
     """S3 (or the link to it) goes down while the manager publishes a delta: connections
     refused, not hung. The export waits and is published once S3 answers, said once and
@@ -529,17 +544,10 @@ def test_an_export_published_while_s3_goes_down_is_published_once_it_answers(pri
     compare with was taken for a damaged one, and the gate judged without it."""
     import boto3
 
-    from bench.slow_proxy import SlowProxy
     from tests.integration.s3_server import s3_server
 
     with s3_server(tmp_path / "weed") as env:
-        proxy = SlowProxy(env["AWS_ENDPOINT_URL"].rsplit("/", 1)[-1], 0.0)
-        through = {**env, "AWS_ENDPOINT_URL": f"http://{proxy.address}", "AWS_MAX_ATTEMPTS": "1"}
-        url = "s3://models/prod"
-        exports = Exports(tmp_path / "exports")
-        repo = Repository(url, "ctr", cache=tmp_path / "reader-cache")
-        watch = ["model", "watch", "--exports", str(exports.root), "--repo", url, "--poll-s", "0.1", "--max-auc-drop", "1"]
-        manager = start("modelmgr", watch, tmp_path, through)
+        proxy, exports, repo, manager = _manager_behind_proxy(env, tmp_path)
         try:
             manager.wait_ready()
             full = exports.add(pristine[0])
@@ -592,17 +600,10 @@ def test_a_manager_whose_s3_lease_lapses_in_an_outage_takes_it_again_and_publish
     publishes the export that came during the outage. Before, it exited with code 1 ("this
     manager stops") at the first outage past 20 s at the default term: without a
     supervisor that restarts it, nothing was published again."""
-    from bench.slow_proxy import SlowProxy
     from tests.integration.s3_server import s3_server
 
     with s3_server(tmp_path / "weed") as env:
-        proxy = SlowProxy(env["AWS_ENDPOINT_URL"].rsplit("/", 1)[-1], 0.0)
-        through = {**env, "AWS_ENDPOINT_URL": f"http://{proxy.address}", "AWS_MAX_ATTEMPTS": "1"}
-        url = "s3://models/prod"
-        exports = Exports(tmp_path / "exports")
-        repo = Repository(url, "ctr", cache=tmp_path / "reader-cache")
-        watch = ["model", "watch", "--exports", str(exports.root), "--repo", url, "--poll-s", "0.1", "--max-auc-drop", "1"]
-        manager = start("modelmgr", [*watch, "--writer-lease-s", "3"], tmp_path, through)
+        proxy, exports, repo, manager = _manager_behind_proxy(env, tmp_path, "--writer-lease-s", "3")
         try:
             manager.wait_ready()
             full = exports.add(pristine[0])

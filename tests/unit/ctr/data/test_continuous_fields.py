@@ -7,18 +7,11 @@ import random
 from ctr.data.continuous_fields import MIN_SEEN, continuous_fields
 from ctr.data.fields import FieldIndex
 from ctr.data.formats import ParsedSample
+from tests.unit.ctr.data.test_label_leaks import _samples as label_leak_samples
 
 
 def _samples(rows: list[dict[str, str]], index: FieldIndex) -> list[ParsedSample]:
-    out = []
-    for features in rows:
-        s = ParsedSample(0.0, [], [], [])
-        for name, token in features.items():
-            s.fields.append(index.add(name))
-            s.tokens.append(token)
-            s.values.append(1.0)
-        out.append(s)
-    return out
+    return label_leak_samples([(0, features) for features in rows], index)
 
 
 def test_full_precision_floats_are_found_and_ids_counts_and_cents_are_not() -> None:
