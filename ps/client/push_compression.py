@@ -139,7 +139,7 @@ class PushCompression:
                 keys, rows = (batch.keys, batch.rows) if whole else (batch.keys[idx], batch.rows[idx])
                 packed, keys_out, rows_out = comp.compress(keys, rows)
                 if choice is not None:
-                    choice.pushed(keys, rows.shape[1], len(packed.body), keys_out.shape[0])
+                    choice.pushed(keys, rows.shape[1], packed.value_bytes, keys_out.shape[0])
                 parts.append((s, keys, packed))
                 gone_keys.append(keys_out)
                 gone_rows.append(rows_out)

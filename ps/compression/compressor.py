@@ -84,8 +84,9 @@ def parse_codec(text: str) -> CodecSpec:
 
 class Compressor:
     """residual_bound: None keeps every residual until its row's next push or a drain; a
-    number B sends a row's residual exactly, with its key, in the push that would leave it
-    above B times its column's mean sent magnitude. Several ranks pushing the same rows
+    number B sends a row exactly, update and residual, in the push that would leave its
+    residual above B times its column's mean sent magnitude (in the push's own payload,
+    Compressed.with_exact; a row top-k does not carry goes after it with its key). Several ranks pushing the same rows
     need the bound: 1-bit sends every value of a column as that column's mean, so a hot
     row's residual grows push after push, and the other ranks train that row without it
     (docs/design/residual-bound.md).
@@ -193,6 +194,7 @@ class Compressor:
             chosen = chosen.copy() if chosen is x else chosen
             chosen[:, self.held] = 0.0  # decoded as exact zeros: the residual keeps them whole
         body, decoded = self.codec.encode(chosen, self.rng)
+        packed = Compressed(self.codec, n, d, sent, body, decoded)
         gone_keys, gone_rows = np.zeros(0, dtype=np.uint64), np.zeros((0, d))
         if self.residuals is not None:
             residual = x.copy()
@@ -207,12 +209,20 @@ class Compressor:
                 self.residuals.drop(keys[over])
                 gone_keys, gone_rows = self.residuals.put(keys[kept], residual[kept])
                 self.bound_rows += int(over.shape[0])
-                gone_keys = np.concatenate([gone_keys, keys[over]])
-                gone_rows = np.concatenate([gone_rows, residual[over]])
+                # the rows the push carries go exactly in it (one call, no keys: their
+                # positions); a row top-k left out goes after it, exactly, with its key
+                carried = over if sent is None else over[np.isin(over, sent)]
+                if carried.shape[0]:
+                    packed = packed.with_exact(carried if sent is None else np.searchsorted(sent, carried), x[carried])
+                    self.flushed_rows += int(carried.shape[0])
+                if carried.shape[0] < over.shape[0]:
+                    left = over[~np.isin(over, carried)]
+                    gone_keys = np.concatenate([gone_keys, keys[left]])
+                    gone_rows = np.concatenate([gone_rows, residual[left]])
             else:
                 gone_keys, gone_rows = self.residuals.put(keys, residual, slots=slots)
             self.flushed_rows += int(gone_keys.shape[0])
-        return Compressed(self.codec, n, d, sent, body, decoded), gone_keys, gone_rows
+        return packed, gone_keys, gone_rows
 
     def _over_bound(self, residual: F64, decoded: F64) -> npt.NDArray[np.int64]:
         """The rows (indices) whose residual passes the bound in any column."""

@@ -1,17 +1,23 @@
 """The self-describing push payload (docs/ps-compression.md):
 
     u8 magic 0xC7, u8 version 1, u8 codec id, u8 flags (1: a row subset follows,
-    2: as a bitmap, else as an index list), varint rows (the keys the push names),
-    varint sent (rows carried), varint cols, [varint subset bytes, subset], body.
+    2: as a bitmap, else as an index list; 4: exact rows follow), varint rows (the keys
+    the push names), varint sent (rows carried), varint cols, [varint subset bytes],
+    [varint exact index bytes, varint exact value bytes], [subset], [exact index, exact
+    values], body.
 
-A value codec turns rows [sent, cols] into a body and back; decoding checks every count
-and length against the header and the push, so a payload that does not match raises
-CodecError before the shard changes anything."""
+A value codec turns rows [sent, cols] into a body and back. Exact rows replace some of the
+carried rows' decoded values with their float64 values: an index list of their positions
+among the carried rows, then the values in fp64z's byte planes (rows whose error-feedback
+residual passed its bound travel in the push itself, not in a call of their own:
+docs/design/residual-bound.md). Decoding checks every count and length against the header
+and the push, so a payload that does not match raises CodecError before the shard changes
+anything."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -33,7 +39,7 @@ class CodecError(ValueError):
     """A payload whose header, counts, lengths or values do not match its push."""
 
 
-SUBSET, BITMAP = 1, 2
+SUBSET, BITMAP, EXACT = 1, 2, 4
 
 
 @dataclass(frozen=True)
@@ -360,10 +366,27 @@ class Compressed:
     sent: I64 | None
     body: bytes
     values: F64 | None = None  # the carried rows as the receiver decodes them, when the encoder kept them
+    exact_index: bytes = b""  # with_exact's: the exact rows' positions among the carried rows
+    exact_values: bytes = b""  # ... and their values, fp64 in byte planes
 
     @property
     def count(self) -> int:
         return self.rows if self.sent is None else int(self.sent.shape[0])
+
+    @property
+    def value_bytes(self) -> int:
+        """The bytes of values the payload carries: the codec's body and the exact rows."""
+        return len(self.body) + len(self.exact_index) + len(self.exact_values)
+
+    def with_exact(self, at: I64, rows: F64) -> Compressed:
+        """This payload with the carried rows at positions `at` (ascending, unique) sent as
+        they are, float64, instead of as the codec decodes them."""
+        assert self.values is not None, "the encoder keeps the values it sent"
+        values = self.values.copy()
+        values[at] = rows
+        index = bytes(encode_index_lists(np.array([0, at.shape[0]], dtype=np.int64), at))
+        exact = _to_planes(np.ascontiguousarray(rows, dtype="<f8").reshape(at.shape[0], self.cols))
+        return replace(self, values=values, exact_index=index, exact_values=exact)
 
     def decoded(self, with_subset: bool) -> tuple[I64 | None, F64] | None:
         """What decode_payload returns for payload(with_subset), when this kept the values."""
@@ -383,9 +406,13 @@ class Compressed:
             if len(bitmap) < len(subset):
                 subset, flags = bitmap, SUBSET | BITMAP
         n = self.rows if with_subset else self.count
-        head = bytes([MAGIC, VERSION, self.codec.wire_id, flags])
         counts = [n, self.count, self.cols] + ([len(subset)] if flags else [])
-        return head + bytes(encode_varints(np.asarray(counts, dtype=np.uint64))) + subset + self.body
+        if self.exact_values:
+            flags |= EXACT
+            counts += [len(self.exact_index), len(self.exact_values)]
+        head = bytes([MAGIC, VERSION, self.codec.wire_id, flags])
+        exact = self.exact_index + self.exact_values
+        return head + bytes(encode_varints(np.asarray(counts, dtype=np.uint64))) + subset + exact + self.body
 
 
 def encode_rows(rows: npt.NDArray[np.floating], codec_name: str, rng: np.random.Generator) -> bytes:
@@ -422,7 +449,7 @@ def decode_payload(payload: bytes, rows: int, cols: int) -> tuple[I64 | None, F6
     if codec is None:
         raise CodecError(f"payload: unknown codec id {payload[2]}")
     flags = payload[3]
-    if flags & ~(SUBSET | BITMAP):
+    if flags & ~(SUBSET | BITMAP | EXACT):
         raise CodecError(f"payload: unknown flags {flags}")
     buf = np.frombuffer(payload, dtype=np.uint8)
     try:
@@ -430,19 +457,45 @@ def decode_payload(payload: bytes, rows: int, cols: int) -> tuple[I64 | None, F6
         sent, pos = _get(buf, pos)
         d, pos = _get(buf, pos)
         size, pos = _get(buf, pos) if flags & SUBSET else (np.uint64(0), pos)
+        index_size, pos = _get(buf, pos) if flags & EXACT else (np.uint64(0), pos)
+        exact_size, pos = _get(buf, pos) if flags & EXACT else (np.uint64(0), pos)
     except ValueError as e:
         raise CodecError(f"payload header: {e}") from None
     if int(n) != rows or int(d) != cols or int(sent) > rows:
         raise CodecError(f"payload header: {int(sent)} of {int(n)} rows of {int(d)} values, the push names {rows} of {cols}")
     if not flags & SUBSET and int(sent) != rows:
         raise CodecError(f"payload header: {int(sent)} rows sent of {rows} with no subset")
-    if int(size) > buf.shape[0] - pos:
-        raise CodecError("payload: subset longer than the payload")
+    if int(size) + int(index_size) + int(exact_size) > buf.shape[0] - pos:
+        raise CodecError("payload: subset and exact rows longer than the payload")
     subset = _subset(buf[pos : pos + int(size)], flags, rows, int(sent)) if flags & SUBSET else None
-    values = codec.decode(payload[pos + int(size) :], int(sent), cols)
+    pos += int(size)
+    exact = None
+    if flags & EXACT:
+        at = _exact_index(buf[pos : pos + int(index_size)], int(sent))
+        pos += int(index_size)
+        try:
+            exact = at, _from_planes("exact rows", payload[pos : pos + int(exact_size)], at.shape[0], cols, "<f8")
+        except CodecError as e:
+            raise CodecError(f"payload exact rows: {e}") from None
+        pos += int(exact_size)
+    values = codec.decode(payload[pos:], int(sent), cols)
+    if exact is not None:
+        values = np.array(values, dtype=np.float64)  # a decoder may hand back the payload's own read-only bytes
+        values[exact[0]] = exact[1]
     if not np.isfinite(values).all():
         raise CodecError(f"payload: {codec.name} values are not all finite")
     return subset, values
+
+
+def _exact_index(data: npt.NDArray[np.uint8], sent: int) -> I64:
+    """The exact rows' positions among the `sent` carried rows: ascending, unique, at least one."""
+    try:
+        _, at = decode_index_lists(data, 1, sent)
+    except ValueError as e:
+        raise CodecError(f"payload exact rows: {e}") from None
+    if not at.shape[0] or (at.shape[0] > 1 and not bool(np.all(at[1:] > at[:-1]))):
+        raise CodecError("payload exact rows: none listed, or positions repeat")
+    return at
 
 
 def _subset(data: npt.NDArray[np.uint8], flags: int, rows: int, sent: int) -> I64:

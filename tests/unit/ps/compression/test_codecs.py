@@ -4,6 +4,7 @@ error-feedback invariant, the residual memory bound, and payloads that must be r
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -379,6 +380,75 @@ def test_residual_bound_keeps_a_hot_rows_residual_from_growing():
     assert np.abs(unbounded.unsent(hot, 2)).max() > 100  # several a push, never caught up
     assert np.abs(bounded.unsent(hot, 2)).max() < 20
     assert bounded.stats()["residual_bound_rows"] >= 10  # sent exactly every few pushes
+
+
+def test_rows_over_the_bound_travel_exactly_in_the_push_itself():
+    """A row whose residual passes the bound goes exactly (update and residual, float64, bit
+    for bit) inside the push that carries it, by its position, so no call of its own follows.
+    Nothing is lost."""
+    keys = np.arange(1, 201, dtype=np.uint64)
+    rng = np.random.default_rng(4)
+    comp = Compressor(parse_codec("onebit"), residual_rows=1000, residual_bound=4.0)
+    total, received, folded = np.zeros((200, 3)), np.zeros((200, 3)), 0
+    for _ in range(20):
+        g = rng.normal(size=(200, 3)) * np.where(keys % 17 == 0, 30.0, 1.0)[:, None]
+        x = g + comp.unsent(keys, 3)
+        total += g
+        packed, gone, _ = comp.compress(keys, g)
+        payload = packed.payload(with_subset=False)
+        _, values = decode_payload(payload, 200, 3)
+        np.testing.assert_array_equal(values, packed.values)  # what the client's copies take
+        assert gone.shape[0] == 0  # no row needs a call of its own
+        if packed.exact_values:
+            assert payload[3] & 4 and packed.value_bytes > len(packed.body)
+            folded += int((values == x).all(axis=1).sum())
+        received += values
+    assert folded >= 10 and comp.bound_rows == folded
+    np.testing.assert_allclose(received + comp.unsent(keys, 3), total, atol=1e-9)
+
+
+def test_a_row_over_the_bound_that_top_k_leaves_out_leaves_with_its_key():
+    """top-k carries 2 of 200 rows (column 0's giants); a row large only in column 1 passes
+    the bound there but is not carried: it leaves the memory for the client to send exactly."""
+    keys = np.arange(1, 201, dtype=np.uint64)
+    g = np.ones((200, 2))
+    g[[10, 20], 0] = 1000.0
+    g[30] = [0.0, 50.0]
+    comp = Compressor(parse_codec("topk:0.01+onebit"), residual_rows=1000, residual_bound=4.0)
+    packed, gone, gone_rows = comp.compress(keys, g)
+    sent, values = decode_payload(packed.payload(with_subset=True), 200, 2)
+    assert sent is not None and sent.tolist() == [10, 20] and not packed.exact_values
+    np.testing.assert_array_equal(gone, keys[[30]])
+    np.testing.assert_array_equal(gone_rows, [[0.0, 50.0]])
+    received = np.zeros((200, 2))
+    received[sent] += values
+    received[30] += gone_rows[0]
+    np.testing.assert_allclose(received + comp.unsent(keys, 2), g)
+
+
+def test_exact_rows_that_do_not_match_the_push_are_refused():
+    """The exact rows' lengths, positions and values are checked like the rest of a payload."""
+    keys = np.arange(1, 101, dtype=np.uint64)
+    base = Compressor(parse_codec("onebit"), 1000).compress(keys, np.random.default_rng(0).normal(size=(100, 2)))[0]
+    at = np.array([3, 50], dtype=np.int64)
+    good = base.with_exact(at, np.array([[1.0, -2.0], [0.5, 7.0]])).payload(with_subset=False)
+    _, values = decode_payload(good, 100, 2)
+    np.testing.assert_array_equal(values[at], [[1.0, -2.0], [0.5, 7.0]])
+    bad = {
+        "positions repeat": base.with_exact(np.array([3, 3]), np.ones((2, 2))),
+        "out of the dictionary's range": base.with_exact(np.array([3, 100]) % 100, np.ones((2, 2))),
+        "not all finite": base.with_exact(at, np.full((2, 2), np.inf)),
+    }
+    bad["out of the dictionary's range"] = replace(
+        bad["out of the dictionary's range"], exact_index=bytes(encode_varints(np.array([2, 3, 97], dtype=np.uint64)))
+    )
+    for error, packed in bad.items():
+        with pytest.raises(CodecError, match=error):
+            decode_payload(packed.payload(with_subset=False), 100, 2)
+    with pytest.raises(CodecError, match="exact rows longer than the payload"):
+        decode_payload(good[:12], 100, 2)
+    with pytest.raises(CodecError, match="exact rows"):
+        decode_payload(replace(base.with_exact(at, np.ones((2, 2))), exact_values=b"\x00" + bytes(31)).payload(False), 100, 2)
 
 
 def test_held_columns_wait_in_the_residuals_for_the_drain_and_cost_a_few_bytes_a_push():
