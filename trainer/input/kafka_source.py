@@ -37,6 +37,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from ctr.runtime.extras import require
+from ctr.runtime.repeated_error import RepeatedError
 from trainer import metrics
 from trainer.input.kafka_config import read_kafka_config
 from trainer.input.source import Block, Position
@@ -55,7 +56,6 @@ WATERMARK_TIMEOUT_S = 10.0
 # an unreachable broker both give no message), each question waiting at most ASK_TIMEOUT_S
 ASK_EVERY_S = 2.0
 ASK_TIMEOUT_S = 1.0
-SAY_S = 60.0  # an outage is said when it starts, then this often while it lasts
 GIVE_UP_S = 600.0  # a topic read to its end (--no-follow) gives up after its broker failed this long
 
 
@@ -119,7 +119,7 @@ class KafkaSource:
         self.resets: list[str] = []  # "TOPIC[P] at N": partitions read again from their oldest message
         self._watermarks: dict[int, tuple[int, int]] = {}  # partition -> (low, high), as fetches last saw them
         self._watermarks_at = 0.0
-        self._down: tuple[float, int, float] | None = None  # the broker not answering: since, failures, last said
+        self._down = RepeatedError(log, level=logging.WARNING)  # the broker not answering
         self._next_ask = 0.0  # time.monotonic() of the next question to an idle followed topic's broker
         self._consumer = self._new_consumer()
         try:
@@ -301,7 +301,7 @@ class KafkaSource:
         from confluent_kafka import TopicPartition
 
         timeout = WATERMARK_TIMEOUT_S
-        if self._down is not None:  # asked again every ASK_EVERY_S, not at every empty fetch
+        if self._down.failing:  # asked again every ASK_EVERY_S, not at every empty fetch
             now = time.monotonic()
             if now < self._next_ask:
                 return False
@@ -336,37 +336,17 @@ class KafkaSource:
         self._answered()
 
     def _unanswered(self, e: Exception) -> None:
-        """The broker did not answer: counted, said (again every SAY_S while it lasts), and
+        """The broker did not answer: counted, said (again once a minute while it lasts), and
         not idleness until the next question (--idle-exit-s waits for the broker). A topic
         read once gives up after GIVE_UP_S, naming the error."""
         metrics.SOURCE_KAFKA_FAILURES.inc()
-        now = time.monotonic()
-        since, count, said = self._down or (now, 0, -SAY_S)
-        count += 1
-        if now - said >= SAY_S:
-            log.warning(
-                "%s: the broker does not answer (%s); the stream waits and asks again (%d failure(s) in %.0f s)",
-                self.source,
-                e,
-                count,
-                now - since,
-            )
-            said = now
-        self._down = (since, count, said)
-        if not self.follow and now - since >= GIVE_UP_S:
-            raise ValueError(f"--source {self.source}: the broker has not answered for {now - since:.0f} s: {e}")
-        self.idle_since = max(self.idle_since, now + ASK_EVERY_S + ASK_TIMEOUT_S)
+        lasted = self._down.failed(f"{self.source}: the broker does not answer ({e}); the stream waits and asks again")
+        if not self.follow and lasted >= GIVE_UP_S:
+            raise ValueError(f"--source {self.source}: the broker has not answered for {lasted:.0f} s: {e}")
+        self.idle_since = max(self.idle_since, time.monotonic() + ASK_EVERY_S + ASK_TIMEOUT_S)
 
     def _answered(self) -> None:
-        if self._down is not None:
-            since, count, _ = self._down
-            log.warning(
-                "%s: the broker answers again after %.0f s in which %d question(s) went unanswered; the stream goes on",
-                self.source,
-                time.monotonic() - since,
-                count,
-            )
-            self._down = None
+        self._down.passed(f"{self.source}: the broker answers again")
 
     def _note_watermarks(self) -> None:
         """Keeps the watermarks this consumer's fetches last saw, for backlog(). Called on the
@@ -397,7 +377,7 @@ class KafkaSource:
                         self._ask()
                     yield None
                     continue
-                if self._down is not None and any(m.error() is None for m in msgs):
+                if self._down.failing and any(m.error() is None for m in msgs):
                     self._answered()
                 self.idle_since = time.monotonic()
                 yield from self._runs(msgs, max_line_bytes)

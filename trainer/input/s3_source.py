@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 from ctr.data.compressed import DecompressedText, compression_of
 from ctr.data.parquet_text import ParquetText, is_parquet
 from ctr.runtime.extras import require
+from ctr.runtime.repeated_error import RepeatedError
 from trainer import metrics
 from trainer.input import rescaled
 from trainer.input.file_split import owner_of, share
@@ -43,7 +44,6 @@ REMOVED = (
 )
 MIN_LIST_S = 1.0  # a followed prefix is listed at most this often: a LIST is a billed request
 RETRY_MAX_S = 15.0  # a failed LIST (or read) is tried again after 2, 4, ... s, at most this long
-SAY_S = 60.0  # S3 calls that keep failing are said again this often
 GIVE_UP_S = 600.0  # a prefix read once (not followed) gives up after S3 failed this long
 
 
@@ -104,7 +104,7 @@ class S3PrefixSource(StreamSource):
         self._done: dict[str, str] = {}  # key -> ETag of the objects read to their end
         self._objects: tuple[float, list[S3Object]] = (-MIN_LIST_S, [])  # when last listed (< 0: never), what
         self._next_list = 0.0  # time.monotonic() of the next LIST: MIN_LIST_S after one, later after failures
-        self._failing: tuple[float, int, float] | None = None  # listings failing: since, how many, last said
+        self._failing = RepeatedError(log, level=logging.WARNING)  # listings failing
         self._object_places: tuple[list[S3Object] | None, dict[str, int]] = (None, {})  # _prior_owner's
 
     def _rebased(self, start: Position) -> Position:
@@ -150,37 +150,19 @@ class S3PrefixSource(StreamSource):
         except Exception as e:  # noqa: BLE001 - botocore and urllib3 raise several kinds
             self._list_failed(e, now)
             return self._objects[1]
-        if self._failing is not None:
-            log.warning(
-                "%s: listed again after %.0f s in which %d listing(s) failed; the stream goes on",
-                self.source,
-                now - self._failing[0],
-                self._failing[1],
-            )
-            self._failing = None
+        self._failing.passed(f"{self.source}: listed again")
         self._objects, self._next_list = (now, found), now + MIN_LIST_S
         return found
 
     def _list_failed(self, e: Exception, now: float) -> None:
-        """A failed LIST: counted, said (again every SAY_S while it lasts), tried again
+        """A failed LIST: counted, said (again once a minute while it lasts), tried again
         after a wait that doubles up to RETRY_MAX_S. A prefix read once gives up after
         GIVE_UP_S, naming the error (a followed one waits for S3 as it waits for data)."""
         metrics.SOURCE_S3_FAILURES.inc()
-        since, count, said = self._failing or (now, 0, -SAY_S)
-        count += 1
-        if now - said >= SAY_S:
-            log.warning(
-                "%s: cannot be listed (%s); the stream waits and tries again (%d failure(s) in %.0f s)",
-                self.source,
-                e,
-                count,
-                now - since,
-            )
-            said = now
-        self._failing = (since, count, said)
-        if not self.follow and now - since >= GIVE_UP_S:
-            raise ValueError(f"{self.source}: cannot be listed for {now - since:.0f} s ({count} tries): {e}") from e
-        self._next_list = now + min(RETRY_MAX_S, MIN_LIST_S * 2 ** min(count, 5))
+        lasted = self._failing.failed(f"{self.source}: cannot be listed ({e}); the stream waits and tries again")
+        if not self.follow and lasted >= GIVE_UP_S:
+            raise ValueError(f"{self.source}: cannot be listed for {lasted:.0f} s ({self._failing.count} tries): {e}") from e
+        self._next_list = now + min(RETRY_MAX_S, MIN_LIST_S * 2 ** min(self._failing.count, 5))
         # not idle until the next try: whether objects landed cannot be told (--idle-exit-s waits for S3)
         self.idle_since = max(self.idle_since, self._next_list)
 
@@ -240,7 +222,7 @@ class S3PrefixSource(StreamSource):
         fails, said once a minute; an error that says the object is gone, or S3's failure
         past what _waited allows, is raised, the latter as a ValueError naming it
         (StreamStopped once the stream stops)."""
-        since, said = time.monotonic(), -SAY_S
+        since, outage = time.monotonic(), RepeatedError(log, level=logging.WARNING)
         for attempt in itertools.count():
             try:
                 return call()
@@ -249,12 +231,9 @@ class S3PrefixSource(StreamSource):
             except Exception as e:  # noqa: BLE001 - botocore, urllib3 and pyarrow raise several kinds
                 if _gone_code(e) or isinstance(e, ValueError):  # gone, or a damaged file (ArrowInvalid)
                     raise
-                now = time.monotonic()
-                if now - said >= SAY_S:
-                    log.warning("%s: cannot be read (%s); read again once S3 answers", what, e)
-                    said = now
+                lasted = outage.failed(f"{what}: cannot be read ({e}); read again once S3 answers")
                 if not self._waited(since, attempt):
-                    raise ValueError(f"{what}: cannot be read for {now - since:.0f} s ({attempt + 1} tries): {e}") from e
+                    raise ValueError(f"{what}: cannot be read for {lasted:.0f} s ({attempt + 1} tries): {e}") from e
         raise AssertionError("unreachable")
 
     def _range(self, key: str, start: int, length: int) -> bytes:
@@ -376,7 +355,7 @@ class S3PrefixSource(StreamSource):
     def _nap(self) -> float:
         """The wait for new objects; while listings fail, until the next try."""
         nap = super()._nap()
-        return max(nap, self._next_list - time.monotonic()) if self._failing is not None else nap
+        return max(nap, self._next_list - time.monotonic()) if self._failing.failing else nap
 
     def _lost(self, uri: str, what: str) -> None:
         """An object of the stream whose samples are not trained (`what` says why): said and counted."""
@@ -476,7 +455,7 @@ class _RangedBody:
         self.retry = retry
 
     def read(self, size: int = -1) -> bytes:
-        since, said = time.monotonic(), -SAY_S
+        since, outage = time.monotonic(), RepeatedError(log, level=logging.WARNING)
         for attempt in itertools.count():
             try:
                 if self.body is None:  # the last GET failed
@@ -487,11 +466,8 @@ class _RangedBody:
             except Exception as e:  # noqa: BLE001 - urllib3/botocore raise several kinds
                 if _gone_code(e):
                     raise
-                now = time.monotonic()
-                if now - said >= SAY_S:
-                    where = f"s3://{self.bucket}/{self.key}"
-                    log.warning("%s: read failed at byte %d (%s); reading on from there once S3 answers", where, self.offset, e)
-                    said = now
+                where = f"s3://{self.bucket}/{self.key}"
+                outage.failed(f"{where}: read failed at byte {self.offset} ({e}); reading on from there once S3 answers")
                 if self.body is not None:
                     self.body.close()
                 self.body = None
