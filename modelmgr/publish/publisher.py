@@ -180,14 +180,13 @@ class Publisher:
         removed first (an S3 version's files without DONE), so its number is used again."""
         if name not in self._retrying:
             return None
+        self._retrying.discard(name)  # added back by poll() if the repository fails again
         v = self.repo.version_of_export(name)
         if v is None:
             for gone in self.repo.clean_unfinished():
                 log.info("removed %s/%s: what a failed publish of export %s left", self.repo.dir, gone, name)
-            self._retrying.discard(name)
             return None
         self.repo.record_published(v, name)
-        self._retrying.discard(name)
         log.info("export %s is version %d already: it was in place before the repository failed", name, v)
         return v
 
