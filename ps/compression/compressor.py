@@ -211,12 +211,12 @@ class Compressor:
                 self.bound_rows += int(over.shape[0])
                 # the rows the push carries go exactly in it (one call, no keys: their
                 # positions); a row top-k left out goes after it, exactly, with its key
-                carried = over if sent is None else over[np.isin(over, sent)]
+                in_push = np.ones(over.shape[0], dtype=bool) if sent is None else np.isin(over, sent)
+                carried, left = over[in_push], over[~in_push]
                 if carried.shape[0]:
                     packed = packed.with_exact(carried if sent is None else np.searchsorted(sent, carried), x[carried])
                     self.flushed_rows += int(carried.shape[0])
-                if carried.shape[0] < over.shape[0]:
-                    left = over[~np.isin(over, carried)]
+                if left.shape[0]:
                     gone_keys = np.concatenate([gone_keys, keys[left]])
                     gone_rows = np.concatenate([gone_rows, residual[left]])
             else:
