@@ -631,7 +631,6 @@ def test_an_export_whose_version_landed_before_the_repository_failed_is_not_publ
     second time, or, after a relisting, rejected it as out of order with a record saying
     so, though it was served."""
     from ctr.repository.storage import StorageUnreachable
-    from modelmgr.publish.gate import QualityGate
 
     exports = Exports(tmp_path / "exports")
     repo = Repository(tmp_path / "repo", "ctr")
