@@ -80,3 +80,9 @@ CHECKPOINT_STALL = Histogram(
     "training stalled per checkpoint (flush and snapshot; the write runs in the background)",
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
+CHECKPOINT_STALL_PARTS = Counter(
+    "boundless_trainer_checkpoint_stall_part_seconds_total",
+    "training stalled at checkpoints, by part: the pipeline's flush, the model's write (a DNN's"
+    " dense tower), the residuals' drains, the prepare (with a group: the host's sums, the gather)",
+    ["part"],
+)

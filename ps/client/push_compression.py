@@ -24,6 +24,7 @@ from ps.transport import WireLedger
 
 Keys = npt.NDArray[np.uint64]
 F64 = npt.NDArray[np.float64]
+U32 = npt.NDArray[np.uint32]
 
 # residuals sent before an export: bf16 (fp32's range, a quarter of fp64's bytes) in zstd'd byte planes
 EXPORT_DRAIN_CODEC = "bf16z"
@@ -75,6 +76,7 @@ class PushCompression:
         self.compressors: dict[str, Compressor] = {}
         self._kinds: dict[str, str] = {}  # what each table's pushes carry
         self._dense_residual: dict[str, F64] = {}  # error feedback of 1-bit dense pushes
+        self._written: dict[str, tuple[F64, U32]] = {}  # each dense table's last state diffed, and its fp32 bits
         self.choices: dict[str, AutoChoice] = {}  # `auto`'s, per state-delta table
         self._made: dict[str, int] = {}  # compressors made per table (each gets its own seed)
         self._accumulators: dict[str, slice] = {}  # each known sparse table's state columns that only grow
@@ -286,16 +288,28 @@ class PushCompression:
 
     def _state_diff(self, table: str, values: F64, base: F64, shards: list[int], samples: int) -> list[DensePush] | None:
         """Each shard's range of `values` against its range of `base`, or None where the
-        two differ in shape or either is not exactly fp32 (then the state goes whole)."""
-        new_bits, base_bits = as_fp32_bits(values), as_fp32_bits(base)
+        two differ in shape or either is not exactly fp32 (then the state goes whole).
+        The ranges are encoded and their bases digested in the shards' threads: zstd and
+        the digest let go of the GIL, so a cut's write takes the wall time of one range."""
+        new_bits, base_bits = as_fp32_bits(values), self._base_bits(table, base)
         if new_bits is None or base_bits is None or new_bits.shape != base_bits.shape or new_bits.ndim != 2:
             return None
-        parts = []
-        for s in shards:
-            lo, hi = dense_range(values.shape[0], s, self.n)
+        self._written[table] = (values, new_bits)
+
+        def one(i: int) -> DensePush:
+            lo, hi = dense_range(values.shape[0], shards[i], self.n)
             body = encode_state_diff(new_bits[lo:hi], base_bits[lo:hi])
-            parts.append(DensePush(s, table, body, STATE_DIFF, 1, samples, base_digest(base_bits[lo:hi])))
-        return parts
+            return DensePush(shards[i], table, body, STATE_DIFF, 1, samples, base_digest(base_bits[lo:hi]))
+
+        return self.sender.on_shards(one, list(range(len(shards))))
+
+    def _base_bits(self, table: str, base: F64) -> U32 | None:
+        """The base's fp32 bits: those of the state last written to `table` where the base
+        is that state (a cut write's base is the write before it), else converted."""
+        last = self._written.pop(table, None)
+        if last is not None and last[0].shape == base.shape and np.array_equal(last[0], base):
+            return last[1]
+        return as_fp32_bits(base)
 
     def dense_residual(self, table: str) -> F64 | None:
         """The quantization error 1-bit dense pushes of `table` still owe the shards."""

@@ -101,6 +101,7 @@ class Trainer:
         self._reopen: Callable[[Position | None, float], Source] | None = None
         self._recover: Callable[[], CutPoint] | None = None
         self._committer = ThreadPoolExecutor(1, thread_name_prefix="commit")
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="dense-write")  # a cut's dense write beside its drains
         self._commit: Future[None] | None = None
         self.recoveries = 0
         self.bad_lines_before = 0  # of readers replaced by a recovery
@@ -247,6 +248,7 @@ class Trainer:
         if self.exporter is not None:
             self.exporter.close()
         self._committer.shutdown()
+        self._writer.shutdown()
         final = self.progress.snapshot()
         if self.group is not None:
             final = self._merge_ranks(final)
@@ -690,27 +692,39 @@ class Trainer:
         from a thread once they are done; training stalls only for the flush and the
         snapshot."""
         started = time.perf_counter()
-        self.settle()
+        parts = self.settle()
         if self.group is not None:
-            self._group_checkpoint(started)
+            self._group_checkpoint(started, parts)
             return
         self._wait_commit()  # cuts commit in order
         self.cut += 1
+        at = time.perf_counter()
         offsets = encode_offsets(self.position, self.submitted, self.progress, self.model.state(self.client))
         rows = self.client.control.prepare(self.cut, offsets)
+        parts["prepare"] = time.perf_counter() - at
+        self._prepared(started, rows, parts)
+
+    def _prepared(self, started: float, rows: int, parts: dict[str, float]) -> None:
+        """The cut is prepared: its stall is counted and its commit goes to the thread."""
         stall = time.perf_counter() - started
         metrics.CHECKPOINT_STALL.observe(stall)
-        self._commit = self._committer.submit(self._commit_cut, self.cut, self.position, rows, stall, time.perf_counter())
+        for part, seconds in parts.items():
+            metrics.CHECKPOINT_STALL_PARTS.labels(part).inc(seconds)
+        said = f"{1000 * stall:.0f} ms of training stalled ({', '.join(f'{p} {1000 * t:.0f}' for p, t in parts.items())})"
+        self._commit = self._committer.submit(self._commit_cut, self.cut, self.position, rows, said, time.perf_counter())
 
-    def _group_checkpoint(self, started: float) -> None:
+    def _group_checkpoint(self, started: float, parts: dict[str, float]) -> None:
         """Every rank is settled at the same round: rank 0 gathers where each stands and
         prepares the cut; no rank pushes again until the shards have taken their snapshot."""
         assert self.group is not None
         if self.client.aggregator is not None:
             # every rank of the host is settled: rank 0, which pushed their sums, sends what
             # its error feedback holds back, and the others forget their mirror of it
+            at = time.perf_counter()
             self.group.barrier()
             self.client.drain_residuals("cut")
+            parts["host sums"] = time.perf_counter() - at
+        at = time.perf_counter()
         share = self.progress.window // self.group.world  # what a merge keeps of each rank's window
         state = worker_state(self.position, self.submitted, self.progress.state(last=share), self.model.state(self.client))
         states = self.group.gather(state)
@@ -718,19 +732,32 @@ class Trainer:
             self._wait_commit()
             self.cut += 1
             rows = self.client.control.prepare(self.cut, encode_workers(states))
-            stall = time.perf_counter() - started
-            metrics.CHECKPOINT_STALL.observe(stall)
-            self._commit = self._committer.submit(self._commit_cut, self.cut, self.position, rows, stall, time.perf_counter())
+            parts["gather and prepare"] = time.perf_counter() - at
+            self._prepared(started, rows, parts)
         self.group.barrier()
 
-    def settle(self) -> None:
+    def settle(self) -> dict[str, float]:
         """Trains what is queued and waits for its pushes; sends what the model and the
-        compressors hold back: the shards then hold everything up to self.position."""
+        compressors hold back: the shards then hold everything up to self.position.
+        Returns the seconds each part took (the cut's log line says where a stall went).
+        A model that holds back only dense tables (a worker's MLP) writes them while the
+        sparse residuals drain: two independent sets of calls, so the stall is the
+        longer of the two, not their sum."""
+        parts: dict[str, float] = {}
+        at = time.perf_counter()
         self.flush()
-        self.model.finish(self.client)
-        self.client.flush_residuals("cut")  # a restart loses the worker's memory, so the cut holds every update
+        parts["flush"] = time.perf_counter() - at
+        # a restart loses the worker's memory, so the cut holds every update
+        if self.model.finish_is_dense:
+            writing = self._writer.submit(_seconds, self.model.finish, self.client)
+            parts["drains"] = _seconds(self.client.flush_residuals, "cut")
+            parts["model"] = writing.result()
+        else:
+            parts["model"] = _seconds(self.model.finish, self.client)
+            parts["drains"] = _seconds(self.client.flush_residuals, "cut")
+        return parts
 
-    def _commit_cut(self, cut: int, at: Position, rows: int, stall: float, prepared: float) -> None:
+    def _commit_cut(self, cut: int, at: Position, rows: int, stalled: str, prepared: float) -> None:
         """Commits the prepared cut `cut`, which holds the stream up to `at` (training has
         gone on since)."""
         try:
@@ -740,11 +767,11 @@ class Trainer:
             return
         metrics.CHECKPOINT_WRITE_SECONDS.observe(time.perf_counter() - prepared)
         log.info(
-            "checkpoint cut %d committed: %d rows at %s, %.0f ms of training stalled, written in %.0f ms",
+            "checkpoint cut %d committed: %d rows at %s, %s, written in %.0f ms",
             cut,
             rows,
             at,
-            1000 * stall,
+            stalled,
             1000 * (time.perf_counter() - prepared),
         )
 
@@ -752,6 +779,13 @@ class Trainer:
         if self._commit is not None:
             self._commit.result()
             self._commit = None
+
+
+def _seconds(fn: Callable[..., object], *args: object) -> float:
+    """How long fn(*args) took."""
+    at = time.perf_counter()
+    fn(*args)
+    return time.perf_counter() - at
 
 
 def _summed(parts: list[dict[str, float]]) -> dict[str, float]:

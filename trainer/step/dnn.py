@@ -94,6 +94,10 @@ class DeepModel:
             self._push_waiting(client)  # the cut holds every sample trained
             self.dense.flush(client)
 
+    @property
+    def finish_is_dense(self) -> bool:
+        return self.replica is not None  # else finish pushes the embeddings' waiting gradients
+
     def mlp_for_export(self) -> dict[str, npt.NDArray[np.float32]] | None:
         """The MLP this worker trains, copied (training goes on after the export): the same
         on every rank, and what the shards would hold had it been written to them."""

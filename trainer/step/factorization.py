@@ -119,6 +119,11 @@ class TrainableModel(Protocol):
         """Sends what the model holds back (0/1 Adam's local steps, the MLP a worker trains):
         at the end of a run and before a checkpoint."""
 
+    @property
+    def finish_is_dense(self) -> bool:
+        """Whether finish writes dense tables only: then a cut runs it while the sparse
+        residuals drain (a sparse push from it would leave residuals of its own)."""
+
     def mlp_for_export(self) -> dict[str, npt.NDArray[np.float32]] | None:
         """The MLP's tensors as an export writes them, where this worker holds the MLP
         (hybrid training): the exporter takes them from here, so the MLP crosses no wire at
@@ -260,6 +265,10 @@ class FactorizationModel:
 
     def finish(self, client: PSClient) -> None:
         pass  # nothing held back: every batch is pushed
+
+    @property
+    def finish_is_dense(self) -> bool:
+        return True  # it sends nothing
 
     def mlp_for_export(self) -> dict[str, npt.NDArray[np.float32]] | None:
         return None

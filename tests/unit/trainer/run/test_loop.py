@@ -381,3 +381,50 @@ def test_a_file_the_stream_lost_counts_once_across_the_sources_a_recovery_opens(
     trainer = Trainer.__new__(Trainer)  # the count alone: no shards
     trainer.lost_before, trainer.source = set(first.lost), again  # as _recover_from leaves them
     assert trainer.lost_files == 1
+
+
+def test_a_cut_writes_the_mlp_while_the_residuals_drain_and_says_where_its_stall_went(tmp_path, data_dir, caplog):
+    """Hybrid DeepFM: a cut's dense write runs beside the sparse residuals' drain (their
+    times overlap, on two threads), the shards then hold the worker's MLP exactly, and the
+    cut's log line splits the stall into its parts."""
+    import threading
+    import time
+
+    path = tmp_path / "frappe.libsvm"
+    path.write_text("\n".join((data_dir / "frappe/frappe.validation.libfm").read_text().splitlines()[:2000]) + "\n")
+    fields = FieldIndex([str(i) for i in range(10)])
+    spec = ModelSpec("deepfm", k=4, fields=tuple(fields.names), hidden=(16, 8))
+    client = PSClient.local(2, data_dir=tmp_path / "ps")
+    model = build_model(spec, device="cpu")
+    model.prepare(client)
+    settings = LoopSettings(batch_size=256, max_samples=None, idle_exit_s=0, export_interval_s=1e9, checkpoint_interval_s=1e-3)
+    trainer = Trainer(client, model, None, fields, StreamSource(str(path), follow=False), settings, ProgressiveMetrics(1000), None, lambda: False)
+    spans: list[tuple[str, float, float, int]] = []
+
+    def spanned(name, fn):
+        def run(*args):
+            at = time.perf_counter()
+            fn(*args)
+            if name == "model" or args == ("cut",):
+                time.sleep(0.3)  # long enough that two calls one after the other cannot overlap
+                spans.append((name, at, time.perf_counter(), threading.get_ident()))
+
+        return run
+
+    model.finish = spanned("model", model.finish)  # type: ignore[method-assign]
+    client.flush_residuals = spanned("drains", client.flush_residuals)  # type: ignore[method-assign]
+    assert model.finish_is_dense
+    caplog.set_level("INFO", logger="trainer")
+    trainer.run()
+    assert trainer.cut >= 2
+    cuts = [s for s in spans if s[0] == "drains"]
+    assert len(cuts) == trainer.cut
+    for _, d0, d1, d_thread in cuts:  # each cut's drain overlaps a dense write on another thread
+        assert any(n == "model" and m_thread != d_thread and m0 < d1 and d0 < m1 for n, m0, m1, m_thread in spans)
+    # the end wrote the MLP with its state too: the shards hold the worker's, bit for bit
+    held = client.pull_dense("mlp", state=True)
+    np.testing.assert_array_equal(held[:, :3].astype(np.float32).astype(np.float64), held[:, :3])
+    np.testing.assert_array_equal(held[:, 0], np.concatenate([p.detach().numpy().reshape(-1) for p in model.replica.params]))
+    said = [r.getMessage() for r in caplog.records if "checkpoint cut" in r.getMessage()]
+    assert said and "ms of training stalled (flush " in said[-1] and ", drains " in said[-1] and ", model " in said[-1]
+    assert ", prepare " in said[-1]
