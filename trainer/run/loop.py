@@ -8,7 +8,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -750,7 +750,10 @@ class Trainer:
         # a restart loses the worker's memory, so the cut holds every update
         if self.model.finish_is_dense:
             writing = self._writer.submit(_seconds, self.model.finish, self.client)
-            parts["drains"] = _seconds(self.client.flush_residuals, "cut")
+            try:
+                parts["drains"] = _seconds(self.client.flush_residuals, "cut")
+            finally:
+                wait([writing])  # a failed drain goes to recovery, which must not meet a write still under way
             parts["model"] = writing.result()
         else:
             parts["model"] = _seconds(self.model.finish, self.client)

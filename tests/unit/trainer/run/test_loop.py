@@ -398,7 +398,8 @@ def test_a_cut_writes_the_mlp_while_the_residuals_drain_and_says_where_its_stall
     model = build_model(spec, device="cpu")
     model.prepare(client)
     settings = LoopSettings(batch_size=256, max_samples=None, idle_exit_s=0, export_interval_s=1e9, checkpoint_interval_s=1e-3)
-    trainer = Trainer(client, model, None, fields, StreamSource(str(path), follow=False), settings, ProgressiveMetrics(1000), None, lambda: False)
+    source = StreamSource(str(path), follow=False)
+    trainer = Trainer(client, model, None, fields, source, settings, ProgressiveMetrics(1000), None, lambda: False)
     spans: list[tuple[str, float, float, int]] = []
 
     def spanned(name, fn):
@@ -424,7 +425,47 @@ def test_a_cut_writes_the_mlp_while_the_residuals_drain_and_says_where_its_stall
     # the end wrote the MLP with its state too: the shards hold the worker's, bit for bit
     held = client.pull_dense("mlp", state=True)
     np.testing.assert_array_equal(held[:, :3].astype(np.float32).astype(np.float64), held[:, :3])
+    from trainer.step.dnn import DeepModel
+
+    assert isinstance(model, DeepModel) and model.replica is not None
     np.testing.assert_array_equal(held[:, 0], np.concatenate([p.detach().numpy().reshape(-1) for p in model.replica.params]))
     said = [r.getMessage() for r in caplog.records if "checkpoint cut" in r.getMessage()]
     assert said and "ms of training stalled (flush " in said[-1] and ", drains " in said[-1] and ", model " in said[-1]
     assert ", prepare " in said[-1]
+
+
+def test_a_cut_whose_drain_fails_waits_for_the_mlp_write_before_it_raises(tmp_path, data_dir):
+    """A failed drain sends the trainer to recovery, which takes the shards back to a cut:
+    the MLP's write, running beside the drain, must be over by then, or it would land on
+    the state recovery restored."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    path = tmp_path / "frappe.libsvm"
+    path.write_text("\n".join((data_dir / "frappe/frappe.validation.libfm").read_text().splitlines()[:600]) + "\n")
+    fields = FieldIndex([str(i) for i in range(10)])
+    spec = ModelSpec("deepfm", k=4, fields=tuple(fields.names), hidden=(16, 8))
+    client = PSClient.local()
+    model = build_model(spec, device="cpu")
+    model.prepare(client)
+    settings = LoopSettings(batch_size=256, max_samples=None, idle_exit_s=0, export_interval_s=1e9, checkpoint_interval_s=0)
+    source = StreamSource(str(path), follow=False)
+    trainer = Trainer(client, model, None, fields, source, settings, ProgressiveMetrics(1000), None, lambda: False)
+    trainer.run()  # trained; the executors are shut down: make the cut's own
+    trainer._writer = ThreadPoolExecutor(1)
+    write_done = threading.Event()
+
+    def slow_finish(c: PSClient) -> None:
+        time.sleep(0.5)
+        write_done.set()
+
+    def failing_drain(cause: str = "end") -> None:
+        raise RuntimeError("a shard went away")
+
+    model.finish = slow_finish  # type: ignore[method-assign,assignment]
+    client.flush_residuals = failing_drain  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match="a shard went away"):
+        trainer.settle()
+    assert write_done.is_set()
+    trainer._writer.shutdown()
