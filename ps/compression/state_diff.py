@@ -29,7 +29,7 @@ from ps.compression.payload import CodecError, _from_planes, _to_planes
 F64 = npt.NDArray[np.float64]
 U32 = npt.NDArray[np.uint32]
 BITS, DIFFERENCE = 0, 1
-JUDGE_ROWS = 16_384  # a column longer than twice this picks its form on this many of its rows
+JUDGE_ROWS = 16_384  # a column longer than twice this picks its form on every (n // this)-th row
 
 
 def as_fp32_bits(rows: F64) -> U32 | None:
