@@ -743,10 +743,7 @@ class Trainer:
         A model that holds back only dense tables (a worker's MLP) writes them while the
         sparse residuals drain: two independent sets of calls, so the stall is the
         longer of the two, not their sum."""
-        parts: dict[str, float] = {}
-        at = time.perf_counter()
-        self.flush()
-        parts["flush"] = time.perf_counter() - at
+        parts = {"flush": _seconds(self.flush)}
         # a restart loses the worker's memory, so the cut holds every update
         if self.model.finish_is_dense:
             writing = self._writer.submit(_seconds, self.model.finish, self.client)
