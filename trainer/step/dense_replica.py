@@ -161,7 +161,8 @@ class DenseReplica:
         if mean is not None:
             world = torch.distributed.get_world_size(group)
             device = self.params[0].device
-            self._advance([m.to(device) * world for m in mean], int(summed[-1]), float(summed[-2]))
+            # the mean's tensors are this round's own: scaled in place, not copied again
+            self._advance([m.to(device).mul_(world) for m in mean], int(summed[-1]), float(summed[-2]))
         return summed  # type: ignore[no-any-return]
 
     def sync_on_device(self, group: torch.distributed.ProcessGroup) -> None:

