@@ -142,7 +142,6 @@ class PullCache:
         their initial rows, made here) and for the latter another writer changed. `order`
         and `bounds` split the keys by shard. Returns the rows and each shard's session."""
         spec = self._specs[table]
-        params = spec.optimizer.params()
         kept = self._table(table)
         with self._lock:
             first = self._next_push
@@ -186,7 +185,7 @@ class PullCache:
                 rows[changed_at] = got.changed_rows
             rows[stored_at] = got.stored_rows
             if made_at.shape[0]:
-                rows[made_at] = init_rows(part[made_at], spec.width, spec.dim, params)
+                rows[made_at] = init_rows(part[made_at], spec.width, spec.dim, spec.optimizer.params())
             with self._lock:
                 if got.layout != kept.layouts[s]:
                     # the shard's rows moved since the ids this client holds there (a pull that

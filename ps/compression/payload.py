@@ -24,8 +24,16 @@ import numpy.typing as npt
 import zstandard
 
 from ctr.format.varint import _get, decode_index_lists, encode_index_lists, encode_varints
-from ctr.format.zstd_local import compressor, decompressor
-from ps.compression.bits import bit_planes, bits_of_planes, byte_planes, pack_bits, packed_bytes, unpack_bits
+from ctr.format.zstd_local import decompressor, plane_compressor
+from ps.compression.bits import (
+    bit_planes,
+    bits_of_planes,
+    byte_planes,
+    pack_bits,
+    packed_bytes,
+    unpack_bits,
+    words_of_planes,
+)
 from ps.compression.minifloat import column_shifts, decode_minifloat, encode_minifloat
 from ps.compression.quantize import decode_int8, decode_onebit, encode_int8, encode_onebit, round_bf16
 
@@ -97,7 +105,7 @@ def _to_planes(words: npt.NDArray[np.generic]) -> bytes:
     if words.nbytes < PLANES_MIN_BYTES:
         return bytes([RAW]) + np.ascontiguousarray(words).tobytes()
     planes = byte_planes(np.ascontiguousarray(words).view(np.uint8).reshape(-1), n, d, size)
-    compress = compressor().compress
+    compress = plane_compressor().compress
     frames = [compress(planes[b].data) for b in range(size)]
     lengths = bytes(encode_varints(np.array([len(f) for f in frames], dtype=np.uint64)))
     return bytes([PLANES]) + lengths + b"".join(frames)
@@ -120,7 +128,7 @@ def _from_planes(name: str, body: bytes, n: int, d: int, dtype: str) -> npt.NDAr
     for b, length in enumerate(lengths):
         out[b] = _inflate(f"{name}: plane {b}", body[pos : pos + length], plane)
         pos += length
-    return np.ascontiguousarray(out.T).view(dtype).reshape(d, n).T  # type: ignore[no-any-return]
+    return words_of_planes(out, n, d, dtype)
 
 
 def _frame_lengths(name: str, buf: npt.NDArray[np.uint8], pos: int, count: int) -> tuple[list[int], int]:
@@ -283,7 +291,7 @@ def _sign_planes(packed: npt.NDArray[np.uint8], n: int, d: int) -> bytes:
     where zstd saves nothing, the plane itself, its length written as 0): varint lengths,
     then the frames."""
     planes = bit_planes(packed, n, d)
-    compress = compressor().compress
+    compress = plane_compressor().compress
     chunks, lengths = [], []
     for c in range(d):
         frame = compress(planes[c].data)

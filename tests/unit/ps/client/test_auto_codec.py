@@ -395,3 +395,27 @@ def test_rounded_windows_keep_an_accumulator_at_fewer_bits_and_the_kept_copy_fol
     np.testing.assert_array_equal(held[:, 1], round_mantissa_reference(delta[:, 1], BASE_ACCUMULATOR_BITS))
     copy, _ = client.pull("w", keys, state=True)
     np.testing.assert_array_equal(np.asarray(copy, dtype=np.float64), held)
+
+
+def test_the_sample_kernel_takes_the_keys_its_reference_takes() -> None:
+    rng = np.random.default_rng(7)
+    for n in (0, 1, 37, 5_000):
+        keys = rng.integers(0, 2**64 - 1, n, dtype=np.uint64)
+        np.testing.assert_array_equal(sampled(keys), auto_codec.sampled_reference(keys))
+    assert 0.04 < sampled(rng.integers(0, 2**64 - 1, 100_000, dtype=np.uint64)).shape[0] / 100_000 < 0.085  # 1 in 16
+
+
+def test_a_key_sample_counts_the_distinct_keys_added_across_its_compactions(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(auto_codec, "COMPACT_KEYS", 50)  # compacts many times over
+    rng = np.random.default_rng(3)
+    sample, seen = auto_codec.KeySample(), set()
+    for i in range(200):
+        keys = rng.integers(1, 400, rng.integers(0, 30), dtype=np.uint64)
+        sample.add(keys)
+        seen.update(keys.tolist())
+        assert sample._held <= max(50, 2 * len(seen)) + 30  # memory bounded by the distinct keys
+        if i % 17 == 0:
+            assert len(sample) == len(seen)
+    assert len(sample) == len(seen)
+    sample.clear()
+    assert len(sample) == 0

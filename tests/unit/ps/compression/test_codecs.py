@@ -24,6 +24,7 @@ from ps.compression.bits import (
     pack_bits,
     packed_bytes,
     unpack_bits,
+    words_of_planes,
 )
 from ps.compression.compressor import CodecSpec, Compressor, parse_codec
 from ps.compression.minifloat import column_shifts, decode_minifloat, encode_minifloat
@@ -83,6 +84,9 @@ def test_byte_planes_equal_the_reference(n, d, size, seed):
     words = np.random.default_rng(seed).integers(0, 256, (n, d * size), dtype=np.uint8).view(f"<u{size}")
     got = byte_planes(np.ascontiguousarray(words).view(np.uint8).reshape(-1), n, d, size)
     np.testing.assert_array_equal(got, byte_planes_reference(words))
+    back = words_of_planes(got, n, d, f"<u{size}")
+    assert back.flags.c_contiguous and back.shape == (n, d)
+    np.testing.assert_array_equal(back, words)  # the decoder's inverse
 
 
 SPECIALS = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-40, -3e-39, 3.4e38, -3.4e38, 1e300, 6e-8]
