@@ -16,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ps.compression.payload import VALUE_CODECS, Compressed, ValueCodec, coarse_bf16z
+from ps.compression.quantize import rows_past_bound
 from ps.compression.residuals import ResidualStore
 from ps.compression.topk import mstopk_threshold, row_scores, rows_at_least
 
@@ -197,10 +198,10 @@ class Compressor:
         packed = Compressed(self.codec, n, d, sent, body, decoded)
         gone_keys, gone_rows = np.zeros(0, dtype=np.uint64), np.zeros((0, d))
         if self.residuals is not None:
-            residual = x.copy()
             if sent is None:
-                residual -= decoded
+                residual = x - decoded
             else:
+                residual = x.copy()
                 residual[sent] -= decoded
             over = self._over_bound(residual, decoded)
             if over.shape[0]:  # these leave the memory now, before put() could evict their old rows
@@ -228,10 +229,10 @@ class Compressor:
         """The rows (indices) whose residual passes the bound in any column."""
         if self.residual_bound is None or not decoded.shape[0]:
             return np.zeros(0, dtype=np.int64)
-        limit = self.residual_bound * np.abs(decoded).mean(axis=0)
+        skip = np.zeros(decoded.shape[1], dtype=np.bool_)
         if self.held is not None:  # a held column's residual is all of it, by design, until a drain
-            limit[self.held] = np.inf
-        return np.flatnonzero(np.any(np.abs(residual) > limit, axis=1))
+            skip[self.held] = True
+        return rows_past_bound(residual, np.ascontiguousarray(decoded), self.residual_bound, skip)  # type: ignore[no-any-return]
 
     def stats(self) -> dict[str, float]:
         r = self.residuals

@@ -64,3 +64,20 @@ def round_mantissa_reference(values: F64, bits: int) -> F64:
     r = np.ldexp(np.round(np.ldexp(m, bits + 1)), e - bits - 1)  # np.round: ties to even
     keep = ~np.isfinite(f) | (np.abs(f) < np.finfo(np.float32).tiny) | (np.abs(r) > np.finfo(np.float32).max)
     return np.where(keep, f, r)
+
+
+def rows_past_bound_reference(residual: F64, decoded: F64, bound: float, skip: npt.NDArray[np.bool_]) -> npt.NDArray[np.int64]:
+    limit = bound * np.abs(decoded).mean(axis=0)
+    limit[skip] = np.inf
+    return np.flatnonzero(np.any(np.abs(residual) > limit, axis=1))
+
+
+def onebit_parts_reference(values: F64) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32], npt.NDArray[np.uint8]]:
+    """encode_onebit's means and packed signs (the sums over rows in row order, as numpy
+    reduces axis 0 of a C array)."""
+    pos = values >= 0
+    npos, nneg = pos.sum(axis=0), (~pos).sum(axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        up = np.where(npos > 0, np.where(pos, values, 0.0).sum(axis=0) / npos, 0.0).astype(np.float32)
+        down = np.where(nneg > 0, np.where(~pos, values, 0.0).sum(axis=0) / nneg, 0.0).astype(np.float32)
+    return up, down, np.packbits(pos.reshape(-1), bitorder="little")

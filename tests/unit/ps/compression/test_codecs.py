@@ -36,15 +36,18 @@ from ps.compression.quantize import (
     encode_onebit,
     round_bf16,
     round_bf16_reference,
+    rows_past_bound,
     uniforms,
 )
 from ps.compression.reference import (
     int8_reference,
     minifloat_reference,
+    onebit_parts_reference,
     onebit_reference,
     pack_bits_reference,
     round_mantissa_reference,
     row_scores_reference,
+    rows_past_bound_reference,
 )
 from ps.compression.residuals import ResidualStore
 from ps.compression.topk import mstopk_threshold, row_scores, rows_at_least
@@ -710,3 +713,26 @@ def test_an_empty_pull_reply_encodes_in_every_value_codec(codec, shape):
     cols = shape[1] if len(shape) == 2 else 1
     subset, values = decode_payload(encode_rows(np.zeros(shape), codec, np.random.default_rng(0)), 0, cols)
     assert subset is None and values.shape == (0, cols)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 2**32), st.integers(0, 3000), st.integers(1, 17))
+def test_onebit_means_and_signs_equal_their_reference_bit_for_bit(seed, n, d):
+    rng = np.random.default_rng(seed)
+    values = rng.normal(scale=10.0 ** float(rng.integers(-8, 3)), size=(n, d))
+    values[rng.random((n, d)) < 0.1] = -0.0
+    values[:, rng.random(d) < 0.3] = 0.0  # columns auto's 1-bit holds back
+    for got, want in zip(encode_onebit(values), onebit_parts_reference(values), strict=True):
+        np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 2**32), st.integers(1, 500), st.integers(1, 17), st.sampled_from([0.5, 2.0, 8.0]))
+def test_the_rows_past_the_residual_bound_equal_the_reference(seed, n, d, bound):
+    rng = np.random.default_rng(seed)
+    decoded = rng.normal(size=(n, d)) * rng.choice([0.0, 1e-3, 1.0], d)
+    residual = rng.normal(size=(n + int(rng.integers(0, 50)), d)) * 4.0  # top-k sends some of the rows
+    skip = rng.random(d) < 0.3
+    np.testing.assert_array_equal(
+        rows_past_bound(residual, decoded, bound, skip), rows_past_bound_reference(residual, decoded, bound, skip)
+    )
