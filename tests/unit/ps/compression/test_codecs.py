@@ -722,8 +722,9 @@ def test_onebit_means_and_signs_equal_their_reference_bit_for_bit(seed, n, d):
     values = rng.normal(scale=10.0 ** float(rng.integers(-8, 3)), size=(n, d))
     values[rng.random((n, d)) < 0.1] = -0.0
     values[:, rng.random(d) < 0.3] = 0.0  # columns auto's 1-bit holds back
-    for got, want in zip(encode_onebit(values), onebit_parts_reference(values), strict=True):
-        np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+    got: tuple[np.ndarray, ...] = encode_onebit(values)
+    for mine, want in zip(got, onebit_parts_reference(values), strict=True):
+        np.testing.assert_array_equal(mine.view(np.uint8), np.asarray(want).view(np.uint8))
 
 
 @settings(max_examples=100, deadline=None)
