@@ -26,7 +26,8 @@ Reported per run:
   no pull cache); `none/raw` is the pull cache alone, `auto/auto` what a user gets by
   default (docs/design/auto-codec.md);
 - the served AUC: the mean over published versions of their holdout AUC (the gate's own
-  figure, in each version's manifest), and its difference from the uncompressed run;
+  figure, in each version's manifest), over the first K versions in every run of a row (K
+  the fewest any run published), and its difference from the uncompressed run;
 - the worker's view (progressive window AUC), labelled as such: one worker predicts from
   what it pulled plus its own unsent residual, so it cannot see what the shards hold;
 - examples/s of the training loop, and the CPU microseconds a sample of the trainer (with
@@ -220,6 +221,7 @@ def run_one(
         "cpu_us_per_sample": {k: 1e6 * v / n for k, v in cpu.items()},
         "published": len(versions),
         "served_auc": statistics.mean(served) if served else float("nan"),
+        "served_aucs": served,  # each published version's, in export order (_summarize compares a common prefix)
         "worker_view_auc": m["window_auc"],
         "progressive_logloss": m["progressive_logloss"],
         # per table, the push codec at the end (what `auto` chose) and how often it switched
@@ -373,7 +375,23 @@ def _med(rs: list[dict[str, Any]], key: str) -> float:
     return statistics.median(r[key] for r in rs)
 
 
+def _common_versions(runs: dict[str, list[dict[str, Any]]]) -> None:
+    """Scores every run of a row over the same versions: the first K published, K the
+    fewest any run published. Ranks that interleave differently can end with one export
+    more or fewer, and a mean over another set of versions is not comparable: two Frappe
+    DeepFM ranks once scored +0.013 against the old protocol only because the default's
+    runs had a sixth, late version (2026-12-06)."""
+    every = [r for rs in runs.values() for r in rs]
+    if not every or not all(r.get("served_aucs") for r in every):
+        return
+    k = min(len(r["served_aucs"]) for r in every)
+    for r in every:
+        r["served_auc"] = statistics.mean(r["served_aucs"][:k])
+        r["published"] = k
+
+
 def _summarize(name: str, model: str, workers: int, runs: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    _common_versions(runs)
     base = runs[BASELINE]
     out = []
     for c, rs in runs.items():

@@ -69,7 +69,7 @@ def sampled(keys: U64) -> U64:
         if (k * _MIX) >> np.uint64(64 - SAMPLE_BITS) == 0:
             out[m] = k
             m += 1
-    return out[:m]
+    return out[:m].copy()  # a sample is kept for a window: not the whole push's buffer behind it
 
 
 def sampled_reference(keys: U64) -> U64:
