@@ -60,6 +60,21 @@ def add_deltas(slots: U32, valid: B, rows: F64, keys: U64, deltas: F64, drop: B,
 
 
 @nb.njit(cache=True, nogil=True)
+def set_rows(slots: U32, valid: B, rows: F64, stamp: I64, keys: U64, new_rows: F64) -> None:
+    """Another writer changed these rows: kept keys' copies become `new_rows`, valid, at no
+    known epoch (stamp 0); keys with no entry are skipped. One pass: the masked gathers and
+    scatters it replaces cost a two-rank LR pull several times its lookups."""
+    for i in range(keys.shape[0]):
+        e = id_of(slots, keys[i])
+        if e < 0:
+            continue
+        for j in range(rows.shape[1]):
+            rows[e, j] = new_rows[i, j]
+        valid[e] = True
+        stamp[e] = 0
+
+
+@nb.njit(cache=True, nogil=True)
 def leased_copies(slots: U32, valid: B, row_id: I64, stamp: I64, rows: F64, keys: U64, epoch: int) -> tuple[bool, F64]:
     """(whether every key holds a valid copy with a row id, stamped at `epoch`; their rows
     in key order when it does, else none): a pull a write lease makes unnecessary."""
@@ -100,6 +115,16 @@ def add_deltas_reference(
         elif valid[e]:
             rows[e] = rows[e] + deltas[i]
             stamp[e] = epoch
+
+
+def set_rows_reference(entries: dict[int, int], valid: B, rows: F64, stamp: I64, keys: U64, new_rows: F64) -> None:
+    """Plain reference of set_rows over a dict key -> entry."""
+    for i, k in enumerate(keys.tolist()):
+        e = entries.get(int(k), -1)
+        if e >= 0:
+            rows[e] = new_rows[i]
+            valid[e] = True
+            stamp[e] = 0
 
 
 def leased_copies_reference(

@@ -105,11 +105,14 @@ class KeptRows:
 
     def update(self, keys: Keys, rows: F64) -> None:
         """New rows of kept keys (another writer changed them), same row ids."""
-        e = self._entries(keys)
-        here = e >= 0
-        self.rows[e[here]] = rows[here]
-        self.valid[e[here]] = True
-        self.stamp[e[here]] = 0
+        kk.set_rows(
+            self.index.slots,
+            self.valid,
+            self.rows,
+            self.stamp,
+            np.ascontiguousarray(keys, dtype=np.uint64),
+            np.ascontiguousarray(rows, dtype=np.float64),
+        )
 
     def landed(self, keys: Keys, deltas: F64, conflicts: npt.NDArray[np.bool_], epoch: int = 0) -> None:
         """A push this client made landed on these rows: copies the shard says are still

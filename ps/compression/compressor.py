@@ -207,8 +207,11 @@ class Compressor:
             if over.shape[0]:  # these leave the memory now, before put() could evict their old rows
                 kept = np.ones(n, dtype=bool)
                 kept[over] = False
-                self.residuals.drop(keys[over])
-                gone_keys, gone_rows = self.residuals.put(keys[kept], residual[kept])
+                # take_slots' slots still hold: dropping rows frees only their own slots (a
+                # second lookup of a large push's keys cost two-rank LR pushes a tenth)
+                assert slots is not None
+                self.residuals.drop_slots(slots[over])
+                gone_keys, gone_rows = self.residuals.put(keys[kept], residual[kept], slots=slots[kept])
                 self.bound_rows += int(over.shape[0])
                 # the rows the push carries go exactly in it (one call, no keys: their
                 # positions); a row top-k left out goes after it, exactly, with its key

@@ -103,6 +103,13 @@ class ResidualStore:
             slot = self._index.find_ids(keys)
             self._remove(slot[slot >= 0])
 
+    def drop_slots(self, slots: I64) -> None:
+        """drop() by the slots take_slots gave (-1: no residual held), the store unchanged
+        since: no second lookup."""
+        held = slots[slots >= 0]
+        if held.shape[0]:
+            self._remove(held)
+
     def _live(self) -> I64:
         return np.flatnonzero(self._key[: self._used]).astype(np.int64)
 

@@ -55,6 +55,24 @@ def test_add_deltas_matches_the_reference() -> None:
     assert 0 < int((stamp == 7).sum()) < keys.shape[0]
 
 
+def test_set_rows_matches_the_reference() -> None:
+    rng = np.random.default_rng(3)
+    index, entries, valid, _, rows = _table(rng, 300, 2)
+    known = np.array(sorted(entries), dtype=np.uint64)
+    keys = np.unique(np.concatenate([rng.choice(known, 120), rng.integers(1, 1 << 60, size=20, dtype=np.uint64)]))
+    new_rows = rng.normal(size=(keys.shape[0], 2))
+    stamp = np.asarray(rng.integers(1, 3, size=rows.shape[0]), dtype=np.int64)
+    valid_ref, rows_ref, stamp_ref = valid.copy(), rows.copy(), stamp.copy()
+    set_at = [entries[int(k)] for k in keys.tolist() if int(k) in entries]
+    assert 0 < len(set_at) < keys.shape[0] and not bool(valid[set_at].all())  # absent keys, invalid copies
+    kk.set_rows(index.slots, valid, rows, stamp, keys, new_rows)
+    kk.set_rows_reference(entries, valid_ref, rows_ref, stamp_ref, keys, new_rows)
+    np.testing.assert_array_equal(valid, valid_ref)
+    np.testing.assert_array_equal(rows, rows_ref)
+    np.testing.assert_array_equal(stamp, stamp_ref)
+    assert bool(valid[set_at].all()) and int((stamp == 0).sum()) == len(set_at)  # the others kept theirs
+
+
 def test_leased_copies_match_the_reference_in_every_case() -> None:
     rng = np.random.default_rng(2)
     index, entries, valid, row_id, rows = _table(rng, 400, 3)

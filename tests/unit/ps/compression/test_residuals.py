@@ -13,7 +13,7 @@ from ps.compression.residuals import ResidualStore
 
 ops = st.lists(
     st.tuples(
-        st.sampled_from(["put", "keep", "drain_since", "drop"]),
+        st.sampled_from(["put", "keep", "drain_since", "drop", "bound"]),
         st.lists(st.integers(1, 40), min_size=0, max_size=12, unique=True),
         st.integers(0, 10),
     ),
@@ -36,12 +36,21 @@ def test_store_matches_a_dict_of_rows_and_ticks(sequence, capacity):
     rng = np.random.default_rng(len(sequence))
     for op, raw, arg in sequence:
         keys = np.array(sorted(raw), dtype=np.uint64)
-        if op in ("put", "keep"):
+        if op in ("put", "keep", "bound"):
+            slots = None
+            if op == "bound":  # as a push with rows past the residual bound: one lookup, some
+                # keys dropped by their slots, the rest put back into theirs
+                _, found = store.take_slots(keys, 3)
+                over = np.arange(keys.shape[0]) % 2 == 1
+                store.drop_slots(found[over])
+                for k in keys[over].tolist():
+                    ref.pop(k, None)
+                keys, slots = keys[~over], found[~over]
             rows = rng.normal(size=(keys.shape[0], 3))
-            touch = op == "put"
+            touch = op != "keep"
             if touch:
                 tick += 1
-            gone_keys, gone_rows = store.put(keys, rows, touch=touch)
+            gone_keys, gone_rows = store.put(keys, rows, touch=touch, slots=slots)
             for k, row in zip(keys.tolist(), rows, strict=True):
                 ref[k] = (row, tick if touch else ref.get(k, (None, 0))[1])
             # the evicted are the least recently pushed, and leave with their rows
