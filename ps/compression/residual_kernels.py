@@ -22,5 +22,23 @@ def rows_at(rows: F64, at: I64, cols: int) -> F64:
     return out
 
 
+@nb.njit(cache=True, nogil=True)
+def put_at(rows: F64, last: I64, at: I64, values: F64, tick: int) -> None:
+    """rows[at[i]] = values[i] for each i (every at[i] >= 0), and last[at[i]] = tick unless
+    tick < 0 (an untouched put): numpy's fancy scatter of the rows cost a two-rank LR push
+    a fifth of its compression."""
+    for i in range(at.shape[0]):
+        rows[at[i]] = values[i]
+        if tick >= 0:
+            last[at[i]] = tick
+
+
+def put_at_reference(rows: F64, last: I64, at: I64, values: F64, tick: int) -> None:
+    for i, a in enumerate(at.tolist()):
+        rows[a] = values[i]
+        if tick >= 0:
+            last[a] = tick
+
+
 def rows_at_reference(rows: F64, at: I64, cols: int) -> F64:
     return np.array([rows[a] if a >= 0 else np.zeros(cols) for a in at.tolist()]).reshape(at.shape[0], cols)

@@ -14,7 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ctr.format.hashmap import CompactHashMap
-from ps.compression.residual_kernels import rows_at
+from ps.compression.residual_kernels import put_at, rows_at
 
 Keys = npt.NDArray[np.uint64]
 F64 = npt.NDArray[np.float64]
@@ -86,9 +86,7 @@ class ResidualStore:
         if new.any():
             slot[new] = self._claim(keys[new])
             self._last[slot[new]] = 0  # a drain's leftovers, put back untouched, count as pushed before any drain
-        self._rows[slot] = rows
-        if touch:
-            self._last[slot] = self.tick
+        put_at(self._rows, self._last, slot, np.ascontiguousarray(rows, dtype=np.float64), self.tick if touch else -1)
         self.peak_rows = max(self.peak_rows, min(len(self), self.capacity))
         return self._evict()
 

@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ps.compression.residual_kernels import rows_at, rows_at_reference
+from ps.compression.residual_kernels import put_at, put_at_reference, rows_at, rows_at_reference
 from ps.compression.residuals import ResidualStore
 
 ops = st.lists(
@@ -96,3 +96,16 @@ def test_rows_at_equals_its_reference(at, cols):
     rows = np.random.default_rng(len(at)).normal(size=(10, cols))
     idx = np.array(at, dtype=np.int64)
     np.testing.assert_array_equal(rows_at(rows, idx, cols), rows_at_reference(rows, idx, cols))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 9), max_size=30, unique=True), st.integers(1, 4), st.integers(-1, 5))
+def test_put_at_equals_its_reference(at, cols, tick):
+    rng = np.random.default_rng(len(at))
+    rows, last = rng.normal(size=(10, cols)), rng.integers(0, 3, size=10)
+    idx, values = np.array(at, dtype=np.int64), rng.normal(size=(len(at), cols))
+    want_rows, want_last = rows.copy(), last.copy()
+    put_at(rows, last, idx, values, tick)
+    put_at_reference(want_rows, want_last, idx, values, tick)
+    np.testing.assert_array_equal(rows, want_rows)
+    np.testing.assert_array_equal(last, want_last)
