@@ -4,6 +4,9 @@ are those of separate autograd passes."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -54,6 +57,29 @@ def test_one_backward_gives_the_jacobian_and_the_gradient_of_two():
     np.testing.assert_allclose(jac, expected_jac.numpy(), rtol=1e-3, atol=1e-6)
     for got, q in zip(grads, model.net.params, strict=True):
         np.testing.assert_allclose(got.numpy(), q.grad.numpy(), rtol=1e-4, atol=1e-7)  # type: ignore[union-attr]
+
+
+def test_an_mlp_step_does_not_load_torchs_symbolic_shapes_module():
+    # a gradient tensor passed to Tensor.backward makes torch import its symbolic-shapes
+    # module and sympy at the first call: half a second of a rank's CPU, inside training
+    code = textwrap.dedent(
+        """
+        import sys
+        import numpy as np
+        from ctr.model.dnn import pool_fields
+        from ctr.model.optim import PLAIN, plain_state
+        from tests.unit.trainer.step.test_dnn import SPEC, _batch
+        from trainer.step.dnn import DeepModel
+        rng = np.random.default_rng(0)
+        batch, uidx = _batch(rng)
+        pooled = pool_fields(batch.offsets, uidx, batch.fields, batch.values, rng.normal(size=(10, 3)).astype(np.float32), 4)
+        p, w = PLAIN.params(), plain_state(rng.normal(size=(10, 1)))
+        DeepModel(SPEC)._mlp_step(batch, uidx, pooled, w, p, plain_state(np.array([[0.1]])), p)
+        print(sorted(m for m in ("sympy", "torch.fx.experimental.symbolic_shapes") if m in sys.modules))
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout + done.stderr
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
