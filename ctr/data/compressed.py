@@ -10,9 +10,11 @@ of plain files trained nothing while its few chance newlines were counted as bad
 The stream position in a compressed file is a byte offset in its text, as for Parquet's
 rendered text (ctr.data.parquet_text): a restart at a checkpoint cut decompresses from
 the start up to that offset and takes up at the same line. A compressed file is read whole
-once it is there: it cannot grow in place (a producer writes it under another name and
-renames it into the folder, as for any file). One cut short or damaged has the lines before
-the damage trained, and the damage is logged with the file and the text offset.
+once it is there: it cannot grow in place. A followed folder's is read once its last write
+is a second old (trainer.input.source.SETTLE_S), so one written in place is read whole
+unless its writer stalls longer mid-file (then write it under another name and rename
+it). One cut short or damaged has the lines before the damage trained, and the damage is
+logged with the file and the text offset.
 """
 
 from __future__ import annotations
@@ -165,7 +167,8 @@ class DecompressedText(io.RawIOBase):
         self.damage = f"{type(e).__name__}: {e}"
         log.error(
             "%s: its %s stream is cut short or damaged after %d bytes of text (%s); the whole lines before it are read. A"
-            " compressed file is read whole once it is there: write it under another name and rename it into the folder",
+            " compressed file is read whole once it is there (in a followed folder, once its last write is a second old):"
+            " write it under another name and rename it into the folder",
             self.path,
             self.kind,
             self._at,

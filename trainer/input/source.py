@@ -44,6 +44,9 @@ HEAD_BYTES = 4096  # a file's first bytes, which with its inode tell a rename fr
 
 log = logging.getLogger("trainer")
 LATE_SLACK_S = 2.0  # a file's mtime past a cut's time by more than this changed after it (clocks, mtime ticks)
+# a followed file read whole (compressed, Parquet) is read once its last write is this old:
+# one written in place (gzip > folder/x.gz, logrotate's compress) would be read cut short
+SETTLE_S = 1.0
 LATE_SAID = 3  # late files named one by one; more are said in one line
 
 
@@ -63,6 +66,12 @@ def _under(path: Path, folder: Path) -> Path | None:
         except ValueError:
             continue
     return None
+
+
+def _settling(mtime: float) -> bool:
+    """Whether a file last written at `mtime` may still be being written: written less than
+    SETTLE_S ago (an mtime ahead of this clock counts as settled, so skew cannot stall it)."""
+    return 0.0 <= time.time() - mtime < SETTLE_S
 
 
 def _head(fh: BinaryIO) -> bytes:
@@ -578,6 +587,9 @@ class StreamSource:
                     compressed = None if parquet else compression_of_file(fh.fileno())
                     if self.follow and compressed is None and ident.st_size == 0 and f.suffix in COMPRESSED_SUFFIXES:
                         unwritten += 1  # not written yet: its first bytes tell how to read it, at the next pass
+                        continue
+                    if self.follow and (parquet or compressed is not None) and _settling(ident.st_mtime):
+                        unwritten += 1  # read whole: not while a writer may still be appending to it
                         continue
                     # the checkpoint's file is shorter now: rewritten while down
                     if offset > ident.st_size and not parquet and compressed is None:

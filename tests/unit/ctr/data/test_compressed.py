@@ -145,6 +145,44 @@ def test_a_followed_compressed_file_still_empty_is_read_once_its_bytes_land(tmp_
     assert [b for b in StreamSource(str(tmp_path / "empty.gz"), follow=False).blocks(1 << 16) if b is not None and b.data] == []
 
 
+@pytest.mark.parametrize("kind", ["gzip", "parquet"])
+def test_a_followed_file_read_whole_and_written_in_place_in_pieces_is_read_once_whole(tmp_path, kind):
+    """gzip > folder/x.gz, or logrotate's compress, writes the file where it is read: one
+    read as soon as it had bytes was read cut short (the lines after the cut lost), and a
+    Parquet file without its footer was skipped as unreadable."""
+    import io
+    import threading
+    import time
+
+    if kind == "gzip":
+        data, name, want = gzip.compress(PLAIN), "a.gz", PLAIN
+    else:
+        pa, pq = pytest.importorskip("pyarrow"), pytest.importorskip("pyarrow.parquet")
+        buf = io.BytesIO()
+        pq.write_table(pa.table({"click": [i % 2 for i in range(3000)], "site": [f"s{i}" for i in range(3000)]}), buf)
+        data, name = buf.getvalue(), "a.parquet"
+        want = b"click,site\n" + b"".join(f"{i % 2},s{i}\n".encode() for i in range(3000))
+    half = len(data) // 2
+    got: list[bytes] = []
+    deadline = time.monotonic() + 20
+    src = StreamSource(
+        str(tmp_path), follow=True, poll_s=0.02, stop=lambda: len(b"".join(got)) >= len(want) or time.monotonic() > deadline
+    )
+
+    def write() -> None:  # the first piece lands, then the rest a moment later, in place
+        with open(tmp_path / name, "wb") as f:
+            f.write(data[:half])
+            f.flush()
+            time.sleep(0.3)
+            f.write(data[half:])
+
+    threading.Thread(target=write, daemon=True).start()
+    for b in src.blocks(1 << 16, block_bytes=4096):
+        if b is not None and b.data:
+            got.append(b.data)
+    assert b"".join(got) == want
+
+
 def test_the_sample_files_of_predict_and_eval_may_be_compressed(tmp_path):
     from ctr.data.formats import read_lines
 
