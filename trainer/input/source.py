@@ -590,6 +590,7 @@ class StreamSource:
                         continue
                     if self.follow and (parquet or compressed is not None) and _settling(ident.st_mtime):
                         unwritten += 1  # read whole: not while a writer may still be appending to it
+                        self.idle_since = time.monotonic()  # bytes are landing: --idle-exit-s does not count this wait
                         continue
                     # the checkpoint's file is shorter now: rewritten while down
                     if offset > ident.st_size and not parquet and compressed is None:

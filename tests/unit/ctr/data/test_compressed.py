@@ -183,6 +183,18 @@ def test_a_followed_file_read_whole_and_written_in_place_in_pieces_is_read_once_
     assert b"".join(got) == want
 
 
+def test_a_file_being_written_keeps_a_followed_stream_from_counting_as_idle(tmp_path):
+    """--idle-exit-s counts from the source's idle_since: a file waiting out its last second
+    of writes is bytes landing, not an idle stream that may end the run before reading it."""
+    import time
+
+    (tmp_path / "a.gz").write_bytes(gzip.compress(PLAIN))  # written just now: settling
+    src = StreamSource(str(tmp_path), follow=True, poll_s=0.02)
+    before = time.monotonic()
+    assert next(src.blocks(1 << 16, block_bytes=4096)) is None  # nothing read yet
+    assert src.idle_since >= before
+
+
 def test_the_sample_files_of_predict_and_eval_may_be_compressed(tmp_path):
     from ctr.data.formats import read_lines
 
