@@ -25,8 +25,8 @@ def rows_at(rows: F64, at: I64, cols: int) -> F64:
 @nb.njit(cache=True, nogil=True)
 def put_at(rows: F64, last: I64, at: I64, values: F64, tick: int) -> None:
     """rows[at[i]] = values[i] for each i (every at[i] >= 0), and last[at[i]] = tick unless
-    tick < 0 (an untouched put): numpy's fancy scatter of the rows cost a two-rank LR push
-    a fifth of its compression."""
+    tick < 0 (an untouched put): numpy's fancy scatter of the rows was a tenth of a two-rank
+    LR push's compression."""
     for i in range(at.shape[0]):
         rows[at[i]] = values[i]
         if tick >= 0:
