@@ -98,8 +98,7 @@ class ResidualStore:
     def drop(self, keys: Keys) -> None:
         """Forgets the residuals of these sorted unique keys (they were sent exactly)."""
         if len(self) and keys.shape[0]:
-            slot = self._index.find_ids(keys)
-            self._remove(slot[slot >= 0])
+            self.drop_slots(self._index.find_ids(keys))
 
     def drop_slots(self, slots: I64) -> None:
         """drop() by the slots take_slots gave (-1: no residual held), the store unchanged

@@ -23,11 +23,16 @@ def _table(rng: np.random.Generator, n: int, width: int) -> Table:
     return index, dict(zip(keys.tolist(), entries.tolist(), strict=True)), valid, row_id, rows
 
 
+def _some_known(rng: np.random.Generator, entries: dict[int, int], known: int, absent: int) -> np.ndarray:
+    """Sorted unique keys: up to `known` drawn from the table's, `absent` random ones."""
+    held = np.array(sorted(entries), dtype=np.uint64)
+    return np.unique(np.concatenate([rng.choice(held, known), rng.integers(1, 1 << 60, size=absent, dtype=np.uint64)]))
+
+
 def test_entries_and_take_known_match_the_reference() -> None:
     rng = np.random.default_rng(0)
     index, entries, valid, row_id, rows = _table(rng, 500, 3)
-    known = np.array(sorted(entries), dtype=np.uint64)
-    keys = np.unique(np.concatenate([rng.choice(known, 200), rng.integers(1, 1 << 60, size=50, dtype=np.uint64)]))
+    keys = _some_known(rng, entries, 200, 50)
     want = np.array([entries.get(int(k), -1) for k in keys.tolist()], dtype=np.int64)
     np.testing.assert_array_equal(index.find_ids(keys), want)
     got = kk.take_known(index.slots, valid, row_id, rows, keys)
@@ -41,8 +46,7 @@ def test_entries_and_take_known_match_the_reference() -> None:
 def test_add_deltas_matches_the_reference() -> None:
     rng = np.random.default_rng(1)
     index, entries, valid, _, rows = _table(rng, 300, 4)
-    known = np.array(sorted(entries), dtype=np.uint64)
-    keys = np.unique(np.concatenate([rng.choice(known, 120), rng.integers(1, 1 << 60, size=20, dtype=np.uint64)]))
+    keys = _some_known(rng, entries, 120, 20)
     deltas = rng.normal(size=(keys.shape[0], 4))
     drop = np.asarray(rng.random(keys.shape[0]) < 0.2, dtype=np.bool_)
     stamp = np.asarray(rng.integers(0, 3, size=rows.shape[0]), dtype=np.int64)
@@ -58,8 +62,7 @@ def test_add_deltas_matches_the_reference() -> None:
 def test_set_rows_matches_the_reference() -> None:
     rng = np.random.default_rng(3)
     index, entries, valid, _, rows = _table(rng, 300, 2)
-    known = np.array(sorted(entries), dtype=np.uint64)
-    keys = np.unique(np.concatenate([rng.choice(known, 120), rng.integers(1, 1 << 60, size=20, dtype=np.uint64)]))
+    keys = _some_known(rng, entries, 120, 20)
     new_rows = rng.normal(size=(keys.shape[0], 2))
     stamp = np.asarray(rng.integers(1, 3, size=rows.shape[0]), dtype=np.int64)
     valid_ref, rows_ref, stamp_ref = valid.copy(), rows.copy(), stamp.copy()
