@@ -14,10 +14,15 @@ import numba as nb
 import numpy as np
 import numpy.typing as npt
 
+from ctr.format.prefetch import prefetch_word
+
 U32 = npt.NDArray[np.uint32]
 U64 = npt.NDArray[np.uint64]
 I64 = npt.NDArray[np.int64]
 FIB = np.uint64(0x9E3779B97F4A7C15)
+# keys whose home slot a find prefetches before probing the current one: 75k finds in a
+# 400k-key map (8 MB) took 2.8-3.7 ms plain, 1.5-2.2 at 16 ahead, 1.7-2.5 at 32 (2026-12-06)
+FIND_AHEAD = 16
 
 
 @nb.njit(cache=True, inline="always")
@@ -29,6 +34,15 @@ def slot_key(slots: U32, i: int) -> np.uint64:
 def home_slot(key: np.uint64, capacity: int) -> int:
     mixed = key * FIB  # Fibonacci hashing: structured keys (small ids) still spread
     return int(np.int64(((mixed >> np.uint64(32)) * np.uint64(capacity)) >> np.uint64(32)))
+
+
+@nb.njit(cache=True, nogil=True)
+def find_ahead(slots: U32, keys: U64) -> None:
+    """Prefetches the home slots of the first FIND_AHEAD keys: a find loop's start. The
+    loop then prefetches key q + FIND_AHEAD's under an explicit `q + FIND_AHEAD < n` (the
+    same test inside a helper took twice as long: LLVM no longer drops the bounds work)."""
+    for q in range(min(FIND_AHEAD, keys.shape[0])):
+        prefetch_word(slots, home_slot(keys[q], slots.shape[0]), 0)  # type: ignore[call-arg]
 
 
 @nb.njit(cache=True, inline="always")
@@ -51,8 +65,12 @@ def probe(slots: U32, key: np.uint64) -> int:
 @nb.njit(cache=True, nogil=True)
 def find_slots(slots: U32, keys: U64) -> I64:
     """Slot index of each key, -1 where absent."""
-    out = np.empty(keys.shape[0], dtype=np.int64)
-    for q in range(keys.shape[0]):
+    n = keys.shape[0]
+    out = np.empty(n, dtype=np.int64)
+    find_ahead(slots, keys)
+    for q in range(n):
+        if q + FIND_AHEAD < n:
+            prefetch_word(slots, home_slot(keys[q + FIND_AHEAD], slots.shape[0]), 0)  # type: ignore[call-arg]
         out[q] = probe(slots, keys[q])
     return out
 
@@ -70,8 +88,12 @@ def id_of(slots: U32, key: np.uint64) -> np.int64:
 @nb.njit(cache=True, nogil=True)
 def find_ids(slots: U32, keys: U64) -> I64:
     """id_of each key."""
-    out = np.empty(keys.shape[0], dtype=np.int64)
-    for q in range(keys.shape[0]):
+    n = keys.shape[0]
+    out = np.empty(n, dtype=np.int64)
+    find_ahead(slots, keys)
+    for q in range(n):
+        if q + FIND_AHEAD < n:
+            prefetch_word(slots, home_slot(keys[q + FIND_AHEAD], slots.shape[0]), 0)  # type: ignore[call-arg]
         out[q] = id_of(slots, keys[q])
     return out
 
@@ -83,9 +105,13 @@ def insert_keys(slots: U32, keys: U64) -> tuple[I64, int]:
     The caller keeps the load below 1 so a free slot always exists. Key 0 is invalid.
     """
     cap = slots.shape[0]
-    out = np.empty(keys.shape[0], dtype=np.int64)
+    n = keys.shape[0]
+    out = np.empty(n, dtype=np.int64)
     added = 0
-    for q in range(keys.shape[0]):
+    find_ahead(slots, keys)
+    for q in range(n):
+        if q + FIND_AHEAD < n:
+            prefetch_word(slots, home_slot(keys[q + FIND_AHEAD], cap), 0)  # type: ignore[call-arg]
         key = keys[q]
         i = home_slot(key, cap)
         while True:

@@ -1,7 +1,12 @@
 """numba kernels of the rows a PS client keeps (ps.client.kept_rows), each with a plain
 reference its tests compare against. Entries live in a CompactHashMap whose two row words
 hold an int64 entry index; `row_id` its row's id on the shard (-1: unknown for the shard's
-layout); `valid` whether the entry's copy is still the shard's row."""
+layout); `valid` whether the entry's copy is still the shard's row.
+
+Each kernel finds its keys' entries first (find_ids, its probes prefetched), then visits
+the entries with their row prefetched GATHER_AHEAD ahead: entries sit at random places in
+the arrays, and one loop that probed and then read each entry kept few misses in flight
+(docs/design/prefetched-gathers.md)."""
 
 from __future__ import annotations
 
@@ -9,7 +14,8 @@ import numba as nb
 import numpy as np
 import numpy.typing as npt
 
-from ctr.format.hashmap_kernels import id_of
+from ctr.format.hashmap_kernels import find_ids
+from ctr.format.prefetch import GATHER_AHEAD, prefetch_ends, prefetch_item
 
 U32 = npt.NDArray[np.uint32]
 U64 = npt.NDArray[np.uint64]
@@ -23,11 +29,15 @@ def take_known(slots: U32, valid: B, row_id: I64, rows: F64, keys: U64) -> tuple
     """(which keys have an entry with a row id, whether each of those holds a valid copy,
     their row ids, their rows), the last three over the known keys in key order; an
     invalid copy's row is whatever the entry last held."""
+    found = find_ids(slots, keys)
     known = np.zeros(keys.shape[0], dtype=np.bool_)
     entries = np.empty(keys.shape[0], dtype=np.int64)
     n = 0
-    for i in range(keys.shape[0]):
-        e = id_of(slots, keys[i])
+    m = keys.shape[0]
+    for i in range(m):
+        if i + GATHER_AHEAD < m and found[i + GATHER_AHEAD] >= 0:
+            prefetch_item(row_id, found[i + GATHER_AHEAD])  # type: ignore[call-arg]
+        e = found[i]
         if e >= 0 and row_id[e] >= 0:
             known[i] = True
             entries[n] = e
@@ -36,6 +46,9 @@ def take_known(slots: U32, valid: B, row_id: I64, rows: F64, keys: U64) -> tuple
     ids = np.empty(n, dtype=np.int64)
     out = np.empty((n, rows.shape[1]), dtype=np.float64)
     for j in range(n):
+        if j + GATHER_AHEAD < n:
+            prefetch_ends(rows, entries[j + GATHER_AHEAD])
+            prefetch_item(valid, entries[j + GATHER_AHEAD])  # type: ignore[call-arg]
         fresh[j] = valid[entries[j]]
         ids[j] = row_id[entries[j]]
         out[j] = rows[entries[j]]
@@ -47,8 +60,14 @@ def add_deltas(slots: U32, valid: B, rows: F64, keys: U64, deltas: F64, drop: B,
     """A push landed: rows of valid copies take the delta (row + delta, the shard's
     arithmetic) where not `drop`, and are stamped with the table's `epoch` after the push
     (write-leases.md); copies of `drop` keys become invalid."""
-    for i in range(keys.shape[0]):
-        e = id_of(slots, keys[i])
+    found = find_ids(slots, keys)
+    n = keys.shape[0]
+    for i in range(n):
+        if i + GATHER_AHEAD < n and found[i + GATHER_AHEAD] >= 0:
+            prefetch_ends(rows, found[i + GATHER_AHEAD])
+            prefetch_item(valid, found[i + GATHER_AHEAD])  # type: ignore[call-arg]
+            prefetch_item(stamp, found[i + GATHER_AHEAD])
+        e = found[i]
         if e < 0:
             continue
         if drop[i]:
@@ -64,8 +83,14 @@ def set_rows(slots: U32, valid: B, rows: F64, stamp: I64, keys: U64, new_rows: F
     """Another writer changed these rows: kept keys' copies become `new_rows`, valid, at no
     known epoch (stamp 0); keys with no entry are skipped. One pass: the masked gathers and
     scatters it replaces cost a two-rank LR pull several times its lookups."""
-    for i in range(keys.shape[0]):
-        e = id_of(slots, keys[i])
+    found = find_ids(slots, keys)
+    n = keys.shape[0]
+    for i in range(n):
+        if i + GATHER_AHEAD < n and found[i + GATHER_AHEAD] >= 0:
+            prefetch_ends(rows, found[i + GATHER_AHEAD])
+            prefetch_item(valid, found[i + GATHER_AHEAD])  # type: ignore[call-arg]
+            prefetch_item(stamp, found[i + GATHER_AHEAD])
+        e = found[i]
         if e < 0:
             continue
         for j in range(rows.shape[1]):
@@ -78,14 +103,18 @@ def set_rows(slots: U32, valid: B, rows: F64, stamp: I64, keys: U64, new_rows: F
 def leased_copies(slots: U32, valid: B, row_id: I64, stamp: I64, rows: F64, keys: U64, epoch: int) -> tuple[bool, F64]:
     """(whether every key holds a valid copy with a row id, stamped at `epoch`; their rows
     in key order when it does, else none): a pull a write lease makes unnecessary."""
-    entries = np.empty(keys.shape[0], dtype=np.int64)
-    for i in range(keys.shape[0]):
-        e = id_of(slots, keys[i])
+    entries = find_ids(slots, keys)
+    n = keys.shape[0]
+    for i in range(n):
+        if i + GATHER_AHEAD < n and entries[i + GATHER_AHEAD] >= 0:
+            prefetch_item(row_id, entries[i + GATHER_AHEAD])  # type: ignore[call-arg]
+        e = entries[i]
         if e < 0 or row_id[e] < 0 or not valid[e] or stamp[e] != epoch:
             return False, np.empty((0, rows.shape[1]), dtype=np.float64)
-        entries[i] = e
-    out = np.empty((keys.shape[0], rows.shape[1]), dtype=np.float64)
-    for i in range(keys.shape[0]):
+    out = np.empty((n, rows.shape[1]), dtype=np.float64)
+    for i in range(n):
+        if i + GATHER_AHEAD < n:
+            prefetch_ends(rows, entries[i + GATHER_AHEAD])
         out[i] = rows[entries[i]]
     return True, out
 

@@ -6,6 +6,9 @@ update count | last update time (s) | update sequence lo | hi. Probes then touch
 the hashmap's 12-byte slots, whatever the row width (an FFM row can be kilobytes).
 Row ids < 0 stand for absent keys, which read as their deterministic initial rows
 (ctr.model.optim.init_row) and are never inserted by a pull.
+
+A call's row ids are random in the arrays, so each kernel that visits rows by id
+prefetches the row GATHER_AHEAD ids ahead (docs/design/prefetched-gathers.md).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import numba as nb
 import numpy as np
 import numpy.typing as npt
 
+from ctr.format.prefetch import GATHER_AHEAD, prefetch_ends, prefetch_item, prefetch_word
 from ctr.model.optim import init_row, step, weight_of
 from ctr.routing import owner, owner_reference
 
@@ -30,8 +34,11 @@ META_WORDS = 4
 def gather_state(state: F64, ids: I64, keys: U64, d: int, p: F64) -> F64:
     """State rows [n, width] of keys: stored, or initial where absent."""
     width = state.shape[1]
-    out = np.empty((ids.shape[0], width), dtype=np.float64)
-    for i in range(ids.shape[0]):
+    n = ids.shape[0]
+    out = np.empty((n, width), dtype=np.float64)
+    for i in range(n):
+        if i + GATHER_AHEAD < n and ids[i + GATHER_AHEAD] >= 0:
+            prefetch_ends(state, ids[i + GATHER_AHEAD])
         r = ids[i]
         if r < 0:
             init_row(out[i], d, keys[i], p)
@@ -43,9 +50,12 @@ def gather_state(state: F64, ids: I64, keys: U64, d: int, p: F64) -> F64:
 @nb.njit(cache=True, nogil=True)
 def gather_weights(state: F64, ids: I64, keys: U64, d: int, p: F64) -> F32:
     """Weights [n, d] of keys: from stored state, or the initial weights where absent."""
-    out = np.empty((ids.shape[0], d), dtype=np.float32)
+    n = ids.shape[0]
+    out = np.empty((n, d), dtype=np.float32)
     fresh = np.empty(state.shape[1], dtype=np.float64)
-    for i in range(ids.shape[0]):
+    for i in range(n):
+        if i + GATHER_AHEAD < n and ids[i + GATHER_AHEAD] >= 0:
+            prefetch_ends(state, ids[i + GATHER_AHEAD])
         r = ids[i]
         if r < 0:
             init_row(fresh, d, keys[i], p)
@@ -59,7 +69,8 @@ def gather_weights(state: F64, ids: I64, keys: U64, d: int, p: F64) -> F32:
 
 @nb.njit(cache=True, nogil=True)
 def init_rows_at(state: F64, ids: I64, keys: U64, d: int, p: F64) -> None:
-    """Writes the initial row of each key at its new row id."""
+    """Writes the initial row of each key at its new row id (new ids are consecutive: no
+    prefetch)."""
     for i in range(ids.shape[0]):
         init_row(state[ids[i]], d, keys[i], p)
 
@@ -75,7 +86,11 @@ def _stamp(meta: U32, r: int, seq: int, now: int) -> None:
 @nb.njit(cache=True, nogil=True)
 def apply_gradients(state: F64, meta: U32, ids: I64, grads: F64, d: int, p: F64, seq: int, now: int) -> None:
     """One optimizer step per row with its pushed gradient, and the metadata stamp."""
-    for i in range(ids.shape[0]):
+    n = ids.shape[0]
+    for i in range(n):
+        if i + GATHER_AHEAD < n:
+            prefetch_ends(state, ids[i + GATHER_AHEAD])
+            prefetch_word(meta, ids[i + GATHER_AHEAD], 0)  # type: ignore[call-arg]
         step(state[ids[i]], grads[i], d, p)
         _stamp(meta, ids[i], seq, now)
 
@@ -86,7 +101,11 @@ def merge_deltas(state: F64, meta: U32, ids: I64, deltas: F64, seq: int, now: in
     (n, acc, v) may dip below 0 until error feedback brings the rest; the optimizer reads
     accumulators as max(value, 0). Clamping here would break the sum the worker's view
     relies on (shard state plus the worker's residual = the uncompressed state)."""
-    for i in range(ids.shape[0]):
+    n = ids.shape[0]
+    for i in range(n):
+        if i + GATHER_AHEAD < n:
+            prefetch_ends(state, ids[i + GATHER_AHEAD])
+            prefetch_word(meta, ids[i + GATHER_AHEAD], 0)  # type: ignore[call-arg]
         row = state[ids[i]]
         for c in range(row.shape[0]):
             row[c] += deltas[i, c]
@@ -116,7 +135,10 @@ def merged_within(state: F64, ids: I64, keys: U64, deltas: F64, d: int, p: F64, 
     """Whether every row stays finite and within +-limit once its delta is added (absent
     keys start from their initial row): checked before anything is applied."""
     base = np.empty(deltas.shape[1], dtype=np.float64)
-    for i in range(ids.shape[0]):
+    n = ids.shape[0]
+    for i in range(n):
+        if i + GATHER_AHEAD < n and ids[i + GATHER_AHEAD] >= 0:
+            prefetch_ends(state, ids[i + GATHER_AHEAD])
         if ids[i] < 0:
             init_row(base, d, keys[i], p)
         else:
@@ -145,7 +167,11 @@ def gather_raw(state: F64, meta: U32, ids: I64) -> U32:
     words = 2 * width + meta.shape[1]
     out = np.empty((ids.shape[0], words), dtype=np.uint32)
     bits = state.view(np.uint32)
-    for i in range(ids.shape[0]):
+    n = ids.shape[0]
+    for i in range(n):
+        if i + GATHER_AHEAD < n:
+            prefetch_ends(state, ids[i + GATHER_AHEAD])
+            prefetch_word(meta, ids[i + GATHER_AHEAD], 0)  # type: ignore[call-arg]
         r = ids[i]
         for c in range(2 * width):
             out[i, c] = bits[r, c]
@@ -157,8 +183,11 @@ def gather_raw(state: F64, meta: U32, ids: I64) -> U32:
 @nb.njit(cache=True, nogil=True)
 def row_seqs(meta: U32, ids: I64) -> I64:
     """The update sequence of each row's last write (0: never written)."""
-    out = np.empty(ids.shape[0], dtype=np.int64)
-    for i in range(ids.shape[0]):
+    n = ids.shape[0]
+    out = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        if i + GATHER_AHEAD < n:
+            prefetch_word(meta, ids[i + GATHER_AHEAD], 0)  # type: ignore[call-arg]
         out[i] = _seq(meta, ids[i])
     return out
 
@@ -167,8 +196,14 @@ def row_seqs(meta: U32, ids: I64) -> I64:
 def push_conflicts(writer: U64, before: U64, meta: U32, found: I64, client: np.uint64, recorded: I64, with_recorded: bool) -> B:
     """Where a push by `client` onto rows `found` (-1: absent) lands on a row its copy is not
     (SparseTable.conflicts says when): one pass where the array form took a dozen."""
-    out = np.ones(found.shape[0], dtype=np.bool_)
-    for i in range(found.shape[0]):
+    n = found.shape[0]
+    out = np.ones(n, dtype=np.bool_)
+    for i in range(n):
+        if i + GATHER_AHEAD < n and found[i + GATHER_AHEAD] >= 0:
+            prefetch_item(writer, found[i + GATHER_AHEAD])  # type: ignore[call-arg]
+            if with_recorded:  # only then are a row's `before` and sequence read
+                prefetch_item(before, found[i + GATHER_AHEAD])
+                prefetch_word(meta, found[i + GATHER_AHEAD], 0)
         r = found[i]
         if r < 0:
             out[i] = recorded[i] >= 0 if with_recorded else True
@@ -187,7 +222,12 @@ def push_conflicts(writer: U64, before: U64, meta: U32, found: I64, client: np.u
 def mark_writer(writer: U64, before: U64, meta: U32, ids: I64, client: np.uint64) -> None:
     """Records `client` as the rows' writer, keeping in `before` the sequence of the last
     write by someone else where the writer changes."""
-    for i in range(ids.shape[0]):
+    n = ids.shape[0]
+    for i in range(n):
+        if i + GATHER_AHEAD < n:
+            prefetch_item(writer, ids[i + GATHER_AHEAD])  # type: ignore[call-arg]
+            prefetch_item(before, ids[i + GATHER_AHEAD])
+            prefetch_word(meta, ids[i + GATHER_AHEAD], 0)
         r = ids[i]
         if writer[r] != client:
             before[r] = np.uint64(_seq(meta, r))
