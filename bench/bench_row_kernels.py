@@ -3,12 +3,13 @@ size: the compact hashmap's find and insert, the error-feedback memory's gather 
 scatter, the pull cache's kept-row kernels and the shard's row kernels
 (docs/design/prefetched-gathers.md).
 
-    .venv/bin/python bench/bench_row_kernels.py [TREE ...] [--reps 5] [--keys 75000] [--rows 400000]
+    .venv/bin/python bench/bench_row_kernels.py [TREE ...] [--reps 5] [--keys 75000] [--rows 400000] [--width 2]
 
 Each TREE (default: this checkout; another from `git worktree add /tmp/old REV`) runs in
 its own process with this venv's Python, the trees alternating `--reps` times (this
 machine is noisy); a process times every kernel over 30 calls of `--keys` sorted random
-keys among `--rows` held ones (LR's rows: 2 float64 columns; the shard's 3), its first
+keys among `--rows` held ones (`--width` float64 columns a kept row or residual: LR's 2 by
+default, a DeepFM embedding's 17 with k 8; the shard's state one wider), its first
 call per kernel (which may compile) not counted. Reports each kernel's median ms per call
 per tree, as the median over the repetitions [min-max]. Asserts nothing.
 """
@@ -41,7 +42,7 @@ def _median_ms(fn: Callable[[int], object], calls: int) -> float:
     return statistics.median(times) * 1e3
 
 
-def measure(n_keys: int, n_rows: int) -> dict[str, float]:
+def measure(n_keys: int, n_rows: int, width: int) -> dict[str, float]:
     """Every kernel's median ms per call, in this process (the tree on PYTHONPATH)."""
     from ctr.format.hashmap import CompactHashMap
     from ps.client import kept_kernels as kk
@@ -58,19 +59,19 @@ def measure(n_keys: int, n_rows: int) -> dict[str, float]:
     ids = [index.find_ids(k) for k in calls]
     fresh = [np.unique(rng.integers(1, 1 << 62, size=n_keys, dtype=np.int64).astype(np.uint64)) for _ in range(CALLS + 1)]
 
-    rows2 = rng.normal(size=(n, 2))
+    rows2 = rng.normal(size=(n, width))
     last = np.zeros(n, dtype=np.int64)
-    values = rng.normal(size=(n_keys, 2))
+    values = rng.normal(size=(n_keys, width))
     valid = np.ones(n, dtype=np.bool_)
     row_id = np.arange(n, dtype=np.int64)
     stamp = np.zeros(n, dtype=np.int64)
     drop = np.zeros(n_keys, dtype=np.bool_)
-    state = np.abs(rng.normal(size=(n, 3)))  # FTRL's z, n, w-free state of one LR column
+    state = np.abs(rng.normal(size=(n, width + 1)))
     meta = np.zeros((n, sk.META_WORDS), dtype=np.uint32)
     writer = np.zeros(n, dtype=np.uint64)
     before = np.zeros(n, dtype=np.uint64)
     params = np.array([0.05, 1.0, 1.0, 1.0, 0.01], dtype=np.float64)
-    deltas = rng.normal(size=(n_keys, 3)) * 1e-3
+    deltas = rng.normal(size=(n_keys, width + 1)) * 1e-3
     none = np.zeros(0, dtype=np.int64)
 
     def insert(i: int) -> None:
@@ -81,7 +82,7 @@ def measure(n_keys: int, n_rows: int) -> dict[str, float]:
     kernels: dict[str, Callable[[int], object]] = {
         "hashmap find_ids": lambda i: index.find_ids(calls[i]),
         "hashmap insert (empty map)": insert,
-        "residuals rows_at": lambda i: rows_at(rows2, ids[i], 2),
+        "residuals rows_at": lambda i: rows_at(rows2, ids[i], width),
         "residuals put_at": lambda i: put_at(rows2, last, ids[i], values, 7),
         "kept take_known": lambda i: kk.take_known(index.slots, valid, row_id, rows2, calls[i]),
         "kept add_deltas": lambda i: kk.add_deltas(index.slots, valid, rows2, calls[i], values, drop, stamp, 3),
@@ -101,20 +102,21 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--keys", type=int, default=75_000)
     ap.add_argument("--rows", type=int, default=400_000)
+    ap.add_argument("--width", type=int, default=2)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        print(json.dumps(measure(args.keys, args.rows)))
+        print(json.dumps(measure(args.keys, args.rows, args.width)))
         return
     runs: dict[Path, list[dict[str, float]]] = {t: [] for t in args.trees}
     for _ in range(args.reps):
         for tree in args.trees:
-            cmd = [sys.executable, __file__, "--child", "--keys", str(args.keys), "--rows", str(args.rows)]
+            cmd = [sys.executable, __file__, "--child", "--keys", str(args.keys), "--rows", str(args.rows), "--width", str(args.width)]
             env = {**os.environ, "PYTHONPATH": str(tree.resolve())}  # that tree's packages, before this venv's
             out = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, check=True, timeout=600)
             runs[tree].append(json.loads(out.stdout.strip().splitlines()[-1]))
     names = list(runs[args.trees[0]][0])
-    print(f"{args.keys} sorted random keys of {args.rows} held, median ms per call over {args.reps} alternating runs [min-max]")
+    print(f"{args.keys} sorted random keys of {args.rows} held, {args.width} columns, median ms per call over {args.reps} alternating runs [min-max]")
     print("| kernel | " + " | ".join(str(t) for t in args.trees) + " |")
     print("|---|" + "---|" * len(args.trees))
     for name in names:
