@@ -111,12 +111,25 @@ def main() -> None:
     runs: dict[Path, list[dict[str, float]]] = {t: [] for t in args.trees}
     for _ in range(args.reps):
         for tree in args.trees:
-            cmd = [sys.executable, __file__, "--child", "--keys", str(args.keys), "--rows", str(args.rows), "--width", str(args.width)]
+            cmd = [
+                sys.executable,
+                __file__,
+                "--child",
+                "--keys",
+                str(args.keys),
+                "--rows",
+                str(args.rows),
+                "--width",
+                str(args.width),
+            ]
             env = {**os.environ, "PYTHONPATH": str(tree.resolve())}  # that tree's packages, before this venv's
             out = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, check=True, timeout=600)
             runs[tree].append(json.loads(out.stdout.strip().splitlines()[-1]))
     names = list(runs[args.trees[0]][0])
-    print(f"{args.keys} sorted random keys of {args.rows} held, {args.width} columns, median ms per call over {args.reps} alternating runs [min-max]")
+    print(
+        f"{args.keys} sorted random keys of {args.rows} held, {args.width} columns,"
+        f" median ms per call over {args.reps} alternating runs [min-max]"
+    )
     print("| kernel | " + " | ".join(str(t) for t in args.trees) + " |")
     print("|---|" + "---|" * len(args.trees))
     for name in names:

@@ -34,8 +34,8 @@ import numpy.typing as npt
 
 from ctr.data.grouping import group_order
 from ctr.format.key_filter import may_contain
-from ctr.format.prefetch import LINE_WORDS, prefetch_span
 from ctr.routing import owner
+from ctr.runtime.prefetch import LINE_WORDS, prefetch_span
 
 U32 = npt.NDArray[np.uint32]
 U64 = npt.NDArray[np.uint64]

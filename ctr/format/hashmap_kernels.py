@@ -14,7 +14,7 @@ import numba as nb
 import numpy as np
 import numpy.typing as npt
 
-from ctr.format.prefetch import prefetch_word
+from ctr.runtime.prefetch import prefetch_word
 
 U32 = npt.NDArray[np.uint32]
 U64 = npt.NDArray[np.uint64]

@@ -9,7 +9,7 @@ import numba as nb
 import numpy as np
 import numpy.typing as npt
 
-from ctr.format.prefetch import prefetch_span
+from ctr.runtime.prefetch import prefetch_span
 
 F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]

@@ -10,10 +10,10 @@ import numba as nb
 import numpy as np
 import numpy.typing as npt
 
-from ctr.format.prefetch import prefetch_span
 from ctr.model.factorization import FM as FM_CODE
 from ctr.model.family import ModelFamily, Request, Scorable
 from ctr.model.link import norm_scale, sigmoid, sum_sq
+from ctr.runtime.prefetch import prefetch_span
 
 if TYPE_CHECKING:
     from ctr.model.spec import ModelSpec

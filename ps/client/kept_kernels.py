@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ctr.format.hashmap_kernels import find_ids
-from ctr.format.prefetch import GATHER_AHEAD, prefetch_ends, prefetch_item
+from ctr.runtime.prefetch import GATHER_AHEAD, prefetch_ends, prefetch_item
 
 U32 = npt.NDArray[np.uint32]
 U64 = npt.NDArray[np.uint64]

@@ -7,7 +7,7 @@ import numba as nb
 import numpy as np
 import numpy.typing as npt
 
-from ctr.format.prefetch import GATHER_AHEAD, prefetch_ends, prefetch_item
+from ctr.runtime.prefetch import GATHER_AHEAD, prefetch_ends, prefetch_item
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]

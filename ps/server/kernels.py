@@ -17,9 +17,9 @@ import numba as nb
 import numpy as np
 import numpy.typing as npt
 
-from ctr.format.prefetch import GATHER_AHEAD, prefetch_ends, prefetch_item, prefetch_word
 from ctr.model.optim import init_row, step, weight_of
 from ctr.routing import owner, owner_reference
+from ctr.runtime.prefetch import GATHER_AHEAD, prefetch_ends, prefetch_item, prefetch_word
 
 F64 = npt.NDArray[np.float64]
 F32 = npt.NDArray[np.float32]

@@ -2,7 +2,16 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctr.data.unique import first_occurrence, sorted_unique_inverse, unique_inverse, unique_inverse_reference
+from ctr.data.unique import (
+    RADIX_MIN,
+    first_occurrence,
+    radix_order,
+    ranks_at,
+    ranks_at_reference,
+    sorted_unique_inverse,
+    unique_inverse,
+    unique_inverse_reference,
+)
 
 
 @settings(max_examples=300, deadline=None)
@@ -26,3 +35,44 @@ def test_sorted_unique_inverse_equals_np_unique(values):
     want_uniq, want_inverse = np.unique(keys, return_inverse=True)
     np.testing.assert_array_equal(uniq, want_uniq)
     np.testing.assert_array_equal(inverse, want_inverse.reshape(-1))
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.integers(0, 2**32 - 1),
+    st.integers(0, 40_000),
+    st.sampled_from(["random", "small ids", "shared high bits"]),
+)
+def test_radix_order_sorts_as_argsort(seed, n, kind):
+    rng = np.random.default_rng(seed)
+    keys = rng.integers(0, 2**64 - 1, size=n, dtype=np.uint64, endpoint=True)
+    if kind == "small ids":  # every pass but the lowest skipped
+        keys = rng.integers(0, 50_000, size=n).astype(np.uint64)
+    elif kind == "shared high bits":  # a field code in the top bits: the top pass skipped
+        keys = (keys & np.uint64(2**48 - 1)) | np.uint64(7 << 48)
+    order = radix_order(keys)
+    np.testing.assert_array_equal(keys[order], np.sort(keys))
+    np.testing.assert_array_equal(np.sort(order), np.arange(n))  # a permutation
+    unique = np.unique(keys)
+    rng.shuffle(unique)
+    np.testing.assert_array_equal(radix_order(unique), np.argsort(unique))  # unique keys: argsort's own
+
+
+def test_sorted_unique_inverse_past_the_radix_threshold_equals_np_unique():
+    rng = np.random.default_rng(3)
+    pool = rng.integers(1, 2**64 - 1, size=3 * RADIX_MIN, dtype=np.uint64)
+    keys = pool[np.minimum(rng.zipf(1.2, size=20 * RADIX_MIN) - 1, pool.shape[0] - 1)]
+    uniq, inverse = sorted_unique_inverse(keys)
+    assert uniq.shape[0] >= RADIX_MIN  # the radix path ran
+    want_uniq, want_inverse = np.unique(keys, return_inverse=True)
+    np.testing.assert_array_equal(uniq, want_uniq)
+    np.testing.assert_array_equal(inverse, want_inverse.reshape(-1))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(0, 500), st.integers(0, 2000))
+def test_ranks_at_equals_its_reference(seed, m, n):
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(m).astype(np.int64)
+    inverse = rng.integers(0, max(m, 1), size=n if m else 0).astype(np.int64)
+    np.testing.assert_array_equal(ranks_at(order, inverse), ranks_at_reference(order, inverse))
