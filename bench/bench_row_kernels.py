@@ -1,7 +1,7 @@
 """The kernels that visit rows at random ids, timed in one process at a push's and a pull's
 size: the compact hashmap's find and insert, the error-feedback memory's gather and
 scatter, the pull cache's kept-row kernels and the shard's row kernels
-(docs/design/prefetched-gathers.md).
+(docs/design/prefetched-gathers.md), and a training batch's sorted unique keys.
 
     .venv/bin/python bench/bench_row_kernels.py [TREE ...] [--reps 5] [--keys 75000] [--rows 400000] [--width 2]
 
@@ -44,6 +44,7 @@ def _median_ms(fn: Callable[[int], object], calls: int) -> float:
 
 def measure(n_keys: int, n_rows: int, width: int) -> dict[str, float]:
     """Every kernel's median ms per call, in this process (the tree on PYTHONPATH)."""
+    from ctr.data.unique import sorted_unique_inverse
     from ctr.format.hashmap import CompactHashMap
     from ps.client import kept_kernels as kk
     from ps.compression.residual_kernels import put_at, rows_at
@@ -74,12 +75,17 @@ def measure(n_keys: int, n_rows: int, width: int) -> dict[str, float]:
     deltas = rng.normal(size=(n_keys, width + 1)) * 1e-3
     none = np.zeros(0, dtype=np.int64)
 
+    # a batch: 16,384 lines of 39 features, Zipf-distributed over the held keys
+    with_new = [np.union1d(calls[i], fresh[i][: max(1, n_keys // 100)]) for i in range(CALLS + 1)]  # 1% new to the worker
+    batches = [held[np.minimum(rng.zipf(1.2, size=16_384 * 39) - 1, n - 1)] for _ in range(CALLS + 1)]
+
     def insert(i: int) -> None:
         m = CompactHashMap(2, capacity=64)
         m.reserve(2 * n_keys)
         m.insert(fresh[i])
 
     kernels: dict[str, Callable[[int], object]] = {
+        "batch sorted_unique_inverse (639k features)": lambda i: sorted_unique_inverse(batches[i]),
         "hashmap find_ids": lambda i: index.find_ids(calls[i]),
         "hashmap insert (empty map)": insert,
         "residuals rows_at": lambda i: rows_at(rows2, ids[i], width),
@@ -88,6 +94,7 @@ def measure(n_keys: int, n_rows: int, width: int) -> dict[str, float]:
         "kept add_deltas": lambda i: kk.add_deltas(index.slots, valid, rows2, calls[i], values, drop, stamp, 3),
         "kept set_rows": lambda i: kk.set_rows(index.slots, valid, rows2, stamp, calls[i], values),
         "kept leased_copies": lambda i: kk.leased_copies(index.slots, valid, row_id, stamp, rows2, calls[i], 0),
+        "kept leased_copies, 1% new keys": lambda i: kk.leased_copies(index.slots, valid, row_id, stamp, rows2, with_new[i], 0),
         "shard gather_state": lambda i: sk.gather_state(state, ids[i], calls[i], 1, params),
         "shard merge_deltas": lambda i: sk.merge_deltas(state, meta, ids[i], deltas, 5, 0),
         "shard push_conflicts": lambda i: sk.push_conflicts(writer, before, meta, ids[i], np.uint64(1), none, False),
