@@ -6,8 +6,8 @@ layout); `valid` whether the entry's copy is still the shard's row.
 Each kernel finds its keys' entries first (find_ids, its probes prefetched), then visits
 the entries with their row prefetched GATHER_AHEAD ahead: entries sit at random places in
 the arrays, and one loop that probed and then read each entry kept few misses in flight
-(docs/design/prefetched-gathers.md). leased_copies probes in its loop, prefetching the
-probes ahead, as it stops at the first key without a copy."""
+(docs/design/prefetched-gathers.md). leased_copies does so a chunk at a time, as it
+stops at the first key without a copy."""
 
 from __future__ import annotations
 
@@ -15,14 +15,15 @@ import numba as nb
 import numpy as np
 import numpy.typing as npt
 
-from ctr.format.hashmap_kernels import FIND_AHEAD, find_ahead, find_ids, home_slot, id_of
-from ctr.runtime.prefetch import GATHER_AHEAD, prefetch_ends, prefetch_item, prefetch_word
+from ctr.format.hashmap_kernels import find_ids
+from ctr.runtime.prefetch import GATHER_AHEAD, prefetch_ends, prefetch_item
 
 U32 = npt.NDArray[np.uint32]
 U64 = npt.NDArray[np.uint64]
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
 B = npt.NDArray[np.bool_]
+LEASE_CHUNK = 512  # keys leased_copies finds at a time before checking them
 
 
 @nb.njit(cache=True, nogil=True)
@@ -104,18 +105,22 @@ def set_rows(slots: U32, valid: B, rows: F64, stamp: I64, keys: U64, new_rows: F
 def leased_copies(slots: U32, valid: B, row_id: I64, stamp: I64, rows: F64, keys: U64, epoch: int) -> tuple[bool, F64]:
     """(whether every key holds a valid copy with a row id, stamped at `epoch`; their rows
     in key order when it does, else none): a pull a write lease makes unnecessary."""
-    # probes in the loop, not find_ids first: a leased pull ends at its first key without a
-    # copy (a key new to this worker), which with a long tail comes early in most batches
+    # found a chunk at a time: a leased pull ends at its first key without a copy (a key new
+    # to this worker, early in most batches of a long tail), so a find over every key first
+    # cost that case the whole pull's finds; within a chunk the probes and entries prefetch
     n = keys.shape[0]
     entries = np.empty(n, dtype=np.int64)
-    find_ahead(slots, keys)
-    for i in range(n):
-        if i + FIND_AHEAD < n:
-            prefetch_word(slots, home_slot(keys[i + FIND_AHEAD], slots.shape[0]), 0)  # type: ignore[call-arg]
-        e = id_of(slots, keys[i])
-        if e < 0 or row_id[e] < 0 or not valid[e] or stamp[e] != epoch:
-            return False, np.empty((0, rows.shape[1]), dtype=np.float64)
-        entries[i] = e
+    for lo in range(0, n, LEASE_CHUNK):
+        hi = min(n, lo + LEASE_CHUNK)
+        entries[lo:hi] = find_ids(slots, keys[lo:hi])
+        for i in range(lo, hi):
+            if i + GATHER_AHEAD < hi and entries[i + GATHER_AHEAD] >= 0:
+                prefetch_item(row_id, entries[i + GATHER_AHEAD])  # type: ignore[call-arg]
+                prefetch_item(valid, entries[i + GATHER_AHEAD])  # type: ignore[call-arg]
+                prefetch_item(stamp, entries[i + GATHER_AHEAD])  # type: ignore[call-arg]
+            e = entries[i]
+            if e < 0 or row_id[e] < 0 or not valid[e] or stamp[e] != epoch:
+                return False, np.empty((0, rows.shape[1]), dtype=np.float64)
     out = np.empty((n, rows.shape[1]), dtype=np.float64)
     for i in range(n):
         if i + GATHER_AHEAD < n:

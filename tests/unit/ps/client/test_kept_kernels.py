@@ -78,12 +78,14 @@ def test_set_rows_matches_the_reference() -> None:
 
 def test_leased_copies_match_the_reference_in_every_case() -> None:
     rng = np.random.default_rng(2)
-    index, entries, valid, row_id, rows = _table(rng, 400, 3)
+    index, entries, valid, row_id, rows = _table(rng, 4000, 3)
     stamp = np.asarray(rng.integers(6, 8, size=rows.shape[0]), dtype=np.int64)
     known = np.array(sorted(entries), dtype=np.uint64)
     good = [k for k in known.tolist() if valid[entries[k]] and row_id[entries[k]] >= 0 and stamp[entries[k]] == 7]
+    assert len(good) > 2 * kk.LEASE_CHUNK  # the kernel checks a chunk at a time: several here
     cases = {
-        "every copy current": np.array(sorted(good[:50]), dtype=np.uint64),
+        "every copy current": np.array(sorted(good), dtype=np.uint64),
+        "one key unknown, in the last chunk": np.append(np.array(sorted(good), dtype=np.uint64), np.uint64(1 << 62)),
         "one copy invalid": np.sort(np.append(good[:20], [k for k in known.tolist() if not valid[entries[k]]][0])),
         "one copy of another epoch": np.sort(np.append(good[:20], [k for k in known.tolist() if stamp[entries[k]] == 6][0])),
         "one key unknown": np.sort(np.append(np.array(good[:20], dtype=np.uint64), np.uint64(3))),
