@@ -1,7 +1,8 @@
 """The kernels that visit rows at random ids, timed in one process at a push's and a pull's
 size: the compact hashmap's find and insert, the error-feedback memory's gather and
 scatter, the pull cache's kept-row kernels and the shard's row kernels
-(docs/design/prefetched-gathers.md), and a training batch's sorted unique keys.
+(docs/design/prefetched-gathers.md), a training batch's sorted unique keys and a call's
+split of its keys by shard.
 
     .venv/bin/python bench/bench_row_kernels.py [TREE ...] [--reps 5] [--keys 75000] [--rows 400000] [--width 2]
 
@@ -47,6 +48,7 @@ def measure(n_keys: int, n_rows: int, width: int) -> dict[str, float]:
     from ctr.data.unique import sorted_unique_inverse
     from ctr.format.hashmap import CompactHashMap
     from ps.client import kept_kernels as kk
+    from ps.client.push_path import split_by_shard
     from ps.compression.residual_kernels import put_at, rows_at
     from ps.server import kernels as sk
 
@@ -86,6 +88,7 @@ def measure(n_keys: int, n_rows: int, width: int) -> dict[str, float]:
 
     kernels: dict[str, Callable[[int], object]] = {
         "batch sorted_unique_inverse (639k features)": lambda i: sorted_unique_inverse(batches[i]),
+        "push or pull split_by_shard (2 shards)": lambda i: split_by_shard(calls[i], 2),
         "hashmap find_ids": lambda i: index.find_ids(calls[i]),
         "hashmap insert (empty map)": insert,
         "residuals rows_at": lambda i: rows_at(rows2, ids[i], width),

@@ -127,9 +127,19 @@ def ranks_at_reference(order: npt.NDArray[np.int64], inverse: npt.NDArray[np.int
     return rank[inverse]  # type: ignore[no-any-return]
 
 
+def stable_order(values: npt.NDArray[np.uint64] | npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """np.argsort(values, kind="stable") of uint64 keys or non-negative int64 ids (row ids,
+    slots): by radix_order from RADIX_MIN values, which is stable too."""
+    if values.shape[0] < RADIX_MIN:
+        return np.argsort(values, kind="stable")
+    if values.dtype == np.int64:
+        values = values.view(np.uint64)  # non-negative: the same order as unsigned
+    return radix_order(np.ascontiguousarray(values, dtype=np.uint64))  # type: ignore[no-any-return]
+
+
 def sorted_unique_inverse(keys: npt.NDArray[np.uint64]) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64]]:
     """np.unique(keys, return_inverse=True), sorting only the unique keys (the PS takes
     sorted keys): a batch holds several times fewer unique keys than features."""
     uniq, inverse = unique_inverse(keys)
-    order = radix_order(uniq) if uniq.shape[0] >= RADIX_MIN else np.argsort(uniq)
+    order = stable_order(uniq)
     return uniq[order], ranks_at(order, inverse)

@@ -24,6 +24,7 @@ from contextlib import contextmanager
 import numpy as np
 import numpy.typing as npt
 
+from ctr.data.unique import stable_order
 from ctr.model.optim import init_rows
 from ctr.model.spec import TableSpec
 from ps.api import DELTA, KnownRows, PushAck
@@ -159,7 +160,7 @@ class PullCache:
                     return 0, leased
                 known, fresh, ids, copies = kept.take(part)
                 layout = kept.layouts[s]
-            by_id = np.argsort(ids, kind="stable")
+            by_id = stable_order(ids)  # row ids >= 0, unique
             stale = ~fresh[by_id]  # ids whose copy is gone: the shard sends them whole
             asked = KnownRows(self.client_id, layout, ids[by_id], stale if stale.any() else None)
             got = self.transport.pull_known(s, table, part[~known], asked, codec)

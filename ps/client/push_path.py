@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from ctr.data.grouping import group_order
 from ctr.routing import shard_of
 from ps.api import NamedIds, PushAck, SessionLost, SparsePush
 from ps.client.pull_cache import PullCache
@@ -35,10 +36,9 @@ I64 = npt.NDArray[np.int64]
 
 def split_by_shard(keys: Keys, shards: int) -> tuple[I64, I64]:
     """(order, bounds): shard s's keys are keys[order[bounds[s]:bounds[s + 1]]], still sorted."""
-    owner = shard_of(keys, shards)
-    order = np.argsort(owner, kind="stable")  # stable keeps each shard's keys sorted
-    bounds = np.searchsorted(owner[order], np.arange(shards + 1))
-    return order, bounds
+    # a stable counting sort keeps each shard's keys sorted (np.argsort's stable sort took
+    # 1.2 ms of a 75k-key push; this 0.1-0.2)
+    return group_order(shard_of(keys, shards), shards)  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from ctr.data.unique import stable_order
 from ctr.format.hashmap import CompactHashMap
 from ps.compression.residual_kernels import put_at, rows_at
 
@@ -42,13 +43,14 @@ class ResidualStore:
     @property
     def keys(self) -> Keys:
         """Every key held, sorted."""
-        return np.sort(self._key[self._live()])
+        keys = self._key[self._live()]
+        return keys[stable_order(keys)]
 
     @property
     def rows(self) -> F64:
         """Every residual held, in the order of `keys`."""
         live = self._live()
-        return self._rows[live[np.argsort(self._key[live])]]
+        return self._rows[live[stable_order(self._key[live])]]
 
     @property
     def nbytes(self) -> int:
@@ -138,7 +140,7 @@ class ResidualStore:
 
     def _remove(self, slot: I64) -> tuple[Keys, F64]:
         """Frees these slots; returns their (keys, residuals) sorted by key."""
-        slot = slot[np.argsort(self._key[slot])]
+        slot = slot[stable_order(self._key[slot])]
         keys, rows = self._key[slot].copy(), self._rows[slot]
         self._index.delete(keys)
         self._key[slot] = 0

@@ -9,6 +9,7 @@ from ctr.data.unique import (
     ranks_at,
     ranks_at_reference,
     sorted_unique_inverse,
+    stable_order,
     unique_inverse,
     unique_inverse_reference,
 )
@@ -76,3 +77,13 @@ def test_ranks_at_equals_its_reference(seed, m, n):
     order = rng.permutation(m).astype(np.int64)
     inverse = rng.integers(0, max(m, 1), size=n if m else 0).astype(np.int64)
     np.testing.assert_array_equal(ranks_at(order, inverse), ranks_at_reference(order, inverse))
+
+
+def test_stable_order_is_a_stable_argsort_on_both_sides_of_the_radix_threshold():
+    rng = np.random.default_rng(5)
+    for n in (0, 10, RADIX_MIN - 1, RADIX_MIN, 3 * RADIX_MIN):
+        keys = rng.integers(0, 2**64 - 1, size=n, dtype=np.uint64, endpoint=True)
+        keys[: n // 3] = keys[n // 3 : 2 * (n // 3)]  # repeats: the order among equals counts
+        np.testing.assert_array_equal(stable_order(keys), np.argsort(keys, kind="stable"))
+        ids = rng.integers(0, 2**40, size=n).astype(np.int64)  # row ids, slots: non-negative
+        np.testing.assert_array_equal(stable_order(ids), np.argsort(ids, kind="stable"))
