@@ -26,6 +26,15 @@ B = npt.NDArray[np.bool_]
 LEASE_CHUNK = 512  # keys leased_copies finds at a time before checking them
 
 
+@nb.njit(cache=True, inline="always")
+def _prefetch_copy(rows: F64, valid: B, stamp: I64, e: int) -> None:
+    """Entry e's row, flag and stamp (the caller tests the bounds in its loop: a test
+    inside a helper kept LLVM from dropping the loop's bounds work)."""
+    prefetch_ends(rows, e)
+    prefetch_item(valid, e)  # type: ignore[call-arg]
+    prefetch_item(stamp, e)  # type: ignore[call-arg]
+
+
 @nb.njit(cache=True, nogil=True)
 def take_known(slots: U32, valid: B, row_id: I64, rows: F64, keys: U64) -> tuple[B, B, I64, F64]:
     """(which keys have an entry with a row id, whether each of those holds a valid copy,
@@ -66,9 +75,7 @@ def add_deltas(slots: U32, valid: B, rows: F64, keys: U64, deltas: F64, drop: B,
     n = keys.shape[0]
     for i in range(n):
         if i + GATHER_AHEAD < n and found[i + GATHER_AHEAD] >= 0:
-            prefetch_ends(rows, found[i + GATHER_AHEAD])
-            prefetch_item(valid, found[i + GATHER_AHEAD])  # type: ignore[call-arg]
-            prefetch_item(stamp, found[i + GATHER_AHEAD])
+            _prefetch_copy(rows, valid, stamp, found[i + GATHER_AHEAD])
         e = found[i]
         if e < 0:
             continue
@@ -89,9 +96,7 @@ def set_rows(slots: U32, valid: B, rows: F64, stamp: I64, keys: U64, new_rows: F
     n = keys.shape[0]
     for i in range(n):
         if i + GATHER_AHEAD < n and found[i + GATHER_AHEAD] >= 0:
-            prefetch_ends(rows, found[i + GATHER_AHEAD])
-            prefetch_item(valid, found[i + GATHER_AHEAD])  # type: ignore[call-arg]
-            prefetch_item(stamp, found[i + GATHER_AHEAD])
+            _prefetch_copy(rows, valid, stamp, found[i + GATHER_AHEAD])
         e = found[i]
         if e < 0:
             continue
