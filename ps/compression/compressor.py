@@ -138,7 +138,7 @@ class Compressor:
             return np.zeros(0, dtype=np.uint64), np.zeros((0, 0))
         with self._lock:
             r = self.residuals
-            out = r.keys, r.rows
+            out = r.items()
             self.residuals = ResidualStore(r.capacity)
             self.residuals.peak_rows = r.peak_rows
             self.flushed_rows += int(out[0].shape[0])

@@ -40,17 +40,12 @@ class ResidualStore:
     def __len__(self) -> int:
         return self._index.size
 
-    @property
-    def keys(self) -> Keys:
-        """Every key held, sorted."""
-        keys = self._key[self._live()]
-        return keys[stable_order(keys)]
-
-    @property
-    def rows(self) -> F64:
-        """Every residual held, in the order of `keys`."""
+    def items(self) -> tuple[Keys, F64]:
+        """Every key held, sorted, and its residual: one sort for both (a cut's drain of
+        400k rows sorted them twice, once for the keys and once for the rows)."""
         live = self._live()
-        return self._rows[live[stable_order(self._key[live])]]
+        live = live[stable_order(self._key[live])]
+        return self._key[live], self._rows[live]
 
     @property
     def nbytes(self) -> int:

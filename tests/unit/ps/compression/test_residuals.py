@@ -71,8 +71,8 @@ def test_store_matches_a_dict_of_rows_and_ticks(sequence, capacity):
             store.drop(keys)
             for k in keys.tolist():
                 ref.pop(k, None)
-        assert store.keys.tolist() == sorted(ref)
-        _check_sorted_and_equal(store.keys, store.rows, ref)
+        assert store.items()[0].tolist() == sorted(ref)
+        _check_sorted_and_equal(*store.items(), ref)
         probe = np.arange(1, 42, dtype=np.uint64)
         want = np.array([ref[k][0] if k in ref else np.zeros(3) for k in probe.tolist()])
         np.testing.assert_array_equal(store.take(probe, 3), want)
