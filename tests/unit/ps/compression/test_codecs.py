@@ -17,8 +17,6 @@ from ctr.format.varint import encode_varints
 from ps.compression.bits import (
     bit_planes,
     bit_planes_reference,
-    bits_of_planes,
-    bits_of_planes_reference,
     byte_planes,
     byte_planes_reference,
     pack_bits,
@@ -32,6 +30,7 @@ from ps.compression.payload import SIGN_PLANES, VALUE_CODECS, CodecError, coarse
 from ps.compression.quantize import (
     decode_int8,
     decode_onebit,
+    decode_onebit_planes,
     encode_int8,
     encode_onebit,
     round_bf16,
@@ -71,14 +70,16 @@ def test_bit_packing_equals_the_reference_and_round_trips(case):
 
 @settings(max_examples=200, deadline=None)
 @given(st.integers(0, 40), st.integers(1, 20), st.integers(0, 2**32))
-def test_bit_planes_equal_the_reference_and_round_trip(n, d, seed):
-    packed = np.random.default_rng(seed).integers(0, 256, (n * d + 7) // 8, dtype=np.uint8)
-    if n * d % 8:  # the stream's padding bits are zero
-        packed[-1] &= np.uint8((1 << (n * d % 8)) - 1)
+def test_bit_planes_equal_the_reference_and_decode_as_the_packed_signs_do(n, d, seed):
+    rng = np.random.default_rng(seed)
+    values = rng.normal(size=(n, d))
+    values[rng.random((n, d)) < 0.1] = -0.0
+    values[:, rng.random(d) < 0.3] = 0.0  # columns auto's 1-bit holds back
+    pos, neg, packed = encode_onebit(values)
     planes = bit_planes(packed, n, d)
     np.testing.assert_array_equal(planes, bit_planes_reference(packed, n, d))
-    np.testing.assert_array_equal(bits_of_planes(planes, n), bits_of_planes_reference(planes, n))
-    np.testing.assert_array_equal(bits_of_planes(planes, n), packed)
+    want = decode_onebit(pos, neg, packed, n)
+    np.testing.assert_array_equal(decode_onebit_planes(pos, neg, planes, n).view(np.uint64), want.view(np.uint64))
 
 
 @settings(max_examples=200, deadline=None)
